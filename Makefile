@@ -1,0 +1,45 @@
+# chipledger — two commands on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PORT   ?= 8000
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test install setup bench clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Migrate, create the ledger key, seed the demo, sign a checkpoint.
+setup: install
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py collectstatic --noinput --verbosity 0
+	$(PY) manage.py ledger_key > /dev/null
+	$(PY) manage.py seed_demo
+	$(PY) manage.py ledger_checkpoint > /dev/null
+
+# Web (gunicorn) + Celery worker + Celery beat, in the foreground; Ctrl-C stops all three.
+run: setup
+	@echo ""
+	@echo "  chipledger is starting on http://127.0.0.1:$(PORT)/"
+	@echo "    admin      http://127.0.0.1:$(PORT)/admin/"
+	@echo "    API docs   http://127.0.0.1:$(PORT)/api/docs/"
+	@echo "    checkpoint http://127.0.0.1:$(PORT)/api/ledger/checkpoint"
+	@echo "    health     http://127.0.0.1:$(PORT)/healthz"
+	@echo "    verifier   $(PY) -m ledger.verify --url http://127.0.0.1:$(PORT)"
+	@echo ""
+	PORT=$(PORT) $(VENV)/bin/honcho start --no-prefix -f Procfile 2>&1 || true
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(PY) bench/ledger.py
+
+clean:
+	rm -rf $(VENV) var

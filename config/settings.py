@@ -1,0 +1,184 @@
+"""chipledger settings, read from the environment (django-environ).
+
+With no environment set, everything is embedded: SQLite and a filesystem
+Celery broker under ``var/``. Set ``DATABASE_URL`` and ``REDIS_URL`` for
+PostgreSQL and Redis. See README "Configuration".
+"""
+import os
+import secrets
+from datetime import timedelta
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env")  # optional; real environment wins
+
+VAR_DIR = Path(env("CHIPLEDGER_VAR_DIR", default=str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """A per-installation key kept in var/, so the embedded default needs no setup."""
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = env("DJANGO_SECRET_KEY", default=None) or _secret_key()
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_filters",
+    "pgtrigger",
+    "ledger",
+    "registry",
+    "inspections",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'chipledger.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        # IMMEDIATE takes SQLite's write lock when a transaction starts, so two
+        # ledger writers serialise instead of failing with "database is locked"
+        # on lock upgrade; WAL lets readers go on while one writes.
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    # A file, not :memory:, so worker and writer subprocesses in tests share it.
+    # Per-process name: concurrent test runs on one checkout must not share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
+else:
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Cache / broker -----------------------------------------------------------
+REDIS_URL = env("REDIS_URL", default="")
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_RESULT_BACKEND = REDIS_URL
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    # kombu's filesystem transport: a real broker that ships with kombu and
+    # needs no server. Producer and consumer share one folder.
+    _queue = VAR_DIR / "celery" / "queue"
+    _processed = VAR_DIR / "celery" / "processed"
+    _results = VAR_DIR / "celery" / "results"
+    _control = VAR_DIR / "celery" / "control"
+    for _folder in (_queue, _processed, _results, _control):
+        _folder.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue),
+        "data_folder_out": str(_queue),
+        "processed_folder": str(_processed),
+        "store_processed": False,
+        "control_folder": str(_control),  # broadcast (pidbox) exchanges; default is the cwd
+    }
+    CELERY_RESULT_BACKEND = f"file://{_results}"
+CELERY_RESULT_EXPIRES = timedelta(days=1)  # task outcomes that matter land on the ledger
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE = {
+    "ledger-checkpoint": {
+        "task": "ledger.tasks.checkpoint_if_grown",
+        "schedule": timedelta(seconds=env.int("LEDGER_CHECKPOINT_INTERVAL", default=60)),
+    },
+}
+
+# --- Ledger -------------------------------------------------------------------
+# Origin line of every checkpoint: a schema-less URL naming this log (C2SP).
+LEDGER_ORIGIN = env("LEDGER_ORIGIN", default="localhost/chipledger")
+# Base64 of a 32-byte Ed25519 seed. If unset, a key file is created on first use.
+LEDGER_SIGNING_KEY = env("LEDGER_SIGNING_KEY", default="")
+LEDGER_KEY_FILE = Path(env("LEDGER_KEY_FILE", default=str(VAR_DIR / "ledger-signing.key")))
+LEDGER_MAX_PAGE = env.int("LEDGER_MAX_PAGE", default=1000)
+# Cosignatures timestamped further than this in the future are refused.
+LEDGER_COSIGNATURE_MAX_SKEW = env.int("LEDGER_COSIGNATURE_MAX_SKEW", default=600)
+
+# --- Auth, i18n, static -------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+LOGIN_URL = "admin:login"
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "config.exceptions.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "chipledger API",
+    "DESCRIPTION": "Chip registry, inspections and the verifiable ledger of a compute regulator.",
+    "VERSION": "0.1.0",
+}
+
+EMAIL_BACKEND = env("DJANGO_EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+}

@@ -1,0 +1,1 @@
+"""Inspections: campaigns, draws, assignments, findings, claims (issue 4)."""

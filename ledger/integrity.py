@@ -1,0 +1,95 @@
+"""Full integrity check of the stored ledger (``manage.py verify_ledger``). Read-only.
+
+Recomputes, from the stored leaf bytes alone: every leaf hash, the ``prev``
+chain, contiguous ``seq``, the tree root at every checkpoint, each
+checkpoint's signature, and that the queryable columns agree with the leaves.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from . import chain, keys, merkle, note
+from .models import Checkpoint, Entry
+from .services import format_time, node_hashes
+
+CHUNK = 10_000
+
+
+class IntegrityFailure(Exception):
+    def __init__(self, seq: int, reason: str):
+        super().__init__(f"seq={seq}: {reason}")
+        self.seq = seq
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Report:
+    entries: int
+    root: bytes
+    checkpoints: int
+
+
+def verify_stored_ledger(progress: Callable[[int], None] | None = None) -> Report:
+    verifier = chain.ChainVerifier()
+    checkpoints = _checkpoints_by_size()
+    _check_checkpoint_at(verifier, checkpoints)
+    rows = Entry.objects.order_by("seq").values_list("seq", "leaf", "hash", "kind", "actor", "time", "payload")
+    for seq, leaf, stored_hash, kind, actor, when, payload in rows.iterator(chunk_size=CHUNK):
+        try:
+            digest, parsed = verifier.feed(seq, bytes(leaf))
+        except chain.ChainError as error:
+            raise IntegrityFailure(error.seq, error.reason) from error
+        if bytes(stored_hash) != digest:
+            raise IntegrityFailure(seq, "stored hash does not match SHA-256(0x00 || leaf)")
+        _check_columns(seq, parsed, kind, actor, when, payload)
+        _check_checkpoint_at(verifier, checkpoints)
+        if progress is not None and verifier.size % CHUNK == 0:
+            progress(verifier.size)
+    if checkpoints:
+        size = min(checkpoints)
+        raise IntegrityFailure(size - 1, f"checkpoint of size {size} is beyond the log's {verifier.size} entries")
+    root = verifier.root()
+    _check_tree_cache(verifier.size, root)
+    return Report(entries=verifier.size, root=root, checkpoints=Checkpoint.objects.count())
+
+
+def _check_columns(seq: int, parsed: dict, kind: str, actor: str, when, payload) -> None:
+    columns = {"kind": kind, "actor": actor, "time": format_time(when), "payload": payload}
+    for name, value in columns.items():
+        if parsed[name] != value:
+            raise IntegrityFailure(seq, f"stored {name} column differs from the leaf")
+
+
+def _checkpoints_by_size() -> dict[int, Checkpoint]:
+    return {checkpoint.size: checkpoint for checkpoint in Checkpoint.objects.all()}
+
+
+def _check_checkpoint_at(verifier: chain.ChainVerifier, pending: dict[int, Checkpoint]) -> None:
+    """If a checkpoint was signed at the verifier's current size, check it against the recomputed root."""
+    checkpoint = pending.pop(verifier.size, None)
+    if checkpoint is None:
+        return
+    seq = verifier.size - 1
+    root = verifier.root()
+    if bytes(checkpoint.root) != root:
+        raise IntegrityFailure(seq, f"checkpoint of size {checkpoint.size}: root does not match the entries")
+    verifier_key = note.parse_verifier_key(keys.verifier_key())
+    try:
+        body = note.verify_note(checkpoint.note, verifier_key)
+    except note.NoteError as error:
+        raise IntegrityFailure(seq, f"checkpoint of size {checkpoint.size}: signature does not verify ({error})")
+    if body != note.checkpoint_body(settings.LEDGER_ORIGIN, checkpoint.size, root):
+        raise IntegrityFailure(seq, f"checkpoint of size {checkpoint.size}: signed body does not match the entries")
+
+
+def _check_tree_cache(size: int, root: bytes) -> None:
+    """Proofs are served from the node cache, so its frontier must fold to the recomputed root."""
+    try:
+        cached = node_hashes(merkle.frontier_nodes(size))
+    except RuntimeError as error:
+        raise IntegrityFailure(max(size - 1, 0), str(error)) from error
+    if merkle.root([cached[node] for node in merkle.frontier_nodes(size)]) != root:
+        raise IntegrityFailure(max(size - 1, 0), "tree node cache does not fold to the recomputed root")

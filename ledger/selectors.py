@@ -1,0 +1,63 @@
+"""Reads from the ledger: proofs, pages, the latest checkpoint. O(log n) rows per proof."""
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+
+from . import merkle
+from .models import Checkpoint, Entry
+from .services import node_hashes
+
+
+def ledger_size() -> int:
+    last = Entry.objects.order_by("-seq").values_list("seq", flat=True).first()
+    return 0 if last is None else last + 1
+
+
+def entries_page(start: int, end: int) -> list[dict]:
+    """Entries with start <= seq < end, as stored (the caller bounds the page)."""
+    size = ledger_size()
+    if end > size:
+        raise ValidationError({"end": f"must be at most the log size ({size})"})
+    if start > end:
+        raise ValidationError({"start": "must not exceed end"})
+    fields = ("seq", "leaf", "hash", "kind", "actor", "time")
+    return list(Entry.objects.filter(seq__gte=start, seq__lt=end).order_by("seq").values(*fields))
+
+
+def inclusion_proof(index: int, size: int) -> list[bytes]:
+    _check_size("size", size)
+    if index >= size:
+        raise ValidationError({"index": f"must be less than size ({size})"})
+    return _proof(merkle.inclusion_ranges(index, size))
+
+
+def consistency_proof(first: int, second: int) -> list[bytes]:
+    _check_size("second", second)
+    if first > second:
+        raise ValidationError({"first": f"must not exceed second ({second})"})
+    return _proof(merkle.consistency_ranges(first, second))
+
+
+def _check_size(field: str, size: int) -> None:
+    current = ledger_size()
+    if size > current:
+        raise ValidationError({field: f"exceeds the log size ({current})"})
+
+
+def _proof(ranges) -> list[bytes]:
+    return merkle.hashes_for_ranges(ranges, node_hashes(merkle.nodes_for_ranges(ranges)))
+
+
+def checkpoint_latest() -> Checkpoint | None:
+    return Checkpoint.objects.order_by("-size").first()
+
+
+def checkpoint_text(checkpoint: Checkpoint) -> str:
+    """The signed checkpoint with every witness cosignature we hold for its size appended."""
+    lines = checkpoint.cosignatures.order_by("witness__name").values_list("line", flat=True)
+    return checkpoint.note + "".join(line + "\n" for line in lines)
+
+
+def entry_leaf_hash(seq: int) -> bytes | None:
+    found = Entry.objects.filter(seq=seq).values_list("hash", flat=True).first()
+    return None if found is None else bytes(found)

@@ -1,0 +1,266 @@
+"""Writes to the ledger: the only code that creates Entry, TreeNode and Checkpoint rows.
+
+Every write takes the ledger's write lock inside the caller's transaction, so
+a projection written in the same ``transaction.atomic()`` block commits or
+rolls back together with its entries (DESIGN §1).
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time as time_module
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.utils import timezone
+
+from . import chain, keys, merkle, note
+from .models import Checkpoint, Cosignature, Entry, TreeNode, Witness
+
+log = logging.getLogger(__name__)
+
+KIND_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+ACTOR_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+SUBMISSION_KEYS = {"key", "body", "sig"}
+# Arbitrary but fixed: the PostgreSQL advisory lock that serialises ledger writers.
+LEDGER_LOCK_ID = 0x6368_6970_6C65_6467 & 0x7FFF_FFFF_FFFF_FFFF  # "chipledg"
+# 10,000-entry batches must fit one transaction; bound them so a caller cannot exhaust memory.
+MAX_BATCH = 100_000
+
+
+class Conflict(Exception):
+    """A request that contradicts what the ledger already holds (HTTP 409)."""
+
+
+@dataclass(frozen=True)
+class NewEntry:
+    kind: str
+    payload: dict
+    actor: str
+    submission: dict | None = None
+
+
+def append_entry(kind: str, payload: dict, actor: str, submission: dict | None = None) -> Entry:
+    """Append one entry; see ``append_entries``."""
+    return append_entries([NewEntry(kind, payload, actor, submission)])[0]
+
+
+def append_entries(entries: Sequence[NewEntry]) -> list[Entry]:
+    """Append ``entries`` in order, in one transaction, under the ledger's write lock.
+
+    Raises ``ValidationError`` (naming the item and field) before anything is written.
+    """
+    if not entries:
+        return []
+    if len(entries) > MAX_BATCH:
+        raise ValidationError({"entries": f"at most {MAX_BATCH} entries per batch"})
+    for position, entry in enumerate(entries):
+        _validate(entry, position)
+    with transaction.atomic():
+        _lock_ledger()
+        size, prev_hash, prev_time = _head()
+        when = max(timezone.now(), prev_time) if prev_time else timezone.now()
+        rows = _build_rows(entries, size, prev_hash, when)
+        frontier = _frontier(size)
+        _, nodes = merkle.append_leaves(frontier, size, [bytes(row.hash) for row in rows])
+        Entry.objects.bulk_create(rows, batch_size=2000)
+        TreeNode.objects.bulk_create(
+            [TreeNode(level=level, index=index, hash=digest) for level, index, digest in nodes], batch_size=5000
+        )
+    return rows
+
+
+def _validate(entry: NewEntry, position: int) -> None:
+    def fail(field: str, reason: str) -> None:
+        raise ValidationError({f"entries[{position}].{field}": reason})
+
+    if not isinstance(entry.kind, str) or not KIND_PATTERN.match(entry.kind) or len(entry.kind) > 64:
+        fail("kind", "must be dotted lower-case words, e.g. 'chip.shipped' (at most 64 characters)")
+    if not isinstance(entry.actor, str) or not ACTOR_PATTERN.match(entry.actor):
+        fail("actor", "must be an organisation slug or 'system'")
+    if not isinstance(entry.payload, dict):
+        fail("payload", "must be a JSON object")
+    if entry.submission is not None:
+        if not isinstance(entry.submission, dict) or set(entry.submission) != SUBMISSION_KEYS:
+            fail("submission", "must have exactly the keys key, body, sig")
+        if not all(isinstance(value, str) for value in entry.submission.values()):
+            fail("submission", "key, body and sig must be strings")
+
+
+def _lock_ledger() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LEDGER_LOCK_ID])
+    # SQLite: transactions are BEGIN IMMEDIATE (settings), which already holds
+    # the database's single write lock for the whole transaction.
+
+
+def _head() -> tuple[int, bytes, datetime | None]:
+    last = Entry.objects.order_by("-seq").values_list("seq", "hash", "time").first()
+    if last is None:
+        return 0, bytes(32), None
+    return last[0] + 1, bytes(last[1]), last[2]
+
+
+def format_time(when: datetime) -> str:
+    """RFC 3339 UTC with microseconds: the exact text in the leaf."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _build_rows(entries: Sequence[NewEntry], size: int, prev_hash: bytes, when: datetime) -> list[Entry]:
+    stamp = format_time(when)
+    rows = []
+    for offset, entry in enumerate(entries):
+        seq = size + offset
+        try:
+            leaf = chain.canonical_leaf(
+                seq, stamp, entry.kind, entry.actor, entry.payload, prev_hash.hex(), entry.submission
+            )
+        except Exception as error:  # rfc8785 raises its own types for non-I-JSON values
+            raise ValidationError({f"entries[{offset}].payload": f"not canonicalisable JSON: {error}"}) from error
+        digest = merkle.leaf_hash(leaf)
+        rows.append(
+            Entry(seq=seq, time=when, kind=entry.kind, actor=entry.actor, payload=entry.payload, leaf=leaf, hash=digest)
+        )
+        prev_hash = digest
+    return rows
+
+
+def _frontier(size: int) -> list[bytes]:
+    ids = merkle.frontier_nodes(size)
+    found = node_hashes(ids)
+    return [found[node] for node in ids]
+
+
+def node_hashes(ids: Sequence[merkle.NodeId]) -> dict[merkle.NodeId, bytes]:
+    """Hashes of complete subtrees: level 0 from entries, higher levels from the node cache."""
+    leaves = [index for level, index in ids if level == 0]
+    inner = [(level, index) for level, index in ids if level > 0]
+    found: dict[merkle.NodeId, bytes] = {}
+    if leaves:
+        found.update({(0, seq): bytes(h) for seq, h in Entry.objects.filter(seq__in=leaves).values_list("seq", "hash")})
+    if inner:
+        rows = TreeNode.objects.filter(pk__in=inner).values_list("level", "index", "hash")
+        found.update({(level, index): bytes(h) for level, index, h in rows})
+    missing = set(ids) - found.keys()
+    if missing:
+        raise RuntimeError(f"ledger tree cache is missing nodes {sorted(missing)[:5]}: run verify_ledger")
+    return found
+
+
+# --- Checkpoints ----------------------------------------------------------------
+
+
+def checkpoint_sign() -> Checkpoint:
+    """Sign a checkpoint of the current tree, unless the latest one already covers it."""
+    with transaction.atomic():
+        _lock_ledger()
+        size, _, _ = _head()
+        latest = Checkpoint.objects.order_by("-size").first()
+        if latest is not None and latest.size == size:
+            return latest
+        root = merkle.root(_frontier(size))
+        body = note.checkpoint_body(settings.LEDGER_ORIGIN, size, root)
+        text = note.sign_note(body, settings.LEDGER_ORIGIN, keys.signing_key())
+        return Checkpoint.objects.create(size=size, root=root, note=text)
+
+
+def checkpoint_if_grown() -> Checkpoint | None:
+    """Sign a new checkpoint only if entries were appended since the last one."""
+    latest = Checkpoint.objects.order_by("-size").values_list("size", flat=True).first()
+    size, _, _ = _head()
+    if latest is not None and latest == size:
+        return None
+    return checkpoint_sign()
+
+
+# --- Witnesses ------------------------------------------------------------------
+
+
+def witness_register(vkey: str, actor: str) -> Witness:
+    """Record (on the ledger) that the log accepts cosignatures from this witness key."""
+    try:
+        verifier = note.parse_verifier_key(vkey.strip())
+    except note.NoteError as error:
+        raise ValidationError({"verifier_key": str(error)}) from error
+    if verifier.sig_type != note.COSIGNATURE_V1:
+        raise ValidationError({"verifier_key": "must be a cosignature/v1 key (type 0x04)"})
+    with transaction.atomic():
+        if Witness.objects.filter(verifier_key=vkey.strip()).exists():
+            raise ValidationError({"verifier_key": "this witness key is already registered"})
+        entry = append_entry("ledger.witness_registered", {"name": verifier.name, "verifier_key": vkey.strip()}, actor)
+        return Witness.objects.create(
+            name=verifier.name,
+            verifier_key=vkey.strip(),
+            key_id=verifier.key_id,
+            public_key=verifier.public_key,
+            registered_seq=entry.seq,
+        )
+
+
+def witness_revoke(vkey: str, actor: str) -> Witness:
+    with transaction.atomic():
+        witness = Witness.objects.select_for_update().filter(verifier_key=vkey.strip(), revoked_seq=None).first()
+        if witness is None:
+            raise ValidationError({"verifier_key": "no active witness with this key"})
+        entry = append_entry("ledger.witness_revoked", {"name": witness.name, "verifier_key": witness.verifier_key}, actor)
+        witness.revoked_seq = entry.seq
+        witness.save(update_fields=["revoked_seq"])
+        return witness
+
+
+def cosignature_add(checkpoint_text: str, cosignature_line: str) -> Cosignature:
+    """Accept a registered witness's cosignature over one of our checkpoints (idempotent)."""
+    body, our = _our_checkpoint(checkpoint_text)
+    signature = _parse_signature_line(body, cosignature_line)
+    witness = Witness.objects.filter(name=signature.name, key_id=signature.key_id, revoked_seq=None).first()
+    if witness is None:
+        raise ValidationError(
+            {"cosignature": f"no registered witness named {signature.name!r} with key id {signature.key_id.hex()}"}
+        )
+    verifier = note.Verifier(witness.name, note.COSIGNATURE_V1, bytes(witness.public_key), bytes(witness.key_id))
+    try:
+        stamp = note.verify_cosignature(body, signature, verifier)
+    except note.NoteError as error:
+        raise ValidationError({"cosignature": f"signature does not verify: {error}"}) from error
+    if stamp > time_module.time() + settings.LEDGER_COSIGNATURE_MAX_SKEW:
+        raise ValidationError({"cosignature": "timestamp is in the future"})
+    existing = Cosignature.objects.filter(checkpoint=our, witness=witness).first()
+    if existing is not None:
+        return existing
+    return Cosignature.objects.create(
+        checkpoint=our, witness=witness, timestamp=stamp, line=cosignature_line.strip("\n")
+    )
+
+
+def _our_checkpoint(checkpoint_text: str) -> tuple[str, Checkpoint]:
+    try:
+        body, _ = note.split_note(checkpoint_text)
+        parsed = note.parse_checkpoint(body)
+    except note.NoteError as error:
+        raise ValidationError({"checkpoint": str(error)}) from error
+    if parsed.origin != settings.LEDGER_ORIGIN:
+        raise ValidationError({"checkpoint": f"origin {parsed.origin!r} is not this log ({settings.LEDGER_ORIGIN!r})"})
+    ours = Checkpoint.objects.filter(size=parsed.size).first()
+    if ours is None:
+        raise ValidationError({"checkpoint": f"this log signed no checkpoint of size {parsed.size}"})
+    our_body, _ = note.split_note(ours.note)
+    if our_body != body:
+        # Someone showed a witness a different tree of the same size: evidence of a split view.
+        log.error("cosignature offered for a foreign checkpoint of size %s", parsed.size)
+        raise Conflict(f"checkpoint of size {parsed.size} differs from the one this log signed")
+    return body, ours
+
+
+def _parse_signature_line(body: str, line: str) -> note.Signature:
+    try:
+        _, signatures = note.split_note(body + "\n" + line.strip("\n") + "\n")
+    except note.NoteError as error:
+        raise ValidationError({"cosignature": f"not a signature line: {error}"}) from error
+    if len(signatures) != 1:
+        raise ValidationError({"cosignature": "must be exactly one signature line"})
+    return signatures[0]

@@ -1,0 +1,1 @@
+"""Chip registry: organisations, keys, facilities, chip models, chips (issue 3)."""

@@ -1,0 +1,1 @@
+"""Deterministic training replay (pure PyTorch, never Django). See DESIGN §6."""

@@ -1,0 +1,39 @@
+"""Helpers for tests that start real subprocesses (workers, concurrent writers)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.db import connection
+
+
+def subprocess_database_url() -> str:
+    """DATABASE_URL of the test database, for worker and writer subprocesses."""
+    settings = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{settings['NAME']}"
+    user = settings.get("USER") or "postgres"
+    host = settings.get("HOST") or "127.0.0.1"
+    port = settings.get("PORT") or 5432
+    return f"postgres://{user}@{host}:{port}/{settings['NAME']}"
+
+
+requires_postgres = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="PostgreSQL leg only (set DATABASE_URL)"
+)
+
+
+def append_writer(worker: int, count: int) -> None:
+    """Runs in a fresh (spawned) process: its own Django, its own connection.
+
+    The parent puts DATABASE_URL in the environment before spawning, because a
+    spawned child may load settings while it unpickles its target.
+    """
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from ledger import services
+
+    for n in range(count):
+        services.append_entry("test.concurrent", {"worker": worker, "n": n}, f"writer-{worker}")

@@ -1,0 +1,47 @@
+"""A real Celery worker (a subprocess on the leg's broker: Redis or kombu's filesystem) signs checkpoints."""
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+from django.conf import settings
+
+from ledger import merkle
+from ledger.models import Checkpoint
+from ledger.tasks import checkpoint_if_grown
+from tests.factories import append_sample_entries
+from tests.helpers import subprocess_database_url
+
+
+@pytest.fixture
+def worker_queue():
+    """Start a worker on a queue of its own, so no other worker can take the test's task."""
+    queue = f"test-{uuid.uuid4().hex[:12]}"
+    env = {**os.environ, "DATABASE_URL": subprocess_database_url()}
+    command = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "-Q", queue,
+               "--without-heartbeat", "--without-gossip", "--without-mingle", "--loglevel=WARNING"]
+    process = subprocess.Popen(command, env=env, cwd=settings.BASE_DIR)
+    try:
+        yield queue
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_signs_a_checkpoint_when_the_log_grew(worker_queue):
+    rows = append_sample_entries(21)
+    size = checkpoint_if_grown.apply_async(queue=worker_queue).get(timeout=60)
+    assert size == 21
+    checkpoint = Checkpoint.objects.get(size=21)
+    assert bytes(checkpoint.root) == merkle.root_from_leaf_hashes([bytes(r.hash) for r in rows])
+    # Nothing new: the next run signs nothing.
+    assert checkpoint_if_grown.apply_async(queue=worker_queue).get(timeout=60) is None
+    assert Checkpoint.objects.count() == 1
+
+
+def test_beat_schedules_the_checkpoint_task():
+    entry = settings.CELERY_BEAT_SCHEDULE["ledger-checkpoint"]
+    assert entry["task"] == checkpoint_if_grown.name
+    assert entry["schedule"].total_seconds() > 0
