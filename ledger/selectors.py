@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
+from django.db import connection
 
 from . import merkle
 from .models import Checkpoint, Entry
@@ -9,7 +10,9 @@ from .services import node_hashes
 
 
 def ledger_size() -> int:
-    last = Entry.objects.order_by("-seq").values_list("seq", flat=True).first()
+    with connection.cursor() as cursor:  # raw: every proof request asks this
+        cursor.execute("SELECT MAX(seq) FROM ledger_entry")
+        (last,) = cursor.fetchone()
     return 0 if last is None else last + 1
 
 
