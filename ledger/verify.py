@@ -346,9 +346,7 @@ def verify_log(
     cosigs = check_cosignatures(text, witness_keys)
     valid = sum(c.valid for c in cosigs)
     if valid < quorum:
-        raise VerifyFailure(
-            "checkpoint", f"{valid} valid witness cosignature(s), quorum is {quorum}"
-        )
+        raise VerifyFailure("checkpoint", f"{valid} valid witness cosignature(s), quorum is {quorum}")
 
     # Spot checks at positions drawn before any entry is seen.
     inclusion_index = rng.randrange(size) if size > 0 else None
@@ -364,12 +362,10 @@ def verify_log(
             consistency_root = chain.root()
         if progress is not None and (seq + 1) % 1000 == 0:
             progress(seq + 1, size)
-    if chain.size != size:
-        raise VerifyFailure(chain.size, f"log served {chain.size} entries, checkpoint says {size}")
-    if chain.root() != root:
+    recomputed = chain.root()
+    if recomputed != root:
         raise VerifyFailure(
-            "checkpoint",
-            f"root {root.hex()} is not the root {chain.root().hex()} of the served entries",
+            "checkpoint", f"root {root.hex()} is not the root {recomputed.hex()} of the entries"
         )
 
     if inclusion_index is not None:

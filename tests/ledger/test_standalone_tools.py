@@ -347,6 +347,17 @@ def test_verify_pages_when_the_server_returns_short_pages(live_server, proxy, ca
 
 
 @db
+def test_verify_log_asks_for_pages_the_server_allows(live_server, settings):
+    settings.LEDGER_MAX_PAGE = 3  # the server answers a larger page with 400
+    checkpoint = _append(8)
+    client = verify_tool.LogClient(live_server.url, page_size=3)
+    report = verify_tool.verify_log(client, pinned_key=_log_key())
+    assert (report.size, report.root) == (8, bytes(checkpoint.root).hex())
+    assert report.key_pinned and report.inclusion_checked is not None
+    assert report.consistency_checked is not None
+
+
+@db
 def test_verify_names_the_seq_of_a_tampered_leaf(live_server, proxy):
     _append(7)
     proxy.rewrite = _rewrite_entries(lambda e: e["seq"] == 3 and _tamper_leaf(e))
