@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI assets served locally, no CDN
     "django_filters",
     "pgtrigger",
     "ledger",
@@ -172,6 +173,9 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "chipledger API",
     "DESCRIPTION": "Chip registry, inspections and the verifiable ledger of a compute regulator.",
     "VERSION": "0.1.0",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 EMAIL_BACKEND = env("DJANGO_EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")

@@ -227,3 +227,8 @@ def test_witness_key_of_the_wrong_type_is_refused(witness_key):
 
     with pytest.raises(ValidationError):
         services.witness_register(note.verifier_key(WITNESS_NAME, bytes(witness_key.verify_key)), actor="regulator")
+
+
+def test_swagger_ui_is_served_without_a_cdn(api):
+    html = api.get("/api/docs/").content.decode()
+    assert "drf_spectacular_sidecar" in html and "cdn.jsdelivr" not in html
