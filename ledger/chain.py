@@ -34,13 +34,13 @@ _TIME = re.compile(
 )
 
 # Fast canonical check. RFC 8785 treats numbers as IEEE doubles. For strings,
-# integers below 10^15 and keys without non-BMP characters (JCS sorts keys by
-# UTF-16 code units, orjson by code points), orjson's sorted compact output is
-# byte-identical to JCS, escapes included (tests/ledger/test_chain.py checks
-# every code point). Leaves in that domain are checked with orjson; any other
-# leaf goes to rfc8785 itself.
+# integers within ±2^53 (OPT_STRICT_INTEGER raises beyond) and keys without
+# non-BMP characters (JCS sorts keys by UTF-16 code units, orjson by code
+# points), orjson's sorted compact output is byte-identical to JCS, escapes
+# included (tests/ledger/test_chain.py checks every code point). Leaves without
+# floats or non-BMP characters are checked with orjson; others go to rfc8785.
 _ORJSON_OPTS = (orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER) if orjson else 0
-_SAFE_INT = 10**15
+_MAX_SEQ = 2**53  # beyond this JCS cannot tell integers apart
 _NON_BMP = re.compile(rb"[\xf0-\xf4]")  # lead bytes of 4-byte UTF-8 sequences
 
 
@@ -65,8 +65,8 @@ def _fields_error(obj: dict, check_prev: bool = True) -> str | None:
     v, seq, time, prev = obj["v"], obj["seq"], obj["time"], obj["prev"]
     if type(v) is not int or v != 1:
         return f"unsupported leaf version v={v!r}"
-    if type(seq) is not int or not 0 <= seq < _SAFE_INT:
-        return f"leaf seq {seq!r} is not an integer in [0, 10^15)"
+    if type(seq) is not int or not 0 <= seq < _MAX_SEQ:
+        return f"leaf seq {seq!r} is not an integer in [0, 2^53)"
     if type(time) is not str or not _TIME.fullmatch(time):
         return f"leaf time {time!r} is not RFC 3339 UTC"
     if type(obj["kind"]) is not str or not obj["kind"]:
@@ -124,25 +124,29 @@ def _loads(leaf: bytes) -> Any:
 
 def is_canonical(leaf: bytes, obj: Any) -> bool:
     """Is leaf exactly the RFC 8785 form of its own JSON value? obj: leaf, parsed."""
-    if orjson is not None and (leaf.isascii() or not _NON_BMP.search(leaf)) and _plain_numbers(obj):
+    return _canonical(leaf, obj, obj)
+
+
+def _canonical(leaf: bytes, obj: Any, numbers: Any) -> bool:
+    """is_canonical, where only `numbers` (part of obj) may hold floats."""
+    if orjson is not None and (leaf.isascii() or not _NON_BMP.search(leaf)) and _no_floats(numbers):
         try:
             return orjson.dumps(obj, option=_ORJSON_OPTS) == leaf
         except TypeError:
-            pass  # e.g. a lone surrogate from the stdlib parser: let rfc8785 decide
+            pass  # an integer beyond 2^53, or a lone surrogate from the stdlib parser
     return _jcs_equal(leaf)
 
 
-def _plain_numbers(obj: Any) -> bool:
-    """No floats and no integers of 10^15 or more anywhere in obj (iterative walk)."""
+def _no_floats(obj: Any) -> bool:
+    """No float anywhere in obj (iterative walk: leaves may nest deeply)."""
+    if type(obj) is not dict and type(obj) is not list:
+        return type(obj) is not float
     stack = [obj]
     while stack:
         node = stack.pop()
         for value in node.values() if type(node) is dict else node:
             kind = type(value)
-            if kind is int:
-                if not -_SAFE_INT < value < _SAFE_INT:
-                    return False
-            elif kind is dict or kind is list:
+            if kind is dict or kind is list:
                 stack.append(value)
             elif kind is float:
                 return False
@@ -182,8 +186,9 @@ class ChainVerifier:
         """Check the leaf of entry seq; return (leaf hash, parsed leaf). Raises ChainError."""
         expected = self.size
         if seq != expected:
-            why = "gap: missing entries" if seq > expected else "duplicate or out of order"
-            raise ChainError(seq, f"expected seq {expected} ({why})")
+            # Reported at the expected seq: that is the first position where the ledger is wrong.
+            why = "gap: entries missing" if seq > expected else "duplicate or out of order"
+            raise ChainError(expected, f"expected seq {expected}, got seq {seq} ({why})")
         if type(leaf) is not bytes:
             leaf = bytes(leaf)  # psycopg hands bytea back as memoryview
         digest = hashlib.sha256(b"\x00" + leaf).digest()
@@ -201,7 +206,7 @@ class ChainVerifier:
         if obj["prev"] != self._prev:
             what = f"hash of seq {seq - 1}" if seq else "genesis (64 zeros)"
             raise ChainError(seq, f"prev does not match {what}")
-        if not is_canonical(leaf, obj):
+        if not _canonical(leaf, obj, obj["payload"]):  # _fields_error vetted the other members
             raise ChainError(seq, "leaf is not RFC 8785 canonical JSON")
         self._prev = digest.hex()
         self.size = seq + 1
