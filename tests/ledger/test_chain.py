@@ -280,9 +280,10 @@ def test_canonical_leaf_refuses_what_verifiers_would_reject(args):
 
 def test_canonical_leaf_never_returns_bytes_the_verifier_rejects(monkeypatch):
     # Should the serialiser ever drift from JCS, canonical_leaf refuses rather than store it.
+    # (A float keeps the payload off the orjson fast path, so rfc8785 serialises it.)
     monkeypatch.setattr(chain.rfc8785, "dumps", lambda obj: json.dumps(obj, sort_keys=True).encode())
     with pytest.raises(ValueError):
-        chain.canonical_leaf(0, TIME, "k", "a", {}, chain.GENESIS_PREV)
+        chain.canonical_leaf(0, TIME, "k", "a", {"f": 1.5}, chain.GENESIS_PREV)
 
 
 def test_large_numbers_follow_jcs_double_semantics():
@@ -370,3 +371,42 @@ def test_leaves_made_by_canonical_leaf_verify(payload):
         if other != leaf:  # any other rendering of the same leaf is refused
             with pytest.raises(chain.ChainError):
                 chain.ChainVerifier().feed(0, other)
+
+
+# --- canonical_leaf's fast path must be byte-identical to rfc8785 -------------------------
+
+from hypothesis import given, settings as hsettings, strategies as hst  # noqa: E402
+
+_json_leaves = hst.one_of(
+    hst.none(),
+    hst.booleans(),
+    hst.integers(min_value=-(2**53) + 1, max_value=2**53 - 1),
+    hst.floats(allow_nan=False, allow_infinity=False),
+    hst.text(),
+)
+_json_values = hst.recursive(
+    _json_leaves,
+    lambda children: hst.lists(children, max_size=4) | hst.dictionaries(hst.text(), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@hsettings(max_examples=400, deadline=None)
+@given(payload=hst.dictionaries(hst.text(), _json_values, max_size=6))
+def test_canonical_leaf_equals_rfc8785_for_any_json_payload(payload):
+    import rfc8785
+
+    from ledger.chain import canonical_leaf
+
+    envelope = {"v": 1, "seq": 7, "time": "2026-01-02T03:04:05.000006Z", "kind": "chip.shipped",
+                "actor": "vendor-a", "payload": payload, "prev": "0" * 64}
+    try:
+        expected = rfc8785.dumps(envelope)
+    except Exception:
+        expected = None
+    try:
+        actual = canonical_leaf(7, envelope["time"], "chip.shipped", "vendor-a", payload, "0" * 64)
+    except ValueError:
+        actual = None
+    if actual is not None:
+        assert actual == expected
