@@ -15,8 +15,9 @@ class Entry(models.Model):
 
     seq = models.BigIntegerField(primary_key=True)
     time = models.DateTimeField()
-    kind = models.CharField(max_length=64, db_index=True)
-    actor = models.CharField(max_length=128, db_index=True)
+    # No secondary indexes: every one costs each append; the projections serve queries.
+    kind = models.CharField(max_length=64)
+    actor = models.CharField(max_length=128)
     # A queryable copy of the leaf's payload; verify_ledger checks it against the leaf.
     payload = models.JSONField()
     leaf = models.BinaryField()
