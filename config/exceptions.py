@@ -5,12 +5,15 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from ledger.services import Conflict
+from registry.signing import SignatureProblem
 
 
 def exception_handler(exc, context):
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         return Response(detail, status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, SignatureProblem):
+        return Response({exc.field: [exc.reason]}, status=status.HTTP_403_FORBIDDEN)
     if isinstance(exc, Conflict):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
     return drf_exception_handler(exc, context)

@@ -1,0 +1,453 @@
+"""Writes to the registry. Each accepted change is a ledger entry written in the same
+transaction as its projection rows; a rejected one raises before anything is written.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from ledger import services as ledger
+from ledger.models import Entry
+
+from . import signing
+from .lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
+from .models import (
+    ApiNonce,
+    Chip,
+    ChipEvent,
+    ChipModel,
+    Facility,
+    IdempotencyRecord,
+    Member,
+    Organisation,
+    OrganisationKey,
+    Role,
+)
+
+MAX_CHIPS = 10_000
+SERIAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+COUNTRY = re.compile(r"^[A-Z]{2}$")
+SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+SYSTEM = "system"
+
+# API event name -> lifecycle event (the ledger kind is "chip.<lifecycle event>")
+CHIP_EVENTS = {
+    "package": "packaged",
+    "ship": "shipped",
+    "export": "exported",
+    "receive": "received",
+    "transfer-offer": "transfer_offered",
+    "transfer-accept": "transfer_accepted",
+    "transfer-cancel": "transfer_cancelled",
+    "install": "installed",
+    "remove": "removed",
+    "decommission": "decommissioned",
+    "destroy": "destroyed",
+    "report-lost": "reported_lost",
+    "report-stolen": "reported_stolen",
+    "found": "found",
+}
+
+
+def _fail(field: str, reason: str) -> None:
+    raise ValidationError({field: reason})
+
+
+# --- organisations, keys, facilities, chip models ------------------------------------
+
+
+@transaction.atomic
+def organisation_register(
+    *, slug: str, legal_name: str, country: str, roles: Sequence[str], actor: str, parent: str | None = None
+) -> Organisation:
+    if not SLUG.match(slug or ""):
+        _fail("slug", "lower-case letters, digits and hyphens, at most 64")
+    if Organisation.objects.filter(slug=slug).exists() or slug == SYSTEM:
+        _fail("slug", f"{slug!r} is taken")
+    if not COUNTRY.match(country or ""):
+        _fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
+    unknown = set(roles) - set(Role.values)
+    if not roles or unknown:
+        _fail("roles", f"one or more of {sorted(Role.values)}")
+    parent_org = _organisation(parent, "parent") if parent else None
+    payload = {"slug": slug, "legal_name": legal_name, "country": country, "roles": sorted(set(roles)), "parent": parent}
+    entry = ledger.append_entry("org.registered", payload, actor)
+    return Organisation.objects.create(
+        slug=slug, legal_name=legal_name, country=country, roles=payload["roles"], parent=parent_org,
+        registered_seq=entry.seq,
+    )
+
+
+@transaction.atomic
+def organisation_key_register(
+    *, organisation: Organisation, public_key: bytes, actor: str, submission: dict | None = None
+) -> OrganisationKey:
+    if len(public_key) != 32:
+        _fail("public_key", "an Ed25519 public key is 32 bytes")
+    key_id = signing.key_id_for(public_key)
+    if OrganisationKey.objects.filter(key_id=key_id).exists():
+        _fail("public_key", "this key is already registered")
+    payload = {"org": organisation.slug, "key_id": key_id, "public_key": base64.b64encode(public_key).decode()}
+    entry = ledger.append_entry("org.key_registered", payload, actor, submission)
+    return OrganisationKey.objects.create(
+        organisation=organisation, key_id=key_id, public_key=public_key, registered_seq=entry.seq
+    )
+
+
+@transaction.atomic
+def organisation_key_revoke(
+    *, organisation: Organisation, key_id: str, actor: str, submission: dict | None = None
+) -> OrganisationKey:
+    key = OrganisationKey.objects.select_for_update().filter(organisation=organisation, key_id=key_id).first()
+    if key is None or key.revoked_seq is not None:
+        _fail("key_id", f"no active key {key_id!r} of {organisation.slug}")
+    entry = ledger.append_entry("org.key_revoked", {"org": organisation.slug, "key_id": key_id}, actor, submission)
+    key.revoked_seq = entry.seq
+    key.save(update_fields=["revoked_seq"])
+    return key
+
+
+def member_add(user, organisation: Organisation) -> Member:
+    member, _ = Member.objects.update_or_create(user=user, defaults={"organisation": organisation})
+    return member
+
+
+@transaction.atomic
+def facility_register(
+    *, owner: Organisation, slug: str, kind: str, country: str, location: str = "", actor: str,
+    submission: dict | None = None,
+) -> Facility:
+    if not SLUG.match(slug or ""):
+        _fail("slug", "lower-case letters, digits and hyphens, at most 64")
+    if Facility.objects.filter(slug=slug).exists():
+        _fail("slug", f"{slug!r} is taken")
+    if kind not in Facility.Kind.values:
+        _fail("kind", f"one of {Facility.Kind.values}")
+    if not COUNTRY.match(country or ""):
+        _fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
+    payload = {"slug": slug, "owner": owner.slug, "kind": kind, "country": country, "location": location}
+    entry = ledger.append_entry("facility.registered", payload, actor, submission)
+    return Facility.objects.create(
+        slug=slug, owner=owner, kind=kind, country=country, location=location, registered_seq=entry.seq
+    )
+
+
+@transaction.atomic
+def chip_model_register(
+    *, vendor: Organisation, slug: str, name: str, export_class: str, peak_flops_16bit: float,
+    memory_bytes: int, actor: str,
+) -> ChipModel:
+    if not SLUG.match(slug or ""):
+        _fail("slug", "lower-case letters, digits and hyphens, at most 64")
+    if ChipModel.objects.filter(slug=slug).exists():
+        _fail("slug", f"{slug!r} is taken")
+    if not peak_flops_16bit > 0 or not memory_bytes > 0:
+        _fail("peak_flops_16bit", "peak FLOP/s and memory must be positive")
+    payload = {
+        "slug": slug, "name": name, "vendor": vendor.slug, "export_class": export_class,
+        "peak_flops_16bit": peak_flops_16bit, "memory_bytes": memory_bytes,
+    }
+    entry = ledger.append_entry("chip_model.registered", payload, actor)
+    return ChipModel.objects.create(
+        slug=slug, name=name, vendor=vendor, export_class=export_class, peak_flops_16bit=peak_flops_16bit,
+        memory_bytes=memory_bytes, registered_seq=entry.seq,
+    )
+
+
+def _organisation(slug: str, field: str) -> Organisation:
+    organisation = Organisation.objects.filter(slug=slug).first()
+    if organisation is None:
+        _fail(field, f"unknown organisation {slug!r}")
+    return organisation
+
+
+# --- signed requests ------------------------------------------------------------------
+
+
+def signed_body_accept(organisation: Organisation, header: str | None, body: bytes, data: dict) -> signing.SignedBody:
+    """Check a request's signature, freshness and nonce; record the nonce (call inside the write's transaction).
+
+    Raises ``signing.SignatureProblem`` naming the field.
+    """
+    key_id, signature = signing.parse_header(header)
+    key = OrganisationKey.objects.filter(key_id=key_id, organisation=organisation).first()
+    if key is None:
+        raise signing.SignatureProblem("signature", f"key {key_id} is not registered to {organisation.slug}")
+    if key.revoked_seq is not None:
+        raise signing.SignatureProblem("signature", f"key {key_id} was revoked at ledger seq {key.revoked_seq}")
+    signing.verify(bytes(key.public_key), body, signature)
+    stamp, nonce = signing.check_freshness(data)
+    try:
+        with transaction.atomic():
+            ApiNonce.objects.create(organisation=organisation, nonce=nonce)
+    except IntegrityError:
+        raise signing.SignatureProblem("nonce", "already used: this request was replayed") from None
+    return signing.SignedBody(key_id, body, signature, stamp, nonce)
+
+
+# --- chips ----------------------------------------------------------------------------
+
+
+@transaction.atomic
+def chips_fabricate(*, organisation: Organisation, chips: list, submission: dict | None = None) -> Entry:
+    """Register newly fabricated chips (fab role only), all or nothing."""
+    if not organisation.has_role(Role.FAB):
+        _fail("organisation", f"{organisation.slug} is not a fab")
+    items = _fabrication_items(chips)
+    models = {m.slug: m for m in ChipModel.objects.filter(slug__in={item["model"] for item in items})}
+    facilities = {f.slug: f for f in Facility.objects.filter(slug__in={i["facility"] for i in items if i.get("facility")})}
+    existing = set(Chip.objects.filter(serial__in=[i["serial"] for i in items]).values_list("serial", flat=True))
+    errors = {}
+    states = []
+    for position, item in enumerate(items):
+        try:
+            if item["serial"] in existing:
+                raise LifecycleError(f"chip {item['serial']} already exists")
+            if item["model"] not in models:
+                raise LifecycleError(f"unknown chip model {item['model']!r}")
+            facility = facilities.get(item.get("facility"))
+            if item.get("facility") and facility is None:
+                raise LifecycleError(f"unknown facility {item['facility']!r}")
+            facts = Facts(
+                actor=organisation.slug,
+                facility_owner=facility.owner.slug if facility else None,
+                facility_country=facility.country if facility else None,
+                actor_country=organisation.country,
+            )
+            states.append(fabricate(item["serial"], item["model"], facts, item.get("facility")))
+        except LifecycleError as error:
+            errors[f"chips[{position}]"] = str(error)
+    if errors:
+        raise ValidationError(errors)
+    entry = ledger.append_entry("chip.fabricated", {"chips": items}, organisation.slug, submission)
+    rows = [
+        Chip(
+            serial=state.serial, model=models[state.model], fab=organisation, public_key=base64.b64decode(item["public_key"]),
+            owner=organisation, possessor=organisation, facility=facilities.get(state.facility), country=state.country,
+            status=state.status, fabricated_seq=entry.seq, updated_seq=entry.seq,
+        )
+        for state, item in zip(states, items)
+    ]
+    Chip.objects.bulk_create(rows, batch_size=2000)
+    ids = dict(Chip.objects.filter(serial__in=[s.serial for s in states]).values_list("serial", "id"))
+    ChipEvent.objects.bulk_create(
+        [ChipEvent(chip_id=ids[s.serial], seq=entry.seq, kind=entry.kind, actor=entry.actor) for s in states],
+        batch_size=5000,
+    )
+    return entry
+
+
+def _fabrication_items(chips) -> list[dict]:
+    if not isinstance(chips, list) or not 1 <= len(chips) <= MAX_CHIPS:
+        _fail("chips", f"a list of 1 to {MAX_CHIPS} chips")
+    items, seen, errors = [], set(), {}
+    for position, chip in enumerate(chips):
+        where = f"chips[{position}]"
+        if not isinstance(chip, dict):
+            errors[where] = "must be an object with serial, model, public_key and optionally facility"
+            continue
+        serial, model, key = chip.get("serial"), chip.get("model"), chip.get("public_key")
+        if not isinstance(serial, str) or not SERIAL.match(serial):
+            errors[f"{where}.serial"] = "1-64 characters of letters, digits, '.', '_' or '-'"
+        elif serial in seen:
+            errors[f"{where}.serial"] = f"{serial} appears twice in this request"
+        if not isinstance(model, str) or not model:
+            errors[f"{where}.model"] = "required: a chip model slug"
+        if not _is_public_key(key):
+            errors[f"{where}.public_key"] = "required: base64 of the chip's 32-byte Ed25519 public key"
+        facility = chip.get("facility")
+        if facility is not None and not isinstance(facility, str):
+            errors[f"{where}.facility"] = "a facility slug"
+        unknown = set(chip) - {"serial", "model", "public_key", "facility"}
+        if unknown:
+            errors[f"{where}"] = f"unknown fields {sorted(unknown)}"
+        seen.add(serial)
+        items.append({k: chip[k] for k in ("serial", "model", "public_key", "facility") if chip.get(k) is not None})
+    if errors:
+        raise ValidationError(errors)
+    return items
+
+
+def _is_public_key(value) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        return len(base64.b64decode(value, validate=True)) == 32
+    except binascii.Error:
+        return False
+
+
+EVENT_FIELDS = {
+    "shipped": {"consignee": True, "reference": True, "destination_country": False},
+    "exported": {"consignee": True, "reference": True, "destination_country": False, "export_licence": True},
+    "received": {"facility": False},
+    "packaged": {"facility": False},
+    "installed": {"facility": True},
+    "transfer_offered": {"to_owner": True, "reference": False},
+}
+
+
+@transaction.atomic
+def chips_record_event(
+    *, organisation: Organisation, event: str, payload: dict, submission: dict | None = None
+) -> Entry:
+    """Record one lifecycle event for a set of chips, all or nothing (DESIGN §1)."""
+    if event not in RULES:
+        _fail("event", f"one of {sorted(RULES)}")
+    normalised = _event_payload(event, payload)
+    serials = normalised["chips"]
+    rows = _locked_chip_rows(serials)
+    facts = _facts(organisation, event, normalised)
+    errors, after = {}, {}
+    for position, serial in enumerate(serials):
+        row = rows.get(serial)
+        if row is None:
+            errors[f"chips[{position}]"] = f"unknown chip {serial}"
+            continue
+        try:
+            after[serial] = apply_chip_event(_state(row), event, facts, normalised)
+        except LifecycleError as error:
+            errors[f"chips[{position}]"] = f"{serial}: {error}"
+    if errors:
+        raise ValidationError(errors)
+    entry = ledger.append_entry(f"chip.{event}", normalised, organisation.slug, submission)
+    _persist(rows, after, entry)
+    return entry
+
+
+def _event_payload(event: str, payload: dict) -> dict:
+    if not isinstance(payload, dict):
+        _fail("body", "must be a JSON object")
+    chips = payload.get("chips")
+    if not isinstance(chips, list) or not 1 <= len(chips) <= MAX_CHIPS:
+        _fail("chips", f"a list of 1 to {MAX_CHIPS} chip serials")
+    if not all(isinstance(s, str) and SERIAL.match(s) for s in chips):
+        _fail("chips", "every item must be a chip serial")
+    if len(set(chips)) != len(chips):
+        _fail("chips", "a serial appears twice")
+    normalised = {"chips": chips}
+    fields = EVENT_FIELDS.get(event, {})
+    for name, required in fields.items():
+        value = payload.get(name)
+        if value is None:
+            if required:
+                _fail(name, "required")
+            continue
+        if not isinstance(value, str) or not value or len(value) > 128:
+            _fail(name, "a non-empty string of at most 128 characters")
+        normalised[name] = value
+    if "note" in payload:
+        if not isinstance(payload["note"], str) or len(payload["note"]) > 2000:
+            _fail("note", "a string of at most 2000 characters")
+        normalised["note"] = payload["note"]
+    if event in {"shipped", "exported"}:
+        consignee = _organisation(normalised["consignee"], "consignee")
+        country = normalised.setdefault("destination_country", consignee.country)
+        if not COUNTRY.match(country):
+            _fail("destination_country", "ISO 3166-1 alpha-2 code")
+    unknown = set(payload) - set(fields) - {"chips", "note", "timestamp", "nonce"}
+    if unknown:
+        _fail("body", f"unknown fields {sorted(unknown)} for {event}")
+    return normalised
+
+
+def _facts(organisation: Organisation, event: str, payload: dict) -> Facts:
+    facility = None
+    if payload.get("facility"):
+        facility = Facility.objects.select_related("owner").filter(slug=payload["facility"]).first()
+        if facility is None:
+            _fail("facility", f"unknown facility {payload['facility']!r}")
+    other = payload.get("consignee") or payload.get("to_owner")
+    return Facts(
+        actor=organisation.slug,
+        facility_owner=facility.owner.slug if facility else None,
+        facility_country=facility.country if facility else None,
+        consignee_exists=other is None or Organisation.objects.filter(slug=other).exists(),
+        actor_country=organisation.country,
+    )
+
+
+CHIP_STATE_FIELDS = (
+    "id", "serial", "model__slug", "fab__slug", "owner__slug", "possessor__slug", "consignee__slug",
+    "pending_owner__slug", "facility__slug", "country", "status", "status_before_missing",
+)
+
+
+def _locked_chip_rows(serials: list[str]) -> dict[str, dict]:
+    """The chips' current rows, locked so a concurrent event cannot interleave (PostgreSQL)."""
+    locked = Chip.objects.filter(serial__in=serials).select_for_update(of=("self",))
+    return {row["serial"]: row for row in locked.values(*CHIP_STATE_FIELDS)}
+
+
+def _state(row: dict) -> ChipState:
+    return ChipState(
+        serial=row["serial"], model=row["model__slug"], fab=row["fab__slug"], owner=row["owner__slug"],
+        possessor=row["possessor__slug"], status=Status(row["status"]), facility=row["facility__slug"],
+        country=row["country"], consignee=row["consignee__slug"], pending_owner=row["pending_owner__slug"],
+        status_before_missing=Status(row["status_before_missing"]) if row["status_before_missing"] else None,
+    )
+
+
+def _persist(rows: dict[str, dict], after: dict[str, ChipState], entry: Entry) -> None:
+    """Write the new chip states, one UPDATE per distinct new state (a bulk event has one)."""
+    org_ids = _ids(Organisation, {s for st in after.values() for s in (st.owner, st.possessor, st.consignee, st.pending_owner) if s})
+    facility_ids = _ids(Facility, {st.facility for st in after.values() if st.facility})
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for serial, state in after.items():
+        values = (
+            ("owner_id", org_ids[state.owner]),
+            ("possessor_id", org_ids[state.possessor]),
+            ("consignee_id", org_ids.get(state.consignee)),
+            ("pending_owner_id", org_ids.get(state.pending_owner)),
+            ("facility_id", facility_ids.get(state.facility)),
+            ("country", state.country),
+            ("status", state.status.value),
+            ("status_before_missing", state.status_before_missing.value if state.status_before_missing else ""),
+        )
+        groups[values].append(rows[serial]["id"])
+    for values, ids in groups.items():
+        Chip.objects.filter(id__in=ids).update(updated_seq=entry.seq, **dict(values))
+    ChipEvent.objects.bulk_create(
+        [ChipEvent(chip_id=rows[serial]["id"], seq=entry.seq, kind=entry.kind, actor=entry.actor) for serial in after],
+        batch_size=5000,
+    )
+
+
+def _ids(model, slugs: set[str]) -> dict[str, int]:
+    return dict(model.objects.filter(slug__in=slugs).values_list("slug", "id")) if slugs else {}
+
+
+# --- idempotency ----------------------------------------------------------------------
+
+
+class IdempotencyConflict(ledger.Conflict):
+    """The Idempotency-Key was used before with a different body (HTTP 409)."""
+
+
+def idempotent_answer(organisation: Organisation, key: str | None, body: bytes) -> tuple[int, dict] | None:
+    """The first answer to this (organisation, key), if the same body was sent before."""
+    if not key:
+        return None
+    if len(key) > 255:
+        _fail("Idempotency-Key", "at most 255 characters")
+    record = IdempotencyRecord.objects.filter(organisation=organisation, key=key).first()
+    if record is None:
+        return None
+    if bytes(record.request_hash) != hashlib.sha256(body).digest():
+        raise IdempotencyConflict(f"Idempotency-Key {key!r} was already used with a different request body")
+    return record.status_code, record.response
+
+
+def idempotent_answer_record(organisation: Organisation, key: str | None, body: bytes, status: int, answer: dict) -> None:
+    if key:
+        IdempotencyRecord.objects.create(
+            organisation=organisation, key=key, request_hash=hashlib.sha256(body).digest(), status_code=status,
+            response=answer,
+        )

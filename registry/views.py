@@ -1,0 +1,218 @@
+"""Vendor and owner API. Thin: authenticate, check the signature, call a service, render.
+
+Writes need both a user token (who is calling) and a signature over the exact
+body by a key of the caller's organisation (who vouches for it), DESIGN §4.
+"""
+import base64
+import binascii
+import json
+
+from django.db import IntegrityError, transaction
+from django.http import Http404
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics, status
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.pagination import CursorPagination
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from . import selectors, services, signing
+from . import serializers as out
+from .filters import ChipFilter
+from .models import ChipModel, Organisation
+from .throttles import OrganisationRateThrottle
+
+SIGNED_WRITE_ERRORS = {
+    201: out.WriteOut,
+    400: OpenApiResponse(description="invalid body: {field or chips[i]: [reason]}; nothing was written"),
+    403: OpenApiResponse(description="bad signature, stale timestamp or replayed nonce: {field: [reason]}"),
+    409: OpenApiResponse(description="Idempotency-Key reused with a different body"),
+    429: OpenApiResponse(description="organisation over its request rate"),
+}
+SIGNED_PARAMETERS = [
+    OpenApiParameter(signing.HEADER, str, OpenApiParameter.HEADER, required=True,
+                     description="<key id>:<base64 Ed25519 signature over the exact body bytes>"),
+    OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
+                     description="retrying with the same key and body returns the first answer"),
+]
+
+
+def caller_organisation(request) -> Organisation:
+    organisation = selectors.organisation_of(request.user)
+    if organisation is None:
+        raise PermissionDenied({"user": ["is not a member of any organisation"]})
+    return organisation
+
+
+class SignedWriteView(APIView):
+    """A write: signed body, idempotency, and the ledger entry in one transaction."""
+
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [OrganisationRateThrottle]
+
+    def post(self, request, **kwargs):
+        organisation = caller_organisation(request)
+        body = request.body
+        data = _json_object(body)
+        key = request.headers.get("Idempotency-Key")
+        earlier = services.idempotent_answer(organisation, key, body)
+        if earlier is not None:
+            return Response(earlier[1], status=earlier[0])
+        try:
+            with transaction.atomic():
+                signed = services.signed_body_accept(organisation, request.headers.get(signing.HEADER), body, data)
+                answer = self.perform(organisation, data, signed.submission(), **kwargs)
+                services.idempotent_answer_record(organisation, key, body, status.HTTP_201_CREATED, answer)
+        except IntegrityError:
+            earlier = services.idempotent_answer(organisation, key, body)  # a concurrent retry won the race
+            if earlier is None:
+                raise
+            return Response(earlier[1], status=earlier[0])
+        return Response(answer, status=status.HTTP_201_CREATED)
+
+    def perform(self, organisation, data, submission, **kwargs) -> dict:
+        raise NotImplementedError
+
+
+def _json_object(body: bytes) -> dict:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise services.ValidationError({"body": "is not valid JSON"}) from None
+    if not isinstance(data, dict):
+        raise services.ValidationError({"body": "must be a JSON object"})
+    return data
+
+
+def _written(entry, count: int | None = None) -> dict:
+    answer = {"seq": entry.seq, "kind": entry.kind}
+    if count is not None:
+        answer["count"] = count
+    return answer
+
+
+class ChipEventView(SignedWriteView):
+    @extend_schema(
+        operation_id="chips_event",
+        summary="Record a lifecycle event for up to 10,000 chips, all or nothing",
+        description=(
+            "`event` is `fabricate` (fab role; body `chips: [{serial, model, public_key, facility?}]`) or one of "
+            + ", ".join(f"`{e}`" for e in services.CHIP_EVENTS)
+            + " (body `chips: [serial, ...]` plus the event's fields: ship/export `consignee`, `reference`, "
+            "`destination_country`, export `export_licence`; receive/package/install `facility`; transfer-offer "
+            "`to_owner`). Every body carries `timestamp` (Unix seconds) and a fresh `nonce`."
+        ),
+        parameters=SIGNED_PARAMETERS,
+        request={"application/json": dict},
+        responses=SIGNED_WRITE_ERRORS,
+        examples=[OpenApiExample("ship", value={
+            "timestamp": 1795000000, "nonce": "3f2b9c0e5a7d4e11", "chips": ["H100-000001"],
+            "consignee": "owner-a", "reference": "PO-2026-0042"})],
+    )
+    def post(self, request, event: str):
+        return super().post(request, event=event)
+
+    def perform(self, organisation, data, submission, event: str) -> dict:
+        if event == "fabricate":
+            entry = services.chips_fabricate(organisation=organisation, chips=data.get("chips"), submission=submission)
+        elif event in services.CHIP_EVENTS:
+            entry = services.chips_record_event(
+                organisation=organisation, event=services.CHIP_EVENTS[event], payload=data, submission=submission
+            )
+        else:
+            raise Http404(f"unknown chip event {event!r}")
+        return _written(entry, len(entry.payload["chips"]))
+
+
+class KeyRegisterView(SignedWriteView):
+    @extend_schema(summary="Register another signing key of your organisation (signed with a current key)",
+                   parameters=SIGNED_PARAMETERS, request={"application/json": dict}, responses=SIGNED_WRITE_ERRORS)
+    def post(self, request):
+        return super().post(request)
+
+    def perform(self, organisation, data, submission) -> dict:
+        public_key = _decode_key(data.get("public_key"))
+        key = services.organisation_key_register(
+            organisation=organisation, public_key=public_key, actor=organisation.slug, submission=submission
+        )
+        return {"seq": key.registered_seq, "kind": "org.key_registered", "key_id": key.key_id}
+
+
+class KeyRevokeView(SignedWriteView):
+    @extend_schema(summary="Revoke a key of your organisation; it signs nothing afterwards",
+                   parameters=SIGNED_PARAMETERS, request={"application/json": dict}, responses=SIGNED_WRITE_ERRORS)
+    def post(self, request):
+        return super().post(request)
+
+    def perform(self, organisation, data, submission) -> dict:
+        key = services.organisation_key_revoke(
+            organisation=organisation, key_id=str(data.get("key_id", "")), actor=organisation.slug, submission=submission
+        )
+        return {"seq": key.revoked_seq, "kind": "org.key_revoked", "key_id": key.key_id}
+
+
+class FacilityRegisterView(SignedWriteView):
+    @extend_schema(summary="Register a facility (data centre, warehouse, fab) your organisation owns",
+                   parameters=SIGNED_PARAMETERS, request={"application/json": dict}, responses=SIGNED_WRITE_ERRORS)
+    def post(self, request):
+        return super().post(request)
+
+    def perform(self, organisation, data, submission) -> dict:
+        facility = services.facility_register(
+            owner=organisation, slug=data.get("slug"), kind=data.get("kind"), country=data.get("country"),
+            location=str(data.get("location", "")), actor=organisation.slug, submission=submission,
+        )
+        return {"seq": facility.registered_seq, "kind": "facility.registered", "slug": facility.slug}
+
+
+def _decode_key(value) -> bytes:
+    try:
+        return base64.b64decode(value or "", validate=True)
+    except (binascii.Error, TypeError):
+        raise services.ValidationError({"public_key": "base64 of a 32-byte Ed25519 public key"}) from None
+
+
+class ChipCursor(CursorPagination):
+    ordering = "id"
+    page_size = 100
+    max_page_size = 1000
+    page_size_query_param = "page_size"
+
+
+class ChipListView(generics.ListAPIView):
+    """Chips the caller may see, filtered by owner, possessor, model, status, facility, country."""
+
+    serializer_class = out.ChipOut
+    filterset_class = ChipFilter
+    pagination_class = ChipCursor
+    throttle_classes = [OrganisationRateThrottle]
+
+    def get_queryset(self):
+        return selectors.chips_visible_to(caller_organisation(self.request))
+
+
+class ChipDetailView(APIView):
+    throttle_classes = [OrganisationRateThrottle]
+
+    @extend_schema(responses={200: out.ChipDetailOut, 404: OpenApiResponse(description="no such chip, or not yours")},
+                   summary="A chip with its full history, each event with its ledger inclusion proof")
+    def get(self, request, serial: str):
+        chip = selectors.chips_visible_to(caller_organisation(request)).filter(serial=serial).first()
+        if chip is None:  # 404, not 403: others' chips do not exist for the caller
+            raise Http404("no such chip")
+        history = selectors.chip_history(chip)
+        return Response(out.ChipDetailOut(chip, context={"history": history}).data)
+
+
+class OrganisationListView(generics.ListAPIView):
+    serializer_class = out.OrganisationOut
+    queryset = Organisation.objects.select_related("parent").order_by("slug")
+    pagination_class = None
+
+
+class ChipModelListView(generics.ListAPIView):
+    serializer_class = out.ChipModelOut
+    queryset = ChipModel.objects.select_related("vendor").order_by("slug")
+    pagination_class = None
+
