@@ -40,6 +40,7 @@ class ChipState:
     consignee: str | None = None
     pending_owner: str | None = None
     status_before_missing: Status | None = None
+    packaged: bool = False
 
 
 class LifecycleError(ValueError):
@@ -59,7 +60,7 @@ class Facts:
 
 # Each event: (allowed statuses, who may act: "owner" | "possessor" | "consignee" | "pending_owner" | "holder")
 RULES: dict[str, tuple[frozenset[Status], str]] = {
-    "packaged": (frozenset({Status.FABRICATED}), "possessor"),
+    "packaged": (frozenset({Status.FABRICATED, Status.IN_STOCK}), "possessor"),
     "shipped": (frozenset(HELD), "possessor"),
     "exported": (frozenset(HELD), "possessor"),
     "received": (frozenset({Status.IN_TRANSIT}), "consignee"),
@@ -180,7 +181,7 @@ def _found(chip: ChipState, facts: Facts, payload: dict) -> ChipState:
 
 
 _TRANSITIONS = {
-    "packaged": lambda chip, facts, payload: _at_facility(chip, facts, payload, Status.PACKAGED),
+    "packaged": lambda chip, facts, payload: _packaged(chip, facts, payload),
     "shipped": _shipped,
     "exported": _exported,
     "received": _received,
@@ -195,6 +196,13 @@ _TRANSITIONS = {
     "reported_stolen": _missing(Status.STOLEN),
     "found": _found,
 }
+
+
+def _packaged(chip: ChipState, facts: Facts, payload: dict) -> ChipState:
+    """At the fab itself or at a packager it was shipped to; once."""
+    if chip.packaged:
+        raise LifecycleError("the chip is already packaged")
+    return replace(_at_facility(chip, facts, payload, Status.PACKAGED), packaged=True)
 
 
 def _installed(chip: ChipState, facts: Facts, payload: dict) -> ChipState:

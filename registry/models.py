@@ -112,6 +112,7 @@ class Chip(models.Model):
     country = models.CharField(max_length=2, blank=True, help_text="where the chip is (or is headed)")
     status = models.CharField(max_length=16, choices=[(s.value, s.value) for s in Status], db_index=True)
     status_before_missing = models.CharField(max_length=16, blank=True, default="")
+    packaged = models.BooleanField(default=False)
     fabricated_seq = models.BigIntegerField()
     updated_seq = models.BigIntegerField()
 

@@ -376,7 +376,7 @@ def _facts(organisation: Organisation, event: str, payload: dict) -> Facts:
 
 CHIP_STATE_FIELDS = (
     "id", "serial", "model__slug", "fab__slug", "owner__slug", "possessor__slug", "consignee__slug",
-    "pending_owner__slug", "facility__slug", "country", "status", "status_before_missing",
+    "pending_owner__slug", "facility__slug", "country", "status", "status_before_missing", "packaged",
 )
 
 
@@ -392,6 +392,7 @@ def _state(row: dict) -> ChipState:
         possessor=row["possessor__slug"], status=Status(row["status"]), facility=row["facility__slug"],
         country=row["country"], consignee=row["consignee__slug"], pending_owner=row["pending_owner__slug"],
         status_before_missing=Status(row["status_before_missing"]) if row["status_before_missing"] else None,
+        packaged=row["packaged"],
     )
 
 
@@ -410,6 +411,7 @@ def _persist(rows: dict[str, dict], after: dict[str, ChipState], entry: Entry) -
             ("country", state.country),
             ("status", state.status.value),
             ("status_before_missing", state.status_before_missing.value if state.status_before_missing else ""),
+            ("packaged", state.packaged),
         )
         groups[values].append(rows[serial]["id"])
     for values, ids in groups.items():

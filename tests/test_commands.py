@@ -8,6 +8,7 @@ from nacl.signing import SigningKey
 
 from ledger import keys, note, selectors
 from ledger.models import Checkpoint, Entry, Witness
+from registry.models import Chip
 
 pytestmark = pytest.mark.django_db
 
@@ -23,16 +24,17 @@ def test_ledger_key_prints_the_verifier_key():
 
 
 def test_ledger_checkpoint_signs_and_prints_the_note():
-    run("seed_demo", "--password", "demo-pass-123")
+    run("seed_demo", "--password", "demo-pass-123", "--chips", "50")
     text = run("ledger_checkpoint")
     body = note.verify_note(text, note.parse_verifier_key(keys.verifier_key()))
     assert note.parse_checkpoint(body).size == selectors.ledger_size() == Checkpoint.objects.get().size
 
 
 def test_seed_demo_is_idempotent_and_prints_logins():
-    first = run("seed_demo", "--password", "demo-pass-123")
-    second = run("seed_demo", "--password", "demo-pass-123")
+    first = run("seed_demo", "--password", "demo-pass-123", "--chips", "50")
+    second = run("seed_demo", "--password", "demo-pass-123", "--chips", "50")
     assert "regulator" in first and "demo-pass-123" in first and first == second
+    assert Chip.objects.count() == 50 and Chip.objects.filter(status="lost").count() == 1
     assert Entry.objects.filter(kind="ledger.opened").count() == 1
     assert get_user_model().objects.get(username="regulator").check_password("demo-pass-123")
 

@@ -122,3 +122,13 @@ def test_install_needs_a_facility_of_the_possessor():
         apply_chip_event(chip(Status.IN_STOCK), "installed", facts(VENDOR), {})
     with pytest.raises(LifecycleError, match="does not belong"):
         apply_chip_event(chip(Status.IN_STOCK), "installed", Facts(actor=VENDOR, facility_owner=OTHER), {"facility": "x"})
+
+
+def test_a_chip_is_packaged_once():
+    packaged = apply_chip_event(chip(Status.IN_STOCK), "packaged", facts(VENDOR), {})
+    assert packaged.packaged and packaged.status == Status.PACKAGED
+    back_in_stock = apply_chip_event(
+        apply_chip_event(packaged, "shipped", facts(VENDOR), PAYLOADS["shipped"]), "received", facts(OWNER), {}
+    )
+    with pytest.raises(LifecycleError, match="already packaged"):
+        apply_chip_event(back_in_stock, "packaged", facts(OWNER), {})

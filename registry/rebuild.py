@@ -1,0 +1,185 @@
+"""Rebuild the registry from the ledger alone and compare it with the live tables.
+
+The rebuild replays every entry, in order, into a scratch copy of the world held
+in memory (not the live tables), through the same lifecycle rules the services
+use; then each live projection row is compared with its rebuilt twin. A
+difference means a projection was written without (or unlike) its entry.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+from django.db import connection
+
+from .lifecycle import ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
+from .models import Chip, ChipEvent, ChipModel, Facility, Organisation, OrganisationKey
+
+
+@dataclass
+class Scratch:
+    organisations: dict[str, dict] = field(default_factory=dict)
+    keys: dict[str, dict] = field(default_factory=dict)
+    facilities: dict[str, dict] = field(default_factory=dict)
+    chip_models: dict[str, dict] = field(default_factory=dict)
+    chips: dict[str, ChipState] = field(default_factory=dict)
+    chip_extra: dict[str, dict] = field(default_factory=dict)  # public key, fabricated/updated seq
+    events: dict[str, list[tuple[int, str, str]]] = field(default_factory=lambda: defaultdict(list))
+
+
+def rebuild() -> Scratch:
+    scratch = Scratch()
+    with connection.cursor() as cursor:
+        last = -1
+        while True:
+            cursor.execute("SELECT seq, leaf FROM ledger_entry WHERE seq > %s ORDER BY seq LIMIT 5000", [last])
+            rows = cursor.fetchall()
+            if not rows:
+                return scratch
+            for seq, leaf in rows:
+                entry = json.loads(bytes(leaf))
+                _apply(scratch, seq, entry["kind"], entry["actor"], entry["payload"])
+            last = rows[-1][0]
+
+
+def _apply(scratch: Scratch, seq: int, kind: str, actor: str, payload: dict) -> None:
+    if kind == "org.registered":
+        scratch.organisations[payload["slug"]] = {**payload, "registered_seq": seq}
+    elif kind == "org.key_registered":
+        scratch.keys[payload["key_id"]] = {"org": payload["org"], "public_key": payload["public_key"],
+                                           "registered_seq": seq, "revoked_seq": None}
+    elif kind == "org.key_revoked":
+        scratch.keys[payload["key_id"]]["revoked_seq"] = seq
+    elif kind == "facility.registered":
+        scratch.facilities[payload["slug"]] = {**payload, "registered_seq": seq}
+    elif kind == "chip_model.registered":
+        scratch.chip_models[payload["slug"]] = {**payload, "registered_seq": seq}
+    elif kind == "chip.fabricated":
+        _fabricated(scratch, seq, kind, actor, payload)
+    elif kind.startswith("chip."):
+        _chip_event(scratch, seq, kind, actor, payload)
+
+
+def _facts(scratch: Scratch, actor: str, payload: dict) -> Facts:
+    facility = scratch.facilities.get(payload.get("facility") or "")
+    other = payload.get("consignee") or payload.get("to_owner")
+    return Facts(
+        actor=actor,
+        facility_owner=facility["owner"] if facility else None,
+        facility_country=facility["country"] if facility else None,
+        consignee_exists=other is None or other in scratch.organisations,
+        actor_country=scratch.organisations.get(actor, {}).get("country", ""),
+    )
+
+
+def _fabricated(scratch: Scratch, seq: int, kind: str, actor: str, payload: dict) -> None:
+    for item in payload["chips"]:
+        scratch.chips[item["serial"]] = fabricate(item["serial"], item["model"], _facts(scratch, actor, item), item.get("facility"))
+        scratch.chip_extra[item["serial"]] = {"public_key": item["public_key"], "fabricated_seq": seq, "updated_seq": seq}
+        scratch.events[item["serial"]].append((seq, kind, actor))
+
+
+def _chip_event(scratch: Scratch, seq: int, kind: str, actor: str, payload: dict) -> None:
+    event = kind.removeprefix("chip.")
+    facts = _facts(scratch, actor, payload)
+    for serial in payload["chips"]:
+        try:
+            scratch.chips[serial] = apply_chip_event(scratch.chips[serial], event, facts, payload)
+        except (KeyError, LifecycleError) as error:
+            raise LifecycleError(f"ledger seq {seq}: {kind} of {serial} cannot be replayed: {error}") from error
+        scratch.chip_extra[serial]["updated_seq"] = seq
+        scratch.events[serial].append((seq, kind, actor))
+
+
+# --- comparison -------------------------------------------------------------------------
+
+
+def differences(scratch: Scratch, limit: int = 50) -> list[str]:
+    """Human-readable differences between the live tables and the rebuilt scratch world."""
+    found: list[str] = []
+    for name, live, rebuilt in _tables(scratch):
+        for key in sorted(live.keys() | rebuilt.keys()):
+            if live.get(key) != rebuilt.get(key):
+                found.append(f"{name} {key}: live={live.get(key)} rebuilt={rebuilt.get(key)}")
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def _tables(scratch: Scratch):
+    yield "organisation", _live_organisations(), {
+        slug: (o["legal_name"], o["country"], sorted(o["roles"]), o["parent"], o["registered_seq"])
+        for slug, o in scratch.organisations.items()
+    }
+    yield "key", _live_keys(), {
+        key_id: (k["org"], k["public_key"], k["registered_seq"], k["revoked_seq"]) for key_id, k in scratch.keys.items()
+    }
+    yield "facility", _live_facilities(), {
+        slug: (f["owner"], f["kind"], f["country"], f["location"], f["registered_seq"])
+        for slug, f in scratch.facilities.items()
+    }
+    yield "chip model", _live_chip_models(), {
+        slug: (m["name"], m["vendor"], m["export_class"], m["peak_flops_16bit"], m["memory_bytes"], m["registered_seq"])
+        for slug, m in scratch.chip_models.items()
+    }
+    yield "chip", _live_chips(), {serial: _chip_row(state, scratch.chip_extra[serial]) for serial, state in scratch.chips.items()}
+    yield "chip history", _live_events(), {serial: tuple(events) for serial, events in scratch.events.items()}
+
+
+def _chip_row(state: ChipState, extra: dict) -> tuple:
+    values = asdict(state)
+    values["status"] = Status(values["status"]).value
+    values["status_before_missing"] = state.status_before_missing.value if state.status_before_missing else ""
+    return tuple(sorted({**values, **extra}.items()))
+
+
+def _live_organisations() -> dict:
+    rows = Organisation.objects.values_list("slug", "legal_name", "country", "roles", "parent__slug", "registered_seq")
+    return {slug: (name, country, sorted(roles), parent, seq) for slug, name, country, roles, parent, seq in rows}
+
+
+def _live_keys() -> dict:
+    rows = OrganisationKey.objects.values_list("key_id", "organisation__slug", "public_key", "registered_seq", "revoked_seq")
+    return {key_id: (org, base64.b64encode(bytes(pk)).decode(), reg, rev) for key_id, org, pk, reg, rev in rows}
+
+
+def _live_facilities() -> dict:
+    rows = Facility.objects.values_list("slug", "owner__slug", "kind", "country", "location", "registered_seq")
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
+def _live_chip_models() -> dict:
+    rows = ChipModel.objects.values_list(
+        "slug", "name", "vendor__slug", "export_class", "peak_flops_16bit", "memory_bytes", "registered_seq"
+    )
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
+def _live_chips() -> dict:
+    rows = Chip.objects.values(
+        "serial", "model__slug", "fab__slug", "owner__slug", "possessor__slug", "status", "facility__slug", "country",
+        "consignee__slug", "pending_owner__slug", "status_before_missing", "packaged", "public_key", "fabricated_seq",
+        "updated_seq",
+    ).iterator(chunk_size=5000)
+    live = {}
+    for row in rows:
+        values = {
+            "serial": row["serial"], "model": row["model__slug"], "fab": row["fab__slug"], "owner": row["owner__slug"],
+            "possessor": row["possessor__slug"], "status": row["status"], "facility": row["facility__slug"],
+            "country": row["country"], "consignee": row["consignee__slug"], "pending_owner": row["pending_owner__slug"],
+            "status_before_missing": row["status_before_missing"], "packaged": row["packaged"],
+            "public_key": base64.b64encode(bytes(row["public_key"])).decode(),
+            "fabricated_seq": row["fabricated_seq"], "updated_seq": row["updated_seq"],
+        }
+        live[row["serial"]] = tuple(sorted(values.items()))
+    return live
+
+
+def _live_events() -> dict:
+    history: dict[str, list] = defaultdict(list)
+    rows = ChipEvent.objects.order_by("chip__serial", "seq").values_list("chip__serial", "seq", "kind", "actor")
+    for serial, seq, kind, actor in rows.iterator(chunk_size=10000):
+        history[serial].append((seq, kind, actor))
+    return {serial: tuple(events) for serial, events in history.items()}
