@@ -21,6 +21,7 @@ from django.db.models.base import ModelState
 from django.utils import timezone
 
 from . import chain, keys, merkle, note
+from .bulk import insert_rows
 from .models import Checkpoint, Cosignature, Entry, TreeNode, Witness
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,8 @@ def append_entries(entries: Sequence[NewEntry]) -> list[Entry]:
         rows = _build_rows(entries, size, prev_hash, when)
         frontier = _frontier(size)
         _, nodes = merkle.append_leaves(frontier, size, [bytes(row.hash) for row in rows])
-        _insert_rows(Entry, ENTRY_COLUMNS, [_entry_values(row) for row in rows])
-        _insert_rows(TreeNode, ("level", "index", "hash"), nodes)
+        insert_rows(Entry._meta.db_table, ENTRY_COLUMNS, [_entry_values(row) for row in rows])
+        insert_rows(TreeNode._meta.db_table, ("level", "index", "hash"), nodes)
     return rows
 
 
@@ -79,28 +80,6 @@ ENTRY_COLUMNS = ("seq", "time", "kind", "actor", "payload", "leaf", "hash")
 
 def _entry_values(row: Entry) -> tuple:
     return (row.seq, row.time, row.kind, row.actor, orjson.dumps(row.payload).decode(), row.leaf, row.hash)
-
-
-def _insert_rows(model, columns: Sequence[str], values: list[tuple]) -> None:
-    """Bulk insert without the ORM's per-row SQL compilation: the append hot path.
-
-    PostgreSQL gets COPY; SQLite an executemany. Values must already be in
-    column order, JSON as text. bulk_create costs ~10x more per row here.
-    """
-    if not values:
-        return
-    table = model._meta.db_table
-    names = ", ".join(connection.ops.quote_name(column) for column in columns)
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            with cursor.cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
-                for row in values:
-                    copy.write_row(row)
-        else:
-            adapt = connection.ops.adapt_datetimefield_value
-            placeholders = ", ".join(["%s"] * len(columns))
-            rows = [tuple(adapt(v) if isinstance(v, datetime) else v for v in row) for row in values]
-            cursor.executemany(f"INSERT INTO {table} ({names}) VALUES ({placeholders})", rows)
 
 
 def _validate(entry: NewEntry, position: int) -> None:

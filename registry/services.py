@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from ledger import services as ledger
+from ledger.bulk import insert_rows
 from ledger.models import Entry
 
 from . import signing
@@ -227,21 +228,32 @@ def chips_fabricate(*, organisation: Organisation, chips: list, submission: dict
     if errors:
         raise ValidationError(errors)
     entry = ledger.append_entry("chip.fabricated", {"chips": items}, organisation.slug, submission)
-    rows = [
-        Chip(
-            serial=state.serial, model=models[state.model], fab=organisation, public_key=base64.b64decode(item["public_key"]),
-            owner=organisation, possessor=organisation, facility=facilities.get(state.facility), country=state.country,
-            status=state.status, fabricated_seq=entry.seq, updated_seq=entry.seq,
-        )
-        for state, item in zip(states, items)
-    ]
-    Chip.objects.bulk_create(rows, batch_size=2000)
-    ids = dict(Chip.objects.filter(serial__in=[s.serial for s in states]).values_list("serial", "id"))
-    ChipEvent.objects.bulk_create(
-        [ChipEvent(chip_id=ids[s.serial], seq=entry.seq, kind=entry.kind, actor=entry.actor) for s in states],
-        batch_size=5000,
-    )
+    _insert_chips(organisation, states, items, models, facilities, entry)
     return entry
+
+
+def _insert_chips(organisation, states, items, models, facilities, entry) -> None:
+    """COPY/executemany instead of bulk_create: 10,000-chip requests are the hot path."""
+    columns = ("serial", "model_id", "fab_id", "public_key", "owner_id", "possessor_id", "facility_id", "country",
+               "status", "status_before_missing", "packaged", "fabricated_seq", "updated_seq")
+    rows = []
+    for state, item in zip(states, items):
+        facility = facilities.get(state.facility)
+        rows.append((
+            state.serial, models[state.model].id, organisation.id, base64.b64decode(item["public_key"]),
+            organisation.id, organisation.id, facility.id if facility else None, state.country, state.status.value, "",
+            False, entry.seq, entry.seq,
+        ))
+    insert_rows(Chip._meta.db_table, columns, rows)
+    ids = dict(Chip.objects.filter(serial__in=[s.serial for s in states]).values_list("serial", "id"))
+    _insert_events([ids[s.serial] for s in states], entry)
+
+
+def _insert_events(chip_ids: list[int], entry: Entry) -> None:
+    insert_rows(
+        ChipEvent._meta.db_table, ("chip_id", "seq", "kind", "actor"),
+        [(chip_id, entry.seq, entry.kind, entry.actor) for chip_id in chip_ids],
+    )
 
 
 def _fabrication_items(chips) -> list[dict]:
@@ -416,10 +428,7 @@ def _persist(rows: dict[str, dict], after: dict[str, ChipState], entry: Entry) -
         groups[values].append(rows[serial]["id"])
     for values, ids in groups.items():
         Chip.objects.filter(id__in=ids).update(updated_seq=entry.seq, **dict(values))
-    ChipEvent.objects.bulk_create(
-        [ChipEvent(chip_id=rows[serial]["id"], seq=entry.seq, kind=entry.kind, actor=entry.actor) for serial in after],
-        batch_size=5000,
-    )
+    _insert_events([rows[serial]["id"] for serial in after], entry)
 
 
 def _ids(model, slugs: set[str]) -> dict[str, int]:
