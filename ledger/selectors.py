@@ -34,6 +34,20 @@ def inclusion_proof(index: int, size: int) -> list[bytes]:
     return _proof(merkle.inclusion_ranges(index, size))
 
 
+def inclusion_proofs(indices: list[int], size: int, size_is_signed: bool = False) -> dict[int, list[bytes]]:
+    """Several inclusion proofs in one tree, their nodes read in one round trip (chip histories).
+
+    size_is_signed: the size comes from one of our checkpoints, so it cannot exceed the log.
+    """
+    if not size_is_signed:
+        _check_size("size", size)
+    if any(index >= size for index in indices):
+        raise ValidationError({"index": f"must be less than size ({size})"})
+    ranges = {index: merkle.inclusion_ranges(index, size) for index in indices}
+    nodes = node_hashes(sorted({node for r in ranges.values() for node in merkle.nodes_for_ranges(r)}))
+    return {index: merkle.hashes_for_ranges(r, nodes) for index, r in ranges.items()}
+
+
 def consistency_proof(first: int, second: int) -> list[bytes]:
     _check_size("second", second)
     if first > second:

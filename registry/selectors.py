@@ -11,8 +11,11 @@ SEES_EVERYTHING = {Role.REGULATOR, Role.INSPECTION_BODY}
 
 
 def organisation_of(user) -> Organisation | None:
-    member = Member.objects.select_related("organisation").filter(user_id=user.pk).first()
-    return member.organisation if member else None
+    """The organisation the user acts for; remembered on the user object for the request."""
+    if not hasattr(user, "_chipledger_organisation"):
+        member = Member.objects.select_related("organisation").filter(user_id=user.pk).first()
+        user._chipledger_organisation = member.organisation if member else None
+    return user._chipledger_organisation
 
 
 def chips_visible_to(organisation: Organisation) -> QuerySet[Chip]:
@@ -24,12 +27,18 @@ def chips_visible_to(organisation: Organisation) -> QuerySet[Chip]:
     return chips.filter(Q(owner_id=me) | Q(possessor_id=me) | Q(consignee_id=me) | Q(pending_owner_id=me) | Q(fab_id=me))
 
 
+def chip_visible_to(organisation: Organisation, serial: str) -> Chip | None:
+    # Slicing, not .first(): first() orders by id, and PostgreSQL may then walk the
+    # primary key instead of using the serial's unique index.
+    found = list(chips_visible_to(organisation).filter(serial=serial)[:1])
+    return found[0] if found else None
+
+
 def chip_history(chip: Chip) -> list[dict]:
     """The chip's events in order, each with its RFC 9162 inclusion proof in the latest checkpoint."""
     checkpoint = ledger_selectors.checkpoint_latest()
     size = checkpoint.size if checkpoint else 0
-    history = []
-    for event in ChipEvent.objects.filter(chip=chip).order_by("seq"):
-        proof = ledger_selectors.inclusion_proof(event.seq, size) if event.seq < size else None
-        history.append({"seq": event.seq, "kind": event.kind, "actor": event.actor, "tree_size": size, "proof": proof})
-    return history
+    events = list(ChipEvent.objects.filter(chip=chip).order_by("seq").values("seq", "kind", "actor"))
+    signed = [e["seq"] for e in events if e["seq"] < size]
+    proofs = ledger_selectors.inclusion_proofs(signed, size, size_is_signed=True) if signed else {}
+    return [{**event, "tree_size": size, "proof": proofs.get(event["seq"])} for event in events]

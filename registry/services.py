@@ -197,8 +197,14 @@ def signed_body_accept(organisation: Organisation, header: str | None, body: byt
 
 
 @transaction.atomic
-def chips_fabricate(*, organisation: Organisation, chips: list, submission: dict | None = None) -> Entry:
-    """Register newly fabricated chips (fab role only), all or nothing."""
+def chips_fabricate(
+    *, organisation: Organisation, chips: list, submission: dict | None = None, epcis: dict | None = None
+) -> Entry:
+    """Register newly fabricated chips (fab role only), all or nothing.
+
+    ``epcis`` (set by ``registry.epcis`` only, never from a request body) is kept in the payload so
+    the ledger itself records which EPCIS event this entry is, for dedupe and round-trips.
+    """
     if not organisation.has_role(Role.FAB):
         _fail("organisation", f"{organisation.slug} is not a fab")
     items = _fabrication_items(chips)
@@ -227,7 +233,8 @@ def chips_fabricate(*, organisation: Organisation, chips: list, submission: dict
             errors[f"chips[{position}]"] = str(error)
     if errors:
         raise ValidationError(errors)
-    entry = ledger.append_entry("chip.fabricated", {"chips": items}, organisation.slug, submission)
+    payload = {"chips": items, **({"epcis": epcis} if epcis else {})}
+    entry = ledger.append_entry("chip.fabricated", payload, organisation.slug, submission)
     _insert_chips(organisation, states, items, models, facilities, entry)
     return entry
 
@@ -308,12 +315,15 @@ EVENT_FIELDS = {
 
 @transaction.atomic
 def chips_record_event(
-    *, organisation: Organisation, event: str, payload: dict, submission: dict | None = None
+    *, organisation: Organisation, event: str, payload: dict, submission: dict | None = None,
+    epcis: dict | None = None,
 ) -> Entry:
-    """Record one lifecycle event for a set of chips, all or nothing (DESIGN §1)."""
+    """Record one lifecycle event for a set of chips, all or nothing (DESIGN §1). ``epcis``: see chips_fabricate."""
     if event not in RULES:
         _fail("event", f"one of {sorted(RULES)}")
     normalised = _event_payload(event, payload)
+    if epcis:
+        normalised["epcis"] = epcis
     serials = normalised["chips"]
     rows = _locked_chip_rows(serials)
     facts = _facts(organisation, event, normalised)

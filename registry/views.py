@@ -198,7 +198,7 @@ class ChipDetailView(APIView):
     @extend_schema(responses={200: out.ChipDetailOut, 404: OpenApiResponse(description="no such chip, or not yours")},
                    summary="A chip with its full history, each event with its ledger inclusion proof")
     def get(self, request, serial: str):
-        chip = selectors.chips_visible_to(caller_organisation(request)).filter(serial=serial).first()
+        chip = selectors.chip_visible_to(caller_organisation(request), serial)
         if chip is None:  # 404, not 403: others' chips do not exist for the caller
             raise Http404("no such chip")
         history = selectors.chip_history(chip)

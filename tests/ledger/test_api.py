@@ -232,3 +232,11 @@ def test_witness_key_of_the_wrong_type_is_refused(witness_key):
 def test_swagger_ui_is_served_without_a_cdn(api):
     html = api.get("/api/docs/").content.decode()
     assert "drf_spectacular_sidecar" in html and "cdn.jsdelivr" not in html
+
+
+def test_batched_inclusion_proofs_equal_single_ones(log):
+    from ledger import selectors
+
+    indices = [0, 5, 17, 31, 36]
+    batched = selectors.inclusion_proofs(indices, 37)
+    assert batched == {index: selectors.inclusion_proof(index, 37) for index in indices}

@@ -49,15 +49,16 @@ def save_manifest(d: Path, m: dict) -> None:
     (d / "claims.json").write_text(json.dumps(claims))
 
 
-def edit_segment(d: Path, start: int, fn, *, recommit: bool = True) -> None:
-    """fn(tensors dict) edits a segment file in place; recommit updates data digests and file hashes."""
+def edit_segment(d: Path, start: int, fn, *, recommit: bool | str = True) -> None:
+    """fn(tensors dict) edits a segment file in place; recommit: True updates the data digests and the
+    file hash in the manifest, "file" only the file hash, False nothing."""
     path = segment_path(d, start)
     tensors = dict(safetensors.torch.load(path.read_bytes()))
     fn(tensors)
     path.write_bytes(safetensors.torch.save(tensors))
     if recommit:
         m = manifest(d)
-        for key in tensors:
+        for key in tensors if recommit is True else ():
             if key.startswith("x:"):
                 t = int(key[2:])
                 m["records"][t]["data"] = batch_digest({"x": tensors[f"x:{t}"], "y": tensors[f"y:{t}"]})
