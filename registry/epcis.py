@@ -1,0 +1,561 @@
+"""GS1 EPCIS 2.0 over the chip lifecycle: capture an EPCISDocument as ledger entries, answer a chip's
+history as EPCIS ObjectEvents. Parsing and rendering are pure functions; ``epcis_capture`` and
+``chip_object_events`` are the only parts that touch the database.
+
+Capture (``POST /api/epcis/capture``)
+
+- The body is a JSON-LD ``EPCISDocument``: ``@context`` including the GS1 EPCIS 2.0 context,
+  ``type: "EPCISDocument"``, ``schemaVersion: "2.0"``, ``creationDate`` and ``epcisBody.eventList``
+  (1 to 100 events, at most 10,000 EPCs in all). Like every write it is signed over its exact bytes
+  (DESIGN §4), so the document carries the replay fields as top-level extension members:
+  ``timestamp`` (Unix seconds) and ``nonce``.
+- Only ObjectEvents. Each event is one lifecycle event, so one ledger entry carrying the whole signed
+  document; a document is applied in order, all or nothing::
+
+      bizStep          action   lifecycle
+      commissioning    ADD      fabricated     ilmd: chipledger:model, chipledger:publicKeys {epc: base64}
+      shipping         OBSERVE  shipped, or exported when it crosses a border (needs chipledger:exportLicence)
+      receiving        OBSERVE  received       into the facility of bizLocation (else readPoint)
+      decommissioning  DELETE   decommissioned
+      destroying       DELETE   destroyed
+
+  bizStep and source/destination types are accepted as bare words, ``https://ref.gs1.org/cbv/BizStep-<w>``
+  / ``SDT-<w>`` or ``urn:epcglobal:cbv:bizstep:<w>`` / ``urn:epcglobal:cbv:sdt:<w>``.
+- Chips: SGTIN ``urn:epc:id:sgtin:<CompanyPrefix>.<ItemRef>.<Serial>``, GS1 Digital Link
+  ``https://<host>/01/<GTIN-14>/21/<Serial>`` or ``https://chipledger.example/chip/<Serial>``. The
+  percent-decoded serial component is the chip serial; prefix and GTIN are checked for form (and
+  the GTIN's check digit) only, as chipledger keeps no GTIN registry.
+- Organisations: ``https://chipledger.example/org/<slug>`` or a bare slug. Facilities (readPoint,
+  bizLocation, a ``location`` source/destination): ``https://chipledger.example/facility/<slug>`` or
+  a bare slug. SGLN/PGLN are refused for the same reason as GTINs.
+- Shipping: the consignee is the destination ``possessing_party``, else its ``owning_party`` (an owner
+  changes only by a transfer both parties sign, so owning_party never makes anyone owner); the
+  reference is the first ``bizTransactionList`` entry; the destination country is that of the
+  destination ``location`` facility, else the consignee's. It is an export when that country differs
+  from a chip's, or when ``chipledger:exportLicence`` is given; an export without a licence is refused.
+  The acting side must be the signer: a source possessing_party when shipping, a destination
+  possessing_party when receiving. Other steps refuse source/destination lists: they hand nothing over.
+- Members not listed above: ``recordTime``, ``disposition``, ``persistentDisposition``,
+  ``certificationInfo``, ``bizTransactionList`` off shipping and members of other extension
+  namespaces are informational (the signed document stays on the ledger verbatim). Any other member
+  (``errorDeclaration``, ``quantityList``, ``sensorElementList`` ...) or unknown ``chipledger:``
+  member is refused, as is everything malformed, with a 400 naming its path.
+- Dedupe on ``eventID``, any URI taken as given (GS1's ``ni:///sha-256;<hex>?ver=CBV2.0`` hash ids are
+  not recomputed). Without one the id is ``ni:///sha-256;<hex>?ver=chipledger-jcs-1``: SHA-256 of the
+  RFC 8785 (JCS) canonical JSON of the event object as sent. The id is kept in the entry's payload
+  (``"epcis": {"event_id": ...}``), so dedupe needs no table and survives a rebuild from the ledger.
+  An event whose id is on an earlier entry of one of its chips (or earlier in the same document) is
+  skipped and reported as ``duplicate``.
+
+Query (``GET /api/epcis/events?epc=``): see ``chip_object_events``.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from urllib.parse import unquote
+
+import rfc8785
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from ledger import services as ledger
+from ledger.models import Entry
+
+from . import selectors, services
+from .models import Chip, ChipEvent, Facility, Organisation
+
+BASE = "https://chipledger.example/"
+ORG_URI, FACILITY_URI, CHIP_URI = BASE + "org/", BASE + "facility/", BASE + "chip/"
+EXTENSION = "chipledger"
+GS1_CONTEXT = "https://ref.gs1.org/standards/epcis/2.0.0/epcis-context.jsonld"
+GS1_CONTEXTS = {GS1_CONTEXT, "https://ref.gs1.org/standards/epcis/epcis-context.jsonld"}
+CONTEXT = [GS1_CONTEXT, {EXTENSION: BASE + "epcis/"}]
+CBV = "https://ref.gs1.org/cbv/"
+# Every entry carries the whole signed document (DESIGN §3 submission): bound events x body size.
+MAX_EVENTS = 100
+MAX_EPCS = services.MAX_CHIPS
+
+STEPS = {  # bizStep -> the action CBV pairs it with
+    "commissioning": "ADD",
+    "shipping": "OBSERVE",
+    "receiving": "OBSERVE",
+    "decommissioning": "DELETE",
+    "destroying": "DELETE",
+}
+HANDOVER_STEPS = {"shipping", "receiving"}
+PARTY_TYPES = {"owning_party", "possessing_party"}
+APPLIED = {
+    "type", "eventTime", "eventTimeZoneOffset", "eventID", "action", "bizStep", "epcList", "readPoint",
+    "bizLocation", "sourceList", "destinationList", "bizTransactionList", "ilmd", "chipledger:exportLicence",
+}
+INFORMATIONAL = {"recordTime", "disposition", "persistentDisposition", "certificationInfo"}
+
+SGTIN = re.compile(r"^urn:epc:id:sgtin:(\d{6,12})\.(\d{1,7})\.(\S+)$")
+DIGITAL_LINK = re.compile(r"^https://[A-Za-z0-9.-]+(?::\d+)?/01/(\d{14})/21/([^/?#\s]+)$")
+EVENT_ID = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S{1,250}$")
+TZ_OFFSET = re.compile(r"^[+-](0\d|1[0-4]):[0-5]\d$")
+
+
+def _fail(path: str, reason: str):
+    raise ValidationError({path: reason})
+
+
+@dataclass(frozen=True)
+class CaptureEvent:
+    """One ObjectEvent, checked and reduced to what the lifecycle needs."""
+
+    path: str
+    event_id: str
+    step: str
+    serials: tuple[str, ...]
+    facility: str | None = None
+    source: dict = field(default_factory=dict)  # type -> organisation or facility slug
+    destination: dict = field(default_factory=dict)
+    reference: str | None = None
+    export_licence: str | None = None
+    model: str | None = None
+    public_keys: tuple[str, ...] = ()
+
+
+# --- identifiers (pure) ---------------------------------------------------------------
+
+
+def chip_serial(epc, *, bare: bool = False) -> str:
+    """The chip serial an EPC names; ValueError saying why not. ``bare`` also takes a plain serial."""
+    if not isinstance(epc, str):
+        raise ValueError("must be an EPC URI string")
+    if sgtin := SGTIN.match(epc):
+        if len(sgtin[1]) + len(sgtin[2]) != 13:
+            raise ValueError("SGTIN company prefix and item reference must have 13 digits together")
+        serial = unquote(sgtin[3])
+    elif link := DIGITAL_LINK.match(epc):
+        if not _gtin_check_digit_ok(link[1]):
+            raise ValueError(f"GTIN {link[1]} has a wrong check digit")
+        serial = unquote(link[2])
+    elif epc.startswith(CHIP_URI):
+        serial = unquote(epc[len(CHIP_URI):])
+    elif bare and services.SERIAL.match(epc):
+        serial = epc
+    else:
+        raise ValueError(
+            f"unsupported EPC {epc[:80]!r}: use urn:epc:id:sgtin:<prefix>.<item>.<serial>, "
+            f"https://id.gs1.org/01/<GTIN-14>/21/<serial> or {CHIP_URI}<serial>"
+        )
+    if not services.SERIAL.match(serial):
+        raise ValueError(f"serial {serial[:80]!r} is not a chip serial (letters, digits, '.', '_', '-')")
+    return serial
+
+
+def _gtin_check_digit_ok(gtin: str) -> bool:
+    """GS1 mod-10: weights 3, 1, 3 ... from the digit left of the check digit."""
+    total = sum(int(d) * (3 if i % 2 == 0 else 1) for i, d in enumerate(reversed(gtin[:-1])))
+    return (10 - total % 10) % 10 == int(gtin[-1])
+
+
+def _slug(value, prefix: str, what: str, path: str) -> str:
+    """An organisation or facility named by chipledger URI or bare slug."""
+    slug = value[len(prefix):] if isinstance(value, str) and value.startswith(prefix) else value
+    if not isinstance(slug, str) or not services.SLUG.match(slug):
+        _fail(path, f"unsupported {what} id {str(value)[:80]!r}: use {prefix}<slug> or a bare {what} slug")
+    return slug
+
+
+def _cbv_word(value, vocabulary: str, path: str) -> str:
+    """A CBV term as its bare word, from any of its three spellings."""
+    if not isinstance(value, str) or not value:
+        _fail(path, "required")
+    for prefix in (f"{CBV}{vocabulary}-", f"urn:epcglobal:cbv:{vocabulary.lower()}:"):
+        if value.startswith(prefix):
+            return value[len(prefix):]
+    return value
+
+
+def event_hash_id(raw: dict) -> str:
+    """chipledger's stable id for an event sent without ``eventID`` (see the module docstring)."""
+    return f"ni:///sha-256;{hashlib.sha256(rfc8785.dumps(raw)).hexdigest()}?ver=chipledger-jcs-1"
+
+
+# --- capture: parsing (pure) ------------------------------------------------------------
+
+
+def parse_document(data: dict) -> list[CaptureEvent]:
+    """The document's events, or ValidationError naming every bad path (one per bad event)."""
+    raw_events = _check_header(data)
+    events, errors = [], {}
+    for index, raw in enumerate(raw_events):
+        try:
+            events.append(parse_event(raw, f"epcisBody.eventList[{index}]"))
+        except ValidationError as error:
+            errors.update(error.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    if sum(len(event.serials) for event in events) > MAX_EPCS:
+        _fail("epcisBody.eventList", f"at most {MAX_EPCS} EPCs per document")
+    return events
+
+
+def _check_header(data: dict) -> list:
+    contexts = data.get("@context") if isinstance(data.get("@context"), list) else [data.get("@context")]
+    if not GS1_CONTEXTS & {c for c in contexts if isinstance(c, str)}:
+        _fail("@context", f"must include the EPCIS 2.0 JSON-LD context {GS1_CONTEXT}")
+    if data.get("type") != "EPCISDocument":
+        _fail("type", f"must be 'EPCISDocument', not {data.get('type')!r}")
+    if data.get("schemaVersion") != "2.0":
+        _fail("schemaVersion", f"must be '2.0' (EPCIS 2.0), not {data.get('schemaVersion')!r}")
+    _datetime(data.get("creationDate"), "creationDate")
+    body = data.get("epcisBody")
+    events = body.get("eventList") if isinstance(body, dict) else None
+    if not isinstance(events, list) or not 1 <= len(events) <= MAX_EVENTS:
+        _fail("epcisBody.eventList", f"required: a list of 1 to {MAX_EVENTS} events")
+    return events
+
+
+def _datetime(value, path: str) -> None:
+    try:
+        parsed = datetime.fromisoformat(value) if isinstance(value, str) and "T" in value else None
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        _fail(path, "required: an RFC 3339 date-time with offset, e.g. 2026-03-01T12:00:00Z")
+
+
+def parse_event(raw, path: str) -> CaptureEvent:
+    if not isinstance(raw, dict):
+        _fail(path, "must be an event object")
+    if raw.get("type") != "ObjectEvent":
+        _fail(f"{path}.type", f"unsupported: {raw.get('type')!r}; only ObjectEvent maps onto the chip lifecycle")
+    _check_members(raw, path)
+    _datetime(raw.get("eventTime"), f"{path}.eventTime")
+    if not isinstance(raw.get("eventTimeZoneOffset"), str) or not TZ_OFFSET.match(raw["eventTimeZoneOffset"]):
+        _fail(f"{path}.eventTimeZoneOffset", "required: e.g. '+01:00'")
+    step = _cbv_word(raw.get("bizStep"), "BizStep", f"{path}.bizStep")
+    if step not in STEPS:
+        _fail(f"{path}.bizStep", f"unsupported: {raw['bizStep']!r}; one of {sorted(STEPS)}")
+    if raw.get("action") != STEPS[step]:
+        _fail(f"{path}.action", f"{step} is captured with action {STEPS[step]}, not {raw.get('action')!r}")
+    epcs = _epc_list(raw.get("epcList"), f"{path}.epcList")
+    event = CaptureEvent(
+        path=path, event_id=_event_id(raw, path), step=step, serials=tuple(epcs.values()),
+        facility=_facility(raw, path),
+        source=_parties(raw, "sourceList", "source", path, step),
+        destination=_parties(raw, "destinationList", "destination", path, step),
+        export_licence=_text(raw.get("chipledger:exportLicence"), f"{path}.chipledger:exportLicence", required=False),
+    )
+    if step == "commissioning":
+        return _with_ilmd(event, raw, epcs, path)
+    if "ilmd" in raw:
+        _fail(f"{path}.ilmd", "only commissioning (ADD) events carry ILMD")
+    if step == "shipping":
+        return _shipment(event, raw, path)
+    return event
+
+
+def _check_members(raw: dict, path: str) -> None:
+    for name in raw:
+        ours = name.startswith(f"{EXTENSION}:")
+        if name in APPLIED or name in INFORMATIONAL or (":" in name and not ours):
+            continue
+        _fail(f"{path}.{name}", "unsupported member: chipledger cannot apply it to the chip lifecycle")
+
+
+def _event_id(raw: dict, path: str) -> str:
+    if "eventID" not in raw:
+        try:
+            return event_hash_id(raw)
+        except (rfc8785.CanonicalizationError, TypeError) as error:
+            _fail(path, f"cannot be canonicalised to hash an eventID: {error}; send an eventID")
+    if not isinstance(raw["eventID"], str) or not EVENT_ID.match(raw["eventID"]):
+        _fail(f"{path}.eventID", "must be a URI, e.g. ni:///sha-256;<hex>?ver=CBV2.0 or urn:uuid:<uuid>")
+    return raw["eventID"]
+
+
+def _epc_list(value, path: str) -> dict[str, str]:
+    """EPC -> serial, in order."""
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_EPCS:
+        _fail(path, f"required: a list of 1 to {MAX_EPCS} EPC URIs")
+    epcs = {}
+    for index, epc in enumerate(value):
+        try:
+            serial = chip_serial(epc)
+        except ValueError as error:
+            _fail(f"{path}[{index}]", str(error))
+        if serial in epcs.values():
+            _fail(f"{path}[{index}]", f"chip {serial} appears twice in this event")
+        epcs[epc] = serial
+    return epcs
+
+
+def _facility(raw: dict, path: str) -> str | None:
+    """bizLocation (where the chips now are), else readPoint (where they were seen)."""
+    found = None
+    for name in ("readPoint", "bizLocation"):
+        if name in raw:
+            where = raw[name].get("id") if isinstance(raw[name], dict) else None
+            found = _slug(where, FACILITY_URI, "facility", f"{path}.{name}.id")
+    return found
+
+
+def _parties(raw: dict, name: str, role: str, path: str, step: str) -> dict:
+    entries = raw.get(name)
+    if entries is None:
+        return {}
+    where = f"{path}.{name}"
+    if step not in HANDOVER_STEPS:
+        _fail(where, f"unsupported on {step}: only shipping and receiving hand chips over")
+    if not isinstance(entries, list):
+        _fail(where, f"must be a list of {{type, {role}}}")
+    parties = {}
+    for index, item in enumerate(entries):
+        at = f"{where}[{index}]"
+        kind = _cbv_word(item.get("type") if isinstance(item, dict) else None, "SDT", f"{at}.type")
+        if kind not in PARTY_TYPES | {"location"} or kind in parties:
+            _fail(f"{at}.type", f"one each of owning_party, possessing_party, location; not {item['type']!r}")
+        prefix, what = (FACILITY_URI, "facility") if kind == "location" else (ORG_URI, "organisation")
+        parties[kind] = _slug(item.get(role), prefix, what, f"{at}.{role}")
+    return parties
+
+
+def _text(value, path: str, *, required: bool = True) -> str | None:
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= 128:
+        _fail(path, "required: a string of 1 to 128 characters")
+    return value
+
+
+def _shipment(event: CaptureEvent, raw: dict, path: str) -> CaptureEvent:
+    if not PARTY_TYPES & set(event.destination):
+        _fail(f"{path}.destinationList", "required on shipping: a possessing_party (or owning_party), the consignee")
+    transactions = raw.get("bizTransactionList")
+    if not isinstance(transactions, list) or not transactions or not isinstance(transactions[0], dict):
+        _fail(f"{path}.bizTransactionList", "required on shipping: [{type, bizTransaction}], the reference")
+    reference = _text(transactions[0].get("bizTransaction"), f"{path}.bizTransactionList[0].bizTransaction")
+    return replace(event, reference=reference)
+
+
+def _with_ilmd(event: CaptureEvent, raw: dict, epcs: dict[str, str], path: str) -> CaptureEvent:
+    ilmd = raw.get("ilmd")
+    if not isinstance(ilmd, dict):
+        _fail(f"{path}.ilmd", "required on commissioning: {chipledger:model, chipledger:publicKeys: {epc: key}}")
+    model = ilmd.get(f"{EXTENSION}:model")
+    if not isinstance(model, str) or not services.SLUG.match(model):
+        _fail(f"{path}.ilmd.{EXTENSION}:model", "required: the chip model's slug, e.g. 'h100-sxm'")
+    keys = ilmd.get(f"{EXTENSION}:publicKeys")
+    where = f"{path}.ilmd.{EXTENSION}:publicKeys"
+    if not isinstance(keys, dict) or set(keys) != set(epcs):
+        _fail(where, "required: one entry per EPC of epcList, {epc: base64 of the chip's 32-byte Ed25519 key}")
+    for epc in epcs:
+        if not _is_public_key(keys[epc]):
+            _fail(f"{where}[{epc}]", "base64 of the chip's 32-byte Ed25519 public key")
+    return replace(event, model=model, public_keys=tuple(keys[epc] for epc in epcs))
+
+
+def _is_public_key(value) -> bool:
+    try:
+        return isinstance(value, str) and len(base64.b64decode(value, validate=True)) == 32
+    except binascii.Error:
+        return False
+
+
+# --- capture: applying ------------------------------------------------------------------
+
+
+@transaction.atomic
+def epcis_capture(*, organisation: Organisation, events: list[CaptureEvent], submission: dict | None) -> dict:
+    """Record each new event as one lifecycle entry, in order; skip ids already captured."""
+    serials = {serial for event in events for serial in event.serials}
+    # Lock the chips first so a concurrent capture of the same events waits, then sees them as captured.
+    list(Chip.objects.filter(serial__in=serials).order_by("id").select_for_update().values_list("id"))
+    seen = captured_event_ids(organisation, serials)
+    answers = []
+    for event in events:
+        answer = {"eventID": event.event_id, "status": "duplicate"}
+        if event.event_id not in seen:
+            seen.add(event.event_id)
+            entry = _apply(organisation, event, submission)
+            answer.update(status="captured", seq=entry.seq, kind=entry.kind, count=len(event.serials))
+        answers.append(answer)
+    captured = sum(answer["status"] == "captured" for answer in answers)
+    return {"captured": captured, "duplicates": len(answers) - captured, "eventList": answers}
+
+
+def captured_event_ids(organisation: Organisation, serials) -> set[str]:
+    """EPCIS event ids on the ledger entries of these chips: the dedupe memory.
+
+    Only chips the caller may see count, so "duplicate" never reveals others' chips' history.
+    """
+    chips = selectors.chips_visible_to(organisation).filter(serial__in=serials).values("id")
+    seqs = ChipEvent.objects.filter(chip__in=chips).values("seq")
+    return set(Entry.objects.filter(seq__in=seqs).values_list("payload__epcis__event_id", flat=True)) - {None}
+
+
+def _apply(organisation: Organisation, event: CaptureEvent, submission: dict | None) -> Entry:
+    stamp = {"event_id": event.event_id}
+    try:
+        if event.step == "commissioning":
+            chips = [
+                {"serial": s, "model": event.model, "public_key": k, **({"facility": event.facility} if event.facility else {})}
+                for s, k in zip(event.serials, event.public_keys)
+            ]
+            return services.chips_fabricate(organisation=organisation, chips=chips, submission=submission, epcis=stamp)
+        countries = _visible_countries(organisation, event)
+        kind, payload = _lifecycle_event(organisation, event, countries)
+        return services.chips_record_event(
+            organisation=organisation, event=kind, payload=payload, submission=submission, epcis=stamp
+        )
+    except ValidationError as error:
+        raise _at(event, error) from None
+
+
+def _visible_countries(organisation: Organisation, event: CaptureEvent) -> dict[str, str]:
+    """serial -> country of the event's chips; chips the caller may not see do not exist for it (as on GET)."""
+    visible = dict(
+        selectors.chips_visible_to(organisation).filter(serial__in=event.serials).values_list("serial", "country")
+    )
+    for index, serial in enumerate(event.serials):
+        if serial not in visible:
+            _fail(f"chips[{index}]", f"unknown chip {serial}")
+    return visible
+
+
+def _lifecycle_event(organisation: Organisation, event: CaptureEvent, countries: dict[str, str]) -> tuple[str, dict]:
+    payload = {"chips": list(event.serials)}
+    if event.step == "receiving":
+        _check_acting_party(organisation, event.destination, "destinationList")
+        return "received", {**payload, **({"facility": event.facility} if event.facility else {})}
+    if event.step != "shipping":
+        return {"decommissioning": "decommissioned", "destroying": "destroyed"}[event.step], payload
+    _check_acting_party(organisation, event.source, "sourceList")
+    consignee = event.destination.get("possessing_party") or event.destination["owning_party"]
+    country = _destination_country(consignee, event.destination.get("location"))
+    payload.update(consignee=consignee, reference=event.reference, destination_country=country)
+    abroad = sorted({c for c in countries.values() if c != country})
+    if not abroad and not event.export_licence:
+        return "shipped", payload
+    if not event.export_licence:
+        _fail("export_licence", f"required: {', '.join(abroad)} to {country} crosses a border, an export")
+    return "exported", {**payload, "export_licence": event.export_licence}
+
+
+def _check_acting_party(organisation: Organisation, parties: dict, field_name: str) -> None:
+    named = parties.get("possessing_party")
+    if named not in (None, organisation.slug):
+        _fail(field_name, f"possessing_party {named!r} is not the signer {organisation.slug!r}")
+
+
+def _destination_country(consignee: str, location: str | None) -> str:
+    if location:
+        country = Facility.objects.filter(slug=location).values_list("country", flat=True).first()
+        if country is None:
+            _fail("destination_country", f"unknown facility {location!r}")
+        return country
+    country = Organisation.objects.filter(slug=consignee).values_list("country", flat=True).first()
+    if country is None:
+        _fail("consignee", f"unknown organisation {consignee!r}")
+    return country
+
+
+# Where a service's field lives in the event, so a 400 names the document's path.
+SERVICE_PATHS = {
+    "consignee": "destinationList", "destination_country": "destinationList", "reference": "bizTransactionList",
+    "export_licence": "chipledger:exportLicence", "facility": "bizLocation", "sourceList": "sourceList",
+    "destinationList": "destinationList", "chips": "epcList",
+}
+
+
+def _at(event: CaptureEvent, error: ValidationError) -> ValidationError:
+    located: dict[str, list] = {}
+    for key, messages in error.message_dict.items():
+        chip = re.match(r"chips\[(\d+)\]", key)
+        if chip:
+            where = f"{event.path}.epcList[{chip[1]}]"
+        elif key in SERVICE_PATHS:
+            where = f"{event.path}.{SERVICE_PATHS[key]}"
+        else:
+            where = event.path
+        located.setdefault(where, []).extend(messages)
+    return ValidationError(located)
+
+
+# --- query ------------------------------------------------------------------------------
+
+# ledger kind -> (bizStep, action, disposition); steps CBV lacks get chipledger URIs.
+KIND_STEPS = {
+    "chip.fabricated": ("commissioning", "ADD", "active"),
+    "chip.packaged": ("packing", "OBSERVE", None),
+    "chip.shipped": ("shipping", "OBSERVE", "in_transit"),
+    "chip.exported": ("shipping", "OBSERVE", "in_transit"),
+    "chip.received": ("receiving", "OBSERVE", "in_progress"),
+    "chip.installed": ("installing", "OBSERVE", "active"),
+    "chip.removed": ("removing", "OBSERVE", None),
+    "chip.decommissioned": ("decommissioning", "DELETE", "inactive"),
+    "chip.destroyed": ("destroying", "DELETE", "destroyed"),
+    "chip.reported_stolen": (f"{BASE}epcis/BizStep-reported_stolen", "OBSERVE", "stolen"),
+    "chip.reported_lost": (f"{BASE}epcis/BizStep-reported_lost", "OBSERVE", "unknown"),
+}
+EXTENSION_FIELDS = {"destination_country": "destinationCountry", "export_licence": "exportLicence",
+                    "to_owner": "toOwner", "note": "note"}
+
+
+def query_serial(epc) -> str:
+    """The serial of ``?epc=`` (SGTIN, Digital Link, chipledger chip URI or bare serial)."""
+    try:
+        return chip_serial(epc, bare=True)
+    except ValueError as error:
+        raise ValidationError({"epc": str(error) if epc else "required: the chip's SGTIN, Digital Link or serial"})
+
+
+def chip_object_events(chip: Chip, epc: str) -> list[dict]:
+    """The chip's ledger history as ObjectEvents, in ledger order; ``epc`` names the chip in each."""
+    seqs = ChipEvent.objects.filter(chip=chip).values("seq")
+    entries = Entry.objects.filter(seq__in=seqs).order_by("seq").values("seq", "time", "kind", "actor", "payload")
+    name = epc if ":" in epc else CHIP_URI + epc
+    return [object_event(entry, chip.serial, name) for entry in entries]
+
+
+def object_event(entry: dict, serial: str, epc: str) -> dict:
+    """One ledger entry as an EPCIS 2.0 ObjectEvent (pure): eventTime is the ledger time."""
+    kind, payload = entry["kind"], entry["payload"]
+    step, action, disposition = KIND_STEPS.get(kind, (f"{BASE}epcis/BizStep-{kind.removeprefix('chip.')}", "OBSERVE", None))
+    when = ledger.format_time(entry["time"])
+    event = {"type": "ObjectEvent", "eventTime": when, "eventTimeZoneOffset": "+00:00", "recordTime": when}
+    if payload.get("epcis"):
+        event["eventID"] = payload["epcis"]["event_id"]
+    event.update(epcList=[epc], action=action, bizStep=step, **({"disposition": disposition} if disposition else {}))
+    if payload.get("facility"):
+        event["bizLocation"] = {"id": FACILITY_URI + payload["facility"]}
+    if payload.get("reference"):
+        event["bizTransactionList"] = [{"bizTransaction": payload["reference"]}]
+    if payload.get("consignee"):
+        event["sourceList"] = [{"type": "possessing_party", "source": ORG_URI + entry["actor"]}]
+        event["destinationList"] = [{"type": "possessing_party", "destination": ORG_URI + payload["consignee"]}]
+    if kind == "chip.received":
+        event["destinationList"] = [{"type": "possessing_party", "destination": ORG_URI + entry["actor"]}]
+    if kind == "chip.fabricated":
+        event.update(_fabricated(payload, serial, epc))
+    for name, extension in EXTENSION_FIELDS.items():
+        if payload.get(name):
+            event[f"{EXTENSION}:{extension}"] = payload[name]
+    event.update({f"{EXTENSION}:seq": entry["seq"], f"{EXTENSION}:kind": kind, f"{EXTENSION}:actor": entry["actor"]})
+    return event
+
+
+def _fabricated(payload: dict, serial: str, epc: str) -> dict:
+    item = next(chip for chip in payload["chips"] if chip["serial"] == serial)
+    extra = {"ilmd": {f"{EXTENSION}:model": item["model"], f"{EXTENSION}:publicKeys": {epc: item["public_key"]}}}
+    if item.get("facility"):
+        extra["bizLocation"] = {"id": FACILITY_URI + item["facility"]}
+    return extra
+
+
+def query_document(events: list[dict], now: datetime) -> dict:
+    return {
+        "@context": CONTEXT, "type": "EPCISQueryDocument", "schemaVersion": "2.0",
+        "creationDate": ledger.format_time(now),
+        "epcisBody": {"queryResults": {"queryName": "SimpleEventQuery", "resultsBody": {"eventList": events}}},
+    }
