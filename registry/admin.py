@@ -1,12 +1,18 @@
 """Regulators browse the registry in the admin. Projections are read-only here: every change
 goes through the services (and so onto the ledger), via the API or management commands."""
 import base64
+import binascii
 
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.shortcuts import redirect, render
 
 from ledger.admin import ReadOnlyAdmin
 
-from .models import Chip, ChipEvent, ChipModel, Facility, Member, Organisation, OrganisationKey
+from . import services
+from .models import Chip, ChipEvent, ChipModel, Facility, Member, Organisation, OrganisationKey, Role
 
 
 class KeyInline(admin.TabularInline):
@@ -20,12 +26,58 @@ class KeyInline(admin.TabularInline):
         return False
 
 
+class OrganisationAddForm(forms.Form):
+    """What a regulator fills in to register an organisation (and optionally its first key)."""
+
+    slug = forms.SlugField(max_length=64, help_text="its name on the ledger")
+    legal_name = forms.CharField(max_length=255)
+    country = forms.CharField(max_length=2, help_text="ISO 3166-1 alpha-2, e.g. NL")
+    roles = forms.MultipleChoiceField(choices=Role.choices, widget=forms.CheckboxSelectMultiple)
+    parent = forms.ModelChoiceField(Organisation.objects.all(), required=False, to_field_name="slug")
+    public_key = forms.CharField(required=False, help_text="base64 Ed25519 public key to register as its first key")
+
+
 @admin.register(Organisation)
 class OrganisationAdmin(ReadOnlyAdmin):
+    """Read-only rows; 'Add' registers an organisation through the service, on the ledger."""
+
     list_display = ("slug", "legal_name", "country", "roles", "parent")
     list_filter = ("country",)
     search_fields = ("slug", "legal_name")
     inlines = [KeyInline]
+
+    def has_add_permission(self, request):
+        return request.user.has_perm("registry.add_organisation")
+
+    def add_view(self, request, form_url="", extra_context=None):
+        form = OrganisationAddForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                organisation = _register(form.cleaned_data)
+            except ValidationError as error:
+                for field, messages_ in error.message_dict.items():
+                    form.add_error(field if field in form.fields else None, messages_)
+            else:
+                self.message_user(request, f"Registered {organisation.slug} at ledger seq {organisation.registered_seq}.")
+                return redirect("admin:registry_organisation_change", organisation.pk)
+        context = {**self.admin_site.each_context(request), "title": "Register an organisation", "form": form,
+                   "opts": self.model._meta}
+        return render(request, "admin/registry/organisation_add.html", context)
+
+
+def _register(data: dict) -> Organisation:
+    with transaction.atomic():
+        organisation = services.organisation_register(
+            slug=data["slug"], legal_name=data["legal_name"], country=data["country"].upper(), roles=data["roles"],
+            parent=data["parent"].slug if data["parent"] else None, actor="regulator",
+        )
+        if data["public_key"]:
+            try:
+                key = base64.b64decode(data["public_key"], validate=True)
+            except binascii.Error:
+                raise ValidationError({"public_key": "not base64"}) from None
+            services.organisation_key_register(organisation=organisation, public_key=key, actor="regulator")
+    return organisation
 
 
 @admin.register(Facility)

@@ -92,8 +92,13 @@ def demo_password(requested: str | None) -> tuple[str, bool]:
     return password, True
 
 
+MIN_CHIPS = 50  # enough for every story below
+
+
 @transaction.atomic
 def seed_demo(password: str, chips: int = 5000) -> list[DemoLogin]:
+    if chips < MIN_CHIPS:
+        raise ValueError(f"the demo world needs at least {MIN_CHIPS} chips")
     if ledger_selectors.ledger_size() == 0:
         # Genesis: the log records its own origin and verifier key as entry 0.
         ledger_services.append_entry(

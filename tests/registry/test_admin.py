@@ -1,0 +1,60 @@
+"""Regulators in the admin: browse the registry; register an organisation onto the ledger."""
+import base64
+
+import pytest
+from django.contrib.auth import get_user_model
+from nacl.signing import SigningKey
+
+from ledger.models import Entry
+from registry.demo import seed_demo
+from registry.models import Organisation
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def regulator(client):
+    seed_demo("demo-pass-123", chips=50)
+    client.force_login(get_user_model().objects.get(username="regulator"))
+    return client
+
+
+@pytest.mark.parametrize("page", [
+    "/admin/", "/admin/registry/chip/", "/admin/registry/chip/?status=lost", "/admin/registry/organisation/",
+    "/admin/registry/facility/", "/admin/ledger/entry/", "/admin/ledger/checkpoint/",
+])
+def test_regulator_pages_render(regulator, page):
+    assert regulator.get(page).status_code == 200
+
+
+def test_chip_page_shows_its_history(regulator):
+    from registry.models import Chip
+
+    chip = Chip.objects.get(serial="A000001")
+    html = regulator.get(f"/admin/registry/chip/{chip.pk}/change/").content.decode()
+    assert "chip.fabricated" in html and "chip.installed" in html
+
+
+def test_registering_an_organisation_writes_the_ledger(regulator):
+    key = base64.b64encode(bytes(SigningKey.generate().verify_key)).decode()
+    response = regulator.post("/admin/registry/organisation/add/", {
+        "slug": "owner-d", "legal_name": "Delta Labs", "country": "de", "roles": ["owner"], "public_key": key})
+    assert response.status_code == 302
+    organisation = Organisation.objects.get(slug="owner-d")
+    assert organisation.country == "DE" and organisation.keys.count() == 1
+    assert Entry.objects.filter(kind="org.registered", payload__slug="owner-d").exists()
+
+
+def test_bad_registration_shows_the_error_and_writes_nothing(regulator):
+    size = Entry.objects.count()
+    response = regulator.post("/admin/registry/organisation/add/", {
+        "slug": "fab-tw", "legal_name": "Dup", "country": "TW", "roles": ["fab"]})
+    assert response.status_code == 200 and "is taken" in response.content.decode()
+    assert Entry.objects.count() == size
+
+
+def test_auditor_cannot_register(client):
+    seed_demo("demo-pass-123", chips=50)
+    client.force_login(get_user_model().objects.get(username="auditor"))
+    assert client.get("/admin/registry/chip/").status_code == 200
+    assert client.get("/admin/registry/organisation/add/").status_code == 403
