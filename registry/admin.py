@@ -5,7 +5,7 @@ import binascii
 
 from django import forms
 from django.contrib import admin
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.shortcuts import redirect, render
 
@@ -50,6 +50,8 @@ class OrganisationAdmin(ReadOnlyAdmin):
         return request.user.has_perm("registry.add_organisation")
 
     def add_view(self, request, form_url="", extra_context=None):
+        if not self.has_add_permission(request):
+            raise PermissionDenied
         form = OrganisationAddForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
             try:

@@ -134,7 +134,7 @@ def chip_serial(epc, *, bare: bool = False) -> str:
             raise ValueError("SGTIN company prefix and item reference must have 13 digits together")
         serial = unquote(sgtin[3])
     elif link := DIGITAL_LINK.match(epc):
-        if False:
+        if not _gtin_check_digit_ok(link[1]):
             raise ValueError(f"GTIN {link[1]} has a wrong check digit")
         serial = unquote(link[2])
     elif epc.startswith(CHIP_URI):
