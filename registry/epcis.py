@@ -35,6 +35,7 @@ Capture (``POST /api/epcis/capture``)
   from a chip's, or when ``chipledger:exportLicence`` is given; an export without a licence is refused.
   The acting side must be the signer: a source possessing_party when shipping, a destination
   possessing_party when receiving. Other steps refuse source/destination lists: they hand nothing over.
+  Chips the caller may not see are reported as unknown, as the reads answer 404 for them.
 - Members not listed above: ``recordTime``, ``disposition``, ``persistentDisposition``,
   ``certificationInfo``, ``bizTransactionList`` off shipping and members of other extension
   namespaces are informational (the signed document stays on the ledger verbatim). Any other member
@@ -44,8 +45,8 @@ Capture (``POST /api/epcis/capture``)
   not recomputed). Without one the id is ``ni:///sha-256;<hex>?ver=chipledger-jcs-1``: SHA-256 of the
   RFC 8785 (JCS) canonical JSON of the event object as sent. The id is kept in the entry's payload
   (``"epcis": {"event_id": ...}``), so dedupe needs no table and survives a rebuild from the ledger.
-  An event whose id is on an earlier entry of one of its chips (or earlier in the same document) is
-  skipped and reported as ``duplicate``.
+  An event whose id is on an earlier entry of one of its chips that the caller may see (or earlier in
+  the same document) is skipped and reported as ``duplicate``; nothing is written for it.
 
 Query (``GET /api/epcis/events?epc=``): see ``chip_object_events``.
 """
@@ -246,6 +247,8 @@ def parse_event(raw, path: str) -> CaptureEvent:
         destination=_parties(raw, "destinationList", "destination", path, step),
         export_licence=_text(raw.get("chipledger:exportLicence"), f"{path}.chipledger:exportLicence", required=False),
     )
+    if event.export_licence and step != "shipping":
+        _fail(f"{path}.chipledger:exportLicence", "only a shipping event is an export")
     if step == "commissioning":
         return _with_ilmd(event, raw, epcs, path)
     if "ilmd" in raw:
@@ -278,15 +281,16 @@ def _epc_list(value, path: str) -> dict[str, str]:
     """EPC -> serial, in order."""
     if not isinstance(value, list) or not 1 <= len(value) <= MAX_EPCS:
         _fail(path, f"required: a list of 1 to {MAX_EPCS} EPC URIs")
-    epcs = {}
+    epcs, seen = {}, set()
     for index, epc in enumerate(value):
         try:
             serial = chip_serial(epc)
         except ValueError as error:
             _fail(f"{path}[{index}]", str(error))
-        if serial in epcs.values():
+        if serial in seen:  # the same chip as SGTIN and as Digital Link counts twice too
             _fail(f"{path}[{index}]", f"chip {serial} appears twice in this event")
         epcs[epc] = serial
+        seen.add(serial)
     return epcs
 
 
@@ -398,9 +402,10 @@ def _apply(organisation: Organisation, event: CaptureEvent, submission: dict | N
     stamp = {"event_id": event.event_id}
     try:
         if event.step == "commissioning":
+            at = {"facility": event.facility} if event.facility else {}
             chips = [
-                {"serial": s, "model": event.model, "public_key": k, **({"facility": event.facility} if event.facility else {})}
-                for s, k in zip(event.serials, event.public_keys)
+                {"serial": serial, "model": event.model, "public_key": key, **at}
+                for serial, key in zip(event.serials, event.public_keys, strict=True)
             ]
             return services.chips_fabricate(organisation=organisation, chips=chips, submission=submission, epcis=stamp)
         countries = _visible_countries(organisation, event)
@@ -507,11 +512,18 @@ def query_serial(epc) -> str:
     try:
         return chip_serial(epc, bare=True)
     except ValueError as error:
-        raise ValidationError({"epc": str(error) if epc else "required: the chip's SGTIN, Digital Link or serial"})
+        reason = str(error) if epc else "required: the chip's SGTIN, Digital Link or serial"
+        raise ValidationError({"epc": reason}) from None
 
 
 def chip_object_events(chip: Chip, epc: str) -> list[dict]:
-    """The chip's ledger history as ObjectEvents, in ledger order; ``epc`` names the chip in each."""
+    """The chip's ledger history as ObjectEvents, one per entry in ledger order.
+
+    eventTime and recordTime are the entry's ledger time; bizStep/action/disposition follow KIND_STEPS;
+    eventID is the captured one for entries that came through EPCIS; parties, reference, facility and
+    ILMD come from the payload; ``chipledger:seq``/``kind``/``actor`` name the entry. Each epcList is
+    the chip as the caller named it (a bare serial becomes ``https://chipledger.example/chip/<serial>``).
+    """
     seqs = ChipEvent.objects.filter(chip=chip).values("seq")
     entries = Entry.objects.filter(seq__in=seqs).order_by("seq").values("seq", "time", "kind", "actor", "payload")
     name = epc if ":" in epc else CHIP_URI + epc
@@ -521,7 +533,8 @@ def chip_object_events(chip: Chip, epc: str) -> list[dict]:
 def object_event(entry: dict, serial: str, epc: str) -> dict:
     """One ledger entry as an EPCIS 2.0 ObjectEvent (pure): eventTime is the ledger time."""
     kind, payload = entry["kind"], entry["payload"]
-    step, action, disposition = KIND_STEPS.get(kind, (f"{BASE}epcis/BizStep-{kind.removeprefix('chip.')}", "OBSERVE", None))
+    unmapped = (f"{BASE}epcis/BizStep-{kind.removeprefix('chip.')}", "OBSERVE", None)  # transfers, found
+    step, action, disposition = KIND_STEPS.get(kind, unmapped)
     when = ledger.format_time(entry["time"])
     event = {"type": "ObjectEvent", "eventTime": when, "eventTimeZoneOffset": "+00:00", "recordTime": when}
     if payload.get("epcis"):

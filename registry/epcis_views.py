@@ -69,9 +69,8 @@ class CaptureView(SignedWriteView):
             400: OpenApiResponse(
                 description="the document path of each problem, e.g. {\"epcisBody.eventList[2].bizStep\": "
                 "[\"unsupported: ...\"]}; nothing was written",
-                examples=[OpenApiExample("unsupported event", value={
-                    "epcisBody.eventList[1].type": ["unsupported: 'AggregationEvent'; only ObjectEvent maps onto "
-                                                    "the chip lifecycle"]})],
+                examples=[OpenApiExample("unsupported event", value={"epcisBody.eventList[1].type": [
+                    "unsupported: 'AggregationEvent'; only ObjectEvent maps onto the chip lifecycle"]})],
             ),
         },
         examples=[OpenApiExample("commission and export", value=EXAMPLE_DOCUMENT, request_only=True)],

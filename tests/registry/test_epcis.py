@@ -1,14 +1,18 @@
 """GS1 EPCIS 2.0 capture and query over the chip lifecycle (registry/epcis.py)."""
 import base64
+import io
 import json
 
 import pytest
+from django.core.management import call_command
 
 from ledger import selectors as ledger_selectors
 from ledger.models import Entry
-from registry import epcis
+from registry import epcis, signing
 from registry.models import Chip, ChipEvent
-from tests.registry.factories import SignedClient, chip_model, chip_public_key, event, facility, new_serials, organisation
+from tests.registry.factories import (
+    SignedClient, chip_model, chip_public_key, event, facility, new_serials, organisation,
+)
 
 pytestmark = pytest.mark.django_db
 CAPTURE, EVENTS = "/api/epcis/capture", "/api/epcis/events"
@@ -28,7 +32,7 @@ def world():
     chip_model(vendor_a)
     clients = [SignedClient(*pair) for pair in [(fab, fab_key), (vendor_a, key_a), (vendor_b, key_b),
                                                 (owner_a, owner_key), (regulator, regulator_key)]]
-    return dict(zip(["fab", "vendor_a", "vendor_b", "owner_a", "regulator"], clients))
+    return dict(zip(["fab", "vendor_a", "vendor_b", "owner_a", "regulator"], clients, strict=True))
 
 
 # --- GS1-style documents -------------------------------------------------------------
@@ -103,16 +107,18 @@ def test_commissioning_lands_on_the_ledger_with_the_signed_document(world):
     epcs = [sgtin(s) for s in serials]
     commission = commissioning(epcs)
     body = world["fab"].body(document(commission))
-    response = world["fab"].post(CAPTURE, raw=body)
+    response = world["fab"].api.post(CAPTURE, body, content_type="application/ld+json",
+                                     HTTP_X_CHIPLEDGER_SIGNATURE=signing.sign(world["fab"].key, body))
     assert response.status_code == 201, response.content
     answer = response.json()
     assert answer["captured"] == 1 and answer["eventList"][0]["kind"] == "chip.fabricated"
     entry = Entry.objects.get(seq=answer["eventList"][0]["seq"])
     assert base64.b64decode(json.loads(bytes(entry.leaf))["submission"]["body"]) == body
     assert entry.payload["epcis"]["event_id"] == epcis.event_hash_id(commission)
-    for serial, epc in zip(serials, epcs):
+    for serial, epc in zip(serials, epcs, strict=True):
         row = chip(serial)
-        assert (row.status, row.owner.slug, row.facility.slug, row.model.slug) == ("fabricated", "fab-tw", "fab-tw-1", "h100-sxm")
+        assert (row.status, row.owner.slug, row.facility.slug, row.model.slug) == (
+            "fabricated", "fab-tw", "fab-tw-1", "h100-sxm")
         assert base64.b64encode(bytes(row.public_key)).decode() == commission["ilmd"]["chipledger:publicKeys"][epc]
 
 
@@ -130,12 +136,14 @@ def test_commissioning_through_decommissioning_with_sgtin_and_digital_link(world
     retire = object_event([sgtin(s) for s in serials], "decommissioning", "DELETE")
     assert capture(world["owner_a"], retire).status_code == 201
     row = chip(serials[1])
-    assert (row.status, row.owner.slug, row.possessor.slug, row.facility.slug) == ("decommissioned", "owner-a", "owner-a", "dc-owner-a")
+    assert (row.status, row.owner.slug, row.possessor.slug, row.facility.slug) == (
+        "decommissioned", "owner-a", "owner-a", "dc-owner-a")
     kinds = list(ChipEvent.objects.filter(chip=row).values_list("kind", flat=True))
     assert kinds == ["chip.fabricated", "chip.exported", "chip.received", "chip.shipped", "chip.received",
                      "chip.transfer_offered", "chip.transfer_accepted", "chip.decommissioned"]
     shipped = Entry.objects.get(seq=ChipEvent.objects.get(chip=row, kind="chip.shipped").seq)
-    assert (shipped.payload["consignee"], shipped.payload["reference"], shipped.payload["destination_country"]) == ("owner-a", "INV-7", "US")
+    payload = shipped.payload
+    assert (payload["consignee"], payload["reference"], payload["destination_country"]) == ("owner-a", "INV-7", "US")
 
 
 def test_destroying_is_captured_by_the_owner(world):
@@ -165,10 +173,12 @@ def test_destination_location_sets_the_country_and_a_domestic_licence_is_refused
     ship = shipping([sgtin(serials[0])], "owner-a")
     ship["destinationList"].append({"type": "location", "destination": abroad.slug})
     response = capture(world["vendor_a"], ship)
-    assert response.status_code == 400 and "US to DE" in response.json()["epcisBody.eventList[0].chipledger:exportLicence"][0]
+    assert response.status_code == 400
+    assert "US to DE" in response.json()["epcisBody.eventList[0].chipledger:exportLicence"][0]
     licensed = shipping([sgtin(serials[0])], "owner-a", **{"chipledger:exportLicence": "US-EL-1"})
     response = capture(world["vendor_a"], licensed)
-    assert response.status_code == 400 and "record a shipment" in response.json()["epcisBody.eventList[0].epcList[0]"][0]
+    assert response.status_code == 400
+    assert "record a shipment" in response.json()["epcisBody.eventList[0].epcList[0]"][0]
 
 
 def test_a_resent_event_is_skipped_as_duplicate(world):
@@ -188,8 +198,18 @@ def test_a_resent_event_is_skipped_as_duplicate(world):
     assert ChipEvent.objects.filter(chip__serial=serials[0], kind="chip.fabricated").count() == 1
 
 
+def test_captured_chips_equal_their_rebuild_from_the_ledger(world):
+    serials = at_vendor_a(world)
+    capture(world["vendor_a"], shipping([sgtin(s) for s in serials], "owner-a"))
+    out = io.StringIO()
+    call_command("rebuild_projections", "--check", stdout=out)  # exits 1 on any difference
+    assert f"{len(serials)} chips" in out.getvalue()
+    assert epcis.captured_event_ids(world["vendor_a"].org, serials) == {
+        e.payload["epcis"]["event_id"] for e in Entry.objects.filter(kind__startswith="chip.")}
+
+
 def _broken(case, serials):
-    """A document whose first event is valid and whose second is broken as ``case`` says."""
+    """A commissioning and a shipment, valid but for what ``case`` breaks (the first is applied before the second)."""
     events = [commissioning([sgtin(s) for s in new_serials(1)]),
               shipping([sgtin(serials[0])], "vendor-a", **{"chipledger:exportLicence": "TW-EL-1"})]
     doc = document(*events)
@@ -220,6 +240,10 @@ def _broken(case, serials):
         second["errorDeclaration"] = {"declarationTime": "2026-03-01T12:00:00Z"}
     elif case == "missing_event_time":
         del second["eventTime"]
+    elif case == "licence_off_shipping":
+        events[0]["chipledger:exportLicence"] = "TW-EL-1"
+    elif case == "parties_on_commissioning":
+        events[0]["destinationList"] = second["destinationList"]
     return doc
 
 
@@ -237,6 +261,8 @@ MALFORMED = {
     "gln_party": "epcisBody.eventList[1].destinationList[0].destination",
     "error_declaration": "epcisBody.eventList[1].errorDeclaration",
     "missing_event_time": "epcisBody.eventList[1].eventTime",
+    "licence_off_shipping": "epcisBody.eventList[0].chipledger:exportLicence",
+    "parties_on_commissioning": "epcisBody.eventList[0].destinationList",
 }
 
 
@@ -274,6 +300,16 @@ def test_only_the_possessor_captures_a_shipment_and_only_the_consignee_a_receipt
     assert capture(world["vendor_a"], shipping(epcs, "owner-a")).status_code == 201
     assert capture(world["vendor_b"], receiving(epcs, "wh-vendor-a")).status_code == 400
     assert ledger_selectors.ledger_size() == size + 1
+
+
+def test_duplicates_are_only_reported_for_chips_the_caller_may_see(world):
+    serials = at_vendor_a(world, 1)
+    ship = shipping([sgtin(serials[0])], "owner-a", eventID="urn:uuid:6b1d0c1e-5a2f-4c3e-8d7a-000000000001")
+    assert capture(world["vendor_a"], ship).json()["captured"] == 1
+    assert capture(world["vendor_a"], ship).json()["duplicates"] == 1
+    response = capture(world["vendor_b"], ship)  # "duplicate" would tell vendor B about another's chip
+    assert response.status_code == 400
+    assert response.json() == {"epcisBody.eventList[0].epcList[0]": [f"unknown chip {serials[0]}"]}
 
 
 def test_signature_replay_and_idempotency_are_inherited(world):
@@ -325,7 +361,10 @@ def test_query_returns_the_history_as_epcis_object_events(world):
 
 def test_query_by_digital_link_or_serial_and_visibility(world):
     serials = at_vendor_a(world, 1)
-    seqs = lambda r: [e["chipledger:seq"] for e in r.json()["epcisBody"]["queryResults"]["resultsBody"]["eventList"]]
+
+    def seqs(response):
+        return [e["chipledger:seq"] for e in response.json()["epcisBody"]["queryResults"]["resultsBody"]["eventList"]]
+
     by_sgtin = world["vendor_a"].get(EVENTS, epc=sgtin(serials[0]))
     by_link = world["regulator"].get(EVENTS, epc=link(serials[0]))
     by_serial = world["fab"].get(EVENTS, epc=serials[0])
