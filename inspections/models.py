@@ -1,1 +1,85 @@
-"""Inspections: campaigns, draws, assignments, findings, claims (issue 4)."""
+"""Inspections: campaigns, their seeds and draws, and the inspection tasks they create.
+
+Projections of ledger entries (``*_seq`` fields point at them), written only by
+``inspections.services`` — except ``CampaignSeed``, the regulator's secret
+until the draw reveals it on the ledger: no API or admin page shows it.
+"""
+from django.db import models
+
+from registry.models import Chip, Organisation
+
+
+class Campaign(models.Model):
+    """A regulator's standing order to sample provers' chips against one rule (DESIGN §5)."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    provers = models.ManyToManyField(Organisation, blank=True, related_name="campaigns")
+    country = models.CharField(max_length=2, blank=True, help_text="or: every holder of chips in this country")
+    rule_flops = models.FloatField(help_text="H: the training compute the rule forbids")
+    detection_probability = models.FloatField(default=0.9)
+    snapshot_rate = models.FloatField(default=0.1, help_text="f: snapshots per chip per day")
+    period_days = models.PositiveIntegerField(default=30)
+    run_days = models.PositiveIntegerField(default=365)
+    starts_on = models.DateField()
+    ends_on = models.DateField(null=True, blank=True)
+    created_seq = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class CampaignSeed(models.Model):
+    """The secret seed of one period's draw. Its hash is on the ledger from the start."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="seeds")
+    period = models.PositiveIntegerField()
+    seed = models.BinaryField(max_length=32)
+    commitment = models.CharField(max_length=64)
+    committed_seq = models.BigIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["campaign", "period"], name="one_seed_per_period")]
+
+
+class Draw(models.Model):
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="draws")
+    period = models.PositiveIntegerField()
+    checkpoint_size = models.BigIntegerField()
+    checkpoint_root = models.BinaryField(max_length=32)
+    drawn_seq = models.BigIntegerField()
+    drawn_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["campaign", "period"], name="one_draw_per_period")]
+
+
+class InspectionTask(models.Model):
+    class Status(models.TextChoices):
+        ASSIGNED = "assigned"
+        ACCEPTED = "accepted"
+        DONE = "done"
+        OVERDUE = "overdue"
+
+    draw = models.ForeignKey(Draw, on_delete=models.PROTECT, related_name="tasks")
+    chip = models.ForeignKey(Chip, on_delete=models.PROTECT, related_name="inspection_tasks")
+    prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="inspections_faced")
+    inspection_body = models.ForeignKey(
+        Organisation, null=True, blank=True, on_delete=models.PROTECT, related_name="inspection_tasks"
+    )
+    due_on = models.DateField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ASSIGNED)
+    assigned_seq = models.BigIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["draw", "chip"], name="one_task_per_chip_and_draw")]
+
+
+class InspectionBody(models.Model):
+    """Where an inspection body works and how many chips it can inspect per period."""
+
+    organisation = models.OneToOneField(Organisation, on_delete=models.PROTECT, related_name="inspection_profile")
+    countries = models.JSONField(default=list, help_text="ISO 3166-1 alpha-2 codes it covers")
+    capacity_per_period = models.PositiveIntegerField(default=100)
+
+    def __str__(self) -> str:
+        return self.organisation.slug

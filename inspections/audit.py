@@ -1,0 +1,74 @@
+"""Recompute a past draw from the ledger alone (``manage.py audit_draw``). Read-only.
+
+Anyone holding the ledger can do this: the campaign's parameters, the seed's
+commitment, the revealed seed and the checkpoint are all entries, and the
+prover's chips at the checkpoint come from replaying the registry's entries.
+"""
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from ledger import merkle
+from ledger.models import Entry
+from ledger.services import node_hashes
+from registry.rebuild import rebuild
+
+from . import draws
+from .services import ELIGIBLE, prover_sample
+
+
+@dataclass
+class Audit:
+    campaign: str
+    period: int
+    problems: list[str] = field(default_factory=list)
+    provers: dict = field(default_factory=dict)
+
+    @property
+    def matches(self) -> bool:
+        return not self.problems
+
+
+def _entry(kind: str, **match) -> Entry | None:
+    lookups = {f"payload__{key}": value for key, value in match.items()}
+    return Entry.objects.filter(kind=kind, **lookups).order_by("seq").first()
+
+
+def audit_draw(campaign: str, period: int) -> Audit:
+    audit = Audit(campaign, period)
+    created = _entry("campaign.created", slug=campaign)
+    committed = _entry("campaign.seed_committed", campaign=campaign, period=period)
+    drawn = _entry("campaign.drawn", campaign=campaign, period=period)
+    if created is None or committed is None or drawn is None:
+        audit.problems.append("the ledger has no such campaign, commitment or draw")
+        return audit
+    seed = bytes.fromhex(drawn.payload["seed"])
+    size = drawn.payload["checkpoint"]["size"]
+    root = base64.b64decode(drawn.payload["checkpoint"]["root"])
+    if draws.commitment(seed) != committed.payload["commitment"]:
+        audit.problems.append("the revealed seed does not match its commitment")
+    if not committed.seq < size <= drawn.seq:
+        audit.problems.append("the seed was not committed before the checkpoint the draw used")
+    if merkle.root([node_hashes(merkle.frontier_nodes(size))[n] for n in merkle.frontier_nodes(size)]) != root:
+        audit.problems.append(f"the draw's root is not the ledger's root at size {size}")
+    _compare_samples(audit, created.payload, drawn.payload, seed, root, size)
+    return audit
+
+
+def _compare_samples(audit: Audit, params: dict, drawn: dict, seed: bytes, root: bytes, size: int) -> None:
+    world = rebuild(size)
+    campaign = SimpleNamespace(**params)
+    targets = sorted({s.owner for s in world.chips.values() if s.country == params["country"] and s.status in ELIGIBLE}) \
+        if params["country"] else params["provers"]
+    if sorted(drawn["provers"]) != targets:
+        audit.problems.append(f"targeted provers {sorted(drawn['provers'])}, the ledger says {targets}")
+    for prover in targets:
+        chips = [s for s in world.chips.values() if s.owner == prover and s.status in ELIGIBLE]
+        peaks = [world.chip_models[s.model]["peak_flops_16bit"] for s in chips]
+        holdings = {"serials": [s.serial for s in chips], "peak_flops": max(peaks, default=None)}
+        expected = prover_sample(campaign, prover, holdings, seed, root)
+        audit.provers[prover] = expected
+        if drawn["provers"].get(prover) != expected:
+            audit.problems.append(f"{prover}: the draw on the ledger differs from its recomputation")

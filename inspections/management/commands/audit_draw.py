@@ -1,0 +1,22 @@
+import sys
+
+from django.core.management.base import BaseCommand
+
+from inspections.audit import audit_draw
+
+
+class Command(BaseCommand):
+    help = "Recompute a campaign's draw for one period from the ledger alone and say whether it matches."
+
+    def add_arguments(self, parser):
+        parser.add_argument("campaign")
+        parser.add_argument("period", type=int)
+
+    def handle(self, *args, **options):
+        audit = audit_draw(options["campaign"], options["period"])
+        if not audit.matches:
+            for problem in audit.problems:
+                self.stderr.write(f"MISMATCH {problem}")
+            sys.exit(1)
+        drawn = sum(len(p["drawn"]) for p in audit.provers.values())
+        self.stdout.write(f"MATCH campaign={audit.campaign} period={audit.period} provers={len(audit.provers)} drawn={drawn}")

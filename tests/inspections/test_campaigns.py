@@ -1,0 +1,154 @@
+"""Campaigns: commit–draw–reveal on the ledger, assignment by region and capacity, audit from the ledger."""
+import base64
+import io
+from datetime import date, timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from inspections import draws, services
+from inspections.audit import audit_draw
+from inspections.models import CampaignSeed, Draw, InspectionTask
+from inspections.tasks import draw_due_campaigns
+from ledger import services as ledger_services
+from ledger.models import Entry
+from registry.models import Chip
+from tests.inspections.factories import H100, YEAR, make_provers
+from tests.registry.factories import event
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def provers():
+    make_provers()
+
+
+def campaign(**overrides):
+    params = {"slug": "frontier-2026", "provers": ["owner-a", "owner-b"], "rule_flops": 20 * H100 * YEAR,
+              "starts_on": timezone.now().date()}
+    return services.campaign_create(**{**params, **overrides})
+
+
+def test_the_seed_is_committed_before_and_revealed_only_after_the_draw(provers):
+    camp = campaign()
+    seed = CampaignSeed.objects.get(campaign=camp, period=0)
+    committed = Entry.objects.get(kind="campaign.seed_committed")
+    assert committed.payload["commitment"] == draws.commitment(bytes(seed.seed))
+    assert not Entry.objects.filter(payload__seed=bytes(seed.seed).hex()).exists()  # secret until the draw
+    draw = services.campaign_draw(camp, 0)
+    drawn = Entry.objects.get(seq=draw.drawn_seq)
+    assert drawn.payload["seed"] == bytes(seed.seed).hex()
+    assert committed.seq < draw.checkpoint_size <= drawn.seq
+    assert CampaignSeed.objects.filter(campaign=camp, period=1).exists()  # next period already committed
+
+
+def test_draw_samples_each_prover_by_its_plan_and_assigns_by_country_and_capacity(provers):
+    draw = services.campaign_draw(campaign(), 0)
+    sampled = Entry.objects.get(seq=draw.drawn_seq).payload["provers"]
+    assert sampled["owner-a"]["chips"] == 200 and sampled["owner-b"]["chips"] == 50
+    tasks = InspectionTask.objects.filter(draw=draw).select_related("chip", "inspection_body", "prover")
+    assert tasks.count() == sampled["owner-a"]["samples"] + sampled["owner-b"]["samples"] > 0
+    for task in tasks:
+        assert task.chip.owner == task.prover
+        if task.inspection_body:
+            assert task.chip.country in task.inspection_body.inspection_profile.countries
+    us = [t for t in tasks if t.prover.slug == "owner-a"]
+    per_body = {slug: sum(1 for t in us if t.inspection_body and t.inspection_body.slug == slug) for slug in ("inspect-us", "inspect-us-2")}
+    assert per_body["inspect-us"] <= 3 and per_body["inspect-us-2"] <= 1
+    assert sum(1 for t in us if t.inspection_body is None) == max(0, len(us) - 4)  # over capacity: unassigned
+
+
+def test_an_impossible_run_draws_nothing(provers):
+    draw = services.campaign_draw(campaign(rule_flops=10_000 * H100 * YEAR), 0)
+    sampled = Entry.objects.get(seq=draw.drawn_seq).payload["provers"]
+    assert sampled["owner-a"]["samples"] == 0 and sampled["owner-a"]["chips_needed"] > 200
+
+
+def test_a_country_campaign_targets_every_holder_there(provers):
+    draw = services.campaign_draw(campaign(provers=[], country="NL"), 0)
+    assert list(Entry.objects.get(seq=draw.drawn_seq).payload["provers"]) == ["owner-b"]
+
+
+def test_audit_recomputes_the_draw_from_the_ledger(provers):
+    camp = campaign()
+    services.campaign_draw(camp, 0)
+    chip = Chip.objects.filter(owner__slug="owner-a").select_related("owner").first()
+    event(chip.owner, "reported_lost", [chip.serial])  # what happens after the draw does not change it
+    out = io.StringIO()
+    call_command("audit_draw", "frontier-2026", "0", stdout=out)
+    assert out.getvalue().startswith("MATCH campaign=frontier-2026 period=0 provers=2")
+
+
+def test_audit_catches_a_draw_that_is_not_the_recomputation(provers):
+    camp = campaign()
+    real = Entry.objects.get(seq=services.campaign_draw(camp, 0).drawn_seq).payload
+    seed = draws.new_seed()
+    ledger_services.append_entry("campaign.seed_committed", {"campaign": camp.slug, "period": 9,
+                                                             "commitment": draws.commitment(seed)}, "regulator")
+    checkpoint = ledger_services.checkpoint_sign()
+    forged = {**real, "period": 9, "seed": seed.hex(),
+              "checkpoint": {"size": checkpoint.size, "root": base64.b64encode(bytes(checkpoint.root)).decode()}}
+    ledger_services.append_entry("campaign.drawn", forged, "regulator")  # the old sample, a new seed: a cherry-pick
+    audit = audit_draw(camp.slug, 9)
+    assert not audit.matches and any("differs" in problem for problem in audit.problems)
+    with pytest.raises(SystemExit) as exit_:
+        call_command("audit_draw", camp.slug, "9", stderr=io.StringIO())
+    assert exit_.value.code == 1
+
+
+def test_audit_catches_a_seed_that_does_not_match_its_commitment(provers):
+    camp = campaign()
+    ledger_services.append_entry("campaign.seed_committed", {"campaign": camp.slug, "period": 7,
+                                                             "commitment": draws.commitment(b"x" * 32)}, "regulator")
+    checkpoint = ledger_services.checkpoint_sign()
+    ledger_services.append_entry("campaign.drawn", {
+        "campaign": camp.slug, "period": 7, "seed": (b"y" * 32).hex(), "provers": {}, "assignments": {},
+        "checkpoint": {"size": checkpoint.size, "root": base64.b64encode(bytes(checkpoint.root)).decode()},
+    }, "regulator")
+    assert any("commitment" in problem for problem in audit_draw(camp.slug, 7).problems)
+
+
+def test_beat_task_draws_each_due_period_once(provers):
+    campaign(starts_on=timezone.now().date() - timedelta(days=45))  # in period 1
+    assert draw_due_campaigns() == ["frontier-2026:1"]
+    assert draw_due_campaigns() == []
+    assert Draw.objects.get().period == 1
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"provers": [], "country": ""}, "provers"),
+    ({"provers": ["nobody"]}, "provers"),
+    ({"rule_flops": 0}, "rule_flops"),
+    ({"detection_probability": 1.0}, "detection_probability"),
+    ({"period_days": 400}, "period_days"),
+])
+def test_bad_campaigns_are_refused_and_write_nothing(provers, overrides, field):
+    from django.core.exceptions import ValidationError
+
+    size = Entry.objects.count()
+    with pytest.raises(ValidationError) as error:
+        campaign(**overrides)
+    assert field in error.value.message_dict and Entry.objects.count() == size
+
+
+def test_a_period_is_drawn_once(provers):
+    from django.core.exceptions import ValidationError
+
+    camp = campaign()
+    services.campaign_draw(camp, 0)
+    with pytest.raises(ValidationError):
+        services.campaign_draw(camp, 0)
+    with pytest.raises(ValidationError):
+        services.campaign_draw(camp, 5)  # no seed committed for it
+    assert services.campaign_period(camp, camp.starts_on - timedelta(days=1)) is None
+    assert services.campaign_period(camp, date.fromordinal(camp.starts_on.toordinal() + 61)) == 2
+
+
+def test_a_missed_period_is_committed_first_and_drawn_on_the_next_run(provers):
+    camp = campaign(starts_on=timezone.now().date() - timedelta(days=70))  # created in period 2
+    CampaignSeed.objects.filter(campaign=camp).delete()  # as if nothing was ever committed
+    assert draw_due_campaigns() == []  # commits period 2's seed
+    assert CampaignSeed.objects.filter(campaign=camp, period=2).exists() and not Draw.objects.exists()
+    assert draw_due_campaigns() == ["frontier-2026:2"]
