@@ -29,12 +29,16 @@ class Scratch:
     events: dict[str, list[tuple[int, str, str]]] = field(default_factory=lambda: defaultdict(list))
 
 
-def rebuild() -> Scratch:
+def rebuild(size: int | None = None) -> Scratch:
+    """The registry as the ledger's first ``size`` entries (all of them by default) make it."""
     scratch = Scratch()
+    end = size if size is not None else 2**62
     with connection.cursor() as cursor:
         last = -1
         while True:
-            cursor.execute("SELECT seq, leaf FROM ledger_entry WHERE seq > %s ORDER BY seq LIMIT 5000", [last])
+            cursor.execute(
+                "SELECT seq, leaf FROM ledger_entry WHERE seq > %s AND seq < %s ORDER BY seq LIMIT 5000", [last, end]
+            )
             rows = cursor.fetchall()
             if not rows:
                 return scratch
