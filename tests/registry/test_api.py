@@ -228,3 +228,17 @@ def test_user_without_organisation_is_refused(world):
     api = APIClient()
     api.force_authenticate(get_user_model().objects.create_user("loner"))
     assert api.get("/api/registry/chips").status_code == 403
+
+
+def test_owner_is_not_possessor_and_consignee_is_not_owner(world):
+    serials = vendor_stock(world, 2)  # fab-tw owns them, vendor-a holds them
+    fab, vendor = world["fab"], world["vendor_a"]
+    ship = {"chips": serials, "consignee": "owner-a", "reference": "INV-9"}
+    refused = fab.post(EVENTS + "ship", ship)  # the owner does not hold them
+    assert refused.status_code == 400 and "only the chip's possessor" in refused.json()["chips[0]"][0]
+    refused = vendor.post(EVENTS + "transfer-offer", {"chips": serials, "to_owner": "owner-a"})  # the holder does not own them
+    assert refused.status_code == 400 and "only the chip's owner" in refused.json()["chips[0]"][0]
+    assert vendor.post(EVENTS + "ship", ship).status_code == 201
+    refused = world["owner_a"].post(EVENTS + "decommission", {"chips": serials})  # consignee, not owner
+    assert refused.status_code == 400
+    assert world["owner_a"].get(f"/api/registry/chips/{serials[0]}").status_code == 200  # consigned to it: visible
