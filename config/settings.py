@@ -132,6 +132,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "ledger.tasks.checkpoint_if_grown",
         "schedule": timedelta(seconds=env.int("LEDGER_CHECKPOINT_INTERVAL", default=60)),
     },
+    "inspections-sweep": {
+        "task": "inspections.tasks.sweep",
+        "schedule": timedelta(seconds=env.int("INSPECTIONS_SWEEP_INTERVAL", default=3600)),
+    },
     "inspections-draw": {
         "task": "inspections.tasks.draw_due_campaigns",
         "schedule": timedelta(seconds=env.int("INSPECTIONS_DRAW_INTERVAL", default=3600)),

@@ -9,6 +9,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/ledger/", include("ledger.urls")),
     path("api/registry/", include("registry.urls")),
+    path("api/inspections/", include("inspections.urls")),
     path("api/epcis/", include("registry.epcis_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),

@@ -83,3 +83,83 @@ class InspectionBody(models.Model):
 
     def __str__(self) -> str:
         return self.organisation.slug
+
+
+class Alert(models.Model):
+    """Something the regulator must look at; raised on the ledger (``alert.raised``)."""
+
+    class Kind(models.TextChoices):
+        OVERDUE = "overdue"
+        NOT_FOUND = "not_found"
+        REFUSED = "refused"
+        LOST = "lost"
+        IDENTITY_FAILED = "identity_failed"
+        LOG_PROBLEMS = "log_problems"
+        UNASSIGNED = "unassigned"
+
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="alerts")
+    chip = models.ForeignKey(Chip, null=True, blank=True, on_delete=models.PROTECT, related_name="alerts")
+    task = models.ForeignKey(InspectionTask, null=True, blank=True, on_delete=models.PROTECT, related_name="alerts")
+    detail = models.TextField()
+    raised_seq = models.BigIntegerField()
+    raised_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-raised_seq"]
+
+
+class IdentityChallenge(models.Model):
+    """A fresh nonce the chip must sign with its fabrication key. Used once, and only briefly valid."""
+
+    task = models.ForeignKey(InspectionTask, on_delete=models.PROTECT, related_name="challenges")
+    nonce = models.CharField(max_length=64, unique=True)
+    issued_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    answered = models.BooleanField(default=False)
+
+
+class SnapshotLog(models.Model):
+    """A chip's firmware log as the inspector uploaded it; checked by a Celery task."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        INTACT = "intact"
+        PROBLEMS = "problems"
+
+    task = models.ForeignKey(InspectionTask, on_delete=models.PROTECT, related_name="snapshot_logs")
+    text = models.TextField()
+    sha256 = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    problems = models.JSONField(default=list)
+    checked_seq = models.BigIntegerField(null=True, blank=True)
+    uploaded_at = models.DateTimeField(auto_now_add=True)
+
+
+class Snapshot(models.Model):
+    """An authentic snapshot hash read off a chip: the prover must answer it with a claim."""
+
+    chip = models.ForeignKey(Chip, on_delete=models.PROTECT, related_name="snapshots")
+    log = models.ForeignKey(SnapshotLog, on_delete=models.PROTECT, related_name="snapshots")
+    counter = models.BigIntegerField()
+    time = models.CharField(max_length=40)
+    shard = models.PositiveIntegerField()
+    hash = models.CharField(max_length=64)
+    claim_due_on = models.DateField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["chip", "counter"], name="one_snapshot_per_chip_counter")]
+
+
+class Finding(models.Model):
+    """What the inspector found at the chip (recorded on the ledger as ``inspection.finding``)."""
+
+    task = models.OneToOneField(InspectionTask, on_delete=models.PROTECT, related_name="finding")
+    chip_found = models.BooleanField()
+    owner_refused = models.BooleanField(default=False)
+    seal_intact = models.BooleanField(null=True)
+    tamper_evidence = models.BooleanField(null=True)
+    location_matches = models.BooleanField(null=True)
+    photo_hashes = models.JSONField(default=list)
+    notes = models.TextField(blank=True)
+    recorded_seq = models.BigIntegerField()

@@ -2,19 +2,35 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import secrets
 from collections import defaultdict
 from datetime import date, timedelta
 
 from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
 
 from ledger import services as ledger
 from registry.lifecycle import ACTIVE, Status
 from registry.models import Chip, Organisation
 
 from . import draws, sampling
-from .models import Campaign, CampaignSeed, Draw, InspectionBody, InspectionTask
+from .models import (
+    Alert,
+    Campaign,
+    CampaignSeed,
+    Draw,
+    Finding,
+    IdentityChallenge,
+    InspectionBody,
+    InspectionTask,
+    Snapshot,
+    SnapshotLog,
+)
 
 # Chips a prover holds for the purpose of a draw: anything it owns that could be training.
 ELIGIBLE = sorted(s.value for s in ACTIVE | {Status.IN_TRANSIT})
@@ -177,11 +193,237 @@ def assign(provers: dict) -> dict[str, str | None]:
 
 
 def _create_tasks(draw: Draw, provers: dict, assignments: dict, today: date, seq: int) -> None:
-    chips = dict(Chip.objects.filter(serial__in=assignments).values_list("serial", "id"))
-    orgs = dict(Organisation.objects.values_list("slug", "id"))
+    chips = {chip.serial: chip for chip in Chip.objects.filter(serial__in=assignments)}
+    orgs = {org.slug: org for org in Organisation.objects.all()}
     due = today + timedelta(days=TASK_DAYS)
-    InspectionTask.objects.bulk_create([
-        InspectionTask(draw=draw, chip_id=chips[serial], prover_id=orgs[prover], inspection_body_id=orgs.get(assignments[serial]),
+    tasks = InspectionTask.objects.bulk_create([
+        InspectionTask(draw=draw, chip=chips[serial], prover=orgs[prover], inspection_body=orgs.get(assignments[serial]),
                        due_on=due, assigned_seq=seq)
         for prover, sample in provers.items() for serial in sample["drawn"]
     ])
+    for task in tasks:
+        if task.inspection_body is None:
+            alert_raise(Alert.Kind.UNASSIGNED, task.prover, f"no inspection body with capacity covers {task.chip.country} "
+                        f"for {task.chip.serial}", task.chip, task)
+    transaction.on_commit(lambda: _notify_inspectors(draw))
+
+
+def _notify_inspectors(draw: Draw) -> None:
+    """One email per inspection body member with the tasks assigned to the body (console backend by default)."""
+    by_body = defaultdict(list)
+    for task in draw.tasks.select_related("chip", "inspection_body").exclude(inspection_body=None):
+        by_body[task.inspection_body].append(task)
+    for body, tasks in by_body.items():
+        recipients = [m.user.email for m in body.members.select_related("user") if m.user.email]
+        if recipients:
+            lines = "\n".join(f"  {t.chip.serial} at {t.chip.facility_id and t.chip.facility.slug}, due {t.due_on}" for t in tasks)
+            send_mail(f"{len(tasks)} chip inspections assigned ({draw.campaign.slug}, period {draw.period})",
+                      f"Inspections assigned to {body.slug}:\n{lines}\n", None, recipients)
+
+
+# --- alerts ---------------------------------------------------------------------------
+
+
+def alert_raise(kind: str, prover: Organisation, detail: str, chip: Chip | None = None,
+                task: InspectionTask | None = None, actor: str = "system") -> Alert:
+    payload = {"kind": kind, "prover": prover.slug, "chip": chip.serial if chip else None,
+               "task": task.pk if task else None, "detail": detail}
+    entry = ledger.append_entry("alert.raised", payload, actor)
+    return Alert.objects.create(kind=kind, prover=prover, chip=chip, task=task, detail=detail, raised_seq=entry.seq,
+                                raised_at=entry.time)
+
+
+# --- the inspector's workflow ---------------------------------------------------------
+
+CHALLENGE_SECONDS = 600
+CLAIM_DAYS = 30  # the prover must answer a logged snapshot within this many days
+MAX_LOG_BYTES = 5 * 2**20
+
+
+def _own_task(task: InspectionTask, body: Organisation) -> None:
+    if task.inspection_body_id != body.pk:
+        raise InspectionTask.DoesNotExist  # another body's task does not exist for this one
+
+
+@transaction.atomic
+def task_accept(task: InspectionTask, body: Organisation) -> InspectionTask:
+    _own_task(task, body)
+    if task.status != InspectionTask.Status.ASSIGNED:
+        _fail("status", f"a {task.status} task cannot be accepted")
+    ledger.append_entry("inspection.accepted", {"task": task.pk, "chip": task.chip.serial}, body.slug)
+    task.status = InspectionTask.Status.ACCEPTED
+    task.save(update_fields=["status"])
+    return task
+
+
+def identity_message(serial: str, nonce: str) -> bytes:
+    """What the chip signs: domain-separated, so no other signature of the chip key can pass."""
+    return f"chipledger identity challenge v1\n{serial}\n{nonce}\n".encode()
+
+
+@transaction.atomic
+def identity_challenge_issue(task: InspectionTask, body: Organisation) -> IdentityChallenge:
+    _own_task(task, body)
+    now = timezone.now()
+    return IdentityChallenge.objects.create(task=task, nonce=secrets.token_hex(32), issued_at=now,
+                                            expires_at=now + timedelta(seconds=CHALLENGE_SECONDS))
+
+
+@transaction.atomic
+def identity_answer_check(task: InspectionTask, body: Organisation, nonce: str, signature: str) -> dict:
+    """Verify the chip's answer against the key registered at fabrication; the outcome goes on the ledger.
+
+    A wrong, replayed or expired answer is a failed identity check, never a pass.
+    """
+    _own_task(task, body)
+    challenge = IdentityChallenge.objects.select_for_update().filter(task=task, nonce=nonce).first()
+    reason = _identity_problem(task, challenge, signature)
+    if challenge is not None:
+        challenge.answered = True
+        challenge.save(update_fields=["answered"])
+    outcome = {"task": task.pk, "chip": task.chip.serial, "nonce": nonce, "passed": reason is None, "reason": reason}
+    ledger.append_entry("inspection.identity_checked", outcome, body.slug)
+    if reason is not None:
+        alert_raise(Alert.Kind.IDENTITY_FAILED, task.prover, f"{task.chip.serial}: {reason}", task.chip, task)
+    return outcome
+
+
+def _identity_problem(task: InspectionTask, challenge: IdentityChallenge | None, signature: str) -> str | None:
+    if challenge is None:
+        return "no such challenge was issued for this task"
+    if challenge.answered:
+        return "the challenge was already answered (replayed)"
+    if timezone.now() > challenge.expires_at:
+        return "the challenge expired"
+    try:
+        VerifyKey(bytes(task.chip.public_key)).verify(
+            identity_message(task.chip.serial, challenge.nonce), base64.b64decode(signature, validate=True)
+        )
+    except (BadSignatureError, ValueError, TypeError):
+        return "the signature does not verify under the chip's registered key"
+    return None
+
+
+@transaction.atomic
+def snapshot_log_upload(task: InspectionTask, body: Organisation, text: str) -> SnapshotLog:
+    """Store the log; a Celery task checks it after commit (the checker lives in replay)."""
+    _own_task(task, body)
+    if len(text.encode()) > MAX_LOG_BYTES:
+        _fail("log", f"at most {MAX_LOG_BYTES} bytes")
+    if not text.strip():
+        _fail("log", "is empty")
+    log = SnapshotLog.objects.create(task=task, text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
+    from .tasks import check_snapshot_log  # the task module imports this one
+
+    transaction.on_commit(lambda: check_snapshot_log.delay(log.pk))
+    return log
+
+
+@transaction.atomic
+def snapshot_log_record(log: SnapshotLog, problems: list[dict], records: list[dict]) -> SnapshotLog:
+    """Record the checker's verdict on the ledger; keep the authentic snapshots for the prover's claims."""
+    log = SnapshotLog.objects.select_for_update().select_related("task__chip", "task__prover").get(pk=log.pk)
+    if log.status != SnapshotLog.Status.PENDING:
+        return log  # a retried task records nothing twice
+    task, chip = log.task, log.task.chip
+    entry = ledger.append_entry("inspection.snapshot_log", {
+        "task": task.pk, "chip": chip.serial, "log_sha256": log.sha256, "problems": problems,
+        "snapshots": [{k: r[k] for k in ("counter", "time", "shard", "hash")} for r in records],
+    }, task.inspection_body.slug if task.inspection_body else "system")
+    due = timezone.now().date() + timedelta(days=CLAIM_DAYS)
+    Snapshot.objects.bulk_create([
+        Snapshot(chip=chip, log=log, counter=r["counter"], time=r["time"], shard=r["shard"], hash=r["hash"], claim_due_on=due)
+        for r in records
+    ], ignore_conflicts=True)
+    log.status = SnapshotLog.Status.PROBLEMS if problems else SnapshotLog.Status.INTACT
+    log.problems, log.checked_seq = problems, entry.seq
+    log.save(update_fields=["status", "problems", "checked_seq"])
+    if problems:
+        summary = "; ".join(f"line {p['line']}: {p['kind']} ({p['detail']})" for p in problems[:5])
+        alert_raise(Alert.Kind.LOG_PROBLEMS, task.prover, f"{chip.serial}: {summary}", chip, task)
+    return log
+
+
+FINDING_FIELDS = {"chip_found": bool, "owner_refused": bool, "seal_intact": bool, "tamper_evidence": bool,
+                  "location_matches": bool, "notes": str}
+
+
+@transaction.atomic
+def finding_submit(task: InspectionTask, body: Organisation, data: dict) -> Finding:
+    _own_task(task, body)
+    if task.status not in (InspectionTask.Status.ACCEPTED, InspectionTask.Status.OVERDUE):
+        _fail("status", f"a {task.status} task takes no finding (accept it first)")
+    finding = _finding_fields(data)
+    entry = ledger.append_entry("inspection.finding", {"task": task.pk, "chip": task.chip.serial, **finding}, body.slug)
+    row = Finding.objects.create(task=task, recorded_seq=entry.seq, **finding)
+    task.status = InspectionTask.Status.DONE
+    task.save(update_fields=["status"])
+    _escalate(task, row)
+    return row
+
+
+def _finding_fields(data: dict) -> dict:
+    if not isinstance(data, dict) or not isinstance(data.get("chip_found"), bool):
+        _fail("chip_found", "required: true or false")
+    finding = {}
+    for name, kind in FINDING_FIELDS.items():
+        value = data.get(name)
+        if value is not None and not isinstance(value, kind):
+            _fail(name, f"must be {kind.__name__}")
+        if value is not None:
+            finding[name] = value
+    hashes = data.get("photo_hashes", [])
+    if not isinstance(hashes, list) or not all(isinstance(h, str) and len(h) == 64 for h in hashes):
+        _fail("photo_hashes", "a list of hex SHA-256 digests of the photographs")
+    finding["photo_hashes"] = hashes
+    unknown = set(data) - set(FINDING_FIELDS) - {"photo_hashes"}
+    if unknown:
+        _fail("body", f"unknown fields {sorted(unknown)}")
+    return finding
+
+
+def _escalate(task: InspectionTask, finding: Finding) -> None:
+    """Not found, refused or tampered: alert and escalate; not found twice: an unscheduled campaign."""
+    chip, prover = task.chip, task.prover
+    if finding.owner_refused:
+        alert_raise(Alert.Kind.REFUSED, prover, f"{prover.slug} refused the inspection of {chip.serial}", chip, task)
+    if not finding.chip_found:
+        alert_raise(Alert.Kind.NOT_FOUND, prover, f"{chip.serial} was not where the registry says", chip, task)
+        misses = Finding.objects.filter(task__prover=prover, chip_found=False).count()
+        if misses == 2:
+            campaign = task.draw.campaign
+            campaign_create(
+                slug=f"unscheduled-{prover.slug}-{finding.recorded_seq}", provers=[prover.slug],
+                rule_flops=campaign.rule_flops, starts_on=timezone.now().date(),
+                detection_probability=campaign.detection_probability, snapshot_rate=campaign.snapshot_rate,
+                period_days=campaign.period_days, run_days=campaign.run_days, actor="system",
+            )
+
+
+# --- sweeps (beat) --------------------------------------------------------------------
+
+
+@transaction.atomic
+def overdue_sweep(today: date) -> int:
+    late = InspectionTask.objects.select_for_update().filter(
+        due_on__lt=today, status__in=[InspectionTask.Status.ASSIGNED, InspectionTask.Status.ACCEPTED]
+    ).select_related("chip", "prover")
+    count = 0
+    for task in late:
+        task.status = InspectionTask.Status.OVERDUE
+        task.save(update_fields=["status"])
+        alert_raise(Alert.Kind.OVERDUE, task.prover, f"inspection of {task.chip.serial} was due {task.due_on}", task.chip, task)
+        count += 1
+    return count
+
+
+@transaction.atomic
+def lost_chip_sweep() -> int:
+    """Chips reported lost or stolen get one alert each against their owner."""
+    alerted = Alert.objects.filter(kind=Alert.Kind.LOST).values("chip")
+    missing = Chip.objects.filter(status__in=[Status.LOST, Status.STOLEN]).exclude(pk__in=alerted).select_related("owner")
+    count = 0
+    for chip in missing:
+        alert_raise(Alert.Kind.LOST, chip.owner, f"{chip.serial} was reported {chip.status}", chip)
+        count += 1
+    return count

@@ -3,7 +3,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from . import services
-from .models import Campaign, CampaignSeed, Draw
+from .models import Campaign, CampaignSeed, Draw, SnapshotLog
 
 
 @shared_task(name="inspections.tasks.draw_due_campaigns")
@@ -25,3 +25,23 @@ def draw_due_campaigns() -> list[str]:
         services.campaign_draw(campaign, period)
         done.append(f"{campaign.slug}:{period}")
     return done
+
+
+@shared_task(name="inspections.tasks.check_snapshot_log", acks_late=True)
+def check_snapshot_log(log_id: int) -> str:
+    """Check an uploaded firmware log with replay's pure checker; the verdict lands on the ledger."""
+    from replay.firmware import parse_record, verify_log  # replay only in tasks (DESIGN §2)
+
+    log = SnapshotLog.objects.select_related("task__chip").get(pk=log_id)
+    chip = log.task.chip
+    lines = [line for line in log.text.splitlines() if line.strip()]
+    problems = verify_log(lines, bytes(chip.public_key), serial=chip.serial)
+    flagged = {p["line"] for p in problems if p["kind"] in ("malformed", "forged")}
+    records = [parse_record(line) for n, line in enumerate(lines) if n not in flagged]
+    return services.snapshot_log_record(log, problems, records).status
+
+
+@shared_task(name="inspections.tasks.sweep")
+def sweep() -> dict:
+    """Beat: overdue inspections and lost chips become alerts."""
+    return {"overdue": services.overdue_sweep(timezone.now().date()), "lost": services.lost_chip_sweep()}

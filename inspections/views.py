@@ -1,0 +1,115 @@
+"""Inspector API (DESIGN §5): thin views over inspections.services, for inspection bodies only."""
+from django.http import Http404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from registry.models import Role
+from registry.selectors import organisation_of
+from registry.throttles import OrganisationRateThrottle
+
+from . import selectors, services
+from .models import InspectionTask
+
+
+class TaskOut(serializers.ModelSerializer):
+    chip = serializers.CharField(source="chip.serial")
+    facility = serializers.CharField(source="chip.facility.slug", default=None)
+    location = serializers.CharField(source="chip.facility.location", default=None)
+    country = serializers.CharField(source="chip.country")
+    prover = serializers.CharField(source="prover.slug")
+    campaign = serializers.CharField(source="draw.campaign.slug")
+
+    class Meta:
+        model = InspectionTask
+        fields = ["id", "chip", "facility", "location", "country", "prover", "campaign", "due_on", "status"]
+
+
+class InspectorView(APIView):
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [OrganisationRateThrottle]
+    parser_classes = [JSONParser]
+
+    def body(self, request):
+        organisation = organisation_of(request.user)
+        if organisation is None or not organisation.has_role(Role.INSPECTION_BODY):
+            raise PermissionDenied({"user": ["is not a member of an inspection body"]})
+        return organisation
+
+    def task(self, request, task_id: int) -> InspectionTask:
+        task = selectors.task_of(self.body(request), task_id)
+        if task is None:  # another body's task does not exist for this one
+            raise Http404("no such task")
+        return task
+
+
+class TaskListView(InspectorView):
+    @extend_schema(responses=TaskOut(many=True), summary="Your inspection body's tasks")
+    def get(self, request):
+        return Response(TaskOut(selectors.tasks_of(self.body(request)), many=True).data)
+
+
+class TaskAcceptView(InspectorView):
+    @extend_schema(request=None, responses={200: TaskOut, 400: OpenApiResponse(description="not an assigned task")})
+    def post(self, request, task_id: int):
+        task = self.task(request, task_id)
+        return Response(TaskOut(services.task_accept(task, task.inspection_body)).data)
+
+
+class ChallengeView(InspectorView):
+    @extend_schema(request=None, summary="A fresh nonce for the chip to sign (valid 10 minutes, once)")
+    def post(self, request, task_id: int):
+        task = self.task(request, task_id)
+        challenge = services.identity_challenge_issue(task, task.inspection_body)
+        message = services.identity_message(task.chip.serial, challenge.nonce).decode()
+        return Response({"nonce": challenge.nonce, "message": message, "expires_at": challenge.expires_at},
+                        status=status.HTTP_201_CREATED)
+
+
+class IdentityIn(serializers.Serializer):
+    nonce = serializers.CharField(max_length=64)
+    signature = serializers.CharField(max_length=200, help_text="base64 Ed25519 signature of the challenge message")
+
+
+class IdentityView(InspectorView):
+    @extend_schema(request=IdentityIn, summary="The chip's signed answer; a failed check raises an alert")
+    def post(self, request, task_id: int):
+        task = self.task(request, task_id)
+        answer = IdentityIn(data=request.data)
+        answer.is_valid(raise_exception=True)
+        return Response(services.identity_answer_check(task, task.inspection_body, **answer.validated_data))
+
+
+class LogIn(serializers.Serializer):
+    log = serializers.CharField(trim_whitespace=False, help_text="the firmware log, JSON lines")
+
+
+class SnapshotLogView(InspectorView):
+    @extend_schema(request=LogIn, responses={202: dict}, summary="Upload the chip's firmware log; checked asynchronously")
+    def post(self, request, task_id: int):
+        task = self.task(request, task_id)
+        upload = LogIn(data=request.data)
+        upload.is_valid(raise_exception=True)
+        log = services.snapshot_log_upload(task, task.inspection_body, upload.validated_data["log"])
+        return Response({"id": log.pk, "status": log.status}, status=status.HTTP_202_ACCEPTED)
+
+
+class SnapshotLogStatusView(InspectorView):
+    @extend_schema(responses={200: dict}, summary="The checker's verdict on an uploaded log")
+    def get(self, request, log_id: int):
+        log = selectors.snapshot_log_of(self.body(request), log_id)
+        if log is None:
+            raise Http404("no such log")
+        return Response({"id": log.pk, "status": log.status, "problems": log.problems, "checked_seq": log.checked_seq})
+
+
+class FindingView(InspectorView):
+    @extend_schema(request=dict, responses={201: dict}, summary="Physical findings: found, refused, seal, tamper, location, photos")
+    def post(self, request, task_id: int):
+        task = self.task(request, task_id)
+        finding = services.finding_submit(task, task.inspection_body, request.data)
+        return Response({"task": task.pk, "recorded_seq": finding.recorded_seq}, status=status.HTTP_201_CREATED)
