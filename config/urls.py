@@ -6,6 +6,8 @@ from config.health import healthz
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("portal/", include("inspections.portal_urls")),
     path("healthz", healthz, name="healthz"),
     path("api/ledger/", include("ledger.urls")),
     path("api/registry/", include("registry.urls")),

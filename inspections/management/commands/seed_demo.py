@@ -1,10 +1,11 @@
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from inspections.demo import seed_inspections
 from registry.demo import demo_password, seed_demo
 
 
 class Command(BaseCommand):
-    help = "Create the demo organisations, chips and users (idempotent) and print the logins."
+    help = "Create the demo organisations, chips, users and a drawn inspection campaign (idempotent); print the logins."
 
     def add_arguments(self, parser):
         parser.add_argument("--password", help="password for every demo user (default: generated once, kept in var/)")
@@ -12,7 +13,11 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         password, generated = demo_password(options["password"])
-        logins = seed_demo(password, chips=options["chips"])
+        try:
+            logins = seed_demo(password, chips=options["chips"])
+        except ValueError as error:
+            raise CommandError(str(error)) from error
+        seed_inspections()
         self.stdout.write("Demo logins" + (" (password generated)" if generated else "") + f" — password: {password}")
         for login in logins:
             self.stdout.write(f"  {login.username:<12} {login.role:<40} API token {login.token}")

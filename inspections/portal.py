@@ -1,0 +1,104 @@
+"""The inspector's web portal: the same services as the API, as pages (server-rendered, session login)."""
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404
+from django.shortcuts import redirect, render
+
+from registry.models import Role
+from registry.selectors import organisation_of
+
+from . import selectors, services
+
+
+class FindingForm(forms.Form):
+    chip_found = forms.TypedChoiceField(choices=[("true", "yes"), ("false", "no")], coerce=lambda v: v == "true",
+                                        widget=forms.RadioSelect, label="Chip found where the registry says")
+    owner_refused = forms.BooleanField(required=False, label="Owner refused access")
+    seal_intact = forms.BooleanField(required=False)
+    tamper_evidence = forms.BooleanField(required=False, label="Evidence of tampering")
+    location_matches = forms.BooleanField(required=False)
+    photo_hashes = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                                   help_text="SHA-256 of each photograph, one per line")
+    notes = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
+
+    def finding(self) -> dict:
+        data = dict(self.cleaned_data)
+        data["photo_hashes"] = data["photo_hashes"].split()
+        return data
+
+
+class LogForm(forms.Form):
+    log = forms.FileField(help_text="the chip's firmware log (JSON lines)")
+
+
+class IdentityForm(forms.Form):
+    nonce = forms.CharField(widget=forms.HiddenInput)
+    signature = forms.CharField(help_text="the chip's base64 signature of the message above")
+
+
+def _body(request):
+    organisation = organisation_of(request.user)
+    if organisation is None or not organisation.has_role(Role.INSPECTION_BODY):
+        raise PermissionDenied("Only members of an inspection body use the portal.")
+    return organisation
+
+
+@login_required
+def task_list(request):
+    body = _body(request)
+    return render(request, "inspections/tasks.html", {"body": body, "tasks": selectors.tasks_of(body)})
+
+
+@login_required
+def task_detail(request, task_id: int):
+    body = _body(request)
+    task = selectors.task_of(body, task_id)
+    if task is None:
+        raise Http404("no such task")
+    context = {"body": body, "task": task, "finding_form": FindingForm(), "log_form": LogForm(), "challenge": None}
+    if request.method == "POST":
+        try:
+            response = _act(request, body, task, context)
+        except ValidationError as error:
+            for field, reasons in error.message_dict.items():
+                messages.error(request, f"{field}: {' '.join(reasons)}")
+            response = None
+        if response is not None:
+            return response
+    context["logs"] = task.snapshot_logs.order_by("-uploaded_at")
+    return render(request, "inspections/task.html", context)
+
+
+def _act(request, body, task, context):
+    action = request.POST.get("action")
+    if action == "accept":
+        services.task_accept(task, body)
+        messages.success(request, "Task accepted.")
+    elif action == "challenge":
+        challenge = services.identity_challenge_issue(task, body)
+        context["challenge"] = {"message": services.identity_message(task.chip.serial, challenge.nonce).decode(),
+                                "expires_at": challenge.expires_at}
+        context["identity_form"] = IdentityForm(initial={"nonce": challenge.nonce})
+        return None  # show the message to have the chip sign
+    elif action == "identity":
+        form = IdentityForm(request.POST)
+        if form.is_valid():
+            outcome = services.identity_answer_check(task, body, **form.cleaned_data)
+            (messages.success if outcome["passed"] else messages.error)(
+                request, "Identity verified." if outcome["passed"] else f"Identity check failed: {outcome['reason']}")
+    elif action == "log":
+        form = LogForm(request.POST, request.FILES)
+        if form.is_valid():
+            text = form.cleaned_data["log"].read().decode("utf-8", errors="replace")
+            services.snapshot_log_upload(task, body, text)
+            messages.success(request, "Log uploaded; it is being checked.")
+    elif action == "finding":
+        form = FindingForm(request.POST)
+        if not form.is_valid():
+            context["finding_form"] = form
+            return None
+        services.finding_submit(task, body, form.finding())
+        messages.success(request, "Finding recorded on the ledger.")
+    return redirect("portal:task", task.pk)

@@ -1,0 +1,67 @@
+"""The inspector's portal pages, driven as a person would: log in, accept, challenge, answer, record."""
+import base64
+
+import pytest
+from django.contrib.auth import get_user_model
+from nacl.signing import SigningKey
+
+from inspections.demo import seed_inspections
+from inspections.models import InspectionTask
+from ledger.models import Entry
+from registry.demo import seed_demo
+from registry.models import Chip
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def inspector(client):
+    seed_demo("demo-pass-123", chips=60)
+    seed_inspections()
+    assert client.login(username="inspector-a", password="demo-pass-123")
+    return client
+
+
+def test_login_page_and_redirect(client):
+    assert client.get("/accounts/login/").status_code == 200
+    assert client.get("/portal/").status_code == 302
+
+
+def test_task_list_shows_only_this_bodys_tasks(inspector):
+    html = inspector.get("/portal/").content.decode()
+    tasks = InspectionTask.objects.all()
+    assert tasks.exists() and all(t.chip.serial in html for t in tasks)
+
+
+def test_accept_challenge_answer_and_record_a_finding(inspector):
+    task = InspectionTask.objects.select_related("chip").first()
+    key = SigningKey.generate()
+    Chip.objects.filter(pk=task.chip_id).update(public_key=bytes(key.verify_key))
+    page = f"/portal/tasks/{task.pk}/"
+    assert inspector.post(page, {"action": "accept"}).status_code == 302
+    html = inspector.post(page, {"action": "challenge"}).content.decode()
+    message = html.split("<pre>")[1].split("</pre>")[0].replace("&#x27;", "'")
+    nonce = message.strip().splitlines()[-1]
+    signature = base64.b64encode(key.sign(message.encode()).signature).decode()
+    answered = inspector.post(page, {"action": "identity", "nonce": nonce, "signature": signature}, follow=True)
+    assert "Identity verified." in answered.content.decode()
+    recorded = inspector.post(page, {"action": "finding", "chip_found": "true", "seal_intact": "on",
+                                     "location_matches": "on", "photo_hashes": "ab" * 32, "notes": "all good"}, follow=True)
+    assert "Finding recorded on the ledger." in recorded.content.decode()
+    finding = Entry.objects.get(kind="inspection.finding")
+    assert finding.payload["chip_found"] is True and finding.payload["photo_hashes"] == ["ab" * 32]
+
+
+def test_a_finding_on_an_unaccepted_task_shows_the_error(inspector):
+    task = InspectionTask.objects.first()
+    response = inspector.post(f"/portal/tasks/{task.pk}/", {"action": "finding", "chip_found": "false"}, follow=True)
+    assert "accept it first" in response.content.decode()
+
+
+def test_non_inspectors_are_refused(client):
+    seed_demo("demo-pass-123", chips=60)
+    seed_inspections()
+    client.login(username="owner-a", password="demo-pass-123")
+    assert client.get("/portal/").status_code == 403
+    client.force_login(get_user_model().objects.get(username="regulator"))
+    assert client.get(f"/portal/tasks/{InspectionTask.objects.first().pk}/").status_code == 403
