@@ -1,1 +1,10 @@
-"""Deterministic training replay (pure PyTorch, never Django). See DESIGN §6."""
+"""Deterministic training replay (pure PyTorch, never Django). See DESIGN §6.
+
+Prover: `Recorder(out, arch, steps=N).run()` writes a transcript. Verifier: `verify(dir, claims,
+Budget(...))` replays it bit-exactly on any thread count or device and returns a `Verdict`.
+"""
+from .recorder import Recorder
+from .transcript import MalformedTranscript, Transcript
+from .verifier import Budget, Verdict, verify
+
+__all__ = ["Budget", "MalformedTranscript", "Recorder", "Transcript", "Verdict", "verify"]

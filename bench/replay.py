@@ -1,0 +1,100 @@
+"""Replay benchmarks (issue 5), each a ratio against a baseline measured in the same run.
+
+    .venv/bin/python bench/replay.py                  # the bundled examples, 1 thread
+    .venv/bin/python bench/replay.py --threads 2 --steps 40
+
+Per architecture (the CLI's default configs and batch sizes):
+  * step time: deterministic (det64, recording: flagging and logging included) / plain float32,
+    same model, batch and optimizer; interleaved repetitions, the minimum of each (goal <= 2.0);
+  * rounding-log bytes per step / checkpoint bytes (parameters + optimizer state) (goal <= 1%);
+  * verification time for one claim (replay from its checkpoint, hash the shard) / the time the
+    prover spent training that span, both on this machine and thread count (goal <= 1.2).
+Prints a markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from replay import hashing, models  # noqa: E402
+from replay.determinism import Rounder  # noqa: E402
+from replay.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER, Recorder  # noqa: E402
+from replay.train import initial_state, train_step  # noqa: E402
+from replay.transcript import Transcript, checkpoint_path  # noqa: E402
+from replay.verifier import Budget, Replayer  # noqa: E402
+
+
+def step_times(arch: str, reps: int, inner: int) -> tuple[float, float]:
+    cfg = models.DEFAULTS[arch]
+    opt = DEFAULT_OPTIMIZER[arch]
+    model = models.build(arch, cfg)
+    state = initial_state(models.init_params(arch, cfg, 0), opt)
+    from replay.data import Batches
+
+    batch = Batches(arch, cfg, DEFAULT_BATCH[arch], 0)(0)
+    best = {"float32": [], "det64": []}
+    for _ in range(reps):
+        for precision in best:
+            started = time.perf_counter()
+            for _ in range(inner):
+                train_step(model, state, batch, opt, precision, Rounder("record") if precision == "det64" else None)
+            best[precision].append((time.perf_counter() - started) / inner)
+    return min(best["det64"]), min(best["float32"])
+
+
+def log_and_verify(arch: str, steps: int, out: Path) -> dict:
+    rec = Recorder(out, arch, steps=steps, checkpoint_interval=10)
+    rec.run()
+    tr = Transcript(out)
+    log_bytes = []
+    for start in tr.checkpoints[:-1]:
+        log_bytes += [len(log) for _, _, log in tr.segment(start)]
+    ckpt = checkpoint_path(out, 10).stat().st_size
+    # one claim per segment, at its last step: replay the whole segment, hash the shard
+    ratios = []
+    for start in tr.checkpoints[:-1]:
+        end = tr.next_checkpoint(start)
+        replayer = Replayer(tr, Budget(max_seconds=1e9))
+        started = time.perf_counter()
+        state = replayer.run(start, end)
+        hashing.shard_hashes(state.params, tr.layout)
+        verify_s = time.perf_counter() - started
+        ratios.append(verify_s / sum(rec.step_seconds[start:end]))
+    return {"log_per_step": statistics.mean(log_bytes), "log_max": max(log_bytes), "checkpoint": ckpt,
+            "verify_ratio": statistics.median(ratios), "entries_note": len(log_bytes)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steps", type=int, default=30, help="steps recorded per architecture for the log and verify ratios")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--arch", nargs="*", default=["mlp", "cnn", "gpt"])
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU capability "
+          f"{torch.backends.cpu.get_cpu_capability()}\n")
+    print("| arch | params | det64 step | float32 step | det/plain (goal <= 2.0) | log B/step (max) | checkpoint B "
+          "| log/checkpoint (goal <= 1%) | verify/prover (goal <= 1.2) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for arch in args.arch:
+        det, plain = step_times(arch, args.reps, 3)
+        with tempfile.TemporaryDirectory() as d:
+            r = log_and_verify(arch, args.steps, Path(d) / arch)
+        n = sum(p.numel() for p in models.init_params(arch, models.DEFAULTS[arch], 0).values())
+        print(f"| {arch} | {n:,} | {det * 1e3:.1f} ms | {plain * 1e3:.1f} ms | {det / plain:.2f} | "
+              f"{r['log_per_step']:.0f} ({r['log_max']}) | {r['checkpoint']:,} | {100 * r['log_per_step'] / r['checkpoint']:.3f}% | "
+              f"{r['verify_ratio']:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

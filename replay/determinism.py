@@ -1,0 +1,411 @@
+"""Deterministic mode: compute in float64, round to float32 at fixed points, log the close calls.
+
+The enemy. A float32 matmul on this CPU gives different bits in ~91% of its elements with 1 thread
+versus 2, and MKL's AVX2 path, ATen's scalar (DEFAULT) path and a GPU each bring their own orders
+of summation and their own exp/log. Computing in float64 and rounding to float32 removes almost
+all of it: float64 carries 29 more mantissa bits, so two machines that disagree in float64 only by
+their rounding errors round to the same float32 -- except for values that sit within that
+disagreement of a float32 rounding midpoint (~7e-8 of matmul outputs here). Those are the cases
+this module makes exact: the prover logs how each of them rounded and the verifier applies it.
+
+The argument, one rounding point at a time. Every value that may differ between machines is
+produced by an op whose inputs are bit-identical on both machines (float32 values rounded at an
+earlier point, or IEEE functions of them) and is rounded to float32 at once. Given identical
+inputs only two kinds of op may differ:
+
+* reductions (sums, dot products, matmul, conv, mean): any summation order, blocking, splitting
+  across threads or FMA use satisfies |fl(sum x_i y_i) - sum x_i y_i| <= gamma(K) sum |x_i y_i|,
+  gamma(K) = K u / (1 - K u), u = 2^-53 (Higham, Accuracy and Stability of Numerical Algorithms,
+  eq. 3.5). Relative to the result that is ~K^1.5 u for random data (5e-14 at K = 64, 2e-11 at
+  K = 4096) against a float32 half-ulp of ~6e-8 -- but it is an absolute bound, so it stays
+  right under cancellation, where the result is tiny and every machine's low bits are noise.
+* transcendental functions (exp, log): within 2 ulps (4u relative) in every libm, SLEEF, MKL VML
+  and CUDA implementation (they promise <= 1 ulp), EXP_ERR below.
+
+Everything else is a single IEEE-754 operation per kernel (+, -, *, /, sqrt, max, comparisons,
+copies) and gives the same bits everywhere. Two rules keep it so: never a fused multi-op kernel
+(addcmul, lerp, rsqrt, alpha != 1), and never division by a Python scalar (CUDA multiplies by the
+reciprocal; we multiply by a Python-computed reciprocal ourselves).
+
+So each rounding point carries a bound err (per element) on one machine's error; two conforming
+machines differ by at most 2 err. The prover flags an element when the window v +- SAFETY * err
+(SAFETY = 4: 2 for the two machines, 2 for slack in computing err and the 1 / (1 - K u) factor)
+contains a float32 rounding midpoint, i.e. when float32(v - w) != float32(v + w). An element not
+flagged rounds the same way on every conforming machine: guaranteed, no log needed. For a flagged
+element the log records the prover's float32 result compactly: normally one bit, the parity of
+its position on the float32 number line (`ordinal`), which the verifier resolves inside its own
+window v' +- DECODE * err (DECODE = 4 >= 2, so the prover's value is inside); if the prover's
+wider window v +- 8 err (>= DECODE + 2) holds more than two float32 values -- a bound as large as
+a float32 ulp, which happens under heavy cancellation -- the entry carries all 32 bits instead.
+
+The verifier only applies the log; it never needs to find the close calls itself. It refuses an
+entry whose value is not inside its own window: a prover may choose only among roundings that a
+conforming machine could have produced, never move a value by more, so the log cannot steer
+training. (Near zero: +0 and -0 are neighbours on the number line, so a sign-of-zero coin toss
+is a close call like any other.)
+
+Log format (one step, bytes): version byte, varint number of rounding points with entries, then
+per point: varint key delta, varint count, per entry varint (index delta * 2 + wide) followed by 4
+little-endian bytes of the float32 for a wide entry, then the parity bits of the narrow entries
+(LSB first). Indices are flat and strictly increasing. A key is op_id * SLOTS + slot, op ids in
+forward call order, so the backward pass's execution order does not matter. About 2-3 bytes per
+entry.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import struct
+from dataclasses import dataclass, field
+
+import torch
+
+U = 2.0**-53  # unit roundoff of float64
+EXP_ERR = 4 * U  # relative error bound of exp/log: 2 ulps
+SAFETY = 4.0  # prover flags an element when v +- SAFETY * err holds a rounding midpoint
+DECODE = 4.0  # verifier resolves a logged element inside v' +- DECODE * err
+WIDE = 8.0  # prover writes all 32 bits when v +- WIDE * err holds more than two float32 values
+SLOTS = 16  # rounding points per op (key = op_id * SLOTS + slot)
+LOG_VERSION = 1
+MAX_LOG_ENTRIES = 1 << 22
+
+
+class LogMismatch(Exception):
+    """The rounding log does not fit the computation being replayed (a replay failure, not malformed bytes)."""
+
+
+def gamma(n: int) -> float:
+    """Higham's gamma_n = n u / (1 - n u): the error factor of any n-term sum of products."""
+    if n * U >= 0.5:
+        raise ValueError(f"reduction of {n} terms is too long for the float64 error argument")
+    return n * U / (1 - n * U)
+
+
+# --------------------------------------------------------------------------- the float32 number line
+
+
+def ordinal(r: torch.Tensor) -> torch.Tensor:
+    """float32 -> int64 position on the number line: consecutive floats are consecutive integers, -0 just below +0."""
+    b = r.view(torch.int32).long()
+    return torch.where(b >= 0, b, -1 - (b & 0x7FFFFFFF))
+
+
+def from_ordinal(o: torch.Tensor) -> torch.Tensor:
+    return torch.where(o >= 0, o, (-1 - o) - 2**31).int().view(torch.float32)
+
+
+def straddles(v: torch.Tensor, w) -> torch.Tensor:
+    """Does the window v +- w hold a float32 rounding midpoint, i.e. do its ends round differently?
+
+    Rounding is monotone, so then and only then can two values inside the window round differently.
+    Compared as bits, so -0 and +0 differ too. A zero-width window must never straddle, but -0 + 0
+    is +0: zero widths become NaN, whose two ends are the same NaN (at worst an exact value gets a
+    harmless log entry). Four elementwise kernels and a comparison over v.
+    """
+    if not isinstance(w, torch.Tensor):
+        if w <= 0:
+            return torch.zeros(v.shape, dtype=torch.bool, device=v.device)
+    else:
+        w = torch.where(w > 0, w, math.nan)  # on w's own (often per-row) shape
+    return (v - w).float().view(torch.int32) != (v + w).float().view(torch.int32)
+
+
+def close_calls(v: torch.Tensor, err) -> torch.Tensor:
+    """Exact mask of the elements the prover must log (reference implementation, for tests)."""
+    return straddles(v, torch.as_tensor(err, dtype=torch.float64) * SAFETY)
+
+
+# --------------------------------------------------------------------------- error bounds
+
+
+@dataclass
+class Bound:
+    """Error bound of one rounding point, at three levels of cost.
+
+    coarse: a float or a tensor broadcastable to the output, >= every element's bound: finding the
+            candidates is one `straddles` pass over the output with it;
+    cheap(idx): optionally, a tighter per-element bound at flat indices;
+    at(idx): the bound itself at flat indices -- what flags a close call, and what the verifier uses.
+    max: 0 if the result is exact everywhere (nothing to log), else inf or a float >= coarse.
+    """
+
+    max: float
+    at: object = None
+    coarse: object = None
+    cheap: object = None
+
+    def close_calls(self, idx: torch.Tensor, v: torch.Tensor):
+        """Of candidates (flat idx, values v): which are close calls, and the exact bound of those."""
+        if self.cheap is not None:
+            sub = straddles(v, self.cheap(idx) * SAFETY).nonzero().flatten()
+            idx, v = idx[sub], v[sub]
+        else:
+            sub = torch.arange(idx.numel(), device=idx.device)
+        err = self.at(idx)
+        close = straddles(v, err * SAFETY)
+        return sub[close], err[close]
+
+
+def norms(t: torch.Tensor, dim) -> torch.Tensor:
+    """Euclidean norms along dim(s). (vector_norm is slow off the last dim, a sum of squares is not;
+    either's own rounding, ~K u relative, is absorbed by SAFETY's slack.)"""
+    if dim == -1 or dim == t.dim() - 1:
+        return torch.linalg.vector_norm(t, dim=-1)
+    return (t * t).sum(dim).sqrt()
+
+
+def _gather(t: torch.Tensor, idx: torch.Tensor, shape) -> torch.Tensor:
+    return t.expand(shape)[torch.unravel_index(idx, tuple(shape))]
+
+
+def full_bound(err: torch.Tensor, shape) -> Bound:
+    """A bound given as a tensor broadcastable to the output's shape."""
+    return Bound(math.inf, lambda idx: _gather(err, idx, shape), coarse=err)
+
+
+def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None) -> Bound:
+    """Bound for C = scale * (A @ B) + bias, A (..., M, K), B (..., K, N) (one of them may be 2-D, broadcast).
+
+    Per element: gamma(K + 2) * (|scale| * sum_k |A_ik B_kj| + |bias_j|), Higham's bound, exact
+    zeros included (all-zero products give a zero bound). `coarse` (per output row) and `cheap` use
+    Cauchy-Schwarz, sum_k |A_ik B_kj| <= ||A_i|| ||B_j||, so finding candidates costs two norms,
+    not a second matmul; the exact sum is formed only for the few candidates that survive.
+    """
+    g = gamma(a.shape[-1] + 2) * abs(scale)
+    na, nb = norms(a, -1), norms(b, -2)
+    babs = bias.abs() * (gamma(a.shape[-1] + 2)) if bias is not None else None
+    coarse = na * (nb.max() * g) if nb.numel() else torch.zeros_like(na)
+    if babs is not None and babs.numel():
+        coarse = coarse + babs.max()
+    coarse = coarse.unsqueeze(-1)  # per row of the output; tensors throughout, no host sync
+    out_shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+
+    def coords(idx):
+        *bat, i, j = torch.unravel_index(idx, out_shape)
+        return bat[len(bat) - (a.dim() - 2):], bat[len(bat) - (b.dim() - 2):], i, j
+
+    def cheap(idx):
+        ba, bb, i, j = coords(idx)
+        e = na[(*ba, i)] * nb[(*bb, j)] * g
+        return e + babs[j] if babs is not None else e
+
+    def at(idx):
+        ba, bb, i, j = coords(idx)
+        rows_i, inv_i = torch.unique(i, return_inverse=True)
+        cols_j, inv_j = torch.unique(j, return_inverse=True)
+        if a.dim() == b.dim() == 2 and rows_i.numel() * cols_j.numel() <= 8 * idx.numel() + 4096:
+            # the candidates' rows x columns as one small matmul (|.| terms: exact zeros stay zero;
+            # its own relative error gamma(K) is absorbed by SAFETY's slack)
+            e = (a[rows_i].abs() @ b[:, cols_j].abs())[inv_i, inv_j] * g
+        else:
+            rows, cols = a[(*ba, i)], b.transpose(-2, -1)[(*bb, j)]
+            e = (rows.abs() * cols.abs()).sum(-1) * g
+        return e + babs[j] if babs is not None else e
+
+    return Bound(math.inf, at, coarse=coarse, cheap=cheap)
+
+
+# --------------------------------------------------------------------------- the log codec
+
+
+def _put_varint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _get_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise ValueError("rounding log: truncated or overlong varint")
+        b = buf[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            return n, pos
+        shift += 7
+
+
+def encode_log(entries: dict[int, tuple[list[int], list]]) -> bytes:
+    """{key: (strictly increasing flat indices, codes)} -> bytes. A code is a parity bit (bool) or a float32's bits (int)."""
+    out = bytearray([LOG_VERSION])
+    keys = sorted(k for k, (idx, _) in entries.items() if idx)
+    _put_varint(out, len(keys))
+    prev_key = 0
+    for key in keys:
+        idx, codes = entries[key]
+        _put_varint(out, key - prev_key)
+        prev_key = key
+        _put_varint(out, len(idx))
+        prev, bits = -1, []
+        for i, code in zip(idx, codes):
+            wide = not isinstance(code, bool)
+            _put_varint(out, (i - prev - 1) * 2 + wide)
+            prev = i
+            if wide:
+                out += struct.pack("<I", code & 0xFFFFFFFF)
+            else:
+                bits.append(code)
+        packed = bytearray((len(bits) + 7) // 8)
+        for j, b in enumerate(bits):
+            if b:
+                packed[j >> 3] |= 1 << (j & 7)
+        out += packed
+    return bytes(out)
+
+
+def decode_log(buf: bytes) -> dict[int, tuple[list[int], list]]:
+    """bytes -> {key: (indices, codes)}; raises ValueError on anything malformed."""
+    if not buf or buf[0] != LOG_VERSION:
+        raise ValueError("rounding log: unknown version")
+    points, pos = _get_varint(buf, 1)
+    if points > len(buf):
+        raise ValueError("rounding log: point count exceeds size")
+    entries, key, total = {}, -1, 0
+    for p in range(points):
+        delta, pos = _get_varint(buf, pos)
+        if p and delta == 0:
+            raise ValueError("rounding log: keys not strictly increasing")
+        key = delta if p == 0 else key + delta
+        count, pos = _get_varint(buf, pos)
+        total += count
+        if count == 0 or total > MAX_LOG_ENTRIES or count > len(buf) - pos:
+            raise ValueError("rounding log: bad entry count")
+        idx, codes, narrow, prev = [], [], [], -1
+        for _ in range(count):
+            d, pos = _get_varint(buf, pos)
+            prev += (d >> 1) + 1
+            idx.append(prev)
+            if d & 1:
+                if pos + 4 > len(buf):
+                    raise ValueError("rounding log: truncated wide entry")
+                codes.append(struct.unpack_from("<I", buf, pos)[0])
+                pos += 4
+            else:
+                narrow.append(len(codes))
+                codes.append(False)
+        nbytes = (len(narrow) + 7) // 8
+        if pos + nbytes > len(buf):
+            raise ValueError("rounding log: truncated parity bits")
+        for j, c in enumerate(narrow):
+            codes[c] = bool(buf[pos + (j >> 3)] >> (j & 7) & 1)
+        if len(narrow) % 8 and buf[pos + nbytes - 1] >> (len(narrow) % 8):
+            raise ValueError("rounding log: stray parity bits")
+        pos += nbytes
+        entries[key] = (idx, codes)
+    if pos != len(buf):
+        raise ValueError("rounding log: trailing bytes")
+    return entries
+
+
+# --------------------------------------------------------------------------- the rounder
+
+
+@dataclass
+class Rounder:
+    """Rounds float64 results to float32 at the fixed points of one training step.
+
+    mode "record": find the close calls and keep their codes in `entries` (then `encode_log`).
+    mode "replay": apply `entries` (decoded from the prover's log), refusing any that do not fit.
+    trace=[] keeps every rounded output (key, name, float32) for dispute bisection; lenient=True
+    then skips log entries that do not fit instead of failing (the trace shows where things part).
+    perturb(v, bound) -> v' lets tests play a worst-case machine (|v' - v| <= the bound).
+    """
+
+    mode: str = "record"
+    entries: dict = field(default_factory=dict)
+    trace: list | None = None
+    perturb: object = None
+    lenient: bool = False
+    names: list = field(default_factory=list)
+
+    def op(self, name: str) -> int:
+        """Allocate the id of the next op (forward call order); its rounding points are id * SLOTS + slot."""
+        self.names.append(name)
+        return len(self.names) - 1
+
+    def __call__(self, key: int, v: torch.Tensor, bound: Bound) -> torch.Tensor:
+        """float64 v with error bound `bound` -> float64 tensor of float32 values, the same on every machine."""
+        if self.perturb is not None and bound.max > 0:
+            v = self.perturb(v, bound)
+        r = v.float()
+        if self.mode == "record" and bound.max > 0:
+            self._record(key, v, r, bound)
+        elif self.mode == "replay" and key in self.entries:
+            r = self._apply(key, v, r, bound)
+        if self.trace is not None:
+            self.trace.append((key, self.name(key), r.detach().clone()))
+        return r.double()
+
+    def _record(self, key, v, r, bound):
+        coarse = bound.max if bound.coarse is None else bound.coarse
+        idx = straddles(v, coarse * SAFETY).flatten().nonzero().flatten()
+        if not idx.numel():
+            return
+        v_at = v.flatten()[idx]
+        sub, err = bound.close_calls(idx, v_at)
+        if not sub.numel():
+            return
+        idx, v_at = idx[sub], v_at[sub]
+        r_at = r.flatten()[idx]
+        wide = (ordinal((v_at + err * WIDE).float()) - ordinal((v_at - err * WIDE).float())) > 1
+        parity = (ordinal(r_at) & 1).bool()
+        bits = r_at.view(torch.int32).long() & 0xFFFFFFFF
+        codes = [int(b) if w else bool(p) for w, p, b in zip(wide.tolist(), parity.tolist(), bits.tolist())]
+        self.entries[key] = (idx.tolist(), codes)
+
+    def _apply(self, key, v, r, bound):
+        idx_list, codes = self.entries.pop(key)
+        if idx_list[-1] >= r.numel() or bound.max == 0:
+            if self.lenient:
+                return r
+            raise LogMismatch(f"rounding point {self.name(key)}: log entry {idx_list[-1]} does not exist")
+        idx = torch.tensor(idx_list, dtype=torch.long, device=v.device)
+        v_at = v.flatten()[idx]
+        w = bound.at(idx) * DECODE
+        lo, hi = ordinal((v_at - w).float()), ordinal((v_at + w).float())
+        wide = torch.tensor([not isinstance(c, bool) for c in codes], device=v.device)
+        code = torch.tensor([c if isinstance(c, bool) else 0 for c in codes], device=v.device).long()
+        wide_bits = torch.tensor([c if not isinstance(c, bool) else 0 for c in codes], dtype=torch.long, device=v.device)
+        wide_val = ordinal((wide_bits - (wide_bits >= 2**31).long() * 2**32).int().view(torch.float32))
+        narrow_val = torch.where((lo & 1) == code, lo, hi)
+        o = torch.where(wide, wide_val, narrow_val)
+        bad = (o < lo) | (o > hi) | ~(w > 0) | (~wide & (((hi - lo) > 1) | ((o & 1) != code)))
+        if bool(bad.any()):
+            if not self.lenient:
+                j = int(bad.nonzero()[0])
+                raise LogMismatch(f"rounding point {self.name(key)}: logged element {idx_list[j]} is not a close call")
+            o = torch.where(bad, ordinal(r.flatten()[idx]), o)  # lenient: keep our own rounding there
+        r = r.clone()
+        r.view(-1)[idx] = from_ordinal(o)
+        return r
+
+    def name(self, key: int) -> str:
+        op, slot = divmod(key, SLOTS)
+        return f"{self.names[op] if op < len(self.names) else '?'}#{slot}"
+
+    def finish(self) -> None:
+        """Replay: every log entry must have been used by some rounding point of the step."""
+        if self.mode == "replay" and self.entries and not self.lenient:
+            raise LogMismatch(f"rounding log names rounding point {min(self.entries)}, which the step never reached")
+
+
+_ACTIVE: list[Rounder] = []
+
+
+@contextlib.contextmanager
+def rounding(rounder: Rounder):
+    """Make `rounder` the one the deterministic ops use inside the block."""
+    _ACTIVE.append(rounder)
+    try:
+        yield rounder
+    finally:
+        _ACTIVE.pop()
+
+
+def active() -> Rounder:
+    if not _ACTIVE:
+        raise RuntimeError("deterministic ops need an active Rounder (use `with rounding(r):`)")
+    return _ACTIVE[-1]

@@ -1,0 +1,179 @@
+"""Chip firmware simulator and the pure checker of its signed snapshot logs.
+
+Each chip holds an Ed25519 key and, at random steps (a Poisson process, `rate` snapshots per step),
+appends one record to its log, a JSON line:
+
+    {"serial", "counter", "time", "shard", "hash", "prev", "sig"}
+
+counter: 0, 1, 2, ... per chip (monotonic); time: RFC 3339 UTC; shard: index in the layout;
+hash: hex SHA-256 of the chip's parameter shard (hashing.py); prev: hex SHA-256 of the previous
+record's canonical bytes (signature included), 64 zeros for the first; sig: base64 Ed25519 over
+the canonical bytes of the record without "sig". Canonical bytes: JSON with sorted keys, no
+whitespace, ASCII (for these string/integer-only records, identical to RFC 8785).
+
+`verify_log(lines, public_key)` reports every problem exactly, one dict per problem, and is pure
+(no I/O, no Django): the inspections app reuses it.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import random
+from datetime import datetime, timedelta, timezone
+
+from nacl.exceptions import BadSignatureError
+from nacl.signing import SigningKey, VerifyKey
+
+ZERO = "0" * 64
+FIELDS = {"serial": str, "counter": int, "time": str, "shard": int, "hash": str, "prev": str, "sig": str}
+EPOCH = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+
+def canonical(obj: dict) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def record_hash(record: dict) -> str:
+    return hashlib.sha256(canonical(record)).hexdigest()
+
+
+def chip_key(seed: int, serial: str) -> SigningKey:
+    """A simulated chip's key, derived from a seed so test runs repeat (real chips make theirs at fabrication)."""
+    return SigningKey(hashlib.sha256(f"chipledger-sim:{seed}:{serial}".encode()).digest())
+
+
+def public_key_b64(key: SigningKey) -> str:
+    return base64.b64encode(bytes(key.verify_key)).decode()
+
+
+class Chip:
+    """One chip's firmware: a counter, the hash of its last record, its key."""
+
+    def __init__(self, serial: str, shard: int, key: SigningKey):
+        self.serial, self.shard, self.key = serial, shard, key
+        self.counter, self.prev = 0, ZERO
+
+    def snapshot(self, when: datetime, shard_hash: str) -> str:
+        rec = {"serial": self.serial, "counter": self.counter, "time": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "shard": self.shard, "hash": shard_hash, "prev": self.prev}
+        rec["sig"] = base64.b64encode(self.key.sign(canonical(rec)).signature).decode()
+        self.counter += 1
+        self.prev = record_hash(rec)
+        return canonical(rec).decode()
+
+
+class Firmware:
+    """All chips of a shard layout; `tick(step)` says which chips snapshot after that step."""
+
+    def __init__(self, layout: list[dict], seed: int, rate: float, step_seconds: float = 60.0):
+        self.chips = [Chip(s["serial"], i, chip_key(seed, s["serial"])) for i, s in enumerate(layout)]
+        self.rng = random.Random(seed)
+        self.p = 1.0 - math.exp(-rate)  # P(at least one Poisson event during a step)
+        self.step_seconds = step_seconds
+        self.lines: list[str] = []
+
+    def tick(self, step: int, hashes: list[str]) -> list[tuple[Chip, dict]]:
+        """After `step` steps: each chip snapshots with probability p. Returns (chip, record) pairs."""
+        out = []
+        for chip in self.chips:
+            if self.rng.random() < self.p:
+                line = chip.snapshot(EPOCH + timedelta(seconds=step * self.step_seconds), hashes[chip.shard])
+                self.lines.append(line)
+                out.append((chip, json.loads(line)))
+        return out
+
+    def public_keys(self) -> dict[str, str]:
+        return {c.serial: public_key_b64(c.key) for c in self.chips}
+
+
+def _problem(kind: str, line: int, counter, detail: str) -> dict:
+    return {"kind": kind, "line": line, "counter": counter, "detail": detail}
+
+
+def parse_record(line: str) -> dict:
+    """One log line -> record dict; raises ValueError if it is not a well-formed record."""
+    try:
+        rec = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(rec, dict) or set(rec) != set(FIELDS):
+        raise ValueError(f"fields must be exactly {sorted(FIELDS)}")
+    for k, t in FIELDS.items():
+        if type(rec[k]) is not t:
+            raise ValueError(f"{k} must be a {t.__name__}")
+    if rec["counter"] < 0 or rec["shard"] < 0:
+        raise ValueError("counter and shard must be non-negative")
+    for k in ("hash", "prev"):
+        if len(rec[k]) != 64 or any(c not in "0123456789abcdef" for c in rec[k]):
+            raise ValueError(f"{k} must be 64 lowercase hex digits")
+    try:
+        datetime.strptime(rec["time"], "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        raise ValueError("time must be RFC 3339 UTC (YYYY-MM-DDTHH:MM:SSZ)") from None
+    return rec
+
+
+def verify_log(lines: list[str], public_key: bytes | str, *, serial: str | None = None, first_counter: int = 0) -> list[dict]:
+    """Every problem of one chip's log, exactly; [] if the log is intact. Sorted by line.
+
+    A problem is {"kind", "line" (0-based), "counter", "detail"}, kind one of:
+      malformed  the line is not a well-formed record (then ignored);
+      forged     the signature does not verify under the chip's key, or the serial is not the chip's
+                 (then ignored; its counter still fills its slot, so a tampered record is reported
+                 once, as forged, not also as the gap or broken link it leaves);
+      rollback   a counter used twice, a record whose prev does not link to its predecessor (a forked
+                 history), or time going backwards: the chip's state was rolled back;
+      reordered  an authentic record after one with a higher counter (sorted, the chain is fine);
+      gap        counters missing before this record (records deleted).
+    A log cut short at the end is not detectable from the log alone.
+    """
+    if isinstance(public_key, str):
+        public_key = base64.b64decode(public_key)
+    vk = VerifyKey(public_key)
+    problems, authentic, forged = [], [], set()
+    for n, line in enumerate(lines):
+        try:
+            rec = parse_record(line)
+        except ValueError as e:
+            problems.append(_problem("malformed", n, None, str(e)))
+            continue
+        try:
+            vk.verify(canonical({k: v for k, v in rec.items() if k != "sig"}), base64.b64decode(rec["sig"], validate=True))
+            ok = True
+        except (BadSignatureError, ValueError):
+            ok = False
+        if not ok or (serial is not None and rec["serial"] != serial):
+            why = "signature does not verify under the chip's key" if not ok else f"serial {rec['serial']} is not {serial}"
+            problems.append(_problem("forged", n, rec["counter"], why))
+            forged.add(rec["counter"])
+            continue
+        authentic.append((n, rec))
+
+    seen, top, chain = {}, None, []
+    for n, rec in authentic:  # file order: duplicates and disorder
+        c = rec["counter"]
+        if c in seen:
+            problems.append(_problem("rollback", n, c, f"counter {c} already used on line {seen[c]}"))
+            continue
+        seen[c] = n
+        if top is not None and c < top:
+            problems.append(_problem("reordered", n, c, f"counter {c} after counter {top}"))
+        top = c if top is None else max(top, c)
+        chain.append((n, rec))
+
+    expect, prev = first_counter, None
+    for n, rec in sorted(chain, key=lambda nr: nr[1]["counter"]):  # counter order: holes and links
+        c = rec["counter"]
+        missing = (c - expect) - sum(1 for k in forged if expect <= k < c)
+        if missing > 0:
+            problems.append(_problem("gap", n, c, f"{missing} record(s) missing among counters {expect}..{c - 1}"))
+        if prev is not None and prev["counter"] == c - 1 and rec["prev"] != record_hash(prev):
+            problems.append(_problem("rollback", n, c, f"prev does not link to counter {c - 1}: a forked history"))
+        if c == 0 and rec["prev"] != ZERO:
+            problems.append(_problem("rollback", n, c, "the first record links to an earlier history"))
+        if prev is not None and rec["time"] < prev["time"]:
+            problems.append(_problem("rollback", n, c, f"time {rec['time']} is before {prev['time']}"))
+        expect, prev = c + 1, rec
+    return sorted(problems, key=lambda p: (p["line"], p["kind"]))

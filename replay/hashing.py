@@ -1,0 +1,33 @@
+"""Snapshot hashes: what a chip's firmware logs and the verifier recomputes (DESIGN §6).
+
+The parameters, flattened in state_dict order into one float32 vector, are split over the chips
+of the shard layout in contiguous, equal-ish slices: shard i is [i*P//n, (i+1)*P//n). A chip's
+snapshot hash is SHA-256 over the little-endian float32 bytes of its slice.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import torch
+
+
+def flatten(params: dict[str, torch.Tensor]) -> np.ndarray:
+    """All parameters in state_dict order as one little-endian float32 vector."""
+    parts = [p.detach().to("cpu", torch.float32).reshape(-1).numpy() for p in params.values()]
+    return np.concatenate(parts).astype("<f4", copy=False)
+
+
+def shard_layout(n_params: int, serials: list[str]) -> list[dict]:
+    """Contiguous, equal-ish slices of the flat parameters, one per chip serial."""
+    n = len(serials)
+    return [{"serial": s, "start": i * n_params // n, "end": (i + 1) * n_params // n} for i, s in enumerate(serials)]
+
+
+def shard_hash(flat: np.ndarray, start: int, end: int) -> str:
+    return hashlib.sha256(flat[start:end].tobytes()).hexdigest()
+
+
+def shard_hashes(params: dict[str, torch.Tensor], layout: list[dict]) -> list[str]:
+    flat = flatten(params)
+    return [shard_hash(flat, s["start"], s["end"]) for s in layout]

@@ -1,0 +1,329 @@
+"""The op set models are written against, in two precisions.
+
+DET: float64 compute, every reduction or transcendental rounded to float32 at once through the active
+Rounder (determinism.py), with its error bound; backward passes are written out so that every
+reduction in them (weight gradients, bias sums, scatter-adds) is a rounding point too. What flows
+between ops that is not rounded is a chain of single IEEE operations on identical inputs, hence
+identical bits on every machine.
+
+PLAIN: ordinary float32 torch ops. The control: same model, same data, machine-dependent bits.
+
+Each op takes a `name` (for dispute reports). Keys: op_id * SLOTS + slot; slot 0 is the forward
+output, higher slots are the op's other rounding points.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .determinism import EXP_ERR, SLOTS, U, Bound, active, dot_bound, full_bound, gamma, norms
+
+
+def _mean_bound(t: torch.Tensor, n: int):
+    """Bound of mean(t, -1): gamma(n + 1) * mean(|t|) (n-term sum, then one multiply by 1/n)."""
+    return full_bound(t.abs().sum(-1, keepdim=True) * (gamma(n + 1) / n), t.shape[:-1] + (1,))
+
+
+def _conv_bound(w2: torch.Tensor, cols: torch.Tensor, b: torch.Tensor):
+    """Bound of W2 @ cols + b with W2 (O, CK), cols (B, CK, L), b (O,): the matmul's plus the bias term."""
+    bound = dot_bound(w2, cols)
+    babs = b.abs() * gamma(w2.shape[1] + 2)
+    out = (cols.shape[0], w2.shape[0], cols.shape[2])
+
+    def plus_bias(f):
+        return lambda idx: f(idx) + babs[torch.unravel_index(idx, out)[1]]
+
+    coarse = bound.coarse + (babs.max() if babs.numel() else 0.0)
+    return Bound(bound.max, plus_bias(bound.at), coarse=coarse, cheap=plus_bias(bound.cheap))
+
+
+class _Matmul(torch.autograd.Function):
+    """C = scale * (A @ B) + bias. A (..., M, K), B (..., K, N) with equal batch dims, bias (N,)."""
+
+    @staticmethod
+    def forward(ctx, a, b, bias, scale, name):
+        R = active()
+        op = R.op(name)
+        c = torch.matmul(a, b)
+        if scale != 1.0:
+            c = c * scale
+        if bias is not None:
+            c = c + bias
+        ctx.save_for_backward(a, b)
+        ctx.op, ctx.scale, ctx.has_bias = op, scale, bias is not None
+        return R(op * SLOTS, c, dot_bound(a, b, scale, bias))
+
+    @staticmethod
+    def backward(ctx, g):
+        R = active()
+        a, b = ctx.saved_tensors
+        key = ctx.op * SLOTS
+        if ctx.scale != 1.0:
+            g = g * ctx.scale
+        ga = gb = gbias = None
+        if ctx.needs_input_grad[0]:
+            bt = b.transpose(-2, -1)
+            ga = R(key + 1, torch.matmul(g, bt), dot_bound(g, bt))
+        if ctx.needs_input_grad[1]:
+            at = a.transpose(-2, -1)
+            gb = R(key + 2, torch.matmul(at, g), dot_bound(at, g))
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            rows = g.reshape(-1, g.shape[-1])
+            gbias = R(key + 3, rows.sum(0), full_bound(rows.abs().sum(0) * gamma(rows.shape[0]), (rows.shape[1],)))
+        return ga, gb, gbias, None, None
+
+
+class _Softmax(torch.autograd.Function):
+    """Softmax over the last dim; -inf entries (masks) give exactly 0."""
+
+    @staticmethod
+    def forward(ctx, x, name):
+        R = active()
+        op = R.op(name)
+        e = torch.exp(x - x.amax(-1, keepdim=True))
+        p = e / e.sum(-1, keepdim=True)
+        p = R(op * SLOTS, p, full_bound(p * gamma(x.shape[-1] + 10), p.shape))  # exp 2 ulps, sum, divide
+        ctx.save_for_backward(p)
+        ctx.op = op
+        return p
+
+    @staticmethod
+    def backward(ctx, dp):
+        R = active()
+        (p,) = ctx.saved_tensors
+        pd = p * dp
+        r = pd.sum(-1, keepdim=True)
+        # zero terms add exactly, so m nonzero terms err by gamma(m - 1) (a causal row 0 sums one term: exact)
+        m = (pd != 0).sum(-1, keepdim=True)
+        err_r = pd.abs().sum(-1, keepdim=True) * ((m - 1).clamp(min=0) * (U * (1 + 2.0**-20)))
+        dx = p * (dp - r)
+        # only r differs between machines; the sub and mul after it add rounding relative to the result
+        err = p * err_r * (1 + 2.0**-40) + dx.abs() * (4 * U)
+        return R(ctx.op * SLOTS + 1, dx, full_bound(err, dx.shape)), None
+
+
+class _LayerNorm(torch.autograd.Function):
+    """LayerNorm over the last dim; mean and variance are rounding points, the rest is IEEE arithmetic."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, eps, name):
+        R = active()
+        op = R.op(name)
+        key, n = op * SLOTS, x.shape[-1]
+        inv_n = 1.0 / n
+        mu = R(key, x.sum(-1, keepdim=True) * inv_n, _mean_bound(x, n))
+        d = x - mu
+        var_raw = (d * d).sum(-1, keepdim=True) * inv_n
+        var = R(key + 1, var_raw, full_bound(var_raw * gamma(n + 1), var_raw.shape))
+        s = torch.sqrt(var + eps)
+        rstd = torch.ones_like(s) / s
+        xhat = d * rstd
+        ctx.save_for_backward(xhat, rstd, w)
+        ctx.op = op
+        return xhat * w + b
+
+    @staticmethod
+    def backward(ctx, dy):
+        R = active()
+        xhat, rstd, w = ctx.saved_tensors
+        key, n = ctx.op * SLOTS, xhat.shape[-1]
+        inv_n = 1.0 / n
+        rows_dy, rows_xh = dy.reshape(-1, n), xhat.reshape(-1, n)
+        m = rows_dy.shape[0]
+        dyx = rows_dy * rows_xh
+        dw = R(key + 2, dyx.sum(0), full_bound(dyx.abs().sum(0) * gamma(m), (n,)))
+        db = R(key + 3, rows_dy.sum(0), full_bound(rows_dy.abs().sum(0) * gamma(m), (n,)))
+        g = dy * w
+        gx = g * xhat
+        a = R(key + 4, g.sum(-1, keepdim=True) * inv_n, _mean_bound(g, n))
+        c = R(key + 5, gx.sum(-1, keepdim=True) * inv_n, _mean_bound(gx, n))
+        dx = (g - a - xhat * c) * rstd
+        return dx, dw, db, None, None
+
+
+class _Embedding(torch.autograd.Function):
+    """W[idx]; the backward scatter-add is a rounding point."""
+
+    @staticmethod
+    def forward(ctx, idx, w, name):
+        op = active().op(name)
+        ctx.save_for_backward(idx)
+        ctx.op, ctx.rows = op, w.shape[0]
+        return w[idx]
+
+    @staticmethod
+    def backward(ctx, dy):
+        (idx,) = ctx.saved_tensors
+        flat, rows = idx.reshape(-1), dy.reshape(-1, dy.shape[-1])
+        zero = torch.zeros(ctx.rows, rows.shape[1], dtype=dy.dtype, device=dy.device)
+        dw = zero.index_add(0, flat, rows)
+        err = zero.index_add(0, flat, rows.abs()) * gamma(flat.numel())
+        return None, active()(ctx.op * SLOTS + 1, dw, full_bound(err, dw.shape)), None
+
+
+class _CrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of logits (N, V) against targets (N,)."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, name):
+        R = active()
+        op = R.op(name)
+        n, v = logits.shape
+        z = logits - logits.amax(-1, keepdim=True)
+        e = torch.exp(z)
+        s = e.sum(-1, keepdim=True)
+        ls = torch.log(s)
+        row = ls - z.gather(1, targets.unsqueeze(1))
+        err_row = gamma(v + 8) + ls.abs() * EXP_ERR + row.abs() * U
+        inv_n = 1.0 / n
+        loss = row.sum() * inv_n
+        err = (row.abs().sum() * gamma(n + 1) + err_row.sum()) * inv_n
+        p = e / s
+        ctx.save_for_backward(p, targets)
+        ctx.op, ctx.inv_n, ctx.v = op, inv_n, v
+        return R(op * SLOTS, loss, full_bound(err, loss.shape))
+
+    @staticmethod
+    def backward(ctx, gl):
+        p, targets = ctx.saved_tensors
+        c = gl * ctx.inv_n
+        onehot = torch.zeros_like(p).scatter(1, targets.unsqueeze(1), 1.0)
+        dz = (p - onehot) * c
+        err = (p * gamma(ctx.v + 10) + (p - onehot).abs() * U) * c.abs() + dz.abs() * (2 * U)
+        return active()(ctx.op * SLOTS + 1, dz, full_bound(err, dz.shape)), None, None
+
+
+class _Conv2d(torch.autograd.Function):
+    """2-D convolution as unfold + matmul (never Winograd/FFT, whose errors the bound does not cover)."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, stride, padding, name):
+        R = active()
+        op = R.op(name)
+        bsz, _, h, wd = x.shape
+        o, _, kh, kw = w.shape
+        cols = F.unfold(x, (kh, kw), padding=padding, stride=stride)  # (B, C*kh*kw, L), exact copies
+        w2 = w.reshape(o, -1)
+        y = torch.matmul(w2, cols) + b.unsqueeze(-1)
+        ho = (h + 2 * padding - kh) // stride + 1
+        wo = (wd + 2 * padding - kw) // stride + 1
+        ctx.save_for_backward(cols, w2)
+        ctx.op, ctx.geom = op, ((h, wd), (kh, kw), stride, padding, w.shape)
+        return R(op * SLOTS, y, _conv_bound(w2, cols, b)).reshape(bsz, o, ho, wo)
+
+    @staticmethod
+    def backward(ctx, dy):
+        R = active()
+        cols, w2 = ctx.saved_tensors
+        (h, wd), ksize, stride, padding, wshape = ctx.geom
+        key = ctx.op * SLOTS
+        bsz, o = dy.shape[:2]
+        g = dy.reshape(bsz, o, -1)  # (B, O, L)
+        m = bsz * g.shape[2]
+        dw = R(key + 1, torch.matmul(g, cols.transpose(1, 2)).sum(0), _weight_grad_bound(g, cols)).reshape(wshape)
+        db = R(key + 2, g.sum((0, 2)), full_bound(g.abs().sum((0, 2)) * gamma(m), (o,)))
+        dx = None
+        if ctx.needs_input_grad[0]:
+            dcols = torch.matmul(w2.t(), g)  # (B, CK, L)
+            err_cols = norms(w2, 0).unsqueeze(-1) * norms(g, 1).unsqueeze(1) * gamma(o + 1)
+            fold = lambda t: F.fold(t, (h, wd), ksize, padding=padding, stride=stride)  # noqa: E731
+            err = fold(err_cols) + fold(dcols.abs()) * gamma(ksize[0] * ksize[1] + 1)
+            dx = fold(dcols)
+            dx = R(key + 3, dx, full_bound(err, dx.shape))
+        return dx, dw, db, None, None, None
+
+
+def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor) -> Bound:
+    """Bound of sum_b g_b @ cols_b^T, g (B, O, L), cols (B, CK, L): one reduction over K = B*L terms."""
+    gm = gamma(g.shape[0] * g.shape[2] + 2)
+    ng, nc = norms(g, (0, 2)), norms(cols, (0, 2))
+    shape = (g.shape[1], cols.shape[1])
+
+    def split(idx):
+        return torch.unravel_index(idx, shape)
+
+    def cheap(idx):
+        o, k = split(idx)
+        return ng[o] * nc[k] * gm
+
+    def at(idx):
+        o, k = split(idx)
+        return (g[:, o, :].abs() * cols[:, k, :].abs()).sum((0, 2)) * gm
+
+    return Bound(math.inf, at, coarse=(ng * (nc.max() * gm)).unsqueeze(-1), cheap=cheap)
+
+
+def _causal(t: int, device) -> torch.Tensor:
+    return torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
+
+
+class Det:
+    """Deterministic float64 ops (need `with determinism.rounding(r):`)."""
+
+    dtype = torch.float64
+    relu = staticmethod(torch.relu)
+
+    @staticmethod
+    def linear(x, w, b, name):
+        y = _Matmul.apply(x.reshape(-1, x.shape[-1]), w.t(), b, 1.0, name)
+        return y.reshape(*x.shape[:-1], w.shape[0])
+
+    @staticmethod
+    def conv2d(x, w, b, stride, padding, name):
+        return _Conv2d.apply(x, w, b, stride, padding, name)
+
+    @staticmethod
+    def layer_norm(x, w, b, name):
+        return _LayerNorm.apply(x, w, b, 1e-5, name)
+
+    @staticmethod
+    def embedding(idx, w, name):
+        return _Embedding.apply(idx, w, name)
+
+    @staticmethod
+    def attention(q, k, v, name):
+        s = _Matmul.apply(q, k.transpose(-2, -1), None, 1.0 / math.sqrt(q.shape[-1]), name + ".qk")
+        s = s.masked_fill(_causal(q.shape[-2], q.device), -math.inf)
+        return _Matmul.apply(_Softmax.apply(s, name + ".softmax"), v, None, 1.0, name + ".pv")
+
+    @staticmethod
+    def cross_entropy(logits, targets, name):
+        return _CrossEntropy.apply(logits, targets, name)
+
+
+class Plain:
+    """Ordinary float32 ops: the control."""
+
+    dtype = torch.float32
+    relu = staticmethod(torch.relu)
+
+    @staticmethod
+    def linear(x, w, b, name):
+        return F.linear(x, w, b)
+
+    @staticmethod
+    def conv2d(x, w, b, stride, padding, name):
+        return F.conv2d(x, w, b, stride=stride, padding=padding)
+
+    @staticmethod
+    def layer_norm(x, w, b, name):
+        return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+    @staticmethod
+    def embedding(idx, w, name):
+        return F.embedding(idx, w)
+
+    @staticmethod
+    def attention(q, k, v, name):
+        s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        s = s.masked_fill(_causal(q.shape[-2], q.device), -math.inf)
+        return torch.softmax(s, -1) @ v
+
+    @staticmethod
+    def cross_entropy(logits, targets, name):
+        return F.cross_entropy(logits, targets)
+
+
+OPS = {"det64": Det, "float32": Plain}

@@ -1,0 +1,89 @@
+"""The prover's side: train an allow-listed architecture and write its transcript.
+
+    Recorder(out, "gpt", steps=100).run()
+
+writes manifest.json, checkpoints, segments (batches and rounding logs), snapshots.jsonl (the
+chips' signed firmware logs), chips.json (their public keys; in production these come from the
+registry, not from the prover) and claims.json (the prover's answer for every logged snapshot:
+which step produced it).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from . import data, hashing, models
+from .determinism import Rounder, encode_log
+from .firmware import Firmware
+from .train import initial_state, train_step
+from .transcript import FORMAT, batch_digest, checkpoint_steps, write_checkpoint, write_manifest, write_segment
+
+DEFAULT_BATCH = {"mlp": 64, "cnn": 32, "gpt": 16}
+DEFAULT_OPTIMIZER = {
+    "mlp": {"kind": "sgd", "lr": {"kind": "step", "lr": 0.05, "gamma": 0.5, "every": 50}, "momentum": 0.9, "weight_decay": 0.0},
+    "cnn": {"kind": "sgd", "lr": {"kind": "constant", "lr": 0.02}, "momentum": 0.9, "weight_decay": 0.0001},
+    "gpt": {"kind": "adamw", "lr": {"kind": "linear", "lr": 0.003, "warmup": 10, "total": 1000, "final": 0.0003},
+            "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01},
+}
+
+
+class Recorder:
+    """Trains `arch` for `steps` steps and writes the transcript to `out`."""
+
+    def __init__(self, out, arch: str, *, steps: int, seed: int = 0, chips: int = 4, config: dict | None = None,
+                 optimizer: dict | None = None, batch: int | None = None, checkpoint_interval: int = 10,
+                 precision: str = "det64", snapshot_rate: float = 0.05, progress: bool = False, batches=None):
+        self.out, self.arch, self.steps, self.seed = Path(out), arch, steps, seed
+        self.config = config or models.DEFAULTS[arch]
+        self.optimizer = optimizer or DEFAULT_OPTIMIZER[arch]
+        self.batch = batch or DEFAULT_BATCH[arch]
+        self.interval, self.precision, self.rate, self.progress = checkpoint_interval, precision, snapshot_rate, progress
+        self.serials = [f"SIM-{seed:04d}-{i:03d}" for i in range(chips)]
+        self.batches = batches or data.Batches(arch, self.config, self.batch, seed)
+        self.step_seconds: list[float] = []  # the prover's time per training step (for benchmarks)
+
+    def run(self) -> Path:
+        out = self.out
+        out.mkdir(parents=True, exist_ok=True)
+        model = models.build(self.arch, self.config)
+        state = initial_state(models.init_params(self.arch, self.config, self.seed), self.optimizer)
+        layout = hashing.shard_layout(sum(p.numel() for p in state.params.values()), self.serials)
+        firmware = Firmware(layout, self.seed, self.rate)
+        stops = checkpoint_steps(self.steps, self.interval)
+        records, checkpoints, segments, segment, claims = [], {}, {}, [], []
+        checkpoints["0"] = write_checkpoint(out, state)
+        for t in tqdm(range(self.steps), desc=f"record {self.arch}", disable=not self.progress, file=sys.stderr):
+            batch = self.batches(t)
+            started = time.perf_counter()
+            rounder = Rounder("record") if self.precision == "det64" else None
+            state, loss = train_step(model, state, batch, self.optimizer, self.precision, rounder)
+            log = encode_log(rounder.entries) if rounder is not None else None
+            self.step_seconds.append(time.perf_counter() - started)
+            records.append({"data": batch_digest(batch), "loss": loss})
+            segment.append((t, batch, log))
+            for chip, rec in firmware.tick(state.step, hashing.shard_hashes(state.params, layout)):
+                claims.append({"serial": chip.serial, "counter": rec["counter"], "shard": rec["shard"],
+                               "hash": rec["hash"], "step": state.step})
+            if state.step in stops:
+                segments[str(segment[0][0])] = write_segment(out, segment[0][0], segment)
+                checkpoints[str(state.step)] = write_checkpoint(out, state)
+                segment = []
+        spec = models.batch_spec(self.arch, self.config, self.batch)
+        manifest = {
+            "format": FORMAT, "arch": self.arch, "config": self.config, "precision": self.precision, "seed": self.seed,
+            "optimizer": self.optimizer,
+            "batch": {k: {"dtype": d, "shape": s} for k, (d, s) in spec.items()},
+            "steps": self.steps, "checkpoint_interval": self.interval, "shards": layout,
+            "dataset": {"name": {"mlp": "blobs", "cnn": "shapes", "gpt": "text"}[self.arch], "seed": self.seed},
+            "reported_flops": self.steps * models.training_flops(self.arch, self.config, spec),
+            "records": records, "checkpoints": checkpoints, "segments": segments,
+        }
+        manifest_hash = write_manifest(out, manifest)
+        (out / "snapshots.jsonl").write_text("".join(line + "\n" for line in firmware.lines))
+        (out / "chips.json").write_text(json.dumps(firmware.public_keys(), indent=1) + "\n")
+        (out / "claims.json").write_text(json.dumps({"manifest": manifest_hash, "claims": claims}, indent=1) + "\n")
+        return out

@@ -1,0 +1,142 @@
+"""One training step, the same code for the prover (recording) and the verifier (replaying).
+
+State is float32 throughout: parameters and optimizer buffers, as stored in checkpoints. A step
+loads them into the compute dtype (float64 in det64, exactly), runs forward and backward through
+the model's ops, then updates with the optimizer below and rounds the new state to float32. The
+update is elementwise IEEE arithmetic on identical inputs (each op its own kernel, no fused
+addcmul/lerp, no division by a Python scalar), so its rounding needs no log; in det64 those
+roundings are traced like every other for dispute bisection.
+
+Optimizers: SGD with momentum (and L2 weight decay) and AdamW (decoupled weight decay). Learning-rate
+schedules use only + - * / on Python floats, so lr(t) is the same double everywhere: constant,
+linear (warmup then linear decay) and step (multiply by gamma every k steps, by square-and-multiply,
+not libm's pow).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.func import functional_call
+
+from .determinism import SLOTS, Rounder, rounding
+from .ops import OPS
+
+OPTIMIZERS = {"sgd": ("momentum",), "adamw": ("m", "v")}
+
+
+@dataclass
+class State:
+    """Training state after `step` steps: float32 parameters (state_dict order) and optimizer buffers."""
+
+    step: int
+    params: dict[str, torch.Tensor]
+    buffers: dict[str, dict[str, torch.Tensor]]
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Flat {key: tensor} as stored in a checkpoint: 'param:<name>', '<buffer>:<name>'."""
+        out = {f"param:{k}": v for k, v in self.params.items()}
+        for buf, d in self.buffers.items():
+            out.update({f"{buf}:{k}": v for k, v in d.items()})
+        return out
+
+    @staticmethod
+    def from_tensors(step: int, tensors: dict[str, torch.Tensor], names: list[str], buffers) -> "State":
+        return State(step, {k: tensors[f"param:{k}"] for k in names}, {b: {k: tensors[f"{b}:{k}"] for k in names} for b in buffers})
+
+    def equal(self, other: "State") -> bool:
+        a, b = self.tensors(), other.tensors()
+        return a.keys() == b.keys() and all(torch.equal(a[k].cpu(), b[k].cpu()) for k in a)
+
+    def to(self, device) -> "State":
+        return State(self.step, {k: v.to(device) for k, v in self.params.items()},
+                     {b: {k: v.to(device) for k, v in d.items()} for b, d in self.buffers.items()})
+
+
+def initial_state(params: dict[str, torch.Tensor], optimizer: dict) -> State:
+    return State(0, dict(params), {b: {k: torch.zeros_like(v) for k, v in params.items()} for b in OPTIMIZERS[optimizer["kind"]]})
+
+
+def ipow(x: float, n: int) -> float:
+    """x**n by square-and-multiply: a fixed sequence of IEEE multiplications, unlike libm's pow."""
+    out = 1.0
+    while n:
+        if n & 1:
+            out *= x
+        x *= x
+        n >>= 1
+    return out
+
+
+def lr_at(schedule: dict, t: int) -> float:
+    """Learning rate of step t (0-based) under a committed schedule."""
+    kind, lr = schedule["kind"], schedule["lr"]
+    if kind == "constant":
+        return lr
+    if kind == "step":
+        return lr * ipow(schedule["gamma"], t // schedule["every"])
+    warmup, total, final = schedule["warmup"], schedule["total"], schedule["final"]
+    if t < warmup:
+        return lr * (t + 1) / warmup
+    if t >= total:
+        return final
+    return lr + (final - lr) * (t - warmup) / max(1, total - warmup)
+
+
+def _sgd(hp: dict, lr: float, p, g, bufs: dict, to32):
+    if hp.get("weight_decay", 0.0):
+        g = g + p * hp["weight_decay"]
+    mom = to32("momentum", bufs["momentum"] * hp["momentum"] + g)
+    return to32("param", p - mom.to(p.dtype) * lr), {"momentum": mom}
+
+
+def _adamw(hp: dict, lr: float, t: int, p, g, bufs: dict, to32):
+    b1, b2 = hp["betas"]
+    m = to32("m", bufs["m"] * b1 + g * (1.0 - b1))
+    v = to32("v", bufs["v"] * b2 + (g * g) * (1.0 - b2))
+    mhat = m.to(p.dtype) * (1.0 / (1.0 - ipow(b1, t + 1)))
+    vhat = v.to(p.dtype) * (1.0 / (1.0 - ipow(b2, t + 1)))
+    upd = mhat / (torch.sqrt(vhat) + hp["eps"])
+    return to32("param", p - (upd + p * hp.get("weight_decay", 0.0)) * lr), {"m": m, "v": v}
+
+
+def train_step(model, state: State, batch: dict, optimizer: dict, precision: str, rounder: Rounder | None = None):
+    """state after step t -> (state after step t+1, loss as a float). det64 needs a Rounder."""
+    ops = OPS[precision]
+    dt, device = ops.dtype, state.params[next(iter(state.params))].device
+    t = state.step
+    x, y = batch["x"].to(device), batch["y"].to(device)
+    if x.is_floating_point():
+        x = x.to(dt)
+    params = {k: v.to(dt).requires_grad_() for k, v in state.params.items()}
+    if precision == "det64":
+        with rounding(rounder):
+            loss = functional_call(model, params, (x, y, ops))
+            grads = torch.autograd.grad(loss, list(params.values()))
+    else:
+        loss = functional_call(model, params, (x, y, ops))
+        grads = torch.autograd.grad(loss, list(params.values()))
+
+    kind, lr = optimizer["kind"], lr_at(optimizer["lr"], t)
+    new_p, new_b = {}, {b: {} for b in state.buffers}
+    with torch.no_grad():
+        for (name, p), g in zip(params.items(), grads):
+
+            def to32(what: str, v: torch.Tensor, name=name) -> torch.Tensor:
+                r = v.float()  # exact arithmetic on identical inputs: one rounding, never logged
+                if rounder is not None:
+                    key = rounder.op(f"update.{what}:{name}") * SLOTS
+                    if rounder.trace is not None:
+                        rounder.trace.append((key, rounder.name(key), r.clone()))
+                return r
+
+            bufs = {b: state.buffers[b][name].to(dt) for b in state.buffers}
+            if kind == "sgd":
+                new_p[name], nb = _sgd(optimizer, lr, p.detach(), g, bufs, to32)
+            else:
+                new_p[name], nb = _adamw(optimizer, lr, t, p.detach(), g, bufs, to32)
+            for b, v in nb.items():
+                new_b[b][name] = v
+    if rounder is not None:
+        rounder.finish()
+    return State(t + 1, new_p, new_b), float(loss.detach())

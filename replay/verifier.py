@@ -1,0 +1,373 @@
+"""The verifier: replay what the prover committed to, compare bits, check the rules.
+
+    verify(transcript_dir, claims, Budget(max_seconds=60), nonce=b"...") -> Verdict
+
+1. The manifest (the commitment) is validated; every file read later must match its hash.
+2. Compute is counted from the architecture and the batch shapes, never taken from the prover:
+   FLOPs, steps, examples, tokens; each rule gets a verdict, and a declaration below the count is
+   under-reporting.
+3. Claims (chip serial, counter, shard, hash, step) are checked against the chips' signed snapshot
+   logs, then each claimed step is replayed from the nearest earlier checkpoint and the shard's
+   SHA-256 compared bit-exactly.
+4. Random segments -- chosen by a PRNG seeded with SHA-256(manifest hash || verifier's nonce), so
+   after the prover committed and not predictable by it -- are replayed from their checkpoint and
+   compared bit-exactly, all parameters and optimizer state, with the next checkpoint.
+5. Cheap whole-transcript checks: every data commitment, the seed-derived initial weights, update
+   sizes against the learning-rate schedule (and no straight-line stretches: interpolated
+   checkpoints), the loss trending down.
+A replay mismatch with a prover's store at hand goes to dispute bisection (bisect.py).
+
+Verdict: "verified" only if every check ran and passed within the budget; "malformed" for input
+that is not a transcript; "rejected" otherwise, with reasons.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from nacl.signing import VerifyKey
+
+from . import hashing, models
+from .determinism import LogMismatch, Rounder, decode_log
+from .firmware import parse_record, verify_log
+from .train import State, initial_state, lr_at, train_step
+from .transcript import CommitmentMismatch, MalformedTranscript, Transcript
+
+DEFAULT_RULES = {"max_training_flops": 1e26}
+MAX_CLAIMS = 100_000
+COLLINEAR = 0.99999  # cosine of consecutive checkpoint deltas above which a stretch is a straight line
+UPDATE_JUMP = 100.0  # max factor between neighbouring intervals' update size per unit of learning rate
+
+
+@dataclass
+class Budget:
+    """What the verifier may spend: wall-clock seconds, replayed steps, and random segments to replay."""
+
+    max_seconds: float = 600.0
+    max_steps: int | None = None
+    segments: int = 2
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    reasons: list[str] = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"verdict": self.verdict, "reasons": self.reasons, **self.details}
+
+
+class BudgetExhausted(Exception):
+    pass
+
+
+class Mismatch(Exception):
+    """The replay does not reproduce the transcript at `step`."""
+
+    def __init__(self, step: int, what: str):
+        super().__init__(f"step {step}: {what}")
+        self.step, self.what = step, what
+
+
+class Replayer:
+    """Replays transcript steps on a device, counting them against the budget."""
+
+    def __init__(self, tr: Transcript, budget: Budget, device="cpu", started: float | None = None):
+        self.tr, self.budget, self.device = tr, budget, torch.device(device)
+        self.model = models.build(tr.arch, tr.config)
+        self.started, self.steps = started or time.monotonic(), 0
+
+    def step(self, state: State, t: int, batch: dict, log: bytes | None) -> State:
+        """One step from the transcript's batch and rounding log; the loss must be the recorded one."""
+        if self.budget.max_steps is not None and self.steps >= self.budget.max_steps:
+            raise BudgetExhausted(f"step budget ({self.budget.max_steps}) spent")
+        if time.monotonic() - self.started > self.budget.max_seconds:
+            raise BudgetExhausted(f"time budget ({self.budget.max_seconds} s) spent")
+        self.steps += 1
+        rounder = None
+        if self.tr.precision == "det64":
+            try:
+                rounder = Rounder("replay", entries=decode_log(log))
+            except ValueError as e:
+                raise MalformedTranscript(f"step {t}: {e}") from None
+        try:
+            state, loss = train_step(self.model, state, batch, self.tr.manifest["optimizer"], self.tr.precision, rounder)
+        except LogMismatch as e:
+            raise Mismatch(t, f"rounding log does not fit the replay ({e})") from None
+        if loss != self.tr.manifest["records"][t]["loss"]:
+            raise Mismatch(t, f"replayed loss {loss!r} differs from the recorded {self.tr.manifest['records'][t]['loss']!r}")
+        return state
+
+    def run(self, start: int, until: int, each=None) -> State:
+        """Replay from the checkpoint at `start` through step `until` (state after `until` steps)."""
+        state = self.tr.checkpoint(start).to(self.device)
+        if each:
+            each(state)
+        for t, batch, log in self.tr.segment(start) if until > start else []:
+            if t >= until:
+                break
+            state = self.step(state, t, batch, log)
+            if each:
+                each(state)
+        return state
+
+
+def _json(obj_or_path, what: str):
+    if obj_or_path is None or isinstance(obj_or_path, (dict, list)):
+        return obj_or_path
+    try:
+        return json.loads(Path(obj_or_path).read_bytes()[: 64 << 20].decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise MalformedTranscript(f"{what} is not readable JSON ({type(e).__name__})") from None
+
+
+def _lines(path) -> list[str]:
+    try:
+        return Path(path).read_bytes()[: 64 << 20].decode("utf-8", errors="replace").splitlines()
+    except OSError as e:
+        raise MalformedTranscript(f"snapshots are not readable ({type(e).__name__})") from None
+
+
+def _claims(raw, tr: Transcript) -> list[dict]:
+    if raw is None:
+        return []
+    if not isinstance(raw, dict) or set(raw) != {"manifest", "claims"} or not isinstance(raw["claims"], list):
+        raise MalformedTranscript('claims must be {"manifest": <hash>, "claims": [...]}')
+    if len(raw["claims"]) > MAX_CLAIMS:
+        raise MalformedTranscript(f"more than {MAX_CLAIMS} claims")
+    shard_of = {s["serial"]: i for i, s in enumerate(tr.layout)}
+    out = []
+    for i, c in enumerate(raw["claims"]):
+        if not isinstance(c, dict) or set(c) != {"serial", "counter", "shard", "hash", "step"}:
+            raise MalformedTranscript(f"claims[{i}] must have serial, counter, shard, hash, step")
+        if not all(type(c[k]) is int for k in ("counter", "shard", "step")) or not isinstance(c["hash"], str):
+            raise MalformedTranscript(f"claims[{i}] has fields of the wrong type")
+        if c["serial"] not in shard_of or c["shard"] != shard_of[c["serial"]]:
+            raise MalformedTranscript(f"claims[{i}]: chip {str(c['serial'])[:64]!r} does not hold shard {c['shard']} in the layout")
+        if not 0 <= c["step"] <= tr.steps:
+            raise MalformedTranscript(f"claims[{i}]: step {c['step']} outside the run (0..{tr.steps})")
+        out.append(c)
+    return out
+
+
+def _check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Transcript) -> list[str]:
+    """The chips' signed logs must be intact, and every snapshot claimed with the same hash (and vice versa)."""
+    reasons, by_serial = [], {}
+    serials = {s["serial"] for s in tr.layout}
+    for n, line in enumerate(lines):
+        try:
+            serial = parse_record(line)["serial"]
+        except ValueError as e:
+            reasons.append(f"snapshots line {n}: malformed ({e})")
+            continue
+        if serial not in serials:
+            reasons.append(f"snapshots line {n}: chip {serial[:64]!r} is not in the transcript's shard layout")
+            continue
+        by_serial.setdefault(serial, []).append(line)
+    claimed = {(c["serial"], c["counter"]): c for c in claims}
+    logged = set()
+    for serial, chip_lines in sorted(by_serial.items()):
+        try:
+            key = base64.b64decode(keys[serial], validate=True)
+            VerifyKey(key)
+        except (KeyError, TypeError, ValueError, binascii.Error):
+            reasons.append(f"chip {serial}: no usable public key to check its log")
+            continue
+        for p in verify_log(chip_lines, key, serial=serial):
+            reasons.append(f"chip {serial}: {p['kind']} at its log line {p['line']} (counter {p['counter']}): {p['detail']}")
+        for line in chip_lines:
+            rec = json.loads(line)
+            logged.add((serial, rec["counter"]))
+            c = claimed.get((serial, rec["counter"]))
+            if c is None:
+                reasons.append(f"snapshot {serial}#{rec['counter']} is not explained by any claim")
+            elif c["hash"] != rec["hash"]:
+                reasons.append(f"claim {serial}#{rec['counter']} quotes hash {c['hash'][:16]}..., the chip logged {rec['hash'][:16]}...")
+    for key in sorted(set(claimed) - logged):
+        reasons.append(f"claim {key[0]}#{key[1]} has no logged snapshot")
+    return reasons
+
+
+def _compute(tr: Transcript, rules: dict) -> tuple[dict, list[str]]:
+    spec = tr.spec
+    per_step = models.training_flops(tr.arch, tr.config, spec)
+    total = per_step * tr.steps
+    batch = spec["x"][1][0]
+    out = {"flops_per_step": per_step, "flops": total, "steps": tr.steps, "examples": tr.steps * batch,
+           "tokens": tr.steps * batch * spec["x"][1][1] if tr.arch == "gpt" else None,
+           "reported_flops": tr.manifest["reported_flops"], "rules": {}}
+    reasons = []
+    limit = rules["max_training_flops"]
+    ok = total <= limit
+    out["rules"]["max_training_flops"] = {"threshold": limit, "value": total, "ok": ok}
+    if not ok:
+        reasons.append(f"rule violated: training compute {total:.3e} FLOPs exceeds the threshold {limit:.3e}")
+    ok = tr.manifest["reported_flops"] >= total
+    out["rules"]["compute_reported"] = {"reported": tr.manifest["reported_flops"], "counted": total, "ok": ok}
+    if not ok:
+        reasons.append(f"compute under-reported: declared {tr.manifest['reported_flops']:.3e} FLOPs, "
+                       f"the architecture and batch shapes give {total:.3e}")
+    return out, reasons
+
+
+def _whole_transcript_checks(tr: Transcript, report: dict, tick) -> list[str]:
+    """Data commitments, seed-derived init, update sizes vs. the LR schedule, loss trend. tick() enforces the budget."""
+    reasons = []
+    for start in tr.checkpoints[:-1]:
+        tick()
+        try:
+            tr.segment(start)
+        except CommitmentMismatch as e:
+            reasons.append(str(e))
+    report["checks"]["data_commitments"] = not reasons
+
+    first = tr.checkpoint(0)
+    init = initial_state(models.init_params(tr.arch, tr.config, tr.manifest["seed"]), tr.manifest["optimizer"])
+    ok = first.equal(init)
+    report["checks"]["initialisation"] = ok
+    if not ok:
+        reasons.append("the checkpoint at step 0 is not the initialisation derived from the committed seed")
+
+    flats, sched = [], tr.manifest["optimizer"]["lr"]
+    for c in tr.checkpoints:
+        tick()
+        try:
+            flats.append(torch.from_numpy(hashing.flatten(tr.checkpoint(c).params)).double())
+        except CommitmentMismatch as e:
+            reasons.append(str(e))
+            flats = []
+            break
+    rho, collinear = [], []
+    for i in range(1, len(flats)):
+        a, b = tr.checkpoints[i - 1], tr.checkpoints[i]
+        rho.append(float((flats[i] - flats[i - 1]).norm()) / sum(lr_at(sched, t) for t in range(a, b)))
+        if i >= 2:
+            d0, d1 = flats[i - 1] - flats[i - 2], flats[i] - flats[i - 1]
+            cos = float(d0 @ d1) / max(float(d0.norm() * d1.norm()), 1e-300)
+            if cos > COLLINEAR:
+                collinear.append(tr.checkpoints[i - 1])
+    jumps = [max(x / y, y / x) if min(x, y) > 0 else math.inf for x, y in zip(rho, rho[1:])]
+    ok = not collinear and all(j <= UPDATE_JUMP for j in jumps)
+    report["checks"]["update_sizes"] = {"ok": ok, "per_lr": [round(r, 6) for r in rho],
+                                        "max_jump": max(jumps, default=1.0), "collinear_at": collinear}
+    if collinear:
+        reasons.append(f"checkpoints around steps {collinear} lie on a straight line: an interpolated, not trained, trajectory")
+    if any(j > UPDATE_JUMP for j in jumps):
+        reasons.append(f"update size per unit of learning rate jumps by {max(jumps):.1f}x between checkpoint intervals")
+
+    losses = [r["loss"] for r in tr.manifest["records"]]
+    q = max(1, len(losses) // 4)
+    head, tail = sum(losses[:q]) / q, sum(losses[-q:]) / q
+    ok = tail < head
+    report["checks"]["loss_trend"] = {"ok": ok, "first_quarter": head, "last_quarter": tail}
+    if not ok:
+        reasons.append(f"loss does not trend down (first quarter {head:.4g}, last quarter {tail:.4g})")
+    return reasons
+
+
+def verify(transcript, claims=None, budget: Budget | None = None, *, snapshots=None, chip_keys=None,
+           nonce: bytes = b"", rules: dict | None = None, device="cpu", store=None) -> Verdict:
+    """Verify a transcript directory against claims (a dict or a path to claims.json). See the module docstring."""
+    budget, rules = budget or Budget(), {**DEFAULT_RULES, **(rules or {})}
+    report = {"checks": {}, "claims": [], "segments": [], "threads": torch.get_num_threads(), "device": str(device)}
+    reasons: list[str] = []
+    started = time.monotonic()
+    try:
+        tr = Transcript(transcript)
+        report.update(manifest=tr.hash, arch=tr.arch, precision=tr.precision)
+        raw = _json(claims, "claims")
+        claim_list = _claims(raw, tr)
+        if raw is not None and raw["manifest"] != tr.hash:
+            reasons.append("the claims answer for a different transcript (manifest hash differs)")
+        compute, why = _compute(tr, rules)
+        report.update(compute)
+        reasons += why
+        if snapshots is not None:
+            lines = snapshots if isinstance(snapshots, list) else _lines(snapshots)
+            keys = _json(chip_keys, "chip keys") or {}
+            if not isinstance(keys, dict):
+                raise MalformedTranscript("chip keys must be an object {serial: base64 public key}")
+            reasons += _check_snapshots([line for line in lines if line.strip()], keys, claim_list, tr)
+
+        def tick():
+            if time.monotonic() - started > budget.max_seconds:
+                raise BudgetExhausted(f"time budget ({budget.max_seconds} s) spent")
+
+        replayer = Replayer(tr, budget, device, started)
+        try:
+            reasons += _whole_transcript_checks(tr, report, tick)
+            reasons += _replay_claims(tr, replayer, claim_list, report)
+            reasons += _replay_segments(tr, replayer, budget, nonce, report, store)
+        except BudgetExhausted as e:
+            report["budget_exhausted"] = True
+            reasons.append(f"budget exhausted before the verification was complete: {e}")
+        report["replayed_steps"] = replayer.steps
+    except MalformedTranscript as e:
+        report["seconds"] = round(time.monotonic() - started, 3)
+        return Verdict("malformed", [e.reason], report)
+    except CommitmentMismatch as e:
+        reasons.append(str(e))
+    report["seconds"] = round(time.monotonic() - started, 3)
+    return Verdict("rejected" if reasons else "verified", reasons, report)
+
+
+def _replay_claims(tr: Transcript, replayer: Replayer, claims: list[dict], report: dict) -> list[str]:
+    reasons, by_start = [], {}
+    for c in claims:  # strictly earlier checkpoint: a claim at a checkpoint step replays the segment before it
+        by_start.setdefault(tr.segment_start(max(c["step"] - 1, 0)), []).append(c)
+    for start, group in sorted(by_start.items()):
+        until = max(c["step"] for c in group)
+        hashes = {}
+
+        def each(state):
+            if any(c["step"] == state.step for c in group):
+                hashes[state.step] = hashing.shard_hashes(state.params, tr.layout)
+
+        try:
+            replayer.run(start, until, each)
+        except (Mismatch, CommitmentMismatch) as e:
+            reasons.append(f"replay from checkpoint {start} failed: {e}")
+            continue
+        for c in group:
+            ok = hashes[c["step"]][c["shard"]] == c["hash"]
+            report["claims"].append({"serial": c["serial"], "counter": c["counter"], "step": c["step"], "ok": ok})
+            if not ok:
+                reasons.append(f"claim {c['serial']}#{c['counter']}: shard {c['shard']} at step {c['step']} replays to "
+                               f"{hashes[c['step']][c['shard']][:16]}..., not the claimed {c['hash'][:16]}...")
+    return reasons
+
+
+def _replay_segments(tr: Transcript, replayer: Replayer, budget: Budget, nonce: bytes, report: dict, store) -> list[str]:
+    seed = hashlib.sha256(bytes.fromhex(tr.hash) + nonce).digest()
+    starts = tr.checkpoints[:-1]
+    order = random.Random(seed).sample(starts, len(starts))
+    reasons = []
+    for start in order[: budget.segments]:
+        end = tr.next_checkpoint(start)
+        try:
+            ok = replayer.run(start, end).equal(tr.checkpoint(end))
+            what = f"replayed state at step {end} differs from its checkpoint"
+        except (Mismatch, CommitmentMismatch) as e:
+            ok, what = False, str(e)
+        report["segments"].append({"start": start, "end": end, "ok": ok})
+        if not ok:
+            reasons.append(f"segment {start}..{end}: {what}")
+            if store is not None and "dispute" not in report:
+                from .bisect import dispute
+
+                try:
+                    report["dispute"] = dispute(tr, start, end, store, replayer)
+                except (BudgetExhausted, MalformedTranscript, CommitmentMismatch):
+                    raise
+                except Exception as e:  # noqa: BLE001 - the prover's store is untrusted code's output
+                    report["dispute"] = {"error": f"the prover's store failed: {type(e).__name__}: {str(e)[:200]}"}
+    return reasons

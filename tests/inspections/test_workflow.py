@@ -1,0 +1,183 @@
+"""The inspector's workflow: own tasks only, chip identity by challenge, snapshot logs, findings, alerts."""
+import base64
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from nacl.signing import SigningKey
+from rest_framework.test import APIClient
+
+from inspections import services
+from inspections.models import Alert, Campaign, Finding, IdentityChallenge, InspectionTask, Snapshot, SnapshotLog
+from inspections.tasks import check_snapshot_log
+from ledger.models import Entry
+from registry.models import Chip
+from tests.inspections.factories import H100, YEAR, make_provers
+from tests.registry.factories import SignedClient, event
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def draw():
+    make_provers()
+    campaign = services.campaign_create(slug="c1", provers=["owner-a", "owner-b"], rule_flops=20 * H100 * YEAR,
+                                        starts_on=timezone.now().date())
+    return services.campaign_draw(campaign, 0)
+
+
+def inspector(slug: str) -> APIClient:
+    from registry.models import Organisation
+
+    return SignedClient(Organisation.objects.get(slug=slug), SigningKey.generate()).api
+
+
+def a_task(body: str) -> InspectionTask:
+    return InspectionTask.objects.filter(inspection_body__slug=body).select_related("chip").first()
+
+
+def with_chip_key(task: InspectionTask) -> SigningKey:
+    """Give the task's chip a key we hold (the firmware's), as if fabricated with it."""
+    key = SigningKey.generate()
+    Chip.objects.filter(pk=task.chip_id).update(public_key=bytes(key.verify_key))
+    task.chip.refresh_from_db()
+    return key
+
+
+def test_an_inspector_sees_and_acts_only_on_its_bodys_tasks(draw):
+    eu, us = inspector("inspect-eu"), inspector("inspect-us")
+    listed = eu.get("/api/inspections/tasks").json()
+    assert listed and all(t["country"] == "NL" for t in listed)
+    us_task = a_task("inspect-us")
+    assert eu.post(f"/api/inspections/tasks/{us_task.pk}/accept").status_code == 404
+    assert eu.post(f"/api/inspections/tasks/{us_task.pk}/finding", {"chip_found": True}, format="json").status_code == 404
+    assert us.post(f"/api/inspections/tasks/{us_task.pk}/accept").status_code == 200
+    assert inspector("owner-a").get("/api/inspections/tasks").status_code == 403  # a prover is no inspector
+
+
+def identity(client, task, key, tamper=None):
+    challenge = client.post(f"/api/inspections/tasks/{task.pk}/challenge").json()
+    signature = key.sign(challenge["message"].encode()).signature
+    if tamper:
+        challenge, signature = tamper(challenge, signature)
+    return challenge, client.post(f"/api/inspections/tasks/{task.pk}/identity",
+                                  {"nonce": challenge["nonce"], "signature": base64.b64encode(signature).decode()},
+                                  format="json").json()
+
+
+def test_chip_identity_passes_with_the_chips_key(draw):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    key = with_chip_key(task)
+    _, outcome = identity(client, task, key)
+    assert outcome["passed"] is True and outcome["reason"] is None
+    assert Entry.objects.filter(kind="inspection.identity_checked", payload__passed=True).exists()
+
+
+@pytest.mark.parametrize("case", ["wrong_key", "replayed", "expired", "unknown_nonce"])
+def test_a_bad_identity_answer_is_a_failed_check_and_an_alert(draw, case):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    key = with_chip_key(task)
+    if case == "wrong_key":
+        _, outcome = identity(client, task, SigningKey.generate())
+    elif case == "replayed":
+        challenge, first = identity(client, task, key)
+        assert first["passed"]
+        signature = key.sign(challenge["message"].encode()).signature
+        outcome = client.post(f"/api/inspections/tasks/{task.pk}/identity",
+                              {"nonce": challenge["nonce"], "signature": base64.b64encode(signature).decode()},
+                              format="json").json()
+    elif case == "expired":
+        def expire(challenge, signature):
+            IdentityChallenge.objects.filter(nonce=challenge["nonce"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+            return challenge, signature
+        _, outcome = identity(client, task, key, tamper=expire)
+    else:
+        _, outcome = identity(client, task, key, tamper=lambda c, s: ({**c, "nonce": "0" * 64}, s))
+    assert outcome["passed"] is False and outcome["reason"]
+    assert Alert.objects.filter(kind="identity_failed", chip=task.chip).exists()
+
+
+def firmware_log(key: SigningKey, serial: str, count: int) -> list[str]:
+    from replay.firmware import canonical, record_hash
+
+    lines, prev = [], "0" * 64
+    for counter in range(count):
+        record = {"serial": serial, "counter": counter, "time": f"2026-11-0{counter + 1}T00:00:00Z", "shard": 0,
+                  "hash": f"{counter:064x}", "prev": prev}
+        record["sig"] = base64.b64encode(key.sign(canonical(record)).signature).decode()
+        lines.append(canonical(record).decode())
+        prev = record_hash(record)
+    return lines
+
+
+def upload(client, task, lines):
+    return client.post(f"/api/inspections/tasks/{task.pk}/snapshot-log", {"log": "\n".join(lines) + "\n"}, format="json")
+
+
+def test_an_intact_snapshot_log_records_its_snapshots_on_the_ledger(draw, django_capture_on_commit_callbacks):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    key = with_chip_key(task)
+    with django_capture_on_commit_callbacks(execute=False):
+        response = upload(client, task, firmware_log(key, task.chip.serial, 3))
+    assert response.status_code == 202 and response.json()["status"] == "pending"
+    assert check_snapshot_log(response.json()["id"]) == "intact"  # what the worker runs after commit
+    assert Snapshot.objects.filter(chip=task.chip).count() == 3
+    entry = Entry.objects.get(kind="inspection.snapshot_log")
+    assert [s["counter"] for s in entry.payload["snapshots"]] == [0, 1, 2] and entry.payload["problems"] == []
+    assert check_snapshot_log(response.json()["id"]) == "intact"  # a retried task records nothing twice
+    assert Entry.objects.filter(kind="inspection.snapshot_log").count() == 1
+
+
+@pytest.mark.parametrize("tamper, kind", [
+    (lambda lines: lines[:1] + lines[2:], "gap"),
+    (lambda lines: [lines[1], lines[0], *lines[2:]], "reordered"),
+    (lambda lines: lines[:1] + [lines[1].replace('"hash":"', '"hash":"f')[:-2] + '"}'] + lines[2:], None),
+])
+def test_a_tampered_log_is_reported_and_alerted(draw, tamper, kind, django_capture_on_commit_callbacks):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    key = with_chip_key(task)
+    with django_capture_on_commit_callbacks(execute=False):
+        log_id = upload(client, task, tamper(firmware_log(key, task.chip.serial, 4))).json()["id"]
+    assert check_snapshot_log(log_id) == "problems"
+    problems = client.get(f"/api/inspections/snapshot-logs/{log_id}").json()["problems"]
+    assert problems and (kind is None or any(p["kind"] == kind for p in problems))
+    assert Alert.objects.filter(kind="log_problems", chip=task.chip).exists()
+
+
+def test_findings_not_found_twice_starts_an_unscheduled_campaign(draw):
+    client = inspector("inspect-us")
+    tasks = list(InspectionTask.objects.filter(inspection_body__slug="inspect-us", prover__slug="owner-a")[:2])
+    assert len(tasks) == 2
+    for task in tasks:
+        assert client.post(f"/api/inspections/tasks/{task.pk}/accept").status_code == 200
+        response = client.post(f"/api/inspections/tasks/{task.pk}/finding", {
+            "chip_found": False, "notes": "rack empty", "photo_hashes": ["ab" * 32]}, format="json")
+        assert response.status_code == 201, response.content
+    assert Alert.objects.filter(kind="not_found", prover__slug="owner-a").count() == 2
+    assert Campaign.objects.filter(slug__startswith="unscheduled-owner-a").count() == 1
+    assert Finding.objects.filter(chip_found=False).count() == 2
+
+
+def test_a_finding_needs_an_accepted_task_and_valid_fields(draw):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    assert client.post(f"/api/inspections/tasks/{task.pk}/finding", {"chip_found": True}, format="json").status_code == 400
+    client.post(f"/api/inspections/tasks/{task.pk}/accept")
+    for bad, field in (({}, "chip_found"), ({"chip_found": True, "seal_intact": "yes"}, "seal_intact"),
+                       ({"chip_found": True, "photo_hashes": ["x"]}, "photo_hashes"),
+                       ({"chip_found": True, "colour": "red"}, "body")):
+        response = client.post(f"/api/inspections/tasks/{task.pk}/finding", bad, format="json")
+        assert response.status_code == 400 and field in response.json()
+    refused = client.post(f"/api/inspections/tasks/{task.pk}/finding", {"chip_found": True, "owner_refused": True,
+                                                                        "seal_intact": True}, format="json")
+    assert refused.status_code == 201 and Alert.objects.filter(kind="refused").exists()
+
+
+def test_overdue_tasks_and_lost_chips_raise_alerts_once(draw):
+    later = timezone.now().date() + timedelta(days=30)
+    overdue = services.overdue_sweep(later)
+    assert overdue == InspectionTask.objects.filter(status="overdue").count() > 0
+    assert services.overdue_sweep(later) == 0
+    chip = Chip.objects.filter(owner__slug="owner-a").select_related("owner").first()
+    event(chip.owner, "reported_stolen", [chip.serial])
+    assert services.lost_chip_sweep() == 1 and services.lost_chip_sweep() == 0
+    assert Alert.objects.get(kind="lost").chip == chip

@@ -1,0 +1,81 @@
+"""Tiny transcripts and the tools an attacker would use to edit them consistently."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import safetensors.torch
+import torch
+
+from replay import Recorder
+from replay.transcript import batch_digest, canonical_json, checkpoint_path, segment_path, sha256
+
+TINY = {
+    "mlp": {"config": {"sizes": [16, 48, 48, 4]}, "batch": 32},
+    "cnn": {"config": {"in_channels": 1, "image": 8, "channels": [4, 8], "classes": 4}, "batch": 16},
+    "gpt": {"config": {"vocab": 32, "block": 16, "n_layer": 1, "n_head": 2, "n_embd": 32}, "batch": 8},
+}
+STEPS, INTERVAL = 12, 4
+
+
+def record(out: Path, arch: str, precision: str = "det64", threads: int = 1, **kw) -> Path:
+    """Record a tiny transcript with `threads` torch threads (restored afterwards)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        args = {"steps": STEPS, "checkpoint_interval": INTERVAL, "precision": precision, "snapshot_rate": 0.3,
+                "config": TINY[arch]["config"], "batch": TINY[arch]["batch"], **kw}
+        return Recorder(out, arch, **args).run()
+    finally:
+        torch.set_num_threads(before)
+
+
+def copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def manifest(d: Path) -> dict:
+    return json.loads((d / "manifest.json").read_bytes())
+
+
+def save_manifest(d: Path, m: dict) -> None:
+    """Write the manifest and re-point claims.json at it, as a cheating prover would."""
+    data = canonical_json(m)
+    (d / "manifest.json").write_bytes(data)
+    claims = json.loads((d / "claims.json").read_text())
+    claims["manifest"] = sha256(data)
+    (d / "claims.json").write_text(json.dumps(claims))
+
+
+def edit_segment(d: Path, start: int, fn, *, recommit: bool | str = True) -> None:
+    """fn(tensors dict) edits a segment file in place; recommit: True updates the data digests and the
+    file hash in the manifest, "file" only the file hash, False nothing."""
+    path = segment_path(d, start)
+    tensors = dict(safetensors.torch.load(path.read_bytes()))
+    fn(tensors)
+    path.write_bytes(safetensors.torch.save(tensors))
+    if recommit:
+        m = manifest(d)
+        for key in tensors if recommit is True else ():
+            if key.startswith("x:"):
+                t = int(key[2:])
+                m["records"][t]["data"] = batch_digest({"x": tensors[f"x:{t}"], "y": tensors[f"y:{t}"]})
+        m["segments"][str(start)] = sha256(path.read_bytes())
+        save_manifest(d, m)
+
+
+def edit_checkpoint(d: Path, step: int, fn, *, recommit: bool = True) -> None:
+    path = checkpoint_path(d, step)
+    tensors = dict(safetensors.torch.load(path.read_bytes()))
+    fn(tensors)
+    path.write_bytes(safetensors.torch.save(tensors))
+    if recommit:
+        m = manifest(d)
+        m["checkpoints"][str(step)] = sha256(path.read_bytes())
+        save_manifest(d, m)
+
+
+def claims(d: Path) -> dict:
+    return json.loads((d / "claims.json").read_text())

@@ -1,0 +1,117 @@
+"""The chip firmware's signed snapshot log: every tamper case is reported, exactly."""
+from __future__ import annotations
+
+import base64
+import json
+from datetime import timedelta
+
+import pytest
+
+from replay.firmware import EPOCH, ZERO, Chip, Firmware, canonical, chip_key, public_key_b64, record_hash, verify_log
+
+SERIAL = "SIM-0007-000"
+
+
+def make_log(n: int = 6, serial: str = SERIAL, seed: int = 7):
+    chip = Chip(serial, 2, chip_key(seed, serial))
+    lines = [chip.snapshot(EPOCH + timedelta(minutes=i), f"{i:064x}") for i in range(n)]
+    return chip, lines
+
+
+def kinds(problems):
+    return [(p["kind"], p["line"], p["counter"]) for p in problems]
+
+
+@pytest.fixture
+def log():
+    chip, lines = make_log()
+    return chip, lines, public_key_b64(chip.key)
+
+
+def test_record_format(log):
+    chip, lines, key = log
+    first, second = json.loads(lines[0]), json.loads(lines[1])
+    assert set(first) == {"serial", "counter", "time", "shard", "hash", "prev", "sig"}
+    assert first["prev"] == ZERO and second["prev"] == record_hash(first)
+    assert (first["counter"], second["counter"], first["shard"], first["time"]) == (0, 1, 2, "2025-01-01T00:00:00Z")
+    body = canonical({k: v for k, v in first.items() if k != "sig"})
+    chip.key.verify_key.verify(body, base64.b64decode(first["sig"]))
+    assert lines[0] == canonical(first).decode()
+
+
+def test_intact_log_has_no_problems(log):
+    _, lines, key = log
+    assert verify_log(lines, key, serial=SERIAL) == []
+
+
+def test_deleted_record_is_a_gap(log):
+    _, lines, key = log
+    assert kinds(verify_log(lines[:2] + lines[3:], key)) == [("gap", 2, 3)]
+    assert kinds(verify_log(lines[1:], key)) == [("gap", 0, 1)]
+
+
+def test_edited_record_is_forged_and_nothing_else(log):
+    _, lines, key = log
+    rec = json.loads(lines[3])
+    rec["hash"] = "f" * 64
+    lines[3] = canonical(rec).decode()
+    assert kinds(verify_log(lines, key)) == [("forged", 3, 3)]
+
+
+def test_record_signed_by_another_key_is_forged(log):
+    _, lines, key = log
+    _, other = make_log(seed=8)
+    lines[4] = other[4]
+    assert kinds(verify_log(lines, key)) == [("forged", 4, 4)]
+
+
+def test_record_of_another_chip_is_forged(log):
+    chip, lines, key = log
+    impostor = Chip("SIM-0007-001", 2, chip.key)  # same key, other serial: only the serial check catches it
+    impostor.counter, impostor.prev = 6, record_hash(json.loads(lines[5]))
+    lines.append(impostor.snapshot(EPOCH + timedelta(hours=1), "0" * 64))
+    assert kinds(verify_log(lines, key, serial=SERIAL)) == [("forged", 6, 6)]
+
+
+def test_swapped_records_are_reordered(log):
+    _, lines, key = log
+    lines[2], lines[3] = lines[3], lines[2]
+    assert kinds(verify_log(lines, key)) == [("reordered", 3, 2)]
+
+
+def test_rolled_back_chip_reuses_counters(log):
+    chip, lines, key = log
+    chip.counter, chip.prev = 3, record_hash(json.loads(lines[2]))  # firmware state restored from after record 2
+    lines += [chip.snapshot(EPOCH + timedelta(hours=2), "a" * 64), chip.snapshot(EPOCH + timedelta(hours=3), "b" * 64)]
+    assert kinds(verify_log(lines, key)) == [("rollback", 6, 3), ("rollback", 7, 4)]
+
+
+def test_forked_history_is_a_rollback(log):
+    chip, lines, key = log
+    chip.counter, chip.prev = 4, record_hash(json.loads(lines[2]))  # links to 2 while claiming counter 4
+    lines[4:] = [chip.snapshot(EPOCH + timedelta(hours=2), "c" * 64)]
+    assert kinds(verify_log(lines, key)) == [("rollback", 4, 4)]
+
+
+def test_clock_going_backwards_is_a_rollback(log):
+    chip, lines, key = log
+    lines.append(chip.snapshot(EPOCH - timedelta(days=1), "d" * 64))
+    assert kinds(verify_log(lines, key)) == [("rollback", 6, 6)]
+
+
+def test_garbage_line_is_malformed_and_leaves_its_gap(log):
+    _, lines, key = log
+    lines[2] = lines[2][:40]
+    assert kinds(verify_log(lines, key)) == [("malformed", 2, None), ("gap", 3, 3)]
+
+
+def test_firmware_snapshots_at_poisson_rate():
+    layout = [{"serial": f"C{i}", "start": 0, "end": 0} for i in range(4)]
+    fw = Firmware(layout, seed=1, rate=0.2)
+    for step in range(1, 501):
+        fw.tick(step, ["0" * 64] * 4)
+    per_chip = [sum(json.loads(line)["serial"] == f"C{i}" for line in fw.lines) for i in range(4)]
+    assert all(60 <= n <= 140 for n in per_chip), per_chip  # 500 * (1 - e^-0.2) = 91 expected
+    for i in range(4):
+        mine = [line for line in fw.lines if json.loads(line)["serial"] == f"C{i}"]
+        assert verify_log(mine, fw.public_keys()[f"C{i}"], serial=f"C{i}") == []
