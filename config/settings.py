@@ -95,6 +95,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
+    # Per-process test database: two test runs against one server must not drop each other's.
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Cache / broker -----------------------------------------------------------
@@ -151,6 +153,12 @@ LEDGER_KEY_FILE = Path(env("LEDGER_KEY_FILE", default=str(VAR_DIR / "ledger-sign
 LEDGER_MAX_PAGE = env.int("LEDGER_MAX_PAGE", default=1000)
 # Cosignatures timestamped further than this in the future are refused.
 LEDGER_COSIGNATURE_MAX_SKEW = env.int("LEDGER_COSIGNATURE_MAX_SKEW", default=600)
+
+# --- Replay verification -------------------------------------------------------
+# Directories under which provers' transcripts may be read by path (e.g. a share they export).
+TRANSCRIPT_ROOTS = env.list("TRANSCRIPT_ROOTS", default=[str(VAR_DIR / "transcripts")])
+REPLAY_MAX_SECONDS = env.int("REPLAY_MAX_SECONDS", default=900)
+REPLAY_MAX_MEMORY_BYTES = env.int("REPLAY_MAX_MEMORY_BYTES", default=8 * 2**30)
 
 # --- Auth, i18n, static -------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

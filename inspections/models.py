@@ -96,6 +96,8 @@ class Alert(models.Model):
         IDENTITY_FAILED = "identity_failed"
         LOG_PROBLEMS = "log_problems"
         UNASSIGNED = "unassigned"
+        UNANSWERED = "unanswered"
+        CLAIM_FAILED = "claim_failed"
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="alerts")
@@ -163,3 +165,30 @@ class Finding(models.Model):
     photo_hashes = models.JSONField(default=list)
     notes = models.TextField(blank=True)
     recorded_seq = models.BigIntegerField()
+
+
+class Claim(models.Model):
+    """The prover's answer to a logged snapshot: which run and step produced it, and where its transcript is.
+
+    The transcript stays on the prover's side; only its location and manifest hash are kept here.
+    """
+
+    class Result(models.TextChoices):
+        PENDING = "pending"
+        VERIFIED = "verified"
+        MISMATCH = "mismatch"
+        RULE_VIOLATED = "rule_violated"
+        MALFORMED = "malformed"
+        TIMED_OUT = "timed_out"
+
+    snapshot = models.OneToOneField(Snapshot, on_delete=models.PROTECT, related_name="claim")
+    prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="claims")
+    run = models.CharField(max_length=128)
+    step = models.PositiveBigIntegerField()
+    manifest = models.CharField(max_length=64, help_text="hex SHA-256 of the transcript's manifest")
+    location = models.CharField(max_length=1024, help_text="a path under an allowed root, or an http(s) URL")
+    claimed_seq = models.BigIntegerField()
+    result = models.CharField(max_length=16, choices=Result.choices, default=Result.PENDING)
+    mismatch_step = models.BigIntegerField(null=True, blank=True)
+    report = models.JSONField(default=dict)
+    result_seq = models.BigIntegerField(null=True, blank=True)

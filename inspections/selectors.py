@@ -3,7 +3,9 @@ from django.db.models import QuerySet
 
 from registry.models import Organisation
 
-from .models import InspectionTask, SnapshotLog
+from registry.selectors import SEES_EVERYTHING
+
+from .models import Claim, InspectionTask, SnapshotLog
 
 
 def tasks_of(body: Organisation) -> QuerySet[InspectionTask]:
@@ -17,3 +19,13 @@ def task_of(body: Organisation, task_id: int) -> InspectionTask | None:
 
 def snapshot_log_of(body: Organisation, log_id: int) -> SnapshotLog | None:
     return SnapshotLog.objects.filter(pk=log_id, task__inspection_body=body).first()
+
+
+def claim_of(organisation: Organisation | None, claim_id: int) -> Claim | None:
+    """The prover sees its own claims; the regulator and inspection bodies see all."""
+    if organisation is None:
+        return None
+    claims = Claim.objects.filter(pk=claim_id)
+    if not SEES_EVERYTHING & set(organisation.roles):
+        claims = claims.filter(prover=organisation)
+    return claims.first()

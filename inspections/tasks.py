@@ -1,9 +1,18 @@
 """Celery tasks of the inspections app: thin wrappers over services."""
+import json
+import resource
+import secrets
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
-from . import services
-from .models import Campaign, CampaignSeed, Draw, SnapshotLog
+from . import services, transcripts
+from .models import Campaign, CampaignSeed, Claim, Draw, SnapshotLog
 
 
 @shared_task(name="inspections.tasks.draw_due_campaigns")
@@ -44,4 +53,58 @@ def check_snapshot_log(log_id: int) -> str:
 @shared_task(name="inspections.tasks.sweep")
 def sweep() -> dict:
     """Beat: overdue inspections and lost chips become alerts."""
-    return {"overdue": services.overdue_sweep(timezone.now().date()), "lost": services.lost_chip_sweep()}
+    today = timezone.now().date()
+    return {"overdue": services.overdue_sweep(today), "lost": services.lost_chip_sweep(),
+            "unanswered": services.unanswered_sweep(today)}
+
+
+@shared_task(name="inspections.tasks.verify_claim", acks_late=True)
+def verify_claim(claim_id: int) -> str:
+    """Replay the prover's transcript for one claim, in a bounded subprocess; the result lands on the ledger.
+
+    The verifier runs as ``python -m replay verify`` with a wall-clock and address-space limit, so a
+    hostile transcript can make it fail but never hang or exhaust the worker. Idempotent.
+    """
+    claim = Claim.objects.select_related("snapshot__chip").get(pk=claim_id)
+    if claim.result != Claim.Result.PENDING:
+        return claim.result
+    with tempfile.TemporaryDirectory(prefix="claim-") as scratch:
+        try:
+            verdict, error = _run_verifier(claim, Path(scratch)), None
+        except transcripts.TranscriptUnavailable as unavailable:
+            verdict, error = None, str(unavailable)
+        except subprocess.TimeoutExpired:
+            verdict, error = None, "timeout"
+    return services.claim_result_record(claim.pk, verdict, error).result
+
+
+def _run_verifier(claim, scratch: Path) -> dict:
+    if claim.location.startswith(("http://", "https://")):
+        directory = transcripts.download(claim.location, scratch / "transcript")
+    else:
+        directory = transcripts.local_directory(claim.location)
+    snapshot = claim.snapshot
+    claims_file = scratch / "claims.json"
+    claims_file.write_text(json.dumps({"manifest": claim.manifest, "claims": [{
+        "serial": snapshot.chip.serial, "counter": snapshot.counter, "shard": snapshot.shard, "hash": snapshot.hash,
+        "step": claim.step}]}))
+    command = [sys.executable, "-m", "replay", "verify", str(directory), "--claims", str(claims_file), "--json",
+               "--nonce", secrets.token_hex(16), "--max-seconds", str(settings.REPLAY_MAX_SECONDS),
+               "--max-flops", repr(_rule_flops(snapshot.chip))]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=settings.BASE_DIR,
+                          timeout=settings.REPLAY_MAX_SECONDS + 60, preexec_fn=_limit_memory)
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        return {"verdict": "malformed", "reasons": [f"the verifier failed: {done.stderr[-500:]}"]}
+
+
+def _rule_flops(chip) -> float:
+    """The strictest rule of any campaign that drew this chip (what the claim is checked against)."""
+    rules = Campaign.objects.filter(draws__tasks__chip=chip).values_list("rule_flops", flat=True)
+    return min(rules, default=float("inf"))
+
+
+def _limit_memory() -> None:
+    limit = settings.REPLAY_MAX_MEMORY_BYTES
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

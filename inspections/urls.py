@@ -10,5 +10,7 @@ urlpatterns = [
     path("tasks/<int:task_id>/identity", views.IdentityView.as_view(), name="identity"),
     path("tasks/<int:task_id>/snapshot-log", views.SnapshotLogView.as_view(), name="snapshot-log"),
     path("tasks/<int:task_id>/finding", views.FindingView.as_view(), name="finding"),
+    path("claims", views.ClaimsView.as_view(), name="claims"),
+    path("claims/<int:claim_id>", views.ClaimStatusView.as_view(), name="claim"),
     path("snapshot-logs/<int:log_id>", views.SnapshotLogStatusView.as_view(), name="snapshot-log-status"),
 ]

@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 from registry.models import Role
 from registry.selectors import organisation_of
 from registry.throttles import OrganisationRateThrottle
+from registry.views import SIGNED_PARAMETERS, SIGNED_WRITE_ERRORS, SignedWriteView
 
 from . import selectors, services
 from .models import InspectionTask
@@ -113,3 +114,32 @@ class FindingView(InspectorView):
         task = self.task(request, task_id)
         finding = services.finding_submit(task, task.inspection_body, request.data)
         return Response({"task": task.pk, "recorded_seq": finding.recorded_seq}, status=status.HTTP_201_CREATED)
+
+
+class ClaimsView(SignedWriteView):
+    """Provers answer their chips' logged snapshots (a signed write, like every prover write)."""
+
+    @extend_schema(
+        summary="Answer logged snapshots: run, step and transcript (manifest hash and location) for each",
+        description="Body: `{timestamp, nonce, claims: [{serial, counter, run, step, manifest, location}]}`. Each "
+                    "claim is verified by the replay worker; the result lands on the ledger (`claim.verified`).",
+        parameters=SIGNED_PARAMETERS, request={"application/json": dict}, responses=SIGNED_WRITE_ERRORS,
+    )
+    def post(self, request):
+        return super().post(request)
+
+    def perform(self, organisation, data, submission) -> dict:
+        rows = services.claims_submit(prover=organisation, claims=data.get("claims"), submission=submission)
+        return {"seq": rows[0].claimed_seq, "kind": "claim.submitted", "claims": [row.pk for row in rows]}
+
+
+class ClaimStatusView(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(responses={200: dict, 404: OpenApiResponse(description="not your claim")})
+    def get(self, request, claim_id: int):
+        claim = selectors.claim_of(organisation_of(request.user), claim_id)
+        if claim is None:
+            raise Http404("no such claim")
+        return Response({"id": claim.pk, "result": claim.result, "mismatch_step": claim.mismatch_step,
+                         "report": claim.report, "result_seq": claim.result_seq})

@@ -1,0 +1,134 @@
+"""End to end: a prover's real training transcript answers the snapshots an inspector read off its chips.
+
+The transcript is recorded with ``python -m replay record``; its simulated chips are registered with
+the firmware's keys, drawn, inspected; the prover's claims are verified by the replay worker task.
+"""
+import json
+import shutil
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+from nacl.signing import SigningKey
+
+from inspections import services
+from inspections.models import Alert, Claim, InspectionTask, Snapshot
+from inspections.tasks import check_snapshot_log, verify_claim
+from ledger.models import Entry
+from registry import services as registry
+from registry.models import Chip
+from tests.registry.factories import SignedClient, chip_model, event, facility, organisation
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(scope="module")
+def transcript(tmp_path_factory):
+    """One small real transcript (MLP, 20 steps, 2 chips), recorded once for the module."""
+    out = tmp_path_factory.mktemp("run") / "mlp-run"
+    subprocess.run([sys.executable, "-m", "replay", "record", "--arch", "mlp", "--steps", "20", "--chips", "2",
+                    "--out", str(out)], check=True, cwd=settings.BASE_DIR, capture_output=True)
+    return out
+
+
+@pytest.fixture
+def answered(transcript, settings, tmp_path, django_capture_on_commit_callbacks):
+    """The transcript's chips registered, owned by owner-a, inspected: their snapshots await claims."""
+    root = tmp_path / "transcripts"
+    shutil.copytree(transcript, root / "mlp-run")
+    settings.TRANSCRIPT_ROOTS = [str(root)]
+    keys = json.loads((transcript / "chips.json").read_text())
+    fab, _ = organisation("fab-tw", ["fab"], "TW")
+    owner, owner_key = organisation("owner-a", ["owner"], "US")
+    body, _ = organisation("inspect-us", ["inspection_body"], "US")
+    from inspections.models import InspectionBody
+
+    InspectionBody.objects.create(organisation=body, countries=["US"], capacity_per_period=10)
+    facility(owner, "dc-a")
+    model = chip_model(fab, "h100-sxm")
+    registry.chips_fabricate(organisation=fab, chips=[{"serial": s, "model": model.slug, "public_key": k} for s, k in keys.items()])
+    serials = list(keys)
+    event(fab, "exported", serials, consignee="owner-a", reference="PO", export_licence="EL")
+    event(owner, "received", serials)
+    event(fab, "transfer_offered", serials, to_owner="owner-a")
+    event(owner, "transfer_accepted", serials)
+    campaign = services.campaign_create(slug="c", provers=["owner-a"], rule_flops=1e9, starts_on=timezone.now().date(),
+                                        detection_probability=0.999)
+    services.campaign_draw(campaign, 0)
+    lines = (transcript / "snapshots.jsonl").read_text().splitlines()
+    for task in InspectionTask.objects.select_related("chip", "inspection_body"):
+        mine = [line for line in lines if json.loads(line)["serial"] == task.chip.serial]
+        if not mine:
+            continue  # this chip logged nothing during the short run
+        with django_capture_on_commit_callbacks(execute=False):
+            log = services.snapshot_log_upload(task, task.inspection_body, "\n".join(mine) + "\n")
+        assert check_snapshot_log(log.pk) == "intact"
+    claims = json.loads((transcript / "claims.json").read_text())
+    return {"client": SignedClient(owner, owner_key), "claims": claims, "location": str(root / "mlp-run")}
+
+
+def submit(answered, django_capture_on_commit_callbacks, **change):
+    wanted = {(s.chip.serial, s.counter) for s in Snapshot.objects.select_related("chip")}
+    items = [{"serial": c["serial"], "counter": c["counter"], "run": "mlp-run", "step": c["step"],
+              "manifest": answered["claims"]["manifest"], "location": answered["location"], **change}
+             for c in answered["claims"]["claims"] if (c["serial"], c["counter"]) in wanted][:1]
+    assert items, "the draw sampled no chip that logged a snapshot"
+    with django_capture_on_commit_callbacks(execute=False):
+        response = answered["client"].post("/api/inspections/claims", {"claims": items})
+    assert response.status_code == 201, response.content
+    return response.json()["claims"][0]
+
+
+def test_an_honest_claim_verifies_and_lands_on_the_ledger(answered, django_capture_on_commit_callbacks):
+    claim_id = submit(answered, django_capture_on_commit_callbacks)
+    assert verify_claim(claim_id) == "verified"
+    entry = Entry.objects.get(kind="claim.verified")
+    assert entry.payload["result"] == "verified" and entry.payload["flops"] > 0
+    assert verify_claim(claim_id) == "verified" and Entry.objects.filter(kind="claim.verified").count() == 1
+    status = answered["client"].get(f"/api/inspections/claims/{claim_id}").json()
+    assert status["result"] == "verified"
+
+
+def test_a_claim_for_the_wrong_step_is_a_mismatch_and_an_alert(answered, django_capture_on_commit_callbacks):
+    claim = answered["claims"]["claims"][0]
+    claim_id = submit(answered, django_capture_on_commit_callbacks, step=max(1, claim["step"] - 3))
+    assert verify_claim(claim_id) == "mismatch"
+    assert Alert.objects.filter(kind="claim_failed").exists()
+
+
+def test_a_transcript_outside_the_allowed_roots_is_refused(answered, django_capture_on_commit_callbacks):
+    claim_id = submit(answered, django_capture_on_commit_callbacks, location="/etc")
+    assert verify_claim(claim_id) == "malformed"
+    assert "allowed transcript root" in Claim.objects.get(pk=claim_id).report["error"]
+
+
+def test_an_edited_checkpoint_is_caught(answered, django_capture_on_commit_callbacks):
+    checkpoint = sorted(Path(answered["location"], "checkpoints").iterdir())[1]
+    data = bytearray(checkpoint.read_bytes())
+    data[-5] ^= 0x40
+    checkpoint.write_bytes(bytes(data))
+    claim_id = submit(answered, django_capture_on_commit_callbacks)
+    assert verify_claim(claim_id) in ("mismatch", "malformed")
+
+
+def test_claims_are_the_owners_only_and_answered_once(answered, django_capture_on_commit_callbacks):
+    submit(answered, django_capture_on_commit_callbacks)
+    snapshot = Snapshot.objects.select_related("chip").first()
+    item = {"serial": snapshot.chip.serial, "counter": snapshot.counter, "run": "r", "step": 1,
+            "manifest": "0" * 64, "location": "/x"}
+    again = answered["client"].post("/api/inspections/claims", {"claims": [item]})
+    other_org, other_key = organisation("owner-z", ["owner"], "US")
+    stranger = SignedClient(other_org, other_key).post("/api/inspections/claims", {"claims": [item]})
+    assert again.status_code == 400 or stranger.status_code == 400
+    assert stranger.status_code == 400 and "claims[0]" in stranger.json()
+
+
+def test_unanswered_snapshots_become_alerts(answered):
+    later = timezone.now().date() + timedelta(days=services.CLAIM_DAYS + 1)
+    count = services.unanswered_sweep(later)
+    assert count == Snapshot.objects.count() > 0
+    assert services.unanswered_sweep(later) == 0
