@@ -16,7 +16,7 @@ from ledger.services import node_hashes
 from registry.rebuild import rebuild
 
 from . import draws
-from .services import ELIGIBLE, prover_sample
+from .services import ELIGIBLE, Holdings, prover_sample
 
 
 @dataclass
@@ -67,7 +67,9 @@ def _compare_samples(audit: Audit, params: dict, drawn: dict, seed: bytes, root:
     for prover in targets:
         chips = [s for s in world.chips.values() if s.owner == prover and s.status in ELIGIBLE]
         peaks = [world.chip_models[s.model]["peak_flops_16bit"] for s in chips]
-        holdings = {"serials": [s.serial for s in chips], "peak_flops": max(peaks, default=None)}
+        serials = [s.serial for s in chips]
+        holdings = Holdings(len(chips), max(peaks, default=None),
+                            lambda seed_, root_, slug, k, serials=serials: draws.draw(seed_, root_, slug, serials, k))
         expected = prover_sample(campaign, prover, holdings, seed, root)
         audit.provers[prover] = expected
         if drawn["provers"].get(prover) != expected:

@@ -26,13 +26,18 @@ def commitment(seed: bytes) -> str:
     return hashlib.sha256(seed).hexdigest()
 
 
+def rank_prefix(root: bytes, campaign: str) -> bytes:
+    """The HMAC message before the serial: root ‖ campaign ‖ 0x00."""
+    return root + campaign.encode() + b"\x00"
+
+
 def rank(seed: bytes, root: bytes, campaign: str, serial: str) -> bytes:
-    return hmac.digest(seed, root + campaign.encode() + b"\x00" + serial.encode(), "sha256")
+    return hmac.digest(seed, rank_prefix(root, campaign) + serial.encode(), "sha256")
 
 
 def draw(seed: bytes, root: bytes, campaign: str, serials: Iterable[str], count: int) -> list[str]:
     """The ``count`` serials of lowest rank, in rank order (deterministic for given inputs)."""
     if count <= 0:
         return []
-    prefix = root + campaign.encode() + b"\x00"
+    prefix = rank_prefix(root, campaign)
     return heapq.nsmallest(count, serials, key=lambda serial: hmac.digest(seed, prefix + serial.encode(), "sha256"))

@@ -6,11 +6,13 @@ import hashlib
 import re
 import secrets
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import date, timedelta
 
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
@@ -142,25 +144,50 @@ def campaign_targets(campaign: Campaign) -> list[Organisation]:
     return list(campaign.provers.order_by("slug"))
 
 
-def _holdings(prover: Organisation) -> dict:
+@dataclass(frozen=True)
+class Holdings:
+    """What a draw needs to know of a prover's chips: how many, the fastest model, and a way to rank them."""
+
+    count: int
+    peak_flops: float | None
+    draw: Callable[[bytes, bytes, str, int], list[str]]  # (seed, root, campaign, k) -> the k lowest-ranked serials
+
+
+def _holdings(prover: Organisation) -> Holdings:
     chips = Chip.objects.filter(owner=prover, status__in=ELIGIBLE)
-    return {
-        "serials": list(chips.values_list("serial", flat=True)),
-        "peak_flops": max(chips.values_list("model__peak_flops_16bit", flat=True).distinct(), default=None),
-    }
+    peak = max(chips.values_list("model__peak_flops_16bit", flat=True).distinct(), default=None)
+    return Holdings(chips.count(), peak, lambda seed, root, campaign, k: _ranked_in_database(prover, seed, root, campaign, k))
 
 
-def prover_sample(campaign, prover: str, holdings: dict, seed: bytes, root: bytes) -> dict:
+def _ranked_in_database(prover: Organisation, seed: bytes, root: bytes, campaign: str, count: int) -> list[str]:
+    """The draw's ranking, computed where the chips are.
+
+    PostgreSQL ranks with pgcrypto's HMAC and a top-N sort, so ten million chips never leave the
+    database; elsewhere the serials are streamed through draws.draw. Both give the same order:
+    bytea sorts like Python bytes (tests/inspections/test_campaigns.py checks it on PostgreSQL).
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT serial FROM registry_chip WHERE owner_id = %s AND status = ANY(%s) "
+                "ORDER BY hmac(%s::bytea || convert_to(serial, 'UTF8'), %s::bytea, 'sha256') LIMIT %s",
+                [prover.pk, ELIGIBLE, draws.rank_prefix(root, campaign), seed, count],
+            )
+            return [serial for (serial,) in cursor.fetchall()]
+    serials = Chip.objects.filter(owner=prover, status__in=ELIGIBLE).values_list("serial", flat=True)
+    return draws.draw(seed, root, campaign, serials.iterator(chunk_size=20_000), count)
+
+
+def prover_sample(campaign, prover: str, holdings: Holdings, seed: bytes, root: bytes) -> dict:
     """Plan and draw for one prover; the same function recomputes it in the audit."""
-    serials = holdings["serials"]
-    sample = {"chips": len(serials), "chips_needed": None, "samples": 0, "drawn": []}
-    if not serials:
+    sample = {"chips": holdings.count, "chips_needed": None, "samples": 0, "drawn": []}
+    if not holdings.count:
         return sample
     try:
         plan = sampling.plan(
-            campaign.rule_flops, len(serials), p=campaign.detection_probability, snapshot_rate=campaign.snapshot_rate,
-            period_days=campaign.period_days, run_days=campaign.run_days,
-            flops_per_chip_second=holdings["peak_flops"] or 1e15,
+            campaign.rule_flops, holdings.count, p=campaign.detection_probability,
+            snapshot_rate=campaign.snapshot_rate, period_days=campaign.period_days, run_days=campaign.run_days,
+            flops_per_chip_second=holdings.peak_flops or 1e15,
         )
     except sampling.PlanError as error:
         sample["plan_error"] = str(error)  # recorded on the ledger; the regulator sees it in the draw
@@ -169,8 +196,8 @@ def prover_sample(campaign, prover: str, holdings: dict, seed: bytes, root: byte
     if plan.impossible:
         return sample  # the prover cannot run it: nothing to look for
     # The paper's plan samples with replacement and may ask for more than C: inspect them all.
-    sample["samples"] = min(plan.samples_per_period, len(serials))
-    sample["drawn"] = sorted(draws.draw(seed, root, campaign.slug, serials, sample["samples"]))
+    sample["samples"] = min(plan.samples_per_period, holdings.count)
+    sample["drawn"] = sorted(holdings.draw(seed, root, campaign.slug, sample["samples"]))
     return sample
 
 

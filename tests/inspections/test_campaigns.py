@@ -152,3 +152,15 @@ def test_a_missed_period_is_committed_first_and_drawn_on_the_next_run(provers):
     assert draw_due_campaigns() == []  # commits period 2's seed
     assert CampaignSeed.objects.filter(campaign=camp, period=2).exists() and not Draw.objects.exists()
     assert draw_due_campaigns() == ["frontier-2026:2"]
+
+
+def test_the_database_ranks_chips_exactly_as_the_python_reference(provers):
+    """On PostgreSQL the draw ranks inside the database (pgcrypto); it must equal draws.draw."""
+    from inspections.services import ELIGIBLE, _ranked_in_database
+    from registry.models import Organisation
+
+    owner = Organisation.objects.get(slug="owner-a")
+    serials = list(Chip.objects.filter(owner=owner, status__in=ELIGIBLE).values_list("serial", flat=True))
+    for k in (1, 7, 200):
+        seed, root = draws.new_seed(), draws.new_seed()
+        assert _ranked_in_database(owner, seed, root, "camp-x", k) == draws.draw(seed, root, "camp-x", serials, k)
