@@ -21,18 +21,47 @@ import hashlib
 import json
 import math
 import random
+import re
 from datetime import datetime, timedelta, timezone
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
 ZERO = "0" * 64
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 FIELDS = {"serial": str, "counter": int, "time": str, "shard": int, "hash": str, "prev": str, "sig": str}
 EPOCH = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
 
 def canonical(obj: dict) -> bytes:
+    fast = _canonical_record(obj)
+    if fast is not None:
+        return fast
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+_PLAIN = re.compile(r'[ !#-\[\]-~]*')  # printable ASCII but '"' and '\\': JSON writes it as is
+_KEYS = tuple(sorted(FIELDS))
+_KEYS_UNSIGNED = tuple(k for k in _KEYS if k != "sig")
+
+
+def _canonical_record(obj: dict) -> bytes | None:
+    """The same bytes as json.dumps(sort_keys, compact) for a plain log record, ~4x faster: the
+    checker serialises every record of every uploaded log. None for anything else."""
+    keys = tuple(sorted(obj))
+    if keys != _KEYS and keys != _KEYS_UNSIGNED:
+        return None
+    parts = []
+    for key in keys:
+        value = obj[key]
+        if type(value) is int:
+            parts.append(f'"{key}":{value}')
+        elif type(value) is str and _PLAIN.fullmatch(value):
+            parts.append(f'"{key}":"{value}"')
+        else:
+            return None
+    return ("{" + ",".join(parts) + "}").encode()
 
 
 def record_hash(record: dict) -> str:
@@ -106,10 +135,13 @@ def parse_record(line: str) -> dict:
     if rec["counter"] < 0 or rec["shard"] < 0:
         raise ValueError("counter and shard must be non-negative")
     for k in ("hash", "prev"):
-        if len(rec[k]) != 64 or any(c not in "0123456789abcdef" for c in rec[k]):
+        if not _HEX64.fullmatch(rec[k]):
             raise ValueError(f"{k} must be 64 lowercase hex digits")
+    # Shape by regex, calendar by fromisoformat: both C-fast (strptime cost more than the signature check).
     try:
-        datetime.strptime(rec["time"], "%Y-%m-%dT%H:%M:%SZ")
+        if not _TIME.fullmatch(rec["time"]):
+            raise ValueError
+        datetime.fromisoformat(rec["time"][:-1])
     except ValueError:
         raise ValueError("time must be RFC 3339 UTC (YYYY-MM-DDTHH:MM:SSZ)") from None
     return rec
@@ -139,11 +171,16 @@ def verify_log(lines: list[str], public_key: bytes | str, *, serial: str | None 
         except ValueError as e:
             problems.append(_problem("malformed", n, None, str(e)))
             continue
+        full = canonical(rec)
+        # Keys sort as ...,"shard","sig","time": dropping the sig member leaves exactly the signed bytes,
+        # which saves a second serialisation per record (the log checker's hot path).
+        signed = full.replace(b',"sig":' + json.dumps(rec["sig"]).encode(), b"", 1)
         try:
-            vk.verify(canonical({k: v for k, v in rec.items() if k != "sig"}), base64.b64decode(rec["sig"], validate=True))
+            vk.verify(signed, base64.b64decode(rec["sig"], validate=True))
             ok = True
         except (BadSignatureError, ValueError):
             ok = False
+        rec["_hash"] = hashlib.sha256(full).hexdigest()
         if not ok or (serial is not None and rec["serial"] != serial):
             why = "signature does not verify under the chip's key" if not ok else f"serial {rec['serial']} is not {serial}"
             problems.append(_problem("forged", n, rec["counter"], why))
@@ -169,7 +206,7 @@ def verify_log(lines: list[str], public_key: bytes | str, *, serial: str | None 
         missing = (c - expect) - sum(1 for k in forged if expect <= k < c)
         if missing > 0:
             problems.append(_problem("gap", n, c, f"{missing} record(s) missing among counters {expect}..{c - 1}"))
-        if prev is not None and prev["counter"] == c - 1 and rec["prev"] != record_hash(prev):
+        if prev is not None and prev["counter"] == c - 1 and rec["prev"] != prev["_hash"]:
             problems.append(_problem("rollback", n, c, f"prev does not link to counter {c - 1}: a forked history"))
         if c == 0 and rec["prev"] != ZERO:
             problems.append(_problem("rollback", n, c, "the first record links to an earlier history"))

@@ -115,3 +115,19 @@ def test_firmware_snapshots_at_poisson_rate():
     for i in range(4):
         mine = [line for line in fw.lines if json.loads(line)["serial"] == f"C{i}"]
         assert verify_log(mine, fw.public_keys()[f"C{i}"], serial=f"C{i}") == []
+
+
+from hypothesis import given, settings as hsettings, strategies as hst  # noqa: E402
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(serial=hst.text(max_size=20), counter=hst.integers(min_value=0, max_value=2**63), signed=hst.booleans(),
+       extra=hst.dictionaries(hst.sampled_from(["x", "shard2"]), hst.integers(), max_size=1))
+def test_fast_canonical_equals_json_dumps(serial, counter, signed, extra):
+    import json
+
+    from replay.firmware import canonical
+
+    record = {"serial": serial, "counter": counter, "time": "2026-01-01T00:00:00Z", "shard": 3, "hash": "a" * 64,
+              "prev": "0" * 64, **({"sig": "QUJD" * 22} if signed else {}), **extra}
+    assert canonical(record) == json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
