@@ -65,3 +65,33 @@ def test_non_inspectors_are_refused(client):
     assert client.get("/portal/").status_code == 403
     client.force_login(get_user_model().objects.get(username="regulator"))
     assert client.get(f"/portal/tasks/{InspectionTask.objects.first().pk}/").status_code == 403
+
+
+def test_regulator_starts_a_campaign_in_the_admin(client):
+    seed_demo("demo-pass-123", chips=60)
+    seed_inspections()
+    client.force_login(get_user_model().objects.get(username="regulator"))
+    for page in ("/admin/inspections/campaign/", "/admin/inspections/alert/", "/admin/inspections/inspectiontask/",
+                 "/admin/inspections/campaign/add/"):
+        assert client.get(page).status_code == 200, page
+    response = client.post("/admin/inspections/campaign/add/", {
+        "slug": "nl-2027", "country": "nl", "rule_flops": "1e24", "detection_probability": "0.9",
+        "snapshot_rate": "0.1", "period_days": "30", "run_days": "365", "starts_on": "2027-01-01"})
+    assert response.status_code == 302
+    assert Entry.objects.filter(kind="campaign.created", payload__slug="nl-2027", payload__country="NL").exists()
+    refused = client.post("/admin/inspections/campaign/add/", {
+        "slug": "bad", "rule_flops": "1e24", "detection_probability": "0.9", "snapshot_rate": "0.1",
+        "period_days": "30", "run_days": "365", "starts_on": "2027-01-01"})
+    assert refused.status_code == 200 and "name the provers" in refused.content.decode()
+
+
+def test_the_campaign_seed_is_nowhere_in_the_admin_or_api(inspector):
+    from django.contrib import admin as django_admin
+
+    from inspections.models import CampaignSeed
+
+    assert CampaignSeed not in django_admin.site._registry
+    seed = CampaignSeed.objects.filter(campaign__draws__isnull=True).first() or CampaignSeed.objects.last()
+    hex_seed = bytes(seed.seed).hex()
+    for page in ("/portal/", "/api/inspections/tasks", "/api/schema/"):
+        assert hex_seed not in inspector.get(page).content.decode()
