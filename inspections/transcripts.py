@@ -38,6 +38,7 @@ def local_directory(location: str) -> Path:
 def download(url: str, into: Path) -> Path:
     """Copy manifest.json and the checkpoints and segments it names from ``url`` into ``into``."""
     base = url.rstrip("/") + "/"
+    into.mkdir(parents=True, exist_ok=True)
     manifest = _get(base + "manifest.json", MAX_MANIFEST_BYTES)
     (into / "manifest.json").write_bytes(manifest)
     try:

@@ -132,3 +132,29 @@ def test_unanswered_snapshots_become_alerts(answered):
     count = services.unanswered_sweep(later)
     assert count == Snapshot.objects.count() > 0
     assert services.unanswered_sweep(later) == 0
+
+
+def test_a_transcript_served_over_http_verifies(answered, django_capture_on_commit_callbacks):
+    """The prover keeps its transcript and serves it; the worker fetches only the files the manifest names."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=answered["location"])
+    handler.log_message = lambda *args: None
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        claim_id = submit(answered, django_capture_on_commit_callbacks, location=url)
+        assert verify_claim(claim_id) == "verified"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_unreachable_transcript_url_is_recorded_not_raised(answered, django_capture_on_commit_callbacks):
+    claim_id = submit(answered, django_capture_on_commit_callbacks, location="http://127.0.0.1:9/nothing/")
+    assert verify_claim(claim_id) == "malformed"
+    assert "127.0.0.1:9" in Claim.objects.get(pk=claim_id).report["error"]
