@@ -13,6 +13,7 @@ from datetime import date, timedelta
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.db import connection, transaction
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
@@ -118,8 +119,8 @@ def campaign_draw(campaign: Campaign, period: int, actor: str = "regulator") -> 
     checkpoint = ledger.checkpoint_sign()
     root = bytes(checkpoint.root)
     provers = {}
-    for prover in campaign_targets(campaign):
-        provers[prover.slug] = prover_sample(campaign, prover.slug, _holdings(prover), bytes(seed.seed), root)
+    for prover, holdings in _targets_and_holdings(campaign):
+        provers[prover.slug] = prover_sample(campaign, prover.slug, holdings, bytes(seed.seed), root)
     today = timezone.now().date()
     assignments = assign(provers)
     payload = {
@@ -137,13 +138,6 @@ def campaign_draw(campaign: Campaign, period: int, actor: str = "regulator") -> 
     return draw
 
 
-def campaign_targets(campaign: Campaign) -> list[Organisation]:
-    if campaign.country:
-        holders = Chip.objects.filter(country=campaign.country, status__in=ELIGIBLE).values("owner").distinct()
-        return list(Organisation.objects.filter(pk__in=holders).order_by("slug"))
-    return list(campaign.provers.order_by("slug"))
-
-
 @dataclass(frozen=True)
 class Holdings:
     """What a draw needs to know of a prover's chips: how many, the fastest model, and a way to rank them."""
@@ -153,10 +147,30 @@ class Holdings:
     draw: Callable[[bytes, bytes, str, int], list[str]]  # (seed, root, campaign, k) -> the k lowest-ranked serials
 
 
-def _holdings(prover: Organisation) -> Holdings:
-    chips = Chip.objects.filter(owner=prover, status__in=ELIGIBLE)
-    peak = max(chips.values_list("model__peak_flops_16bit", flat=True).distinct(), default=None)
-    return Holdings(chips.count(), peak, lambda seed, root, campaign, k: _ranked_in_database(prover, seed, root, campaign, k))
+def _targets_and_holdings(campaign: Campaign) -> list[tuple[Organisation, Holdings]]:
+    """The campaign's provers with their chip counts and fastest model, in one grouped scan.
+
+    A country campaign targets every owner of eligible chips located there (a country may
+    hold 10^7 chips: one pass over them, not one per prover); the plan counts all the prover's chips.
+    """
+    eligible = Chip.objects.filter(status__in=ELIGIBLE)
+    if campaign.country:
+        rows = (eligible.values("owner").annotate(count=Count("id"), peak=Max("model__peak_flops_16bit"),
+                                                  here=Count("id", filter=Q(country=campaign.country)))
+                .filter(here__gt=0))
+        provers = list(Organisation.objects.filter(pk__in=[row["owner"] for row in rows]).order_by("slug"))
+    else:
+        provers = list(campaign.provers.order_by("slug"))
+        rows = (eligible.filter(owner__in=provers).values("owner")
+                .annotate(count=Count("id"), peak=Max("model__peak_flops_16bit")))
+    found = {row["owner"]: row for row in rows}
+
+    def holdings(prover: Organisation) -> Holdings:
+        row = found.get(prover.pk, {"count": 0, "peak": None})
+        return Holdings(row["count"], row["peak"],
+                        lambda seed, root, slug, k: _ranked_in_database(prover, seed, root, slug, k))
+
+    return [(prover, holdings(prover)) for prover in provers]
 
 
 def _ranked_in_database(prover: Organisation, seed: bytes, root: bytes, campaign: str, count: int) -> list[str]:
