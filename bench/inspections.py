@@ -31,8 +31,12 @@ LOG_RECORDS = 20_000
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--per-prover", type=int, default=1_000_000)
+    parser.add_argument("--log-only", action="store_true", help="only the snapshot-log verification (no database)")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.log_only:
+        sys.path.insert(0, str(ROOT))
+        return report({"draw": {}, "log": log_verification()})
     if args.inner:
         return run(args.per_prover)
     import psycopg
