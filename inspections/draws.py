@@ -31,6 +31,17 @@ def rank_prefix(root: bytes, campaign: str) -> bytes:
     return root + campaign.encode() + b"\x00"
 
 
+def hmac_pads(seed: bytes) -> tuple[bytes, bytes]:
+    """(K0 ⊕ ipad, K0 ⊕ opad) of RFC 2104 for HMAC-SHA256 with key ``seed``.
+
+    With them a database computes the very same HMAC from its built-in SHA-256:
+    SHA256(outer ‖ SHA256(inner ‖ message)) — no crypto extension needed.
+    """
+    key = hashlib.sha256(seed).digest() if len(seed) > 64 else seed
+    key = key.ljust(64, b"\x00")
+    return bytes(b ^ 0x36 for b in key), bytes(b ^ 0x5C for b in key)
+
+
 def rank(seed: bytes, root: bytes, campaign: str, serial: str) -> bytes:
     return hmac.digest(seed, rank_prefix(root, campaign) + serial.encode(), "sha256")
 

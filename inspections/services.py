@@ -176,16 +176,18 @@ def _targets_and_holdings(campaign: Campaign) -> list[tuple[Organisation, Holdin
 def _ranked_in_database(prover: Organisation, seed: bytes, root: bytes, campaign: str, count: int) -> list[str]:
     """The draw's ranking, computed where the chips are.
 
-    PostgreSQL ranks with pgcrypto's HMAC and a top-N sort, so ten million chips never leave the
-    database; elsewhere the serials are streamed through draws.draw. Both give the same order:
-    bytea sorts like Python bytes (tests/inspections/test_campaigns.py checks it on PostgreSQL).
+    PostgreSQL computes the HMAC from its built-in SHA-256 (RFC 2104 pads from draws.hmac_pads)
+    and keeps the top N, so ten million chips never leave the database; elsewhere the serials are
+    streamed through draws.draw. Both give the same order: bytea sorts like Python bytes
+    (tests/inspections/test_campaigns.py checks it on PostgreSQL).
     """
     if connection.vendor == "postgresql":
+        inner, outer = draws.hmac_pads(seed)
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT serial FROM registry_chip WHERE owner_id = %s AND status = ANY(%s) "
-                "ORDER BY hmac(%s::bytea || convert_to(serial, 'UTF8'), %s::bytea, 'sha256') LIMIT %s",
-                [prover.pk, ELIGIBLE, draws.rank_prefix(root, campaign), seed, count],
+                "ORDER BY sha256(%s::bytea || sha256(%s::bytea || convert_to(serial, 'UTF8'))) LIMIT %s",
+                [prover.pk, ELIGIBLE, outer, inner + draws.rank_prefix(root, campaign), count],
             )
             return [serial for (serial,) in cursor.fetchall()]
     serials = Chip.objects.filter(owner=prover, status__in=ELIGIBLE).values_list("serial", flat=True)

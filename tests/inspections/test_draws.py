@@ -41,3 +41,11 @@ def test_commitment_binds_the_seed():
 def test_edge_counts():
     assert draws.draw(bytes(32), bytes(32), "c", SERIALS, 0) == []
     assert sorted(draws.draw(bytes(32), bytes(32), "c", SERIALS[:5], 10)) == SERIALS[:5]
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.binary(max_size=100), message=st.binary(max_size=200))
+def test_hmac_pads_rebuild_hmac_sha256(seed, message):
+    inner, outer = draws.hmac_pads(seed)
+    rebuilt = hashlib.sha256(outer + hashlib.sha256(inner + message).digest()).digest()
+    assert rebuilt == hmac.new(seed, message, hashlib.sha256).digest()
