@@ -198,6 +198,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "ChipStatusEnum": "registry.models.CHIP_STATUS_CHOICES",
+        "InspectionTaskStatusEnum": "inspections.models.InspectionTask.Status",
+    },
 }
 
 EMAIL_BACKEND = env("DJANGO_EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")

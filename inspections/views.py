@@ -61,8 +61,23 @@ class TaskAcceptView(InspectorView):
         return Response(TaskOut(services.task_accept(task, task.inspection_body)).data)
 
 
+class ChallengeOut(serializers.Serializer):
+    nonce = serializers.CharField()
+    message = serializers.CharField(help_text="the exact text the chip signs with its key")
+    expires_at = serializers.DateTimeField()
+
+
+class IdentityOut(serializers.Serializer):
+    task = serializers.IntegerField()
+    chip = serializers.CharField()
+    nonce = serializers.CharField()
+    passed = serializers.BooleanField()
+    reason = serializers.CharField(allow_null=True)
+
+
 class ChallengeView(InspectorView):
-    @extend_schema(request=None, summary="A fresh nonce for the chip to sign (valid 10 minutes, once)")
+    @extend_schema(request=None, responses={201: ChallengeOut},
+                   summary="A fresh nonce for the chip to sign (valid 10 minutes, once)")
     def post(self, request, task_id: int):
         task = self.task(request, task_id)
         challenge = services.identity_challenge_issue(task, task.inspection_body)
@@ -77,7 +92,8 @@ class IdentityIn(serializers.Serializer):
 
 
 class IdentityView(InspectorView):
-    @extend_schema(request=IdentityIn, summary="The chip's signed answer; a failed check raises an alert")
+    @extend_schema(request=IdentityIn, responses={200: IdentityOut},
+                   summary="The chip's signed answer; a failed check raises an alert")
     def post(self, request, task_id: int):
         task = self.task(request, task_id)
         answer = IdentityIn(data=request.data)

@@ -1,7 +1,6 @@
 import django_filters
 
-from .lifecycle import Status
-from .models import Chip
+from .models import CHIP_STATUS_CHOICES, Chip
 
 
 class ChipFilter(django_filters.FilterSet):
@@ -9,7 +8,7 @@ class ChipFilter(django_filters.FilterSet):
     possessor = django_filters.CharFilter(field_name="possessor__slug")
     model = django_filters.CharFilter(field_name="model__slug")
     facility = django_filters.CharFilter(field_name="facility__slug")
-    status = django_filters.ChoiceFilter(choices=[(s.value, s.value) for s in Status])
+    status = django_filters.ChoiceFilter(choices=CHIP_STATUS_CHOICES)
     country = django_filters.CharFilter(field_name="country")
 
     class Meta:

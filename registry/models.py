@@ -11,6 +11,9 @@ from django.db import models
 from .lifecycle import Status
 
 
+CHIP_STATUS_CHOICES = [(status.value, status.value) for status in Status]
+
+
 class Role(models.TextChoices):
     FAB = "fab", "fab"
     PACKAGER = "packager", "packager"
@@ -110,7 +113,7 @@ class Chip(models.Model):
     )
     facility = models.ForeignKey(Facility, null=True, blank=True, on_delete=models.PROTECT, related_name="chips")
     country = models.CharField(max_length=2, blank=True, help_text="where the chip is (or is headed)")
-    status = models.CharField(max_length=16, choices=[(s.value, s.value) for s in Status], db_index=True)
+    status = models.CharField(max_length=16, choices=CHIP_STATUS_CHOICES, db_index=True)
     status_before_missing = models.CharField(max_length=16, blank=True, default="")
     packaged = models.BooleanField(default=False)
     fabricated_seq = models.BigIntegerField()
