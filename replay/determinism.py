@@ -56,6 +56,7 @@ from __future__ import annotations
 import contextlib
 import math
 import struct
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -90,6 +91,11 @@ def ordinal(r: torch.Tensor) -> torch.Tensor:
     return torch.where(b >= 0, b, -1 - (b & 0x7FFFFFFF))
 
 
+def _ord32(b: int) -> int:
+    """`ordinal` of one float32 given as its signed int32 bits (a Python int)."""
+    return b if b >= 0 else -1 - (b & 0x7FFFFFFF)
+
+
 def from_ordinal(o: torch.Tensor) -> torch.Tensor:
     return torch.where(o >= 0, o, (-1 - o) - 2**31).int().view(torch.float32)
 
@@ -108,6 +114,71 @@ def straddles(v: torch.Tensor, w) -> torch.Tensor:
     else:
         w = torch.where(w > 0, w, math.nan)  # on w's own (often per-row) shape
     return (v - w).float().view(torch.int32) != (v + w).float().view(torch.int32)
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(v: torch.Tensor):
+    """Reusable buffers shaped like v, private to this thread: (float64, float32 lo, float32 hi,
+    lo and hi viewed as int32), views into one growing storage per device, cached per shape.
+
+    straddle_index runs over every rounding point's whole output; fresh temporaries of that size
+    cost more (allocation, page faults, cache misses) than the arithmetic does. The views are
+    valid until the next straddle_index call on this thread.
+    """
+    cache = _SCRATCH.__dict__
+    key = (v.device, v.shape)
+    views = cache.get(key)
+    if views is None:
+        n = v.numel()
+        store = cache.get(v.device)
+        if store is None or store[0].numel() < n:
+            for k in [k for k in cache if isinstance(k, tuple) and k[0] == v.device]:
+                del cache[k]
+            cap = max(n, 1 << 16)
+            store = cache[v.device] = (torch.empty(cap, dtype=torch.float64, device=v.device),
+                                       torch.empty(cap, dtype=torch.float32, device=v.device),
+                                       torch.empty(cap, dtype=torch.float32, device=v.device))
+        f64, lo, hi = (t[:n].view(v.shape) for t in store)
+        views = cache[key] = (f64, lo, hi, lo.view(torch.int32), hi.view(torch.int32))
+    return views
+
+
+def straddle_index(v: torch.Tensor, coarse, scale: float) -> torch.Tensor:
+    """Flat indices where `straddles(v, coarse * scale)`: the same set, in fewer and cheaper passes.
+
+    The record hot path, one call per rounding point over its whole output, so it is written for
+    memory traffic and dispatch: the two ends are formed and rounded exactly as in `straddles`
+    (v - w and v + w in float64, each converted to float32), but into reused buffers; then the
+    ends' bit patterns are compared with one `torch.equal` (no bool tensor, no scan for indices),
+    which settles most rounding points; only when some end differs are the hits listed, from the
+    int32 xor of the ends. An element whose width is not > 0 (zero, negative, NaN) never
+    straddles in `straddles` (its window becomes NaN, whose two ends are the same NaN); for a
+    width smaller than v (per row) that rewrite stays, cheap on the width's own shape; for a
+    full-shape width such elements are dropped from the few hits instead (coarse > 0 exactly when
+    coarse * scale > 0, scale >= 1).
+    """
+    full = isinstance(coarse, torch.Tensor) and coarse.shape == v.shape
+    w = coarse * scale
+    if not isinstance(w, torch.Tensor):
+        if not w > 0:
+            return torch.zeros(0, dtype=torch.long, device=v.device)
+    elif not full:
+        w = torch.where(w > 0, w, math.nan)
+    if v.dtype != torch.float64 or v.requires_grad or (isinstance(w, torch.Tensor) and (w.dtype != torch.float64 or w.requires_grad)):
+        lo = (v - w).float().view(torch.int32)
+        hi = (v + w).float().view(torch.int32)
+    else:
+        buf, lo32, hi32, lo, hi = _scratch(v)
+        lo32.copy_(torch.sub(v, w, out=buf))
+        hi32.copy_(torch.add(v, w, out=buf))
+    if torch.equal(lo, hi):
+        return torch.zeros(0, dtype=torch.long, device=v.device)
+    idx = torch.bitwise_xor(lo, hi, out=lo).reshape(-1).nonzero().view(-1)
+    if full:
+        idx = idx[coarse.reshape(-1)[idx] > 0]
+    return idx
 
 
 def close_calls(v: torch.Tensor, err) -> torch.Tensor:
@@ -154,8 +225,25 @@ def norms(t: torch.Tensor, dim) -> torch.Tensor:
     return (t * t).sum(dim).sqrt()
 
 
+def unravel(idx: torch.Tensor, shape) -> tuple[torch.Tensor, ...]:
+    """torch.unravel_index for non-negative flat indices in range, without its per-call overhead
+    (it runs a few times per rounding point that has candidates): the same integers."""
+    shape = tuple(shape)
+    if len(shape) <= 1:
+        return (idx,) if shape else ()
+    out = []
+    for d in shape[:0:-1]:
+        q = torch.div(idx, d, rounding_mode="floor")
+        out.append(idx - q * d)
+        idx = q
+    out.append(idx)
+    return tuple(out[::-1])
+
+
 def _gather(t: torch.Tensor, idx: torch.Tensor, shape) -> torch.Tensor:
-    return t.expand(shape)[torch.unravel_index(idx, tuple(shape))]
+    if tuple(t.shape) == tuple(shape):
+        return t.reshape(-1)[idx]
+    return t.expand(shape)[unravel(idx, shape)]
 
 
 def full_bound(err: torch.Tensor, shape) -> Bound:
@@ -178,10 +266,12 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None) -
     if babs is not None and babs.numel():
         coarse = coarse + babs.max()
     coarse = coarse.unsqueeze(-1)  # per row of the output; tensors throughout, no host sync
-    out_shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    sa, sb = tuple(a.shape[:-2]), tuple(b.shape[:-2])  # torch.broadcast_shapes only where needed: it is slow
+    bat = sa if sa == sb or not sb else sb if not sa else tuple(torch.broadcast_shapes(sa, sb))
+    out_shape = bat + (a.shape[-2], b.shape[-1])
 
     def coords(idx):
-        *bat, i, j = torch.unravel_index(idx, out_shape)
+        *bat, i, j = unravel(idx, out_shape)
         return bat[len(bat) - (a.dim() - 2):], bat[len(bat) - (b.dim() - 2):], i, j
 
     def cheap(idx):
@@ -341,19 +431,24 @@ class Rounder:
 
     def _record(self, key, v, r, bound):
         coarse = bound.max if bound.coarse is None else bound.coarse
-        idx = straddles(v, coarse * SAFETY).flatten().nonzero().flatten()
+        idx = straddle_index(v, coarse, SAFETY)
         if not idx.numel():
             return
-        v_at = v.flatten()[idx]
+        v_at = v.reshape(-1)[idx]
         sub, err = bound.close_calls(idx, v_at)
         if not sub.numel():
             return
         idx, v_at = idx[sub], v_at[sub]
-        r_at = r.flatten()[idx]
-        wide = (ordinal((v_at + err * WIDE).float()) - ordinal((v_at - err * WIDE).float())) > 1
-        parity = (ordinal(r_at) & 1).bool()
-        bits = r_at.view(torch.int32).long() & 0xFFFFFFFF
-        codes = [int(b) if w else bool(p) for w, p, b in zip(wide.tolist(), parity.tolist(), bits.tolist())]
+        r_at = r.reshape(-1)[idx]
+        ew = err * WIDE
+        lo = (v_at - ew).float().view(torch.int32).tolist()
+        hi = (v_at + ew).float().view(torch.int32).tolist()
+        codes = []
+        for a, b, c in zip(lo, hi, r_at.view(torch.int32).tolist()):
+            if _ord32(b) - _ord32(a) > 1:
+                codes.append(c & 0xFFFFFFFF)
+            else:
+                codes.append(bool(_ord32(c) & 1))
         self.entries[key] = (idx.tolist(), codes)
 
     def _apply(self, key, v, r, bound):

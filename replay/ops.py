@@ -18,7 +18,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .determinism import EXP_ERR, SLOTS, U, Bound, active, dot_bound, full_bound, gamma, norms
+from .determinism import EXP_ERR, SLOTS, U, Bound, active, dot_bound, full_bound, gamma, norms, unravel
 
 
 def _mean_bound(t: torch.Tensor, n: int):
@@ -33,7 +33,7 @@ def _conv_bound(w2: torch.Tensor, cols: torch.Tensor, b: torch.Tensor):
     out = (cols.shape[0], w2.shape[0], cols.shape[2])
 
     def plus_bias(f):
-        return lambda idx: f(idx) + babs[torch.unravel_index(idx, out)[1]]
+        return lambda idx: f(idx) + babs[unravel(idx, out)[1]]
 
     coarse = bound.coarse + (babs.max() if babs.numel() else 0.0)
     return Bound(bound.max, plus_bias(bound.at), coarse=coarse, cheap=plus_bias(bound.cheap))
@@ -242,7 +242,7 @@ def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor) -> Bound:
     shape = (g.shape[1], cols.shape[1])
 
     def split(idx):
-        return torch.unravel_index(idx, shape)
+        return unravel(idx, shape)
 
     def cheap(idx):
         o, k = split(idx)
