@@ -52,6 +52,7 @@ def test_bad_registration_shows_the_error_and_writes_nothing(regulator):
     response = regulator.post("/admin/registry/organisation/add/", {
         "slug": "fab-tw", "legal_name": "Dup", "country": "TW", "roles": ["fab"]})
     assert response.status_code == 200 and "is taken" in response.content.decode()
+    assert 'value="Register"' in response.content.decode()
     assert Entry.objects.count() == size
 
 
