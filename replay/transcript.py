@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import safetensors.torch
+from safetensors.torch import load as load_safetensors_bytes
 import torch
 
 from . import models
@@ -193,7 +194,9 @@ def parse_safetensors(data: bytes, name: str, expected: dict[str, tuple[str, lis
     if pos != body:
         raise MalformedTranscript(f"{name}: truncated or padded ({body} data bytes, header describes {pos})")
     try:
-        return safetensors.torch.load(data)
+        # safetensors' own parser (a JSON header and raw tensor bytes, never pickle), on bytes whose
+        # header we have already checked against the manifest.
+        return load_safetensors_bytes(data)
     except Exception as e:  # the library's own checks, after ours
         raise MalformedTranscript(f"{name}: unreadable safetensors ({type(e).__name__})") from None
 
