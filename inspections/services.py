@@ -256,12 +256,13 @@ def _create_tasks(draw: Draw, provers: dict, assignments: dict, today: date, seq
 def _notify_inspectors(draw: Draw) -> None:
     """One email per inspection body member with the tasks assigned to the body (console backend by default)."""
     by_body = defaultdict(list)
-    for task in draw.tasks.select_related("chip", "inspection_body").exclude(inspection_body=None):
+    for task in draw.tasks.select_related("chip__facility", "inspection_body").exclude(inspection_body=None):
         by_body[task.inspection_body].append(task)
     for body, tasks in by_body.items():
         recipients = [m.user.email for m in body.members.select_related("user") if m.user.email]
         if recipients:
-            lines = "\n".join(f"  {t.chip.serial} at {t.chip.facility_id and t.chip.facility.slug}, due {t.due_on}" for t in tasks)
+            lines = "\n".join(f"  {t.chip.serial} at {t.chip.facility.slug if t.chip.facility else 'no facility'}, "
+                              f"due {t.due_on}" for t in tasks)
             send_mail(f"{len(tasks)} chip inspections assigned ({draw.campaign.slug}, period {draw.period})",
                       f"Inspections assigned to {body.slug}:\n{lines}\n", None, recipients)
 

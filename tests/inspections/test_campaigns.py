@@ -164,3 +164,24 @@ def test_the_database_ranks_chips_exactly_as_the_python_reference(provers):
     for k in (1, 7, 200):
         seed, root = draws.new_seed(), draws.new_seed()
         assert _ranked_in_database(owner, seed, root, "camp-x", k) == draws.draw(seed, root, "camp-x", serials, k)
+
+
+def test_inspectors_get_one_email_per_body_listing_their_chips(provers, mailoutbox, django_capture_on_commit_callbacks,
+                                                                django_assert_num_queries):
+    from django.contrib.auth import get_user_model
+
+    from registry import services as registry
+    from registry.models import Organisation
+
+    user = get_user_model().objects.create_user("eu-inspector", email="eu@inspect.example")
+    registry.member_add(user, Organisation.objects.get(slug="inspect-eu"))
+    with django_capture_on_commit_callbacks(execute=True):
+        draw = services.campaign_draw(campaign(), 0)
+    assert len(mailoutbox) == 1 and mailoutbox[0].to == ["eu@inspect.example"]
+    for task in InspectionTask.objects.filter(draw=draw, inspection_body__slug="inspect-eu").select_related("chip"):
+        assert f"{task.chip.serial} at dc-owner-b" in mailoutbox[0].body
+    bodies = InspectionTask.objects.filter(draw=draw).exclude(inspection_body=None).values("inspection_body").distinct().count()
+    draw = type(draw).objects.get(pk=draw.pk)  # nothing cached
+    # one query for tasks with their chips and facilities, one per body for its members, one for the campaign
+    with django_assert_num_queries(1 + bodies + 1):
+        services._notify_inspectors(draw)
