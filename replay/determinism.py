@@ -61,6 +61,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import native
+
 U = 2.0**-53  # unit roundoff of float64
 EXP_ERR = 4 * U  # relative error bound of exp/log: 2 ulps
 SAFETY = 4.0  # prover flags an element when v +- SAFETY * err holds a rounding midpoint
@@ -194,16 +196,20 @@ class Bound:
     """Error bound of one rounding point, at three levels of cost.
 
     coarse: a float or a tensor broadcastable to the output, >= every element's bound: finding the
-            candidates is one `straddles` pass over the output with it;
+            candidates is one `straddles` pass over the output with it (or a zero-argument
+            callable giving it, so that it is only formed when needed);
     cheap(idx): optionally, a tighter per-element bound at flat indices;
     at(idx): the bound itself at flat indices -- what flags a close call, and what the verifier uses.
     max: 0 if the result is exact everywhere (nothing to log), else inf or a float >= coarse.
+    fused(v, safety): optionally, the native kernel for the whole record pass (native.py):
+            (float32(v) as float64, close-call flat indices, their bounds), or None to fall back.
     """
 
     max: float
     at: object = None
     coarse: object = None
     cheap: object = None
+    fused: object = None
 
     def close_calls(self, idx: torch.Tensor, v: torch.Tensor):
         """Of candidates (flat idx, values v): which are close calls, and the exact bound of those."""
@@ -248,27 +254,48 @@ def _gather(t: torch.Tensor, idx: torch.Tensor, shape) -> torch.Tensor:
 
 def full_bound(err: torch.Tensor, shape) -> Bound:
     """A bound given as a tensor broadcastable to the output's shape."""
-    return Bound(math.inf, lambda idx: _gather(err, idx, shape), coarse=err)
+    return Bound(math.inf, lambda idx: _gather(err, idx, shape), coarse=err,
+                 fused=lambda v, safety: native.round_full(v, err, safety) if native.library() else None)
 
 
-def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None) -> Bound:
-    """Bound for C = scale * (A @ B) + bias, A (..., M, K), B (..., K, N) (one of them may be 2-D, broadcast).
+def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, bias_rows: bool = False) -> Bound:
+    """Bound for C = scale * (A @ B) + bias, A (..., M, K), B (..., K, N), batch dims broadcast;
+    bias (N,), or (M,) with bias_rows (a convolution's per-channel bias).
 
-    Per element: gamma(K + 2) * (|scale| * sum_k |A_ik B_kj| + |bias_j|), Higham's bound, exact
+    Per element: gamma(K + 2) * (|scale| * sum_k |A_ik B_kj| + |bias|), Higham's bound, exact
     zeros included (all-zero products give a zero bound). `coarse` (per output row) and `cheap` use
     Cauchy-Schwarz, sum_k |A_ik B_kj| <= ||A_i|| ||B_j||, so finding candidates costs two norms,
-    not a second matmul; the exact sum is formed only for the few candidates that survive.
+    not a second matmul; the exact sum is formed only for the few candidates that survive. The
+    norms are formed lazily: the fused kernel computes its own, and a replay needs them only at
+    logged elements.
     """
-    g = gamma(a.shape[-1] + 2) * abs(scale)
-    na, nb = norms(a, -1), norms(b, -2)
-    babs = bias.abs() * (gamma(a.shape[-1] + 2)) if bias is not None else None
-    coarse = na * (nb.max() * g) if nb.numel() else torch.zeros_like(na)
-    if babs is not None and babs.numel():
-        coarse = coarse + babs.max()
-    coarse = coarse.unsqueeze(-1)  # per row of the output; tensors throughout, no host sync
+    k = a.shape[-1]
+    g = gamma(k + 2) * abs(scale)
+    babs = bias.abs() * gamma(k + 2) if bias is not None else None
     sa, sb = tuple(a.shape[:-2]), tuple(b.shape[:-2])  # torch.broadcast_shapes only where needed: it is slow
     bat = sa if sa == sb or not sb else sb if not sa else tuple(torch.broadcast_shapes(sa, sb))
     out_shape = bat + (a.shape[-2], b.shape[-1])
+    memo = {}
+
+    def norm_a():
+        if "a" not in memo:
+            memo["a"] = norms(a, -1)
+        return memo["a"]
+
+    def norm_b():
+        if "b" not in memo:
+            memo["b"] = norms(b, -2)
+        return memo["b"]
+
+    def bias_at(i, j):
+        return babs[i] if bias_rows else babs[j]
+
+    def coarse():
+        na, nb = norm_a(), norm_b()
+        c = na * (nb.max() * g) if nb.numel() else torch.zeros_like(na)
+        if babs is not None and babs.numel():
+            c = c + (babs if bias_rows else babs.max())
+        return c.unsqueeze(-1)  # per row of the output; tensors throughout, no host sync
 
     def coords(idx):
         *bat, i, j = unravel(idx, out_shape)
@@ -276,8 +303,8 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None) -
 
     def cheap(idx):
         ba, bb, i, j = coords(idx)
-        e = na[(*ba, i)] * nb[(*bb, j)] * g
-        return e + babs[j] if babs is not None else e
+        e = norm_a()[(*ba, i)] * norm_b()[(*bb, j)] * g
+        return e + bias_at(i, j) if babs is not None else e
 
     def at(idx):
         ba, bb, i, j = coords(idx)
@@ -290,9 +317,12 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None) -
         else:
             rows, cols = a[(*ba, i)], b.transpose(-2, -1)[(*bb, j)]
             e = (rows.abs() * cols.abs()).sum(-1) * g
-        return e + babs[j] if babs is not None else e
+        return e + bias_at(i, j) if babs is not None else e
 
-    return Bound(math.inf, at, coarse=coarse, cheap=cheap)
+    def fused(v, safety):
+        return native.round_dot(v, a, b, g, babs, bias_rows, safety) if native.library() else None
+
+    return Bound(math.inf, at, coarse=coarse, cheap=cheap, fused=fused)
 
 
 # --------------------------------------------------------------------------- the log codec
@@ -420,26 +450,44 @@ class Rounder:
         """float64 v with error bound `bound` -> float64 tensor of float32 values, the same on every machine."""
         if self.perturb is not None and bound.max > 0:
             v = self.perturb(v, bound)
-        r = v.float()
         if self.mode == "record" and bound.max > 0:
-            self._record(key, v, r, bound)
-        elif self.mode == "replay" and key in self.entries:
-            r = self._apply(key, v, r, bound)
+            r = self._record(key, v, bound)
+        else:
+            r = _round(v)
+            if self.mode == "replay" and key in self.entries:
+                r = self._apply(key, v, r, bound)
         if self.trace is not None:
-            self.trace.append((key, self.name(key), r.detach().clone()))
-        return r.double()
+            self.trace.append((key, self.name(key), r.detach().float()))
+        return r
 
-    def _record(self, key, v, r, bound):
+    def _record(self, key, v, bound) -> torch.Tensor:
+        """Round v, finding its close calls in one fused pass where the kernel takes v, else with torch."""
+        fused = bound.fused(v, SAFETY) if bound.fused is not None else None
+        if fused is not None:
+            r, idx, err = fused
+        else:
+            r = v.float()
+            idx, err = self._close_calls(v, bound)
+            r = r.double()
+        if idx.numel():
+            self._log(key, v, r, idx, err)
+        return r
+
+    @staticmethod
+    def _close_calls(v, bound):
         coarse = bound.max if bound.coarse is None else bound.coarse
+        if callable(coarse):
+            coarse = coarse()
         idx = straddle_index(v, coarse, SAFETY)
         if not idx.numel():
-            return
+            return idx, torch.zeros(0, dtype=v.dtype, device=v.device)
+        sub, err = bound.close_calls(idx, v.reshape(-1)[idx])
+        return idx[sub], err
+
+    def _log(self, key, v, r, idx, err):
+        """Keep the codes of close calls (flat idx, bounds err) of v, rounded to r (float64 of float32s)."""
         v_at = v.reshape(-1)[idx]
-        sub, err = bound.close_calls(idx, v_at)
-        if not sub.numel():
-            return
-        idx, v_at = idx[sub], v_at[sub]
-        r_at = r.reshape(-1)[idx]
+        r_at = r.reshape(-1)[idx].float()
         ew = err * WIDE
         lo = (v_at - ew).float().view(torch.int32).tolist()
         hi = (v_at + ew).float().view(torch.int32).tolist()
@@ -452,6 +500,7 @@ class Rounder:
         self.entries[key] = (idx.tolist(), codes)
 
     def _apply(self, key, v, r, bound):
+        """Apply the log's entries at this point to r (float64 of float32s, a fresh tensor: changed in place)."""
         idx_list, codes = self.entries.pop(key)
         if idx_list[-1] >= r.numel() or bound.max == 0:
             if self.lenient:
@@ -472,9 +521,8 @@ class Rounder:
             if not self.lenient:
                 j = int(bad.nonzero()[0])
                 raise LogMismatch(f"rounding point {self.name(key)}: logged element {idx_list[j]} is not a close call")
-            o = torch.where(bad, ordinal(r.flatten()[idx]), o)  # lenient: keep our own rounding there
-        r = r.clone()
-        r.view(-1)[idx] = from_ordinal(o)
+            o = torch.where(bad, ordinal(r.flatten()[idx].float()), o)  # lenient: keep our own rounding there
+        r.view(-1)[idx] = from_ordinal(o).double()
         return r
 
     def name(self, key: int) -> str:
@@ -485,6 +533,13 @@ class Rounder:
         """Replay: every log entry must have been used by some rounding point of the step."""
         if self.mode == "replay" and self.entries and not self.lenient:
             raise LogMismatch(f"rounding log names rounding point {min(self.entries)}, which the step never reached")
+
+
+def _round(v: torch.Tensor) -> torch.Tensor:
+    """float32(v) as a fresh float64 tensor: one fused pass where the kernel takes v."""
+    if v.is_contiguous() and native.usable(v) and native.library():
+        return native.round_f32(v)
+    return v.float().double()
 
 
 _ACTIVE: list[Rounder] = []

@@ -18,25 +18,12 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .determinism import EXP_ERR, SLOTS, U, Bound, active, dot_bound, full_bound, gamma, norms, unravel
+from .determinism import EXP_ERR, SLOTS, U, active, dot_bound, full_bound, gamma, norms
 
 
 def _mean_bound(t: torch.Tensor, n: int):
     """Bound of mean(t, -1): gamma(n + 1) * mean(|t|) (n-term sum, then one multiply by 1/n)."""
     return full_bound(t.abs().sum(-1, keepdim=True) * (gamma(n + 1) / n), t.shape[:-1] + (1,))
-
-
-def _conv_bound(w2: torch.Tensor, cols: torch.Tensor, b: torch.Tensor):
-    """Bound of W2 @ cols + b with W2 (O, CK), cols (B, CK, L), b (O,): the matmul's plus the bias term."""
-    bound = dot_bound(w2, cols)
-    babs = b.abs() * gamma(w2.shape[1] + 2)
-    out = (cols.shape[0], w2.shape[0], cols.shape[2])
-
-    def plus_bias(f):
-        return lambda idx: f(idx) + babs[unravel(idx, out)[1]]
-
-    coarse = bound.coarse + (babs.max() if babs.numel() else 0.0)
-    return Bound(bound.max, plus_bias(bound.at), coarse=coarse, cheap=plus_bias(bound.cheap))
 
 
 class _Matmul(torch.autograd.Function):
@@ -211,7 +198,7 @@ class _Conv2d(torch.autograd.Function):
         wo = (wd + 2 * padding - kw) // stride + 1
         ctx.save_for_backward(cols, w2)
         ctx.op, ctx.geom = op, ((h, wd), (kh, kw), stride, padding, w.shape)
-        return R(op * SLOTS, y, _conv_bound(w2, cols, b)).reshape(bsz, o, ho, wo)
+        return R(op * SLOTS, y, dot_bound(w2, cols, bias=b, bias_rows=True)).reshape(bsz, o, ho, wo)
 
     @staticmethod
     def backward(ctx, dy):
@@ -222,7 +209,10 @@ class _Conv2d(torch.autograd.Function):
         bsz, o = dy.shape[:2]
         g = dy.reshape(bsz, o, -1)  # (B, O, L)
         m = bsz * g.shape[2]
-        dw = R(key + 1, torch.matmul(g, cols.transpose(1, 2)).sum(0), _weight_grad_bound(g, cols)).reshape(wshape)
+        # one (O, B*L) @ (B*L, CK) product: a plain 2-D reduction over all B*L terms (the fused kernel's shape)
+        g2 = g.transpose(0, 1).reshape(o, m)
+        cols2 = cols.transpose(1, 2).reshape(m, cols.shape[1])
+        dw = R(key + 1, torch.matmul(g2, cols2), dot_bound(g2, cols2)).reshape(wshape)
         db = R(key + 2, g.sum((0, 2)), full_bound(g.abs().sum((0, 2)) * gamma(m), (o,)))
         dx = None
         if ctx.needs_input_grad[0]:
@@ -233,26 +223,6 @@ class _Conv2d(torch.autograd.Function):
             dx = fold(dcols)
             dx = R(key + 3, dx, full_bound(err, dx.shape))
         return dx, dw, db, None, None, None
-
-
-def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor) -> Bound:
-    """Bound of sum_b g_b @ cols_b^T, g (B, O, L), cols (B, CK, L): one reduction over K = B*L terms."""
-    gm = gamma(g.shape[0] * g.shape[2] + 2)
-    ng, nc = norms(g, (0, 2)), norms(cols, (0, 2))
-    shape = (g.shape[1], cols.shape[1])
-
-    def split(idx):
-        return unravel(idx, shape)
-
-    def cheap(idx):
-        o, k = split(idx)
-        return ng[o] * nc[k] * gm
-
-    def at(idx):
-        o, k = split(idx)
-        return (g[:, o, :].abs() * cols[:, k, :].abs()).sum((0, 2)) * gm
-
-    return Bound(math.inf, at, coarse=(ng * (nc.max() * gm)).unsqueeze(-1), cheap=cheap)
 
 
 def _causal(t: int, device) -> torch.Tensor:

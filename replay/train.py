@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call
 
+from . import native
 from .determinism import SLOTS, Rounder, rounding
 from .ops import OPS
 
@@ -110,6 +111,7 @@ def train_step(model, state: State, batch: dict, optimizer: dict, precision: str
         x = x.to(dt)
     params = {k: v.to(dt).requires_grad_() for k, v in state.params.items()}
     if precision == "det64":
+        native.tune_allocator()
         with rounding(rounder):
             loss = functional_call(model, params, (x, y, ops))
             grads = torch.autograd.grad(loss, list(params.values()))

@@ -1,0 +1,125 @@
+/* The rounding point's hot loop, fused: round float64 results to float32 and find the close calls.
+
+   Semantics are exactly those of replay/determinism.py (the torch path stays as the reference and
+   the fallback; tests hold the two to the same indices): an element is a close call when its
+   window v +- safety * err is > 0 wide and its two ends round to different float32 bit patterns.
+   Built with -ffp-contract=off: every + - * is its own IEEE rounding, as in the torch path, and
+   double -> float conversion is IEEE round-to-nearest-even on every target.
+
+   This is ours, not a library's: it is the per-element core of the determinism argument, and the
+   torch path spends ~10 kernel launches per rounding point on what one pass does here. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline uint32_t bits32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* Do the two ends of v +- w round differently? A width that is not > 0 (0, negative, NaN) never. */
+static inline int straddles(double v, double w) {
+    return w > 0 && bits32((float)(v - w)) != bits32((float)(v + w));
+}
+
+/* out[i] = float32(v[i]) as a double. */
+void rp_round(const double *v, double *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = (double)(float)v[i];
+}
+
+/* Round one row, widths w[j] (safety included) given, and report whether any window may
+   straddle. Branch-free so that it vectorizes; most rows report nothing. */
+static int round_row(const double *restrict v, double *restrict out, int64_t n, const double *restrict w) {
+    uint32_t any = 0;
+    for (int64_t j = 0; j < n; j++) {
+        double x = v[j], wj = w[j];
+        out[j] = (double)(float)x;
+        uint32_t d = bits32((float)(x - wj)) ^ bits32((float)(x + wj));
+        any |= d & (0u - (uint32_t)(wj > 0));
+    }
+    return any != 0;
+}
+
+/* res[o] = sqrt(sum_r X[o * so + r * sr]^2), o < n_out, r < n_red: walking memory in order. */
+static void norms(const double *X, int64_t n_out, int64_t n_red, int64_t so, int64_t sr, double *res) {
+    if (so < sr) {
+        for (int64_t o = 0; o < n_out; o++) res[o] = 0;
+        for (int64_t r = 0; r < n_red; r++)
+            for (int64_t o = 0; o < n_out; o++) res[o] += X[o * so + r * sr] * X[o * so + r * sr];
+    } else {
+        for (int64_t o = 0; o < n_out; o++) {
+            double acc = 0;
+            for (int64_t r = 0; r < n_red; r++) acc += X[o * so + r * sr] * X[o * so + r * sr];
+            res[o] = acc;
+        }
+    }
+    for (int64_t o = 0; o < n_out; o++) res[o] = sqrt(res[o]);
+}
+
+/* C = scale * (A @ B) + bias over a batch of up to two dims (b0, b1), outputs v contiguous
+   (b0, b1, M, N). A element (t0, t1, i, k) at a[t0*sa[0] + t1*sa[1] + i*sa[2] + k*sa[3]] (a
+   stride of 0 broadcasts), B likewise with sb. g = gamma(K + 2) * |scale|; babs = |bias| *
+   gamma(K + 2) or NULL, per column j (bias_rows 0) or per row i (bias_rows 1). Candidates by
+   Cauchy-Schwarz (||A_i|| ||B_j|| g + babs), then the exact bound g * sum_k |A_ik B_kj| + babs.
+   Writes up to cap close calls (flat index, bound); returns how many there are, so the caller can
+   retry with room for all. scratch holds M + 3N doubles. */
+int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K,
+               const double *a, const int64_t *sa, const double *b, const int64_t *sb,
+               const double *babs, int64_t bias_rows, double g, double safety, double *scratch,
+               int64_t *idx, double *err, int64_t cap) {
+    int64_t found = 0;
+    double *na = scratch, *nb = scratch + M, *bcol = nb + N, *w = bcol + N;
+    for (int64_t j = 0; j < N; j++) bcol[j] = babs && !bias_rows ? babs[j] : 0.0;
+    for (int64_t t0 = 0; t0 < b0; t0++) {
+        for (int64_t t1 = 0; t1 < b1; t1++) {
+            const double *A = a + t0 * sa[0] + t1 * sa[1];
+            const double *B = b + t0 * sb[0] + t1 * sb[1];
+            int64_t base = (t0 * b1 + t1) * M * N;
+            norms(A, M, K, sa[2], sa[3], na);
+            for (int64_t i = 0; i < M; i++) na[i] *= g;
+            norms(B, N, K, sb[3], sb[2], nb);
+            for (int64_t i = 0; i < M; i++) {
+                const double *vr = v + base + i * N;
+                double bias_i = babs && bias_rows ? babs[i] : 0.0, ni = na[i];
+                for (int64_t j = 0; j < N; j++) w[j] = (ni * nb[j] + (bias_i + bcol[j])) * safety;
+                if (!round_row(vr, out + base + i * N, N, w)) continue;
+                for (int64_t j = 0; j < N; j++) {
+                    double bias = bias_i + bcol[j];
+                    if (!straddles(vr[j], w[j])) continue;
+                    double e = 0;
+                    for (int64_t k = 0; k < K; k++) e += fabs(A[i * sa[2] + k * sa[3]]) * fabs(B[k * sb[2] + j * sb[3]]);
+                    e = e * g + bias;
+                    if (!straddles(vr[j], e * safety)) continue;
+                    if (found < cap) {
+                        idx[found] = base + i * N + j;
+                        err[found] = e;
+                    }
+                    found++;
+                }
+            }
+        }
+    }
+    return found;
+}
+
+/* v (rows, n) contiguous with its bound e given per element (e_cols == n) or per row (e_cols ==
+   1), e contiguous. scratch holds n doubles. Same contract as rp_dot. */
+int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const double *e, int64_t e_cols,
+                double safety, double *w, int64_t *idx, double *err, int64_t cap) {
+    int64_t found = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        const double *vr = v + i * n, *er = e + i * e_cols;
+        for (int64_t j = 0; j < n; j++) w[j] = er[e_cols == 1 ? 0 : j] * safety;
+        if (!round_row(vr, out + i * n, n, w)) continue;
+        for (int64_t j = 0; j < n; j++) {
+            if (!straddles(vr[j], w[j])) continue;
+            if (found < cap) {
+                idx[found] = i * n + j;
+                err[found] = er[e_cols == 1 ? 0 : j];
+            }
+            found++;
+        }
+    }
+    return found;
+}

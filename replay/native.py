@@ -1,0 +1,198 @@
+"""The fused rounding-point kernel (`_native.c`), built on first use and loaded with ctypes.
+
+Optional by design: the torch path in determinism.py is the reference and the fallback, so a
+machine without a C compiler records and replays the same bits, only slower. The kernel works on
+CPU float64 tensors; anything else (a GPU, odd strides, more than two batch dims) takes the torch
+path. `REPLAY_NATIVE=0` turns it off.
+
+Why ctypes and a plain C file rather than a torch C++ extension: no torch headers, so it builds in
+well under a second (a torch extension takes about a minute), and the ABI is just pointers.
+Built with -ffp-contract=off (no fused multiply-add: each + - * rounds as in the torch path);
+-march=native only schedules the same IEEE operations in wider vectors. The library is cached
+per source, compiler and CPU under $REPLAY_NATIVE_CACHE (default ~/.cache/chipledger-replay),
+written to a temporary name and renamed, so concurrent first uses do not collide.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("_native.c")
+FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared", "-std=c99"]
+_LOCK = threading.Lock()
+_LIB: ctypes.CDLL | None | bool = None  # None: not tried yet; False: unavailable
+
+_d = ctypes.c_double
+_i = ctypes.c_int64
+_p = ctypes.c_void_p
+
+
+def _cpu_id() -> str:
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        flags = ""
+    return f"{platform.machine()} {flags}"
+
+
+def _build() -> Path:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        raise OSError("no C compiler (cc, gcc or clang) on PATH")
+    src = SOURCE.read_bytes()
+    key = hashlib.sha256(src + cc.encode() + " ".join(FLAGS).encode() + _cpu_id().encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("REPLAY_NATIVE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "chipledger-replay")
+    lib = cache / f"rounding-{key}.so"
+    if lib.exists():
+        return lib
+    cache.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
+    os.close(fd)
+    try:
+        subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], check=True, capture_output=True, timeout=120)
+        os.replace(tmp, lib)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return lib
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded kernel, or None where it is turned off or cannot be built (warned once)."""
+    global _LIB
+    if _LIB is None:
+        with _LOCK:
+            if _LIB is None:
+                _LIB = _load()
+    return _LIB or None
+
+
+def _load():
+    if os.environ.get("REPLAY_NATIVE", "1") == "0":
+        return False
+    try:
+        lib = ctypes.CDLL(str(_build()))
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        warnings.warn(f"replay: fused rounding kernel unavailable, using the torch path ({exc} {detail[-300:]!r})", RuntimeWarning)
+        return False
+    lib.rp_round.argtypes = [_p, _p, _i]
+    lib.rp_round.restype = None
+    lib.rp_dot.argtypes = [_p, _p, _i, _i, _i, _i, _i, _p, _p, _p, _p, _p, _i, _d, _d, _p, _p, _p, _i]
+    lib.rp_dot.restype = _i
+    lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _p, _p, _p, _i]
+    lib.rp_full.restype = _i
+    return lib
+
+
+_TUNED = False
+
+
+def tune_allocator() -> None:
+    """Keep freed memory in the process instead of returning it to the OS (glibc only; once).
+
+    A deterministic step allocates the same large float64 temporaries every step. glibc serves
+    blocks over its mmap threshold with fresh mmaps and trims the heap top on free, so each step
+    page-faults all of them in again: a third of a small model's step time here. Raising the
+    mmap threshold to its 32 MiB cap and the trim threshold to 1 GiB keeps those pages mapped for
+    reuse. Called by the first deterministic step, so only replay processes (the prover's CLI,
+    the verifier's subprocess) are affected. Numerics do not depend on it.
+    """
+    global _TUNED
+    if _TUNED:
+        return
+    _TUNED = True
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return  # not glibc
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    mallopt(M_MMAP_THRESHOLD, 32 << 20)
+    mallopt(M_TRIM_THRESHOLD, 1 << 30)
+
+
+def usable(*tensors: torch.Tensor) -> bool:
+    """Can the kernel take these tensors (CPU float64, no autograd history needed)?"""
+    return all(t.device.type == "cpu" and t.dtype == torch.float64 for t in tensors)
+
+
+def round_f32(v: torch.Tensor) -> torch.Tensor:
+    """float32(v) as a new contiguous float64 tensor (v CPU float64 contiguous)."""
+    out = torch.empty_like(v, memory_format=torch.contiguous_format)
+    library().rp_round(v.data_ptr(), out.data_ptr(), v.numel())
+    return out
+
+
+def _collect(call, cap: int = 256):
+    """Run a kernel that writes up to cap (index, bound) pairs and says how many there are."""
+    while True:
+        idx = torch.empty(cap, dtype=torch.long)
+        err = torch.empty(cap, dtype=torch.float64)
+        n = call(idx.data_ptr(), err.data_ptr(), cap)
+        if n <= cap:
+            return idx[:n], err[:n]
+        cap = n  # rerun with room for all (rounding again is harmless: same inputs, same outputs)
+
+
+def _batch_strides(t: torch.Tensor, batch: tuple[int, ...]) -> list[int] | None:
+    """Strides of t's batch dims broadcast to `batch` (<= 2 dims), padded to two; None if more."""
+    if len(batch) > 2:
+        return None
+    own = t.shape[:-2]
+    strides = [0] * (len(batch) - len(own)) + [s if n != 1 else 0 for n, s in zip(own, t.stride()[:-2])]
+    return [0] * (2 - len(strides)) + strides
+
+
+def round_dot(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float, babs: torch.Tensor | None,
+              bias_rows: bool, safety: float):
+    """Fused rounding point for v = scale * (a @ b) + bias (bias per column, or per row): (float32(v)
+    as float64, close-call flat indices, their bounds), or None if the kernel cannot take these tensors."""
+    if not (v.is_contiguous() and usable(v, a, b) and (babs is None or (babs.is_contiguous() and usable(babs)))):
+        return None
+    batch = tuple(v.shape[:-2])
+    sa, sb = _batch_strides(a, batch), _batch_strides(b, batch)
+    if sa is None or sb is None:
+        return None
+    b0, b1 = ([1, 1] + list(batch))[-2:]
+    m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
+    sa += list(a.stride()[-2:])
+    sb += list(b.stride()[-2:])
+    sa_arr, sb_arr = (ctypes.c_int64 * 4)(*sa), (ctypes.c_int64 * 4)(*sb)
+    out = torch.empty_like(v)
+    scratch = torch.empty(m + 3 * n, dtype=torch.float64)
+    lib = library()
+    idx, err = _collect(lambda ip, ep, cap: lib.rp_dot(
+        v.data_ptr(), out.data_ptr(), b0, b1, m, n, k, a.data_ptr(), sa_arr, b.data_ptr(), sb_arr,
+        babs.data_ptr() if babs is not None else None, int(bias_rows), g, safety, scratch.data_ptr(), ip, ep, cap))
+    return out, idx, err
+
+
+def round_full(v: torch.Tensor, e: torch.Tensor, safety: float):
+    """Fused rounding point for v with a per-element bound e (v's shape, or per row: v.shape[:-1] + (1,)):
+    as `round_dot`."""
+    if not (v.is_contiguous() and e.is_contiguous() and usable(v, e)):
+        return None
+    n = v.shape[-1] if v.dim() else 1
+    rows = v.numel() // n if n else 0
+    if e.shape == v.shape:
+        e_cols = n
+    elif v.dim() and e.dim() == v.dim() and e.shape[-1] == 1 and e.shape[:-1] == v.shape[:-1]:
+        e_cols = 1
+    else:
+        return None
+    out = torch.empty_like(v)
+    scratch = torch.empty(n, dtype=torch.float64)
+    lib = library()
+    idx, err = _collect(lambda ip, ep, cap: lib.rp_full(
+        v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, scratch.data_ptr(), ip, ep, cap))
+    return out, idx, err

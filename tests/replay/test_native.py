@@ -1,0 +1,161 @@
+"""The fused rounding kernel (replay/_native.c) against the torch path it replaces.
+
+The torch path in determinism.py is the reference: for every bound the kernel handles it must give
+the same float32 values and the same close calls, and a training step recorded either way must
+give the same rounding log and the same state.
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replay import models, native
+from replay.data import Batches
+from replay.determinism import SAFETY, Rounder, dot_bound, full_bound
+from replay.recorder import DEFAULT_OPTIMIZER
+from replay.train import initial_state, train_step
+
+from .helpers import TINY
+
+pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the torch path is used")
+
+
+def _reference(v, bound):
+    idx, err = Rounder._close_calls(v, bound)
+    order = idx.argsort()
+    return v.float().double(), idx[order], err[order]
+
+
+def _fused(v, bound):
+    got = bound.fused(v, SAFETY)
+    assert got is not None, "the kernel should take these tensors"
+    r, idx, err = got
+    order = idx.argsort()
+    return r, idx[order], err[order]
+
+
+def _same(v, bound):
+    r0, i0, e0 = _reference(v, bound)
+    r1, i1, e1 = _fused(v, bound)
+    assert torch.equal(r0.view(torch.int64), r1.view(torch.int64))  # bit for bit, signed zeros too
+    assert torch.equal(i0, i1)
+    assert torch.allclose(e0, e1, rtol=1e-12, atol=0)
+    return i1.numel()
+
+
+def _f32(t):
+    return t.float().double()  # inputs of a rounding point are float32 values
+
+
+@st.composite
+def dot_cases(draw):
+    m, k, n = (draw(st.integers(1, 24)) for _ in range(3))
+    batch = draw(st.sampled_from([(), (3,), (2, 3)]))
+    seed = draw(st.integers(0, 2**31 - 1))
+    g = torch.Generator().manual_seed(seed)
+    a = _f32(torch.randn(*batch, m, k, generator=g, dtype=torch.float64))
+    b = _f32(torch.randn(*batch, k, n, generator=g, dtype=torch.float64))
+    if draw(st.booleans()):  # zero products: an all-zero sum has a zero bound and is never a close call
+        a = a * (torch.rand(a.shape, generator=g, dtype=torch.float64) > 0.5)
+    if draw(st.booleans()) and k >= 2:  # cancellation: (x, x) . (y, -y) pairs make some outputs ~0 with a
+        h = k // 2  # nonzero bound, close calls by the sign of zero at least
+        a[..., 1:2 * h:2] = a[..., 0:2 * h:2]
+        cols = torch.rand(n, generator=g) > 0.3
+        b[..., 1:2 * h:2, :] = torch.where(cols, -b[..., 0:2 * h:2, :], b[..., 1:2 * h:2, :])
+    if draw(st.booleans()):
+        a = a.transpose(-2, -1).contiguous().transpose(-2, -1)  # column-major operands
+    if draw(st.booleans()):
+        b = b.transpose(-2, -1).contiguous().transpose(-2, -1)
+    if batch and draw(st.booleans()):
+        a = a[(0,) * len(batch)]  # a 2-D operand broadcast over b's batch (the convolution's shape)
+    scale = draw(st.sampled_from([1.0, 0.125, -0.3]))
+    bias, rows = None, False
+    if draw(st.booleans()):
+        rows = draw(st.booleans()) and a.dim() == 2
+        bias = _f32(torch.randn(m if rows else n, generator=g, dtype=torch.float64))
+    return a, b, scale, bias, rows
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dot_cases())
+def test_fused_dot_matches_the_torch_path(case):
+    a, b, scale, bias, rows = case
+    v = torch.matmul(a, b) * scale
+    if bias is not None:
+        v = v + (bias.unsqueeze(-1) if rows else bias)
+    _same(v.contiguous(), dot_bound(a, b, scale, bias, bias_rows=rows))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 40), st.integers(0, 2**31 - 1), st.sampled_from(["element", "row", "scalar"]),
+       st.sampled_from([1e-16, 1e-9, 1e-7]))
+def test_fused_full_bounds_match_the_torch_path(rows, cols, seed, per, rel):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g, dtype=torch.float64)
+    x[0, 0] = 0.0  # an exact zero with a positive bound: a close call (the sign of zero)
+    if per == "element":
+        _same(x, full_bound(x.abs() * rel, x.shape))
+    elif per == "row":
+        _same(x, full_bound(x.abs().sum(-1, keepdim=True) * rel, x.shape))
+    else:
+        s = x.sum()
+        _same(s, full_bound(x.abs().sum() * rel, s.shape))
+
+
+def test_close_calls_are_found_and_exact_zeros_are_not():
+    """Not vacuous: the cases above do hit close calls, and a zero bound never flags."""
+    x = torch.tensor([[0.0, 1.0 + 2.0**-24, 2.0, -0.0]], dtype=torch.float64)  # 1 + 2^-24: a float32 midpoint
+    assert _same(x, full_bound(torch.full_like(x, 1e-12), x.shape)) == 3  # 0, the midpoint, -0
+    assert _same(x, full_bound(torch.zeros_like(x), x.shape)) == 0
+
+
+def test_the_kernel_declines_what_it_does_not_handle():
+    a, b = torch.randn(2, 2, 2, 3, 4, dtype=torch.float64), torch.randn(2, 2, 2, 4, 5, dtype=torch.float64)
+    assert dot_bound(a, b).fused(torch.matmul(a, b), SAFETY) is None  # three batch dims
+    v = torch.randn(5, 4, dtype=torch.float64).t()
+    assert full_bound(v.abs(), v.shape).fused(v, SAFETY) is None  # not contiguous
+    f = torch.randn(4, 5)
+    assert full_bound(f.abs(), f.shape).fused(f, SAFETY) is None  # not float64
+
+
+@pytest.mark.parametrize("arch", ["mlp", "cnn", "gpt"])
+def test_a_recorded_step_is_the_same_with_and_without_the_kernel(arch, monkeypatch):
+    cfg, opt = TINY[arch]["config"], DEFAULT_OPTIMIZER[arch]
+    model = models.build(arch, cfg)
+    state = initial_state(models.init_params(arch, cfg, 3), opt)
+    batch = Batches(arch, cfg, TINY[arch]["batch"], 3)(0)
+    results = []
+    for lib in (native.library(), False):
+        monkeypatch.setattr(native, "_LIB", lib)
+        rounder = Rounder("record", trace=[])
+        new, loss = train_step(model, state, batch, opt, "det64", rounder)
+        results.append((new, loss, rounder.entries, [(k, t) for k, _, t in rounder.trace]))
+    (s0, l0, e0, t0), (s1, l1, e1, t1) = results
+    assert s0.equal(s1) and l0 == l1 and e0 == e1
+    assert [k for k, _ in t0] == [k for k, _ in t1]
+    assert all(torch.equal(x.view(torch.int32), y.view(torch.int32)) for (_, x), (_, y) in zip(t0, t1))
+
+
+def test_without_a_compiler_replay_falls_back_to_torch(monkeypatch, tmp_path):
+    monkeypatch.setattr(native, "_LIB", None)
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("REPLAY_NATIVE_CACHE", str(tmp_path / "cache"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert native.library() is None
+    assert any("torch path" in str(w.message) for w in caught)
+    x = torch.tensor([1.0 + 2.0**-24], dtype=torch.float64)
+    assert full_bound(torch.full_like(x, 1e-12), x.shape).fused(x, SAFETY) is None
+    r = Rounder("record")
+    assert torch.equal(r(0, x, full_bound(torch.full_like(x, 1e-12), x.shape)), x.float().double())
+    assert 0 in r.entries  # the torch path still finds the close call
+
+
+def test_replay_native_0_turns_the_kernel_off(monkeypatch):
+    monkeypatch.setattr(native, "_LIB", None)
+    monkeypatch.setenv("REPLAY_NATIVE", "0")
+    assert native.library() is None
