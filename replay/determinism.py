@@ -252,10 +252,19 @@ def _gather(t: torch.Tensor, idx: torch.Tensor, shape) -> torch.Tensor:
     return t.expand(shape)[unravel(idx, shape)]
 
 
-def full_bound(err: torch.Tensor, shape) -> Bound:
-    """A bound given as a tensor broadcastable to the output's shape."""
-    return Bound(math.inf, lambda idx: _gather(err, idx, shape), coarse=err,
-                 fused=lambda v, safety: native.round_full(v, err, safety) if native.library() else None)
+def full_bound(err, shape) -> Bound:
+    """A bound given as a tensor broadcastable to the output's shape, or a zero-argument callable
+    giving one: formed only when needed (always when recording; in a replay only at a point the
+    log names)."""
+    memo = []
+
+    def e() -> torch.Tensor:
+        if not memo:
+            memo.append(err() if callable(err) else err)
+        return memo[0]
+
+    return Bound(math.inf, lambda idx: _gather(e(), idx, shape), coarse=e,
+                 fused=lambda v, safety: native.round_full(v, e(), safety) if native.library() else None)
 
 
 def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, bias_rows: bool = False) -> Bound:
@@ -500,30 +509,41 @@ class Rounder:
         self.entries[key] = (idx.tolist(), codes)
 
     def _apply(self, key, v, r, bound):
-        """Apply the log's entries at this point to r (float64 of float32s, a fresh tensor: changed in place)."""
+        """Apply the log's entries at this point to r (float64 of float32s, a fresh tensor: changed in place).
+
+        A handful of entries per point: the decisions are made on Python ints (a few tensor ops in
+        all, not a few per decision)."""
         idx_list, codes = self.entries.pop(key)
         if idx_list[-1] >= r.numel() or bound.max == 0:
             if self.lenient:
                 return r
             raise LogMismatch(f"rounding point {self.name(key)}: log entry {idx_list[-1]} does not exist")
         idx = torch.tensor(idx_list, dtype=torch.long, device=v.device)
-        v_at = v.flatten()[idx]
+        v_at = v.reshape(-1)[idx]
         w = bound.at(idx) * DECODE
-        lo, hi = ordinal((v_at - w).float()), ordinal((v_at + w).float())
-        wide = torch.tensor([not isinstance(c, bool) for c in codes], device=v.device)
-        code = torch.tensor([c if isinstance(c, bool) else 0 for c in codes], device=v.device).long()
-        wide_bits = torch.tensor([c if not isinstance(c, bool) else 0 for c in codes], dtype=torch.long, device=v.device)
-        wide_val = ordinal((wide_bits - (wide_bits >= 2**31).long() * 2**32).int().view(torch.float32))
-        narrow_val = torch.where((lo & 1) == code, lo, hi)
-        o = torch.where(wide, wide_val, narrow_val)
-        bad = (o < lo) | (o > hi) | ~(w > 0) | (~wide & (((hi - lo) > 1) | ((o & 1) != code)))
-        if bool(bad.any()):
-            if not self.lenient:
-                j = int(bad.nonzero()[0])
-                raise LogMismatch(f"rounding point {self.name(key)}: logged element {idx_list[j]} is not a close call")
-            o = torch.where(bad, ordinal(r.flatten()[idx].float()), o)  # lenient: keep our own rounding there
-        r.view(-1)[idx] = from_ordinal(o).double()
+        lows, highs = ordinal((v_at - w).float()).tolist(), ordinal((v_at + w).float()).tolist()
+        own = None
+        out = []
+        for j, (lo, hi, code, positive) in enumerate(zip(lows, highs, codes, (w > 0).tolist())):
+            if isinstance(code, bool):  # narrow: the one of the window's (at most) two floats with this parity
+                o = lo if (lo & 1) == code else hi
+                good = positive and hi - lo <= 1 and (o & 1) == code
+            else:  # wide: the prover's float32 itself, which must lie in our window
+                o = _ord32(code - (1 << 32) if code >= 1 << 31 else code)
+                good = positive and lo <= o <= hi
+            if not good:
+                if not self.lenient:
+                    raise LogMismatch(f"rounding point {self.name(key)}: logged element {idx_list[j]} is not a close call")
+                if own is None:
+                    own = ordinal(r.reshape(-1)[idx].float()).tolist()
+                o = own[j]  # lenient: keep our own rounding there
+            out.append(o)
+        r.view(-1)[idx] = from_ordinal(torch.tensor(out, dtype=torch.long, device=v.device)).double()
         return r
+
+    def needs_bound(self, key: int) -> bool:
+        """Will this rounding point use its bound (record mode, or a logged point in a replay)?"""
+        return self.mode == "record" or key in self.entries
 
     def name(self, key: int) -> str:
         op, slot = divmod(key, SLOTS)

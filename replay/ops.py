@@ -18,12 +18,12 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .determinism import EXP_ERR, SLOTS, U, active, dot_bound, full_bound, gamma, norms
+from .determinism import EXP_ERR, SLOTS, U, Bound, active, dot_bound, full_bound, gamma, norms, unravel
 
 
 def _mean_bound(t: torch.Tensor, n: int):
     """Bound of mean(t, -1): gamma(n + 1) * mean(|t|) (n-term sum, then one multiply by 1/n)."""
-    return full_bound(t.abs().sum(-1, keepdim=True) * (gamma(n + 1) / n), t.shape[:-1] + (1,))
+    return full_bound(lambda: t.abs().sum(-1, keepdim=True) * (gamma(n + 1) / n), t.shape[:-1] + (1,))
 
 
 class _Matmul(torch.autograd.Function):
@@ -58,7 +58,7 @@ class _Matmul(torch.autograd.Function):
             gb = R(key + 2, torch.matmul(at, g), dot_bound(at, g))
         if ctx.has_bias and ctx.needs_input_grad[2]:
             rows = g.reshape(-1, g.shape[-1])
-            gbias = R(key + 3, rows.sum(0), full_bound(rows.abs().sum(0) * gamma(rows.shape[0]), (rows.shape[1],)))
+            gbias = R(key + 3, rows.sum(0), full_bound(lambda: rows.abs().sum(0) * gamma(rows.shape[0]), (rows.shape[1],)))
         return ga, gb, gbias, None, None
 
 
@@ -71,7 +71,7 @@ class _Softmax(torch.autograd.Function):
         op = R.op(name)
         e = torch.exp(x - x.amax(-1, keepdim=True))
         p = e / e.sum(-1, keepdim=True)
-        p = R(op * SLOTS, p, full_bound(p * gamma(x.shape[-1] + 10), p.shape))  # exp 2 ulps, sum, divide
+        p = R(op * SLOTS, p, full_bound(lambda: p * gamma(x.shape[-1] + 10), p.shape))  # exp 2 ulps, sum, divide
         ctx.save_for_backward(p)
         ctx.op = op
         return p
@@ -82,12 +82,15 @@ class _Softmax(torch.autograd.Function):
         (p,) = ctx.saved_tensors
         pd = p * dp
         r = pd.sum(-1, keepdim=True)
-        # zero terms add exactly, so m nonzero terms err by gamma(m - 1) (a causal row 0 sums one term: exact)
-        m = (pd != 0).sum(-1, keepdim=True)
-        err_r = pd.abs().sum(-1, keepdim=True) * ((m - 1).clamp(min=0) * (U * (1 + 2.0**-20)))
         dx = p * (dp - r)
-        # only r differs between machines; the sub and mul after it add rounding relative to the result
-        err = p * err_r * (1 + 2.0**-40) + dx.abs() * (4 * U)
+
+        def err():
+            # zero terms add exactly, so m nonzero terms err by gamma(m - 1) (a causal row 0 sums one term: exact)
+            m = (pd != 0).sum(-1, keepdim=True)
+            err_r = pd.abs().sum(-1, keepdim=True) * ((m - 1).clamp(min=0) * (U * (1 + 2.0**-20)))
+            # only r differs between machines; the sub and mul after it add rounding relative to the result
+            return p * err_r * (1 + 2.0**-40) + dx.abs() * (4 * U)
+
         return R(ctx.op * SLOTS + 1, dx, full_bound(err, dx.shape)), None
 
 
@@ -103,7 +106,7 @@ class _LayerNorm(torch.autograd.Function):
         mu = R(key, x.sum(-1, keepdim=True) * inv_n, _mean_bound(x, n))
         d = x - mu
         var_raw = (d * d).sum(-1, keepdim=True) * inv_n
-        var = R(key + 1, var_raw, full_bound(var_raw * gamma(n + 1), var_raw.shape))
+        var = R(key + 1, var_raw, full_bound(lambda: var_raw * gamma(n + 1), var_raw.shape))
         s = torch.sqrt(var + eps)
         rstd = torch.ones_like(s) / s
         xhat = d * rstd
@@ -120,8 +123,8 @@ class _LayerNorm(torch.autograd.Function):
         rows_dy, rows_xh = dy.reshape(-1, n), xhat.reshape(-1, n)
         m = rows_dy.shape[0]
         dyx = rows_dy * rows_xh
-        dw = R(key + 2, dyx.sum(0), full_bound(dyx.abs().sum(0) * gamma(m), (n,)))
-        db = R(key + 3, rows_dy.sum(0), full_bound(rows_dy.abs().sum(0) * gamma(m), (n,)))
+        dw = R(key + 2, dyx.sum(0), full_bound(lambda: dyx.abs().sum(0) * gamma(m), (n,)))
+        db = R(key + 3, rows_dy.sum(0), full_bound(lambda: rows_dy.abs().sum(0) * gamma(m), (n,)))
         g = dy * w
         gx = g * xhat
         a = R(key + 4, g.sum(-1, keepdim=True) * inv_n, _mean_bound(g, n))
@@ -146,7 +149,7 @@ class _Embedding(torch.autograd.Function):
         flat, rows = idx.reshape(-1), dy.reshape(-1, dy.shape[-1])
         zero = torch.zeros(ctx.rows, rows.shape[1], dtype=dy.dtype, device=dy.device)
         dw = zero.index_add(0, flat, rows)
-        err = zero.index_add(0, flat, rows.abs()) * gamma(flat.numel())
+        err = lambda: zero.index_add(0, flat, rows.abs()) * gamma(flat.numel())  # noqa: E731
         return None, active()(ctx.op * SLOTS + 1, dw, full_bound(err, dw.shape)), None
 
 
@@ -163,10 +166,13 @@ class _CrossEntropy(torch.autograd.Function):
         s = e.sum(-1, keepdim=True)
         ls = torch.log(s)
         row = ls - z.gather(1, targets.unsqueeze(1))
-        err_row = gamma(v + 8) + ls.abs() * EXP_ERR + row.abs() * U
         inv_n = 1.0 / n
         loss = row.sum() * inv_n
-        err = (row.abs().sum() * gamma(n + 1) + err_row.sum()) * inv_n
+
+        def err():
+            err_row = gamma(v + 8) + ls.abs() * EXP_ERR + row.abs() * U
+            return (row.abs().sum() * gamma(n + 1) + err_row.sum()) * inv_n
+
         p = e / s
         ctx.save_for_backward(p, targets)
         ctx.op, ctx.inv_n, ctx.v = op, inv_n, v
@@ -178,7 +184,7 @@ class _CrossEntropy(torch.autograd.Function):
         c = gl * ctx.inv_n
         onehot = torch.zeros_like(p).scatter(1, targets.unsqueeze(1), 1.0)
         dz = (p - onehot) * c
-        err = (p * gamma(ctx.v + 10) + (p - onehot).abs() * U) * c.abs() + dz.abs() * (2 * U)
+        err = lambda: (p * gamma(ctx.v + 10) + (p - onehot).abs() * U) * c.abs() + dz.abs() * (2 * U)  # noqa: E731
         return active()(ctx.op * SLOTS + 1, dz, full_bound(err, dz.shape)), None, None
 
 
@@ -209,20 +215,51 @@ class _Conv2d(torch.autograd.Function):
         bsz, o = dy.shape[:2]
         g = dy.reshape(bsz, o, -1)  # (B, O, L)
         m = bsz * g.shape[2]
-        # one (O, B*L) @ (B*L, CK) product: a plain 2-D reduction over all B*L terms (the fused kernel's shape)
-        g2 = g.transpose(0, 1).reshape(o, m)
-        cols2 = cols.transpose(1, 2).reshape(m, cols.shape[1])
-        dw = R(key + 1, torch.matmul(g2, cols2), dot_bound(g2, cols2)).reshape(wshape)
-        db = R(key + 2, g.sum((0, 2)), full_bound(g.abs().sum((0, 2)) * gamma(m), (o,)))
+        dw = R(key + 1, torch.matmul(g, cols.transpose(1, 2)).sum(0), _weight_grad_bound(g, cols)).reshape(wshape)
+        db = R(key + 2, g.sum((0, 2)), full_bound(lambda: g.abs().sum((0, 2)) * gamma(m), (o,)))
         dx = None
         if ctx.needs_input_grad[0]:
             dcols = torch.matmul(w2.t(), g)  # (B, CK, L)
-            err_cols = norms(w2, 0).unsqueeze(-1) * norms(g, 1).unsqueeze(1) * gamma(o + 1)
             fold = lambda t: F.fold(t, (h, wd), ksize, padding=padding, stride=stride)  # noqa: E731
-            err = fold(err_cols) + fold(dcols.abs()) * gamma(ksize[0] * ksize[1] + 1)
-            dx = fold(dcols)
-            dx = R(key + 3, dx, full_bound(err, dx.shape))
+            # bound: each column's dot-product bound, plus the <= kh*kw-term overlap sum's, gathered alike
+            err_cols = lambda: (norms(w2, 0).unsqueeze(-1) * norms(g, 1).unsqueeze(1) * gamma(o + 1)  # noqa: E731
+                                + dcols.abs() * gamma(ksize[0] * ksize[1] + 1))
+            if R.needs_bound(key + 3):  # dx and its bound in one fold: col2im loops over the batch
+                dx, err = fold(torch.cat([dcols, err_cols()], 1)).chunk(2, 1)
+                bound = full_bound(err.contiguous(), dx.shape)
+            else:
+                dx = fold(dcols)
+                bound = full_bound(lambda: fold(err_cols()), dx.shape)
+            dx = R(key + 3, dx.contiguous(), bound)
         return dx, dw, db, None, None, None
+
+
+def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor) -> Bound:
+    """Bound of sum_b g_b @ cols_b^T, g (B, O, L), cols (B, CK, L): one reduction over K = B*L terms.
+
+    The output is small (O x CK), so the torch path serves; a 2-D copy for the fused kernel costs more."""
+    gm = gamma(g.shape[0] * g.shape[2] + 2)
+    shape = (g.shape[1], cols.shape[1])
+    memo = {}
+
+    def parts():
+        if not memo:
+            memo["g"], memo["c"] = norms(g, (0, 2)), norms(cols, (0, 2))
+        return memo["g"], memo["c"]
+
+    def cheap(idx):
+        (o, k), (ng, nc) = unravel(idx, shape), parts()
+        return ng[o] * nc[k] * gm
+
+    def at(idx):
+        o, k = unravel(idx, shape)
+        return (g[:, o, :].abs() * cols[:, k, :].abs()).sum((0, 2)) * gm
+
+    def coarse():
+        ng, nc = parts()
+        return (ng * (nc.max() * gm)).unsqueeze(-1)
+
+    return Bound(math.inf, at, coarse=coarse, cheap=cheap)
 
 
 def _causal(t: int, device) -> torch.Tensor:
