@@ -58,16 +58,18 @@ static void norms(const double *X, int64_t n_out, int64_t n_red, int64_t so, int
 }
 
 /* C = scale * (A @ B) + bias over a batch of up to two dims (b0, b1), outputs v contiguous
-   (b0, b1, M, N). A element (t0, t1, i, k) at a[t0*sa[0] + t1*sa[1] + i*sa[2] + k*sa[3]] (a
-   stride of 0 broadcasts), B likewise with sb. g = gamma(K + 2) * |scale|; babs = |bias| *
+   (b0, b1, M, N). A element (t0, t1, i, k) at a[t0*sa0 + t1*sa1 + i*sa2 + k*sa3] (a stride of 0
+   broadcasts), B likewise with sb0..sb3. g = gamma(K + 2) * |scale|; babs = |bias| *
    gamma(K + 2) or NULL, per column j (bias_rows 0) or per row i (bias_rows 1). Candidates by
    Cauchy-Schwarz (||A_i|| ||B_j|| g + babs), then the exact bound g * sum_k |A_ik B_kj| + babs.
    Writes up to cap close calls (flat index, bound); returns how many there are, so the caller can
    retry with room for all. scratch holds M + 3N doubles. */
 int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K,
-               const double *a, const int64_t *sa, const double *b, const int64_t *sb,
+               const double *a, int64_t sa0, int64_t sa1, int64_t sa2, int64_t sa3,
+               const double *b, int64_t sb0, int64_t sb1, int64_t sb2, int64_t sb3,
                const double *babs, int64_t bias_rows, double g, double safety, double *scratch,
                int64_t *idx, double *err, int64_t cap) {
+    const int64_t sa[4] = {sa0, sa1, sa2, sa3}, sb[4] = {sb0, sb1, sb2, sb3};
     int64_t found = 0;
     double *na = scratch, *nb = scratch + M, *bcol = nb + N, *w = bcol + N;
     for (int64_t j = 0; j < N; j++) bcol[j] = babs && !bias_rows ? babs[j] : 0.0;

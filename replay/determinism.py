@@ -98,6 +98,17 @@ def _ord32(b: int) -> int:
     return b if b >= 0 else -1 - (b & 0x7FFFFFFF)
 
 
+_F32, _I32 = struct.Struct("<f"), struct.Struct("<i")
+
+
+def _f32_bits(x: float) -> int:
+    """Signed int32 bits of float32(x), rounded as torch's .float() is (IEEE round-to-nearest-even)."""
+    try:
+        return _I32.unpack(_F32.pack(x))[0]
+    except OverflowError:  # struct refuses exactly where the conversion gives an infinity
+        return 0x7F800000 if x > 0 else -0x800000
+
+
 def from_ordinal(o: torch.Tensor) -> torch.Tensor:
     return torch.where(o >= 0, o, (-1 - o) - 2**31).int().view(torch.float32)
 
@@ -494,15 +505,16 @@ class Rounder:
         return idx[sub], err
 
     def _log(self, key, v, r, idx, err):
-        """Keep the codes of close calls (flat idx, bounds err) of v, rounded to r (float64 of float32s)."""
-        v_at = v.reshape(-1)[idx]
-        r_at = r.reshape(-1)[idx].float()
-        ew = err * WIDE
-        lo = (v_at - ew).float().view(torch.int32).tolist()
-        hi = (v_at + ew).float().view(torch.int32).tolist()
+        """Keep the codes of close calls (flat idx, bounds err) of v, rounded to r (float64 of float32s).
+
+        Few per point: on Python floats, whose arithmetic and float32 packing are the same IEEE
+        operations as the torch path's."""
         codes = []
-        for a, b, c in zip(lo, hi, r_at.view(torch.int32).tolist()):
-            if _ord32(b) - _ord32(a) > 1:
+        flat_v, flat_r = v.reshape(-1), r.reshape(-1)
+        for x, e, c in zip(flat_v[idx].tolist(), err.tolist(), flat_r[idx].tolist()):
+            ew = e * WIDE
+            c = _f32_bits(c)
+            if _ord32(_f32_bits(x + ew)) - _ord32(_f32_bits(x - ew)) > 1:
                 codes.append(c & 0xFFFFFFFF)
             else:
                 codes.append(bool(_ord32(c) & 1))

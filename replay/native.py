@@ -88,7 +88,7 @@ def _load():
         return False
     lib.rp_round.argtypes = [_p, _p, _i]
     lib.rp_round.restype = None
-    lib.rp_dot.argtypes = [_p, _p, _i, _i, _i, _i, _i, _p, _p, _p, _p, _p, _i, _d, _d, _p, _p, _p, _i]
+    lib.rp_dot.argtypes = [_p, _p, _i, _i, _i, _i, _i, _p, _i, _i, _i, _i, _p, _i, _i, _i, _i, _p, _i, _d, _d, _p, _p, _p, _i]
     lib.rp_dot.restype = _i
     lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _p, _p, _p, _i]
     lib.rp_full.restype = _i
@@ -122,8 +122,8 @@ def tune_allocator() -> None:
 
 
 def usable(*tensors: torch.Tensor) -> bool:
-    """Can the kernel take these tensors (CPU float64, no autograd history needed)?"""
-    return all(t.device.type == "cpu" and t.dtype == torch.float64 for t in tensors)
+    """Can the kernel take these tensors (CPU float64)?"""
+    return all(t.is_cpu and t.dtype is torch.float64 for t in tensors)
 
 
 def round_f32(v: torch.Tensor) -> torch.Tensor:
@@ -133,14 +133,15 @@ def round_f32(v: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _collect(call, cap: int = 256):
-    """Run a kernel that writes up to cap (index, bound) pairs and says how many there are."""
+def _collect(call, scratch: int, cap: int = 256):
+    """Run a kernel that writes up to cap (index, bound) pairs, given `scratch` doubles of working
+    space, and says how many there are. One allocation holds all three."""
     while True:
-        idx = torch.empty(cap, dtype=torch.long)
-        err = torch.empty(cap, dtype=torch.float64)
-        n = call(idx.data_ptr(), err.data_ptr(), cap)
+        buf = torch.empty(2 * cap + scratch, dtype=torch.float64)
+        p = buf.data_ptr()
+        n = call(p, p + 8 * cap, p + 16 * cap, cap)
         if n <= cap:
-            return idx[:n], err[:n]
+            return buf[:n].view(torch.int64), buf[cap:cap + n]
         cap = n  # rerun with room for all (rounding again is harmless: same inputs, same outputs)
 
 
@@ -165,15 +166,11 @@ def round_dot(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float, babs:
         return None
     b0, b1 = ([1, 1] + list(batch))[-2:]
     m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
-    sa += list(a.stride()[-2:])
-    sb += list(b.stride()[-2:])
-    sa_arr, sb_arr = (ctypes.c_int64 * 4)(*sa), (ctypes.c_int64 * 4)(*sb)
     out = torch.empty_like(v)
-    scratch = torch.empty(m + 3 * n, dtype=torch.float64)
-    lib = library()
-    idx, err = _collect(lambda ip, ep, cap: lib.rp_dot(
-        v.data_ptr(), out.data_ptr(), b0, b1, m, n, k, a.data_ptr(), sa_arr, b.data_ptr(), sb_arr,
-        babs.data_ptr() if babs is not None else None, int(bias_rows), g, safety, scratch.data_ptr(), ip, ep, cap))
+    lib, bias = library(), babs.data_ptr() if babs is not None else None
+    idx, err = _collect(lambda ip, ep, sp, cap: lib.rp_dot(
+        v.data_ptr(), out.data_ptr(), b0, b1, m, n, k, a.data_ptr(), *sa, *a.stride()[-2:], b.data_ptr(), *sb,
+        *b.stride()[-2:], bias, int(bias_rows), g, safety, sp, ip, ep, cap), m + 3 * n)
     return out, idx, err
 
 
@@ -191,8 +188,7 @@ def round_full(v: torch.Tensor, e: torch.Tensor, safety: float):
     else:
         return None
     out = torch.empty_like(v)
-    scratch = torch.empty(n, dtype=torch.float64)
     lib = library()
-    idx, err = _collect(lambda ip, ep, cap: lib.rp_full(
-        v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, scratch.data_ptr(), ip, ep, cap))
+    idx, err = _collect(lambda ip, ep, sp, cap: lib.rp_full(
+        v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, sp, ip, ep, cap), n)
     return out, idx, err

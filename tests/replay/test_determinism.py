@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from replay import models
 from replay.determinism import (
-    SAFETY, Bound, LogMismatch, Rounder, close_calls, decode_log, dot_bound, encode_log, from_ordinal,
+    SAFETY, Bound, LogMismatch, Rounder, close_calls, decode_log, dot_bound, encode_log, from_ordinal, full_bound,
     ordinal, rounding,
 )
 from replay.ops import Det
@@ -121,6 +121,28 @@ def test_log_makes_worst_case_machines_agree(arch, steps):
     if arch != "cnn":
         assert sum(len(decode_log(b)) for b in logs) > 0
         assert not results[False], "control: without the log a worst-case machine should round differently"
+
+
+def test_heavy_cancellation_logs_the_whole_float_and_a_moved_verifier_recovers_it():
+    """Narrow entries carry a parity bit; where the window holds more than two float32s (tiny results
+    with large bounds) the entry carries all 32 bits. Either way a verifier whose own value moved
+    within the bound gets the prover's bits back."""
+    v = torch.tensor([1e-30, 1.0 + 2.0**-24, -3e-39, 2.0], dtype=torch.float64)
+    err = torch.tensor([1e-29, 1e-12, 1e-40, 1e-12], dtype=torch.float64)
+    bound = full_bound(err, v.shape)
+    prover = Rounder("record")
+    out = prover(0, v, bound).float()
+    idx, codes = prover.entries[0]
+    assert idx == [0, 1, 2]  # 2.0 is a float32, far from any midpoint
+    bits = out.view(torch.int32).tolist()
+    assert codes[0] == bits[0] & 0xFFFFFFFF and codes[2] == bits[2] & 0xFFFFFFFF  # wide
+    assert codes[1] is bool(ordinal(out[1:2]).item() & 1)  # narrow
+    for shift in (0.9, -0.9, 0.3):
+        verifier = Rounder("replay", entries=decode_log(encode_log(prover.entries)))
+        got = verifier(0, v + err * shift, bound).float()
+        assert torch.equal(got.view(torch.int32), out.view(torch.int32))
+    plain = (v + err * 0.9).float()
+    assert not torch.equal(plain.view(torch.int32), out.view(torch.int32)), "control: unlogged the moved values round elsewhere"
 
 
 def test_verifier_refuses_a_log_entry_that_is_not_a_close_call():
