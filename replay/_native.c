@@ -125,3 +125,32 @@ int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const dou
     }
     return found;
 }
+
+/* The optimizer updates of replay/train.py, the same IEEE operations in the same order per element
+   (train.py's _adamw and _sgd are the reference: every torch op there is one operation per element,
+   a Python-float scalar is a double, and float32 -> double is exact). State is float32, the gradient
+   float64; outputs are float32. */
+void rp_adamw(int64_t n, const float *p, const double *g, const float *m, const float *v,
+              float *p_out, float *m_out, float *v_out, double b1, double c1, double b2, double c2,
+              double s1, double s2, double eps, double wd, double lr) {
+    for (int64_t i = 0; i < n; i++) {
+        double pd = p[i], gd = g[i];
+        float mn = (float)((double)m[i] * b1 + gd * c1);
+        float vn = (float)((double)v[i] * b2 + (gd * gd) * c2);
+        double upd = ((double)mn * s1) / (sqrt((double)vn * s2) + eps);
+        p_out[i] = (float)(pd - (upd + pd * wd) * lr);
+        m_out[i] = mn;
+        v_out[i] = vn;
+    }
+}
+
+void rp_sgd(int64_t n, const float *p, const double *g, const float *mom, float *p_out, float *mom_out,
+            double momentum, int64_t has_wd, double wd, double lr) {
+    for (int64_t i = 0; i < n; i++) {
+        double pd = p[i], gd = g[i];
+        if (has_wd) gd = gd + pd * wd;
+        float mn = (float)((double)mom[i] * momentum + gd);
+        p_out[i] = (float)(pd - (double)mn * lr);
+        mom_out[i] = mn;
+    }
+}

@@ -92,6 +92,10 @@ def _load():
     lib.rp_dot.restype = _i
     lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _p, _p, _p, _i]
     lib.rp_full.restype = _i
+    lib.rp_adamw.argtypes = [_i, _p, _p, _p, _p, _p, _p, _p] + [_d] * 9
+    lib.rp_adamw.restype = None
+    lib.rp_sgd.argtypes = [_i, _p, _p, _p, _p, _p, _d, _i, _d, _d]
+    lib.rp_sgd.restype = None
     return lib
 
 
@@ -192,3 +196,31 @@ def round_full(v: torch.Tensor, e: torch.Tensor, safety: float):
     idx, err = _collect(lambda ip, ep, sp, cap: lib.rp_full(
         v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, sp, ip, ep, cap), n)
     return out, idx, err
+
+
+def _state_ok(g: torch.Tensor, *state: torch.Tensor) -> bool:
+    return (library() is not None and g.is_cpu and g.dtype is torch.float64
+            and all(t.is_cpu and t.dtype is torch.float32 and t.is_contiguous() and t.shape == g.shape for t in state))
+
+
+def adamw(p, g, m, v, b1, b2, s1, s2, eps, wd, lr):
+    """train._adamw in one pass: (p, m, v) float32 after the step, or None where the kernel cannot.
+    s1, s2 are the bias corrections 1 / (1 - beta^(t+1)) as train.py computes them."""
+    if not _state_ok(g, p, m, v):
+        return None
+    g = g.contiguous()
+    p2, m2, v2 = torch.empty_like(p), torch.empty_like(m), torch.empty_like(v)
+    library().rp_adamw(p.numel(), p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), p2.data_ptr(),
+                       m2.data_ptr(), v2.data_ptr(), b1, 1.0 - b1, b2, 1.0 - b2, s1, s2, eps, wd, lr)
+    return p2, m2, v2
+
+
+def sgd(p, g, mom, momentum, wd, lr):
+    """train._sgd in one pass: (p, momentum) float32 after the step, or None where the kernel cannot."""
+    if not _state_ok(g, p, mom):
+        return None
+    g = g.contiguous()
+    p2, mom2 = torch.empty_like(p), torch.empty_like(mom)
+    library().rp_sgd(p.numel(), p.data_ptr(), g.data_ptr(), mom.data_ptr(), p2.data_ptr(), mom2.data_ptr(),
+                     momentum, int(bool(wd)), wd, lr)
+    return p2, mom2

@@ -101,6 +101,17 @@ def _adamw(hp: dict, lr: float, t: int, p, g, bufs: dict, to32):
     return to32("param", p - (upd + p * hp.get("weight_decay", 0.0)) * lr), {"m": m, "v": v}
 
 
+def _fused_update(kind: str, hp: dict, lr: float, t: int, p32, g, bufs32: dict):
+    """_sgd or _adamw in one native pass from the float32 state (same operations, same bits), or None."""
+    if kind == "sgd":
+        out = native.sgd(p32, g, bufs32["momentum"], hp["momentum"], hp.get("weight_decay", 0.0), lr)
+        return out and (out[0], {"momentum": out[1]})
+    b1, b2 = hp["betas"]
+    out = native.adamw(p32, g, bufs32["m"], bufs32["v"], b1, b2, 1.0 / (1.0 - ipow(b1, t + 1)),
+                       1.0 / (1.0 - ipow(b2, t + 1)), hp["eps"], hp.get("weight_decay", 0.0), lr)
+    return out and (out[0], {"m": out[1], "v": out[2]})
+
+
 def train_step(model, state: State, batch: dict, optimizer: dict, precision: str, rounder: Rounder | None = None):
     """state after step t -> (state after step t+1, loss as a float). det64 needs a Rounder."""
     ops = OPS[precision]
@@ -124,19 +135,28 @@ def train_step(model, state: State, batch: dict, optimizer: dict, precision: str
     with torch.no_grad():
         for (name, p), g in zip(params.items(), grads):
 
-            def to32(what: str, v: torch.Tensor, name=name) -> torch.Tensor:
-                r = v.float()  # exact arithmetic on identical inputs: one rounding, never logged
+            def note(what: str, r: torch.Tensor, name=name) -> torch.Tensor:
+                """An update's rounding to float32: exact arithmetic on identical inputs, never logged, traced."""
                 if rounder is not None:
                     key = rounder.op(f"update.{what}:{name}") * SLOTS
                     if rounder.trace is not None:
                         rounder.trace.append((key, rounder.name(key), r.clone()))
                 return r
 
-            bufs = {b: state.buffers[b][name].to(dt) for b in state.buffers}
-            if kind == "sgd":
-                new_p[name], nb = _sgd(optimizer, lr, p.detach(), g, bufs, to32)
+            fused = _fused_update(kind, optimizer, lr, t, state.params[name], g, {b: state.buffers[b][name] for b in state.buffers}) \
+                if precision == "det64" else None
+            if fused is not None:
+                new_p[name], nb = fused
+                for b, v in nb.items():
+                    note(b, v)
+                note("param", new_p[name])
             else:
-                new_p[name], nb = _adamw(optimizer, lr, t, p.detach(), g, bufs, to32)
+                to32 = lambda what, v, note=note: note(what, v.float())  # noqa: E731
+                bufs = {b: state.buffers[b][name].to(dt) for b in state.buffers}
+                if kind == "sgd":
+                    new_p[name], nb = _sgd(optimizer, lr, p.detach(), g, bufs, to32)
+                else:
+                    new_p[name], nb = _adamw(optimizer, lr, t, p.detach(), g, bufs, to32)
             for b, v in nb.items():
                 new_b[b][name] = v
     if rounder is not None:

@@ -18,7 +18,8 @@ from .helpers import STEPS, copy, edit_checkpoint, edit_segment, manifest, save_
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL = Budget(segments=100)  # replay every segment: attacks are then caught deterministically
-OTHER_MACHINE = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "2"}
+# ...and without the fused C kernel (replay/native.py): the torch path, as on a GPU or a machine with no compiler
+OTHER_MACHINE = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "2", "REPLAY_NATIVE": "0"}
 
 
 def run_verify(d: Path, budget=ALL, **kw):
@@ -45,12 +46,15 @@ def test_honest_transcript_verifies_on_another_thread_count(transcripts, arch):
 
 
 def test_other_cpu_code_path_verifies_det64_and_breaks_float32(transcripts):
-    """A subprocess with MKL's AVX2 kernels, ATen's scalar kernels and 2 threads: det64 verifies, float32 (control) does not."""
+    """A subprocess with MKL's AVX2 kernels, ATen's scalar kernels, 2 threads and no fused kernel: det64
+    verifies, float32 (control) does not."""
     dirs = {f"{a}-{p}": str(transcripts[a, p]) for a in ("mlp", "cnn", "gpt") for p in ("det64", "float32")}
     script = (
         "import json, sys, torch\n"
         "from replay import verify, Budget\n"
-        "out = {'capability': torch.backends.cpu.get_cpu_capability(), 'threads': torch.get_num_threads()}\n"
+        "from replay import native\n"
+        "out = {'capability': torch.backends.cpu.get_cpu_capability(), 'threads': torch.get_num_threads(),\n"
+        "       'native': native.library() is not None}\n"
         "for k, d in json.loads(sys.argv[1]).items():\n"
         "    v = verify(d, d + '/claims.json', Budget(segments=100))\n"
         "    out[k] = [v.verdict, v.reasons[:1]]\n"
@@ -60,7 +64,7 @@ def test_other_cpu_code_path_verifies_det64_and_breaks_float32(transcripts):
     proc = subprocess.run([sys.executable, "-c", script, json.dumps(dirs)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["capability"] == "DEFAULT" and out["threads"] == 2
+    assert out["capability"] == "DEFAULT" and out["threads"] == 2 and not out["native"]
     for arch in ("mlp", "cnn", "gpt"):
         assert out[f"{arch}-det64"][0] == "verified", out[f"{arch}-det64"]
         assert out[f"{arch}-float32"][0] == "rejected", out[f"{arch}-float32"]
