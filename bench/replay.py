@@ -6,6 +6,7 @@
 Per architecture (the CLI's default configs and batch sizes):
   * step time: deterministic (det64, recording: flagging and logging included) / plain float32,
     same model, batch and optimizer; interleaved repetitions, the minimum of each (goal <= 2.0);
+    also the same plain ops in float64, to show how much of the ratio float64 arithmetic alone costs;
   * rounding-log bytes per step / checkpoint bytes (parameters + optimizer state) (goal <= 1%);
   * verification time for one claim (load its checkpoint and segment, replay applying the logs,
     hash the shard) / the prover's time for the same steps (deterministic steps, recording and
@@ -27,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from replay import hashing, models  # noqa: E402
+from replay import hashing, models, ops  # noqa: E402
+from replay.data import Batches  # noqa: E402
 from replay.determinism import Rounder, encode_log  # noqa: E402
 from replay.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER, Recorder  # noqa: E402
 from replay.train import initial_state, train_step  # noqa: E402
@@ -35,22 +37,31 @@ from replay.transcript import Transcript, checkpoint_path  # noqa: E402
 from replay.verifier import Budget, Replayer  # noqa: E402
 
 
-def step_times(arch: str, reps: int, inner: int) -> tuple[float, float]:
+class Float64(ops.Plain):
+    """Plain torch ops in float64 (no rounding points, no log): the part of the deterministic step's
+    cost that is float64 arithmetic itself. Not a replay precision; a reference for this bench only."""
+
+    dtype = torch.float64
+
+
+ops.OPS["float64"] = Float64
+
+
+def step_times(arch: str, reps: int, inner: int) -> dict[str, float]:
+    """Minimum time of one training step per precision, the precisions interleaved."""
     cfg = models.DEFAULTS[arch]
     opt = DEFAULT_OPTIMIZER[arch]
     model = models.build(arch, cfg)
     state = initial_state(models.init_params(arch, cfg, 0), opt)
-    from replay.data import Batches
-
     batch = Batches(arch, cfg, DEFAULT_BATCH[arch], 0)(0)
-    best = {"float32": [], "det64": []}
+    times = {"float32": [], "float64": [], "det64": []}
     for _ in range(reps):
-        for precision in best:
+        for precision in times:
             started = time.perf_counter()
             for _ in range(inner):
                 train_step(model, state, batch, opt, precision, Rounder("record") if precision == "det64" else None)
-            best[precision].append((time.perf_counter() - started) / inner)
-    return min(best["det64"]), min(best["float32"])
+            times[precision].append((time.perf_counter() - started) / inner)
+    return {k: min(v) for k, v in times.items()}
 
 
 def prover_span(tr: Transcript, model, start: int) -> float:
@@ -104,15 +115,17 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU capability "
           f"{torch.backends.cpu.get_cpu_capability()}\n")
-    print("| arch | params | det64 step | float32 step | det/plain (goal <= 2.0) | log B/step (max) | checkpoint B "
-          "| log/checkpoint (goal <= 1%) | verify/prover (goal <= 1.2) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| arch | params | det64 step | float32 step | det/plain (goal <= 2.0) | float64 step | float64/plain "
+          "| log B/step (max) | checkpoint B | log/checkpoint (goal <= 1%) | verify/prover (goal <= 1.2) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for arch in args.arch:
-        det, plain = step_times(arch, args.reps, 5)
+        t = step_times(arch, args.reps, 5)
+        det, plain, f64 = t["det64"], t["float32"], t["float64"]
         with tempfile.TemporaryDirectory() as d:
             r = log_and_verify(arch, args.steps, Path(d) / arch, max(3, args.reps // 3))
         n = sum(p.numel() for p in models.init_params(arch, models.DEFAULTS[arch], 0).values())
         print(f"| {arch} | {n:,} | {det * 1e3:.1f} ms | {plain * 1e3:.1f} ms | {det / plain:.2f} | "
+              f"{f64 * 1e3:.1f} ms | {f64 / plain:.2f} | "
               f"{r['log_per_step']:.0f} ({r['log_max']}) | {r['checkpoint']:,} | {100 * r['log_per_step'] / r['checkpoint']:.3f}% | "
               f"{r['verify_ratio']:.2f} |", flush=True)
 
