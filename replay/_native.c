@@ -18,6 +18,22 @@ static inline uint32_t bits32(float f) {
     return u;
 }
 
+/* determinism.ordinal: position on the float32 number line, -0 just below +0. */
+static inline int64_t ordinal(float f) {
+    int32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b >= 0 ? (int64_t)b : -1 - (int64_t)(b & 0x7FFFFFFF);
+}
+
+/* A close call's log code (Rounder._log): all 32 bits of float32(v), tagged 1 << 32, where the
+   window v +- wide * err holds more than two float32 values; else the parity of its ordinal. */
+static inline int64_t log_code(double v, double err, double wide) {
+    double ew = err * wide;
+    float r = (float)v;
+    if (ordinal((float)(v + ew)) - ordinal((float)(v - ew)) > 1) return ((int64_t)1 << 32) | bits32(r);
+    return ordinal(r) & 1;
+}
+
 /* Do the two ends of v +- w round differently? A width that is not > 0 (0, negative, NaN) never. */
 static inline int straddles(double v, double w) {
     return w > 0 && bits32((float)(v - w)) != bits32((float)(v + w));
@@ -62,13 +78,13 @@ static void norms(const double *X, int64_t n_out, int64_t n_red, int64_t so, int
    broadcasts), B likewise with sb0..sb3. g = gamma(K + 2) * |scale|; babs = |bias| *
    gamma(K + 2) or NULL, per column j (bias_rows 0) or per row i (bias_rows 1). Candidates by
    Cauchy-Schwarz (||A_i|| ||B_j|| g + babs), then the exact bound g * sum_k |A_ik B_kj| + babs.
-   Writes up to cap close calls (flat index, bound); returns how many there are, so the caller can
-   retry with room for all. scratch holds M + 3N doubles. */
+   Writes up to cap close calls (flat index, log code); returns how many there are, so the caller
+   can retry with room for all. scratch holds M + 3N doubles. */
 int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K,
                const double *a, int64_t sa0, int64_t sa1, int64_t sa2, int64_t sa3,
                const double *b, int64_t sb0, int64_t sb1, int64_t sb2, int64_t sb3,
-               const double *babs, int64_t bias_rows, double g, double safety, double *scratch,
-               int64_t *idx, double *err, int64_t cap) {
+               const double *babs, int64_t bias_rows, double g, double safety, double wide, double *scratch,
+               int64_t *idx, int64_t *code, int64_t cap) {
     const int64_t sa[4] = {sa0, sa1, sa2, sa3}, sb[4] = {sb0, sb1, sb2, sb3};
     int64_t found = 0;
     double *na = scratch, *nb = scratch + M, *bcol = nb + N, *w = bcol + N;
@@ -95,7 +111,7 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
                     if (!straddles(vr[j], e * safety)) continue;
                     if (found < cap) {
                         idx[found] = base + i * N + j;
-                        err[found] = e;
+                        code[found] = log_code(vr[j], e, wide);
                     }
                     found++;
                 }
@@ -108,7 +124,7 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
 /* v (rows, n) contiguous with its bound e given per element (e_cols == n) or per row (e_cols ==
    1), e contiguous. scratch holds n doubles. Same contract as rp_dot. */
 int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const double *e, int64_t e_cols,
-                double safety, double *w, int64_t *idx, double *err, int64_t cap) {
+                double safety, double wide, double *w, int64_t *idx, int64_t *code, int64_t cap) {
     int64_t found = 0;
     for (int64_t i = 0; i < rows; i++) {
         const double *vr = v + i * n, *er = e + i * e_cols;
@@ -118,7 +134,7 @@ int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const dou
             if (!straddles(vr[j], w[j])) continue;
             if (found < cap) {
                 idx[found] = i * n + j;
-                err[found] = er[e_cols == 1 ? 0 : j];
+                code[found] = log_code(vr[j], er[e_cols == 1 ? 0 : j], wide);
             }
             found++;
         }

@@ -212,8 +212,8 @@ class Bound:
     cheap(idx): optionally, a tighter per-element bound at flat indices;
     at(idx): the bound itself at flat indices -- what flags a close call, and what the verifier uses.
     max: 0 if the result is exact everywhere (nothing to log), else inf or a float >= coarse.
-    fused(v, safety): optionally, the native kernel for the whole record pass (native.py):
-            (float32(v) as float64, close-call flat indices, their bounds), or None to fall back.
+    fused(v): optionally, the native kernel for the whole record pass (native.py): (float32(v) as
+            float64, close calls' flat indices, their log codes), or None to fall back.
     """
 
     max: float
@@ -275,7 +275,7 @@ def full_bound(err, shape) -> Bound:
         return memo[0]
 
     return Bound(math.inf, lambda idx: _gather(e(), idx, shape), coarse=e,
-                 fused=lambda v, safety: native.round_full(v, e(), safety) if native.library() else None)
+                 fused=lambda v: native.round_full(v, e(), SAFETY, WIDE) if native.library() else None)
 
 
 def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, bias_rows: bool = False) -> Bound:
@@ -328,9 +328,10 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
 
     def at(idx):
         ba, bb, i, j = coords(idx)
-        rows_i, inv_i = torch.unique(i, return_inverse=True)
-        cols_j, inv_j = torch.unique(j, return_inverse=True)
-        if a.dim() == b.dim() == 2 and rows_i.numel() * cols_j.numel() <= 8 * idx.numel() + 4096:
+        if a.dim() == b.dim() == 2 and idx.numel() > 64:
+            rows_i, inv_i = torch.unique(i, return_inverse=True)
+            cols_j, inv_j = torch.unique(j, return_inverse=True)
+        if a.dim() == b.dim() == 2 and idx.numel() > 64 and rows_i.numel() * cols_j.numel() <= 8 * idx.numel() + 4096:
             # the candidates' rows x columns as one small matmul (|.| terms: exact zeros stay zero;
             # its own relative error gamma(K) is absorbed by SAFETY's slack)
             e = (a[rows_i].abs() @ b[:, cols_j].abs())[inv_i, inv_j] * g
@@ -339,8 +340,8 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
             e = (rows.abs() * cols.abs()).sum(-1) * g
         return e + bias_at(i, j) if babs is not None else e
 
-    def fused(v, safety):
-        return native.round_dot(v, a, b, g, babs, bias_rows, safety) if native.library() else None
+    def fused(v):
+        return native.round_dot(v, a, b, g, babs, bias_rows, SAFETY, WIDE) if native.library() else None
 
     return Bound(math.inf, at, coarse=coarse, cheap=cheap, fused=fused)
 
@@ -481,14 +482,16 @@ class Rounder:
         return r
 
     def _record(self, key, v, bound) -> torch.Tensor:
-        """Round v, finding its close calls in one fused pass where the kernel takes v, else with torch."""
-        fused = bound.fused(v, SAFETY) if bound.fused is not None else None
+        """Round v and log its close calls: in one fused pass where the kernel takes v, else with torch."""
+        fused = bound.fused(v) if bound.fused is not None else None
         if fused is not None:
-            r, idx, err = fused
-        else:
-            r = v.float()
-            idx, err = self._close_calls(v, bound)
-            r = r.double()
+            r, idx, codes = fused
+            if idx:
+                self.entries[key] = (idx, codes)
+            return r
+        r = v.float()
+        idx, err = self._close_calls(v, bound)
+        r = r.double()
         if idx.numel():
             self._log(key, v, r, idx, err)
         return r
@@ -523,34 +526,33 @@ class Rounder:
     def _apply(self, key, v, r, bound):
         """Apply the log's entries at this point to r (float64 of float32s, a fresh tensor: changed in place).
 
-        A handful of entries per point: the decisions are made on Python ints (a few tensor ops in
-        all, not a few per decision)."""
+        A handful of entries per point: decided on Python floats and ints, whose arithmetic and
+        float32 packing are the same IEEE operations as torch's (one gather, one scatter, the bound)."""
         idx_list, codes = self.entries.pop(key)
         if idx_list[-1] >= r.numel() or bound.max == 0:
             if self.lenient:
                 return r
             raise LogMismatch(f"rounding point {self.name(key)}: log entry {idx_list[-1]} does not exist")
         idx = torch.tensor(idx_list, dtype=torch.long, device=v.device)
-        v_at = v.reshape(-1)[idx]
-        w = bound.at(idx) * DECODE
-        lows, highs = ordinal((v_at - w).float()).tolist(), ordinal((v_at + w).float()).tolist()
+        flat = r.view(-1)
         own = None
         out = []
-        for j, (lo, hi, code, positive) in enumerate(zip(lows, highs, codes, (w > 0).tolist())):
+        for j, (x, e, code) in enumerate(zip(v.reshape(-1)[idx].tolist(), (bound.at(idx) * DECODE).tolist(), codes)):
+            lo, hi = _ord32(_f32_bits(x - e)), _ord32(_f32_bits(x + e))
             if isinstance(code, bool):  # narrow: the one of the window's (at most) two floats with this parity
                 o = lo if (lo & 1) == code else hi
-                good = positive and hi - lo <= 1 and (o & 1) == code
+                good = e > 0 and hi - lo <= 1 and (o & 1) == code
             else:  # wide: the prover's float32 itself, which must lie in our window
                 o = _ord32(code - (1 << 32) if code >= 1 << 31 else code)
-                good = positive and lo <= o <= hi
+                good = e > 0 and lo <= o <= hi
             if not good:
                 if not self.lenient:
                     raise LogMismatch(f"rounding point {self.name(key)}: logged element {idx_list[j]} is not a close call")
                 if own is None:
-                    own = ordinal(r.reshape(-1)[idx].float()).tolist()
-                o = own[j]  # lenient: keep our own rounding there
-            out.append(o)
-        r.view(-1)[idx] = from_ordinal(torch.tensor(out, dtype=torch.long, device=v.device)).double()
+                    own = flat[idx].tolist()
+                o = _ord32(_f32_bits(own[j]))  # lenient: keep our own rounding there
+            out.append(_F32.unpack(_I32.pack(o if o >= 0 else (-1 - o) - (1 << 31)))[0])
+        flat[idx] = torch.tensor(out, dtype=r.dtype, device=r.device)
         return r
 
     def needs_bound(self, key: int) -> bool:

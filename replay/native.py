@@ -88,9 +88,9 @@ def _load():
         return False
     lib.rp_round.argtypes = [_p, _p, _i]
     lib.rp_round.restype = None
-    lib.rp_dot.argtypes = [_p, _p, _i, _i, _i, _i, _i, _p, _i, _i, _i, _i, _p, _i, _i, _i, _i, _p, _i, _d, _d, _p, _p, _p, _i]
+    lib.rp_dot.argtypes = [_p, _p, _i, _i, _i, _i, _i, _p, _i, _i, _i, _i, _p, _i, _i, _i, _i, _p, _i, _d, _d, _d, _p, _p, _p, _i]
     lib.rp_dot.restype = _i
-    lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _p, _p, _p, _i]
+    lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _d, _p, _p, _p, _i]
     lib.rp_full.restype = _i
     lib.rp_adamw.argtypes = [_i, _p, _p, _p, _p, _p, _p, _p] + [_d] * 9
     lib.rp_adamw.restype = None
@@ -138,14 +138,18 @@ def round_f32(v: torch.Tensor) -> torch.Tensor:
 
 
 def _collect(call, scratch: int, cap: int = 256):
-    """Run a kernel that writes up to cap (index, bound) pairs, given `scratch` doubles of working
-    space, and says how many there are. One allocation holds all three."""
+    """Run a kernel that writes up to cap (flat index, log code) pairs, given `scratch` doubles of
+    working space, and says how many there are: ([indices], [codes]) as Rounder.entries holds them
+    (a code is a parity bool, or the 32 bits of a wide entry, tagged 1 << 32 by the kernel)."""
     while True:
-        buf = torch.empty(2 * cap + scratch, dtype=torch.float64)
+        buf = torch.empty(2 * cap + scratch, dtype=torch.int64)
         p = buf.data_ptr()
         n = call(p, p + 8 * cap, p + 16 * cap, cap)
         if n <= cap:
-            return buf[:n].view(torch.int64), buf[cap:cap + n]
+            if not n:
+                return [], []
+            codes = [bool(c) if c < 2 else c & 0xFFFFFFFF for c in buf[cap:cap + n].tolist()]
+            return buf[:n].tolist(), codes
         cap = n  # rerun with room for all (rounding again is harmless: same inputs, same outputs)
 
 
@@ -159,9 +163,10 @@ def _batch_strides(t: torch.Tensor, batch: tuple[int, ...]) -> list[int] | None:
 
 
 def round_dot(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float, babs: torch.Tensor | None,
-              bias_rows: bool, safety: float):
+              bias_rows: bool, safety: float, wide: float):
     """Fused rounding point for v = scale * (a @ b) + bias (bias per column, or per row): (float32(v)
-    as float64, close-call flat indices, their bounds), or None if the kernel cannot take these tensors."""
+    as float64, close calls' flat indices, their log codes), or None if the kernel cannot take these
+    tensors. safety and wide as in determinism.py."""
     if not (v.is_contiguous() and usable(v, a, b) and (babs is None or (babs.is_contiguous() and usable(babs)))):
         return None
     batch = tuple(v.shape[:-2])
@@ -172,13 +177,13 @@ def round_dot(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float, babs:
     m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
     out = torch.empty_like(v)
     lib, bias = library(), babs.data_ptr() if babs is not None else None
-    idx, err = _collect(lambda ip, ep, sp, cap: lib.rp_dot(
+    idx, codes = _collect(lambda ip, cp, sp, cap: lib.rp_dot(
         v.data_ptr(), out.data_ptr(), b0, b1, m, n, k, a.data_ptr(), *sa, *a.stride()[-2:], b.data_ptr(), *sb,
-        *b.stride()[-2:], bias, int(bias_rows), g, safety, sp, ip, ep, cap), m + 3 * n)
-    return out, idx, err
+        *b.stride()[-2:], bias, int(bias_rows), g, safety, wide, sp, ip, cp, cap), m + 3 * n)
+    return out, idx, codes
 
 
-def round_full(v: torch.Tensor, e: torch.Tensor, safety: float):
+def round_full(v: torch.Tensor, e: torch.Tensor, safety: float, wide: float):
     """Fused rounding point for v with a per-element bound e (v's shape, or per row: v.shape[:-1] + (1,)):
     as `round_dot`."""
     if not (v.is_contiguous() and e.is_contiguous() and usable(v, e)):
@@ -193,9 +198,9 @@ def round_full(v: torch.Tensor, e: torch.Tensor, safety: float):
         return None
     out = torch.empty_like(v)
     lib = library()
-    idx, err = _collect(lambda ip, ep, sp, cap: lib.rp_full(
-        v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, sp, ip, ep, cap), n)
-    return out, idx, err
+    idx, codes = _collect(lambda ip, cp, sp, cap: lib.rp_full(
+        v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, wide, sp, ip, cp, cap), n)
+    return out, idx, codes
 
 
 def _state_ok(g: torch.Tensor, *state: torch.Tensor) -> bool:
