@@ -47,13 +47,20 @@ class Float64(ops.Plain):
 ops.OPS["float64"] = Float64
 
 
-def step_times(arch: str, reps: int, inner: int) -> dict[str, float]:
+# rows: the CLI's bundled examples, and one GPT four times as wide with twice the context, where
+# matmuls outweigh per-op costs (how the ratio moves with size); that one is timed with fewer
+# repetitions and one 10-step segment, to keep the run short
+ROWS = {"mlp": ("mlp", None, None), "cnn": ("cnn", None, None), "gpt": ("gpt", None, None),
+        "gpt-256": ("gpt", {"vocab": 32, "block": 64, "n_layer": 2, "n_head": 4, "n_embd": 256}, 16)}
+LARGE = {"gpt-256"}
+
+
+def step_times(arch: str, cfg: dict, batch_size: int, reps: int, inner: int) -> dict[str, float]:
     """Minimum time of one training step per precision, the precisions interleaved."""
-    cfg = models.DEFAULTS[arch]
     opt = DEFAULT_OPTIMIZER[arch]
     model = models.build(arch, cfg)
     state = initial_state(models.init_params(arch, cfg, 0), opt)
-    batch = Batches(arch, cfg, DEFAULT_BATCH[arch], 0)(0)
+    batch = Batches(arch, cfg, batch_size, 0)(0)
     times = {"float32": [], "float64": [], "det64": []}
     for _ in range(reps):
         for precision in times:
@@ -85,8 +92,8 @@ def verify_span(tr: Transcript, start: int) -> float:
     return time.perf_counter() - started
 
 
-def log_and_verify(arch: str, steps: int, out: Path, reps: int) -> dict:
-    Recorder(out, arch, steps=steps, checkpoint_interval=10).run()
+def log_and_verify(arch: str, cfg: dict, batch_size: int, steps: int, out: Path, reps: int) -> dict:
+    Recorder(out, arch, steps=steps, checkpoint_interval=10, config=cfg, batch=batch_size).run()
     tr = Transcript(out)
     log_bytes = []
     for start in tr.checkpoints[:-1]:
@@ -110,7 +117,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=30, help="steps recorded per architecture for the log and verify ratios")
     p.add_argument("--reps", type=int, default=10)
-    p.add_argument("--arch", nargs="*", default=["mlp", "cnn", "gpt"])
+    p.add_argument("--arch", nargs="*", default=list(ROWS), choices=list(ROWS))
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU capability "
@@ -118,13 +125,16 @@ def main() -> None:
     print("| arch | params | det64 step | float32 step | det/plain (goal <= 2.0) | float64 step | float64/plain "
           "| log B/step (max) | checkpoint B | log/checkpoint (goal <= 1%) | verify/prover (goal <= 1.2) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for arch in args.arch:
-        t = step_times(arch, args.reps, 5)
+    for row in args.arch:
+        arch, cfg, batch_size = ROWS[row]
+        cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
+        large = row in LARGE
+        t = step_times(arch, cfg, batch_size, max(3, args.reps // 2) if large else args.reps, 1 if large else 5)
         det, plain, f64 = t["det64"], t["float32"], t["float64"]
         with tempfile.TemporaryDirectory() as d:
-            r = log_and_verify(arch, args.steps, Path(d) / arch, max(3, args.reps // 3))
-        n = sum(p.numel() for p in models.init_params(arch, models.DEFAULTS[arch], 0).values())
-        print(f"| {arch} | {n:,} | {det * 1e3:.1f} ms | {plain * 1e3:.1f} ms | {det / plain:.2f} | "
+            r = log_and_verify(arch, cfg, batch_size, 10 if large else args.steps, Path(d) / arch, 2 if large else max(3, args.reps // 3))
+        n = sum(p.numel() for p in models.init_params(arch, cfg, 0).values())
+        print(f"| {row} | {n:,} | {det * 1e3:.1f} ms | {plain * 1e3:.1f} ms | {det / plain:.2f} | "
               f"{f64 * 1e3:.1f} ms | {f64 / plain:.2f} | "
               f"{r['log_per_step']:.0f} ({r['log_max']}) | {r['checkpoint']:,} | {100 * r['log_per_step'] / r['checkpoint']:.3f}% | "
               f"{r['verify_ratio']:.2f} |", flush=True)
