@@ -115,6 +115,8 @@ def test_close_calls_are_found_and_exact_zeros_are_not():
     x = torch.tensor([[0.0, 1.0 + 2.0**-24, 2.0, -0.0]], dtype=torch.float64)  # 1 + 2^-24: a float32 midpoint
     assert _same(x, full_bound(torch.full_like(x, 1e-12), x.shape)) == 3  # 0, the midpoint, -0
     assert _same(x, full_bound(torch.zeros_like(x), x.shape)) == 0
+    zeros = torch.zeros(64, 64, dtype=torch.float64)  # more close calls than the kernel's first buffer holds
+    assert _same(zeros, full_bound(torch.full_like(zeros, 1e-12), zeros.shape)) == 64 * 64
 
 
 def test_the_kernel_declines_what_it_does_not_handle():
