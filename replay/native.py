@@ -55,7 +55,7 @@ def _build() -> Path:
     lib = cache / f"rounding-{key}.so"
     if lib.exists():
         return lib
-    cache.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(mode=0o700, parents=True, exist_ok=True)  # private: a library loaded from here runs in-process
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
     os.close(fd)
     try:
