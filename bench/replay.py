@@ -129,7 +129,8 @@ def main() -> None:
         arch, cfg, batch_size = ROWS[row]
         cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
         large = row in LARGE
-        t = step_times(arch, cfg, batch_size, max(3, args.reps // 2) if large else args.reps, 1 if large else 5)
+        # one step of each precision in turn, many times: the host's slow spells hit all three alike
+        t = step_times(arch, cfg, batch_size, max(3, args.reps // 2) if large else 5 * args.reps, 1)
         det, plain, f64 = t["det64"], t["float32"], t["float64"]
         with tempfile.TemporaryDirectory() as d:
             r = log_and_verify(arch, cfg, batch_size, 10 if large else args.steps, Path(d) / arch, 2 if large else max(3, args.reps // 3))
