@@ -1,9 +1,11 @@
-"""The fused rounding-point kernel (`_native.c`), built on first use and loaded with ctypes.
+"""The replay's hot loops in C (`_native.c`), built on first use and loaded with ctypes: a rounding
+point's whole record pass (round, find the close calls, their log codes), rounding alone, and the
+optimizer updates.
 
-Optional by design: the torch path in determinism.py is the reference and the fallback, so a
-machine without a C compiler records and replays the same bits, only slower. The kernel works on
-CPU float64 tensors; anything else (a GPU, odd strides, more than two batch dims) takes the torch
-path. `REPLAY_NATIVE=0` turns it off.
+Optional by design: the torch code in determinism.py and train.py is the reference and the
+fallback, so a machine without a C compiler records and replays the same bits, only slower. The
+kernels take CPU tensors; anything else (a GPU, odd strides, more than two batch dims) takes the
+torch path. `REPLAY_NATIVE=0` turns them off.
 
 Why ctypes and a plain C file rather than a torch C++ extension: no torch headers, so it builds in
 well under a second (a torch extension takes about a minute), and the ABI is just pointers.
