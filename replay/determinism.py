@@ -328,14 +328,14 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
 
     def at(idx):
         ba, bb, i, j = coords(idx)
-        if a.dim() == b.dim() == 2 and idx.numel() > 64:
+        e = None
+        if a.dim() == b.dim() == 2 and idx.numel() > 64:  # many: perhaps their rows x columns as one small matmul
             rows_i, inv_i = torch.unique(i, return_inverse=True)
             cols_j, inv_j = torch.unique(j, return_inverse=True)
-        if a.dim() == b.dim() == 2 and idx.numel() > 64 and rows_i.numel() * cols_j.numel() <= 8 * idx.numel() + 4096:
-            # the candidates' rows x columns as one small matmul (|.| terms: exact zeros stay zero;
-            # its own relative error gamma(K) is absorbed by SAFETY's slack)
-            e = (a[rows_i].abs() @ b[:, cols_j].abs())[inv_i, inv_j] * g
-        else:
+            if rows_i.numel() * cols_j.numel() <= 8 * idx.numel() + 4096:
+                # |.| terms: exact zeros stay zero; the matmul's own error gamma(K) is absorbed by SAFETY's slack
+                e = (a[rows_i].abs() @ b[:, cols_j].abs())[inv_i, inv_j] * g
+        if e is None:
             rows, cols = a[(*ba, i)], b.transpose(-2, -1)[(*bb, j)]
             e = (rows.abs() * cols.abs()).sum(-1) * g
         return e + bias_at(i, j) if babs is not None else e
@@ -554,10 +554,6 @@ class Rounder:
             out.append(_F32.unpack(_I32.pack(o if o >= 0 else (-1 - o) - (1 << 31)))[0])
         flat[idx] = torch.tensor(out, dtype=r.dtype, device=r.device)
         return r
-
-    def needs_bound(self, key: int) -> bool:
-        """Will this rounding point use its bound (record mode, or a logged point in a replay)?"""
-        return self.mode == "record" or key in self.entries
 
     def name(self, key: int) -> str:
         op, slot = divmod(key, SLOTS)

@@ -5,7 +5,9 @@ loads them into the compute dtype (float64 in det64, exactly), runs forward and 
 the model's ops, then updates with the optimizer below and rounds the new state to float32. The
 update is elementwise IEEE arithmetic on identical inputs (each op its own kernel, no fused
 addcmul/lerp, no division by a Python scalar), so its rounding needs no log; in det64 those
-roundings are traced like every other for dispute bisection.
+roundings are traced like every other for dispute bisection. On CPU the det64 update runs as one
+native loop (native.py) doing the same operations in the same order, one IEEE rounding each (no
+fused multiply-add), from the float32 state: the same bits, without float64 copies of the state.
 
 Optimizers: SGD with momentum (and L2 weight decay) and AdamW (decoupled weight decay). Learning-rate
 schedules use only + - * / on Python floats, so lr(t) is the same double everywhere: constant,
@@ -143,8 +145,8 @@ def train_step(model, state: State, batch: dict, optimizer: dict, precision: str
                         rounder.trace.append((key, rounder.name(key), r.clone()))
                 return r
 
-            fused = _fused_update(kind, optimizer, lr, t, state.params[name], g, {b: state.buffers[b][name] for b in state.buffers}) \
-                if precision == "det64" else None
+            bufs32 = {b: state.buffers[b][name] for b in state.buffers}
+            fused = _fused_update(kind, optimizer, lr, t, state.params[name], g, bufs32) if precision == "det64" else None
             if fused is not None:
                 new_p[name], nb = fused
                 for b, v in nb.items():
@@ -152,7 +154,7 @@ def train_step(model, state: State, batch: dict, optimizer: dict, precision: str
                 note("param", new_p[name])
             else:
                 to32 = lambda what, v, note=note: note(what, v.float())  # noqa: E731
-                bufs = {b: state.buffers[b][name].to(dt) for b in state.buffers}
+                bufs = {b: v.to(dt) for b, v in bufs32.items()}
                 if kind == "sgd":
                     new_p[name], nb = _sgd(optimizer, lr, p.detach(), g, bufs, to32)
                 else:
