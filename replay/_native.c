@@ -1,4 +1,5 @@
-/* The rounding point's hot loop, fused: round float64 results to float32 and find the close calls.
+/* The replay's hot loops: a rounding point's record pass fused (round float64 results to float32,
+   find the close calls, write their log codes), rounding alone, and the optimizer updates (below).
 
    Semantics are exactly those of replay/determinism.py (the torch path stays as the reference and
    the fallback; tests hold the two to the same indices): an element is a close call when its

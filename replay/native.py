@@ -152,7 +152,7 @@ def _collect(call, scratch: int, cap: int):
                 return [], []
             codes = [bool(c) if c < 2 else c & 0xFFFFFFFF for c in buf[cap:cap + n].tolist()]
             return buf[:n].tolist(), codes
-        cap = n  # rerun with room for all (rounding again is harmless: same inputs, same outputs); rare:
+        cap = n  # rare (see _room): rerun with room for all; rounding again gives the same outputs
 
 
 def _room(v: torch.Tensor) -> int:
