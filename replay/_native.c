@@ -62,101 +62,110 @@ static int round_row(const double *restrict v, double *restrict out, int64_t n, 
     return any != 0;
 }
 
-/* res[o] = sqrt(sum_r X[o * so + r * sr]^2), o < n_out, r < n_red: walking memory in order. */
-static void norms(const double *X, int64_t n_out, int64_t n_red, int64_t so, int64_t sr, double *res) {
-    if (so < sr) {
-        for (int64_t o = 0; o < n_out; o++) res[o] = 0;
-        for (int64_t r = 0; r < n_red; r++)
-            for (int64_t o = 0; o < n_out; o++) res[o] += X[o * so + r * sr] * X[o * so + r * sr];
+/* An operand's vectors over k -- A's rows i, or B's columns j -- where k runs over K1 x K2 (K1 = 1
+   for a plain matmul; a batch of products summed, as a convolution's weight gradient, has K1 = the
+   batch): element (o, k1, k2) at x[o * so + k1 * s1 + k2 * s2]. "flat" when k is one stride. */
+typedef struct {
+    const double *x;
+    int64_t n_out, K1, K2, so, s1, s2;
+    int64_t uses, budget; /* B: strided reads until uses exceed budget, then a contiguous copy */
+    double *copy;
+} vecs_t;
+
+static int flat(const vecs_t *r) { return r->K1 == 1 || r->s1 == r->K2 * r->s2; }
+
+/* res[o] = sqrt(sum_k x(o, k)^2), walking memory in order. */
+static void norms(const vecs_t *r, double *res) {
+    int64_t K = r->K1 * r->K2;
+    if (flat(r) && r->so < r->s2) {
+        for (int64_t o = 0; o < r->n_out; o++) res[o] = 0;
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t o = 0; o < r->n_out; o++) res[o] += r->x[o * r->so + k * r->s2] * r->x[o * r->so + k * r->s2];
     } else {
-        for (int64_t o = 0; o < n_out; o++) {
+        for (int64_t o = 0; o < r->n_out; o++) {
+            const double *p = r->x + o * r->so;
             double acc = 0;
-            for (int64_t r = 0; r < n_red; r++) acc += X[o * so + r * sr] * X[o * so + r * sr];
+            for (int64_t k1 = 0; k1 < r->K1; k1++)
+                for (int64_t k2 = 0; k2 < r->K2; k2++) acc += p[k1 * r->s1 + k2 * r->s2] * p[k1 * r->s1 + k2 * r->s2];
             res[o] = acc;
         }
     }
-    for (int64_t o = 0; o < n_out; o++) res[o] = sqrt(res[o]);
+    for (int64_t o = 0; o < r->n_out; o++) res[o] = sqrt(res[o]);
 }
 
-/* dst (n_out x n_red, contiguous) = X[o * so + r * sr], in tiles so that a transposed source is
+static void gather_one(const vecs_t *r, int64_t o, double *dst) {
+    const double *p = r->x + o * r->so;
+    for (int64_t k1 = 0; k1 < r->K1; k1++)
+        for (int64_t k2 = 0; k2 < r->K2; k2++) *dst++ = p[k1 * r->s1 + k2 * r->s2];
+}
+
+/* All vectors into dst (n_out x K, contiguous); a flat transposed source in tiles, so that it is
    read a cache line at a time. */
-static void gather_rows(const double *X, int64_t n_out, int64_t n_red, int64_t so, int64_t sr, double *dst) {
-    const int64_t T = 32;
-    for (int64_t o0 = 0; o0 < n_out; o0 += T)
-        for (int64_t r0 = 0; r0 < n_red; r0 += T)
-            for (int64_t o = o0; o < o0 + T && o < n_out; o++)
-                for (int64_t r = r0; r < r0 + T && r < n_red; r++) dst[o * n_red + r] = X[o * so + r * sr];
-}
-
-/* An operand's rows (A's rows i, or B's columns j) as unit-stride vectors over k, for the exact
-   bounds of candidates (a whole row and column each: K cache misses when strided). Laid out so
-   already: the operand itself. Else strided reads until they have cost an eighth of a contiguous
-   copy of the operand, then the copy (tiled). */
-typedef struct {
-    const double *x;
-    int64_t n_out, n_red, so, sr, uses, budget; /* copy once uses exceed budget */
-    double *copy;
-} rows_t;
-
-static const double *row_of(rows_t *r, int64_t o, int64_t *stride) {
-    if (r->sr != 1 && !r->copy && ++r->uses > r->budget &&
-        (r->copy = malloc(sizeof(double) * r->n_out * r->n_red)))
-        gather_rows(r->x, r->n_out, r->n_red, r->so, r->sr, r->copy);
-    if (r->copy) {
-        *stride = 1;
-        return r->copy + o * r->n_red;
+static void gather_all(const vecs_t *r, double *dst) {
+    int64_t K = r->K1 * r->K2;
+    if (!flat(r)) {
+        for (int64_t o = 0; o < r->n_out; o++) gather_one(r, o, dst + o * K);
+        return;
     }
-    *stride = r->sr;
-    return r->x + o * r->so;
+    const int64_t T = 32;
+    for (int64_t o0 = 0; o0 < r->n_out; o0 += T)
+        for (int64_t k0 = 0; k0 < K; k0 += T)
+            for (int64_t o = o0; o < o0 + T && o < r->n_out; o++)
+                for (int64_t k = k0; k < k0 + T && k < K; k++) dst[o * K + k] = r->x[o * r->so + k * r->s2];
 }
 
-/* C = scale * (A @ B) + bias over a batch of up to two dims (b0, b1), outputs v contiguous
-   (b0, b1, M, N). A element (t0, t1, i, k) at a[t0*sa0 + t1*sa1 + i*sa2 + k*sa3] (a stride of 0
-   broadcasts), B likewise with sb0..sb3. g = gamma(K + 2) * |scale|; babs = |bias| *
-   gamma(K + 2) or NULL, per column j (bias_rows 0) or per row i (bias_rows 1). Candidates by
-   Cauchy-Schwarz (||A_i|| ||B_j|| g + babs), then the exact bound g * sum_k |A_ik B_kj| + babs.
-   Writes up to cap close calls (flat index, log code); returns how many there are, so the caller
-   can retry with room for all. scratch holds M + 3N doubles. */
-int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K,
-               const double *a, int64_t sa0, int64_t sa1, int64_t sa2, int64_t sa3,
-               const double *b, int64_t sb0, int64_t sb1, int64_t sb2, int64_t sb3,
+/* Vector o as a unit-stride array, for a candidate's exact bound (a whole row and column: K cache
+   misses when strided): the operand itself where laid out so; else its copy once strided reads
+   have cost an eighth of making one (budget); else gathered into buf. */
+static const double *vec(vecs_t *r, int64_t o, double *buf) {
+    int64_t K = r->K1 * r->K2;
+    if (flat(r) && r->s2 == 1) return r->x + o * r->so;
+    if (!r->copy && ++r->uses > r->budget && (r->copy = malloc(sizeof(double) * r->n_out * K))) gather_all(r, r->copy);
+    if (r->copy) return r->copy + o * K;
+    gather_one(r, o, buf);
+    return buf;
+}
+
+/* C = scale * (A @ B) + bias over a batch of up to two dims (t0 < b0, t1 < b1), output v contiguous
+   (b0, b1, M, N); the reduction index k runs over K1 x K2. A element (t0, t1, i, k1, k2) at
+   a[t0*sa0 + t1*sa1 + i*sai + k1*sak1 + k2*sak2], B element (t0, t1, k1, k2, j) at
+   b[t0*sb0 + t1*sb1 + k1*sbk1 + k2*sbk2 + j*sbj] (a stride of 0 broadcasts). g = gamma(K + 2) *
+   |scale|; babs = |bias| * gamma(K + 2) or NULL, per column j (bias_rows 0) or per row i
+   (bias_rows 1). Candidates by Cauchy-Schwarz (||A_i|| ||B_j|| g + babs), then the exact bound
+   g * sum_k |A_ik B_kj| + babs. Writes up to cap close calls (flat index, log code); returns how
+   many there are, so the caller can retry with room for all. scratch holds M + 4N + 2K doubles. */
+int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K1, int64_t K2,
+               const double *a, int64_t sa0, int64_t sa1, int64_t sai, int64_t sak1, int64_t sak2,
+               const double *b, int64_t sb0, int64_t sb1, int64_t sbk1, int64_t sbk2, int64_t sbj,
                const double *babs, int64_t bias_rows, double g, double safety, double wide, double *scratch,
                int64_t *idx, int64_t *code, int64_t cap) {
-    const int64_t sa[4] = {sa0, sa1, sa2, sa3}, sb[4] = {sb0, sb1, sb2, sb3};
-    int64_t found = 0;
-    double *na = scratch, *nb = scratch + M, *bcol = nb + N, *w = bcol + N, *arow = w + N;
-    uint8_t *flag = (uint8_t *)(arow + K);
+    int64_t found = 0, K = K1 * K2;
+    double *na = scratch, *nb = scratch + M, *bcol = nb + N, *w = bcol + N, *arow = w + N, *bbuf = arow + K;
+    uint8_t *flag = (uint8_t *)(bbuf + K);
     for (int64_t j = 0; j < N; j++) bcol[j] = babs && !bias_rows ? babs[j] : 0.0;
     for (int64_t t0 = 0; t0 < b0; t0++) {
         for (int64_t t1 = 0; t1 < b1; t1++) {
-            const double *A = a + t0 * sa[0] + t1 * sa[1];
-            const double *B = b + t0 * sb[0] + t1 * sb[1];
+            /* A's rows are never copied whole: a row's candidates are handled together, so a strided
+               row is gathered once (into arow) */
+            vecs_t arows = {a + t0 * sa0 + t1 * sa1, M, K1, K2, sai, sak1, sak2, 0, INT64_MAX, NULL};
+            vecs_t bcols = {b + t0 * sb0 + t1 * sb1, N, K1, K2, sbj, sbk1, sbk2, 0, 8 + N / 8, NULL};
             int64_t base = (t0 * b1 + t1) * M * N;
-            norms(A, M, K, sa[2], sa[3], na);
+            norms(&arows, na);
             for (int64_t i = 0; i < M; i++) na[i] *= g;
-            norms(B, N, K, sb[3], sb[2], nb);
-            /* A is read a row at a time (all of a row's candidates are handled together), never copied whole */
-            rows_t arows = {A, M, K, sa[2], sa[3], 0, INT64_MAX, NULL}, bcols = {B, N, K, sb[3], sb[2], 0, 8 + N / 8, NULL};
+            norms(&bcols, nb);
             for (int64_t i = 0; i < M; i++) {
                 const double *vr = v + base + i * N;
                 double bias_i = babs && bias_rows ? babs[i] : 0.0, ni = na[i];
                 for (int64_t j = 0; j < N; j++) w[j] = (ni * nb[j] + (bias_i + bcol[j])) * safety;
                 if (!round_row(vr, out + base + i * N, N, w, flag)) continue;
                 const double *ai = NULL;
-                int64_t ak = 1, bk;
                 for (int64_t j = 0; j < N; j++) {
                     if (!flag[j]) continue;
                     double bias = bias_i + bcol[j];
-                    if (!ai) {  /* this row's first candidate: its row of A, gathered once if strided */
-                        ai = row_of(&arows, i, &ak);
-                        if (ak != 1) {
-                            for (int64_t k = 0; k < K; k++) arow[k] = ai[k * ak];
-                            ai = arow, ak = 1;
-                        }
-                    }
-                    const double *bj = row_of(&bcols, j, &bk);
+                    if (!ai) ai = vec(&arows, i, arow);
+                    const double *bj = vec(&bcols, j, bbuf);
                     double e = 0;
-                    for (int64_t k = 0; k < K; k++) e += fabs(ai[k * ak]) * fabs(bj[k * bk]);
+                    for (int64_t k = 0; k < K; k++) e += fabs(ai[k]) * fabs(bj[k]);
                     e = e * g + bias;
                     if (!straddles(vr[j], e * safety)) continue;
                     if (found < cap) {
@@ -166,7 +175,6 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
                     found++;
                 }
             }
-            free(arows.copy);
             free(bcols.copy);
         }
     }

@@ -90,7 +90,7 @@ def _load():
         return False
     lib.rp_round.argtypes = [_p, _p, _i]
     lib.rp_round.restype = None
-    lib.rp_dot.argtypes = [_p, _p, _i, _i, _i, _i, _i, _p, _i, _i, _i, _i, _p, _i, _i, _i, _i, _p, _i, _d, _d, _d, _p, _p, _p, _i]
+    lib.rp_dot.argtypes = [_p, _p, _i, _i, _i, _i, _i, _i, _p, _i, _i, _i, _i, _i, _p, _i, _i, _i, _i, _i, _p, _i, _d, _d, _d, _p, _p, _p, _i]
     lib.rp_dot.restype = _i
     lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _d, _p, _p, _p, _i]
     lib.rp_full.restype = _i
@@ -183,11 +183,25 @@ def round_dot(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float, babs:
         return None
     b0, b1 = ([1, 1] + list(batch))[-2:]
     m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
+    (sai, sak), (sbk, sbj) = a.stride()[-2:], b.stride()[-2:]
+    return _dot(v, m, n, 1, k, b0, b1, a, (*sa, sai, 0, sak), b, (*sb, 0, sbk, sbj), babs, bias_rows, g, safety, wide)
+
+
+def round_dot_summed(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float, safety: float, wide: float):
+    """Fused rounding point for v = sum over t of a[:, t] @ b[t] (a (M, T, K), b (T, K, N), any
+    strides: one reduction over T x K terms, as a convolution's weight gradient): as `round_dot`."""
+    if not (v.is_contiguous() and v.dim() == 2 and usable(v, a, b)):
+        return None
+    (m, t, k), n = a.shape, b.shape[-1]
+    return _dot(v, m, n, t, k, 1, 1, a, (0, 0, *a.stride()), b, (0, 0, *b.stride()), None, False, g, safety, wide)
+
+
+def _dot(v, m, n, k1, k2, b0, b1, a, sa, b, sb, babs, bias_rows, g, safety, wide):
     out = torch.empty_like(v)
     lib, bias = library(), babs.data_ptr() if babs is not None else None
     idx, codes = _collect(lambda ip, cp, sp, cap: lib.rp_dot(
-        v.data_ptr(), out.data_ptr(), b0, b1, m, n, k, a.data_ptr(), *sa, *a.stride()[-2:], b.data_ptr(), *sb,
-        *b.stride()[-2:], bias, int(bias_rows), g, safety, wide, sp, ip, cp, cap), m + 4 * n + k, _room(v))
+        v.data_ptr(), out.data_ptr(), b0, b1, m, n, k1, k2, a.data_ptr(), *sa, b.data_ptr(), *sb,
+        bias, int(bias_rows), g, safety, wide, sp, ip, cp, cap), m + 5 * n + 2 * k1 * k2, _room(v))
     return out, idx, codes
 
 

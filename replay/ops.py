@@ -18,7 +18,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .determinism import EXP_ERR, SLOTS, U, Bound, active, dot_bound, full_bound, gamma, norms, unravel
+from . import native
+from .determinism import EXP_ERR, SAFETY, SLOTS, U, WIDE, Bound, active, dot_bound, full_bound, gamma, norms, unravel
 
 
 def _mean_bound(t: torch.Tensor, n: int):
@@ -252,9 +253,8 @@ def _conv_input_grad_bound(w2, g, fold, ksize, shape) -> torch.Tensor:
 
 
 def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor) -> Bound:
-    """Bound of sum_b g_b @ cols_b^T, g (B, O, L), cols (B, CK, L): one reduction over K = B*L terms.
-
-    The output is small (O x CK), so the torch path serves; a 2-D copy for the fused kernel costs more."""
+    """Bound of sum_b g_b @ cols_b^T, g (B, O, L), cols (B, CK, L): one reduction over K = B*L terms,
+    which the fused kernel takes as it lies (a 2-D copy of cols would cost more than the product)."""
     gm = gamma(g.shape[0] * g.shape[2] + 2)
     shape = (g.shape[1], cols.shape[1])
     memo = {}
@@ -276,7 +276,12 @@ def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor) -> Bound:
         ng, nc = parts()
         return (ng * (nc.max() * gm)).unsqueeze(-1)
 
-    return Bound(math.inf, at, coarse=coarse, cheap=cheap)
+    def fused(v):
+        if not native.library():
+            return None
+        return native.round_dot_summed(v, g.permute(1, 0, 2), cols.permute(0, 2, 1), gm, SAFETY, WIDE)
+
+    return Bound(math.inf, at, coarse=coarse, cheap=cheap, fused=fused)
 
 
 def _causal(t: int, device) -> torch.Tensor:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from replay import models, native
 from replay.data import Batches
 from replay.determinism import Rounder, dot_bound, full_bound
+from replay.ops import _weight_grad_bound
 from replay.recorder import DEFAULT_OPTIMIZER
 from replay.train import initial_state, train_step
 
@@ -92,6 +93,21 @@ def test_fused_dot_matches_the_torch_path(case):
     if bias is not None:
         v = v + (bias.unsqueeze(-1) if rows else bias)
     _same(v.contiguous(), dot_bound(a, b, scale, bias, bias_rows=rows))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 12), st.integers(1, 12), st.integers(1, 20), st.integers(0, 2**31 - 1), st.booleans())
+def test_fused_summed_products_match_the_torch_path(batch, o, ck, length, seed, cancel):
+    """A convolution's weight gradient, sum_b g_b @ cols_b^T: the kernel takes g and cols as they lie."""
+    gen = torch.Generator().manual_seed(seed)
+    g = _f32(torch.randn(batch, o, length, generator=gen, dtype=torch.float64))
+    cols = _f32(torch.randn(batch, ck, length, generator=gen, dtype=torch.float64))
+    if cancel and length >= 2:  # pairs along L that cancel: outputs ~0 with nonzero bounds
+        h = length // 2
+        g[..., 1:2 * h:2] = g[..., 0:2 * h:2]
+        cols[..., 1:2 * h:2] = -cols[..., 0:2 * h:2]
+    v = torch.matmul(g, cols.transpose(1, 2)).sum(0)
+    _same(v, _weight_grad_bound(g, cols))
 
 
 @settings(max_examples=100, deadline=None)
