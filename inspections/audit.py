@@ -10,9 +10,7 @@ import base64
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from ledger import merkle
-from ledger.models import Entry
-from ledger.services import node_hashes
+from ledger import selectors as ledger
 from registry.rebuild import rebuild
 
 from . import draws
@@ -31,29 +29,24 @@ class Audit:
         return not self.problems
 
 
-def _entry(kind: str, **match) -> Entry | None:
-    lookups = {f"payload__{key}": value for key, value in match.items()}
-    return Entry.objects.filter(kind=kind, **lookups).order_by("seq").first()
-
-
 def audit_draw(campaign: str, period: int) -> Audit:
     audit = Audit(campaign, period)
-    created = _entry("campaign.created", slug=campaign)
-    committed = _entry("campaign.seed_committed", campaign=campaign, period=period)
-    drawn = _entry("campaign.drawn", campaign=campaign, period=period)
+    created = ledger.first_entry("campaign.created", slug=campaign)
+    committed = ledger.first_entry("campaign.seed_committed", campaign=campaign, period=period)
+    drawn = ledger.first_entry("campaign.drawn", campaign=campaign, period=period)
     if created is None or committed is None or drawn is None:
         audit.problems.append("the ledger has no such campaign, commitment or draw")
         return audit
-    seed = bytes.fromhex(drawn.payload["seed"])
-    size = drawn.payload["checkpoint"]["size"]
-    root = base64.b64decode(drawn.payload["checkpoint"]["root"])
-    if draws.commitment(seed) != committed.payload["commitment"]:
+    seed = bytes.fromhex(drawn["payload"]["seed"])
+    size = drawn["payload"]["checkpoint"]["size"]
+    root = base64.b64decode(drawn["payload"]["checkpoint"]["root"])
+    if draws.commitment(seed) != committed["payload"]["commitment"]:
         audit.problems.append("the revealed seed does not match its commitment")
-    if not committed.seq < size <= drawn.seq:
+    if not committed["seq"] < size <= drawn["seq"]:
         audit.problems.append("the seed was not committed before the checkpoint the draw used")
-    if merkle.root([node_hashes(merkle.frontier_nodes(size))[n] for n in merkle.frontier_nodes(size)]) != root:
+    if ledger.root_at(size) != root:
         audit.problems.append(f"the draw's root is not the ledger's root at size {size}")
-    _compare_samples(audit, created.payload, drawn.payload, seed, root, size)
+    _compare_samples(audit, created["payload"], drawn["payload"], seed, root, size)
     return audit
 
 

@@ -15,9 +15,8 @@ import orjson
 from django.conf import settings
 from django.db import connection
 
-from . import chain, keys, merkle, note
+from . import chain, keys, note, selectors
 from .models import Checkpoint
-from .services import node_hashes
 
 CHUNK = 10_000
 
@@ -132,8 +131,8 @@ def _check_checkpoint_at(verifier: chain.ChainVerifier, pending: dict[int, Check
 def _check_tree_cache(size: int, root: bytes) -> None:
     """Proofs are served from the node cache, so its frontier must fold to the recomputed root."""
     try:
-        cached = node_hashes(merkle.frontier_nodes(size))
+        cached = selectors.root_at(size)
     except RuntimeError as error:
         raise IntegrityFailure(max(size - 1, 0), str(error)) from error
-    if merkle.root([cached[node] for node in merkle.frontier_nodes(size)]) != root:
+    if cached != root:
         raise IntegrityFailure(max(size - 1, 0), "tree node cache does not fold to the recomputed root")

@@ -1,12 +1,90 @@
-"""Reads from the ledger: proofs, pages, the latest checkpoint. O(log n) rows per proof."""
+"""The one read API of the ledger: entries, leaves, tree nodes, roots, proofs, checkpoints.
+
+Apps outside ``ledger`` read the ledger only through this module (DESIGN §2): it
+is the only place that names the ledger's tables. Proofs read O(log n) rows.
+"""
 from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
 
 from django.core.exceptions import ValidationError
 from django.db import connection
 
 from . import merkle
 from .models import Checkpoint, Entry
-from .services import node_hashes
+
+ENTRY_FIELDS = ("seq", "time", "kind", "actor", "payload")
+PAGE_ROWS = 5000  # keyset page: bounded memory, one round trip per page
+
+
+def node_hashes(ids: Sequence[merkle.NodeId]) -> dict[merkle.NodeId, bytes]:
+    """Hashes of complete subtrees: level 0 from entries, higher levels from the node cache.
+
+    One raw query per table: proofs and appends call this for O(log n) ids, and
+    the ORM's compilation of a composite-key IN would cost more than the lookup.
+    """
+    leaves = sorted({index for level, index in ids if level == 0})
+    inner = sorted({(level, index) for level, index in ids if level > 0})
+    found: dict[merkle.NodeId, bytes] = {}
+    with connection.cursor() as cursor:
+        if leaves:
+            marks = ", ".join(["%s"] * len(leaves))
+            cursor.execute(f"SELECT seq, hash FROM ledger_entry WHERE seq IN ({marks})", leaves)
+            found.update({(0, seq): bytes(digest) for seq, digest in cursor.fetchall()})
+        if inner:
+            where = " OR ".join(['(level = %s AND "index" = %s)'] * len(inner))
+            cursor.execute(f'SELECT level, "index", hash FROM ledger_treenode WHERE {where}', [v for pair in inner for v in pair])
+            found.update({(level, index): bytes(digest) for level, index, digest in cursor.fetchall()})
+    missing = set(ids) - found.keys()
+    if missing:
+        raise RuntimeError(f"ledger tree cache is missing nodes {sorted(missing)[:5]}: run verify_ledger")
+    return found
+
+
+def frontier_hashes(size: int) -> list[bytes]:
+    """The roots of the complete subtrees of the first ``size`` leaves, left to right."""
+    ids = merkle.frontier_nodes(size)
+    found = node_hashes(ids)
+    return [found[node] for node in ids]
+
+
+def root_at(size: int) -> bytes:
+    """The tree root of the first ``size`` entries, from the node cache (O(log n) rows)."""
+    return merkle.root(frontier_hashes(size))
+
+
+def keyset_rows(columns: str, start: int = 0, end: int | None = None, page: int = PAGE_ROWS) -> Iterator[tuple]:
+    """Rows ``(seq, *columns)`` of entries with start <= seq < end, in seq order, one keyset page at a time.
+
+    ``columns`` is SQL over ledger_entry's columns (callers in ``ledger`` pick stored text forms).
+    """
+    query = f"SELECT seq, {columns} FROM ledger_entry WHERE seq >= %s AND seq < %s ORDER BY seq LIMIT %s"
+    stop = end if end is not None else 2**62
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(query, [start, stop, page])
+            rows = cursor.fetchall()
+        if not rows:
+            return
+        yield from rows
+        start = rows[-1][0] + 1
+
+
+def leaves(start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """``(seq, leaf bytes)`` for start <= seq < end, in order: what a rebuild or an audit replays."""
+    for seq, leaf in keyset_rows("leaf", start, end):
+        yield seq, bytes(leaf)
+
+
+def first_entry(kind: str, **payload_match) -> dict | None:
+    """The earliest entry of ``kind`` whose payload has these top-level values (seq, time, kind, actor, payload)."""
+    lookups = {f"payload__{key}": value for key, value in payload_match.items()}
+    return Entry.objects.filter(kind=kind, **lookups).order_by("seq").values(*ENTRY_FIELDS).first()
+
+
+def entries_at(seqs: Iterable[int]) -> list[dict]:
+    """The entries with these seqs (ints, or a query of a ``seq`` column), in seq order: seq, time, kind, actor, payload."""
+    return list(Entry.objects.filter(seq__in=seqs).order_by("seq").values(*ENTRY_FIELDS))
 
 
 def ledger_size() -> int:
@@ -73,6 +151,14 @@ def checkpoint_text(checkpoint: Checkpoint) -> str:
     """The signed checkpoint with every witness cosignature we hold for its size appended."""
     lines = checkpoint.cosignatures.order_by("witness__name").values_list("line", flat=True)
     return checkpoint.note + "".join(line + "\n" for line in lines)
+
+
+def checkpoints_by_size() -> dict[int, Checkpoint]:
+    return {checkpoint.size: checkpoint for checkpoint in Checkpoint.objects.all()}
+
+
+def checkpoint_count() -> int:
+    return Checkpoint.objects.count()
 
 
 def entry_leaf_hash(seq: int) -> bytes | None:

@@ -21,6 +21,7 @@ from django.db.models.base import ModelState
 from django.utils import timezone
 
 from . import chain, keys, merkle, note
+from .selectors import frontier_hashes
 from .bulk import insert_rows
 from .models import Checkpoint, Cosignature, Entry, TreeNode, Witness
 
@@ -33,6 +34,10 @@ SUBMISSION_KEYS = {"key", "body", "sig"}
 LEDGER_LOCK_ID = 0x6368_6970_6C65_6467 & 0x7FFF_FFFF_FFFF_FFFF  # "chipledg"
 # 10,000-entry batches must fit one transaction; bound them so a caller cannot exhaust memory.
 MAX_BATCH = 100_000
+
+
+# What append_entry returns: read its seq, time, kind, actor and payload (apps never import ledger.models).
+AppendedEntry = Entry
 
 
 class Conflict(Exception):
@@ -68,7 +73,7 @@ def append_entries(entries: Sequence[NewEntry]) -> list[Entry]:
         size, prev_hash, prev_time = _head()
         when = max(timezone.now(), prev_time) if prev_time else timezone.now()
         rows = _build_rows(entries, size, prev_hash, when)
-        frontier = _frontier(size)
+        frontier = frontier_hashes(size)
         _, nodes = merkle.append_leaves(frontier, size, [bytes(row.hash) for row in rows])
         insert_rows(Entry._meta.db_table, ENTRY_COLUMNS, [_entry_values(row) for row in rows])
         insert_rows(TreeNode._meta.db_table, ("level", "index", "hash"), nodes)
@@ -158,36 +163,6 @@ def _saved_entry(seq, when, kind, actor, payload, leaf, digest) -> Entry:
     return entry
 
 
-def _frontier(size: int) -> list[bytes]:
-    ids = merkle.frontier_nodes(size)
-    found = node_hashes(ids)
-    return [found[node] for node in ids]
-
-
-def node_hashes(ids: Sequence[merkle.NodeId]) -> dict[merkle.NodeId, bytes]:
-    """Hashes of complete subtrees: level 0 from entries, higher levels from the node cache.
-
-    One raw query per table: proofs and appends call this for O(log n) ids, and
-    the ORM's compilation of a composite-key IN would cost more than the lookup.
-    """
-    leaves = sorted({index for level, index in ids if level == 0})
-    inner = sorted({(level, index) for level, index in ids if level > 0})
-    found: dict[merkle.NodeId, bytes] = {}
-    with connection.cursor() as cursor:
-        if leaves:
-            marks = ", ".join(["%s"] * len(leaves))
-            cursor.execute(f"SELECT seq, hash FROM ledger_entry WHERE seq IN ({marks})", leaves)
-            found.update({(0, seq): bytes(digest) for seq, digest in cursor.fetchall()})
-        if inner:
-            where = " OR ".join(['(level = %s AND "index" = %s)'] * len(inner))
-            cursor.execute(f'SELECT level, "index", hash FROM ledger_treenode WHERE {where}', [v for pair in inner for v in pair])
-            found.update({(level, index): bytes(digest) for level, index, digest in cursor.fetchall()})
-    missing = set(ids) - found.keys()
-    if missing:
-        raise RuntimeError(f"ledger tree cache is missing nodes {sorted(missing)[:5]}: run verify_ledger")
-    return found
-
-
 # --- Checkpoints ----------------------------------------------------------------
 
 
@@ -199,7 +174,7 @@ def checkpoint_sign() -> Checkpoint:
         latest = Checkpoint.objects.order_by("-size").first()
         if latest is not None and latest.size == size:
             return latest
-        root = merkle.root(_frontier(size))
+        root = merkle.root(frontier_hashes(size))
         body = note.checkpoint_body(settings.LEDGER_ORIGIN, size, root)
         text = note.sign_note(body, settings.LEDGER_ORIGIN, keys.signing_key())
         return Checkpoint.objects.create(size=size, root=root, note=text)

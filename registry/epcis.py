@@ -65,7 +65,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from ledger import services as ledger
-from ledger.models import Entry
+from ledger import selectors as ledger_selectors
 
 from . import selectors, services
 from .models import Chip, ChipEvent, Facility, Organisation
@@ -395,10 +395,10 @@ def captured_event_ids(organisation: Organisation, serials) -> set[str]:
     """
     chips = selectors.chips_visible_to(organisation).filter(serial__in=serials).values("id")
     seqs = ChipEvent.objects.filter(chip__in=chips).values("seq")
-    return set(Entry.objects.filter(seq__in=seqs).values_list("payload__epcis__event_id", flat=True)) - {None}
+    return {(entry["payload"].get("epcis") or {}).get("event_id") for entry in ledger_selectors.entries_at(seqs)} - {None}
 
 
-def _apply(organisation: Organisation, event: CaptureEvent, submission: dict | None) -> Entry:
+def _apply(organisation: Organisation, event: CaptureEvent, submission: dict | None) -> ledger.AppendedEntry:
     stamp = {"event_id": event.event_id}
     try:
         if event.step == "commissioning":
@@ -525,7 +525,7 @@ def chip_object_events(chip: Chip, epc: str) -> list[dict]:
     the chip as the caller named it (a bare serial becomes ``https://chipledger.example/chip/<serial>``).
     """
     seqs = ChipEvent.objects.filter(chip=chip).values("seq")
-    entries = Entry.objects.filter(seq__in=seqs).order_by("seq").values("seq", "time", "kind", "actor", "payload")
+    entries = ledger_selectors.entries_at(seqs)
     name = epc if ":" in epc else CHIP_URI + epc
     return [object_event(entry, chip.serial, name) for entry in entries]
 

@@ -12,7 +12,7 @@ import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from django.db import connection
+from ledger import selectors as ledger
 
 from .lifecycle import ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
 from .models import Chip, ChipEvent, ChipModel, Facility, Organisation, OrganisationKey
@@ -32,20 +32,10 @@ class Scratch:
 def rebuild(size: int | None = None) -> Scratch:
     """The registry as the ledger's first ``size`` entries (all of them by default) make it."""
     scratch = Scratch()
-    end = size if size is not None else 2**62
-    with connection.cursor() as cursor:
-        last = -1
-        while True:
-            cursor.execute(
-                "SELECT seq, leaf FROM ledger_entry WHERE seq > %s AND seq < %s ORDER BY seq LIMIT 5000", [last, end]
-            )
-            rows = cursor.fetchall()
-            if not rows:
-                return scratch
-            for seq, leaf in rows:
-                entry = json.loads(bytes(leaf))
-                _apply(scratch, seq, entry["kind"], entry["actor"], entry["payload"])
-            last = rows[-1][0]
+    for seq, leaf in ledger.leaves(0, size):
+        entry = json.loads(leaf)
+        _apply(scratch, seq, entry["kind"], entry["actor"], entry["payload"])
+    return scratch
 
 
 def _apply(scratch: Scratch, seq: int, kind: str, actor: str, payload: dict) -> None:

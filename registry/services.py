@@ -15,7 +15,6 @@ from django.db import IntegrityError, transaction
 
 from ledger import services as ledger
 from ledger.bulk import insert_rows
-from ledger.models import Entry
 
 from . import signing
 from .lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
@@ -199,7 +198,7 @@ def signed_body_accept(organisation: Organisation, header: str | None, body: byt
 @transaction.atomic
 def chips_fabricate(
     *, organisation: Organisation, chips: list, submission: dict | None = None, epcis: dict | None = None
-) -> Entry:
+) -> ledger.AppendedEntry:
     """Register newly fabricated chips (fab role only), all or nothing.
 
     ``epcis`` (set by ``registry.epcis`` only, never from a request body) is kept in the payload so
@@ -256,7 +255,7 @@ def _insert_chips(organisation, states, items, models, facilities, entry) -> Non
     _insert_events([ids[s.serial] for s in states], entry)
 
 
-def _insert_events(chip_ids: list[int], entry: Entry) -> None:
+def _insert_events(chip_ids: list[int], entry: ledger.AppendedEntry) -> None:
     insert_rows(
         ChipEvent._meta.db_table, ("chip_id", "seq", "kind", "actor"),
         [(chip_id, entry.seq, entry.kind, entry.actor) for chip_id in chip_ids],
@@ -317,7 +316,7 @@ EVENT_FIELDS = {
 def chips_record_event(
     *, organisation: Organisation, event: str, payload: dict, submission: dict | None = None,
     epcis: dict | None = None,
-) -> Entry:
+) -> ledger.AppendedEntry:
     """Record one lifecycle event for a set of chips, all or nothing (DESIGN §1). ``epcis``: see chips_fabricate."""
     if event not in RULES:
         _fail("event", f"one of {sorted(RULES)}")
@@ -418,7 +417,7 @@ def _state(row: dict) -> ChipState:
     )
 
 
-def _persist(rows: dict[str, dict], after: dict[str, ChipState], entry: Entry) -> None:
+def _persist(rows: dict[str, dict], after: dict[str, ChipState], entry: ledger.AppendedEntry) -> None:
     """Write the new chip states, one UPDATE per distinct new state (a bulk event has one)."""
     org_ids = _ids(Organisation, {s for st in after.values() for s in (st.owner, st.possessor, st.consignee, st.pending_owner) if s})
     facility_ids = _ids(Facility, {st.facility for st in after.values() if st.facility})
