@@ -19,7 +19,7 @@ install: $(STAMP)
 setup: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
-	$(PY) manage.py ledger_key > /dev/null
+	$(PY) manage.py ledger_open > /dev/null
 	$(PY) manage.py seed_demo
 	$(PY) manage.py ledger_checkpoint > /dev/null
 

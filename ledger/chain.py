@@ -9,7 +9,6 @@ hash of the one before.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from typing import Any
@@ -44,13 +43,28 @@ _MAX_SEQ = 2**53  # beyond this JCS cannot tell integers apart
 _NON_BMP = re.compile(rb"[\xf0-\xf4]")  # lead bytes of 4-byte UTF-8 sequences
 
 
-class ChainError(Exception):
-    """The first thing wrong with the ledger, at entry ``seq``."""
+class LedgerFault(Exception):
+    """The first thing wrong with a ledger: entry ``where`` (a seq) is bad because ``reason``.
 
-    def __init__(self, seq: int, reason: str):
-        super().__init__(f"seq={seq}: {reason}")
-        self.seq = seq
+    ``where`` is a seq, or a word naming what is not an entry ("checkpoint"). The one
+    failure type of every ledger check: the chain, ``verify_ledger`` and ``python -m ledger.verify``.
+    """
+
+    def __init__(self, where: int | str, reason: str):
+        super().__init__(f"{self._where(where)}: {reason}")
+        self.where = where
         self.reason = reason
+
+    @staticmethod
+    def _where(where: int | str) -> str:
+        return f"seq={where}" if isinstance(where, int) else str(where)
+
+    @property
+    def seq(self) -> int | None:
+        return self.where if isinstance(self.where, int) else None
+
+    def line(self) -> str:
+        return f"FAIL {self._where(self.where)}: {self.reason}"
 
 
 def _fields_error(obj: dict, check_prev: bool = True) -> str | None:
@@ -222,31 +236,31 @@ class ChainVerifier:
         self._pending: list[bytes] = []
 
     def feed(self, seq: int, leaf: bytes) -> tuple[bytes, dict]:
-        """Check the leaf of entry seq; return (leaf hash, parsed leaf). Raises ChainError."""
+        """Check the leaf of entry seq; return (leaf hash, parsed leaf). Raises LedgerFault."""
         expected = self.size
         if seq != expected:
             # Reported at the expected seq: that is the first position where the ledger is wrong.
             why = "gap: entries missing" if seq > expected else "duplicate or out of order"
-            raise ChainError(expected, f"expected seq {expected}, got seq {seq} ({why})")
+            raise LedgerFault(expected, f"expected seq {expected}, got seq {seq} ({why})")
         if type(leaf) is not bytes:
             leaf = bytes(leaf)  # psycopg hands bytea back as memoryview
-        digest = hashlib.sha256(b"\x00" + leaf).digest()
+        digest = merkle.leaf_hash(leaf)
         try:
             obj = _loads(leaf)
         except ValueError:
-            raise ChainError(seq, "leaf is not valid JSON") from None
+            raise LedgerFault(seq, "leaf is not valid JSON") from None
         if type(obj) is not dict:
-            raise ChainError(seq, "leaf is not a JSON object")
+            raise LedgerFault(seq, "leaf is not a JSON object")
         error = _fields_error(obj, check_prev=False)
         if error:
-            raise ChainError(seq, error)
+            raise LedgerFault(seq, error)
         if obj["seq"] != seq:
-            raise ChainError(seq, f"leaf says seq {obj['seq']}")
+            raise LedgerFault(seq, f"leaf says seq {obj['seq']}")
         if obj["prev"] != self._prev:
             what = f"hash of seq {seq - 1}" if seq else "genesis (64 zeros)"
-            raise ChainError(seq, f"prev does not match {what}")
+            raise LedgerFault(seq, f"prev does not match {what}")
         if not _canonical(leaf, obj, obj["payload"]):  # _fields_error vetted the other members
-            raise ChainError(seq, "leaf is not RFC 8785 canonical JSON")
+            raise LedgerFault(seq, "leaf is not RFC 8785 canonical JSON")
         self._prev = digest.hex()
         self.size = seq + 1
         if self._frontier is not None:
@@ -257,7 +271,7 @@ class ChainVerifier:
 
     def _flush(self) -> None:
         # Batched: one Python call per BATCH leaves instead of per leaf.
-        self._tree_size = merkle._extend_frontier(self._frontier, self._tree_size, self._pending)
+        self._tree_size = merkle.extend_frontier(self._frontier, self._tree_size, self._pending)
         self._pending = []
 
     @property

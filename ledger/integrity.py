@@ -16,16 +16,10 @@ from django.conf import settings
 from django.db import connection
 
 from . import chain, keys, note, selectors
+from .chain import LedgerFault
 from .models import Checkpoint
 
 CHUNK = 10_000
-
-
-class IntegrityFailure(Exception):
-    def __init__(self, seq: int, reason: str):
-        super().__init__(f"seq={seq}: {reason}")
-        self.seq = seq
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -37,25 +31,22 @@ class Report:
 
 def verify_stored_ledger(progress: Callable[[int], None] | None = None) -> Report:
     verifier = chain.ChainVerifier()
-    checkpoints = _checkpoints_by_size()
+    checkpoints = selectors.checkpoints_by_size()
     _check_checkpoint_at(verifier, checkpoints)
     for seq, leaf, stored_hash, kind, actor, when, payload in _stored_rows():
-        try:
-            digest, parsed = verifier.feed(seq, bytes(leaf))
-        except chain.ChainError as error:
-            raise IntegrityFailure(error.seq, error.reason) from error
+        digest, parsed = verifier.feed(seq, bytes(leaf))
         if bytes(stored_hash) != digest:
-            raise IntegrityFailure(seq, "stored hash does not match SHA-256(0x00 || leaf)")
+            raise LedgerFault(seq, "stored hash does not match SHA-256(0x00 || leaf)")
         _check_columns(seq, parsed, kind, actor, when, payload)
         _check_checkpoint_at(verifier, checkpoints)
         if progress is not None and verifier.size % CHUNK == 0:
             progress(verifier.size)
     if checkpoints:
         size = min(checkpoints)
-        raise IntegrityFailure(size - 1, f"checkpoint of size {size} is beyond the log's {verifier.size} entries")
+        raise LedgerFault(size - 1, f"checkpoint of size {size} is beyond the log's {verifier.size} entries")
     root = verifier.root()
     _check_tree_cache(verifier.size, root)
-    return Report(entries=verifier.size, root=root, checkpoints=Checkpoint.objects.count())
+    return Report(entries=verifier.size, root=root, checkpoints=selectors.checkpoint_count())
 
 
 def _stored_rows():
@@ -68,16 +59,7 @@ def _stored_rows():
         time_sql, payload_sql = """to_char(time AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')""", "payload::text"
     else:
         time_sql, payload_sql = "time || ''", "payload"  # an expression: no datetime converter
-    query = f"SELECT seq, leaf, hash, kind, actor, {time_sql}, {payload_sql} FROM ledger_entry WHERE seq > %s ORDER BY seq LIMIT %s"
-    last = -1
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(query, [last, CHUNK])
-            rows = cursor.fetchall()
-        if not rows:
-            return
-        yield from rows
-        last = rows[-1][0]
+    return selectors.keyset_rows(f"leaf, hash, kind, actor, {time_sql}, {payload_sql}", page=CHUNK)
 
 
 def _rfc3339(stored: str) -> str:
@@ -97,17 +79,13 @@ def _load_json(text: str):
 
 def _check_columns(seq: int, parsed: dict, kind: str, actor: str, when: str, payload: str) -> None:
     if parsed["kind"] != kind:
-        raise IntegrityFailure(seq, "stored kind column differs from the leaf")
+        raise LedgerFault(seq, "stored kind column differs from the leaf")
     if parsed["actor"] != actor:
-        raise IntegrityFailure(seq, "stored actor column differs from the leaf")
+        raise LedgerFault(seq, "stored actor column differs from the leaf")
     if parsed["time"] != _rfc3339(when):
-        raise IntegrityFailure(seq, "stored time column differs from the leaf")
+        raise LedgerFault(seq, "stored time column differs from the leaf")
     if parsed["payload"] != _load_json(payload):
-        raise IntegrityFailure(seq, "stored payload column differs from the leaf")
-
-
-def _checkpoints_by_size() -> dict[int, Checkpoint]:
-    return {checkpoint.size: checkpoint for checkpoint in Checkpoint.objects.all()}
+        raise LedgerFault(seq, "stored payload column differs from the leaf")
 
 
 def _check_checkpoint_at(verifier: chain.ChainVerifier, pending: dict[int, Checkpoint]) -> None:
@@ -118,14 +96,13 @@ def _check_checkpoint_at(verifier: chain.ChainVerifier, pending: dict[int, Check
     seq = verifier.size - 1
     root = verifier.root()
     if bytes(checkpoint.root) != root:
-        raise IntegrityFailure(seq, f"checkpoint of size {checkpoint.size}: root does not match the entries")
-    verifier_key = note.parse_verifier_key(keys.verifier_key())
+        raise LedgerFault(seq, f"checkpoint of size {checkpoint.size}: root does not match the entries")
     try:
-        body = note.verify_note(checkpoint.note, verifier_key)
+        _, signed = note.open_checkpoint(checkpoint.note, note.parse_verifier_key(keys.verifier_key()))
     except note.NoteError as error:
-        raise IntegrityFailure(seq, f"checkpoint of size {checkpoint.size}: signature does not verify ({error})")
-    if body != note.checkpoint_body(settings.LEDGER_ORIGIN, checkpoint.size, root):
-        raise IntegrityFailure(seq, f"checkpoint of size {checkpoint.size}: signed body does not match the entries")
+        raise LedgerFault(seq, f"checkpoint of size {checkpoint.size}: signature does not verify ({error})")
+    if (signed.size, signed.root, signed.extensions) != (checkpoint.size, root, ()):
+        raise LedgerFault(seq, f"checkpoint of size {checkpoint.size}: signed body does not match the entries")
 
 
 def _check_tree_cache(size: int, root: bytes) -> None:
@@ -133,6 +110,6 @@ def _check_tree_cache(size: int, root: bytes) -> None:
     try:
         cached = selectors.root_at(size)
     except RuntimeError as error:
-        raise IntegrityFailure(max(size - 1, 0), str(error)) from error
+        raise LedgerFault(max(size - 1, 0), str(error)) from error
     if cached != root:
-        raise IntegrityFailure(max(size - 1, 0), "tree node cache does not fold to the recomputed root")
+        raise LedgerFault(max(size - 1, 0), "tree node cache does not fold to the recomputed root")

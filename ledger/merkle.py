@@ -92,7 +92,18 @@ def append_leaves(
         raise ValueError(f"frontier has {len(frontier)} hashes; size {size} needs {max(size, 0).bit_count()}")
     stack = list(frontier)
     nodes: list[tuple[int, int, bytes]] = []
-    pop, push, emit, sha = stack.pop, stack.append, nodes.append, _sha256
+    extend_frontier(stack, size, leaf_hashes, nodes)
+    return stack, nodes
+
+
+def extend_frontier(
+    stack: list[bytes], size: int, leaf_hashes: Iterable[bytes], nodes: list[tuple[int, int, bytes]] | None = None
+) -> int:
+    """Fold leaf hashes into the frontier ``stack`` of a tree of ``size`` leaves, in place; returns the new size.
+
+    With ``nodes``, every completed node of level >= 1 is appended to it as (level, index, hash).
+    """
+    pop, push, sha = stack.pop, stack.append, _sha256
     for h in leaf_hashes:
         # Each trailing 1-bit of the leaf's index is a left sibling waiting on the stack.
         i, level = size, 0
@@ -100,20 +111,8 @@ def append_leaves(
             h = sha(b"\x01" + pop() + h).digest()
             i >>= 1
             level += 1
-            emit((level, i, h))
-        push(h)
-        size += 1
-    return stack, nodes
-
-
-def _extend_frontier(stack: list[bytes], size: int, leaf_hashes: Iterable[bytes]) -> int:
-    """append_leaves without node recording, mutating stack in place; returns new size."""
-    pop, push, sha = stack.pop, stack.append, _sha256
-    for h in leaf_hashes:
-        i = size
-        while i & 1:
-            h = sha(b"\x01" + pop() + h).digest()
-            i >>= 1
+            if nodes is not None:
+                nodes.append((level, i, h))
         push(h)
         size += 1
     return size
@@ -127,7 +126,7 @@ def root(frontier: list[bytes]) -> bytes:
 def root_from_leaf_hashes(leaf_hashes: list[bytes]) -> bytes:
     """MTH over the given leaf hashes, in O(n) time and O(log n) memory."""
     stack: list[bytes] = []
-    _extend_frontier(stack, 0, leaf_hashes)
+    extend_frontier(stack, 0, leaf_hashes)
     return fold_range(stack)
 
 

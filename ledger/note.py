@@ -167,6 +167,18 @@ def parse_checkpoint(body: str) -> Checkpoint:
     return Checkpoint(origin, int(size_text), root, tuple(extensions))
 
 
+def open_checkpoint(text: str, verifier: Verifier) -> tuple[str, Checkpoint]:
+    """Verify a signed checkpoint note with the log's key and parse it: (body, checkpoint).
+
+    The origin must be the key's name (C2SP tlog-checkpoint). Raises NoteError.
+    """
+    body = verify_note(text, verifier)
+    checkpoint = parse_checkpoint(body)
+    if checkpoint.origin != verifier.name:
+        raise NoteError(f"checkpoint origin {checkpoint.origin!r} is not the key's name {verifier.name!r}")
+    return body, checkpoint
+
+
 # --- notes --------------------------------------------------------------------
 
 

@@ -83,3 +83,7 @@ class CosignatureOut(serializers.Serializer):
 
 def b64(values) -> list[str]:
     return [base64.b64encode(value).decode() for value in values]
+
+
+class Detail(serializers.Serializer):
+    detail = serializers.CharField()

@@ -77,7 +77,25 @@ def append_entries(entries: Sequence[NewEntry]) -> list[Entry]:
         _, nodes = merkle.append_leaves(frontier, size, [bytes(row.hash) for row in rows])
         insert_rows(Entry._meta.db_table, ENTRY_COLUMNS, [_entry_values(row) for row in rows])
         insert_rows(TreeNode._meta.db_table, ("level", "index", "hash"), nodes)
+        if size == 0:
+            checkpoint_sign()  # the first entry is signed for at once: a non-empty log always has a checkpoint
     return rows
+
+
+GENESIS_KIND = "ledger.opened"
+
+
+def ledger_open() -> bool:
+    """Write the genesis entry (the log's origin and verifier key) if the log is empty; True if it did.
+
+    Run at start-up (``manage.py ledger_open``); appending it also signs the first checkpoint.
+    """
+    with transaction.atomic():
+        _lock_ledger()
+        if _head()[0] != 0:
+            return False
+        append_entry(GENESIS_KIND, {"origin": settings.LEDGER_ORIGIN, "verifier_key": keys.verifier_key()}, "system")
+        return True
 
 
 ENTRY_COLUMNS = ("seq", "time", "kind", "actor", "payload", "leaf", "hash")
@@ -250,12 +268,9 @@ def cosignature_add(checkpoint_text: str, cosignature_line: str) -> Cosignature:
 
 def _our_checkpoint(checkpoint_text: str) -> tuple[str, Checkpoint]:
     try:
-        body, _ = note.split_note(checkpoint_text)
-        parsed = note.parse_checkpoint(body)
+        body, parsed = note.open_checkpoint(checkpoint_text, note.parse_verifier_key(keys.verifier_key()))
     except note.NoteError as error:
-        raise ValidationError({"checkpoint": str(error)}) from error
-    if parsed.origin != settings.LEDGER_ORIGIN:
-        raise ValidationError({"checkpoint": f"origin {parsed.origin!r} is not this log ({settings.LEDGER_ORIGIN!r})"})
+        raise ValidationError({"checkpoint": f"not a checkpoint signed by this log: {error}"}) from error
     ours = Checkpoint.objects.filter(size=parsed.size).first()
     if ours is None:
         raise ValidationError({"checkpoint": f"this log signed no checkpoint of size {parsed.size}"})

@@ -30,184 +30,8 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 
 from ledger import merkle, note
-from ledger.chain import ChainError, ChainVerifier
-
-DEFAULT_TIMEOUT = 30.0
-# Response size limits, in bytes. A page holds at most 1000 entries; leaves carrying signed
-# submissions can be a few KiB each.
-LIMIT_SMALL = 64 * 1024
-LIMIT_PAGE = 64 * 1024 * 1024
-PAGE_SIZE = 1000  # entries asked for per request: the API's largest page
-USER_AGENT = "chipledger-verify/1"
-
-
-class FetchError(Exception):
-    """The log could not be read: network failure, HTTP error or a malformed response."""
-
-
-class VerifyFailure(Exception):
-    """The log served something that does not verify. ``where`` is a seq number or "checkpoint"."""
-
-    def __init__(self, where: int | str, reason: str):
-        super().__init__(f"{where}: {reason}")
-        self.where = where
-        self.reason = reason
-
-    def line(self) -> str:
-        where = f"seq={self.where}" if isinstance(self.where, int) else str(self.where)
-        return f"FAIL {where}: {self.reason}"
-
-
-# ---------------------------------------------------------------------------------------------
-# HTTP
-
-
-class LogClient:
-    """The log's public HTTP API, with timeouts and bounded response sizes."""
-
-    def __init__(
-        self,
-        url: str,
-        timeout: float = DEFAULT_TIMEOUT,
-        page_size: int = PAGE_SIZE,
-        page_limit: int = LIMIT_PAGE,
-    ):
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"not an http(s) URL: {url!r}")
-        self.base = url.rstrip("/")
-        self.timeout = timeout
-        self.page_size = page_size
-        self.page_limit = page_limit
-
-    def _url(self, path: str, params: dict | None = None) -> str:
-        url = f"{self.base}/api/ledger/{path}"
-        return f"{url}?{urllib.parse.urlencode(params)}" if params else url
-
-    def _open(self, request: urllib.request.Request, limit: int) -> tuple[int, bytes]:
-        """Return (status, body) for any HTTP answer; raise FetchError if there is none."""
-        request.add_header("User-Agent", USER_AGENT)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
-                return resp.status, _read_limited(resp, limit, request.full_url)
-        except urllib.error.HTTPError as err:
-            with err:
-                return err.code, _read_limited(err, LIMIT_SMALL, request.full_url, truncate=True)
-        except (urllib.error.URLError, OSError) as err:
-            reason = getattr(err, "reason", err)
-            raise FetchError(f"cannot reach {request.full_url}: {reason}") from err
-
-    def _get(self, path: str, params: dict | None = None, limit: int = LIMIT_SMALL) -> bytes:
-        request = urllib.request.Request(self._url(path, params), method="GET")
-        status, body = self._open(request, limit)
-        if not 200 <= status < 300:
-            raise FetchError(f"GET {request.full_url}: HTTP {status}: {_snippet(body)}")
-        return body
-
-    def _get_json(self, path: str, params: dict | None = None, limit: int = LIMIT_SMALL) -> dict:
-        body = self._get(path, params, limit)
-        try:
-            data = json.loads(body)
-        except ValueError as err:
-            raise FetchError(f"GET {self._url(path, params)}: response is not JSON") from err
-        if not isinstance(data, dict):
-            raise FetchError(f"GET {self._url(path, params)}: response is not a JSON object")
-        return data
-
-    def _get_text(self, path: str) -> str:
-        try:
-            return self._get(path).decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise FetchError(f"GET {self._url(path)}: response is not UTF-8") from err
-
-    def key(self) -> str:
-        """The log's verifier key, ``<origin>+<hex keyid>+<base64 key>``."""
-        return self._get_text("key").strip()
-
-    def checkpoint(self) -> str:
-        """The latest signed checkpoint note, as served."""
-        return self._get_text("checkpoint")
-
-    def entries(self, start: int, end: int) -> list[dict]:
-        """One page of entries with start <= seq < end; the server may return fewer."""
-        data = self._get_json("entries", {"start": start, "end": end}, self.page_limit)
-        entries = data.get("entries")
-        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-            raise FetchError("entries: response has no list of entry objects")
-        return entries
-
-    def iter_entries(self, start: int, end: int):
-        """Every entry with start <= seq < end, in order, a page at a time.
-
-        The server may answer a page with fewer entries than asked; paging goes on from there.
-        An empty page before ``end`` means the log withholds entries it has signed for.
-        """
-        seq = start
-        while seq < end:
-            asked = min(end, seq + self.page_size)
-            page = self.entries(seq, asked)
-            if not page:
-                raise VerifyFailure(seq, "log returned no entry for a seq below the checkpoint size")
-            for entry in page:
-                if seq >= asked:
-                    raise VerifyFailure(seq, "log returned more entries than requested")
-                yield seq, entry
-                seq += 1
-
-    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
-        data = self._get_json("proof/inclusion", {"index": index, "size": size})
-        if data.get("index") != index or data.get("size") != size:
-            raise FetchError(f"inclusion proof: answered for another index/size: {data!r:.200}")
-        return _proof_hashes(data, "inclusion proof")
-
-    def consistency_proof(self, first: int, second: int) -> list[bytes]:
-        data = self._get_json("proof/consistency", {"first": first, "second": second})
-        if data.get("first") != first or data.get("second") != second:
-            raise FetchError(f"consistency proof: answered for other sizes: {data!r:.200}")
-        return _proof_hashes(data, "consistency proof")
-
-    def submit_cosignature(self, checkpoint: str, cosignature: str) -> tuple[int, object]:
-        """POST a witness cosignature. Returns (HTTP status, decoded JSON body or text)."""
-        payload = json.dumps({"checkpoint": checkpoint, "cosignature": cosignature}).encode()
-        request = urllib.request.Request(
-            self._url("cosignatures"),
-            data=payload,
-            method="POST",
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
-        )
-        status, body = self._open(request, LIMIT_SMALL)
-        try:
-            return status, json.loads(body)
-        except ValueError:
-            return status, body.decode("utf-8", "replace")
-
-
-def _read_limited(resp, limit: int, url: str, truncate: bool = False) -> bytes:
-    body = resp.read(limit + 1)
-    if len(body) > limit:
-        if truncate:
-            return body[:limit]
-        raise FetchError(f"{url}: response larger than {limit} bytes")
-    return body
-
-
-def _snippet(body: bytes, n: int = 300) -> str:
-    text = body.decode("utf-8", "replace").strip()
-    return text if len(text) <= n else text[:n] + "…"
-
-
-def _proof_hashes(data: dict, what: str) -> list[bytes]:
-    hashes = data.get("hashes")
-    if not isinstance(hashes, list):
-        raise FetchError(f"{what}: no list of hashes")
-    try:
-        out = [base64.b64decode(h, validate=True) for h in hashes]
-    except (TypeError, binascii.Error) as err:
-        raise FetchError(f"{what}: a hash is not base64") from err
-    if any(len(h) != 32 for h in out):
-        raise FetchError(f"{what}: a hash is not 32 bytes")
-    return out
-
+from ledger.chain import ChainVerifier, LedgerFault
+from ledger.logclient import DEFAULT_TIMEOUT, FetchError, LogClient
 
 # ---------------------------------------------------------------------------------------------
 # Verification
@@ -252,22 +76,16 @@ def parse_key(vkey: str, what: str = "key") -> note.Verifier:
     try:
         verifier = note.parse_verifier_key(vkey.strip())
     except (note.NoteError, ValueError) as err:
-        raise VerifyFailure("checkpoint", f"{what} is not a valid verifier key: {err}") from err
+        raise LedgerFault("checkpoint", f"{what} is not a valid verifier key: {err}") from err
     return verifier
 
 
 def check_checkpoint(text: str, verifier: note.Verifier) -> note.Checkpoint:
-    """The log's signature on the note, and the checkpoint it carries. Raises VerifyFailure."""
+    """The log's signature on the note, and the checkpoint it carries. Raises LedgerFault."""
     try:
-        body = note.verify_note(text, verifier)
-        checkpoint = note.parse_checkpoint(body)
+        return note.open_checkpoint(text, verifier)[1]
     except (note.NoteError, ValueError) as err:
-        raise VerifyFailure("checkpoint", str(err)) from err
-    if checkpoint.origin != verifier.name:
-        raise VerifyFailure(
-            "checkpoint", f"origin {checkpoint.origin!r} is not the key's name {verifier.name!r}"
-        )
-    return checkpoint
+        raise LedgerFault("checkpoint", str(err)) from err
 
 
 def check_cosignatures(text: str, witnesses: list[note.Verifier]) -> list[WitnessResult]:
@@ -294,24 +112,21 @@ def check_cosignatures(text: str, witnesses: list[note.Verifier]) -> list[Witnes
 def check_entry(seq: int, entry: dict, chain: ChainVerifier) -> bytes:
     """Feed one served entry to the chain; check the served metadata against the leaf itself."""
     if entry.get("seq") != seq:
-        raise VerifyFailure(seq, f"served seq {entry.get('seq')!r} where {seq} was expected")
+        raise LedgerFault(seq, f"served seq {entry.get('seq')!r} where {seq} was expected")
     try:
         leaf = base64.b64decode(entry.get("leaf", ""), validate=True)
     except (TypeError, binascii.Error) as err:
-        raise VerifyFailure(seq, "leaf is not base64") from err
-    try:
-        leaf_hash, parsed = chain.feed(seq, leaf)
-    except ChainError as err:
-        raise VerifyFailure(seq, getattr(err, "reason", None) or str(err)) from err
+        raise LedgerFault(seq, "leaf is not base64") from err
+    leaf_hash, parsed = chain.feed(seq, leaf)
     if entry.get("hash") != leaf_hash.hex():
-        raise VerifyFailure(
+        raise LedgerFault(
             seq, f"served hash {entry.get('hash')!r} is not the leaf's hash {leaf_hash.hex()}"
         )
     for name in ("seq", "kind", "actor", "time"):
         if name not in entry:
             continue  # the summary fields are a convenience; the leaf is what is signed for
         if entry[name] != parsed.get(name):
-            raise VerifyFailure(
+            raise LedgerFault(
                 seq, f"served {name} {entry[name]!r} differs from the leaf's {parsed.get(name)!r}"
             )
     return leaf_hash
@@ -325,7 +140,7 @@ def verify_log(
     rng: random.Random | None = None,
     progress=None,
 ) -> Report:
-    """Verify the whole log behind ``client``. Raises VerifyFailure or FetchError.
+    """Verify the whole log behind ``client``. Raises LedgerFault or FetchError.
 
     ``progress(done, total)`` is called now and then while entries are checked.
     """
@@ -334,7 +149,7 @@ def verify_log(
 
     served_key = client.key()
     if pinned_key is not None and pinned_key.strip() != served_key:
-        raise VerifyFailure(
+        raise LedgerFault(
             "checkpoint", f"served key {served_key!r} is not the pinned key {pinned_key.strip()!r}"
         )
     verifier = parse_key(served_key, "served key")
@@ -346,7 +161,7 @@ def verify_log(
     cosigs = check_cosignatures(text, witness_keys)
     valid = sum(c.valid for c in cosigs)
     if valid < quorum:
-        raise VerifyFailure("checkpoint", f"{valid} valid witness cosignature(s), quorum is {quorum}")
+        raise LedgerFault("checkpoint", f"{valid} valid witness cosignature(s), quorum is {quorum}")
 
     # Spot checks at positions drawn before any entry is seen.
     inclusion_index = rng.randrange(size) if size > 0 else None
@@ -364,18 +179,18 @@ def verify_log(
             progress(seq + 1, size)
     recomputed = chain.root()
     if recomputed != root:
-        raise VerifyFailure(
+        raise LedgerFault(
             "checkpoint", f"root {root.hex()} is not the root {recomputed.hex()} of the entries"
         )
 
     if inclusion_index is not None:
         proof = client.inclusion_proof(inclusion_index, size)
         if not merkle.verify_inclusion(inclusion_hash, inclusion_index, size, proof, root):
-            raise VerifyFailure(inclusion_index, f"inclusion proof in tree of size {size} is invalid")
+            raise LedgerFault(inclusion_index, f"inclusion proof in tree of size {size} is invalid")
     if consistency_first is not None:
         proof = client.consistency_proof(consistency_first, size)
         if not merkle.verify_consistency(consistency_first, size, proof, consistency_root, root):
-            raise VerifyFailure(
+            raise LedgerFault(
                 "checkpoint", f"consistency proof from size {consistency_first} to {size} is invalid"
             )
 
@@ -434,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         print("warning: no --key given; trusting the key the log serves", file=sys.stderr)
     try:
         report = verify_log(client, args.key, args.witness, args.quorum, progress=progress)
-    except VerifyFailure as fail:
+    except LedgerFault as fail:
         print(fail.line(), file=sys.stderr)
         if args.json:
             print(json.dumps({"ok": False, "where": fail.where, "reason": fail.reason}))

@@ -46,11 +46,14 @@ class CheckpointView(PublicView):
     renderer_classes = [PlainTextRenderer]
 
     @extend_schema(
-        responses={(200, "text/plain"): str},
-        summary="Latest signed checkpoint, with every witness cosignature for its size",
+        responses={(200, "text/plain"): str, (503, "application/json"): s.Detail},
+        summary="Latest signed checkpoint, with every witness cosignature for its size (503 while the log is empty)",
     )
     def get(self, request):
-        checkpoint = selectors.checkpoint_latest() or services.checkpoint_sign()
+        checkpoint = selectors.checkpoint_latest()
+        if checkpoint is None:  # a GET never writes: the first checkpoint is signed with the first entry
+            return Response({"detail": "the log has no signed checkpoint yet: it is empty (run manage.py ledger_open)"},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE, content_type="application/json")
         return Response(selectors.checkpoint_text(checkpoint))
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import nacl.signing
 
 from ledger import merkle, note
-from ledger.verify import DEFAULT_TIMEOUT, FetchError, LogClient
+from ledger.logclient import DEFAULT_TIMEOUT, FetchError, LogClient
 
 EXIT_OK, EXIT_REFUSED, EXIT_ERROR, EXIT_NOT_ACCEPTED = 0, 1, 2, 3
 
@@ -261,12 +261,9 @@ def run_once(
 
     text = client.checkpoint()
     try:
-        body = note.verify_note(text, verifier)
-        checkpoint = note.parse_checkpoint(body)
+        body, checkpoint = note.open_checkpoint(text, verifier)
     except (note.NoteError, ValueError) as err:
         raise Refusal(f"checkpoint does not verify with the log key: {err}") from err
-    if checkpoint.origin != verifier.name:
-        raise Refusal(f"checkpoint origin {checkpoint.origin!r} is not the key's {verifier.name!r}")
 
     decision = decide(state, checkpoint)
     if not decision.cosign:

@@ -20,8 +20,6 @@ from django.db import transaction
 from nacl.signing import SigningKey
 from rest_framework.authtoken.models import Token
 
-from ledger import keys as ledger_keys
-from ledger import selectors as ledger_selectors
 from ledger import services as ledger_services
 
 from . import services
@@ -99,11 +97,7 @@ MIN_CHIPS = 50  # enough for every story below
 def seed_demo(password: str, chips: int = 5000) -> list[DemoLogin]:
     if chips < MIN_CHIPS:
         raise ValueError(f"the demo world needs at least {MIN_CHIPS} chips")
-    if ledger_selectors.ledger_size() == 0:
-        # Genesis: the log records its own origin and verifier key as entry 0.
-        ledger_services.append_entry(
-            "ledger.opened", {"origin": settings.LEDGER_ORIGIN, "verifier_key": ledger_keys.verifier_key()}, "system"
-        )
+    ledger_services.ledger_open()  # the ledger writes its own genesis; a no-op once it is open
     if not Organisation.objects.filter(slug="fab-tw").exists():
         _seed_world(chips)
     return [_user(*spec, password) for spec in USERS]

@@ -31,14 +31,14 @@ def worker_queue():
 
 @pytest.mark.django_db(transaction=True)
 def test_worker_signs_a_checkpoint_when_the_log_grew(worker_queue):
-    rows = append_sample_entries(21)
+    rows = append_sample_entries(1) + append_sample_entries(20)  # the first entry is signed for at once
     size = checkpoint_if_grown.apply_async(queue=worker_queue).get(timeout=60)
     assert size == 21
     checkpoint = Checkpoint.objects.get(size=21)
     assert bytes(checkpoint.root) == merkle.root_from_leaf_hashes([bytes(r.hash) for r in rows])
     # Nothing new: the next run signs nothing.
     assert checkpoint_if_grown.apply_async(queue=worker_queue).get(timeout=60) is None
-    assert Checkpoint.objects.count() == 1
+    assert list(Checkpoint.objects.order_by("size").values_list("size", flat=True)) == [1, 21]
 
 
 def test_beat_schedules_the_checkpoint_task():

@@ -2,6 +2,7 @@
 import io
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from nacl.signing import SigningKey
@@ -17,6 +18,15 @@ def run(*args) -> str:
     out = io.StringIO()
     call_command(*args, stdout=out)
     return out.getvalue()
+
+
+def test_ledger_open_writes_the_genesis_once():
+    assert run("ledger_open").startswith("opened: ")
+    assert run("ledger_open").startswith("already open: ")
+    genesis = Entry.objects.get(seq=0)
+    assert genesis.kind == "ledger.opened" and genesis.actor == "system"
+    assert genesis.payload == {"origin": settings.LEDGER_ORIGIN, "verifier_key": keys.verifier_key()}
+    assert Checkpoint.objects.get().size == 1
 
 
 def test_ledger_key_prints_the_verifier_key():

@@ -8,7 +8,7 @@ from nacl.signing import SigningKey
 from rest_framework.test import APIClient
 
 from ledger import keys, merkle, note, services
-from ledger.models import Cosignature
+from ledger.models import Checkpoint, Cosignature, Entry
 from tests.factories import append_sample_entries
 
 pytestmark = pytest.mark.django_db
@@ -42,9 +42,17 @@ def test_checkpoint_verifies_with_the_served_key(api, log):
     assert checkpoint.root == merkle.root_from_leaf_hashes([bytes(r.hash) for r in log])
 
 
-def test_checkpoint_of_a_fresh_log_is_signed_on_demand(api):
+def test_checkpoint_of_an_empty_log_is_503_and_the_get_writes_nothing(api):
+    response = api.get("/api/ledger/checkpoint")
+    assert response.status_code == 503 and "ledger_open" in response.json()["detail"]
+    assert Checkpoint.objects.count() == 0
+
+
+def test_the_first_entry_is_signed_for_at_once(api):
+    services.ledger_open()
     text = api.get("/api/ledger/checkpoint").content.decode()
-    assert note.parse_checkpoint(note.split_note(text)[0]).size == 0
+    assert note.parse_checkpoint(note.split_note(text)[0]).size == 1
+    assert services.ledger_open() is False and Entry.objects.get().kind == "ledger.opened"
 
 
 def test_entries_serve_the_exact_leaf_bytes(api, log):

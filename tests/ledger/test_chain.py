@@ -49,8 +49,8 @@ def feed_all(leaves, verifier=None, seqs=None):
     return verifier
 
 
-def first_error(leaves, seqs=None) -> chain.ChainError:
-    with pytest.raises(chain.ChainError) as info:
+def first_error(leaves, seqs=None) -> chain.LedgerFault:
+    with pytest.raises(chain.LedgerFault) as info:
         feed_all(leaves, seqs=seqs)
     return info.value
 
@@ -293,10 +293,10 @@ def test_large_numbers_follow_jcs_double_semantics():
     chain.ChainVerifier().feed(0, leaf)
     for text in (b'"big":10000000000000000001', b'"big":1e19', b'"big":10000000000000000000.0'):
         bad = leaf.replace(b'"big":10000000000000000000', text)
-        with pytest.raises(chain.ChainError, match="not RFC 8785 canonical"):
+        with pytest.raises(chain.LedgerFault, match="not RFC 8785 canonical"):
             chain.ChainVerifier().feed(0, bad)
     near = leaf.replace(b'"f":3', b'"f":9007199254740993')  # 2^53 + 1 is no double
-    with pytest.raises(chain.ChainError, match="not RFC 8785 canonical"):
+    with pytest.raises(chain.LedgerFault, match="not RFC 8785 canonical"):
         chain.ChainVerifier().feed(0, near)
 
 
@@ -369,7 +369,7 @@ def test_leaves_made_by_canonical_leaf_verify(payload):
     assert digest == merkle.leaf_hash(leaf)
     for other in renderings(json.loads(leaf)):
         if other != leaf:  # any other rendering of the same leaf is refused
-            with pytest.raises(chain.ChainError):
+            with pytest.raises(chain.LedgerFault):
                 chain.ChainVerifier().feed(0, other)
 
 

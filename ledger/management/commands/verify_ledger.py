@@ -2,7 +2,8 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from ledger.integrity import IntegrityFailure, verify_stored_ledger
+from ledger.chain import LedgerFault
+from ledger.integrity import verify_stored_ledger
 
 
 class Command(BaseCommand):
@@ -14,7 +15,7 @@ class Command(BaseCommand):
             progress = lambda n: self.stderr.write(f"  verified {n} entries")  # noqa: E731
         try:
             report = verify_stored_ledger(progress=progress)
-        except IntegrityFailure as failure:
+        except LedgerFault as failure:
             self.stderr.write(f"FAIL {failure}")
             sys.exit(1)
         self.stdout.write(f"OK entries={report.entries} root={report.root.hex()}")
