@@ -1,6 +1,8 @@
 """GS1 EPCIS 2.0 over the chip lifecycle: capture an EPCISDocument as ledger entries, answer a chip's
-history as EPCIS ObjectEvents. Parsing and rendering are pure functions; ``epcis_capture`` and
-``chip_object_events`` are the only parts that touch the database.
+history as EPCIS ObjectEvents. This module is the pure part: parsing a document into
+``CaptureEvent``s and rendering ledger entries as ObjectEvents, no ORM, no ledger writes. Applying
+the events is ``registry.services.epcis.epcis_capture``; reading a chip's history is
+``registry.selectors.chip_object_events``.
 
 Capture (``POST /api/epcis/capture``)
 
@@ -48,7 +50,7 @@ Capture (``POST /api/epcis/capture``)
   An event whose id is on an earlier entry of one of its chips that the caller may see (or earlier in
   the same document) is skipped and reported as ``duplicate``; nothing is written for it.
 
-Query (``GET /api/epcis/events?epc=``): see ``chip_object_events``.
+Query (``GET /api/epcis/events?epc=``): see ``registry.selectors.chip_object_events`` and ``object_event``.
 """
 from __future__ import annotations
 
@@ -62,13 +64,10 @@ from urllib.parse import unquote
 
 import rfc8785
 from django.core.exceptions import ValidationError
-from django.db import transaction
 
-from ledger import services as ledger
-from ledger import selectors as ledger_selectors
+from ledger.services import format_time
 
-from . import selectors, services
-from .models import Chip, ChipEvent, Facility, Organisation
+from .identifiers import MAX_CHIPS, SERIAL, SLUG
 
 BASE = "https://chipledger.example/"
 ORG_URI, FACILITY_URI, CHIP_URI = BASE + "org/", BASE + "facility/", BASE + "chip/"
@@ -79,7 +78,7 @@ CONTEXT = [GS1_CONTEXT, {EXTENSION: BASE + "epcis/"}]
 CBV = "https://ref.gs1.org/cbv/"
 # Every entry carries the whole signed document (DESIGN §3 submission): bound events x body size.
 MAX_EVENTS = 100
-MAX_EPCS = services.MAX_CHIPS
+MAX_EPCS = MAX_CHIPS
 
 STEPS = {  # bizStep -> the action CBV pairs it with
     "commissioning": "ADD",
@@ -140,14 +139,14 @@ def chip_serial(epc, *, bare: bool = False) -> str:
         serial = unquote(link[2])
     elif epc.startswith(CHIP_URI):
         serial = unquote(epc[len(CHIP_URI):])
-    elif bare and services.SERIAL.match(epc):
+    elif bare and SERIAL.match(epc):
         serial = epc
     else:
         raise ValueError(
             f"unsupported EPC {epc[:80]!r}: use urn:epc:id:sgtin:<prefix>.<item>.<serial>, "
             f"https://id.gs1.org/01/<GTIN-14>/21/<serial> or {CHIP_URI}<serial>"
         )
-    if not services.SERIAL.match(serial):
+    if not SERIAL.match(serial):
         raise ValueError(f"serial {serial[:80]!r} is not a chip serial (letters, digits, '.', '_', '-')")
     return serial
 
@@ -161,7 +160,7 @@ def _gtin_check_digit_ok(gtin: str) -> bool:
 def _slug(value, prefix: str, what: str, path: str) -> str:
     """An organisation or facility named by chipledger URI or bare slug."""
     slug = value[len(prefix):] if isinstance(value, str) and value.startswith(prefix) else value
-    if not isinstance(slug, str) or not services.SLUG.match(slug):
+    if not isinstance(slug, str) or not SLUG.match(slug):
         _fail(path, f"unsupported {what} id {str(value)[:80]!r}: use {prefix}<slug> or a bare {what} slug")
     return slug
 
@@ -347,7 +346,7 @@ def _with_ilmd(event: CaptureEvent, raw: dict, epcs: dict[str, str], path: str) 
     if not isinstance(ilmd, dict):
         _fail(f"{path}.ilmd", "required on commissioning: {chipledger:model, chipledger:publicKeys: {epc: key}}")
     model = ilmd.get(f"{EXTENSION}:model")
-    if not isinstance(model, str) or not services.SLUG.match(model):
+    if not isinstance(model, str) or not SLUG.match(model):
         _fail(f"{path}.ilmd.{EXTENSION}:model", "required: the chip model's slug, e.g. 'h100-sxm'")
     keys = ilmd.get(f"{EXTENSION}:publicKeys")
     where = f"{path}.ilmd.{EXTENSION}:publicKeys"
@@ -366,128 +365,7 @@ def _is_public_key(value) -> bool:
         return False
 
 
-# --- capture: applying ------------------------------------------------------------------
-
-
-@transaction.atomic
-def epcis_capture(*, organisation: Organisation, events: list[CaptureEvent], submission: dict | None) -> dict:
-    """Record each new event as one lifecycle entry, in order; skip ids already captured."""
-    serials = {serial for event in events for serial in event.serials}
-    # Lock the chips first so a concurrent capture of the same events waits, then sees them as captured.
-    list(Chip.objects.filter(serial__in=serials).order_by("id").select_for_update().values_list("id"))
-    seen = captured_event_ids(organisation, serials)
-    answers = []
-    for event in events:
-        answer = {"eventID": event.event_id, "status": "duplicate"}
-        if event.event_id not in seen:
-            seen.add(event.event_id)
-            entry = _apply(organisation, event, submission)
-            answer.update(status="captured", seq=entry.seq, kind=entry.kind, count=len(event.serials))
-        answers.append(answer)
-    captured = sum(answer["status"] == "captured" for answer in answers)
-    return {"captured": captured, "duplicates": len(answers) - captured, "eventList": answers}
-
-
-def captured_event_ids(organisation: Organisation, serials) -> set[str]:
-    """EPCIS event ids on the ledger entries of these chips: the dedupe memory.
-
-    Only chips the caller may see count, so "duplicate" never reveals others' chips' history.
-    """
-    chips = selectors.chips_visible_to(organisation).filter(serial__in=serials).values("id")
-    seqs = ChipEvent.objects.filter(chip__in=chips).values("seq")
-    return {(entry["payload"].get("epcis") or {}).get("event_id") for entry in ledger_selectors.entries_at(seqs)} - {None}
-
-
-def _apply(organisation: Organisation, event: CaptureEvent, submission: dict | None) -> ledger.AppendedEntry:
-    stamp = {"event_id": event.event_id}
-    try:
-        if event.step == "commissioning":
-            at = {"facility": event.facility} if event.facility else {}
-            chips = [
-                {"serial": serial, "model": event.model, "public_key": key, **at}
-                for serial, key in zip(event.serials, event.public_keys, strict=True)
-            ]
-            return services.chips_fabricate(organisation=organisation, chips=chips, submission=submission, epcis=stamp)
-        countries = _visible_countries(organisation, event)
-        kind, payload = _lifecycle_event(organisation, event, countries)
-        return services.chips_record_event(
-            organisation=organisation, event=kind, payload=payload, submission=submission, epcis=stamp
-        )
-    except ValidationError as error:
-        raise _at(event, error) from None
-
-
-def _visible_countries(organisation: Organisation, event: CaptureEvent) -> dict[str, str]:
-    """serial -> country of the event's chips; chips the caller may not see do not exist for it (as on GET)."""
-    visible = dict(
-        selectors.chips_visible_to(organisation).filter(serial__in=event.serials).values_list("serial", "country")
-    )
-    for index, serial in enumerate(event.serials):
-        if serial not in visible:
-            _fail(f"chips[{index}]", f"unknown chip {serial}")
-    return visible
-
-
-def _lifecycle_event(organisation: Organisation, event: CaptureEvent, countries: dict[str, str]) -> tuple[str, dict]:
-    payload = {"chips": list(event.serials)}
-    if event.step == "receiving":
-        _check_acting_party(organisation, event.destination, "destinationList")
-        return "received", {**payload, **({"facility": event.facility} if event.facility else {})}
-    if event.step != "shipping":
-        return {"decommissioning": "decommissioned", "destroying": "destroyed"}[event.step], payload
-    _check_acting_party(organisation, event.source, "sourceList")
-    consignee = event.destination.get("possessing_party") or event.destination["owning_party"]
-    country = _destination_country(consignee, event.destination.get("location"))
-    payload.update(consignee=consignee, reference=event.reference, destination_country=country)
-    abroad = sorted({c for c in countries.values() if c != country})
-    if not abroad and not event.export_licence:
-        return "shipped", payload
-    if not event.export_licence:
-        _fail("export_licence", f"required: {', '.join(abroad)} to {country} crosses a border, an export")
-    return "exported", {**payload, "export_licence": event.export_licence}
-
-
-def _check_acting_party(organisation: Organisation, parties: dict, field_name: str) -> None:
-    named = parties.get("possessing_party")
-    if named not in (None, organisation.slug):
-        _fail(field_name, f"possessing_party {named!r} is not the signer {organisation.slug!r}")
-
-
-def _destination_country(consignee: str, location: str | None) -> str:
-    if location:
-        country = Facility.objects.filter(slug=location).values_list("country", flat=True).first()
-        if country is None:
-            _fail("destination_country", f"unknown facility {location!r}")
-        return country
-    country = Organisation.objects.filter(slug=consignee).values_list("country", flat=True).first()
-    if country is None:
-        _fail("consignee", f"unknown organisation {consignee!r}")
-    return country
-
-
-# Where a service's field lives in the event, so a 400 names the document's path.
-SERVICE_PATHS = {
-    "consignee": "destinationList", "destination_country": "destinationList", "reference": "bizTransactionList",
-    "export_licence": "chipledger:exportLicence", "facility": "bizLocation", "sourceList": "sourceList",
-    "destinationList": "destinationList", "chips": "epcList",
-}
-
-
-def _at(event: CaptureEvent, error: ValidationError) -> ValidationError:
-    located: dict[str, list] = {}
-    for key, messages in error.message_dict.items():
-        chip = re.match(r"chips\[(\d+)\]", key)
-        if chip:
-            where = f"{event.path}.epcList[{chip[1]}]"
-        elif key in SERVICE_PATHS:
-            where = f"{event.path}.{SERVICE_PATHS[key]}"
-        else:
-            where = event.path
-        located.setdefault(where, []).extend(messages)
-    return ValidationError(located)
-
-
-# --- query ------------------------------------------------------------------------------
+# --- query: rendering (pure) ------------------------------------------------------------
 
 # ledger kind -> (bizStep, action, disposition); steps CBV lacks get chipledger URIs.
 KIND_STEPS = {
@@ -516,26 +394,12 @@ def query_serial(epc) -> str:
         raise ValidationError({"epc": reason}) from None
 
 
-def chip_object_events(chip: Chip, epc: str) -> list[dict]:
-    """The chip's ledger history as ObjectEvents, one per entry in ledger order.
-
-    eventTime and recordTime are the entry's ledger time; bizStep/action/disposition follow KIND_STEPS;
-    eventID is the captured one for entries that came through EPCIS; parties, reference, facility and
-    ILMD come from the payload; ``chipledger:seq``/``kind``/``actor`` name the entry. Each epcList is
-    the chip as the caller named it (a bare serial becomes ``https://chipledger.example/chip/<serial>``).
-    """
-    seqs = ChipEvent.objects.filter(chip=chip).values("seq")
-    entries = ledger_selectors.entries_at(seqs)
-    name = epc if ":" in epc else CHIP_URI + epc
-    return [object_event(entry, chip.serial, name) for entry in entries]
-
-
 def object_event(entry: dict, serial: str, epc: str) -> dict:
     """One ledger entry as an EPCIS 2.0 ObjectEvent (pure): eventTime is the ledger time."""
     kind, payload = entry["kind"], entry["payload"]
     unmapped = (f"{BASE}epcis/BizStep-{kind.removeprefix('chip.')}", "OBSERVE", None)  # transfers, found
     step, action, disposition = KIND_STEPS.get(kind, unmapped)
-    when = ledger.format_time(entry["time"])
+    when = format_time(entry["time"])
     event = {"type": "ObjectEvent", "eventTime": when, "eventTimeZoneOffset": "+00:00", "recordTime": when}
     if payload.get("epcis"):
         event["eventID"] = payload["epcis"]["event_id"]
@@ -569,6 +433,6 @@ def _fabricated(payload: dict, serial: str, epc: str) -> dict:
 def query_document(events: list[dict], now: datetime) -> dict:
     return {
         "@context": CONTEXT, "type": "EPCISQueryDocument", "schemaVersion": "2.0",
-        "creationDate": ledger.format_time(now),
+        "creationDate": format_time(now),
         "epcisBody": {"queryResults": {"queryName": "SimpleEventQuery", "resultsBody": {"eventList": events}}},
     }

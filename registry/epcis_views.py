@@ -1,11 +1,12 @@
-"""EPCIS 2.0 capture and query endpoints. Thin: the mapping lives in ``registry.epcis``."""
+"""EPCIS 2.0 capture and query endpoints. Thin: the mapping lives in ``registry.epcis`` (pure), the write in
+``registry.services.epcis``, the read in ``registry.selectors``."""
 from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import epcis, selectors
+from . import epcis, selectors, services
 from .throttles import OrganisationRateThrottle
 from .views import SIGNED_PARAMETERS, SIGNED_WRITE_ERRORS, SignedWriteView, caller_organisation
 
@@ -80,7 +81,7 @@ class CaptureView(SignedWriteView):
 
     def perform(self, organisation, data, submission) -> dict:
         events = epcis.parse_document(data)
-        return epcis.epcis_capture(organisation=organisation, events=events, submission=submission)
+        return services.epcis_capture(organisation=organisation, events=events, submission=submission)
 
 
 class EventQueryView(APIView):
@@ -116,4 +117,4 @@ class EventQueryView(APIView):
         chip = selectors.chips_visible_to(caller_organisation(request)).filter(serial=serial).first()
         if chip is None:  # 404, not 403: others' chips do not exist for the caller
             raise Http404("no such chip")
-        return Response(epcis.query_document(epcis.chip_object_events(chip, epc), timezone.now()))
+        return Response(epcis.query_document(selectors.chip_object_events(chip, epc), timezone.now()))

@@ -34,11 +34,13 @@ def rebuild(size: int | None = None) -> Scratch:
     scratch = Scratch()
     for seq, leaf in ledger.leaves(0, size):
         entry = json.loads(leaf)
-        _apply(scratch, seq, entry["kind"], entry["actor"], entry["payload"])
+        apply(scratch, seq, entry["kind"], entry["actor"], entry["payload"])
     return scratch
 
 
-def _apply(scratch: Scratch, seq: int, kind: str, actor: str, payload: dict) -> None:
+def apply(scratch: Scratch, seq: int, kind: str, actor: str, payload: dict) -> None:
+    """Replay one entry into the scratch world; other apps' kinds pass through (a rebuild of several
+    apps feeds each entry to each app's ``apply`` in one pass over the ledger)."""
     if kind == "org.registered":
         scratch.organisations[payload["slug"]] = {**payload, "registered_seq": seq}
     elif kind == "org.key_registered":
@@ -92,17 +94,32 @@ def _chip_event(scratch: Scratch, seq: int, kind: str, actor: str, payload: dict
 
 def differences(scratch: Scratch, limit: int = 50) -> list[str]:
     """Human-readable differences between the live tables and the rebuilt scratch world."""
+    return compare(tables(scratch), limit)
+
+
+def compare(named_tables, limit: int = 50) -> list[str]:
+    """``name key: live=... rebuilt=...`` for each row that differs; ``named_tables`` yields (name, live, rebuilt),
+    each a dict from a natural key (a string, or a tuple shown joined by '/') to the row's compared values."""
     found: list[str] = []
-    for name, live, rebuilt in _tables(scratch):
-        for key in sorted(live.keys() | rebuilt.keys()):
+    for name, live, rebuilt in named_tables:
+        for key in _sorted(live.keys() | rebuilt.keys()):
             if live.get(key) != rebuilt.get(key):
-                found.append(f"{name} {key}: live={live.get(key)} rebuilt={rebuilt.get(key)}")
+                shown = "/".join(map(str, key)) if isinstance(key, tuple) else key
+                found.append(f"{name} {shown}: live={live.get(key)} rebuilt={rebuilt.get(key)}")
                 if len(found) >= limit:
                     return found
     return found
 
 
-def _tables(scratch: Scratch):
+def _sorted(keys) -> list:
+    try:
+        return sorted(keys)
+    except TypeError:  # keys of mixed types
+        return sorted(keys, key=repr)
+
+
+def tables(scratch: Scratch):
+    """(name, live rows, rebuilt rows) for each registry table."""
     yield "organisation", _live_organisations(), {
         slug: (o["legal_name"], o["country"], sorted(o["roles"]), o["parent"], o["registered_seq"])
         for slug, o in scratch.organisations.items()

@@ -1,10 +1,11 @@
-"""Reads of the registry: what a caller may see, chip histories with their ledger proofs."""
+"""Reads of the registry: what a caller may see, chip histories with their ledger proofs or as EPCIS events."""
 from __future__ import annotations
 
 from django.db.models import Q, QuerySet
 
 from ledger import selectors as ledger_selectors
 
+from . import epcis
 from .models import Chip, ChipEvent, Member, Organisation, Role
 
 SEES_EVERYTHING = {Role.REGULATOR, Role.INSPECTION_BODY}
@@ -42,3 +43,26 @@ def chip_history(chip: Chip) -> list[dict]:
     signed = [e["seq"] for e in events if e["seq"] < size]
     proofs = ledger_selectors.inclusion_proofs(signed, size, size_is_signed=True) if signed else {}
     return [{**event, "tree_size": size, "proof": proofs.get(event["seq"])} for event in events]
+
+
+def chip_object_events(chip: Chip, epc: str) -> list[dict]:
+    """The chip's ledger history as EPCIS ObjectEvents (``registry.epcis.object_event``), one per entry in ledger order.
+
+    eventTime and recordTime are the entry's ledger time; bizStep/action/disposition follow KIND_STEPS;
+    eventID is the captured one for entries that came through EPCIS; parties, reference, facility and
+    ILMD come from the payload; ``chipledger:seq``/``kind``/``actor`` name the entry. Each epcList is
+    the chip as the caller named it (a bare serial becomes ``https://chipledger.example/chip/<serial>``).
+    """
+    entries = ledger_selectors.entries_at(ChipEvent.objects.filter(chip=chip).values("seq"))
+    name = epc if ":" in epc else epcis.CHIP_URI + epc
+    return [epcis.object_event(entry, chip.serial, name) for entry in entries]
+
+
+def captured_event_ids(organisation: Organisation, serials) -> set[str]:
+    """EPCIS event ids on the ledger entries of these chips: the dedupe memory of EPCIS capture.
+
+    Only chips the caller may see count, so "duplicate" never reveals others' chips' history.
+    """
+    chips = chips_visible_to(organisation).filter(serial__in=serials).values("id")
+    entries = ledger_selectors.entries_at(ChipEvent.objects.filter(chip__in=chips).values("seq"))
+    return {(entry["payload"].get("epcis") or {}).get("event_id") for entry in entries} - {None}

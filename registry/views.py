@@ -7,6 +7,7 @@ import base64
 import binascii
 import json
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.http import Http404
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
@@ -79,9 +80,9 @@ def _json_object(body: bytes) -> dict:
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        raise services.ValidationError({"body": "is not valid JSON"}) from None
+        raise ValidationError({"body": "is not valid JSON"}) from None
     if not isinstance(data, dict):
-        raise services.ValidationError({"body": "must be a JSON object"})
+        raise ValidationError({"body": "must be a JSON object"})
     return data
 
 
@@ -170,7 +171,7 @@ def _decode_key(value) -> bytes:
     try:
         return base64.b64decode(value or "", validate=True)
     except (binascii.Error, TypeError):
-        raise services.ValidationError({"public_key": "base64 of a 32-byte Ed25519 public key"}) from None
+        raise ValidationError({"public_key": "base64 of a 32-byte Ed25519 public key"}) from None
 
 
 class ChipCursor(CursorPagination):

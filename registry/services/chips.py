@@ -1,41 +1,20 @@
-"""Writes to the registry. Each accepted change is a ledger entry written in the same
-transaction as its projection rows; a rejected one raises before anything is written.
-"""
+"""Chips: fabrication and every later lifecycle event, each request one ledger entry, all or nothing."""
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import re
 from collections import defaultdict
-from collections.abc import Sequence
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from ledger import services as ledger
 from ledger.bulk import insert_rows
 
-from . import signing
-from .lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
-from .models import (
-    ApiNonce,
-    Chip,
-    ChipEvent,
-    ChipModel,
-    Facility,
-    IdempotencyRecord,
-    Member,
-    Organisation,
-    OrganisationKey,
-    Role,
-)
-
-MAX_CHIPS = 10_000
-SERIAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-COUNTRY = re.compile(r"^[A-Z]{2}$")
-SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
-SYSTEM = "system"
+from ..identifiers import COUNTRY, MAX_CHIPS, SERIAL
+from ..lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
+from ..models import Chip, ChipEvent, ChipModel, Facility, Organisation, Role
+from ._common import _fail, _organisation
 
 # API event name -> lifecycle event (the ledger kind is "chip.<lifecycle event>")
 CHIP_EVENTS = {
@@ -56,144 +35,6 @@ CHIP_EVENTS = {
 }
 
 
-def _fail(field: str, reason: str) -> None:
-    raise ValidationError({field: reason})
-
-
-# --- organisations, keys, facilities, chip models ------------------------------------
-
-
-@transaction.atomic
-def organisation_register(
-    *, slug: str, legal_name: str, country: str, roles: Sequence[str], actor: str, parent: str | None = None
-) -> Organisation:
-    if not SLUG.match(slug or ""):
-        _fail("slug", "lower-case letters, digits and hyphens, at most 64")
-    if Organisation.objects.filter(slug=slug).exists() or slug == SYSTEM:
-        _fail("slug", f"{slug!r} is taken")
-    if not COUNTRY.match(country or ""):
-        _fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
-    unknown = set(roles) - set(Role.values)
-    if not roles or unknown:
-        _fail("roles", f"one or more of {sorted(Role.values)}")
-    parent_org = _organisation(parent, "parent") if parent else None
-    payload = {"slug": slug, "legal_name": legal_name, "country": country, "roles": sorted(set(roles)), "parent": parent}
-    entry = ledger.append_entry("org.registered", payload, actor)
-    return Organisation.objects.create(
-        slug=slug, legal_name=legal_name, country=country, roles=payload["roles"], parent=parent_org,
-        registered_seq=entry.seq,
-    )
-
-
-@transaction.atomic
-def organisation_key_register(
-    *, organisation: Organisation, public_key: bytes, actor: str, submission: dict | None = None
-) -> OrganisationKey:
-    if len(public_key) != 32:
-        _fail("public_key", "an Ed25519 public key is 32 bytes")
-    key_id = signing.key_id_for(public_key)
-    if OrganisationKey.objects.filter(key_id=key_id).exists():
-        _fail("public_key", "this key is already registered")
-    payload = {"org": organisation.slug, "key_id": key_id, "public_key": base64.b64encode(public_key).decode()}
-    entry = ledger.append_entry("org.key_registered", payload, actor, submission)
-    return OrganisationKey.objects.create(
-        organisation=organisation, key_id=key_id, public_key=public_key, registered_seq=entry.seq
-    )
-
-
-@transaction.atomic
-def organisation_key_revoke(
-    *, organisation: Organisation, key_id: str, actor: str, submission: dict | None = None
-) -> OrganisationKey:
-    key = OrganisationKey.objects.select_for_update().filter(organisation=organisation, key_id=key_id).first()
-    if key is None or key.revoked_seq is not None:
-        _fail("key_id", f"no active key {key_id!r} of {organisation.slug}")
-    entry = ledger.append_entry("org.key_revoked", {"org": organisation.slug, "key_id": key_id}, actor, submission)
-    key.revoked_seq = entry.seq
-    key.save(update_fields=["revoked_seq"])
-    return key
-
-
-def member_add(user, organisation: Organisation) -> Member:
-    member, _ = Member.objects.update_or_create(user=user, defaults={"organisation": organisation})
-    return member
-
-
-@transaction.atomic
-def facility_register(
-    *, owner: Organisation, slug: str, kind: str, country: str, location: str = "", actor: str,
-    submission: dict | None = None,
-) -> Facility:
-    if not SLUG.match(slug or ""):
-        _fail("slug", "lower-case letters, digits and hyphens, at most 64")
-    if Facility.objects.filter(slug=slug).exists():
-        _fail("slug", f"{slug!r} is taken")
-    if kind not in Facility.Kind.values:
-        _fail("kind", f"one of {Facility.Kind.values}")
-    if not COUNTRY.match(country or ""):
-        _fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
-    payload = {"slug": slug, "owner": owner.slug, "kind": kind, "country": country, "location": location}
-    entry = ledger.append_entry("facility.registered", payload, actor, submission)
-    return Facility.objects.create(
-        slug=slug, owner=owner, kind=kind, country=country, location=location, registered_seq=entry.seq
-    )
-
-
-@transaction.atomic
-def chip_model_register(
-    *, vendor: Organisation, slug: str, name: str, export_class: str, peak_flops_16bit: float,
-    memory_bytes: int, actor: str,
-) -> ChipModel:
-    if not SLUG.match(slug or ""):
-        _fail("slug", "lower-case letters, digits and hyphens, at most 64")
-    if ChipModel.objects.filter(slug=slug).exists():
-        _fail("slug", f"{slug!r} is taken")
-    if not peak_flops_16bit > 0 or not memory_bytes > 0:
-        _fail("peak_flops_16bit", "peak FLOP/s and memory must be positive")
-    payload = {
-        "slug": slug, "name": name, "vendor": vendor.slug, "export_class": export_class,
-        "peak_flops_16bit": peak_flops_16bit, "memory_bytes": memory_bytes,
-    }
-    entry = ledger.append_entry("chip_model.registered", payload, actor)
-    return ChipModel.objects.create(
-        slug=slug, name=name, vendor=vendor, export_class=export_class, peak_flops_16bit=peak_flops_16bit,
-        memory_bytes=memory_bytes, registered_seq=entry.seq,
-    )
-
-
-def _organisation(slug: str, field: str) -> Organisation:
-    organisation = Organisation.objects.filter(slug=slug).first()
-    if organisation is None:
-        _fail(field, f"unknown organisation {slug!r}")
-    return organisation
-
-
-# --- signed requests ------------------------------------------------------------------
-
-
-def signed_body_accept(organisation: Organisation, header: str | None, body: bytes, data: dict) -> signing.SignedBody:
-    """Check a request's signature, freshness and nonce; record the nonce (call inside the write's transaction).
-
-    Raises ``signing.SignatureProblem`` naming the field.
-    """
-    key_id, signature = signing.parse_header(header)
-    key = OrganisationKey.objects.filter(key_id=key_id, organisation=organisation).first()
-    if key is None:
-        raise signing.SignatureProblem("signature", f"key {key_id} is not registered to {organisation.slug}")
-    if key.revoked_seq is not None:
-        raise signing.SignatureProblem("signature", f"key {key_id} was revoked at ledger seq {key.revoked_seq}")
-    signing.verify(bytes(key.public_key), body, signature)
-    stamp, nonce = signing.check_freshness(data)
-    try:
-        with transaction.atomic():
-            ApiNonce.objects.create(organisation=organisation, nonce=nonce)
-    except IntegrityError:
-        raise signing.SignatureProblem("nonce", "already used: this request was replayed") from None
-    return signing.SignedBody(key_id, body, signature, stamp, nonce)
-
-
-# --- chips ----------------------------------------------------------------------------
-
 
 @transaction.atomic
 def chips_fabricate(
@@ -201,7 +42,7 @@ def chips_fabricate(
 ) -> ledger.AppendedEntry:
     """Register newly fabricated chips (fab role only), all or nothing.
 
-    ``epcis`` (set by ``registry.epcis`` only, never from a request body) is kept in the payload so
+    ``epcis`` (set by ``registry.services.epcis`` only, never from a request body) is kept in the payload so
     the ledger itself records which EPCIS event this entry is, for dedupe and round-trips.
     """
     if not organisation.has_role(Role.FAB):
@@ -443,31 +284,3 @@ def _persist(rows: dict[str, dict], after: dict[str, ChipState], entry: ledger.A
 def _ids(model, slugs: set[str]) -> dict[str, int]:
     return dict(model.objects.filter(slug__in=slugs).values_list("slug", "id")) if slugs else {}
 
-
-# --- idempotency ----------------------------------------------------------------------
-
-
-class IdempotencyConflict(ledger.Conflict):
-    """The Idempotency-Key was used before with a different body (HTTP 409)."""
-
-
-def idempotent_answer(organisation: Organisation, key: str | None, body: bytes) -> tuple[int, dict] | None:
-    """The first answer to this (organisation, key), if the same body was sent before."""
-    if not key:
-        return None
-    if len(key) > 255:
-        _fail("Idempotency-Key", "at most 255 characters")
-    record = IdempotencyRecord.objects.filter(organisation=organisation, key=key).first()
-    if record is None:
-        return None
-    if bytes(record.request_hash) != hashlib.sha256(body).digest():
-        raise IdempotencyConflict(f"Idempotency-Key {key!r} was already used with a different request body")
-    return record.status_code, record.response
-
-
-def idempotent_answer_record(organisation: Organisation, key: str | None, body: bytes, status: int, answer: dict) -> None:
-    if key:
-        IdempotencyRecord.objects.create(
-            organisation=organisation, key=key, request_hash=hashlib.sha256(body).digest(), status_code=status,
-            response=answer,
-        )

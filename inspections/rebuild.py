@@ -1,0 +1,383 @@
+"""Rebuild the inspections tables (and, through ``registry.rebuild``, the registry's) from the ledger alone.
+
+One pass over the ledger's leaves feeds each entry to the registry's replay and to this
+module's, into scratch worlds held in memory (never the live tables); then every live
+projection row is compared with its rebuilt twin, keyed by natural keys (slugs, serials,
+periods, ledger seqs), so database ids do not matter:
+
+    campaign         slug                      parameters, starts/ends, created_seq (and model, where the field exists)
+    campaign provers slug                      the named provers (empty for a country campaign)
+    campaign seed    campaign/period           commitment, committed_seq; the seed itself once the draw revealed it
+    draw             campaign/period           checkpoint size and root, drawn_seq, drawn_at
+    inspection task  campaign/period/serial    prover, inspection body, due_on, status, assigned_seq
+    inspection body  organisation              countries, capacity_per_period
+    finding          campaign/period/serial    what the inspector recorded, recorded_seq
+    alert            raised_seq                kind, prover, chip, task, detail, raised_at
+    snapshot log     checked_seq               task, sha256, status, problems (the text is not on the ledger:
+                                               each live text is hashed against its recorded sha256 instead)
+    snapshot         serial/counter            log, time, shard, hash, claim_due_on
+    claim            serial/counter            prover, run, step, manifest, location, claimed_seq and the result
+
+Dates the services take from "today" when they write (a task's due_on, a snapshot's
+claim_due_on) are rebuilt from the entry's ledger time. Later entries name a task by its
+database id (and its chip); the id is read through the live task's natural key when that
+agrees with the chip, else the entry applies to the chip's latest rebuilt task.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+
+from ledger import selectors as ledger
+from ledger.services import format_time
+from registry import rebuild as registry_rebuild
+from registry.lifecycle import LifecycleError
+
+from . import services
+from .models import (
+    Alert,
+    Campaign,
+    CampaignSeed,
+    Claim,
+    Draw,
+    Finding,
+    InspectionBody,
+    InspectionTask,
+    Snapshot,
+    SnapshotLog,
+)
+
+TaskKey = tuple[str, int, str]  # campaign slug, period, chip serial
+CAMPAIGN_FIELDS = ("country", "rule_flops", "detection_probability", "snapshot_rate", "period_days", "run_days",
+                   "starts_on", "ends_on")
+FINDING_DEFAULTS = {"owner_refused": False, "seal_intact": None, "tamper_evidence": None, "location_matches": None,
+                    "photo_hashes": [], "notes": ""}
+CLAIM_VERDICT_KEYS = {"claim", "chip", "counter", "result", "mismatch_step"}  # the rest of claim.verified is the report
+
+
+def campaign_has_model() -> bool:
+    """``Campaign.model`` ("paper" or "exact") is projected where the field exists."""
+    return any(f.name == "model" for f in Campaign._meta.get_fields())
+
+
+class ReplayError(LifecycleError):
+    """An inspections entry that cannot be applied to the world the earlier entries made."""
+
+
+@dataclass
+class World:
+    registry: registry_rebuild.Scratch = field(default_factory=registry_rebuild.Scratch)
+    task_ids: dict[int, TaskKey] = field(default_factory=dict)  # live id -> natural key, to read ids in payloads
+    bodies: dict[str, dict] = field(default_factory=dict)
+    campaigns: dict[str, dict] = field(default_factory=dict)
+    seeds: dict[tuple[str, int], dict] = field(default_factory=dict)
+    draws: dict[tuple[str, int], dict] = field(default_factory=dict)
+    tasks: dict[TaskKey, dict] = field(default_factory=dict)
+    chip_tasks: dict[str, list[TaskKey]] = field(default_factory=dict)
+    findings: dict[TaskKey, dict] = field(default_factory=dict)
+    alerts: dict[int, dict] = field(default_factory=dict)
+    logs: dict[int, dict] = field(default_factory=dict)
+    snapshots: dict[tuple[str, int], dict] = field(default_factory=dict)
+    claims: dict[tuple[str, int], dict] = field(default_factory=dict)
+
+
+def rebuild(size: int | None = None) -> World:
+    """Registry and inspections as the ledger's first ``size`` entries (all by default) make them, in one pass."""
+    world = World(task_ids=_live_task_keys())
+    for seq, leaf in ledger.leaves(0, size):
+        entry = json.loads(leaf)
+        kind, actor, payload = entry["kind"], entry["actor"], entry["payload"]
+        registry_rebuild.apply(world.registry, seq, kind, actor, payload)
+        try:
+            apply(world, seq, entry["time"], kind, actor, payload)
+        except (KeyError, TypeError, ValueError) as error:
+            raise ReplayError(f"ledger seq {seq}: {kind} cannot be replayed: {error!r}") from error
+    return world
+
+
+def apply(world: World, seq: int, time: str, kind: str, actor: str, payload: dict) -> None:
+    """Replay one entry into the inspections scratch world; other kinds pass through."""
+    handler = HANDLERS.get(kind)
+    if handler:
+        handler(world, seq, time, actor, payload)
+
+
+def _day(time: str) -> date:
+    return datetime.fromisoformat(time.replace("Z", "+00:00")).date()
+
+
+def _body_registered(world, seq, time, actor, payload):
+    world.bodies[payload["organisation"]] = {"countries": sorted(payload["countries"]),
+                                             "capacity_per_period": payload["capacity_per_period"]}
+
+
+def _campaign_created(world, seq, time, actor, payload):
+    world.campaigns[payload["slug"]] = {**{name: payload[name] for name in CAMPAIGN_FIELDS},
+                                        "provers": sorted(payload["provers"]), "model": payload.get("model", "paper"),
+                                        "created_seq": seq}
+
+
+def _seed_committed(world, seq, time, actor, payload):
+    world.seeds[(payload["campaign"], payload["period"])] = {
+        "commitment": payload["commitment"], "committed_seq": seq, "revealed": None}
+
+
+def _drawn(world, seq, time, actor, payload):
+    campaign, period = payload["campaign"], payload["period"]
+    world.seeds[(campaign, period)]["revealed"] = payload["seed"]
+    world.draws[(campaign, period)] = {"checkpoint_size": payload["checkpoint"]["size"],
+                                       "checkpoint_root": payload["checkpoint"]["root"], "drawn_seq": seq,
+                                       "drawn_at": time}
+    due = (_day(time) + timedelta(days=services.TASK_DAYS)).isoformat()
+    for prover, sample in payload["provers"].items():
+        for serial in sample["drawn"]:
+            key = (campaign, period, serial)
+            world.tasks[key] = {"prover": prover, "inspection_body": payload["assignments"].get(serial),
+                                "due_on": due, "status": InspectionTask.Status.ASSIGNED.value, "assigned_seq": seq}
+            world.chip_tasks.setdefault(serial, []).append(key)
+
+
+def _task(world: World, seq: int, task_id, serial: str | None) -> TaskKey | None:
+    """The rebuilt task an entry names by database id (and chip serial)."""
+    if task_id is None:
+        return None
+    key = world.task_ids.get(task_id)
+    if key is not None and key in world.tasks and serial in (None, key[2]):
+        return key
+    if serial and world.chip_tasks.get(serial):
+        return world.chip_tasks[serial][-1]
+    raise ReplayError(f"ledger seq {seq}: names task {task_id} of chip {serial}, which no draw assigned")
+
+
+def _accepted(world, seq, time, actor, payload):
+    world.tasks[_task(world, seq, payload["task"], payload["chip"])]["status"] = InspectionTask.Status.ACCEPTED.value
+
+
+def _finding(world, seq, time, actor, payload):
+    key = _task(world, seq, payload["task"], payload["chip"])
+    values = {name: payload[name] for name in services.FINDING_FIELDS if name in payload}
+    world.findings[key] = {"chip_found": payload["chip_found"], **FINDING_DEFAULTS, **values,
+                           "photo_hashes": payload.get("photo_hashes", []), "recorded_seq": seq}
+    world.tasks[key]["status"] = InspectionTask.Status.DONE.value
+
+
+def _alert(world, seq, time, actor, payload):
+    task = _task(world, seq, payload.get("task"), payload.get("chip"))
+    world.alerts[seq] = {"kind": payload["kind"], "prover": payload["prover"], "chip": payload.get("chip"),
+                         "task": task, "detail": payload["detail"], "raised_at": time}
+    if payload["kind"] == Alert.Kind.OVERDUE and task is not None:
+        world.tasks[task]["status"] = InspectionTask.Status.OVERDUE.value
+
+
+def _snapshot_log(world, seq, time, actor, payload):
+    task = _task(world, seq, payload["task"], payload["chip"])
+    problems = payload["problems"]
+    world.logs[seq] = {"task": task, "sha256": payload["log_sha256"], "problems": problems,
+                       "status": (SnapshotLog.Status.PROBLEMS if problems else SnapshotLog.Status.INTACT).value}
+    due = (_day(time) + timedelta(days=services.CLAIM_DAYS)).isoformat()
+    for record in payload["snapshots"]:
+        # bulk_create(ignore_conflicts=True): the first log of a (chip, counter) keeps it
+        world.snapshots.setdefault((payload["chip"], record["counter"]), {
+            "log": seq, "time": record["time"], "shard": record["shard"], "hash": record["hash"], "claim_due_on": due})
+
+
+def _claims_submitted(world, seq, time, actor, payload):
+    for item in payload["claims"]:
+        world.claims[(item["serial"], item["counter"])] = {
+            "prover": actor, "run": item["run"], "step": item["step"], "manifest": item["manifest"],
+            "location": item["location"], "claimed_seq": seq, "result": Claim.Result.PENDING.value,
+            "mismatch_step": None, "report": {}, "result_seq": None}
+
+
+def _claim_verified(world, seq, time, actor, payload):
+    claim = world.claims[(payload["chip"], payload["counter"])]
+    report = {k: v for k, v in payload.items() if k not in CLAIM_VERDICT_KEYS}
+    claim.update(result=payload["result"], mismatch_step=payload["mismatch_step"], report=report, result_seq=seq)
+
+
+HANDLERS = {
+    "inspection_body.registered": _body_registered,
+    "campaign.created": _campaign_created,
+    "campaign.seed_committed": _seed_committed,
+    "campaign.drawn": _drawn,
+    "inspection.accepted": _accepted,
+    "inspection.finding": _finding,
+    "alert.raised": _alert,
+    "inspection.snapshot_log": _snapshot_log,
+    "claim.submitted": _claims_submitted,
+    "claim.verified": _claim_verified,
+    # inspection.identity_checked changes no projection: the challenges it answers are not on the ledger.
+}
+
+
+# --- comparison -------------------------------------------------------------------------
+
+
+def differences(world: World, limit: int = 50) -> list[str]:
+    """Differences between the live tables of both apps and their rebuild, registry first."""
+    return registry_rebuild.compare([*registry_rebuild.tables(world.registry), *tables(world)], limit)
+
+
+def tables(world: World):
+    """(name, live rows, rebuilt rows) for each inspections table."""
+    with_model = campaign_has_model()
+    yield "campaign", _live_campaigns(with_model), {
+        slug: tuple(c[name] for name in CAMPAIGN_FIELDS) + (c["created_seq"],) + ((c["model"],) if with_model else ())
+        for slug, c in world.campaigns.items()
+    }
+    yield "campaign provers", _live_campaign_provers(), {
+        slug: tuple(c["provers"]) for slug, c in world.campaigns.items() if c["provers"]
+    }
+    yield "campaign seed", _live_seeds(world), {
+        key: (s["commitment"], s["committed_seq"], s["revealed"]) for key, s in world.seeds.items()
+    }
+    yield "draw", _live_draws(), {
+        key: (d["checkpoint_size"], d["checkpoint_root"], d["drawn_seq"], d["drawn_at"])
+        for key, d in world.draws.items()
+    }
+    yield "inspection task", _live_tasks(), {
+        key: (t["prover"], t["inspection_body"], t["due_on"], t["status"], t["assigned_seq"])
+        for key, t in world.tasks.items()
+    }
+    yield "inspection body", _live_bodies(), {
+        slug: (tuple(b["countries"]), b["capacity_per_period"]) for slug, b in world.bodies.items()
+    }
+    yield "finding", _live_findings(), {key: _finding_row(f) for key, f in world.findings.items()}
+    yield "alert", _live_alerts(), {
+        seq: (a["kind"], a["prover"], a["chip"], a["task"], a["detail"], a["raised_at"])
+        for seq, a in world.alerts.items()
+    }
+    yield "snapshot log", _live_logs(), {
+        seq: (log["task"], log["sha256"], log["status"], log["problems"]) for seq, log in world.logs.items()
+    }
+    yield "snapshot log text", _live_log_text_hashes(), {}
+    yield "snapshot", _live_snapshots(), {
+        key: (s["log"], s["time"], s["shard"], s["hash"], s["claim_due_on"]) for key, s in world.snapshots.items()
+    }
+    yield "claim", _live_claims(), {key: _claim_row(c) for key, c in world.claims.items()}
+
+
+def _finding_row(f: dict) -> tuple:
+    return (f["chip_found"], f["owner_refused"], f["seal_intact"], f["tamper_evidence"], f["location_matches"],
+            tuple(f["photo_hashes"]), f["notes"], f["recorded_seq"])
+
+
+def _claim_row(c: dict) -> tuple:
+    return (c["prover"], c["run"], c["step"], c["manifest"], c["location"], c["claimed_seq"], c["result"],
+            c["mismatch_step"], c["report"], c["result_seq"])
+
+
+def _iso(day: date | None) -> str | None:
+    return day.isoformat() if day else None
+
+
+def _live_task_keys() -> dict[int, TaskKey]:
+    rows = InspectionTask.objects.values_list("id", "draw__campaign__slug", "draw__period", "chip__serial")
+    return {row[0]: tuple(row[1:]) for row in rows.iterator(chunk_size=10000)}
+
+
+TASK_KEY = ("task__draw__campaign__slug", "task__draw__period", "task__chip__serial")
+
+
+def _task_key(row: tuple) -> TaskKey | None:
+    return None if row[0] is None else tuple(row)
+
+
+def _live_campaigns(with_model: bool) -> dict:
+    columns = ("slug", *CAMPAIGN_FIELDS, "created_seq", *(("model",) if with_model else ()))
+    live = {}
+    for row in Campaign.objects.values_list(*columns):
+        values = dict(zip(columns, row, strict=True))
+        values["starts_on"], values["ends_on"] = _iso(values["starts_on"]), _iso(values["ends_on"])
+        slug = values.pop("slug")
+        live[slug] = tuple(values.values())
+    return live
+
+
+def _live_campaign_provers() -> dict:
+    provers: dict[str, list] = {}
+    for campaign, prover in Campaign.provers.through.objects.values_list("campaign__slug", "organisation__slug"):
+        provers.setdefault(campaign, []).append(prover)
+    return {campaign: tuple(sorted(slugs)) for campaign, slugs in provers.items()}
+
+
+def _live_seeds(world: World) -> dict:
+    """The secret seed is compared only once the draw revealed it on the ledger."""
+    rows = CampaignSeed.objects.values_list("campaign__slug", "period", "commitment", "committed_seq", "seed")
+    live = {}
+    for campaign, period, commitment, committed_seq, seed in rows:
+        revealed = (world.seeds.get((campaign, period)) or {}).get("revealed")
+        live[(campaign, period)] = (commitment, committed_seq, bytes(seed).hex() if revealed else None)
+    return live
+
+
+def _live_draws() -> dict:
+    rows = Draw.objects.values_list("campaign__slug", "period", "checkpoint_size", "checkpoint_root", "drawn_seq",
+                                    "drawn_at")
+    return {(campaign, period): (size, _b64(root), seq, format_time(at))
+            for campaign, period, size, root, seq, at in rows}
+
+
+def _b64(value) -> str:
+    return base64.b64encode(bytes(value)).decode()
+
+
+def _live_tasks() -> dict:
+    rows = InspectionTask.objects.values_list(
+        "draw__campaign__slug", "draw__period", "chip__serial", "prover__slug", "inspection_body__slug", "due_on",
+        "status", "assigned_seq",
+    )
+    return {(c, p, serial): (prover, body, _iso(due), status, seq)
+            for c, p, serial, prover, body, due, status, seq in rows.iterator(chunk_size=10000)}
+
+
+def _live_bodies() -> dict:
+    rows = InspectionBody.objects.values_list("organisation__slug", "countries", "capacity_per_period")
+    return {slug: (tuple(sorted(countries)), capacity) for slug, countries, capacity in rows}
+
+
+def _live_findings() -> dict:
+    rows = Finding.objects.values_list(*TASK_KEY, "chip_found", "owner_refused", "seal_intact", "tamper_evidence",
+                                       "location_matches", "photo_hashes", "notes", "recorded_seq")
+    return {tuple(row[:3]): (*row[3:8], tuple(row[8]), *row[9:]) for row in rows}
+
+
+def _live_alerts() -> dict:
+    rows = Alert.objects.values_list("raised_seq", "kind", "prover__slug", "chip__serial", *TASK_KEY, "detail",
+                                     "raised_at")
+    return {row[0]: (*row[1:4], _task_key(row[4:7]), row[7], format_time(row[8])) for row in rows}
+
+
+def _live_logs() -> dict:
+    """Checked logs only: an upload waiting for its check has no entry yet."""
+    rows = SnapshotLog.objects.exclude(checked_seq=None).values_list("checked_seq", *TASK_KEY, "sha256", "status",
+                                                                     "problems")
+    return {row[0]: (_task_key(row[1:4]), *row[4:]) for row in rows}
+
+
+def _live_log_text_hashes() -> dict:
+    """A log whose text no longer hashes to its recorded sha256 (the one on the ledger once checked)."""
+    found = {}
+    for pk, text, sha256 in SnapshotLog.objects.values_list("id", "text", "sha256").iterator(chunk_size=100):
+        actual = hashlib.sha256(text.encode()).hexdigest()
+        if actual != sha256:
+            found[f"id={pk}"] = f"text sha256 {actual} != recorded {sha256}"
+    return found
+
+
+def _live_snapshots() -> dict:
+    rows = Snapshot.objects.values_list("chip__serial", "counter", "log__checked_seq", "time", "shard", "hash",
+                                        "claim_due_on")
+    return {(serial, counter): (log, time, shard, digest, _iso(due))
+            for serial, counter, log, time, shard, digest, due in rows.iterator(chunk_size=10000)}
+
+
+def _live_claims() -> dict:
+    rows = Claim.objects.values_list(
+        "snapshot__chip__serial", "snapshot__counter", "prover__slug", "run", "step", "manifest", "location",
+        "claimed_seq", "result", "mismatch_step", "report", "result_seq",
+    )
+    return {(serial, counter): tuple(values) for serial, counter, *values in rows.iterator(chunk_size=10000)}

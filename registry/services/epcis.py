@@ -1,0 +1,127 @@
+"""EPCIS capture: apply a parsed EPCISDocument (``registry.epcis.parse_document``) as lifecycle entries.
+
+The mapping of events onto the lifecycle is documented in ``registry.epcis``.
+"""
+from __future__ import annotations
+
+import re
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from ledger import services as ledger
+
+from .. import selectors
+from ..epcis import CaptureEvent
+from ..models import Chip, Facility, Organisation
+from ._common import _fail
+from .chips import chips_fabricate, chips_record_event
+
+
+@transaction.atomic
+def epcis_capture(*, organisation: Organisation, events: list[CaptureEvent], submission: dict | None) -> dict:
+    """Record each new event as one lifecycle entry, in order; skip ids already captured."""
+    serials = {serial for event in events for serial in event.serials}
+    # Lock the chips first so a concurrent capture of the same events waits, then sees them as captured.
+    list(Chip.objects.filter(serial__in=serials).order_by("id").select_for_update().values_list("id"))
+    seen = selectors.captured_event_ids(organisation, serials)
+    answers = []
+    for event in events:
+        answer = {"eventID": event.event_id, "status": "duplicate"}
+        if event.event_id not in seen:
+            seen.add(event.event_id)
+            entry = _apply(organisation, event, submission)
+            answer.update(status="captured", seq=entry.seq, kind=entry.kind, count=len(event.serials))
+        answers.append(answer)
+    captured = sum(answer["status"] == "captured" for answer in answers)
+    return {"captured": captured, "duplicates": len(answers) - captured, "eventList": answers}
+
+
+def _apply(organisation: Organisation, event: CaptureEvent, submission: dict | None) -> ledger.AppendedEntry:
+    stamp = {"event_id": event.event_id}
+    try:
+        if event.step == "commissioning":
+            at = {"facility": event.facility} if event.facility else {}
+            chips = [
+                {"serial": serial, "model": event.model, "public_key": key, **at}
+                for serial, key in zip(event.serials, event.public_keys, strict=True)
+            ]
+            return chips_fabricate(organisation=organisation, chips=chips, submission=submission, epcis=stamp)
+        countries = _visible_countries(organisation, event)
+        kind, payload = _lifecycle_event(organisation, event, countries)
+        return chips_record_event(
+            organisation=organisation, event=kind, payload=payload, submission=submission, epcis=stamp
+        )
+    except ValidationError as error:
+        raise _at(event, error) from None
+
+
+def _visible_countries(organisation: Organisation, event: CaptureEvent) -> dict[str, str]:
+    """serial -> country of the event's chips; chips the caller may not see do not exist for it (as on GET)."""
+    visible = dict(
+        selectors.chips_visible_to(organisation).filter(serial__in=event.serials).values_list("serial", "country")
+    )
+    for index, serial in enumerate(event.serials):
+        if serial not in visible:
+            _fail(f"chips[{index}]", f"unknown chip {serial}")
+    return visible
+
+
+def _lifecycle_event(organisation: Organisation, event: CaptureEvent, countries: dict[str, str]) -> tuple[str, dict]:
+    payload = {"chips": list(event.serials)}
+    if event.step == "receiving":
+        _check_acting_party(organisation, event.destination, "destinationList")
+        return "received", {**payload, **({"facility": event.facility} if event.facility else {})}
+    if event.step != "shipping":
+        return {"decommissioning": "decommissioned", "destroying": "destroyed"}[event.step], payload
+    _check_acting_party(organisation, event.source, "sourceList")
+    consignee = event.destination.get("possessing_party") or event.destination["owning_party"]
+    country = _destination_country(consignee, event.destination.get("location"))
+    payload.update(consignee=consignee, reference=event.reference, destination_country=country)
+    abroad = sorted({c for c in countries.values() if c != country})
+    if not abroad and not event.export_licence:
+        return "shipped", payload
+    if not event.export_licence:
+        _fail("export_licence", f"required: {', '.join(abroad)} to {country} crosses a border, an export")
+    return "exported", {**payload, "export_licence": event.export_licence}
+
+
+def _check_acting_party(organisation: Organisation, parties: dict, field_name: str) -> None:
+    named = parties.get("possessing_party")
+    if named not in (None, organisation.slug):
+        _fail(field_name, f"possessing_party {named!r} is not the signer {organisation.slug!r}")
+
+
+def _destination_country(consignee: str, location: str | None) -> str:
+    if location:
+        country = Facility.objects.filter(slug=location).values_list("country", flat=True).first()
+        if country is None:
+            _fail("destination_country", f"unknown facility {location!r}")
+        return country
+    country = Organisation.objects.filter(slug=consignee).values_list("country", flat=True).first()
+    if country is None:
+        _fail("consignee", f"unknown organisation {consignee!r}")
+    return country
+
+
+# Where a service's field lives in the event, so a 400 names the document's path.
+SERVICE_PATHS = {
+    "consignee": "destinationList", "destination_country": "destinationList", "reference": "bizTransactionList",
+    "export_licence": "chipledger:exportLicence", "facility": "bizLocation", "sourceList": "sourceList",
+    "destinationList": "destinationList", "chips": "epcList",
+}
+
+
+def _at(event: CaptureEvent, error: ValidationError) -> ValidationError:
+    located: dict[str, list] = {}
+    for key, messages in error.message_dict.items():
+        chip = re.match(r"chips\[(\d+)\]", key)
+        if chip:
+            where = f"{event.path}.epcList[{chip[1]}]"
+        elif key in SERVICE_PATHS:
+            where = f"{event.path}.{SERVICE_PATHS[key]}"
+        else:
+            where = event.path
+        located.setdefault(where, []).extend(messages)
+    return ValidationError(located)
+

@@ -1,0 +1,95 @@
+"""Organisations, their members and signing keys, and the check of a signed request."""
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+
+from django.db import IntegrityError, transaction
+
+from ledger import services as ledger
+
+from .. import signing
+from ..identifiers import COUNTRY, SLUG, SYSTEM
+from ..models import ApiNonce, Member, Organisation, OrganisationKey, Role
+from ._common import _fail, _organisation
+
+
+@transaction.atomic
+def organisation_register(
+    *, slug: str, legal_name: str, country: str, roles: Sequence[str], actor: str, parent: str | None = None
+) -> Organisation:
+    if not SLUG.match(slug or ""):
+        _fail("slug", "lower-case letters, digits and hyphens, at most 64")
+    if Organisation.objects.filter(slug=slug).exists() or slug == SYSTEM:
+        _fail("slug", f"{slug!r} is taken")
+    if not COUNTRY.match(country or ""):
+        _fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
+    unknown = set(roles) - set(Role.values)
+    if not roles or unknown:
+        _fail("roles", f"one or more of {sorted(Role.values)}")
+    parent_org = _organisation(parent, "parent") if parent else None
+    payload = {"slug": slug, "legal_name": legal_name, "country": country, "roles": sorted(set(roles)), "parent": parent}
+    entry = ledger.append_entry("org.registered", payload, actor)
+    return Organisation.objects.create(
+        slug=slug, legal_name=legal_name, country=country, roles=payload["roles"], parent=parent_org,
+        registered_seq=entry.seq,
+    )
+
+
+@transaction.atomic
+def organisation_key_register(
+    *, organisation: Organisation, public_key: bytes, actor: str, submission: dict | None = None
+) -> OrganisationKey:
+    if len(public_key) != 32:
+        _fail("public_key", "an Ed25519 public key is 32 bytes")
+    key_id = signing.key_id_for(public_key)
+    if OrganisationKey.objects.filter(key_id=key_id).exists():
+        _fail("public_key", "this key is already registered")
+    payload = {"org": organisation.slug, "key_id": key_id, "public_key": base64.b64encode(public_key).decode()}
+    entry = ledger.append_entry("org.key_registered", payload, actor, submission)
+    return OrganisationKey.objects.create(
+        organisation=organisation, key_id=key_id, public_key=public_key, registered_seq=entry.seq
+    )
+
+
+@transaction.atomic
+def organisation_key_revoke(
+    *, organisation: Organisation, key_id: str, actor: str, submission: dict | None = None
+) -> OrganisationKey:
+    key = OrganisationKey.objects.select_for_update().filter(organisation=organisation, key_id=key_id).first()
+    if key is None or key.revoked_seq is not None:
+        _fail("key_id", f"no active key {key_id!r} of {organisation.slug}")
+    entry = ledger.append_entry("org.key_revoked", {"org": organisation.slug, "key_id": key_id}, actor, submission)
+    key.revoked_seq = entry.seq
+    key.save(update_fields=["revoked_seq"])
+    return key
+
+
+def member_add(user, organisation: Organisation) -> Member:
+    member, _ = Member.objects.update_or_create(user=user, defaults={"organisation": organisation})
+    return member
+
+
+# --- signed requests ------------------------------------------------------------------
+
+
+def signed_body_accept(organisation: Organisation, header: str | None, body: bytes, data: dict) -> signing.SignedBody:
+    """Check a request's signature, freshness and nonce; record the nonce (call inside the write's transaction).
+
+    Raises ``signing.SignatureProblem`` naming the field.
+    """
+    key_id, signature = signing.parse_header(header)
+    key = OrganisationKey.objects.filter(key_id=key_id, organisation=organisation).first()
+    if key is None:
+        raise signing.SignatureProblem("signature", f"key {key_id} is not registered to {organisation.slug}")
+    if key.revoked_seq is not None:
+        raise signing.SignatureProblem("signature", f"key {key_id} was revoked at ledger seq {key.revoked_seq}")
+    signing.verify(bytes(key.public_key), body, signature)
+    stamp, nonce = signing.check_freshness(data)
+    try:
+        with transaction.atomic():
+            ApiNonce.objects.create(organisation=organisation, nonce=nonce)
+    except IntegrityError:
+        raise signing.SignatureProblem("nonce", "already used: this request was replayed") from None
+    return signing.SignedBody(key_id, body, signature, stamp, nonce)
+

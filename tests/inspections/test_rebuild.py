@@ -1,0 +1,221 @@
+"""rebuild_projections --check covers the inspections tables: a world made by the real services equals its
+rebuild from the ledger, and a row changed behind the ledger's back in any inspections table is reported."""
+import base64
+import io
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.utils import timezone
+
+from inspections import rebuild, services
+from inspections.models import Alert, Claim, Finding, InspectionBody, InspectionTask, SnapshotLog
+from ledger import services as ledger
+from registry.models import Organisation
+from tests.inspections.factories import H100, YEAR, make_provers
+from tests.registry.factories import event
+
+pytestmark = pytest.mark.django_db
+
+
+def register_body(slug: str, countries: list[str], capacity: int) -> None:
+    """The ``inspection_body.registered`` contract: the entry and its projection, in one transaction."""
+    countries = sorted(countries)
+    with transaction.atomic():
+        payload = {"organisation": slug, "countries": countries, "capacity_per_period": capacity}
+        ledger.append_entry("inspection_body.registered", payload, "regulator")
+        InspectionBody.objects.update_or_create(organisation=Organisation.objects.get(slug=slug),
+                                                defaults={"countries": countries, "capacity_per_period": capacity})
+
+
+@pytest.fixture
+def world(django_capture_on_commit_callbacks):
+    """Every inspections entry kind, written by the services (Celery and mail left out)."""
+    make_provers()
+    for body in InspectionBody.objects.select_related("organisation"):  # the factory's bodies, put on the ledger
+        register_body(body.organisation.slug, body.countries, body.capacity_per_period)
+    register_body("inspect-eu", ["NL", "DE", "BE"], 40)  # a re-registration replaces the row
+    today = timezone.now().date()
+    with django_capture_on_commit_callbacks(execute=False):
+        # owner-b's 50 NL chips: 46 samples, 40 of them within the EU body's capacity
+        c1 = services.campaign_create(slug="c1", provers=["owner-b"], rule_flops=5 * H100 * 86_400 * 30,
+                                      starts_on=today, detection_probability=0.99, period_days=30, run_days=30)
+        services.campaign_create(slug="c-nl", country="NL", rule_flops=20 * H100 * YEAR, starts_on=today,
+                                 ends_on=today + timedelta(days=365))
+        services.campaign_seed_commit(c1, 3)
+        services.campaign_draw(c1, 0)
+        eu = list(InspectionTask.objects.filter(inspection_body__slug="inspect-eu")
+                  .select_related("chip", "prover", "inspection_body").order_by("id"))
+        body = eu[0].inspection_body
+        services.task_accept(eu[0], body)
+        services.finding_submit(eu[0], body, {"chip_found": True, "seal_intact": True, "notes": "sealed",
+                                              "photo_hashes": ["ab" * 32]})
+        services.task_accept(eu[1], body)
+        services.finding_submit(eu[1], body, {"chip_found": False, "owner_refused": True})
+        challenge = services.identity_challenge_issue(eu[2], body)
+        services.identity_answer_check(eu[2], body, challenge.nonce, base64.b64encode(bytes(64)).decode())
+        log = services.snapshot_log_upload(eu[3], body, "record 0\nrecord 1\n")
+        records = [{"counter": n, "time": f"2026-11-0{n + 1}T00:00:00Z", "shard": 0, "hash": f"{n:064x}"}
+                   for n in (0, 1)]
+        services.snapshot_log_record(log, [], records)
+        garbled = services.snapshot_log_upload(eu[4], body, "garbled\n")
+        problem = {"line": 1, "kind": "malformed", "counter": None, "detail": "not JSON"}
+        services.snapshot_log_record(garbled, [problem], [])
+        services.snapshot_log_upload(eu[5], body, "not checked yet\n")  # no entry until the check
+        serial = eu[3].chip.serial
+        claims = services.claims_submit(prover=eu[3].prover, claims=[
+            {"serial": serial, "counter": n, "run": "run-1", "step": 10 + n, "manifest": "c" * 64,
+             "location": "/runs/1"} for n in (0, 1)])
+        services.claim_result_record(claims[0].pk, {"verdict": "verified", "reasons": [], "flops": 1e9, "steps": 20,
+                                                    "rules": {}})
+        services.claim_result_record(claims[1].pk, None, "timeout")
+        services.overdue_sweep(today + timedelta(days=services.TASK_DAYS + 1))
+        event(eu[6].prover, "reported_lost", [eu[6].chip.serial])
+        services.lost_chip_sweep()
+    return {"serial": serial, "tasks": eu}
+
+
+def check() -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        call_command("rebuild_projections", "--check", stdout=out, stderr=err)
+    except SystemExit as exit_:
+        return exit_.code, out.getvalue() + err.getvalue()
+    return 0, out.getvalue() + err.getvalue()
+
+
+def test_the_world_covers_every_kind_and_equals_its_rebuild(world):
+    kinds = set(Alert.objects.values_list("kind", flat=True))
+    assert kinds == {"refused", "not_found", "identity_failed", "log_problems", "claim_failed", "overdue", "lost",
+                     "unassigned"}
+    assert set(InspectionTask.objects.values_list("status", flat=True)) >= {"done", "overdue"}
+    assert set(SnapshotLog.objects.values_list("status", flat=True)) == {"intact", "problems", "pending"}
+    assert set(Claim.objects.values_list("result", flat=True)) == {"verified", "timed_out"}
+    code, output = check()
+    assert code == 0, output
+    assert "OK projections match the ledger" in output and "2 campaigns" in output and "2 claims" in output
+
+
+def sql(statement: str, *params) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+
+
+def _task(world, n: int) -> tuple[int, str]:
+    task = world["tasks"][n]
+    return task.pk, f"c1/0/{task.chip.serial}"
+
+
+def tamper_campaign(world):
+    sql("UPDATE inspections_campaign SET rule_flops = rule_flops * 2 WHERE slug = 'c1'")
+    return "campaign c1:"
+
+
+def tamper_campaign_provers(world):
+    fab = Organisation.objects.get(slug="fab-tw").pk
+    owner_b = Organisation.objects.get(slug="owner-b").pk
+    sql("UPDATE inspections_campaign_provers SET organisation_id = %s WHERE organisation_id = %s", fab, owner_b)
+    return "campaign provers c1:"
+
+
+def tamper_seed_commitment(world):
+    sql("UPDATE inspections_campaignseed SET commitment = %s WHERE period = 3", "0" * 64)
+    return "campaign seed c1/3:"
+
+
+def tamper_revealed_seed(world):
+    sql("UPDATE inspections_campaignseed SET seed = %s WHERE period = 0 AND campaign_id = "
+        "(SELECT id FROM inspections_campaign WHERE slug = 'c1')", bytes(32))
+    return "campaign seed c1/0:"
+
+
+def tamper_draw(world):
+    sql("UPDATE inspections_draw SET checkpoint_size = checkpoint_size + 1")
+    return "draw c1/0:"
+
+
+def tamper_task(world):
+    pk, key = _task(world, 0)
+    sql("UPDATE inspections_inspectiontask SET status = 'accepted' WHERE id = %s", pk)
+    return f"inspection task {key}:"
+
+
+def tamper_task_body(world):
+    pk, key = _task(world, 7)
+    sql("UPDATE inspections_inspectiontask SET inspection_body_id = NULL WHERE id = %s", pk)
+    return f"inspection task {key}:"
+
+
+def tamper_body(world):
+    sql("UPDATE inspections_inspectionbody SET capacity_per_period = 41 WHERE organisation_id = %s",
+        Organisation.objects.get(slug="inspect-eu").pk)
+    return "inspection body inspect-eu:"
+
+
+def tamper_finding(world):
+    pk, key = _task(world, 0)
+    sql("UPDATE inspections_finding SET notes = 'broken seal' WHERE task_id = %s", pk)
+    return f"finding {key}:"
+
+
+def tamper_alert(world):
+    seq = Alert.objects.get(kind="refused").raised_seq
+    sql("UPDATE inspections_alert SET detail = 'nothing to see' WHERE raised_seq = %s", seq)
+    return f"alert {seq}:"
+
+
+def tamper_log(world):
+    seq = SnapshotLog.objects.get(status="problems").checked_seq
+    sql("UPDATE inspections_snapshotlog SET status = 'intact' WHERE checked_seq = %s", seq)
+    return f"snapshot log {seq}:"
+
+
+def tamper_log_text(world):
+    log = SnapshotLog.objects.get(status="intact")
+    sql("UPDATE inspections_snapshotlog SET text = 'record 9\n' WHERE id = %s", log.pk)
+    return f"snapshot log text id={log.pk}:"
+
+
+def tamper_snapshot(world):
+    sql("UPDATE inspections_snapshot SET hash = %s WHERE counter = 1", "f" * 64)
+    return f"snapshot {world['serial']}/1:"
+
+
+def tamper_claim(world):
+    pk = Claim.objects.get(snapshot__counter=1).pk
+    sql("UPDATE inspections_claim SET result = 'verified' WHERE id = %s", pk)
+    return f"claim {world['serial']}/1:"
+
+
+@pytest.mark.parametrize("tamper", [
+    tamper_campaign, tamper_campaign_provers, tamper_seed_commitment, tamper_revealed_seed, tamper_draw, tamper_task,
+    tamper_task_body, tamper_body, tamper_finding, tamper_alert, tamper_log, tamper_log_text, tamper_snapshot,
+    tamper_claim,
+], ids=lambda tamper: tamper.__name__.removeprefix("tamper_"))
+def test_a_row_changed_behind_the_ledger_is_reported(world, tamper):
+    expected = tamper(world)
+    code, output = check()
+    assert code == 1, output
+    assert any(line.startswith(expected) for line in output.splitlines()), output
+
+
+def test_a_deleted_projection_row_is_reported(world):
+    Finding.objects.filter(task=world["tasks"][1]).delete()
+    code, output = check()
+    assert code == 1 and f"finding c1/0/{world['tasks'][1].chip.serial}: live=None" in output, output
+
+
+def test_campaign_model_defaults_to_the_paper_plan():
+    world = rebuild.World()
+    params = {"provers": ["p"], "country": "", "rule_flops": 1e24, "detection_probability": 0.9, "snapshot_rate": 0.1,
+              "period_days": 30, "run_days": 365, "starts_on": "2026-01-01", "ends_on": None}
+    rebuild.apply(world, 1, "2026-01-01T00:00:00.000000Z", "campaign.created", "regulator", {"slug": "a", **params})
+    rebuild.apply(world, 2, "2026-01-01T00:00:00.000000Z", "campaign.created", "regulator",
+                  {"slug": "b", **params, "model": "exact"})
+    assert (world.campaigns["a"]["model"], world.campaigns["b"]["model"]) == ("paper", "exact")
+    rebuild.apply(world, 3, "2026-01-01T00:00:00.000000Z", "inspection_body.registered", "regulator",
+                  {"organisation": "x", "countries": ["US"], "capacity_per_period": 5})
+    rebuild.apply(world, 4, "2026-01-01T00:00:00.000000Z", "inspection_body.registered", "regulator",
+                  {"organisation": "x", "countries": ["DE", "NL"], "capacity_per_period": 7})
+    assert world.bodies == {"x": {"countries": ["DE", "NL"], "capacity_per_period": 7}}
