@@ -14,7 +14,7 @@ from ledger.bulk import insert_rows
 from ..identifiers import COUNTRY, MAX_CHIPS, SERIAL
 from ..lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
 from ..models import Chip, ChipEvent, ChipModel, Facility, Organisation, Role
-from ._common import _fail, _organisation
+from .common import fail, organisation_by_slug
 
 # API event name -> lifecycle event (the ledger kind is "chip.<lifecycle event>")
 CHIP_EVENTS = {
@@ -46,7 +46,7 @@ def chips_fabricate(
     the ledger itself records which EPCIS event this entry is, for dedupe and round-trips.
     """
     if not organisation.has_role(Role.FAB):
-        _fail("organisation", f"{organisation.slug} is not a fab")
+        fail("organisation", f"{organisation.slug} is not a fab")
     items = _fabrication_items(chips)
     models = {m.slug: m for m in ChipModel.objects.filter(slug__in={item["model"] for item in items})}
     facilities = {f.slug: f for f in Facility.objects.filter(slug__in={i["facility"] for i in items if i.get("facility")})}
@@ -105,7 +105,7 @@ def _insert_events(chip_ids: list[int], entry: ledger.AppendedEntry) -> None:
 
 def _fabrication_items(chips) -> list[dict]:
     if not isinstance(chips, list) or not 1 <= len(chips) <= MAX_CHIPS:
-        _fail("chips", f"a list of 1 to {MAX_CHIPS} chips")
+        fail("chips", f"a list of 1 to {MAX_CHIPS} chips")
     items, seen, errors = [], set(), {}
     for position, chip in enumerate(chips):
         where = f"chips[{position}]"
@@ -160,7 +160,7 @@ def chips_record_event(
 ) -> ledger.AppendedEntry:
     """Record one lifecycle event for a set of chips, all or nothing (DESIGN §1). ``epcis``: see chips_fabricate."""
     if event not in RULES:
-        _fail("event", f"one of {sorted(RULES)}")
+        fail("event", f"one of {sorted(RULES)}")
     normalised = _event_payload(event, payload)
     if epcis:
         normalised["epcis"] = epcis
@@ -186,37 +186,37 @@ def chips_record_event(
 
 def _event_payload(event: str, payload: dict) -> dict:
     if not isinstance(payload, dict):
-        _fail("body", "must be a JSON object")
+        fail("body", "must be a JSON object")
     chips = payload.get("chips")
     if not isinstance(chips, list) or not 1 <= len(chips) <= MAX_CHIPS:
-        _fail("chips", f"a list of 1 to {MAX_CHIPS} chip serials")
+        fail("chips", f"a list of 1 to {MAX_CHIPS} chip serials")
     if not all(isinstance(s, str) and SERIAL.match(s) for s in chips):
-        _fail("chips", "every item must be a chip serial")
+        fail("chips", "every item must be a chip serial")
     if len(set(chips)) != len(chips):
-        _fail("chips", "a serial appears twice")
+        fail("chips", "a serial appears twice")
     normalised = {"chips": chips}
     fields = EVENT_FIELDS.get(event, {})
     for name, required in fields.items():
         value = payload.get(name)
         if value is None:
             if required:
-                _fail(name, "required")
+                fail(name, "required")
             continue
         if not isinstance(value, str) or not value or len(value) > 128:
-            _fail(name, "a non-empty string of at most 128 characters")
+            fail(name, "a non-empty string of at most 128 characters")
         normalised[name] = value
     if "note" in payload:
         if not isinstance(payload["note"], str) or len(payload["note"]) > 2000:
-            _fail("note", "a string of at most 2000 characters")
+            fail("note", "a string of at most 2000 characters")
         normalised["note"] = payload["note"]
     if event in {"shipped", "exported"}:
-        consignee = _organisation(normalised["consignee"], "consignee")
+        consignee = organisation_by_slug(normalised["consignee"], "consignee")
         country = normalised.setdefault("destination_country", consignee.country)
         if not COUNTRY.match(country):
-            _fail("destination_country", "ISO 3166-1 alpha-2 code")
+            fail("destination_country", "ISO 3166-1 alpha-2 code")
     unknown = set(payload) - set(fields) - {"chips", "note", "timestamp", "nonce"}
     if unknown:
-        _fail("body", f"unknown fields {sorted(unknown)} for {event}")
+        fail("body", f"unknown fields {sorted(unknown)} for {event}")
     return normalised
 
 
@@ -225,7 +225,7 @@ def _facts(organisation: Organisation, event: str, payload: dict) -> Facts:
     if payload.get("facility"):
         facility = Facility.objects.select_related("owner").filter(slug=payload["facility"]).first()
         if facility is None:
-            _fail("facility", f"unknown facility {payload['facility']!r}")
+            fail("facility", f"unknown facility {payload['facility']!r}")
     other = payload.get("consignee") or payload.get("to_owner")
     return Facts(
         actor=organisation.slug,

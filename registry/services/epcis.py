@@ -14,7 +14,7 @@ from ledger import services as ledger
 from .. import selectors
 from ..epcis import CaptureEvent
 from ..models import Chip, Facility, Organisation
-from ._common import _fail
+from .common import fail
 from .chips import chips_fabricate, chips_record_event
 
 
@@ -63,7 +63,7 @@ def _visible_countries(organisation: Organisation, event: CaptureEvent) -> dict[
     )
     for index, serial in enumerate(event.serials):
         if serial not in visible:
-            _fail(f"chips[{index}]", f"unknown chip {serial}")
+            fail(f"chips[{index}]", f"unknown chip {serial}")
     return visible
 
 
@@ -82,25 +82,25 @@ def _lifecycle_event(organisation: Organisation, event: CaptureEvent, countries:
     if not abroad and not event.export_licence:
         return "shipped", payload
     if not event.export_licence:
-        _fail("export_licence", f"required: {', '.join(abroad)} to {country} crosses a border, an export")
+        fail("export_licence", f"required: {', '.join(abroad)} to {country} crosses a border, an export")
     return "exported", {**payload, "export_licence": event.export_licence}
 
 
 def _check_acting_party(organisation: Organisation, parties: dict, field_name: str) -> None:
     named = parties.get("possessing_party")
     if named not in (None, organisation.slug):
-        _fail(field_name, f"possessing_party {named!r} is not the signer {organisation.slug!r}")
+        fail(field_name, f"possessing_party {named!r} is not the signer {organisation.slug!r}")
 
 
 def _destination_country(consignee: str, location: str | None) -> str:
     if location:
         country = Facility.objects.filter(slug=location).values_list("country", flat=True).first()
         if country is None:
-            _fail("destination_country", f"unknown facility {location!r}")
+            fail("destination_country", f"unknown facility {location!r}")
         return country
     country = Organisation.objects.filter(slug=consignee).values_list("country", flat=True).first()
     if country is None:
-        _fail("consignee", f"unknown organisation {consignee!r}")
+        fail("consignee", f"unknown organisation {consignee!r}")
     return country
 
 

@@ -7,7 +7,7 @@ from ledger import services as ledger
 
 from ..identifiers import COUNTRY, SLUG
 from ..models import ChipModel, Facility, Organisation
-from ._common import _fail
+from .common import fail
 
 
 @transaction.atomic
@@ -16,13 +16,13 @@ def facility_register(
     submission: dict | None = None,
 ) -> Facility:
     if not SLUG.match(slug or ""):
-        _fail("slug", "lower-case letters, digits and hyphens, at most 64")
+        fail("slug", "lower-case letters, digits and hyphens, at most 64")
     if Facility.objects.filter(slug=slug).exists():
-        _fail("slug", f"{slug!r} is taken")
+        fail("slug", f"{slug!r} is taken")
     if kind not in Facility.Kind.values:
-        _fail("kind", f"one of {Facility.Kind.values}")
+        fail("kind", f"one of {Facility.Kind.values}")
     if not COUNTRY.match(country or ""):
-        _fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
+        fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
     payload = {"slug": slug, "owner": owner.slug, "kind": kind, "country": country, "location": location}
     entry = ledger.append_entry("facility.registered", payload, actor, submission)
     return Facility.objects.create(
@@ -36,11 +36,11 @@ def chip_model_register(
     memory_bytes: int, actor: str,
 ) -> ChipModel:
     if not SLUG.match(slug or ""):
-        _fail("slug", "lower-case letters, digits and hyphens, at most 64")
+        fail("slug", "lower-case letters, digits and hyphens, at most 64")
     if ChipModel.objects.filter(slug=slug).exists():
-        _fail("slug", f"{slug!r} is taken")
+        fail("slug", f"{slug!r} is taken")
     if not peak_flops_16bit > 0 or not memory_bytes > 0:
-        _fail("peak_flops_16bit", "peak FLOP/s and memory must be positive")
+        fail("peak_flops_16bit", "peak FLOP/s and memory must be positive")
     payload = {
         "slug": slug, "name": name, "vendor": vendor.slug, "export_class": export_class,
         "peak_flops_16bit": peak_flops_16bit, "memory_bytes": memory_bytes,

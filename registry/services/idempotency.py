@@ -6,7 +6,7 @@ import hashlib
 from ledger import services as ledger
 
 from ..models import IdempotencyRecord, Organisation
-from ._common import _fail
+from .common import fail
 
 
 class IdempotencyConflict(ledger.Conflict):
@@ -18,7 +18,7 @@ def idempotent_answer(organisation: Organisation, key: str | None, body: bytes) 
     if not key:
         return None
     if len(key) > 255:
-        _fail("Idempotency-Key", "at most 255 characters")
+        fail("Idempotency-Key", "at most 255 characters")
     record = IdempotencyRecord.objects.filter(organisation=organisation, key=key).first()
     if record is None:
         return None

@@ -11,7 +11,7 @@ from ledger import services as ledger
 from .. import signing
 from ..identifiers import COUNTRY, SLUG, SYSTEM
 from ..models import ApiNonce, Member, Organisation, OrganisationKey, Role
-from ._common import _fail, _organisation
+from .common import fail, organisation_by_slug
 
 
 @transaction.atomic
@@ -19,15 +19,15 @@ def organisation_register(
     *, slug: str, legal_name: str, country: str, roles: Sequence[str], actor: str, parent: str | None = None
 ) -> Organisation:
     if not SLUG.match(slug or ""):
-        _fail("slug", "lower-case letters, digits and hyphens, at most 64")
+        fail("slug", "lower-case letters, digits and hyphens, at most 64")
     if Organisation.objects.filter(slug=slug).exists() or slug == SYSTEM:
-        _fail("slug", f"{slug!r} is taken")
+        fail("slug", f"{slug!r} is taken")
     if not COUNTRY.match(country or ""):
-        _fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
+        fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
     unknown = set(roles) - set(Role.values)
     if not roles or unknown:
-        _fail("roles", f"one or more of {sorted(Role.values)}")
-    parent_org = _organisation(parent, "parent") if parent else None
+        fail("roles", f"one or more of {sorted(Role.values)}")
+    parent_org = organisation_by_slug(parent, "parent") if parent else None
     payload = {"slug": slug, "legal_name": legal_name, "country": country, "roles": sorted(set(roles)), "parent": parent}
     entry = ledger.append_entry("org.registered", payload, actor)
     return Organisation.objects.create(
@@ -41,10 +41,10 @@ def organisation_key_register(
     *, organisation: Organisation, public_key: bytes, actor: str, submission: dict | None = None
 ) -> OrganisationKey:
     if len(public_key) != 32:
-        _fail("public_key", "an Ed25519 public key is 32 bytes")
+        fail("public_key", "an Ed25519 public key is 32 bytes")
     key_id = signing.key_id_for(public_key)
     if OrganisationKey.objects.filter(key_id=key_id).exists():
-        _fail("public_key", "this key is already registered")
+        fail("public_key", "this key is already registered")
     payload = {"org": organisation.slug, "key_id": key_id, "public_key": base64.b64encode(public_key).decode()}
     entry = ledger.append_entry("org.key_registered", payload, actor, submission)
     return OrganisationKey.objects.create(
@@ -58,7 +58,7 @@ def organisation_key_revoke(
 ) -> OrganisationKey:
     key = OrganisationKey.objects.select_for_update().filter(organisation=organisation, key_id=key_id).first()
     if key is None or key.revoked_seq is not None:
-        _fail("key_id", f"no active key {key_id!r} of {organisation.slug}")
+        fail("key_id", f"no active key {key_id!r} of {organisation.slug}")
     entry = ledger.append_entry("org.key_revoked", {"org": organisation.slug, "key_id": key_id}, actor, submission)
     key.revoked_seq = entry.seq
     key.save(update_fields=["revoked_seq"])

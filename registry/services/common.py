@@ -6,12 +6,12 @@ from django.core.exceptions import ValidationError
 from ..models import Organisation
 
 
-def _fail(field: str, reason: str) -> None:
+def fail(field: str, reason: str) -> None:
     raise ValidationError({field: reason})
 
 
-def _organisation(slug: str, field: str) -> Organisation:
+def organisation_by_slug(slug: str, field: str) -> Organisation:
     organisation = Organisation.objects.filter(slug=slug).first()
     if organisation is None:
-        _fail(field, f"unknown organisation {slug!r}")
+        fail(field, f"unknown organisation {slug!r}")
     return organisation
