@@ -16,7 +16,7 @@ from ledger.services import node_hashes
 from registry.rebuild import rebuild
 
 from . import draws
-from .services import ELIGIBLE, Holdings, prover_sample
+from .planning import ELIGIBLE, Holdings, prover_sample
 
 
 @dataclass
