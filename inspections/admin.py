@@ -122,6 +122,7 @@ class InspectionBodyForm(forms.ModelForm):
         self.fields["organisation"].queryset = Organisation.objects.filter(pk__in=eligible).order_by("slug")
         if self.instance.pk:
             self.initial["countries"] = ", ".join(self.instance.countries)
+            self.initial["organisation"] = self.instance.organisation.slug
             self.fields["organisation"].disabled = True
 
     def clean(self):

@@ -188,3 +188,34 @@ def test_inspectors_get_one_email_per_body_listing_their_chips(provers, mailoutb
     # one query for tasks with their chips and facilities, one per body for its members, one for the campaign
     with django_assert_num_queries(1 + bodies + 1):
         campaigns._notify_inspectors(draw)
+
+
+def test_the_campaign_normalises_and_checks_its_country(provers):
+    camp = campaign(provers=[], country=" nl ")
+    assert camp.country == "NL" and Entry.objects.get(kind="campaign.created").payload["country"] == "NL"
+    from django.core.exceptions import ValidationError
+
+    for bad in ("NLD", "N", "1L", "NL\nX"):
+        with pytest.raises(ValidationError) as error:
+            campaign(slug="bad", provers=[], country=bad)
+        assert "country" in error.value.message_dict
+
+
+def test_the_campaign_records_its_sampling_model_and_draws_by_it(provers):
+    from django.core.exceptions import ValidationError
+
+    assert campaign().model == "paper"
+    assert Entry.objects.get(kind="campaign.created", payload__slug="frontier-2026").payload["model"] == "paper"
+    with pytest.raises(ValidationError) as error:
+        campaign(slug="bad", model="binomial")
+    assert "model" in error.value.message_dict
+    # one 365-day period, p = 0.999, a run on 10 H100s: the paper asks for 135 of owner-a's 200, the exact plan 91
+    params = {"rule_flops": 10 * H100 * YEAR, "period_days": 365, "detection_probability": 0.999}
+    samples = {}
+    for model in ("paper", "exact"):
+        camp = campaign(slug=f"{model}-2026", model=model, **params)
+        assert Entry.objects.get(kind="campaign.created", payload__slug=camp.slug).payload["model"] == model
+        drawn = Entry.objects.get(seq=campaigns.campaign_draw(camp, 0).drawn_seq).payload["provers"]
+        samples[model] = drawn["owner-a"]["samples"], drawn["owner-b"]["samples"]
+        assert audit_draw(camp.slug, 0).matches
+    assert samples == {"paper": (135, 31), "exact": (91, 21)}
