@@ -92,8 +92,8 @@ def draw_timings(provers, per_prover: int) -> dict:
     from django.db import connection
     from django.utils import timezone as django_tz
 
-    from inspections import services
-    from inspections.services import ELIGIBLE
+    from inspections.planning import ELIGIBLE
+    from inspections.services import campaigns as services
 
     today = django_tz.now().date()
     one = services.campaign_create(slug="one-prover", provers=[provers[0].slug], rule_flops=1e26, starts_on=today)

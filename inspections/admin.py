@@ -1,15 +1,18 @@
-"""Regulators run campaigns and watch alerts in the admin. Rows are read-only; 'Add campaign'
-goes through the service, so the campaign and its first seed commitment land on the ledger."""
+"""Regulators run campaigns, register inspection bodies and watch alerts in the admin. Rows are
+read-only; 'Add campaign' and saving an inspection body go through the services, so they land on the ledger."""
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import redirect, render
+from django.utils.html import format_html_join
 
 from ledger.admin import ReadOnlyAdmin
-from registry.models import Organisation
+from registry.models import Organisation, Role
 
-from . import services
+from . import selectors
 from .models import Alert, Campaign, Claim, Draw, InspectionBody, InspectionTask
+from .planning import DEFAULT_MODEL, MODELS
+from .services import bodies, campaigns
 
 
 class CampaignAddForm(forms.Form):
@@ -24,12 +27,22 @@ class CampaignAddForm(forms.Form):
     run_days = forms.IntegerField(initial=365)
     starts_on = forms.DateField(help_text="YYYY-MM-DD")
     ends_on = forms.DateField(required=False)
+    model = forms.TypedChoiceField(choices=[(m, m) for m in MODELS], initial=DEFAULT_MODEL, required=False,
+                                   empty_value=DEFAULT_MODEL,
+                                   help_text="paper: with replacement (Shavit 2023); exact: without replacement")
 
 
 @admin.register(Campaign)
 class CampaignAdmin(ReadOnlyAdmin):
-    list_display = ("slug", "country", "rule_flops", "detection_probability", "period_days", "starts_on", "ends_on")
+    list_display = ("slug", "country", "rule_flops", "detection_probability", "period_days", "model", "plan",
+                    "starts_on", "ends_on")
+    readonly_fields = ("plan",)
     filter_horizontal = ()
+
+    @admin.display(description="plan per period: paper / exact samples (detection)")
+    def plan(self, campaign):
+        return format_html_join("", "<div>{}</div>", ((_plan_line(slug, row),) for slug, row
+                                                      in selectors.campaign_plan(campaign).items())) or "-"
 
     def has_add_permission(self, request):
         return request.user.has_perm("inspections.add_campaign")
@@ -41,9 +54,8 @@ class CampaignAdmin(ReadOnlyAdmin):
         if request.method == "POST" and form.is_valid():
             data = dict(form.cleaned_data)
             data["provers"] = [org.slug for org in data["provers"]]
-            data["country"] = data["country"].upper()
             try:
-                campaign = services.campaign_create(**data, actor="regulator")
+                campaign = campaigns.campaign_create(**data, actor="regulator")
             except ValidationError as error:
                 for field, reasons in error.message_dict.items():
                     form.add_error(field if field in form.fields else None, reasons)
@@ -82,8 +94,65 @@ class ClaimAdmin(ReadOnlyAdmin):
     list_filter = ("result", "prover")
 
 
+def _plan_line(prover: str, row: dict) -> str:
+    if row.get("impossible", True):
+        return f"{prover}: {row['chips']} chips, the run is impossible here"
+
+    def one(model: str) -> str:
+        plan = row.get(model, {})
+        if "error" in plan:
+            return f"{model} n/a ({plan['error']})"
+        return f"{model} {plan['samples_per_period']} ({plan['detection_probability']:.3f})"
+
+    drawn = f"; draws {row['drawn']} (detection {row['drawn_detection']:.3f})" if "drawn" in row else ""
+    return f"{prover}: {row['chips']} chips, {one('paper')} / {one('exact')}{drawn}"
+
+
+class InspectionBodyForm(forms.ModelForm):
+    organisation = forms.ModelChoiceField(Organisation.objects.order_by("slug"), to_field_name="slug")
+    countries = forms.CharField(help_text="ISO 3166-1 alpha-2 codes it covers, separated by commas or spaces")
+
+    class Meta:
+        model = InspectionBody
+        fields = ["organisation", "countries", "capacity_per_period"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        eligible = [org.pk for org in Organisation.objects.all() if org.has_role(Role.INSPECTION_BODY)]
+        self.fields["organisation"].queryset = Organisation.objects.filter(pk__in=eligible).order_by("slug")
+        if self.instance.pk:
+            self.initial["countries"] = ", ".join(self.instance.countries)
+            self.initial["organisation"] = self.instance.organisation.slug
+            self.fields["organisation"].disabled = True
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        try:  # the service's own checks, so a refusal shows on the form and nothing is written
+            self.registration = bodies.inspection_body_clean(
+                organisation=data["organisation"].slug, countries=data["countries"].replace(",", " ").split(),
+                capacity_per_period=data["capacity_per_period"])
+        except ValidationError as error:
+            for field, reasons in error.message_dict.items():
+                self.add_error(field if field in self.fields else None, reasons)
+        return data
+
+    def _post_clean(self):
+        pass  # the row is written by the service, not from the form
+
+
 @admin.register(InspectionBody)
 class InspectionBodyAdmin(admin.ModelAdmin):
-    """Coverage and capacity of inspection bodies: regulator's configuration, not world state."""
+    """Coverage and capacity of inspection bodies: registered on the ledger (``inspection_body.registered``)."""
 
-    list_display = ("organisation", "countries", "capacity_per_period")
+    form = InspectionBodyForm
+    list_display = ("organisation", "countries", "capacity_per_period", "registered_seq")
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        body = bodies.inspection_body_register(**form.registration, actor="regulator")
+        for field in ("pk", "organisation", "countries", "capacity_per_period", "registered_seq"):
+            setattr(obj, field, getattr(body, field))

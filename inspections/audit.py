@@ -14,7 +14,7 @@ from ledger import selectors as ledger
 from registry.rebuild import rebuild
 
 from . import draws
-from .services import ELIGIBLE, Holdings, prover_sample
+from .planning import ELIGIBLE, Holdings, prover_sample
 
 
 @dataclass

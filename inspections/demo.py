@@ -1,11 +1,9 @@
-"""The inspections part of the demo world: inspection bodies and a campaign with its first draw."""
+"""The inspections part of the demo world: an inspection body and a campaign with its first draw."""
 from django.db import transaction
 from django.utils import timezone
 
-from registry.models import Organisation
-
-from . import services
-from .models import Campaign, InspectionBody
+from .models import Campaign
+from .services import bodies, campaigns
 
 DEMO_CAMPAIGN = "frontier-runs-2026"
 RULE_FLOPS = 1e24  # the demo rule: no undeclared training run of 10^24 FLOPs or more
@@ -15,10 +13,10 @@ RULE_FLOPS = 1e24  # the demo rule: no undeclared training run of 10^24 FLOPs or
 def seed_inspections() -> None:
     if Campaign.objects.filter(slug=DEMO_CAMPAIGN).exists():
         return
-    body = Organisation.objects.get(slug="inspect-eu")
-    InspectionBody.objects.create(organisation=body, countries=["NL", "DE", "US", "AE", "TW"], capacity_per_period=200)
-    campaign = services.campaign_create(
+    bodies.inspection_body_register(organisation="inspect-eu", countries=["NL", "DE", "US", "AE", "TW"],
+                                    capacity_per_period=200)
+    campaign = campaigns.campaign_create(
         slug=DEMO_CAMPAIGN, provers=["owner-a", "owner-b", "owner-c"], rule_flops=RULE_FLOPS,
         starts_on=timezone.now().date(),
     )
-    services.campaign_draw(campaign, 0)
+    campaigns.campaign_draw(campaign, 0)

@@ -22,6 +22,9 @@ class Campaign(models.Model):
     run_days = models.PositiveIntegerField(default=365)
     starts_on = models.DateField()
     ends_on = models.DateField(null=True, blank=True)
+    model = models.CharField(max_length=8, choices=[("paper", "paper (with replacement)"),
+                                                    ("exact", "exact (without replacement)")],
+                             default="paper", help_text="the sampling model that sets each period's sample size")
     created_seq = models.BigIntegerField()
 
     def __str__(self) -> str:
@@ -75,11 +78,12 @@ class InspectionTask(models.Model):
 
 
 class InspectionBody(models.Model):
-    """Where an inspection body works and how many chips it can inspect per period."""
+    """Where an inspection body works and how many chips it can inspect per period (``inspection_body.registered``)."""
 
     organisation = models.OneToOneField(Organisation, on_delete=models.PROTECT, related_name="inspection_profile")
     countries = models.JSONField(default=list, help_text="ISO 3166-1 alpha-2 codes it covers")
     capacity_per_period = models.PositiveIntegerField(default=100)
+    registered_seq = models.BigIntegerField(null=True, blank=True, help_text="its latest registration's entry")
 
     def __str__(self) -> str:
         return self.organisation.slug

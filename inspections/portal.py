@@ -9,7 +9,8 @@ from django.shortcuts import redirect, render
 from registry.models import Role
 from registry.selectors import organisation_of
 
-from . import selectors, services
+from . import selectors
+from .services import inspectors
 
 
 class FindingForm(forms.Form):
@@ -74,31 +75,31 @@ def task_detail(request, task_id: int):
 def _act(request, body, task, context):
     action = request.POST.get("action")
     if action == "accept":
-        services.task_accept(task, body)
+        inspectors.task_accept(task, body)
         messages.success(request, "Task accepted.")
     elif action == "challenge":
-        challenge = services.identity_challenge_issue(task, body)
-        context["challenge"] = {"message": services.identity_message(task.chip.serial, challenge.nonce).decode(),
+        challenge = inspectors.identity_challenge_issue(task, body)
+        context["challenge"] = {"message": inspectors.identity_message(task.chip.serial, challenge.nonce).decode(),
                                 "expires_at": challenge.expires_at}
         context["identity_form"] = IdentityForm(initial={"nonce": challenge.nonce})
         return None  # show the message to have the chip sign
     elif action == "identity":
         form = IdentityForm(request.POST)
         if form.is_valid():
-            outcome = services.identity_answer_check(task, body, **form.cleaned_data)
+            outcome = inspectors.identity_answer_check(task, body, **form.cleaned_data)
             (messages.success if outcome["passed"] else messages.error)(
                 request, "Identity verified." if outcome["passed"] else f"Identity check failed: {outcome['reason']}")
     elif action == "log":
         form = LogForm(request.POST, request.FILES)
         if form.is_valid():
             text = form.cleaned_data["log"].read().decode("utf-8", errors="replace")
-            services.snapshot_log_upload(task, body, text)
+            inspectors.snapshot_log_upload(task, body, text)
             messages.success(request, "Log uploaded; it is being checked.")
     elif action == "finding":
         form = FindingForm(request.POST)
         if not form.is_valid():
             context["finding_form"] = form
             return None
-        services.finding_submit(task, body, form.finding())
+        inspectors.finding_submit(task, body, form.finding())
         messages.success(request, "Finding recorded on the ledger.")
     return redirect("portal:task", task.pk)

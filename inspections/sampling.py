@@ -55,9 +55,9 @@ import math
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import Iterable, Union
+from typing import Union
 
-__all__ = [
+__all__ = [  # what the app uses: campaigns' plans (planning.py) and manage.py plan_inspections
     "DAYS_PER_YEAR",
     "DEFAULT_FLOPS_PER_CHIP_SECOND",
     "DEFAULT_P",
@@ -65,17 +65,12 @@ __all__ = [
     "DEFAULT_RUN_DAYS",
     "DEFAULT_SNAPSHOT_RATE",
     "SECONDS_PER_DAY",
-    "CurvePoint",
     "ImpossibleRun",
     "Plan",
     "PlanError",
     "UnattainableTarget",
-    "catch_probability",
-    "detection_curve",
     "detection_probability",
-    "exact_period_miss_probability",
     "plan",
-    "required_chips",
 ]
 
 SECONDS_PER_DAY = 86_400
@@ -164,12 +159,6 @@ class Plan:
         }
 
 
-@dataclass(frozen=True)
-class CurvePoint:
-    samples_per_period: int
-    detection_probability: float
-
-
 # --------------------------------------------------------------------------------------------------
 # Argument checking
 
@@ -225,7 +214,7 @@ def _log_fraction(value: Fraction) -> float:
     return math.log(value.numerator) - math.log(value.denominator)
 
 
-def required_chips(
+def _required_chips(
     flops: Number | str,
     run_days: Number = DEFAULT_RUN_DAYS,
     flops_per_chip_second: Number = DEFAULT_FLOPS_PER_CHIP_SECOND,
@@ -265,7 +254,7 @@ def _model(flops, chips, snapshot_rate, period_days, run_days, flops_per_chip_se
             f"a monitoring period of {t_m!r} days is longer than the run ({t!r} days); "
             "the model needs the run to span at least one whole period",
         )
-    n = required_chips(flops, t, flops_per_chip_second)
+    n = _required_chips(flops, t, flops_per_chip_second)
     needed = math.ceil(n)
     periods = t / t_m
     snapshots = f * t_m
@@ -412,7 +401,7 @@ def _exact_run_log_miss(model: _Model, samples: int) -> float:
     return model.periods * _log_period_miss(model.chips, model.chips_needed, samples, model.snapshots)
 
 
-def exact_period_miss_probability(
+def _exact_period_miss_probability(
     chips: int,
     used: int,
     samples: int,
@@ -432,21 +421,6 @@ def exact_period_miss_probability(
 
 # --------------------------------------------------------------------------------------------------
 # Public API
-
-
-def catch_probability(
-    flops: Number | str,
-    chips: int,
-    snapshot_rate: Number = DEFAULT_SNAPSHOT_RATE,
-    period_days: Number = DEFAULT_PERIOD_DAYS,
-    run_days: Number = DEFAULT_RUN_DAYS,
-    flops_per_chip_second: Number = DEFAULT_FLOPS_PER_CHIP_SECOND,
-) -> float:
-    """The paper's q = (N/C)·(1 − e^(−f·T_m)); raises :class:`ImpossibleRun` if N > C."""
-    model = _model(flops, chips, snapshot_rate, period_days, run_days, flops_per_chip_second)
-    if model.impossible:
-        raise ImpossibleRun(model.chips_needed, model.chips)
-    return model.q
 
 
 def _run_detection(model: _Model, samples: int, exact: bool) -> float:
@@ -484,38 +458,6 @@ def detection_probability(
     if model.impossible:
         raise ImpossibleRun(model.chips_needed, model.chips)
     return _run_detection(model, _sample_count(model, samples_per_period, exact), exact)
-
-
-def detection_curve(
-    flops: Number | str,
-    chips: int,
-    samples: Iterable[int] | None = None,
-    *,
-    points: int = 50,
-    snapshot_rate: Number = DEFAULT_SNAPSHOT_RATE,
-    period_days: Number = DEFAULT_PERIOD_DAYS,
-    run_days: Number = DEFAULT_RUN_DAYS,
-    flops_per_chip_second: Number = DEFAULT_FLOPS_PER_CHIP_SECOND,
-    exact: bool = False,
-) -> tuple[CurvePoint, ...]:
-    """Detection probability against samples per period, for a regulator to read off the trade-off.
-
-    ``samples`` lists the sample sizes; by default about ``points`` evenly spaced sizes from 0 to the
-    paper's plan for p = 0.999 (capped at C for the exact model).
-    """
-    model = _model(flops, chips, snapshot_rate, period_days, run_days, flops_per_chip_second)
-    if model.impossible:
-        raise ImpossibleRun(model.chips_needed, model.chips)
-    if samples is None:
-        if isinstance(points, bool) or not isinstance(points, int) or points < 2:
-            raise PlanError("points", f"must be a whole number, 2 or more, not {points!r}")
-        top = max(1, math.ceil(_paper_samples(model, 0.999)))
-        if exact:
-            top = min(top, model.chips)
-        samples = sorted({round(i * top / (points - 1)) for i in range(points)})
-    return tuple(
-        CurvePoint(n, _run_detection(model, _sample_count(model, n, exact), exact)) for n in samples
-    )
 
 
 def plan(

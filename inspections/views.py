@@ -13,7 +13,8 @@ from registry.selectors import organisation_of
 from registry.throttles import OrganisationRateThrottle
 from registry.views import SIGNED_PARAMETERS, SIGNED_WRITE_ERRORS, SignedWriteView
 
-from . import selectors, services
+from . import selectors
+from .services import claims, inspectors
 from .models import InspectionTask
 
 
@@ -58,7 +59,7 @@ class TaskAcceptView(InspectorView):
     @extend_schema(request=None, responses={200: TaskOut, 400: OpenApiResponse(description="not an assigned task")})
     def post(self, request, task_id: int):
         task = self.task(request, task_id)
-        return Response(TaskOut(services.task_accept(task, task.inspection_body)).data)
+        return Response(TaskOut(inspectors.task_accept(task, task.inspection_body)).data)
 
 
 class ChallengeOut(serializers.Serializer):
@@ -80,8 +81,8 @@ class ChallengeView(InspectorView):
                    summary="A fresh nonce for the chip to sign (valid 10 minutes, once)")
     def post(self, request, task_id: int):
         task = self.task(request, task_id)
-        challenge = services.identity_challenge_issue(task, task.inspection_body)
-        message = services.identity_message(task.chip.serial, challenge.nonce).decode()
+        challenge = inspectors.identity_challenge_issue(task, task.inspection_body)
+        message = inspectors.identity_message(task.chip.serial, challenge.nonce).decode()
         return Response({"nonce": challenge.nonce, "message": message, "expires_at": challenge.expires_at},
                         status=status.HTTP_201_CREATED)
 
@@ -98,7 +99,7 @@ class IdentityView(InspectorView):
         task = self.task(request, task_id)
         answer = IdentityIn(data=request.data)
         answer.is_valid(raise_exception=True)
-        return Response(services.identity_answer_check(task, task.inspection_body, **answer.validated_data))
+        return Response(inspectors.identity_answer_check(task, task.inspection_body, **answer.validated_data))
 
 
 class LogIn(serializers.Serializer):
@@ -111,7 +112,7 @@ class SnapshotLogView(InspectorView):
         task = self.task(request, task_id)
         upload = LogIn(data=request.data)
         upload.is_valid(raise_exception=True)
-        log = services.snapshot_log_upload(task, task.inspection_body, upload.validated_data["log"])
+        log = inspectors.snapshot_log_upload(task, task.inspection_body, upload.validated_data["log"])
         return Response({"id": log.pk, "status": log.status}, status=status.HTTP_202_ACCEPTED)
 
 
@@ -128,7 +129,7 @@ class FindingView(InspectorView):
     @extend_schema(request=dict, responses={201: dict}, summary="Physical findings: found, refused, seal, tamper, location, photos")
     def post(self, request, task_id: int):
         task = self.task(request, task_id)
-        finding = services.finding_submit(task, task.inspection_body, request.data)
+        finding = inspectors.finding_submit(task, task.inspection_body, request.data)
         return Response({"task": task.pk, "recorded_seq": finding.recorded_seq}, status=status.HTTP_201_CREATED)
 
 
@@ -145,7 +146,7 @@ class ClaimsView(SignedWriteView):
         return super().post(request)
 
     def perform(self, organisation, data, submission) -> dict:
-        rows = services.claims_submit(prover=organisation, claims=data.get("claims"), submission=submission)
+        rows = claims.claims_submit(prover=organisation, claims=data.get("claims"), submission=submission)
         return {"seq": rows[0].claimed_seq, "kind": "claim.submitted", "claims": [row.pk for row in rows]}
 
 

@@ -18,6 +18,7 @@ from typing import Protocol
 import torch
 
 from .determinism import Rounder, decode_log
+from .engine import Budget, Mismatch, Replayer
 from .train import State, train_step
 from .transcript import Transcript
 
@@ -45,8 +46,6 @@ def step_trace(tr: Transcript, model, state: State, batch: dict, log: bytes | No
 
 def dispute(tr: Transcript, start: int, end: int, store: TranscriptStore, replayer) -> dict:
     """First divergent step in [start, end) and its first divergent op, asking `store` for the prover's side."""
-    from .verifier import Mismatch
-
     items = tr.segment(start)
     ours = [tr.checkpoint(start).to(replayer.device)]
     for t, batch, log in items:  # keep every replayed state: bisection then costs no further replay
@@ -87,8 +86,6 @@ class RecomputingStore:
     """The prover's store: any intermediate state or per-op trace, recomputed from its own transcript."""
 
     def __init__(self, root, device="cpu"):
-        from .verifier import Budget, Replayer
-
         self.tr = Transcript(root)
         self.replayer = Replayer(self.tr, Budget(max_seconds=float("inf")), device)
 

@@ -36,24 +36,16 @@ import torch
 from nacl.signing import VerifyKey
 
 from . import hashing, models
-from .determinism import LogMismatch, Rounder, decode_log
+from .bisect import dispute
+from .engine import Budget, BudgetExhausted, Mismatch, Replayer
 from .firmware import parse_record, verify_log
-from .train import State, initial_state, lr_at, train_step
+from .train import initial_state, lr_at
 from .transcript import CommitmentMismatch, MalformedTranscript, Transcript
 
 DEFAULT_RULES = {"max_training_flops": 1e26}
 MAX_CLAIMS = 100_000
 COLLINEAR = 0.99999  # cosine of consecutive checkpoint deltas above which a stretch is a straight line
 UPDATE_JUMP = 100.0  # max factor between neighbouring intervals' update size per unit of learning rate
-
-
-@dataclass
-class Budget:
-    """What the verifier may spend: wall-clock seconds, replayed steps, and random segments to replay."""
-
-    max_seconds: float = 600.0
-    max_steps: int | None = None
-    segments: int = 2
 
 
 @dataclass
@@ -64,61 +56,6 @@ class Verdict:
 
     def to_json(self) -> dict:
         return {"verdict": self.verdict, "reasons": self.reasons, **self.details}
-
-
-class BudgetExhausted(Exception):
-    pass
-
-
-class Mismatch(Exception):
-    """The replay does not reproduce the transcript at `step`."""
-
-    def __init__(self, step: int, what: str):
-        super().__init__(f"step {step}: {what}")
-        self.step, self.what = step, what
-
-
-class Replayer:
-    """Replays transcript steps on a device, counting them against the budget."""
-
-    def __init__(self, tr: Transcript, budget: Budget, device="cpu", started: float | None = None):
-        self.tr, self.budget, self.device = tr, budget, torch.device(device)
-        self.model = models.build(tr.arch, tr.config)
-        self.started, self.steps = started or time.monotonic(), 0
-
-    def step(self, state: State, t: int, batch: dict, log: bytes | None) -> State:
-        """One step from the transcript's batch and rounding log; the loss must be the recorded one."""
-        if self.budget.max_steps is not None and self.steps >= self.budget.max_steps:
-            raise BudgetExhausted(f"step budget ({self.budget.max_steps}) spent")
-        if time.monotonic() - self.started > self.budget.max_seconds:
-            raise BudgetExhausted(f"time budget ({self.budget.max_seconds} s) spent")
-        self.steps += 1
-        rounder = None
-        if self.tr.precision == "det64":
-            try:
-                rounder = Rounder("replay", entries=decode_log(log))
-            except ValueError as e:
-                raise MalformedTranscript(f"step {t}: {e}") from None
-        try:
-            state, loss = train_step(self.model, state, batch, self.tr.manifest["optimizer"], self.tr.precision, rounder)
-        except LogMismatch as e:
-            raise Mismatch(t, f"rounding log does not fit the replay ({e})") from None
-        if loss != self.tr.manifest["records"][t]["loss"]:
-            raise Mismatch(t, f"replayed loss {loss!r} differs from the recorded {self.tr.manifest['records'][t]['loss']!r}")
-        return state
-
-    def run(self, start: int, until: int, each=None) -> State:
-        """Replay from the checkpoint at `start` through step `until` (state after `until` steps)."""
-        state = self.tr.checkpoint(start).to(self.device)
-        if each:
-            each(state)
-        for t, batch, log in self.tr.segment(start) if until > start else []:
-            if t >= until:
-                break
-            state = self.step(state, t, batch, log)
-            if each:
-                each(state)
-        return state
 
 
 def _json(obj_or_path, what: str):
@@ -362,8 +299,6 @@ def _replay_segments(tr: Transcript, replayer: Replayer, budget: Budget, nonce: 
         if not ok:
             reasons.append(f"segment {start}..{end}: {what}")
             if store is not None and "dispute" not in report:
-                from .bisect import dispute
-
                 try:
                     report["dispute"] = dispute(tr, start, end, store, replayer)
                 except (BudgetExhausted, MalformedTranscript, CommitmentMismatch):

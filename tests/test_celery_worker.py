@@ -51,14 +51,14 @@ def test_beat_schedules_the_checkpoint_task():
 def test_worker_runs_the_periodic_draw(worker_queue):
     from django.utils import timezone
 
-    from inspections import services
     from inspections.models import Draw, InspectionTask
+    from inspections.services import campaigns
     from inspections.tasks import draw_due_campaigns
     from tests.inspections.factories import H100, YEAR, make_provers
 
     make_provers()
-    services.campaign_create(slug="worker-draw", provers=["owner-a"], rule_flops=20 * H100 * YEAR,
-                             starts_on=timezone.now().date())
+    campaigns.campaign_create(slug="worker-draw", provers=["owner-a"], rule_flops=20 * H100 * YEAR,
+                              starts_on=timezone.now().date())
     assert draw_due_campaigns.apply_async(queue=worker_queue).get(timeout=60) == ["worker-draw:0"]
     draw = Draw.objects.get(campaign__slug="worker-draw")
     assert InspectionTask.objects.filter(draw=draw).count() > 0

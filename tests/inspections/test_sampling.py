@@ -14,13 +14,11 @@ from inspections.sampling import (
     ImpossibleRun,
     PlanError,
     UnattainableTarget,
-    catch_probability,
-    detection_curve,
     detection_probability,
-    exact_period_miss_probability,
     plan,
-    required_chips,
 )
+from inspections.sampling import _exact_period_miss_probability as exact_period_miss_probability
+from inspections.sampling import _required_chips as required_chips
 
 A_DAY = 10**15 * 86_400  # FLOP one chip does in a day at the default 1e15 FLOP/s
 A_YEAR = A_DAY * 365  # 3.1536e22 FLOP: one chip for the default 365-day run
@@ -125,7 +123,7 @@ def test_exact_plan_for_four_chips_by_hand():
 def test_fractional_number_of_periods_is_a_real_exponent():
     # T = 45 days, T_m = 30 → the run is 1.5 periods: detection = 1 − (1−q)^(1.5·s).
     h = flops_for(10, days=45)
-    q = catch_probability(h, 1000, period_days=30, run_days=45)
+    q = plan(h, 1000, period_days=30, run_days=45).catch_probability
     assert q == pytest.approx(0.01 * (1 - math.exp(-3)), rel=1e-12)
     for s in (1, 7, 40):
         assert detection_probability(s, h, 1000, period_days=30, run_days=45) == pytest.approx(
@@ -209,7 +207,7 @@ def test_more_chips_than_needed_is_impossible_and_says_so():
     with pytest.raises(ImpossibleRun, match="needs 318 chips but the prover holds only 317"):
         detection_probability(10, 10**25, 317)
     with pytest.raises(ImpossibleRun):
-        detection_curve(10**25, 317)
+        detection_probability(10, 10**25, 317, exact=True)
 
 
 def test_tiny_q_is_accurate():
@@ -388,23 +386,14 @@ def test_a_plan_for_ten_million_chips_is_fast():
 
 
 # --------------------------------------------------------------------------------------------------
-# The curve
+# Detection probability of a sample size
 
 
-def test_detection_curve_default_and_explicit():
-    curve = detection_curve(10**25, 100_000)
-    sizes = [point.samples_per_period for point in curve]
-    probabilities = [point.detection_probability for point in curve]
-    assert sizes[0] == 0 and probabilities[0] == 0.0 and len(sizes) == 50
-    assert sizes == sorted(sizes) and probabilities == sorted(probabilities)
-    assert probabilities[-1] == pytest.approx(0.999, abs=1e-4)
-    explicit = detection_curve(10**25, 100_000, [63, 1])
-    assert [point.samples_per_period for point in explicit] == [63, 1]
-    assert explicit[0].detection_probability == plan(10**25, 100_000).detection_probability
-    exact = detection_curve(10**25, 1000, exact=True)
-    assert exact[-1].samples_per_period <= 1000
+def test_detection_probability_of_a_plan_and_its_bounds():
+    assert detection_probability(63, 10**25, 100_000) == plan(10**25, 100_000).detection_probability
+    assert detection_probability(0, 10**25, 100_000) == 0.0
     with pytest.raises(PlanError, match="without replacement") as error:
-        detection_curve(10**25, 1000, [1001], exact=True)
+        detection_probability(1001, 10**25, 1000, exact=True)
     assert error.value.field == "samples_per_period"
     with pytest.raises(PlanError):
         detection_probability(-1, 10**25, 1000)
@@ -494,7 +483,7 @@ def test_plans_reach_p_and_the_exact_one_is_the_smallest(flops, chips, p, rate, 
 @given(needed=st.integers(1, 500), chips=st.integers(1, 5000), rate=rates, exact=st.booleans())
 def test_the_curve_never_decreases(needed, chips, rate, exact):
     chips = max(chips, needed)
-    curve = detection_curve(flops_for(needed), chips, snapshot_rate=rate, exact=exact, points=30)
-    values = [point.detection_probability for point in curve]
+    sizes = sorted({round(i * chips / 29) for i in range(30)})
+    values = [detection_probability(n, flops_for(needed), chips, snapshot_rate=rate, exact=exact) for n in sizes]
     assert all(0 <= v <= 1 for v in values)
     assert all(b >= a - 1e-12 for a, b in zip(values, values[1:]))

@@ -34,6 +34,17 @@ def test_replay_never_imports_django():
     assert out.stdout.strip() == "[]"
 
 
+def test_the_firmware_and_the_package_import_without_torch():
+    """Django's log check needs only replay.firmware: importing it (or the package) must not load torch."""
+    code = ("import sys, replay, replay.firmware\n"
+            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))\n"
+            "from replay import Budget\n"
+            "assert 'torch' in sys.modules and Budget.__module__ == 'replay.engine'")
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
 def test_cli_record_then_verify_on_other_threads(tmp_path):
     rec = run(["record", "--arch", "mlp", "--steps", "10", "--checkpoint-interval", "5", "--out", str(tmp_path / "t"),
                "--chips", "3", "--seed", "5"], OMP_NUM_THREADS="1")

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.utils import timezone
 from nacl.signing import SigningKey
 
-from inspections import services
+from inspections.services import bodies, campaigns, inspectors, sweeps
 from inspections.models import Alert, Claim, InspectionTask, Snapshot
 from inspections.tasks import check_snapshot_log, verify_claim
 from ledger.models import Entry
@@ -45,9 +45,7 @@ def answered(transcript, settings, tmp_path, django_capture_on_commit_callbacks)
     fab, _ = organisation("fab-tw", ["fab"], "TW")
     owner, owner_key = organisation("owner-a", ["owner"], "US")
     body, _ = organisation("inspect-us", ["inspection_body"], "US")
-    from inspections.models import InspectionBody
-
-    InspectionBody.objects.create(organisation=body, countries=["US"], capacity_per_period=10)
+    bodies.inspection_body_register(organisation=body.slug, countries=["US"], capacity_per_period=10)
     facility(owner, "dc-a")
     model = chip_model(fab, "h100-sxm")
     registry.chips_fabricate(organisation=fab, chips=[{"serial": s, "model": model.slug, "public_key": k} for s, k in keys.items()])
@@ -56,16 +54,16 @@ def answered(transcript, settings, tmp_path, django_capture_on_commit_callbacks)
     event(owner, "received", serials)
     event(fab, "transfer_offered", serials, to_owner="owner-a")
     event(owner, "transfer_accepted", serials)
-    campaign = services.campaign_create(slug="c", provers=["owner-a"], rule_flops=1e9, starts_on=timezone.now().date(),
+    campaign = campaigns.campaign_create(slug="c", provers=["owner-a"], rule_flops=1e9, starts_on=timezone.now().date(),
                                         detection_probability=0.999)
-    services.campaign_draw(campaign, 0)
+    campaigns.campaign_draw(campaign, 0)
     lines = (transcript / "snapshots.jsonl").read_text().splitlines()
     for task in InspectionTask.objects.select_related("chip", "inspection_body"):
         mine = [line for line in lines if json.loads(line)["serial"] == task.chip.serial]
         if not mine:
             continue  # this chip logged nothing during the short run
         with django_capture_on_commit_callbacks(execute=False):
-            log = services.snapshot_log_upload(task, task.inspection_body, "\n".join(mine) + "\n")
+            log = inspectors.snapshot_log_upload(task, task.inspection_body, "\n".join(mine) + "\n")
         assert check_snapshot_log(log.pk) == "intact"
     claims = json.loads((transcript / "claims.json").read_text())
     return {"client": SignedClient(owner, owner_key), "claims": claims, "location": str(root / "mlp-run")}
@@ -128,10 +126,10 @@ def test_claims_are_the_owners_only_and_answered_once(answered, django_capture_o
 
 
 def test_unanswered_snapshots_become_alerts(answered):
-    later = timezone.now().date() + timedelta(days=services.CLAIM_DAYS + 1)
-    count = services.unanswered_sweep(later)
+    later = timezone.now().date() + timedelta(days=inspectors.CLAIM_DAYS + 1)
+    count = sweeps.unanswered_sweep(later)
     assert count == Snapshot.objects.count() > 0
-    assert services.unanswered_sweep(later) == 0
+    assert sweeps.unanswered_sweep(later) == 0
 
 
 def test_a_transcript_served_over_http_verifies(answered, django_capture_on_commit_callbacks):

@@ -7,7 +7,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from inspections import draws, services
+from inspections import draws
+from inspections.planning import campaign_period
+from inspections.services import campaigns
 from inspections.audit import audit_draw
 from inspections.models import CampaignSeed, Draw, InspectionTask
 from inspections.tasks import draw_due_campaigns
@@ -28,7 +30,7 @@ def provers():
 def campaign(**overrides):
     params = {"slug": "frontier-2026", "provers": ["owner-a", "owner-b"], "rule_flops": 20 * H100 * YEAR,
               "starts_on": timezone.now().date()}
-    return services.campaign_create(**{**params, **overrides})
+    return campaigns.campaign_create(**{**params, **overrides})
 
 
 def test_the_seed_is_committed_before_and_revealed_only_after_the_draw(provers):
@@ -37,7 +39,7 @@ def test_the_seed_is_committed_before_and_revealed_only_after_the_draw(provers):
     committed = Entry.objects.get(kind="campaign.seed_committed")
     assert committed.payload["commitment"] == draws.commitment(bytes(seed.seed))
     assert not Entry.objects.filter(payload__seed=bytes(seed.seed).hex()).exists()  # secret until the draw
-    draw = services.campaign_draw(camp, 0)
+    draw = campaigns.campaign_draw(camp, 0)
     drawn = Entry.objects.get(seq=draw.drawn_seq)
     assert drawn.payload["seed"] == bytes(seed.seed).hex()
     assert committed.seq < draw.checkpoint_size <= drawn.seq
@@ -45,7 +47,7 @@ def test_the_seed_is_committed_before_and_revealed_only_after_the_draw(provers):
 
 
 def test_draw_samples_each_prover_by_its_plan_and_assigns_by_country_and_capacity(provers):
-    draw = services.campaign_draw(campaign(), 0)
+    draw = campaigns.campaign_draw(campaign(), 0)
     sampled = Entry.objects.get(seq=draw.drawn_seq).payload["provers"]
     assert sampled["owner-a"]["chips"] == 200 and sampled["owner-b"]["chips"] == 50
     tasks = InspectionTask.objects.filter(draw=draw).select_related("chip", "inspection_body", "prover")
@@ -61,19 +63,19 @@ def test_draw_samples_each_prover_by_its_plan_and_assigns_by_country_and_capacit
 
 
 def test_an_impossible_run_draws_nothing(provers):
-    draw = services.campaign_draw(campaign(rule_flops=10_000 * H100 * YEAR), 0)
+    draw = campaigns.campaign_draw(campaign(rule_flops=10_000 * H100 * YEAR), 0)
     sampled = Entry.objects.get(seq=draw.drawn_seq).payload["provers"]
     assert sampled["owner-a"]["samples"] == 0 and sampled["owner-a"]["chips_needed"] > 200
 
 
 def test_a_country_campaign_targets_every_holder_there(provers):
-    draw = services.campaign_draw(campaign(provers=[], country="NL"), 0)
+    draw = campaigns.campaign_draw(campaign(provers=[], country="NL"), 0)
     assert list(Entry.objects.get(seq=draw.drawn_seq).payload["provers"]) == ["owner-b"]
 
 
 def test_audit_recomputes_the_draw_from_the_ledger(provers):
     camp = campaign()
-    services.campaign_draw(camp, 0)
+    campaigns.campaign_draw(camp, 0)
     chip = Chip.objects.filter(owner__slug="owner-a").select_related("owner").first()
     event(chip.owner, "reported_lost", [chip.serial])  # what happens after the draw does not change it
     out = io.StringIO()
@@ -83,7 +85,7 @@ def test_audit_recomputes_the_draw_from_the_ledger(provers):
 
 def test_audit_catches_a_draw_that_is_not_the_recomputation(provers):
     camp = campaign()
-    real = Entry.objects.get(seq=services.campaign_draw(camp, 0).drawn_seq).payload
+    real = Entry.objects.get(seq=campaigns.campaign_draw(camp, 0).drawn_seq).payload
     seed = draws.new_seed()
     ledger_services.append_entry("campaign.seed_committed", {"campaign": camp.slug, "period": 9,
                                                              "commitment": draws.commitment(seed)}, "regulator")
@@ -137,13 +139,13 @@ def test_a_period_is_drawn_once(provers):
     from django.core.exceptions import ValidationError
 
     camp = campaign()
-    services.campaign_draw(camp, 0)
+    campaigns.campaign_draw(camp, 0)
     with pytest.raises(ValidationError):
-        services.campaign_draw(camp, 0)
+        campaigns.campaign_draw(camp, 0)
     with pytest.raises(ValidationError):
-        services.campaign_draw(camp, 5)  # no seed committed for it
-    assert services.campaign_period(camp, camp.starts_on - timedelta(days=1)) is None
-    assert services.campaign_period(camp, date.fromordinal(camp.starts_on.toordinal() + 61)) == 2
+        campaigns.campaign_draw(camp, 5)  # no seed committed for it
+    assert campaign_period(camp, camp.starts_on - timedelta(days=1)) is None
+    assert campaign_period(camp, date.fromordinal(camp.starts_on.toordinal() + 61)) == 2
 
 
 def test_a_missed_period_is_committed_first_and_drawn_on_the_next_run(provers):
@@ -156,7 +158,8 @@ def test_a_missed_period_is_committed_first_and_drawn_on_the_next_run(provers):
 
 def test_the_database_ranks_chips_exactly_as_the_python_reference(provers):
     """On PostgreSQL the draw ranks inside the database (pgcrypto); it must equal draws.draw."""
-    from inspections.services import ELIGIBLE, _ranked_in_database
+    from inspections.planning import ELIGIBLE
+    from inspections.services.campaigns import _ranked_in_database
     from registry.models import Organisation
 
     owner = Organisation.objects.get(slug="owner-a")
@@ -176,7 +179,7 @@ def test_inspectors_get_one_email_per_body_listing_their_chips(provers, mailoutb
     user = get_user_model().objects.create_user("eu-inspector", email="eu@inspect.example")
     registry.member_add(user, Organisation.objects.get(slug="inspect-eu"))
     with django_capture_on_commit_callbacks(execute=True):
-        draw = services.campaign_draw(campaign(), 0)
+        draw = campaigns.campaign_draw(campaign(), 0)
     assert len(mailoutbox) == 1 and mailoutbox[0].to == ["eu@inspect.example"]
     for task in InspectionTask.objects.filter(draw=draw, inspection_body__slug="inspect-eu").select_related("chip"):
         assert f"{task.chip.serial} at dc-owner-b" in mailoutbox[0].body
@@ -184,4 +187,35 @@ def test_inspectors_get_one_email_per_body_listing_their_chips(provers, mailoutb
     draw = type(draw).objects.get(pk=draw.pk)  # nothing cached
     # one query for tasks with their chips and facilities, one per body for its members, one for the campaign
     with django_assert_num_queries(1 + bodies + 1):
-        services._notify_inspectors(draw)
+        campaigns._notify_inspectors(draw)
+
+
+def test_the_campaign_normalises_and_checks_its_country(provers):
+    camp = campaign(provers=[], country=" nl ")
+    assert camp.country == "NL" and Entry.objects.get(kind="campaign.created").payload["country"] == "NL"
+    from django.core.exceptions import ValidationError
+
+    for bad in ("NLD", "N", "1L", "NL\nX"):
+        with pytest.raises(ValidationError) as error:
+            campaign(slug="bad", provers=[], country=bad)
+        assert "country" in error.value.message_dict
+
+
+def test_the_campaign_records_its_sampling_model_and_draws_by_it(provers):
+    from django.core.exceptions import ValidationError
+
+    assert campaign().model == "paper"
+    assert Entry.objects.get(kind="campaign.created", payload__slug="frontier-2026").payload["model"] == "paper"
+    with pytest.raises(ValidationError) as error:
+        campaign(slug="bad", model="binomial")
+    assert "model" in error.value.message_dict
+    # one 365-day period, p = 0.999, a run on 10 H100s: the paper asks for 135 of owner-a's 200, the exact plan 91
+    params = {"rule_flops": 10 * H100 * YEAR, "period_days": 365, "detection_probability": 0.999}
+    samples = {}
+    for model in ("paper", "exact"):
+        camp = campaign(slug=f"{model}-2026", model=model, **params)
+        assert Entry.objects.get(kind="campaign.created", payload__slug=camp.slug).payload["model"] == model
+        drawn = Entry.objects.get(seq=campaigns.campaign_draw(camp, 0).drawn_seq).payload["provers"]
+        samples[model] = drawn["owner-a"]["samples"], drawn["owner-b"]["samples"]
+        assert audit_draw(camp.slug, 0).matches
+    assert samples == {"paper": (135, 31), "exact": (91, 21)}

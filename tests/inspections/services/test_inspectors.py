@@ -7,23 +7,13 @@ from django.utils import timezone
 from nacl.signing import SigningKey
 from rest_framework.test import APIClient
 
-from inspections import services
 from inspections.models import Alert, Campaign, Finding, IdentityChallenge, InspectionTask, Snapshot, SnapshotLog
 from inspections.tasks import check_snapshot_log
 from ledger.models import Entry
 from registry.models import Chip
-from tests.inspections.factories import H100, YEAR, make_provers
-from tests.registry.factories import SignedClient, event
+from tests.registry.factories import SignedClient
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def draw():
-    make_provers()
-    campaign = services.campaign_create(slug="c1", provers=["owner-a", "owner-b"], rule_flops=20 * H100 * YEAR,
-                                        starts_on=timezone.now().date())
-    return services.campaign_draw(campaign, 0)
 
 
 def inspector(slug: str) -> APIClient:
@@ -170,14 +160,3 @@ def test_a_finding_needs_an_accepted_task_and_valid_fields(draw):
     refused = client.post(f"/api/inspections/tasks/{task.pk}/finding", {"chip_found": True, "owner_refused": True,
                                                                         "seal_intact": True}, format="json")
     assert refused.status_code == 201 and Alert.objects.filter(kind="refused").exists()
-
-
-def test_overdue_tasks_and_lost_chips_raise_alerts_once(draw):
-    later = timezone.now().date() + timedelta(days=30)
-    overdue = services.overdue_sweep(later)
-    assert overdue == InspectionTask.objects.filter(status="overdue").count() > 0
-    assert services.overdue_sweep(later) == 0
-    chip = Chip.objects.filter(owner__slug="owner-a").select_related("owner").first()
-    event(chip.owner, "reported_stolen", [chip.serial])
-    assert services.lost_chip_sweep() == 1 and services.lost_chip_sweep() == 0
-    assert Alert.objects.get(kind="lost").chip == chip

@@ -1,0 +1,128 @@
+"""What a campaign asks of each prover, as pure functions (no database): its periods, the prover's
+sample (plan and draw), the assignment of drawn chips to inspection bodies, and the plan shown to
+the regulator. The live draw (``services.campaigns``) and the audit from the ledger
+(``audit.audit_draw``) both go through ``prover_sample``, so they cannot drift apart.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import date
+
+from registry.lifecycle import ACTIVE, Status
+
+from . import sampling
+
+# Chips a prover holds for the purpose of a draw: anything it owns that could be training.
+ELIGIBLE = sorted(s.value for s in ACTIVE | {Status.IN_TRANSIT})
+MODELS = ("paper", "exact")  # the paper's plan (with replacement) or the exact one (without)
+DEFAULT_MODEL = "paper"  # also what a campaign created before campaigns chose a model uses
+
+
+def campaign_period(campaign, on: date) -> int | None:
+    """The period of ``campaign`` that ``on`` falls in, or None outside the campaign."""
+    if on < campaign.starts_on or (campaign.ends_on and on > campaign.ends_on):
+        return None
+    return (on - campaign.starts_on).days // campaign.period_days
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """What a draw needs to know of a prover's chips: how many, the fastest model, and a way to rank them."""
+
+    count: int
+    peak_flops: float | None
+    draw: Callable[[bytes, bytes, str, int], list[str]]  # (seed, root, campaign, k) -> the k lowest-ranked serials
+
+
+def _plan(campaign, chips: int, peak_flops: float | None, model: str) -> sampling.Plan:
+    return sampling.plan(
+        campaign.rule_flops, chips, p=campaign.detection_probability, snapshot_rate=campaign.snapshot_rate,
+        period_days=campaign.period_days, run_days=campaign.run_days,
+        flops_per_chip_second=peak_flops or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND, exact=model == "exact",
+    )
+
+
+def prover_sample(campaign, prover: str, holdings: Holdings, seed: bytes, root: bytes) -> dict:
+    """Plan and draw for one prover by the campaign's sampling model; the audit recomputes it the same way.
+
+    ``campaign`` is a Campaign row or the ``campaign.created`` payload; one without a ``model``
+    (created before campaigns chose one) uses the paper's plan.
+    """
+    sample = {"chips": holdings.count, "chips_needed": None, "samples": 0, "drawn": []}
+    if not holdings.count:
+        return sample
+    try:
+        plan = _plan(campaign, holdings.count, holdings.peak_flops, getattr(campaign, "model", None) or DEFAULT_MODEL)
+    except sampling.PlanError as error:
+        sample["plan_error"] = str(error)  # recorded on the ledger; the regulator sees it in the draw
+        return sample
+    sample["chips_needed"] = plan.chips_needed
+    if plan.impossible:
+        return sample  # the prover cannot run it: nothing to look for
+    # The paper's plan samples with replacement and may ask for more than C: inspect them all.
+    sample["samples"] = min(plan.samples_per_period, holdings.count)
+    sample["drawn"] = sorted(holdings.draw(seed, root, campaign.slug, sample["samples"]))
+    return sample
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """An inspection body as the assignment sees it."""
+
+    slug: str
+    countries: list[str]
+    capacity_per_period: int
+
+
+def assign(countries: dict[str, str], bodies: Iterable[Coverage]) -> dict[str, str | None]:
+    """serial -> inspection body: by the chip's country, to the body with most capacity left.
+
+    ``countries`` maps each drawn serial to its chip's country; a chip no body with capacity
+    left covers gets None.
+    """
+    bodies = sorted(bodies, key=lambda body: body.slug)
+    left = {body.slug: body.capacity_per_period for body in bodies}
+    serves = defaultdict(list)
+    for body in bodies:
+        for country in body.countries:
+            serves[country].append(body.slug)
+    assignments = {}
+    for serial in sorted(countries):
+        candidates = [slug for slug in serves.get(countries[serial], []) if left[slug] > 0]
+        chosen = max(candidates, key=lambda slug: (left[slug], slug), default=None)
+        if chosen:
+            left[chosen] -= 1
+        assignments[serial] = chosen
+    return assignments
+
+
+def prover_plan(campaign, chips: int, peak_flops: float | None) -> dict:
+    """Both plans for one prover: samples per period and the detection probability each achieves.
+
+    ``drawn`` is what a draw inspects under the campaign's model (at most the prover's chips), and
+    ``drawn_detection`` the probability that this sample, drawn without replacement as draws are,
+    catches the run.
+    """
+    row = {"chips": chips, "model": getattr(campaign, "model", None) or DEFAULT_MODEL, "chips_needed": None}
+    if not chips:
+        return {**row, "impossible": True}
+    for model in MODELS:
+        try:
+            plan = _plan(campaign, chips, peak_flops, model)
+        except sampling.PlanError as error:
+            row[model] = {"error": str(error)}
+            continue
+        row["chips_needed"], row["impossible"] = plan.chips_needed, plan.impossible
+        row[model] = {"samples_per_period": plan.samples_per_period, "samples_per_year": plan.samples_per_year,
+                      "detection_probability": plan.detection_probability}
+    chosen = row.get(row["model"], {})
+    if row.get("impossible") is False and "samples_per_period" in chosen:
+        row["drawn"] = min(chosen["samples_per_period"], chips)
+        row["drawn_detection"] = sampling.detection_probability(
+            row["drawn"], campaign.rule_flops, chips, snapshot_rate=campaign.snapshot_rate,
+            period_days=campaign.period_days, run_days=campaign.run_days,
+            flops_per_chip_second=peak_flops or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND, exact=True,
+        )
+    return row

@@ -1,0 +1,194 @@
+"""Campaigns: create, commit a period's seed, draw the sample against a checkpoint, and the beat's due draws.
+
+Each write is a ledger entry (``campaign.created``, ``campaign.seed_committed``, ``campaign.drawn``)
+with its projection rows in the same transaction.
+"""
+from __future__ import annotations
+
+import base64
+from collections import defaultdict
+from datetime import date, timedelta
+
+from django.core.mail import send_mail
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ledger import services as ledger
+from registry.models import Chip, Organisation
+
+from .. import draws, selectors
+from ..models import Alert, Campaign, CampaignSeed, Draw, InspectionBody, InspectionTask
+from ..planning import DEFAULT_MODEL, ELIGIBLE, MODELS, Coverage, Holdings, assign, campaign_period, prover_sample
+from .alerts import alert_raise
+from .validation import country_clean, fail as _fail
+
+TASK_DAYS = 14  # an inspection is due this many days after the draw
+
+
+@transaction.atomic
+def campaign_create(
+    *, slug: str, rule_flops: float, starts_on: date, provers: list[str] = (), country: str = "",
+    detection_probability: float = 0.9, snapshot_rate: float = 0.1, period_days: int = 30, run_days: int = 365,
+    ends_on: date | None = None, model: str = DEFAULT_MODEL, actor: str = "regulator",
+) -> Campaign:
+    country = country_clean(country) if (country or "").strip() else ""
+    if Campaign.objects.filter(slug=slug).exists():
+        _fail("slug", f"{slug!r} is taken")
+    if bool(provers) == bool(country):
+        _fail("provers", "name the provers, or a country whose chip holders are all targeted — one of the two")
+    targets = list(Organisation.objects.filter(slug__in=provers))
+    if len(targets) != len(set(provers)):
+        _fail("provers", f"unknown: {sorted(set(provers) - {o.slug for o in targets})}")
+    if not rule_flops > 0:
+        _fail("rule_flops", "must be positive")
+    if not 0 < detection_probability < 1:
+        _fail("detection_probability", "must be between 0 and 1")
+    if not 0 < period_days <= run_days:
+        _fail("period_days", "must be positive and at most run_days")
+    if model not in MODELS:
+        _fail("model", f"one of {list(MODELS)}")
+    params = {
+        "slug": slug, "provers": sorted(provers), "country": country, "rule_flops": rule_flops,
+        "detection_probability": detection_probability, "snapshot_rate": snapshot_rate,
+        "period_days": period_days, "run_days": run_days, "starts_on": starts_on.isoformat(),
+        "ends_on": ends_on.isoformat() if ends_on else None, "model": model,
+    }
+    entry = ledger.append_entry("campaign.created", params, actor)
+    campaign = Campaign.objects.create(
+        slug=slug, country=country, rule_flops=rule_flops, detection_probability=detection_probability,
+        snapshot_rate=snapshot_rate, period_days=period_days, run_days=run_days, starts_on=starts_on,
+        ends_on=ends_on, model=model, created_seq=entry.seq,
+    )
+    campaign.provers.set(targets)
+    _commit_seed(campaign, campaign_period(campaign, timezone.now().date()) or 0, actor)
+    return campaign
+
+
+@transaction.atomic
+def campaign_seed_commit(campaign: Campaign, period: int, actor: str = "regulator") -> CampaignSeed:
+    if CampaignSeed.objects.filter(campaign=campaign, period=period).exists():
+        _fail("period", f"period {period} already has a committed seed")
+    return _commit_seed(campaign, period, actor)
+
+
+def _commit_seed(campaign: Campaign, period: int, actor: str) -> CampaignSeed:
+    seed = draws.new_seed()
+    commitment = draws.commitment(seed)
+    entry = ledger.append_entry(
+        "campaign.seed_committed", {"campaign": campaign.slug, "period": period, "commitment": commitment}, actor
+    )
+    return CampaignSeed.objects.create(
+        campaign=campaign, period=period, seed=seed, commitment=commitment, committed_seq=entry.seq
+    )
+
+
+def campaigns_draw_due(today: date) -> list[str]:
+    """Draw every active campaign whose current period has not been drawn yet ("slug:period" each).
+
+    A period whose seed was never committed (the service was down through a whole
+    period) gets its commitment now and is drawn on the next run, never in the same one.
+    """
+    done = []
+    for campaign in Campaign.objects.order_by("slug"):
+        period = campaign_period(campaign, today)
+        if period is None or Draw.objects.filter(campaign=campaign, period=period).exists():
+            continue
+        if not CampaignSeed.objects.filter(campaign=campaign, period=period).exists():
+            campaign_seed_commit(campaign, period)
+            continue
+        campaign_draw(campaign, period)
+        done.append(f"{campaign.slug}:{period}")
+    return done
+
+
+@transaction.atomic
+def campaign_draw(campaign: Campaign, period: int, actor: str = "regulator") -> Draw:
+    """Draw the period's sample against a fresh checkpoint, reveal the seed, commit the next one."""
+    seed = CampaignSeed.objects.select_for_update().filter(campaign=campaign, period=period).first()
+    if seed is None:
+        _fail("period", f"no seed was committed for period {period}")
+    if Draw.objects.filter(campaign=campaign, period=period).exists():
+        _fail("period", f"period {period} was already drawn")
+    # Signed under the ledger lock, held to the end of this transaction: the registry read
+    # below is exactly the ledger's first checkpoint.size entries, which the audit replays.
+    checkpoint = ledger.checkpoint_sign()
+    root = bytes(checkpoint.root)
+    provers = {}
+    for prover, count, peak in selectors.campaign_targets(campaign):
+        holdings = Holdings(count, peak, lambda seed_, root_, slug, k, prover=prover:
+                            _ranked_in_database(prover, seed_, root_, slug, k))
+        provers[prover.slug] = prover_sample(campaign, prover.slug, holdings, bytes(seed.seed), root)
+    today = timezone.now().date()
+    assignments = _assign(provers)
+    payload = {
+        "campaign": campaign.slug, "period": period, "seed": bytes(seed.seed).hex(),
+        "checkpoint": {"size": checkpoint.size, "root": base64.b64encode(root).decode()},
+        "provers": provers, "assignments": assignments,
+    }
+    entry = ledger.append_entry("campaign.drawn", payload, actor)
+    draw = Draw.objects.create(
+        campaign=campaign, period=period, checkpoint_size=checkpoint.size, checkpoint_root=root, drawn_seq=entry.seq,
+        drawn_at=entry.time,
+    )
+    _create_tasks(draw, provers, assignments, today, entry.seq)
+    _commit_seed(campaign, period + 1, actor)
+    return draw
+
+
+def _ranked_in_database(prover: Organisation, seed: bytes, root: bytes, campaign: str, count: int) -> list[str]:
+    """The draw's ranking, computed where the chips are.
+
+    PostgreSQL computes the HMAC from its built-in SHA-256 (RFC 2104 pads from draws.hmac_pads)
+    and keeps the top N, so ten million chips never leave the database; elsewhere the serials are
+    streamed through draws.draw. Both give the same order: bytea sorts like Python bytes
+    (tests/inspections/services/test_campaigns.py checks it on PostgreSQL).
+    """
+    if connection.vendor == "postgresql":
+        inner, outer = draws.hmac_pads(seed)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT serial FROM registry_chip WHERE owner_id = %s AND status = ANY(%s) "
+                "ORDER BY sha256(%s::bytea || sha256(%s::bytea || convert_to(serial, 'UTF8'))) LIMIT %s",
+                [prover.pk, ELIGIBLE, outer, inner + draws.rank_prefix(root, campaign), count],
+            )
+            return [serial for (serial,) in cursor.fetchall()]
+    serials = Chip.objects.filter(owner=prover, status__in=ELIGIBLE).values_list("serial", flat=True)
+    return draws.draw(seed, root, campaign, serials.iterator(chunk_size=20_000), count)
+
+
+def _assign(provers: dict) -> dict[str, str | None]:
+    countries = dict(Chip.objects.filter(serial__in=[s for p in provers.values() for s in p["drawn"]])
+                     .values_list("serial", "country"))
+    bodies = [Coverage(body.organisation.slug, body.countries, body.capacity_per_period)
+              for body in InspectionBody.objects.select_related("organisation")]
+    return assign(countries, bodies)
+
+
+def _create_tasks(draw: Draw, provers: dict, assignments: dict, today: date, seq: int) -> None:
+    chips = {chip.serial: chip for chip in Chip.objects.filter(serial__in=assignments)}
+    orgs = {org.slug: org for org in Organisation.objects.all()}
+    due = today + timedelta(days=TASK_DAYS)
+    tasks = InspectionTask.objects.bulk_create([
+        InspectionTask(draw=draw, chip=chips[serial], prover=orgs[prover], inspection_body=orgs.get(assignments[serial]),
+                       due_on=due, assigned_seq=seq)
+        for prover, sample in provers.items() for serial in sample["drawn"]
+    ])
+    for task in tasks:
+        if task.inspection_body is None:
+            alert_raise(Alert.Kind.UNASSIGNED, task.prover, f"no inspection body with capacity covers {task.chip.country} "
+                        f"for {task.chip.serial}", task.chip, task)
+    transaction.on_commit(lambda: _notify_inspectors(draw))
+
+
+def _notify_inspectors(draw: Draw) -> None:
+    """One email per inspection body member with the tasks assigned to the body (console backend by default)."""
+    by_body = defaultdict(list)
+    for task in draw.tasks.select_related("chip__facility", "inspection_body").exclude(inspection_body=None):
+        by_body[task.inspection_body].append(task)
+    for body, tasks in by_body.items():
+        recipients = [m.user.email for m in body.members.select_related("user") if m.user.email]
+        if recipients:
+            lines = "\n".join(f"  {t.chip.serial} at {t.chip.facility.slug if t.chip.facility else 'no facility'}, "
+                              f"due {t.due_on}" for t in tasks)
+            send_mail(f"{len(tasks)} chip inspections assigned ({draw.campaign.slug}, period {draw.period})",
+                      f"Inspections assigned to {body.slug}:\n{lines}\n", None, recipients)

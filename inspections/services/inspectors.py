@@ -1,0 +1,199 @@
+"""The inspector's workflow: accept a task, check the chip's identity, upload its snapshot log, record findings.
+
+Each step is a ledger entry made by the inspection body (``inspection.accepted``,
+``inspection.identity_checked``, ``inspection.snapshot_log``, ``inspection.finding``).
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import secrets
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
+
+from ledger import services as ledger
+from registry.models import Organisation
+
+from .. import queue, verification
+from ..models import Alert, Finding, IdentityChallenge, InspectionTask, Snapshot, SnapshotLog
+from .alerts import alert_raise
+from .campaigns import campaign_create
+from .validation import fail as _fail
+
+CHALLENGE_SECONDS = 600
+CLAIM_DAYS = 30  # the prover must answer a logged snapshot within this many days
+MAX_LOG_BYTES = 5 * 2**20
+PHOTO_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def _own_task(task: InspectionTask, body: Organisation) -> None:
+    if task.inspection_body_id != body.pk:
+        raise InspectionTask.DoesNotExist  # another body's task does not exist for this one
+
+
+@transaction.atomic
+def task_accept(task: InspectionTask, body: Organisation) -> InspectionTask:
+    _own_task(task, body)
+    if task.status != InspectionTask.Status.ASSIGNED:
+        _fail("status", f"a {task.status} task cannot be accepted")
+    ledger.append_entry("inspection.accepted", {"task": task.pk, "chip": task.chip.serial}, body.slug)
+    task.status = InspectionTask.Status.ACCEPTED
+    task.save(update_fields=["status"])
+    return task
+
+
+def identity_message(serial: str, nonce: str) -> bytes:
+    """What the chip signs: domain-separated, so no other signature of the chip key can pass."""
+    return f"chipledger identity challenge v1\n{serial}\n{nonce}\n".encode()
+
+
+@transaction.atomic
+def identity_challenge_issue(task: InspectionTask, body: Organisation) -> IdentityChallenge:
+    _own_task(task, body)
+    now = timezone.now()
+    return IdentityChallenge.objects.create(task=task, nonce=secrets.token_hex(32), issued_at=now,
+                                            expires_at=now + timedelta(seconds=CHALLENGE_SECONDS))
+
+
+@transaction.atomic
+def identity_answer_check(task: InspectionTask, body: Organisation, nonce: str, signature: str) -> dict:
+    """Verify the chip's answer against the key registered at fabrication; the outcome goes on the ledger.
+
+    A wrong, replayed or expired answer is a failed identity check, never a pass.
+    """
+    _own_task(task, body)
+    challenge = IdentityChallenge.objects.select_for_update().filter(task=task, nonce=nonce).first()
+    reason = _identity_problem(task, challenge, signature)
+    if challenge is not None:
+        challenge.answered = True
+        challenge.save(update_fields=["answered"])
+    outcome = {"task": task.pk, "chip": task.chip.serial, "nonce": nonce, "passed": reason is None, "reason": reason}
+    ledger.append_entry("inspection.identity_checked", outcome, body.slug)
+    if reason is not None:
+        alert_raise(Alert.Kind.IDENTITY_FAILED, task.prover, f"{task.chip.serial}: {reason}", task.chip, task)
+    return outcome
+
+
+def _identity_problem(task: InspectionTask, challenge: IdentityChallenge | None, signature: str) -> str | None:
+    if challenge is None:
+        return "no such challenge was issued for this task"
+    if challenge.answered:
+        return "the challenge was already answered (replayed)"
+    if timezone.now() > challenge.expires_at:
+        return "the challenge expired"
+    try:
+        VerifyKey(bytes(task.chip.public_key)).verify(
+            identity_message(task.chip.serial, challenge.nonce), base64.b64decode(signature, validate=True)
+        )
+    except (BadSignatureError, ValueError, TypeError):
+        return "the signature does not verify under the chip's registered key"
+    return None
+
+
+@transaction.atomic
+def snapshot_log_upload(task: InspectionTask, body: Organisation, text: str) -> SnapshotLog:
+    """Store the log; a Celery task checks it after commit (the checker lives in replay)."""
+    _own_task(task, body)
+    if len(text.encode()) > MAX_LOG_BYTES:
+        _fail("log", f"at most {MAX_LOG_BYTES} bytes")
+    if not text.strip():
+        _fail("log", "is empty")
+    log = SnapshotLog.objects.create(task=task, text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
+    queue.enqueue_log_check(log.pk)
+    return log
+
+
+def snapshot_log_check(log_id: int) -> str:
+    """Check an uploaded firmware log against the chip's registered key and record the verdict (the worker's job)."""
+    log = SnapshotLog.objects.select_related("task__chip").get(pk=log_id)
+    chip = log.task.chip
+    problems, records = verification.snapshot_log_check(log.text, bytes(chip.public_key), chip.serial)
+    return snapshot_log_record(log, problems, records).status
+
+
+@transaction.atomic
+def snapshot_log_record(log: SnapshotLog, problems: list[dict], records: list[dict]) -> SnapshotLog:
+    """Record the checker's verdict on the ledger; keep the authentic snapshots for the prover's claims."""
+    log = SnapshotLog.objects.select_for_update().select_related("task__chip", "task__prover").get(pk=log.pk)
+    if log.status != SnapshotLog.Status.PENDING:
+        return log  # a retried task records nothing twice
+    task, chip = log.task, log.task.chip
+    entry = ledger.append_entry("inspection.snapshot_log", {
+        "task": task.pk, "chip": chip.serial, "log_sha256": log.sha256, "problems": problems,
+        "snapshots": [{k: r[k] for k in ("counter", "time", "shard", "hash")} for r in records],
+    }, task.inspection_body.slug if task.inspection_body else "system")
+    due = timezone.now().date() + timedelta(days=CLAIM_DAYS)
+    Snapshot.objects.bulk_create([
+        Snapshot(chip=chip, log=log, counter=r["counter"], time=r["time"], shard=r["shard"], hash=r["hash"], claim_due_on=due)
+        for r in records
+    ], ignore_conflicts=True)
+    log.status = SnapshotLog.Status.PROBLEMS if problems else SnapshotLog.Status.INTACT
+    log.problems, log.checked_seq = problems, entry.seq
+    log.save(update_fields=["status", "problems", "checked_seq"])
+    if problems:
+        summary = "; ".join(f"line {p['line']}: {p['kind']} ({p['detail']})" for p in problems[:5])
+        alert_raise(Alert.Kind.LOG_PROBLEMS, task.prover, f"{chip.serial}: {summary}", chip, task)
+    return log
+
+
+FINDING_FIELDS = {"chip_found": bool, "owner_refused": bool, "seal_intact": bool, "tamper_evidence": bool,
+                  "location_matches": bool, "notes": str}
+
+
+@transaction.atomic
+def finding_submit(task: InspectionTask, body: Organisation, data: dict) -> Finding:
+    _own_task(task, body)
+    if task.status not in (InspectionTask.Status.ACCEPTED, InspectionTask.Status.OVERDUE):
+        _fail("status", f"a {task.status} task takes no finding (accept it first)")
+    finding = _finding_fields(data)
+    entry = ledger.append_entry("inspection.finding", {"task": task.pk, "chip": task.chip.serial, **finding}, body.slug)
+    row = Finding.objects.create(task=task, recorded_seq=entry.seq, **finding)
+    task.status = InspectionTask.Status.DONE
+    task.save(update_fields=["status"])
+    _escalate(task, row)
+    return row
+
+
+def _finding_fields(data: dict) -> dict:
+    if not isinstance(data, dict) or not isinstance(data.get("chip_found"), bool):
+        _fail("chip_found", "required: true or false")
+    finding = {}
+    for name, kind in FINDING_FIELDS.items():
+        value = data.get(name)
+        if value is not None and not isinstance(value, kind):
+            _fail(name, f"must be {kind.__name__}")
+        if value is not None:
+            finding[name] = value
+    hashes = data.get("photo_hashes", [])
+    if isinstance(hashes, list) and all(isinstance(h, str) for h in hashes):
+        hashes = [h.strip().lower() for h in hashes]
+    if not isinstance(hashes, list) or not all(isinstance(h, str) and PHOTO_HASH.fullmatch(h) for h in hashes):
+        _fail("photo_hashes", "a list of hex SHA-256 digests of the photographs")
+    finding["photo_hashes"] = hashes
+    unknown = set(data) - set(FINDING_FIELDS) - {"photo_hashes"}
+    if unknown:
+        _fail("body", f"unknown fields {sorted(unknown)}")
+    return finding
+
+
+def _escalate(task: InspectionTask, finding: Finding) -> None:
+    """Not found, refused or tampered: alert and escalate; not found twice: an unscheduled campaign."""
+    chip, prover = task.chip, task.prover
+    if finding.owner_refused:
+        alert_raise(Alert.Kind.REFUSED, prover, f"{prover.slug} refused the inspection of {chip.serial}", chip, task)
+    if not finding.chip_found:
+        alert_raise(Alert.Kind.NOT_FOUND, prover, f"{chip.serial} was not where the registry says", chip, task)
+        misses = Finding.objects.filter(task__prover=prover, chip_found=False).count()
+        if misses == 2:
+            campaign = task.draw.campaign
+            campaign_create(
+                slug=f"unscheduled-{prover.slug}-{finding.recorded_seq}", provers=[prover.slug],
+                rule_flops=campaign.rule_flops, starts_on=timezone.now().date(),
+                detection_probability=campaign.detection_probability, snapshot_rate=campaign.snapshot_rate,
+                period_days=campaign.period_days, run_days=campaign.run_days, model=campaign.model, actor="system",
+            )

@@ -1,0 +1,51 @@
+"""Sweeps the beat runs: overdue inspections, lost chips and unanswered snapshots become alerts (once each)."""
+from __future__ import annotations
+
+from datetime import date
+
+from django.db import transaction
+
+from registry.lifecycle import Status
+from registry.models import Chip
+
+from ..models import Alert, InspectionTask, Snapshot
+from .alerts import alert_raise
+
+
+@transaction.atomic
+def overdue_sweep(today: date) -> int:
+    late = InspectionTask.objects.select_for_update().filter(
+        due_on__lt=today, status__in=[InspectionTask.Status.ASSIGNED, InspectionTask.Status.ACCEPTED]
+    ).select_related("chip", "prover")
+    count = 0
+    for task in late:
+        task.status = InspectionTask.Status.OVERDUE
+        task.save(update_fields=["status"])
+        alert_raise(Alert.Kind.OVERDUE, task.prover, f"inspection of {task.chip.serial} was due {task.due_on}", task.chip, task)
+        count += 1
+    return count
+
+
+@transaction.atomic
+def lost_chip_sweep() -> int:
+    """Chips reported lost or stolen get one alert each against their owner."""
+    alerted = Alert.objects.filter(kind=Alert.Kind.LOST).values("chip")
+    missing = Chip.objects.filter(status__in=[Status.LOST, Status.STOLEN]).exclude(pk__in=alerted).select_related("owner")
+    count = 0
+    for chip in missing:
+        alert_raise(Alert.Kind.LOST, chip.owner, f"{chip.serial} was reported {chip.status}", chip)
+        count += 1
+    return count
+
+
+@transaction.atomic
+def unanswered_sweep(today: date) -> int:
+    """Snapshots past their claim deadline with no claim: one alert each."""
+    alerted = Alert.objects.filter(kind=Alert.Kind.UNANSWERED).values_list("detail", flat=True)
+    count = 0
+    for snapshot in Snapshot.objects.filter(claim_due_on__lt=today, claim__isnull=True).select_related("chip__owner"):
+        detail = f"snapshot {snapshot.chip.serial} #{snapshot.counter} ({snapshot.hash[:16]}…) was not answered"
+        if detail not in alerted:
+            alert_raise(Alert.Kind.UNANSWERED, snapshot.chip.owner, detail, snapshot.chip)
+            count += 1
+    return count
