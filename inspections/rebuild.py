@@ -36,7 +36,8 @@ from ledger.services import format_time
 from registry import rebuild as registry_rebuild
 from registry.lifecycle import LifecycleError
 
-from . import services
+from .services.campaigns import TASK_DAYS
+from .services.inspectors import CLAIM_DAYS, FINDING_FIELDS
 from .models import (
     Alert,
     Campaign,
@@ -131,7 +132,7 @@ def _drawn(world, seq, time, actor, payload):
     world.draws[(campaign, period)] = {"checkpoint_size": payload["checkpoint"]["size"],
                                        "checkpoint_root": payload["checkpoint"]["root"], "drawn_seq": seq,
                                        "drawn_at": time}
-    due = (_day(time) + timedelta(days=services.TASK_DAYS)).isoformat()
+    due = (_day(time) + timedelta(days=TASK_DAYS)).isoformat()
     for prover, sample in payload["provers"].items():
         for serial in sample["drawn"]:
             key = (campaign, period, serial)
@@ -158,7 +159,7 @@ def _accepted(world, seq, time, actor, payload):
 
 def _finding(world, seq, time, actor, payload):
     key = _task(world, seq, payload["task"], payload["chip"])
-    values = {name: payload[name] for name in services.FINDING_FIELDS if name in payload}
+    values = {name: payload[name] for name in FINDING_FIELDS if name in payload}
     world.findings[key] = {"chip_found": payload["chip_found"], **FINDING_DEFAULTS, **values,
                            "photo_hashes": payload.get("photo_hashes", []), "recorded_seq": seq}
     world.tasks[key]["status"] = InspectionTask.Status.DONE.value
@@ -177,7 +178,7 @@ def _snapshot_log(world, seq, time, actor, payload):
     problems = payload["problems"]
     world.logs[seq] = {"task": task, "sha256": payload["log_sha256"], "problems": problems,
                        "status": (SnapshotLog.Status.PROBLEMS if problems else SnapshotLog.Status.INTACT).value}
-    due = (_day(time) + timedelta(days=services.CLAIM_DAYS)).isoformat()
+    due = (_day(time) + timedelta(days=CLAIM_DAYS)).isoformat()
     for record in payload["snapshots"]:
         # bulk_create(ignore_conflicts=True): the first log of a (chip, counter) keeps it
         world.snapshots.setdefault((payload["chip"], record["counter"]), {

@@ -6,12 +6,14 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
-from inspections import rebuild, services
-from inspections.models import Alert, Claim, Finding, InspectionBody, InspectionTask, SnapshotLog
-from ledger import services as ledger
+from inspections import rebuild
+from inspections.services import campaigns, inspectors, sweeps
+from inspections.services import claims as claim_services
+from inspections.services.bodies import inspection_body_register
+from inspections.models import Alert, Claim, Finding, InspectionTask, SnapshotLog
 from registry.models import Organisation
 from tests.inspections.factories import H100, YEAR, make_provers
 from tests.registry.factories import event
@@ -20,59 +22,51 @@ pytestmark = pytest.mark.django_db
 
 
 def register_body(slug: str, countries: list[str], capacity: int) -> None:
-    """The ``inspection_body.registered`` contract: the entry and its projection, in one transaction."""
-    countries = sorted(countries)
-    with transaction.atomic():
-        payload = {"organisation": slug, "countries": countries, "capacity_per_period": capacity}
-        ledger.append_entry("inspection_body.registered", payload, "regulator")
-        InspectionBody.objects.update_or_create(organisation=Organisation.objects.get(slug=slug),
-                                                defaults={"countries": countries, "capacity_per_period": capacity})
+    inspection_body_register(organisation=slug, countries=countries, capacity_per_period=capacity)
 
 
 @pytest.fixture
 def world(django_capture_on_commit_callbacks):
     """Every inspections entry kind, written by the services (Celery and mail left out)."""
-    make_provers()
-    for body in InspectionBody.objects.select_related("organisation"):  # the factory's bodies, put on the ledger
-        register_body(body.organisation.slug, body.countries, body.capacity_per_period)
+    make_provers()  # registers its inspection bodies through the service, on the ledger
     register_body("inspect-eu", ["NL", "DE", "BE"], 40)  # a re-registration replaces the row
     today = timezone.now().date()
     with django_capture_on_commit_callbacks(execute=False):
         # owner-b's 50 NL chips: 46 samples, 40 of them within the EU body's capacity
-        c1 = services.campaign_create(slug="c1", provers=["owner-b"], rule_flops=5 * H100 * 86_400 * 30,
+        c1 = campaigns.campaign_create(slug="c1", provers=["owner-b"], rule_flops=5 * H100 * 86_400 * 30,
                                       starts_on=today, detection_probability=0.99, period_days=30, run_days=30)
-        services.campaign_create(slug="c-nl", country="NL", rule_flops=20 * H100 * YEAR, starts_on=today,
+        campaigns.campaign_create(slug="c-nl", country="NL", rule_flops=20 * H100 * YEAR, starts_on=today,
                                  ends_on=today + timedelta(days=365))
-        services.campaign_seed_commit(c1, 3)
-        services.campaign_draw(c1, 0)
+        campaigns.campaign_seed_commit(c1, 3)
+        campaigns.campaign_draw(c1, 0)
         eu = list(InspectionTask.objects.filter(inspection_body__slug="inspect-eu")
                   .select_related("chip", "prover", "inspection_body").order_by("id"))
         body = eu[0].inspection_body
-        services.task_accept(eu[0], body)
-        services.finding_submit(eu[0], body, {"chip_found": True, "seal_intact": True, "notes": "sealed",
+        inspectors.task_accept(eu[0], body)
+        inspectors.finding_submit(eu[0], body, {"chip_found": True, "seal_intact": True, "notes": "sealed",
                                               "photo_hashes": ["ab" * 32]})
-        services.task_accept(eu[1], body)
-        services.finding_submit(eu[1], body, {"chip_found": False, "owner_refused": True})
-        challenge = services.identity_challenge_issue(eu[2], body)
-        services.identity_answer_check(eu[2], body, challenge.nonce, base64.b64encode(bytes(64)).decode())
-        log = services.snapshot_log_upload(eu[3], body, "record 0\nrecord 1\n")
+        inspectors.task_accept(eu[1], body)
+        inspectors.finding_submit(eu[1], body, {"chip_found": False, "owner_refused": True})
+        challenge = inspectors.identity_challenge_issue(eu[2], body)
+        inspectors.identity_answer_check(eu[2], body, challenge.nonce, base64.b64encode(bytes(64)).decode())
+        log = inspectors.snapshot_log_upload(eu[3], body, "record 0\nrecord 1\n")
         records = [{"counter": n, "time": f"2026-11-0{n + 1}T00:00:00Z", "shard": 0, "hash": f"{n:064x}"}
                    for n in (0, 1)]
-        services.snapshot_log_record(log, [], records)
-        garbled = services.snapshot_log_upload(eu[4], body, "garbled\n")
+        inspectors.snapshot_log_record(log, [], records)
+        garbled = inspectors.snapshot_log_upload(eu[4], body, "garbled\n")
         problem = {"line": 1, "kind": "malformed", "counter": None, "detail": "not JSON"}
-        services.snapshot_log_record(garbled, [problem], [])
-        services.snapshot_log_upload(eu[5], body, "not checked yet\n")  # no entry until the check
+        inspectors.snapshot_log_record(garbled, [problem], [])
+        inspectors.snapshot_log_upload(eu[5], body, "not checked yet\n")  # no entry until the check
         serial = eu[3].chip.serial
-        claims = services.claims_submit(prover=eu[3].prover, claims=[
+        claims = claim_services.claims_submit(prover=eu[3].prover, claims=[
             {"serial": serial, "counter": n, "run": "run-1", "step": 10 + n, "manifest": "c" * 64,
              "location": "/runs/1"} for n in (0, 1)])
-        services.claim_result_record(claims[0].pk, {"verdict": "verified", "reasons": [], "flops": 1e9, "steps": 20,
+        claim_services.claim_result_record(claims[0].pk, {"verdict": "verified", "reasons": [], "flops": 1e9, "steps": 20,
                                                     "rules": {}})
-        services.claim_result_record(claims[1].pk, None, "timeout")
-        services.overdue_sweep(today + timedelta(days=services.TASK_DAYS + 1))
+        claim_services.claim_result_record(claims[1].pk, None, "timeout")
+        sweeps.overdue_sweep(today + timedelta(days=campaigns.TASK_DAYS + 1))
         event(eu[6].prover, "reported_lost", [eu[6].chip.serial])
-        services.lost_chip_sweep()
+        sweeps.lost_chip_sweep()
     return {"serial": serial, "tasks": eu}
 
 
