@@ -11,6 +11,7 @@ fmaf), and measures it against MKL's float32 GEMM
 and float64 GEMM (torch, 1 thread) at the shapes of the bundled and the wide GPT. Prints a
 markdown table; not used by replay/.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -56,8 +57,10 @@ def main() -> None:
         native = build(Path(d), "native")
         others = [build(Path(d), arch) for arch in ("x86-64-v3", "x86-64")]  # AVX2 + FMA; SSE2 with libm's fmaf
         print(f"torch {torch.__version__}, 1 thread, CPU capability {torch.backends.cpu.get_cpu_capability()}\n")
-        print("| M x K x N | MKL float32 | MKL float64 | fixed-order float32 | fixed / MKL float32 | float64 / float32 "
-              "| same bits: native, AVX2, SSE2 builds |")
+        print(
+            "| M x K x N | MKL float32 | MKL float64 | fixed-order float32 | fixed / MKL float32 | float64 / float32 "
+            "| same bits: native, AVX2, SSE2 builds |"
+        )
         print("|---|---|---|---|---|---|---|")
         g = torch.Generator().manual_seed(0)
         for m, k, n in SHAPES:
@@ -68,8 +71,11 @@ def main() -> None:
             f32 = best(lambda: a @ b)
             f64 = best(lambda: a64 @ b64)
             fx = best(lambda: fixed(native, a, b))
-            print(f"| {m}x{k}x{n} | {f32 * 1e3:.3f} ms | {f64 * 1e3:.3f} ms | {fx * 1e3:.3f} ms | {fx / f32:.2f} | "
-                  f"{f64 / f32:.2f} | {same} |", flush=True)
+            print(
+                f"| {m}x{k}x{n} | {f32 * 1e3:.3f} ms | {f64 * 1e3:.3f} ms | {fx * 1e3:.3f} ms | {fx / f32:.2f} | "
+                f"{f64 / f32:.2f} | {same} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 The chips are inserted with one INSERT ... SELECT generate_series (they bypass the ledger: only the draw
 is timed). The database chipledger_ibench is dropped and recreated (BENCH_PG).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +48,9 @@ def main() -> None:
     env = {**os.environ, "DATABASE_URL": f"{PG}/chipledger_ibench", "DJANGO_SETTINGS_MODULE": "config.settings"}
     env.pop("REDIS_URL", None)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    subprocess.run([sys.executable, __file__, "--inner", "--per-prover", str(args.per_prover)], cwd=ROOT, env=env, check=True)
+    subprocess.run(
+        [sys.executable, __file__, "--inner", "--per-prover", str(args.per_prover)], cwd=ROOT, env=env, check=True
+    )
 
 
 def run(per_prover: int) -> None:
@@ -68,11 +71,24 @@ def populate(per_prover: int) -> list:
 
     from registry import services
 
-    fab = services.organisation_register(slug="fab-tw", legal_name="Fab", country="TW", roles=["fab"], actor="regulator")
-    model = services.chip_model_register(vendor=fab, slug="h100-sxm", name="H100", export_class="3A090.a",
-                                         peak_flops_16bit=989.4e12, memory_bytes=80 * 2**30, actor="regulator")
-    provers = [services.organisation_register(slug=f"prover-{n}", legal_name=f"Prover {n}", country="US",
-                                              roles=["owner"], actor="regulator") for n in range(PROVERS)]
+    fab = services.organisation_register(
+        slug="fab-tw", legal_name="Fab", country="TW", roles=["fab"], actor="regulator"
+    )
+    model = services.chip_model_register(
+        vendor=fab,
+        slug="h100-sxm",
+        name="H100",
+        export_class="3A090.a",
+        peak_flops_16bit=989.4e12,
+        memory_bytes=80 * 2**30,
+        actor="regulator",
+    )
+    provers = [
+        services.organisation_register(
+            slug=f"prover-{n}", legal_name=f"Prover {n}", country="US", roles=["owner"], actor="regulator"
+        )
+        for n in range(PROVERS)
+    ]
     began = time.perf_counter()
     with connection.cursor() as cursor:
         for prover in provers:
@@ -102,15 +118,21 @@ def draw_timings(provers, per_prover: int) -> dict:
     for name, campaign, owners in (("prover", one, [provers[0].pk]), ("country", country, [p.pk for p in provers])):
         began = time.perf_counter()
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM registry_chip WHERE owner_id = ANY(%s) AND status = ANY(%s)",
-                           [owners, ELIGIBLE])
+            cursor.execute(
+                "SELECT count(*) FROM registry_chip WHERE owner_id = ANY(%s) AND status = ANY(%s)", [owners, ELIGIBLE]
+            )
             chips = cursor.fetchone()[0]
         scan = time.perf_counter() - began
         began = time.perf_counter()
         draw = services.campaign_draw(campaign, 0)
         seconds = time.perf_counter() - began
-        timings[name] = {"chips": chips, "draw_seconds": seconds, "scan_seconds": scan, "ratio": seconds / scan,
-                         "tasks": draw.tasks.count()}
+        timings[name] = {
+            "chips": chips,
+            "draw_seconds": seconds,
+            "scan_seconds": scan,
+            "ratio": seconds / scan,
+            "tasks": draw.tasks.count(),
+        }
     return timings
 
 
@@ -120,11 +142,17 @@ def log_verification() -> dict:
     from replay.firmware import canonical, record_hash, verify_log
 
     key, serial, prev = SigningKey.generate(), "A000001", "0" * 64
-    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
     lines, signed = [], []
     for counter in range(LOG_RECORDS):
-        record = {"serial": serial, "counter": counter, "time": (start + timedelta(minutes=counter)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                  "shard": 0, "hash": f"{counter:064x}", "prev": prev}
+        record = {
+            "serial": serial,
+            "counter": counter,
+            "time": (start + timedelta(minutes=counter)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "shard": 0,
+            "hash": f"{counter:064x}",
+            "prev": prev,
+        }
         message = canonical(record)
         signature = key.sign(message).signature
         record["sig"] = base64.b64encode(signature).decode()
@@ -140,18 +168,26 @@ def log_verification() -> dict:
     problems = verify_log(lines, bytes(verify_key), serial=serial)
     full = time.perf_counter() - began
     assert problems == [], problems[:3]
-    return {"records": LOG_RECORDS, "records_per_s": LOG_RECORDS / full, "bare_per_s": LOG_RECORDS / bare,
-            "ratio": bare / full}
+    return {
+        "records": LOG_RECORDS,
+        "records_per_s": LOG_RECORDS / full,
+        "bare_per_s": LOG_RECORDS / bare,
+        "ratio": bare / full,
+    }
 
 
 def report(results: dict) -> None:
     print("\n| measure | chipledger | baseline | ratio |\n|---|---|---|---|")
     for name, t in results["draw"].items():
-        print(f"| plan + draw, {name} of {t['chips']:,} chips ({t['tasks']} tasks) | {t['draw_seconds']:.2f} s "
-              f"| COUNT(*) scan {t['scan_seconds']:.2f} s | {t['ratio']:.2f} |")
+        print(
+            f"| plan + draw, {name} of {t['chips']:,} chips ({t['tasks']} tasks) | {t['draw_seconds']:.2f} s "
+            f"| COUNT(*) scan {t['scan_seconds']:.2f} s | {t['ratio']:.2f} |"
+        )
     log = results["log"]
-    print(f"| snapshot-log verification ({log['records']:,} records) | {log['records_per_s']:,.0f} records/s "
-          f"| bare PyNaCl verify {log['bare_per_s']:,.0f}/s | {log['ratio']:.2f} |")
+    print(
+        f"| snapshot-log verification ({log['records']:,} records) | {log['records_per_s']:,.0f} records/s "
+        f"| bare PyNaCl verify {log['bare_per_s']:,.0f}/s | {log['ratio']:.2f} |"
+    )
 
 
 if __name__ == "__main__":

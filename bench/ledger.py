@@ -12,6 +12,7 @@ Per database it grows one fresh bench log and measures, in order:
 PostgreSQL must be reachable at BENCH_PG (default postgres://postgres@127.0.0.1:5432); the
 database chipledger_bench is dropped and recreated.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,7 +52,9 @@ def main() -> None:
         env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "config.settings"}
         env.pop("REDIS_URL", None)
         subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-        subprocess.run([sys.executable, __file__, "--leg", leg, "--entries", str(entries)], cwd=ROOT, env=env, check=True)
+        subprocess.run(
+            [sys.executable, __file__, "--leg", leg, "--entries", str(entries)], cwd=ROOT, env=env, check=True
+        )
 
 
 def prepare_database(leg: str) -> str:
@@ -139,9 +142,7 @@ def append_throughput() -> dict:
 
     # The ceiling: the very same rows, inserted the same way, into a table with no
     # key, no index, no trigger, and no hashing, locking or tree work.
-    rows = list(
-        Entry.objects.filter(seq__gte=start).order_by("seq").values_list(*services.ENTRY_COLUMNS)
-    )
+    rows = list(Entry.objects.filter(seq__gte=start).order_by("seq").values_list(*services.ENTRY_COLUMNS))
     rows = [(s, t, k, a, json.dumps(p), bytes(leaf), bytes(h)) for s, t, k, a, p, leaf, h in rows]
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS bench_ceiling")
@@ -217,10 +218,15 @@ def proof_latency() -> dict:
         timings = {
             "key": _timed(port, ["/api/ledger/key"] * PROOF_REQUESTS),
             "inclusion": _timed(
-                port, [f"/api/ledger/proof/inclusion?index={rng.randrange(size)}&size={size}" for _ in range(PROOF_REQUESTS)]
+                port,
+                [f"/api/ledger/proof/inclusion?index={rng.randrange(size)}&size={size}" for _ in range(PROOF_REQUESTS)],
             ),
             "consistency": _timed(
-                port, [f"/api/ledger/proof/consistency?first={rng.randrange(1, size)}&second={size}" for _ in range(PROOF_REQUESTS)]
+                port,
+                [
+                    f"/api/ledger/proof/consistency?first={rng.randrange(1, size)}&second={size}"
+                    for _ in range(PROOF_REQUESTS)
+                ],
             ),
         }
     finally:
@@ -276,8 +282,12 @@ def print_report(r: dict) -> None:
     a, v = r["append"], r["verify"]
     print(f"\n## {r['database']} — {r['entries']:,} entries\n")
     print("| measure | chipledger | baseline | ratio |\n|---|---|---|---|")
-    print(f"| append, batched 1,000/txn | {a['batched_per_s']:,.0f} entries/s | ceiling {a['ceiling_batched_per_s']:,.0f}/s | {a['batched_ratio']:.2f} |")
-    print(f"| append, single | {a['single_per_s']:,.0f} entries/s | ceiling {a['ceiling_single_per_s']:,.0f}/s | {a['single_ratio']:.2f} |")
+    print(
+        f"| append, batched 1,000/txn | {a['batched_per_s']:,.0f} entries/s | ceiling {a['ceiling_batched_per_s']:,.0f}/s | {a['batched_ratio']:.2f} |"
+    )
+    print(
+        f"| append, single | {a['single_per_s']:,.0f} entries/s | ceiling {a['ceiling_single_per_s']:,.0f}/s | {a['single_ratio']:.2f} |"
+    )
     print(
         f"| verify_ledger ({v['entries']:,} entries, {v['leaf_bytes'] / 1e6:.0f} MB) | {v['verify_bytes_per_s'] / 1e6:.1f} MB/s, "
         f"{v['verify_seconds']:.1f} s | sha256 {v['sha256_bytes_per_s'] / 1e6:.1f} MB/s | {v['ratio']:.2f} |"

@@ -10,6 +10,7 @@
    event's inclusion proof) p50/p99 at 10^4 chips and at the final size, against GET /api/ledger/key.
 The database chipledger_rbench is dropped and recreated (BENCH_PG, default postgres://postgres@127.0.0.1:5432).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,12 @@ def main() -> None:
     with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
         conn.execute("DROP DATABASE IF EXISTS chipledger_rbench")
         conn.execute("CREATE DATABASE chipledger_rbench")
-    env = {**os.environ, "DATABASE_URL": f"{PG}/chipledger_rbench", "DJANGO_SETTINGS_MODULE": "config.settings",
-           "API_RATE_PER_ORGANISATION": "100000/min"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"{PG}/chipledger_rbench",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "API_RATE_PER_ORGANISATION": "100000/min",
+    }
     env.pop("REDIS_URL", None)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     subprocess.run([sys.executable, __file__, "--inner", "--chips", str(args.chips)], cwd=ROOT, env=env, check=True)
@@ -81,8 +86,14 @@ def make_world() -> dict:
     from registry import services
 
     world = {"keys": {}, "tokens": {}, "serials": []}
-    for slug, roles, country in (("fab-tw", ["fab"], "TW"), ("vendor-a", ["vendor"], "US"), ("regulator", ["regulator"], "US")):
-        org = services.organisation_register(slug=slug, legal_name=slug, country=country, roles=roles, actor="regulator")
+    for slug, roles, country in (
+        ("fab-tw", ["fab"], "TW"),
+        ("vendor-a", ["vendor"], "US"),
+        ("regulator", ["regulator"], "US"),
+    ):
+        org = services.organisation_register(
+            slug=slug, legal_name=slug, country=country, roles=roles, actor="regulator"
+        )
         key = SigningKey.generate()
         services.organisation_key_register(organisation=org, public_key=bytes(key.verify_key), actor="regulator")
         user = get_user_model().objects.create_user(username=f"bench-{slug}")
@@ -90,22 +101,35 @@ def make_world() -> dict:
         world["keys"][slug], world["tokens"][slug] = key, Token.objects.create(user=user).key
         world[slug] = org
     services.facility_register(owner=world["fab-tw"], slug="fab-1", kind="fab", country="TW", actor="fab-tw")
-    services.chip_model_register(vendor=world["vendor-a"], slug="h100-sxm", name="H100", export_class="3A090.a",
-                                 peak_flops_16bit=989.4e12, memory_bytes=80 * 2**30, actor="regulator")
+    services.chip_model_register(
+        vendor=world["vendor-a"],
+        slug="h100-sxm",
+        name="H100",
+        export_class="3A090.a",
+        peak_flops_16bit=989.4e12,
+        memory_bytes=80 * 2**30,
+        actor="regulator",
+    )
     return world
 
 
 def chip_items(prefix: str, count: int) -> list[dict]:
     key = base64.b64encode(secrets.token_bytes(32)).decode()  # content is irrelevant to the timing
-    return [{"serial": f"{prefix}{n:07d}", "model": "h100-sxm", "public_key": key, "facility": "fab-1"} for n in range(count)]
+    return [
+        {"serial": f"{prefix}{n:07d}", "model": "h100-sxm", "public_key": key, "facility": "fab-1"}
+        for n in range(count)
+    ]
 
 
 def signed_post(port: int, world: dict, org: str, path: str, data: dict) -> dict:
     from registry import signing
 
     body = json.dumps({"timestamp": int(time.time()), "nonce": secrets.token_hex(12), **data}).encode()
-    headers = {"Content-Type": "application/json", "Authorization": f"Token {world['tokens'][org]}",
-               signing.HEADER: signing.sign(world["keys"][org], body)}
+    headers = {
+        "Content-Type": "application/json",
+        "Authorization": f"Token {world['tokens'][org]}",
+        signing.HEADER: signing.sign(world["keys"][org], body),
+    }
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     conn.request("POST", path, body, headers)
     response = conn.getresponse()
@@ -129,26 +153,71 @@ def throughput(port: int, world: dict) -> dict:
     fabricate = HTTP_BATCHES * BATCH / (time.perf_counter() - began)
     began = time.perf_counter()
     for items in batches:
-        signed_post(port, world, "fab-tw", "/api/registry/chips/events/export", {
-            "chips": [i["serial"] for i in items], "consignee": "vendor-a", "reference": "PO-1", "export_licence": "EL-1"})
+        signed_post(
+            port,
+            world,
+            "fab-tw",
+            "/api/registry/chips/events/export",
+            {
+                "chips": [i["serial"] for i in items],
+                "consignee": "vendor-a",
+                "reference": "PO-1",
+                "export_licence": "EL-1",
+            },
+        )
     ship = HTTP_BATCHES * BATCH / (time.perf_counter() - began)
     world["serials"] += [i["serial"] for items in batches for i in items]
 
     # Ceiling: the same number of chip rows, COPYed straight into the chip table.
     fab, model = world["fab-tw"], Chip.objects.values_list("model_id", flat=True).first()
-    columns = ("serial", "model_id", "fab_id", "public_key", "owner_id", "possessor_id", "country", "status",
-               "status_before_missing", "packaged", "fabricated_seq", "updated_seq")
+    columns = (
+        "serial",
+        "model_id",
+        "fab_id",
+        "public_key",
+        "owner_id",
+        "possessor_id",
+        "country",
+        "status",
+        "status_before_missing",
+        "packaged",
+        "fabricated_seq",
+        "updated_seq",
+    )
     began = time.perf_counter()
     for b in range(HTTP_BATCHES):
         with transaction.atomic():
-            insert_rows(Chip._meta.db_table, columns, [
-                (f"D{b}-{n:07d}", model, fab.id, secrets.token_bytes(32), fab.id, fab.id, "TW", "fabricated", "", False, 0, 0)
-                for n in range(BATCH)])
+            insert_rows(
+                Chip._meta.db_table,
+                columns,
+                [
+                    (
+                        f"D{b}-{n:07d}",
+                        model,
+                        fab.id,
+                        secrets.token_bytes(32),
+                        fab.id,
+                        fab.id,
+                        "TW",
+                        "fabricated",
+                        "",
+                        False,
+                        0,
+                        0,
+                    )
+                    for n in range(BATCH)
+                ],
+            )
     direct = HTTP_BATCHES * BATCH / (time.perf_counter() - began)
     with connection.cursor() as cursor:  # the direct rows are not part of the world: remove them
         cursor.execute("DELETE FROM registry_chip WHERE serial LIKE 'D%%'")
-    return {"fabricate_per_s": fabricate, "ship_per_s": ship, "direct_insert_per_s": direct,
-            "fabricate_ratio": fabricate / direct, "ship_ratio": ship / direct}
+    return {
+        "fabricate_per_s": fabricate,
+        "ship_per_s": ship,
+        "direct_insert_per_s": direct,
+        "fabricate_ratio": fabricate / direct,
+        "ship_ratio": ship / direct,
+    }
 
 
 def grow(world: dict, size: int) -> None:
@@ -163,8 +232,11 @@ def grow(world: dict, size: int) -> None:
         services.chips_fabricate(organisation=world["fab-tw"], chips=items)
         serials = [i["serial"] for i in items]
         services.chips_record_event(organisation=world["fab-tw"], event="packaged", payload={"chips": serials})
-        services.chips_record_event(organisation=world["fab-tw"], event="exported", payload={
-            "chips": serials, "consignee": "vendor-a", "reference": "PO-2", "export_licence": "EL-2"})
+        services.chips_record_event(
+            organisation=world["fab-tw"],
+            event="exported",
+            payload={"chips": serials, "consignee": "vendor-a", "reference": "PO-2", "export_licence": "EL-2"},
+        )
         services.chips_record_event(organisation=world["vendor-a"], event="received", payload={"chips": serials})
         world["serials"] += serials
         current += count
@@ -190,7 +262,10 @@ def lookup_latency(port: int, world: dict) -> dict:
             if response.status != 200:
                 raise RuntimeError(f"{path}: HTTP {response.status} {body[:200]!r}")
             timings[name].append((time.perf_counter() - began) * 1000)
-    return {name: {"p50_ms": statistics.median(v), "p99_ms": sorted(v)[int(len(v) * 0.99) - 1]} for name, v in timings.items()}
+    return {
+        name: {"p50_ms": statistics.median(v), "p99_ms": sorted(v)[int(len(v) * 0.99) - 1]}
+        for name, v in timings.items()
+    }
 
 
 def start_server():
@@ -200,8 +275,20 @@ def start_server():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     server = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-         "--timeout", "300"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            str(ROOT / ".venv" / "bin" / "gunicorn"),
+            "config.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "1",
+            "--timeout",
+            "300",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -217,12 +304,18 @@ def start_server():
 def report(results: dict) -> None:
     t = results["throughput"]
     print("\n| measure | chipledger | baseline | ratio |\n|---|---|---|---|")
-    print(f"| bulk fabricate via HTTP (10,000/request) | {t['fabricate_per_s']:,.0f} chips/s | direct COPY {t['direct_insert_per_s']:,.0f}/s | {t['fabricate_ratio']:.2f} |")
-    print(f"| bulk export via HTTP (10,000/request) | {t['ship_per_s']:,.0f} chips/s | direct COPY {t['direct_insert_per_s']:,.0f}/s | {t['ship_ratio']:.2f} |")
+    print(
+        f"| bulk fabricate via HTTP (10,000/request) | {t['fabricate_per_s']:,.0f} chips/s | direct COPY {t['direct_insert_per_s']:,.0f}/s | {t['fabricate_ratio']:.2f} |"
+    )
+    print(
+        f"| bulk export via HTTP (10,000/request) | {t['ship_per_s']:,.0f} chips/s | direct COPY {t['direct_insert_per_s']:,.0f}/s | {t['ship_ratio']:.2f} |"
+    )
     for size, lat in results["lookup"].items():
         chip, key = lat["chip"], lat["key"]
-        print(f"| chip + history + proofs @ {int(size):,} chips | p50 {chip['p50_ms']:.2f} ms, p99 {chip['p99_ms']:.2f} ms "
-              f"| GET /key p50 {key['p50_ms']:.2f} ms | {chip['p50_ms'] / key['p50_ms']:.2f} |")
+        print(
+            f"| chip + history + proofs @ {int(size):,} chips | p50 {chip['p50_ms']:.2f} ms, p99 {chip['p99_ms']:.2f} ms "
+            f"| GET /key p50 {key['p50_ms']:.2f} ms | {chip['p50_ms'] / key['p50_ms']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

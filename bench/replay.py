@@ -14,6 +14,7 @@ Per architecture (the CLI's default configs and batch sizes):
     each, median over the segments (goal <= 1.2).
 Prints a markdown table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,12 @@ ops.OPS["float64"] = Float64
 # rows: the CLI's bundled examples, and one GPT four times as wide with twice the context, where
 # matmuls outweigh per-op costs (how the ratio moves with size); that one is timed with fewer
 # repetitions and one 10-step segment, to keep the run short
-ROWS = {"mlp": ("mlp", None, None), "cnn": ("cnn", None, None), "gpt": ("gpt", None, None),
-        "gpt-256": ("gpt", {"vocab": 32, "block": 64, "n_layer": 2, "n_head": 4, "n_embd": 256}, 16)}
+ROWS = {
+    "mlp": ("mlp", None, None),
+    "cnn": ("cnn", None, None),
+    "gpt": ("gpt", None, None),
+    "gpt-256": ("gpt", {"vocab": 32, "block": 64, "n_layer": 2, "n_head": 4, "n_embd": 256}, 16),
+}
 LARGE = {"gpt-256"}
 
 
@@ -108,22 +113,32 @@ def log_and_verify(arch: str, cfg: dict, batch_size: int, steps: int, out: Path,
             prover.append(prover_span(tr, model, start))
             verifier.append(verify_span(tr, start))
         ratios.append(min(verifier) / min(prover))
-    return {"log_per_step": statistics.mean(log_bytes), "log_max": max(log_bytes), "checkpoint": ckpt,
-            "verify_ratio": statistics.median(ratios)}
+    return {
+        "log_per_step": statistics.mean(log_bytes),
+        "log_max": max(log_bytes),
+        "checkpoint": ckpt,
+        "verify_ratio": statistics.median(ratios),
+    }
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--steps", type=int, default=30, help="steps recorded per architecture for the log and verify ratios")
+    p.add_argument(
+        "--steps", type=int, default=30, help="steps recorded per architecture for the log and verify ratios"
+    )
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--arch", nargs="*", default=list(ROWS), choices=list(ROWS))
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU capability "
-          f"{torch.backends.cpu.get_cpu_capability()}\n")
-    print("| arch | params | det64 step | float32 step | det/plain (goal <= 2.0) | float64 step | float64/plain "
-          "| log B/step (max) | checkpoint B | log/checkpoint (goal <= 1%) | verify/prover (goal <= 1.2) |")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}\n"
+    )
+    print(
+        "| arch | params | det64 step | float32 step | det/plain (goal <= 2.0) | float64 step | float64/plain "
+        "| log B/step (max) | checkpoint B | log/checkpoint (goal <= 1%) | verify/prover (goal <= 1.2) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in args.arch:
         arch, cfg, batch_size = ROWS[row]
@@ -133,12 +148,22 @@ def main() -> None:
         t = step_times(arch, cfg, batch_size, max(3, args.reps // 2) if large else 5 * args.reps, 1)
         det, plain, f64 = t["det64"], t["float32"], t["float64"]
         with tempfile.TemporaryDirectory() as d:
-            r = log_and_verify(arch, cfg, batch_size, 10 if large else args.steps, Path(d) / arch, 2 if large else max(3, args.reps // 3))
+            r = log_and_verify(
+                arch,
+                cfg,
+                batch_size,
+                10 if large else args.steps,
+                Path(d) / arch,
+                2 if large else max(3, args.reps // 3),
+            )
         n = sum(p.numel() for p in models.init_params(arch, cfg, 0).values())
-        print(f"| {row} | {n:,} | {det * 1e3:.1f} ms | {plain * 1e3:.1f} ms | {det / plain:.2f} | "
-              f"{f64 * 1e3:.1f} ms | {f64 / plain:.2f} | "
-              f"{r['log_per_step']:.0f} ({r['log_max']}) | {r['checkpoint']:,} | {100 * r['log_per_step'] / r['checkpoint']:.3f}% | "
-              f"{r['verify_ratio']:.2f} |", flush=True)
+        print(
+            f"| {row} | {n:,} | {det * 1e3:.1f} ms | {plain * 1e3:.1f} ms | {det / plain:.2f} | "
+            f"{f64 * 1e3:.1f} ms | {f64 / plain:.2f} | "
+            f"{r['log_per_step']:.0f} ({r['log_max']}) | {r['checkpoint']:,} | {100 * r['log_per_step'] / r['checkpoint']:.3f}% | "
+            f"{r['verify_ratio']:.2f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Celery application. Broker and schedule come from Django settings (CELERY_* names)."""
+
 import os
 
 from celery import Celery

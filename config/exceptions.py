@@ -1,4 +1,5 @@
 """DRF error wiring: service-layer errors become clear 4xx bodies naming the field."""
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import status
 from rest_framework.response import Response

@@ -1,4 +1,5 @@
 """GET /healthz: database, broker and ledger head, as JSON; 200 if all are up, else 503."""
+
 from django.db import connection
 from django.http import JsonResponse
 

@@ -4,6 +4,7 @@ With no environment set, everything is embedded: SQLite and a filesystem
 Celery broker under ``var/``. Set ``DATABASE_URL`` and ``REDIS_URL`` for
 PostgreSQL and Redis. See README "Configuration".
 """
+
 import os
 import secrets
 from datetime import timedelta

@@ -1,5 +1,6 @@
 """Regulators run campaigns, register inspection bodies and watch alerts in the admin. Rows are
 read-only; 'Add campaign' and saving an inspection body go through the services, so they land on the ledger."""
+
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -17,8 +18,12 @@ from .services import bodies, campaigns
 
 class CampaignAddForm(forms.Form):
     slug = forms.SlugField(max_length=64)
-    provers = forms.ModelMultipleChoiceField(Organisation.objects.order_by("slug"), required=False,
-                                             to_field_name="slug", help_text="or leave empty and name a country")
+    provers = forms.ModelMultipleChoiceField(
+        Organisation.objects.order_by("slug"),
+        required=False,
+        to_field_name="slug",
+        help_text="or leave empty and name a country",
+    )
     country = forms.CharField(max_length=2, required=False, help_text="target every holder of chips in this country")
     rule_flops = forms.FloatField(help_text="H: training compute the rule forbids, e.g. 1e25")
     detection_probability = forms.FloatField(initial=0.9)
@@ -27,22 +32,41 @@ class CampaignAddForm(forms.Form):
     run_days = forms.IntegerField(initial=365)
     starts_on = forms.DateField(help_text="YYYY-MM-DD")
     ends_on = forms.DateField(required=False)
-    model = forms.TypedChoiceField(choices=[(m, m) for m in MODELS], initial=DEFAULT_MODEL, required=False,
-                                   empty_value=DEFAULT_MODEL,
-                                   help_text="paper: with replacement (Shavit 2023); exact: without replacement")
+    model = forms.TypedChoiceField(
+        choices=[(m, m) for m in MODELS],
+        initial=DEFAULT_MODEL,
+        required=False,
+        empty_value=DEFAULT_MODEL,
+        help_text="paper: with replacement (Shavit 2023); exact: without replacement",
+    )
 
 
 @admin.register(Campaign)
 class CampaignAdmin(ReadOnlyAdmin):
-    list_display = ("slug", "country", "rule_flops", "detection_probability", "period_days", "model", "plan",
-                    "starts_on", "ends_on")
+    list_display = (
+        "slug",
+        "country",
+        "rule_flops",
+        "detection_probability",
+        "period_days",
+        "model",
+        "plan",
+        "starts_on",
+        "ends_on",
+    )
     readonly_fields = ("plan",)
     filter_horizontal = ()
 
     @admin.display(description="plan per period: paper / exact samples (detection)")
     def plan(self, campaign):
-        return format_html_join("", "<div>{}</div>", ((_plan_line(slug, row),) for slug, row
-                                                      in selectors.campaign_plan(campaign).items())) or "-"
+        return (
+            format_html_join(
+                "",
+                "<div>{}</div>",
+                ((_plan_line(slug, row),) for slug, row in selectors.campaign_plan(campaign).items()),
+            )
+            or "-"
+        )
 
     def has_add_permission(self, request):
         return request.user.has_perm("inspections.add_campaign")
@@ -62,8 +86,12 @@ class CampaignAdmin(ReadOnlyAdmin):
             else:
                 self.message_user(request, f"Campaign {campaign.slug} created at ledger seq {campaign.created_seq}.")
                 return redirect("admin:inspections_campaign_changelist")
-        context = {**self.admin_site.each_context(request), "title": "Start a campaign", "form": form,
-                   "opts": self.model._meta}
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Start a campaign",
+            "form": form,
+            "opts": self.model._meta,
+        }
         return render(request, "admin/inspections/campaign_add.html", context)
 
 
@@ -131,8 +159,10 @@ class InspectionBodyForm(forms.ModelForm):
             return data
         try:  # the service's own checks, so a refusal shows on the form and nothing is written
             self.registration = bodies.inspection_body_clean(
-                organisation=data["organisation"].slug, countries=data["countries"].replace(",", " ").split(),
-                capacity_per_period=data["capacity_per_period"])
+                organisation=data["organisation"].slug,
+                countries=data["countries"].replace(",", " ").split(),
+                capacity_per_period=data["capacity_per_period"],
+            )
         except ValidationError as error:
             for field, reasons in error.message_dict.items():
                 self.add_error(field if field in self.fields else None, reasons)

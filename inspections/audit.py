@@ -4,6 +4,7 @@ Anyone holding the ledger can do this: the campaign's parameters, the seed's
 commitment, the revealed seed and the checkpoint are all entries, and the
 prover's chips at the checkpoint come from replaying the registry's entries.
 """
+
 from __future__ import annotations
 
 import base64
@@ -53,16 +54,22 @@ def audit_draw(campaign: str, period: int) -> Audit:
 def _compare_samples(audit: Audit, params: dict, drawn: dict, seed: bytes, root: bytes, size: int) -> None:
     world = rebuild(size)
     campaign = SimpleNamespace(**params)
-    targets = sorted({s.owner for s in world.chips.values() if s.country == params["country"] and s.status in ELIGIBLE}) \
-        if params["country"] else params["provers"]
+    targets = (
+        sorted({s.owner for s in world.chips.values() if s.country == params["country"] and s.status in ELIGIBLE})
+        if params["country"]
+        else params["provers"]
+    )
     if sorted(drawn["provers"]) != targets:
         audit.problems.append(f"targeted provers {sorted(drawn['provers'])}, the ledger says {targets}")
     for prover in targets:
         chips = [s for s in world.chips.values() if s.owner == prover and s.status in ELIGIBLE]
         peaks = [world.chip_models[s.model]["peak_flops_16bit"] for s in chips]
         serials = [s.serial for s in chips]
-        holdings = Holdings(len(chips), max(peaks, default=None),
-                            lambda seed_, root_, slug, k, serials=serials: draws.draw(seed_, root_, slug, serials, k))
+        holdings = Holdings(
+            len(chips),
+            max(peaks, default=None),
+            lambda seed_, root_, slug, k, serials=serials: draws.draw(seed_, root_, slug, serials, k),
+        )
         expected = prover_sample(campaign, prover, holdings, seed, root)
         audit.provers[prover] = expected
         if drawn["provers"].get(prover) != expected:

@@ -1,4 +1,5 @@
 """The inspections part of the demo world: an inspection body and a campaign with its first draw."""
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -13,10 +14,13 @@ RULE_FLOPS = 1e24  # the demo rule: no undeclared training run of 10^24 FLOPs or
 def seed_inspections() -> None:
     if Campaign.objects.filter(slug=DEMO_CAMPAIGN).exists():
         return
-    bodies.inspection_body_register(organisation="inspect-eu", countries=["NL", "DE", "US", "AE", "TW"],
-                                    capacity_per_period=200)
+    bodies.inspection_body_register(
+        organisation="inspect-eu", countries=["NL", "DE", "US", "AE", "TW"], capacity_per_period=200
+    )
     campaign = campaigns.campaign_create(
-        slug=DEMO_CAMPAIGN, provers=["owner-a", "owner-b", "owner-c"], rule_flops=RULE_FLOPS,
+        slug=DEMO_CAMPAIGN,
+        provers=["owner-a", "owner-b", "owner-c"],
+        rule_flops=RULE_FLOPS,
         starts_on=timezone.now().date(),
     )
     campaigns.campaign_draw(campaign, 0)

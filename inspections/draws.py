@@ -6,11 +6,12 @@ the 0x00 keeps campaign and serial apart ("c1"+"23" vs "c12"+"3"). The drawn sam
 regulator from grinding seeds against the root; keeping it secret until after the draw stops the
 prover from predicting which chips will be drawn.
 """
+
 from __future__ import annotations
 
 import hashlib
-import hmac
 import heapq
+import hmac
 import secrets
 from collections.abc import Iterable
 

@@ -4,6 +4,7 @@ Projections of ledger entries (``*_seq`` fields point at them), written only by
 ``inspections.services`` — except ``CampaignSeed``, the regulator's secret
 until the draw reveals it on the ledger: no API or admin page shows it.
 """
+
 from django.db import models
 
 from registry.models import Chip, Organisation
@@ -22,9 +23,12 @@ class Campaign(models.Model):
     run_days = models.PositiveIntegerField(default=365)
     starts_on = models.DateField()
     ends_on = models.DateField(null=True, blank=True)
-    model = models.CharField(max_length=8, choices=[("paper", "paper (with replacement)"),
-                                                    ("exact", "exact (without replacement)")],
-                             default="paper", help_text="the sampling model that sets each period's sample size")
+    model = models.CharField(
+        max_length=8,
+        choices=[("paper", "paper (with replacement)"), ("exact", "exact (without replacement)")],
+        default="paper",
+        help_text="the sampling model that sets each period's sample size",
+    )
     created_seq = models.BigIntegerField()
 
     def __str__(self) -> str:

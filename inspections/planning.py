@@ -3,6 +3,7 @@ sample (plan and draw), the assignment of drawn chips to inspection bodies, and 
 the regulator. The live draw (``services.campaigns``) and the audit from the ledger
 (``audit.audit_draw``) both go through ``prover_sample``, so they cannot drift apart.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -38,9 +39,14 @@ class Holdings:
 
 def _plan(campaign, chips: int, peak_flops: float | None, model: str) -> sampling.Plan:
     return sampling.plan(
-        campaign.rule_flops, chips, p=campaign.detection_probability, snapshot_rate=campaign.snapshot_rate,
-        period_days=campaign.period_days, run_days=campaign.run_days,
-        flops_per_chip_second=peak_flops or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND, exact=model == "exact",
+        campaign.rule_flops,
+        chips,
+        p=campaign.detection_probability,
+        snapshot_rate=campaign.snapshot_rate,
+        period_days=campaign.period_days,
+        run_days=campaign.run_days,
+        flops_per_chip_second=peak_flops or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND,
+        exact=model == "exact",
     )
 
 
@@ -115,14 +121,22 @@ def prover_plan(campaign, chips: int, peak_flops: float | None) -> dict:
             row[model] = {"error": str(error)}
             continue
         row["chips_needed"], row["impossible"] = plan.chips_needed, plan.impossible
-        row[model] = {"samples_per_period": plan.samples_per_period, "samples_per_year": plan.samples_per_year,
-                      "detection_probability": plan.detection_probability}
+        row[model] = {
+            "samples_per_period": plan.samples_per_period,
+            "samples_per_year": plan.samples_per_year,
+            "detection_probability": plan.detection_probability,
+        }
     chosen = row.get(row["model"], {})
     if row.get("impossible") is False and "samples_per_period" in chosen:
         row["drawn"] = min(chosen["samples_per_period"], chips)
         row["drawn_detection"] = sampling.detection_probability(
-            row["drawn"], campaign.rule_flops, chips, snapshot_rate=campaign.snapshot_rate,
-            period_days=campaign.period_days, run_days=campaign.run_days,
-            flops_per_chip_second=peak_flops or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND, exact=True,
+            row["drawn"],
+            campaign.rule_flops,
+            chips,
+            snapshot_rate=campaign.snapshot_rate,
+            period_days=campaign.period_days,
+            run_days=campaign.run_days,
+            flops_per_chip_second=peak_flops or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND,
+            exact=True,
         )
     return row

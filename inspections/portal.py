@@ -1,4 +1,5 @@
 """The inspector's web portal: the same services as the API, as pages (server-rendered, session login)."""
+
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -14,14 +15,19 @@ from .services import inspectors
 
 
 class FindingForm(forms.Form):
-    chip_found = forms.TypedChoiceField(choices=[("true", "yes"), ("false", "no")], coerce=lambda v: v == "true",
-                                        widget=forms.RadioSelect, label="Chip found where the registry says")
+    chip_found = forms.TypedChoiceField(
+        choices=[("true", "yes"), ("false", "no")],
+        coerce=lambda v: v == "true",
+        widget=forms.RadioSelect,
+        label="Chip found where the registry says",
+    )
     owner_refused = forms.BooleanField(required=False, label="Owner refused access")
     seal_intact = forms.BooleanField(required=False)
     tamper_evidence = forms.BooleanField(required=False, label="Evidence of tampering")
     location_matches = forms.BooleanField(required=False)
-    photo_hashes = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
-                                   help_text="SHA-256 of each photograph, one per line")
+    photo_hashes = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 2}), help_text="SHA-256 of each photograph, one per line"
+    )
     notes = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
 
     def finding(self) -> dict:
@@ -79,8 +85,10 @@ def _act(request, body, task, context):
         messages.success(request, "Task accepted.")
     elif action == "challenge":
         challenge = inspectors.identity_challenge_issue(task, body)
-        context["challenge"] = {"message": inspectors.identity_message(task.chip.serial, challenge.nonce).decode(),
-                                "expires_at": challenge.expires_at}
+        context["challenge"] = {
+            "message": inspectors.identity_message(task.chip.serial, challenge.nonce).decode(),
+            "expires_at": challenge.expires_at,
+        }
         context["identity_form"] = IdentityForm(initial={"nonce": challenge.nonce})
         return None  # show the message to have the chip sign
     elif action == "identity":
@@ -88,7 +96,8 @@ def _act(request, body, task, context):
         if form.is_valid():
             outcome = inspectors.identity_answer_check(task, body, **form.cleaned_data)
             (messages.success if outcome["passed"] else messages.error)(
-                request, "Identity verified." if outcome["passed"] else f"Identity check failed: {outcome['reason']}")
+                request, "Identity verified." if outcome["passed"] else f"Identity check failed: {outcome['reason']}"
+            )
     elif action == "log":
         form = LogForm(request.POST, request.FILES)
         if form.is_valid():

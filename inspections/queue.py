@@ -2,6 +2,7 @@
 
 Tasks are sent by name, so services never import the task module (which imports them).
 """
+
 from __future__ import annotations
 
 from celery import current_app

@@ -23,6 +23,7 @@ claim_due_on) are rebuilt from the entry's ledger time. Later entries name a tas
 database id (and its chip); the id is read through the live task's natural key when that
 agrees with the chip, else the entry applies to the chip's latest rebuilt task.
 """
+
 from __future__ import annotations
 
 import base64
@@ -36,8 +37,6 @@ from ledger.services import format_time
 from registry import rebuild as registry_rebuild
 from registry.lifecycle import LifecycleError
 
-from .services.campaigns import TASK_DAYS
-from .services.inspectors import CLAIM_DAYS, FINDING_FIELDS
 from .models import (
     Alert,
     Campaign,
@@ -50,12 +49,28 @@ from .models import (
     Snapshot,
     SnapshotLog,
 )
+from .services.campaigns import TASK_DAYS
+from .services.inspectors import CLAIM_DAYS, FINDING_FIELDS
 
 TaskKey = tuple[str, int, str]  # campaign slug, period, chip serial
-CAMPAIGN_FIELDS = ("country", "rule_flops", "detection_probability", "snapshot_rate", "period_days", "run_days",
-                   "starts_on", "ends_on")
-FINDING_DEFAULTS = {"owner_refused": False, "seal_intact": None, "tamper_evidence": None, "location_matches": None,
-                    "photo_hashes": [], "notes": ""}
+CAMPAIGN_FIELDS = (
+    "country",
+    "rule_flops",
+    "detection_probability",
+    "snapshot_rate",
+    "period_days",
+    "run_days",
+    "starts_on",
+    "ends_on",
+)
+FINDING_DEFAULTS = {
+    "owner_refused": False,
+    "seal_intact": None,
+    "tamper_evidence": None,
+    "location_matches": None,
+    "photo_hashes": [],
+    "notes": "",
+}
 CLAIM_VERDICT_KEYS = {"claim", "chip", "counter", "result", "mismatch_step"}  # the rest of claim.verified is the report
 
 
@@ -111,33 +126,49 @@ def _day(time: str) -> date:
 
 
 def _body_registered(world, seq, time, actor, payload):
-    world.bodies[payload["organisation"]] = {"countries": sorted(payload["countries"]),
-                                             "capacity_per_period": payload["capacity_per_period"]}
+    world.bodies[payload["organisation"]] = {
+        "countries": sorted(payload["countries"]),
+        "capacity_per_period": payload["capacity_per_period"],
+    }
 
 
 def _campaign_created(world, seq, time, actor, payload):
-    world.campaigns[payload["slug"]] = {**{name: payload[name] for name in CAMPAIGN_FIELDS},
-                                        "provers": sorted(payload["provers"]), "model": payload.get("model", "paper"),
-                                        "created_seq": seq}
+    world.campaigns[payload["slug"]] = {
+        **{name: payload[name] for name in CAMPAIGN_FIELDS},
+        "provers": sorted(payload["provers"]),
+        "model": payload.get("model", "paper"),
+        "created_seq": seq,
+    }
 
 
 def _seed_committed(world, seq, time, actor, payload):
     world.seeds[(payload["campaign"], payload["period"])] = {
-        "commitment": payload["commitment"], "committed_seq": seq, "revealed": None}
+        "commitment": payload["commitment"],
+        "committed_seq": seq,
+        "revealed": None,
+    }
 
 
 def _drawn(world, seq, time, actor, payload):
     campaign, period = payload["campaign"], payload["period"]
     world.seeds[(campaign, period)]["revealed"] = payload["seed"]
-    world.draws[(campaign, period)] = {"checkpoint_size": payload["checkpoint"]["size"],
-                                       "checkpoint_root": payload["checkpoint"]["root"], "drawn_seq": seq,
-                                       "drawn_at": time}
+    world.draws[(campaign, period)] = {
+        "checkpoint_size": payload["checkpoint"]["size"],
+        "checkpoint_root": payload["checkpoint"]["root"],
+        "drawn_seq": seq,
+        "drawn_at": time,
+    }
     due = (_day(time) + timedelta(days=TASK_DAYS)).isoformat()
     for prover, sample in payload["provers"].items():
         for serial in sample["drawn"]:
             key = (campaign, period, serial)
-            world.tasks[key] = {"prover": prover, "inspection_body": payload["assignments"].get(serial),
-                                "due_on": due, "status": InspectionTask.Status.ASSIGNED.value, "assigned_seq": seq}
+            world.tasks[key] = {
+                "prover": prover,
+                "inspection_body": payload["assignments"].get(serial),
+                "due_on": due,
+                "status": InspectionTask.Status.ASSIGNED.value,
+                "assigned_seq": seq,
+            }
             world.chip_tasks.setdefault(serial, []).append(key)
 
 
@@ -160,15 +191,26 @@ def _accepted(world, seq, time, actor, payload):
 def _finding(world, seq, time, actor, payload):
     key = _task(world, seq, payload["task"], payload["chip"])
     values = {name: payload[name] for name in FINDING_FIELDS if name in payload}
-    world.findings[key] = {"chip_found": payload["chip_found"], **FINDING_DEFAULTS, **values,
-                           "photo_hashes": payload.get("photo_hashes", []), "recorded_seq": seq}
+    world.findings[key] = {
+        "chip_found": payload["chip_found"],
+        **FINDING_DEFAULTS,
+        **values,
+        "photo_hashes": payload.get("photo_hashes", []),
+        "recorded_seq": seq,
+    }
     world.tasks[key]["status"] = InspectionTask.Status.DONE.value
 
 
 def _alert(world, seq, time, actor, payload):
     task = _task(world, seq, payload.get("task"), payload.get("chip"))
-    world.alerts[seq] = {"kind": payload["kind"], "prover": payload["prover"], "chip": payload.get("chip"),
-                         "task": task, "detail": payload["detail"], "raised_at": time}
+    world.alerts[seq] = {
+        "kind": payload["kind"],
+        "prover": payload["prover"],
+        "chip": payload.get("chip"),
+        "task": task,
+        "detail": payload["detail"],
+        "raised_at": time,
+    }
     if payload["kind"] == Alert.Kind.OVERDUE and task is not None:
         world.tasks[task]["status"] = InspectionTask.Status.OVERDUE.value
 
@@ -176,21 +218,35 @@ def _alert(world, seq, time, actor, payload):
 def _snapshot_log(world, seq, time, actor, payload):
     task = _task(world, seq, payload["task"], payload["chip"])
     problems = payload["problems"]
-    world.logs[seq] = {"task": task, "sha256": payload["log_sha256"], "problems": problems,
-                       "status": (SnapshotLog.Status.PROBLEMS if problems else SnapshotLog.Status.INTACT).value}
+    world.logs[seq] = {
+        "task": task,
+        "sha256": payload["log_sha256"],
+        "problems": problems,
+        "status": (SnapshotLog.Status.PROBLEMS if problems else SnapshotLog.Status.INTACT).value,
+    }
     due = (_day(time) + timedelta(days=CLAIM_DAYS)).isoformat()
     for record in payload["snapshots"]:
         # bulk_create(ignore_conflicts=True): the first log of a (chip, counter) keeps it
-        world.snapshots.setdefault((payload["chip"], record["counter"]), {
-            "log": seq, "time": record["time"], "shard": record["shard"], "hash": record["hash"], "claim_due_on": due})
+        world.snapshots.setdefault(
+            (payload["chip"], record["counter"]),
+            {"log": seq, "time": record["time"], "shard": record["shard"], "hash": record["hash"], "claim_due_on": due},
+        )
 
 
 def _claims_submitted(world, seq, time, actor, payload):
     for item in payload["claims"]:
         world.claims[(item["serial"], item["counter"])] = {
-            "prover": actor, "run": item["run"], "step": item["step"], "manifest": item["manifest"],
-            "location": item["location"], "claimed_seq": seq, "result": Claim.Result.PENDING.value,
-            "mismatch_step": None, "report": {}, "result_seq": None}
+            "prover": actor,
+            "run": item["run"],
+            "step": item["step"],
+            "manifest": item["manifest"],
+            "location": item["location"],
+            "claimed_seq": seq,
+            "result": Claim.Result.PENDING.value,
+            "mismatch_step": None,
+            "report": {},
+            "result_seq": None,
+        }
 
 
 def _claim_verified(world, seq, time, actor, payload):
@@ -225,50 +281,96 @@ def differences(world: World, limit: int = 50) -> list[str]:
 def tables(world: World):
     """(name, live rows, rebuilt rows) for each inspections table."""
     with_model = campaign_has_model()
-    yield "campaign", _live_campaigns(with_model), {
-        slug: tuple(c[name] for name in CAMPAIGN_FIELDS) + (c["created_seq"],) + ((c["model"],) if with_model else ())
-        for slug, c in world.campaigns.items()
-    }
-    yield "campaign provers", _live_campaign_provers(), {
-        slug: tuple(c["provers"]) for slug, c in world.campaigns.items() if c["provers"]
-    }
-    yield "campaign seed", _live_seeds(world), {
-        key: (s["commitment"], s["committed_seq"], s["revealed"]) for key, s in world.seeds.items()
-    }
-    yield "draw", _live_draws(), {
-        key: (d["checkpoint_size"], d["checkpoint_root"], d["drawn_seq"], d["drawn_at"])
-        for key, d in world.draws.items()
-    }
-    yield "inspection task", _live_tasks(), {
-        key: (t["prover"], t["inspection_body"], t["due_on"], t["status"], t["assigned_seq"])
-        for key, t in world.tasks.items()
-    }
-    yield "inspection body", _live_bodies(), {
-        slug: (tuple(b["countries"]), b["capacity_per_period"]) for slug, b in world.bodies.items()
-    }
+    yield (
+        "campaign",
+        _live_campaigns(with_model),
+        {
+            slug: tuple(c[name] for name in CAMPAIGN_FIELDS)
+            + (c["created_seq"],)
+            + ((c["model"],) if with_model else ())
+            for slug, c in world.campaigns.items()
+        },
+    )
+    yield (
+        "campaign provers",
+        _live_campaign_provers(),
+        {slug: tuple(c["provers"]) for slug, c in world.campaigns.items() if c["provers"]},
+    )
+    yield (
+        "campaign seed",
+        _live_seeds(world),
+        {key: (s["commitment"], s["committed_seq"], s["revealed"]) for key, s in world.seeds.items()},
+    )
+    yield (
+        "draw",
+        _live_draws(),
+        {
+            key: (d["checkpoint_size"], d["checkpoint_root"], d["drawn_seq"], d["drawn_at"])
+            for key, d in world.draws.items()
+        },
+    )
+    yield (
+        "inspection task",
+        _live_tasks(),
+        {
+            key: (t["prover"], t["inspection_body"], t["due_on"], t["status"], t["assigned_seq"])
+            for key, t in world.tasks.items()
+        },
+    )
+    yield (
+        "inspection body",
+        _live_bodies(),
+        {slug: (tuple(b["countries"]), b["capacity_per_period"]) for slug, b in world.bodies.items()},
+    )
     yield "finding", _live_findings(), {key: _finding_row(f) for key, f in world.findings.items()}
-    yield "alert", _live_alerts(), {
-        seq: (a["kind"], a["prover"], a["chip"], a["task"], a["detail"], a["raised_at"])
-        for seq, a in world.alerts.items()
-    }
-    yield "snapshot log", _live_logs(), {
-        seq: (log["task"], log["sha256"], log["status"], log["problems"]) for seq, log in world.logs.items()
-    }
+    yield (
+        "alert",
+        _live_alerts(),
+        {
+            seq: (a["kind"], a["prover"], a["chip"], a["task"], a["detail"], a["raised_at"])
+            for seq, a in world.alerts.items()
+        },
+    )
+    yield (
+        "snapshot log",
+        _live_logs(),
+        {seq: (log["task"], log["sha256"], log["status"], log["problems"]) for seq, log in world.logs.items()},
+    )
     yield "snapshot log text", _live_log_text_hashes(), {}
-    yield "snapshot", _live_snapshots(), {
-        key: (s["log"], s["time"], s["shard"], s["hash"], s["claim_due_on"]) for key, s in world.snapshots.items()
-    }
+    yield (
+        "snapshot",
+        _live_snapshots(),
+        {key: (s["log"], s["time"], s["shard"], s["hash"], s["claim_due_on"]) for key, s in world.snapshots.items()},
+    )
     yield "claim", _live_claims(), {key: _claim_row(c) for key, c in world.claims.items()}
 
 
 def _finding_row(f: dict) -> tuple:
-    return (f["chip_found"], f["owner_refused"], f["seal_intact"], f["tamper_evidence"], f["location_matches"],
-            tuple(f["photo_hashes"]), f["notes"], f["recorded_seq"])
+    return (
+        f["chip_found"],
+        f["owner_refused"],
+        f["seal_intact"],
+        f["tamper_evidence"],
+        f["location_matches"],
+        tuple(f["photo_hashes"]),
+        f["notes"],
+        f["recorded_seq"],
+    )
 
 
 def _claim_row(c: dict) -> tuple:
-    return (c["prover"], c["run"], c["step"], c["manifest"], c["location"], c["claimed_seq"], c["result"],
-            c["mismatch_step"], c["report"], c["result_seq"])
+    return (
+        c["prover"],
+        c["run"],
+        c["step"],
+        c["manifest"],
+        c["location"],
+        c["claimed_seq"],
+        c["result"],
+        c["mismatch_step"],
+        c["report"],
+        c["result_seq"],
+    )
 
 
 def _iso(day: date | None) -> str | None:
@@ -316,10 +418,12 @@ def _live_seeds(world: World) -> dict:
 
 
 def _live_draws() -> dict:
-    rows = Draw.objects.values_list("campaign__slug", "period", "checkpoint_size", "checkpoint_root", "drawn_seq",
-                                    "drawn_at")
-    return {(campaign, period): (size, _b64(root), seq, format_time(at))
-            for campaign, period, size, root, seq, at in rows}
+    rows = Draw.objects.values_list(
+        "campaign__slug", "period", "checkpoint_size", "checkpoint_root", "drawn_seq", "drawn_at"
+    )
+    return {
+        (campaign, period): (size, _b64(root), seq, format_time(at)) for campaign, period, size, root, seq, at in rows
+    }
 
 
 def _b64(value) -> str:
@@ -328,11 +432,19 @@ def _b64(value) -> str:
 
 def _live_tasks() -> dict:
     rows = InspectionTask.objects.values_list(
-        "draw__campaign__slug", "draw__period", "chip__serial", "prover__slug", "inspection_body__slug", "due_on",
-        "status", "assigned_seq",
+        "draw__campaign__slug",
+        "draw__period",
+        "chip__serial",
+        "prover__slug",
+        "inspection_body__slug",
+        "due_on",
+        "status",
+        "assigned_seq",
     )
-    return {(c, p, serial): (prover, body, _iso(due), status, seq)
-            for c, p, serial, prover, body, due, status, seq in rows.iterator(chunk_size=10000)}
+    return {
+        (c, p, serial): (prover, body, _iso(due), status, seq)
+        for c, p, serial, prover, body, due, status, seq in rows.iterator(chunk_size=10000)
+    }
 
 
 def _live_bodies() -> dict:
@@ -341,21 +453,32 @@ def _live_bodies() -> dict:
 
 
 def _live_findings() -> dict:
-    rows = Finding.objects.values_list(*TASK_KEY, "chip_found", "owner_refused", "seal_intact", "tamper_evidence",
-                                       "location_matches", "photo_hashes", "notes", "recorded_seq")
+    rows = Finding.objects.values_list(
+        *TASK_KEY,
+        "chip_found",
+        "owner_refused",
+        "seal_intact",
+        "tamper_evidence",
+        "location_matches",
+        "photo_hashes",
+        "notes",
+        "recorded_seq",
+    )
     return {tuple(row[:3]): (*row[3:8], tuple(row[8]), *row[9:]) for row in rows}
 
 
 def _live_alerts() -> dict:
-    rows = Alert.objects.values_list("raised_seq", "kind", "prover__slug", "chip__serial", *TASK_KEY, "detail",
-                                     "raised_at")
+    rows = Alert.objects.values_list(
+        "raised_seq", "kind", "prover__slug", "chip__serial", *TASK_KEY, "detail", "raised_at"
+    )
     return {row[0]: (*row[1:4], _task_key(row[4:7]), row[7], format_time(row[8])) for row in rows}
 
 
 def _live_logs() -> dict:
     """Checked logs only: an upload waiting for its check has no entry yet."""
-    rows = SnapshotLog.objects.exclude(checked_seq=None).values_list("checked_seq", *TASK_KEY, "sha256", "status",
-                                                                     "problems")
+    rows = SnapshotLog.objects.exclude(checked_seq=None).values_list(
+        "checked_seq", *TASK_KEY, "sha256", "status", "problems"
+    )
     return {row[0]: (_task_key(row[1:4]), *row[4:]) for row in rows}
 
 
@@ -370,15 +493,28 @@ def _live_log_text_hashes() -> dict:
 
 
 def _live_snapshots() -> dict:
-    rows = Snapshot.objects.values_list("chip__serial", "counter", "log__checked_seq", "time", "shard", "hash",
-                                        "claim_due_on")
-    return {(serial, counter): (log, time, shard, digest, _iso(due))
-            for serial, counter, log, time, shard, digest, due in rows.iterator(chunk_size=10000)}
+    rows = Snapshot.objects.values_list(
+        "chip__serial", "counter", "log__checked_seq", "time", "shard", "hash", "claim_due_on"
+    )
+    return {
+        (serial, counter): (log, time, shard, digest, _iso(due))
+        for serial, counter, log, time, shard, digest, due in rows.iterator(chunk_size=10000)
+    }
 
 
 def _live_claims() -> dict:
     rows = Claim.objects.values_list(
-        "snapshot__chip__serial", "snapshot__counter", "prover__slug", "run", "step", "manifest", "location",
-        "claimed_seq", "result", "mismatch_step", "report", "result_seq",
+        "snapshot__chip__serial",
+        "snapshot__counter",
+        "prover__slug",
+        "run",
+        "step",
+        "manifest",
+        "location",
+        "claimed_seq",
+        "result",
+        "mismatch_step",
+        "report",
+        "result_seq",
     )
     return {(serial, counter): tuple(values) for serial, counter, *values in rows.iterator(chunk_size=10000)}

@@ -49,13 +49,13 @@ of its terms (log-concave, so a few standard deviations suffice) with the mode's
 log-binomials built on a cancellation-free log-gamma ratio, so plans for ``C = 10^7`` take
 milliseconds and tiny ``q`` (down to and below the smallest float) keeps its relative accuracy.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import Union
 
 __all__ = [  # what the app uses: campaigns' plans (planning.py) and manage.py plan_inspections
     "DAYS_PER_YEAR",
@@ -88,7 +88,7 @@ _TAIL = 1e-18
 # Below this, −log(1−q) (or the per-period exponent) is handled through its logarithm.
 _TINY = 1e-290
 
-Number = Union[int, float, Fraction, Decimal]
+Number = int | float | Fraction | Decimal
 
 
 class PlanError(ValueError):

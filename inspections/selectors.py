@@ -1,4 +1,5 @@
 """Reads of the inspections app: inspectors see only their own body's tasks; campaigns' targets and plans."""
+
 from django.db.models import Count, Max, Q, QuerySet
 
 from registry.models import Chip, Organisation
@@ -9,8 +10,11 @@ from .planning import ELIGIBLE, prover_plan
 
 
 def tasks_of(body: Organisation) -> QuerySet[InspectionTask]:
-    return (InspectionTask.objects.filter(inspection_body=body)
-            .select_related("chip__facility", "prover", "draw__campaign").order_by("due_on", "id"))
+    return (
+        InspectionTask.objects.filter(inspection_body=body)
+        .select_related("chip__facility", "prover", "draw__campaign")
+        .order_by("due_on", "id")
+    )
 
 
 def task_of(body: Organisation, task_id: int) -> InspectionTask | None:
@@ -39,17 +43,27 @@ def campaign_targets(campaign: Campaign) -> list[tuple[Organisation, int, float 
     """
     eligible = Chip.objects.filter(status__in=ELIGIBLE)
     if campaign.country:
-        rows = (eligible.values("owner").annotate(count=Count("id"), peak=Max("model__peak_flops_16bit"),
-                                                  here=Count("id", filter=Q(country=campaign.country)))
-                .filter(here__gt=0))
+        rows = (
+            eligible.values("owner")
+            .annotate(
+                count=Count("id"),
+                peak=Max("model__peak_flops_16bit"),
+                here=Count("id", filter=Q(country=campaign.country)),
+            )
+            .filter(here__gt=0)
+        )
         provers = list(Organisation.objects.filter(pk__in=[row["owner"] for row in rows]).order_by("slug"))
     else:
         provers = list(campaign.provers.order_by("slug"))
-        rows = (eligible.filter(owner__in=provers).values("owner")
-                .annotate(count=Count("id"), peak=Max("model__peak_flops_16bit")))
+        rows = (
+            eligible.filter(owner__in=provers)
+            .values("owner")
+            .annotate(count=Count("id"), peak=Max("model__peak_flops_16bit"))
+        )
     found = {row["owner"]: row for row in rows}
-    return [(prover, found.get(prover.pk, {}).get("count", 0), found.get(prover.pk, {}).get("peak"))
-            for prover in provers]
+    return [
+        (prover, found.get(prover.pk, {}).get("count", 0), found.get(prover.pk, {}).get("peak")) for prover in provers
+    ]
 
 
 def campaign_plan(campaign: Campaign) -> dict[str, dict]:

@@ -1,4 +1,5 @@
 """Celery tasks of the inspections app: thin wrappers over services (DESIGN §2, §7)."""
+
 from celery import shared_task
 from django.utils import timezone
 
@@ -21,8 +22,11 @@ def check_snapshot_log(log_id: int) -> str:
 def sweep() -> dict:
     """Beat: overdue inspections, lost chips and unanswered snapshots become alerts."""
     today = timezone.now().date()
-    return {"overdue": sweeps.overdue_sweep(today), "lost": sweeps.lost_chip_sweep(),
-            "unanswered": sweeps.unanswered_sweep(today)}
+    return {
+        "overdue": sweeps.overdue_sweep(today),
+        "lost": sweeps.lost_chip_sweep(),
+        "unanswered": sweeps.unanswered_sweep(today),
+    }
 
 
 @shared_task(name="inspections.tasks.verify_claim", acks_late=True)

@@ -6,6 +6,7 @@ directory. URL fetches copy only the files the manifest names, each bounded in
 size, into a temporary directory that is deleted after the verification; the
 replay verifier then checks every byte against the manifest's hashes.
 """
+
 from __future__ import annotations
 
 import json

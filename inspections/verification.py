@@ -4,6 +4,7 @@
 * Claims are verified by ``python -m replay verify`` in a subprocess with a wall-clock and
   address-space limit, so a hostile transcript can make it fail but never hang or exhaust the worker.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,9 +41,22 @@ def claim_check(claim, rule_flops: float, scratch: Path) -> tuple[dict | None, s
 
 
 def verifier_command(directory: Path, claims_file: Path, rule_flops: float) -> list[str]:
-    return [sys.executable, "-m", "replay", "verify", str(directory), "--claims", str(claims_file), "--json",
-            "--nonce", secrets.token_hex(16), "--max-seconds", str(settings.REPLAY_MAX_SECONDS),
-            "--max-flops", repr(rule_flops)]
+    return [
+        sys.executable,
+        "-m",
+        "replay",
+        "verify",
+        str(directory),
+        "--claims",
+        str(claims_file),
+        "--json",
+        "--nonce",
+        secrets.token_hex(16),
+        "--max-seconds",
+        str(settings.REPLAY_MAX_SECONDS),
+        "--max-flops",
+        repr(rule_flops),
+    ]
 
 
 def _run_verifier(claim, rule_flops: float, scratch: Path) -> dict:
@@ -52,11 +66,30 @@ def _run_verifier(claim, rule_flops: float, scratch: Path) -> dict:
         directory = transcripts.local_directory(claim.location)
     snapshot = claim.snapshot
     claims_file = scratch / "claims.json"
-    claims_file.write_text(json.dumps({"manifest": claim.manifest, "claims": [{
-        "serial": snapshot.chip.serial, "counter": snapshot.counter, "shard": snapshot.shard, "hash": snapshot.hash,
-        "step": claim.step}]}))
-    done = subprocess.run(verifier_command(directory, claims_file, rule_flops), capture_output=True, text=True,
-                          cwd=settings.BASE_DIR, timeout=settings.REPLAY_MAX_SECONDS + 60, preexec_fn=_limit_memory)
+    claims_file.write_text(
+        json.dumps(
+            {
+                "manifest": claim.manifest,
+                "claims": [
+                    {
+                        "serial": snapshot.chip.serial,
+                        "counter": snapshot.counter,
+                        "shard": snapshot.shard,
+                        "hash": snapshot.hash,
+                        "step": claim.step,
+                    }
+                ],
+            }
+        )
+    )
+    done = subprocess.run(
+        verifier_command(directory, claims_file, rule_flops),
+        capture_output=True,
+        text=True,
+        cwd=settings.BASE_DIR,
+        timeout=settings.REPLAY_MAX_SECONDS + 60,
+        preexec_fn=_limit_memory,
+    )
     try:
         return json.loads(done.stdout)
     except ValueError:

@@ -1,4 +1,5 @@
 """Inspector API (DESIGN §5): thin views over inspections.services, for inspection bodies only."""
+
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -14,8 +15,8 @@ from registry.throttles import OrganisationRateThrottle
 from registry.views import SIGNED_PARAMETERS, SIGNED_WRITE_ERRORS, SignedWriteView
 
 from . import selectors
-from .services import claims, inspectors
 from .models import InspectionTask
+from .services import claims, inspectors
 
 
 class TaskOut(serializers.ModelSerializer):
@@ -77,14 +78,19 @@ class IdentityOut(serializers.Serializer):
 
 
 class ChallengeView(InspectorView):
-    @extend_schema(request=None, responses={201: ChallengeOut},
-                   summary="A fresh nonce for the chip to sign (valid 10 minutes, once)")
+    @extend_schema(
+        request=None,
+        responses={201: ChallengeOut},
+        summary="A fresh nonce for the chip to sign (valid 10 minutes, once)",
+    )
     def post(self, request, task_id: int):
         task = self.task(request, task_id)
         challenge = inspectors.identity_challenge_issue(task, task.inspection_body)
         message = inspectors.identity_message(task.chip.serial, challenge.nonce).decode()
-        return Response({"nonce": challenge.nonce, "message": message, "expires_at": challenge.expires_at},
-                        status=status.HTTP_201_CREATED)
+        return Response(
+            {"nonce": challenge.nonce, "message": message, "expires_at": challenge.expires_at},
+            status=status.HTTP_201_CREATED,
+        )
 
 
 class IdentityIn(serializers.Serializer):
@@ -93,8 +99,11 @@ class IdentityIn(serializers.Serializer):
 
 
 class IdentityView(InspectorView):
-    @extend_schema(request=IdentityIn, responses={200: IdentityOut},
-                   summary="The chip's signed answer; a failed check raises an alert")
+    @extend_schema(
+        request=IdentityIn,
+        responses={200: IdentityOut},
+        summary="The chip's signed answer; a failed check raises an alert",
+    )
     def post(self, request, task_id: int):
         task = self.task(request, task_id)
         answer = IdentityIn(data=request.data)
@@ -107,7 +116,9 @@ class LogIn(serializers.Serializer):
 
 
 class SnapshotLogView(InspectorView):
-    @extend_schema(request=LogIn, responses={202: dict}, summary="Upload the chip's firmware log; checked asynchronously")
+    @extend_schema(
+        request=LogIn, responses={202: dict}, summary="Upload the chip's firmware log; checked asynchronously"
+    )
     def post(self, request, task_id: int):
         task = self.task(request, task_id)
         upload = LogIn(data=request.data)
@@ -126,7 +137,9 @@ class SnapshotLogStatusView(InspectorView):
 
 
 class FindingView(InspectorView):
-    @extend_schema(request=dict, responses={201: dict}, summary="Physical findings: found, refused, seal, tamper, location, photos")
+    @extend_schema(
+        request=dict, responses={201: dict}, summary="Physical findings: found, refused, seal, tamper, location, photos"
+    )
     def post(self, request, task_id: int):
         task = self.task(request, task_id)
         finding = inspectors.finding_submit(task, task.inspection_body, request.data)
@@ -139,8 +152,10 @@ class ClaimsView(SignedWriteView):
     @extend_schema(
         summary="Answer logged snapshots: run, step and transcript (manifest hash and location) for each",
         description="Body: `{timestamp, nonce, claims: [{serial, counter, run, step, manifest, location}]}`. Each "
-                    "claim is verified by the replay worker; the result lands on the ledger (`claim.verified`).",
-        parameters=SIGNED_PARAMETERS, request={"application/json": dict}, responses=SIGNED_WRITE_ERRORS,
+        "claim is verified by the replay worker; the result lands on the ledger (`claim.verified`).",
+        parameters=SIGNED_PARAMETERS,
+        request={"application/json": dict},
+        responses=SIGNED_WRITE_ERRORS,
     )
     def post(self, request):
         return super().post(request)
@@ -158,5 +173,12 @@ class ClaimStatusView(APIView):
         claim = selectors.claim_of(organisation_of(request.user), claim_id)
         if claim is None:
             raise Http404("no such claim")
-        return Response({"id": claim.pk, "result": claim.result, "mismatch_step": claim.mismatch_step,
-                         "report": claim.report, "result_seq": claim.result_seq})
+        return Response(
+            {
+                "id": claim.pk,
+                "result": claim.result,
+                "mismatch_step": claim.mismatch_step,
+                "report": claim.report,
+                "result_seq": claim.result_seq,
+            }
+        )

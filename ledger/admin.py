@@ -1,4 +1,5 @@
 """Regulators read the ledger in the admin; nothing here edits an entry."""
+
 from django import forms
 from django.contrib import admin
 

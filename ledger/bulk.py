@@ -1,4 +1,5 @@
 """Bulk inserts for hot paths (ledger appends, registry bulk writes)."""
+
 from collections.abc import Sequence
 from datetime import datetime
 

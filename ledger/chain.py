@@ -73,7 +73,7 @@ def _fields_error(obj: dict, check_prev: bool = True) -> str | None:
     check_prev=False skips prev's hex format: the chain verifier compares it exactly.
     """
     n = len(obj)
-    if not ((n == 7 or n == 8 and "submission" in obj) and _REQUIRED.issubset(obj)):
+    if not ((n == 7 or (n == 8 and "submission" in obj)) and _REQUIRED.issubset(obj)):
         missing, unknown = sorted(_REQUIRED - obj.keys()), sorted(obj.keys() - _ALL)
         return f"leaf members wrong: missing {missing}, unknown {unknown}"
     v, seq, time, prev = obj["v"], obj["seq"], obj["time"], obj["prev"]
@@ -89,7 +89,7 @@ def _fields_error(obj: dict, check_prev: bool = True) -> str | None:
         return "leaf actor must be a non-empty string"
     if type(obj["payload"]) is not dict:
         return "leaf payload must be an object"
-    if type(prev) is not str or check_prev and not _HEX64.fullmatch(prev):
+    if type(prev) is not str or (check_prev and not _HEX64.fullmatch(prev)):
         return "leaf prev must be 64 lowercase hex digits"
     if n == 8:
         sub = obj["submission"]
@@ -109,7 +109,13 @@ def canonical_leaf(
 ) -> bytes:
     """The leaf bytes for an entry: RFC 8785 canonical JSON. ValueError if a field is wrong."""
     obj: dict[str, Any] = {
-        "v": 1, "seq": seq, "time": time, "kind": kind, "actor": actor, "payload": payload, "prev": prev,
+        "v": 1,
+        "seq": seq,
+        "time": time,
+        "kind": kind,
+        "actor": actor,
+        "payload": payload,
+        "prev": prev,
     }
     if submission is not None:
         obj["submission"] = submission

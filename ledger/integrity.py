@@ -4,15 +4,14 @@ Recomputes, from the stored leaf bytes alone: every leaf hash, the ``prev``
 chain, contiguous ``seq``, the tree root at every checkpoint, each
 checkpoint's signature, and that the queryable columns agree with the leaves.
 """
+
 from __future__ import annotations
 
 import json
-
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
-from django.conf import settings
 from django.db import connection
 
 from . import chain, keys, note, selectors
@@ -100,7 +99,7 @@ def _check_checkpoint_at(verifier: chain.ChainVerifier, pending: dict[int, Check
     try:
         _, signed = note.open_checkpoint(checkpoint.note, note.parse_verifier_key(keys.verifier_key()))
     except note.NoteError as error:
-        raise LedgerFault(seq, f"checkpoint of size {checkpoint.size}: signature does not verify ({error})")
+        raise LedgerFault(seq, f"checkpoint of size {checkpoint.size}: signature does not verify ({error})") from error
     if (signed.size, signed.root, signed.extensions) != (checkpoint.size, root, ()):
         raise LedgerFault(seq, f"checkpoint of size {checkpoint.size}: signed body does not match the entries")
 

@@ -1,4 +1,5 @@
 """The log's Ed25519 signing key: a setting, never code (DESIGN §3)."""
+
 import base64
 import functools
 import os

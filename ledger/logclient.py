@@ -3,6 +3,7 @@
 Used by ``python -m ledger.verify`` and ``python -m ledger.witness``. Timeouts and bounded
 response sizes throughout: the log is not trusted to behave.
 """
+
 from __future__ import annotations
 
 import base64

@@ -4,6 +4,7 @@ Only ``ledger.services`` writes these rows. Entries and tree nodes are
 append-only at the database: UPDATE and DELETE fail (pgtrigger on PostgreSQL,
 a migration-installed trigger on SQLite).
 """
+
 import pgtrigger
 from django.db import models
 

@@ -3,6 +3,7 @@
 Apps outside ``ledger`` read the ledger only through this module (DESIGN §2): it
 is the only place that names the ledger's tables. Proofs read O(log n) rows.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
@@ -33,7 +34,9 @@ def node_hashes(ids: Sequence[merkle.NodeId]) -> dict[merkle.NodeId, bytes]:
             found.update({(0, seq): bytes(digest) for seq, digest in cursor.fetchall()})
         if inner:
             where = " OR ".join(['(level = %s AND "index" = %s)'] * len(inner))
-            cursor.execute(f'SELECT level, "index", hash FROM ledger_treenode WHERE {where}', [v for pair in inner for v in pair])
+            cursor.execute(
+                f'SELECT level, "index", hash FROM ledger_treenode WHERE {where}', [v for pair in inner for v in pair]
+            )
             found.update({(level, index): bytes(digest) for level, index, digest in cursor.fetchall()})
     missing = set(ids) - found.keys()
     if missing:

@@ -1,4 +1,5 @@
 """Explicit input/output serializers of the ledger API (DESIGN §3 shapes)."""
+
 import base64
 
 from django.conf import settings

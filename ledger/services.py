@@ -4,6 +4,7 @@ Every write takes the ledger's write lock inside the caller's transaction, so
 a projection written in the same ``transaction.atomic()`` block commits or
 rolls back together with its entries (DESIGN §1).
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,9 +22,9 @@ from django.db.models.base import ModelState
 from django.utils import timezone
 
 from . import chain, keys, merkle, note
-from .selectors import frontier_hashes
 from .bulk import insert_rows
 from .models import Checkpoint, Cosignature, Entry, TreeNode, Witness
+from .selectors import frontier_hashes
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +237,9 @@ def witness_revoke(vkey: str, actor: str) -> Witness:
         witness = Witness.objects.select_for_update().filter(verifier_key=vkey.strip(), revoked_seq=None).first()
         if witness is None:
             raise ValidationError({"verifier_key": "no active witness with this key"})
-        entry = append_entry("ledger.witness_revoked", {"name": witness.name, "verifier_key": witness.verifier_key}, actor)
+        entry = append_entry(
+            "ledger.witness_revoked", {"name": witness.name, "verifier_key": witness.verifier_key}, actor
+        )
         witness.revoked_seq = entry.seq
         witness.save(update_fields=["revoked_seq"])
         return witness

@@ -1,4 +1,5 @@
 """Celery tasks of the ledger: thin wrappers over services."""
+
 from celery import shared_task
 
 from . import services

@@ -24,9 +24,6 @@ import binascii
 import json
 import random
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import asdict, dataclass, field
 
 from ledger import merkle, note
@@ -119,16 +116,12 @@ def check_entry(seq: int, entry: dict, chain: ChainVerifier) -> bytes:
         raise LedgerFault(seq, "leaf is not base64") from err
     leaf_hash, parsed = chain.feed(seq, leaf)
     if entry.get("hash") != leaf_hash.hex():
-        raise LedgerFault(
-            seq, f"served hash {entry.get('hash')!r} is not the leaf's hash {leaf_hash.hex()}"
-        )
+        raise LedgerFault(seq, f"served hash {entry.get('hash')!r} is not the leaf's hash {leaf_hash.hex()}")
     for name in ("seq", "kind", "actor", "time"):
         if name not in entry:
             continue  # the summary fields are a convenience; the leaf is what is signed for
         if entry[name] != parsed.get(name):
-            raise LedgerFault(
-                seq, f"served {name} {entry[name]!r} differs from the leaf's {parsed.get(name)!r}"
-            )
+            raise LedgerFault(seq, f"served {name} {entry[name]!r} differs from the leaf's {parsed.get(name)!r}")
     return leaf_hash
 
 
@@ -149,9 +142,7 @@ def verify_log(
 
     served_key = client.key()
     if pinned_key is not None and pinned_key.strip() != served_key:
-        raise LedgerFault(
-            "checkpoint", f"served key {served_key!r} is not the pinned key {pinned_key.strip()!r}"
-        )
+        raise LedgerFault("checkpoint", f"served key {served_key!r} is not the pinned key {pinned_key.strip()!r}")
     verifier = parse_key(served_key, "served key")
 
     text = client.checkpoint()
@@ -179,9 +170,7 @@ def verify_log(
             progress(seq + 1, size)
     recomputed = chain.root()
     if recomputed != root:
-        raise LedgerFault(
-            "checkpoint", f"root {root.hex()} is not the root {recomputed.hex()} of the entries"
-        )
+        raise LedgerFault("checkpoint", f"root {root.hex()} is not the root {recomputed.hex()} of the entries")
 
     if inclusion_index is not None:
         proof = client.inclusion_proof(inclusion_index, size)
@@ -190,9 +179,7 @@ def verify_log(
     if consistency_first is not None:
         proof = client.consistency_proof(consistency_first, size)
         if not merkle.verify_consistency(consistency_first, size, proof, consistency_root, root):
-            raise LedgerFault(
-                "checkpoint", f"consistency proof from size {consistency_first} to {size} is invalid"
-            )
+            raise LedgerFault("checkpoint", f"consistency proof from size {consistency_first} to {size} is invalid")
 
     return Report(
         origin=checkpoint.origin,
@@ -218,12 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--url", required=True, help="base URL of the log, e.g. https://host")
     parser.add_argument("--key", help="pinned verifier key of the log; the served one must match")
-    parser.add_argument(
-        "--witness", action="append", default=[], metavar="VKEY", help="witness verifier key"
-    )
-    parser.add_argument(
-        "--quorum", type=int, default=0, metavar="K", help="require K valid witness cosignatures"
-    )
+    parser.add_argument("--witness", action="append", default=[], metavar="VKEY", help="witness verifier key")
+    parser.add_argument("--quorum", type=int, default=0, metavar="K", help="require K valid witness cosignatures")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help=argparse.SUPPRESS)
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")

@@ -1,6 +1,7 @@
 """The ledger's public HTTP API (DESIGN §3). Thin: parse, call a selector/service, render."""
+
 from django.conf import settings
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.permissions import AllowAny
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -52,8 +53,11 @@ class CheckpointView(PublicView):
     def get(self, request):
         checkpoint = selectors.checkpoint_latest()
         if checkpoint is None:  # a GET never writes: the first checkpoint is signed with the first entry
-            return Response({"detail": "the log has no signed checkpoint yet: it is empty (run manage.py ledger_open)"},
-                            status=status.HTTP_503_SERVICE_UNAVAILABLE, content_type="application/json")
+            return Response(
+                {"detail": "the log has no signed checkpoint yet: it is empty (run manage.py ledger_open)"},
+                status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                content_type="application/json",
+            )
         return Response(selectors.checkpoint_text(checkpoint))
 
 

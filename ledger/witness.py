@@ -56,7 +56,7 @@ def load_or_create_key(path: str, name: str | None) -> tuple[str, nacl.signing.S
             text = f.read()
     except FileNotFoundError:
         if not name:
-            raise WitnessError(f"key file {path} does not exist; give --name to create it")
+            raise WitnessError(f"key file {path} does not exist; give --name to create it") from None
         _check_name(name)
         key = nacl.signing.SigningKey.generate()
         seed = base64.b64encode(bytes(key)).decode()
@@ -190,9 +190,7 @@ def decide(state: State | None, checkpoint: note.Checkpoint) -> Decision:
     if checkpoint.origin != state.origin:
         return Decision(False, f"origin {checkpoint.origin!r} is not the pinned {state.origin!r}")
     if checkpoint.size < state.size:
-        return Decision(
-            False, f"rollback: log size {checkpoint.size} is below cosigned size {state.size}"
-        )
+        return Decision(False, f"rollback: log size {checkpoint.size} is below cosigned size {state.size}")
     if checkpoint.size == state.size:
         if checkpoint.root != state.root:
             return Decision(
@@ -226,9 +224,7 @@ class Outcome:
     answer: object = None  # the log's answer to the submission
 
 
-def log_verifier(
-    client: LogClient, state: State | None, log_key: str | None, say
-) -> tuple[str, note.Verifier]:
+def log_verifier(client: LogClient, state: State | None, log_key: str | None, say) -> tuple[str, note.Verifier]:
     """The pinned log key: from the state, else --log-key, else the served key (first use)."""
     if state is not None:
         if log_key is not None and log_key.strip() != state.log_key:
@@ -272,10 +268,7 @@ def run_once(
         first = decision.consistency_from
         proof = client.consistency_proof(first, checkpoint.size)
         if not merkle.verify_consistency(first, checkpoint.size, proof, state.root, checkpoint.root):
-            raise Refusal(
-                f"not an extension: consistency proof from size {first} to {checkpoint.size} "
-                "is invalid"
-            )
+            raise Refusal(f"not an extension: consistency proof from size {first} to {checkpoint.size} is invalid")
     say(decision.reason)
 
     line = note.cosign(body, name, key, int(now())).rstrip("\n")
@@ -342,9 +335,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         client = LogClient(args.url, timeout=args.timeout)
-        outcome = run_once(
-            client, name, key, args.state_file, args.log_key, not args.no_submit, say=say
-        )
+        outcome = run_once(client, name, key, args.state_file, args.log_key, not args.no_submit, say=say)
     except Refusal as err:
         print(f"REFUSED: {err}", file=sys.stderr)
         return EXIT_REFUSED
@@ -360,8 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     if outcome.status is not None and 200 <= outcome.status < 300:
         say(f"cosigned size {size}; the log accepted it: {json.dumps(outcome.answer)}")
         return EXIT_OK
-    say(f"cosigned size {size}; the log REJECTED it: HTTP {outcome.status}: "
-        f"{json.dumps(outcome.answer)}")
+    say(f"cosigned size {size}; the log REJECTED it: HTTP {outcome.status}: {json.dumps(outcome.answer)}")
     return EXIT_NOT_ACCEPTED
 
 

@@ -1,5 +1,6 @@
 """Regulators browse the registry in the admin. Projections are read-only here: every change
 goes through the services (and so onto the ledger), via the API or management commands."""
+
 import base64
 import binascii
 
@@ -60,18 +61,28 @@ class OrganisationAdmin(ReadOnlyAdmin):
                 for field, messages_ in error.message_dict.items():
                     form.add_error(field if field in form.fields else None, messages_)
             else:
-                self.message_user(request, f"Registered {organisation.slug} at ledger seq {organisation.registered_seq}.")
+                self.message_user(
+                    request, f"Registered {organisation.slug} at ledger seq {organisation.registered_seq}."
+                )
                 return redirect("admin:registry_organisation_change", organisation.pk)
-        context = {**self.admin_site.each_context(request), "title": "Register an organisation", "form": form,
-                   "opts": self.model._meta}
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Register an organisation",
+            "form": form,
+            "opts": self.model._meta,
+        }
         return render(request, "admin/registry/organisation_add.html", context)
 
 
 def _register(data: dict) -> Organisation:
     with transaction.atomic():
         organisation = services.organisation_register(
-            slug=data["slug"], legal_name=data["legal_name"], country=data["country"].upper(), roles=data["roles"],
-            parent=data["parent"].slug if data["parent"] else None, actor="regulator",
+            slug=data["slug"],
+            legal_name=data["legal_name"],
+            country=data["country"].upper(),
+            roles=data["roles"],
+            parent=data["parent"].slug if data["parent"] else None,
+            actor="regulator",
         )
         if data["public_key"]:
             try:

@@ -9,6 +9,7 @@
 The key file holds the base64 32-byte Ed25519 seed of a key registered to your organisation.
 Exit status: 0 on success, 1 if the server refused (its JSON answer is printed), 2 on usage or network errors.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,8 +66,9 @@ class RegistryClient:
         return self.get(f"/api/registry/chips/{urllib.parse.quote(serial)}")
 
     def _send(self, method: str, path: str, body: bytes | None, headers: dict) -> dict:
-        request = urllib.request.Request(self.url + path, data=body, method=method,
-                                         headers={**headers, "Authorization": f"Token {self.token}"})
+        request = urllib.request.Request(
+            self.url + path, data=body, method=method, headers={**headers, "Authorization": f"Token {self.token}"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return json.loads(response.read())
@@ -94,8 +96,9 @@ def _fields(pairs: list[str]) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    main = argparse.ArgumentParser(prog="python -m registry.client", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    main = argparse.ArgumentParser(
+        prog="python -m registry.client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     main.add_argument("--url", required=True)
     main.add_argument("--token", required=True, help="your API token")
     main.add_argument("--key-file", help="base64 Ed25519 seed of your organisation's registered key (writes)")

@@ -7,6 +7,7 @@ and acceptance), shipped, installed — plus pending transfers, a re-export and 
 lost chip. Each organisation's signing key is kept in var/demo-keys/ so the
 documented client examples can sign as it.
 """
+
 from __future__ import annotations
 
 import base64
@@ -106,11 +107,18 @@ def seed_demo(password: str, chips: int = 5000) -> list[DemoLogin]:
 def _seed_world(chips: int) -> None:
     orgs = {slug: _organisation(slug, name, country, roles) for slug, name, country, roles in ORGANISATIONS}
     for owner, slug, kind, country, location in FACILITIES:
-        services.facility_register(owner=orgs[owner], slug=slug, kind=kind, country=country, location=location, actor=owner)
+        services.facility_register(
+            owner=orgs[owner], slug=slug, kind=kind, country=country, location=location, actor=owner
+        )
     for vendor, slug, name, flops, memory in CHIP_MODELS:
         services.chip_model_register(
-            vendor=orgs[vendor], slug=slug, name=name, export_class="3A090.a", peak_flops_16bit=flops,
-            memory_bytes=memory, actor="regulator",
+            vendor=orgs[vendor],
+            slug=slug,
+            name=name,
+            export_class="3A090.a",
+            peak_flops_16bit=flops,
+            memory_bytes=memory,
+            actor="regulator",
         )
     _seed_chips(orgs, chips)
 
@@ -136,15 +144,22 @@ def _seed_chips(orgs: dict[str, Organisation], total: int) -> None:
         _package_and_export(orgs, lot, vendor, warehouse)
     # vendor A sells to owner A at home and exports to owner C; vendor B sells to owner B at home.
     third = len(lot_a) // 3
-    _sell(orgs, "vendor-a", "owner-a", lot_a[:third * 2], "dc-owner-a-or", export_licence=None)
-    _sell(orgs, "vendor-a", "owner-c", lot_a[third * 2:-20], "dc-owner-c-auh", export_licence="US-BIS-EL-2026-0113")
+    _sell(orgs, "vendor-a", "owner-a", lot_a[: third * 2], "dc-owner-a-or", export_licence=None)
+    _sell(orgs, "vendor-a", "owner-c", lot_a[third * 2 : -20], "dc-owner-c-auh", export_licence="US-BIS-EL-2026-0113")
     _sell(orgs, "vendor-b", "owner-b", lot_b[:-10], "dc-owner-b-ams", export_licence=None)
     # Unfinished stories: chips still in the vendors' warehouses, one with a transfer pending,
     # a re-export from owner B (NL) to owner C (AE), and a chip owner A reported lost.
     _event(orgs, "vendor-b", "transfer_offered", lot_b[-10:-5], to_owner="owner-b")
     _event(orgs, "owner-b", "removed", lot_b[:2])
-    _event(orgs, "owner-b", "exported", lot_b[:2], consignee="owner-c", reference="RESALE-17",
-           export_licence="NL-CDIU-2026-0042")
+    _event(
+        orgs,
+        "owner-b",
+        "exported",
+        lot_b[:2],
+        consignee="owner-c",
+        reference="RESALE-17",
+        export_licence="NL-CDIU-2026-0042",
+    )
     _event(orgs, "owner-a", "reported_lost", lot_a[:1], note="not at its rack during stock-take")
 
 
@@ -152,8 +167,12 @@ def _fabricate(orgs, lot: str, models: list[str], count: int) -> list[str]:
     serials = []
     for start in range(0, count, 1000):
         batch = [
-            {"serial": f"{lot}{n:06d}", "model": models[n % len(models)], "facility": "fab-tw-hsinchu",
-             "public_key": base64.b64encode(bytes(SigningKey.generate().verify_key)).decode()}
+            {
+                "serial": f"{lot}{n:06d}",
+                "model": models[n % len(models)],
+                "facility": "fab-tw-hsinchu",
+                "public_key": base64.b64encode(bytes(SigningKey.generate().verify_key)).decode(),
+            }
             for n in range(start, min(start + 1000, count))
         ]
         services.chips_fabricate(organisation=orgs["fab-tw"], chips=batch)
@@ -165,8 +184,15 @@ def _package_and_export(orgs, serials: list[str], vendor: str, warehouse: str) -
     _event(orgs, "fab-tw", "shipped", serials, consignee="pack-tw", reference="WO-TW-PKG")
     _event(orgs, "pack-tw", "received", serials, facility="pack-tw-taoyuan")
     _event(orgs, "pack-tw", "packaged", serials, facility="pack-tw-taoyuan")
-    _event(orgs, "pack-tw", "exported", serials, consignee=vendor, reference=f"PO-{vendor}",
-           export_licence="TW-MOEA-2026-0007")
+    _event(
+        orgs,
+        "pack-tw",
+        "exported",
+        serials,
+        consignee=vendor,
+        reference=f"PO-{vendor}",
+        export_licence="TW-MOEA-2026-0007",
+    )
     _event(orgs, vendor, "received", serials, facility=warehouse)
     _event(orgs, "fab-tw", "transfer_offered", serials, to_owner=vendor, reference=f"INV-{vendor}")
     _event(orgs, vendor, "transfer_accepted", serials)
@@ -174,7 +200,9 @@ def _package_and_export(orgs, serials: list[str], vendor: str, warehouse: str) -
 
 def _sell(orgs, vendor: str, owner: str, serials: list[str], datacentre: str, export_licence: str | None) -> None:
     if export_licence:
-        _event(orgs, vendor, "exported", serials, consignee=owner, reference=f"SO-{owner}", export_licence=export_licence)
+        _event(
+            orgs, vendor, "exported", serials, consignee=owner, reference=f"SO-{owner}", export_licence=export_licence
+        )
     else:
         _event(orgs, vendor, "shipped", serials, consignee=owner, reference=f"SO-{owner}")
     _event(orgs, owner, "received", serials)
@@ -185,7 +213,7 @@ def _sell(orgs, vendor: str, owner: str, serials: list[str], datacentre: str, ex
 
 def _event(orgs, actor: str, event: str, serials: list[str], **fields) -> None:
     for start in range(0, len(serials), services.MAX_CHIPS):
-        payload = {"chips": serials[start:start + services.MAX_CHIPS], **fields}
+        payload = {"chips": serials[start : start + services.MAX_CHIPS], **fields}
         services.chips_record_event(organisation=orgs[actor], event=event, payload=payload)
 
 

@@ -52,6 +52,7 @@ Capture (``POST /api/epcis/capture``)
 
 Query (``GET /api/epcis/events?epc=``): see ``registry.selectors.chip_object_events`` and ``object_event``.
 """
+
 from __future__ import annotations
 
 import base64
@@ -90,8 +91,20 @@ STEPS = {  # bizStep -> the action CBV pairs it with
 HANDOVER_STEPS = {"shipping", "receiving"}
 PARTY_TYPES = {"owning_party", "possessing_party"}
 APPLIED = {
-    "type", "eventTime", "eventTimeZoneOffset", "eventID", "action", "bizStep", "epcList", "readPoint",
-    "bizLocation", "sourceList", "destinationList", "bizTransactionList", "ilmd", "chipledger:exportLicence",
+    "type",
+    "eventTime",
+    "eventTimeZoneOffset",
+    "eventID",
+    "action",
+    "bizStep",
+    "epcList",
+    "readPoint",
+    "bizLocation",
+    "sourceList",
+    "destinationList",
+    "bizTransactionList",
+    "ilmd",
+    "chipledger:exportLicence",
 }
 INFORMATIONAL = {"recordTime", "disposition", "persistentDisposition", "certificationInfo"}
 
@@ -138,7 +151,7 @@ def chip_serial(epc, *, bare: bool = False) -> str:
             raise ValueError(f"GTIN {link[1]} has a wrong check digit")
         serial = unquote(link[2])
     elif epc.startswith(CHIP_URI):
-        serial = unquote(epc[len(CHIP_URI):])
+        serial = unquote(epc[len(CHIP_URI) :])
     elif bare and SERIAL.match(epc):
         serial = epc
     else:
@@ -159,7 +172,7 @@ def _gtin_check_digit_ok(gtin: str) -> bool:
 
 def _slug(value, prefix: str, what: str, path: str) -> str:
     """An organisation or facility named by chipledger URI or bare slug."""
-    slug = value[len(prefix):] if isinstance(value, str) and value.startswith(prefix) else value
+    slug = value[len(prefix) :] if isinstance(value, str) and value.startswith(prefix) else value
     if not isinstance(slug, str) or not SLUG.match(slug):
         _fail(path, f"unsupported {what} id {str(value)[:80]!r}: use {prefix}<slug> or a bare {what} slug")
     return slug
@@ -171,7 +184,7 @@ def _cbv_word(value, vocabulary: str, path: str) -> str:
         _fail(path, "required")
     for prefix in (f"{CBV}{vocabulary}-", f"urn:epcglobal:cbv:{vocabulary.lower()}:"):
         if value.startswith(prefix):
-            return value[len(prefix):]
+            return value[len(prefix) :]
     return value
 
 
@@ -240,7 +253,10 @@ def parse_event(raw, path: str) -> CaptureEvent:
         _fail(f"{path}.action", f"{step} is captured with action {STEPS[step]}, not {raw.get('action')!r}")
     epcs = _epc_list(raw.get("epcList"), f"{path}.epcList")
     event = CaptureEvent(
-        path=path, event_id=_event_id(raw, path), step=step, serials=tuple(epcs.values()),
+        path=path,
+        event_id=_event_id(raw, path),
+        step=step,
+        serials=tuple(epcs.values()),
         facility=_facility(raw, path),
         source=_parties(raw, "sourceList", "source", path, step),
         destination=_parties(raw, "destinationList", "destination", path, step),
@@ -381,8 +397,12 @@ KIND_STEPS = {
     "chip.reported_stolen": (f"{BASE}epcis/BizStep-reported_stolen", "OBSERVE", "stolen"),
     "chip.reported_lost": (f"{BASE}epcis/BizStep-reported_lost", "OBSERVE", "unknown"),
 }
-EXTENSION_FIELDS = {"destination_country": "destinationCountry", "export_licence": "exportLicence",
-                    "to_owner": "toOwner", "note": "note"}
+EXTENSION_FIELDS = {
+    "destination_country": "destinationCountry",
+    "export_licence": "exportLicence",
+    "to_owner": "toOwner",
+    "note": "note",
+}
 
 
 def query_serial(epc) -> str:
@@ -432,7 +452,9 @@ def _fabricated(payload: dict, serial: str, epc: str) -> dict:
 
 def query_document(events: list[dict], now: datetime) -> dict:
     return {
-        "@context": CONTEXT, "type": "EPCISQueryDocument", "schemaVersion": "2.0",
+        "@context": CONTEXT,
+        "type": "EPCISQueryDocument",
+        "schemaVersion": "2.0",
         "creationDate": format_time(now),
         "epcisBody": {"queryResults": {"queryName": "SimpleEventQuery", "resultsBody": {"eventList": events}}},
     }

@@ -1,4 +1,5 @@
 """GS1 EPCIS 2.0 endpoints, mounted at /api/epcis/."""
+
 from django.urls import path
 
 from . import epcis_views

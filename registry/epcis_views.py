@@ -1,5 +1,6 @@
 """EPCIS 2.0 capture and query endpoints. Thin: the mapping lives in ``registry.epcis`` (pure), the write in
 ``registry.services.epcis``, the read in ``registry.selectors``."""
+
 from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
@@ -18,32 +19,53 @@ EXAMPLE_DOCUMENT = {
     "creationDate": "2026-03-01T12:00:00Z",
     "timestamp": 1772366400,
     "nonce": "3f2b9c0e5a7d4e11aa",
-    "epcisBody": {"eventList": [
-        {
-            "type": "ObjectEvent", "eventTime": "2026-03-01T09:00:00Z", "eventTimeZoneOffset": "+08:00",
-            "eventID": "urn:uuid:1f0b5b7e-2c43-4a8e-9c1e-7a3d52f0e001",
-            "epcList": [SGTIN], "action": "ADD", "bizStep": "commissioning",
-            "bizLocation": {"id": epcis.FACILITY_URI + "fab-tw-1"},
-            "ilmd": {"chipledger:model": "h100-sxm",
-                     "chipledger:publicKeys": {SGTIN: "O2onvM62pC1io6jQKm8Nc2UyFXcd4kOmOsBIoYtZ2ik="}},
-        },
-        {
-            "type": "ObjectEvent", "eventTime": "2026-03-01T11:00:00Z", "eventTimeZoneOffset": "+08:00",
-            "epcList": ["https://id.gs1.org/01/09506000134352/21/H100-0000001"], "action": "OBSERVE",
-            "bizStep": "https://ref.gs1.org/cbv/BizStep-shipping", "disposition": "in_transit",
-            "readPoint": {"id": epcis.FACILITY_URI + "fab-tw-1"},
-            "bizTransactionList": [{"type": "po", "bizTransaction": "urn:epcglobal:cbv:bt:0614141000005:PO-42"}],
-            "sourceList": [{"type": "possessing_party", "source": epcis.ORG_URI + "fab-tw"}],
-            "destinationList": [{"type": "possessing_party", "destination": epcis.ORG_URI + "vendor-a"}],
-            "chipledger:exportLicence": "TW-EL-2026-0042",
-        },
-    ]},
+    "epcisBody": {
+        "eventList": [
+            {
+                "type": "ObjectEvent",
+                "eventTime": "2026-03-01T09:00:00Z",
+                "eventTimeZoneOffset": "+08:00",
+                "eventID": "urn:uuid:1f0b5b7e-2c43-4a8e-9c1e-7a3d52f0e001",
+                "epcList": [SGTIN],
+                "action": "ADD",
+                "bizStep": "commissioning",
+                "bizLocation": {"id": epcis.FACILITY_URI + "fab-tw-1"},
+                "ilmd": {
+                    "chipledger:model": "h100-sxm",
+                    "chipledger:publicKeys": {SGTIN: "O2onvM62pC1io6jQKm8Nc2UyFXcd4kOmOsBIoYtZ2ik="},
+                },
+            },
+            {
+                "type": "ObjectEvent",
+                "eventTime": "2026-03-01T11:00:00Z",
+                "eventTimeZoneOffset": "+08:00",
+                "epcList": ["https://id.gs1.org/01/09506000134352/21/H100-0000001"],
+                "action": "OBSERVE",
+                "bizStep": "https://ref.gs1.org/cbv/BizStep-shipping",
+                "disposition": "in_transit",
+                "readPoint": {"id": epcis.FACILITY_URI + "fab-tw-1"},
+                "bizTransactionList": [{"type": "po", "bizTransaction": "urn:epcglobal:cbv:bt:0614141000005:PO-42"}],
+                "sourceList": [{"type": "possessing_party", "source": epcis.ORG_URI + "fab-tw"}],
+                "destinationList": [{"type": "possessing_party", "destination": epcis.ORG_URI + "vendor-a"}],
+                "chipledger:exportLicence": "TW-EL-2026-0042",
+            },
+        ]
+    },
 }
-CAPTURED_EXAMPLE = {"captured": 1, "duplicates": 1, "eventList": [
-    {"eventID": "urn:uuid:1f0b5b7e-2c43-4a8e-9c1e-7a3d52f0e001", "status": "duplicate"},
-    {"eventID": "ni:///sha-256;5d1f...?ver=chipledger-jcs-1", "status": "captured", "seq": 812,
-     "kind": "chip.exported", "count": 1},
-]}
+CAPTURED_EXAMPLE = {
+    "captured": 1,
+    "duplicates": 1,
+    "eventList": [
+        {"eventID": "urn:uuid:1f0b5b7e-2c43-4a8e-9c1e-7a3d52f0e001", "status": "duplicate"},
+        {
+            "eventID": "ni:///sha-256;5d1f...?ver=chipledger-jcs-1",
+            "status": "captured",
+            "seq": 812,
+            "kind": "chip.exported",
+            "count": 1,
+        },
+    ],
+}
 
 
 class CaptureView(SignedWriteView):
@@ -65,13 +87,23 @@ class CaptureView(SignedWriteView):
         request={"application/ld+json": dict, "application/json": dict},
         responses={
             **SIGNED_WRITE_ERRORS,
-            201: OpenApiResponse(description="per event, in order: captured (seq, kind, count) or duplicate",
-                                 examples=[OpenApiExample("captured", value=CAPTURED_EXAMPLE)]),
+            201: OpenApiResponse(
+                description="per event, in order: captured (seq, kind, count) or duplicate",
+                examples=[OpenApiExample("captured", value=CAPTURED_EXAMPLE)],
+            ),
             400: OpenApiResponse(
-                description="the document path of each problem, e.g. {\"epcisBody.eventList[2].bizStep\": "
-                "[\"unsupported: ...\"]}; nothing was written",
-                examples=[OpenApiExample("unsupported event", value={"epcisBody.eventList[1].type": [
-                    "unsupported: 'AggregationEvent'; only ObjectEvent maps onto the chip lifecycle"]})],
+                description='the document path of each problem, e.g. {"epcisBody.eventList[2].bizStep": '
+                '["unsupported: ..."]}; nothing was written',
+                examples=[
+                    OpenApiExample(
+                        "unsupported event",
+                        value={
+                            "epcisBody.eventList[1].type": [
+                                "unsupported: 'AggregationEvent'; only ObjectEvent maps onto the chip lifecycle"
+                            ]
+                        },
+                    )
+                ],
             ),
         },
         examples=[OpenApiExample("commission and export", value=EXAMPLE_DOCUMENT, request_only=True)],
@@ -94,20 +126,50 @@ class EventQueryView(APIView):
             "One ObjectEvent per ledger entry of the chip: eventTime is the ledger time, bizStep follows the "
             "lifecycle event, `chipledger:seq` is the ledger entry (its inclusion proof: /api/registry/chips/<serial>)."
         ),
-        parameters=[OpenApiParameter("epc", str, required=True,
-                                     description="SGTIN EPC URI, GS1 Digital Link URI or bare chip serial")],
+        parameters=[
+            OpenApiParameter(
+                "epc", str, required=True, description="SGTIN EPC URI, GS1 Digital Link URI or bare chip serial"
+            )
+        ],
         responses={
-            200: OpenApiResponse(description="EPCISQueryDocument", examples=[OpenApiExample("history", value={
-                "@context": epcis.CONTEXT, "type": "EPCISQueryDocument", "schemaVersion": "2.0",
-                "creationDate": "2026-03-02T08:00:00.000000Z",
-                "epcisBody": {"queryResults": {"queryName": "SimpleEventQuery", "resultsBody": {"eventList": [{
-                    "type": "ObjectEvent", "eventTime": "2026-03-01T12:00:01.123456Z", "eventTimeZoneOffset": "+00:00",
-                    "recordTime": "2026-03-01T12:00:01.123456Z", "epcList": [SGTIN], "action": "ADD",
-                    "bizStep": "commissioning", "disposition": "active",
-                    "bizLocation": {"id": epcis.FACILITY_URI + "fab-tw-1"}, "chipledger:seq": 811,
-                    "chipledger:kind": "chip.fabricated", "chipledger:actor": "fab-tw"}]}}},
-            })]),
-            400: OpenApiResponse(description="{\"epc\": [reason]}: not an SGTIN, Digital Link or serial"),
+            200: OpenApiResponse(
+                description="EPCISQueryDocument",
+                examples=[
+                    OpenApiExample(
+                        "history",
+                        value={
+                            "@context": epcis.CONTEXT,
+                            "type": "EPCISQueryDocument",
+                            "schemaVersion": "2.0",
+                            "creationDate": "2026-03-02T08:00:00.000000Z",
+                            "epcisBody": {
+                                "queryResults": {
+                                    "queryName": "SimpleEventQuery",
+                                    "resultsBody": {
+                                        "eventList": [
+                                            {
+                                                "type": "ObjectEvent",
+                                                "eventTime": "2026-03-01T12:00:01.123456Z",
+                                                "eventTimeZoneOffset": "+00:00",
+                                                "recordTime": "2026-03-01T12:00:01.123456Z",
+                                                "epcList": [SGTIN],
+                                                "action": "ADD",
+                                                "bizStep": "commissioning",
+                                                "disposition": "active",
+                                                "bizLocation": {"id": epcis.FACILITY_URI + "fab-tw-1"},
+                                                "chipledger:seq": 811,
+                                                "chipledger:kind": "chip.fabricated",
+                                                "chipledger:actor": "fab-tw",
+                                            }
+                                        ]
+                                    },
+                                }
+                            },
+                        },
+                    )
+                ],
+            ),
+            400: OpenApiResponse(description='{"epc": [reason]}: not an SGTIN, Digital Link or serial'),
             404: OpenApiResponse(description="no such chip, or not one the caller may see"),
         },
     )

@@ -1,4 +1,5 @@
 """The registry's identifier forms and request bounds: pure, shared by the services and the EPCIS parser."""
+
 import re
 
 MAX_CHIPS = 10_000  # chips in one request (one ledger entry)

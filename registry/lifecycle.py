@@ -4,6 +4,7 @@ Live writes (``registry.services``) and the rebuild from the ledger
 (``rebuild_projections``) both go through ``apply_chip_event``, so the
 projection can only ever hold states this module allows.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -122,7 +123,9 @@ def _consigned(chip: ChipState, facts: Facts, payload: dict) -> ChipState:
         raise LifecycleError("a chip cannot be shipped to its own possessor")
     if not facts.consignee_exists:
         raise LifecycleError(f"unknown consignee {consignee!r}")
-    return replace(chip, status=Status.IN_TRANSIT, consignee=consignee, facility=None, country=payload["destination_country"])
+    return replace(
+        chip, status=Status.IN_TRANSIT, consignee=consignee, facility=None, country=payload["destination_country"]
+    )
 
 
 def _shipped(chip: ChipState, facts: Facts, payload: dict) -> ChipState:
@@ -136,7 +139,9 @@ def _exported(chip: ChipState, facts: Facts, payload: dict) -> ChipState:
     if payload["destination_country"] == chip.country:
         raise LifecycleError(f"destination {chip.country} is the chip's own country: record a shipment")
     if not payload.get("export_licence"):
-        raise LifecycleError(f"exporting from {chip.country} to {payload['destination_country']} needs an export licence")
+        raise LifecycleError(
+            f"exporting from {chip.country} to {payload['destination_country']} needs an export licence"
+        )
     return _consigned(chip, facts, payload)
 
 

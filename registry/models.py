@@ -5,11 +5,11 @@ is rebuilt from the ledger by ``manage.py rebuild_projections``. Only
 ``registry.services`` writes them. ``Member``, ``ApiNonce`` and
 ``IdempotencyRecord`` are access-control bookkeeping, not world state.
 """
+
 from django.conf import settings
 from django.db import models
 
 from .lifecycle import Status
-
 
 CHIP_STATUS_CHOICES = [(status.value, status.value) for status in Status]
 

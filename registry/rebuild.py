@@ -5,6 +5,7 @@ in memory (not the live tables), through the same lifecycle rules the services
 use; then each live projection row is compared with its rebuilt twin. A
 difference means a projection was written without (or unlike) its entry.
 """
+
 from __future__ import annotations
 
 import base64
@@ -44,8 +45,12 @@ def apply(scratch: Scratch, seq: int, kind: str, actor: str, payload: dict) -> N
     if kind == "org.registered":
         scratch.organisations[payload["slug"]] = {**payload, "registered_seq": seq}
     elif kind == "org.key_registered":
-        scratch.keys[payload["key_id"]] = {"org": payload["org"], "public_key": payload["public_key"],
-                                           "registered_seq": seq, "revoked_seq": None}
+        scratch.keys[payload["key_id"]] = {
+            "org": payload["org"],
+            "public_key": payload["public_key"],
+            "registered_seq": seq,
+            "revoked_seq": None,
+        }
     elif kind == "org.key_revoked":
         scratch.keys[payload["key_id"]]["revoked_seq"] = seq
     elif kind == "facility.registered":
@@ -72,8 +77,14 @@ def _facts(scratch: Scratch, actor: str, payload: dict) -> Facts:
 
 def _fabricated(scratch: Scratch, seq: int, kind: str, actor: str, payload: dict) -> None:
     for item in payload["chips"]:
-        scratch.chips[item["serial"]] = fabricate(item["serial"], item["model"], _facts(scratch, actor, item), item.get("facility"))
-        scratch.chip_extra[item["serial"]] = {"public_key": item["public_key"], "fabricated_seq": seq, "updated_seq": seq}
+        scratch.chips[item["serial"]] = fabricate(
+            item["serial"], item["model"], _facts(scratch, actor, item), item.get("facility")
+        )
+        scratch.chip_extra[item["serial"]] = {
+            "public_key": item["public_key"],
+            "fabricated_seq": seq,
+            "updated_seq": seq,
+        }
         scratch.events[item["serial"]].append((seq, kind, actor))
 
 
@@ -120,22 +131,50 @@ def _sorted(keys) -> list:
 
 def tables(scratch: Scratch):
     """(name, live rows, rebuilt rows) for each registry table."""
-    yield "organisation", _live_organisations(), {
-        slug: (o["legal_name"], o["country"], sorted(o["roles"]), o["parent"], o["registered_seq"])
-        for slug, o in scratch.organisations.items()
-    }
-    yield "key", _live_keys(), {
-        key_id: (k["org"], k["public_key"], k["registered_seq"], k["revoked_seq"]) for key_id, k in scratch.keys.items()
-    }
-    yield "facility", _live_facilities(), {
-        slug: (f["owner"], f["kind"], f["country"], f["location"], f["registered_seq"])
-        for slug, f in scratch.facilities.items()
-    }
-    yield "chip model", _live_chip_models(), {
-        slug: (m["name"], m["vendor"], m["export_class"], m["peak_flops_16bit"], m["memory_bytes"], m["registered_seq"])
-        for slug, m in scratch.chip_models.items()
-    }
-    yield "chip", _live_chips(), {serial: _chip_row(state, scratch.chip_extra[serial]) for serial, state in scratch.chips.items()}
+    yield (
+        "organisation",
+        _live_organisations(),
+        {
+            slug: (o["legal_name"], o["country"], sorted(o["roles"]), o["parent"], o["registered_seq"])
+            for slug, o in scratch.organisations.items()
+        },
+    )
+    yield (
+        "key",
+        _live_keys(),
+        {
+            key_id: (k["org"], k["public_key"], k["registered_seq"], k["revoked_seq"])
+            for key_id, k in scratch.keys.items()
+        },
+    )
+    yield (
+        "facility",
+        _live_facilities(),
+        {
+            slug: (f["owner"], f["kind"], f["country"], f["location"], f["registered_seq"])
+            for slug, f in scratch.facilities.items()
+        },
+    )
+    yield (
+        "chip model",
+        _live_chip_models(),
+        {
+            slug: (
+                m["name"],
+                m["vendor"],
+                m["export_class"],
+                m["peak_flops_16bit"],
+                m["memory_bytes"],
+                m["registered_seq"],
+            )
+            for slug, m in scratch.chip_models.items()
+        },
+    )
+    yield (
+        "chip",
+        _live_chips(),
+        {serial: _chip_row(state, scratch.chip_extra[serial]) for serial, state in scratch.chips.items()},
+    )
     yield "chip history", _live_events(), {serial: tuple(events) for serial, events in scratch.events.items()}
 
 
@@ -152,7 +191,9 @@ def _live_organisations() -> dict:
 
 
 def _live_keys() -> dict:
-    rows = OrganisationKey.objects.values_list("key_id", "organisation__slug", "public_key", "registered_seq", "revoked_seq")
+    rows = OrganisationKey.objects.values_list(
+        "key_id", "organisation__slug", "public_key", "registered_seq", "revoked_seq"
+    )
     return {key_id: (org, base64.b64encode(bytes(pk)).decode(), reg, rev) for key_id, org, pk, reg, rev in rows}
 
 
@@ -170,19 +211,40 @@ def _live_chip_models() -> dict:
 
 def _live_chips() -> dict:
     rows = Chip.objects.values(
-        "serial", "model__slug", "fab__slug", "owner__slug", "possessor__slug", "status", "facility__slug", "country",
-        "consignee__slug", "pending_owner__slug", "status_before_missing", "packaged", "public_key", "fabricated_seq",
+        "serial",
+        "model__slug",
+        "fab__slug",
+        "owner__slug",
+        "possessor__slug",
+        "status",
+        "facility__slug",
+        "country",
+        "consignee__slug",
+        "pending_owner__slug",
+        "status_before_missing",
+        "packaged",
+        "public_key",
+        "fabricated_seq",
         "updated_seq",
     ).iterator(chunk_size=5000)
     live = {}
     for row in rows:
         values = {
-            "serial": row["serial"], "model": row["model__slug"], "fab": row["fab__slug"], "owner": row["owner__slug"],
-            "possessor": row["possessor__slug"], "status": row["status"], "facility": row["facility__slug"],
-            "country": row["country"], "consignee": row["consignee__slug"], "pending_owner": row["pending_owner__slug"],
-            "status_before_missing": row["status_before_missing"], "packaged": row["packaged"],
+            "serial": row["serial"],
+            "model": row["model__slug"],
+            "fab": row["fab__slug"],
+            "owner": row["owner__slug"],
+            "possessor": row["possessor__slug"],
+            "status": row["status"],
+            "facility": row["facility__slug"],
+            "country": row["country"],
+            "consignee": row["consignee__slug"],
+            "pending_owner": row["pending_owner__slug"],
+            "status_before_missing": row["status_before_missing"],
+            "packaged": row["packaged"],
             "public_key": base64.b64encode(bytes(row["public_key"])).decode(),
-            "fabricated_seq": row["fabricated_seq"], "updated_seq": row["updated_seq"],
+            "fabricated_seq": row["fabricated_seq"],
+            "updated_seq": row["updated_seq"],
         }
         live[row["serial"]] = tuple(sorted(values.items()))
     return live

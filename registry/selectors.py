@@ -1,4 +1,5 @@
 """Reads of the registry: what a caller may see, chip histories with their ledger proofs or as EPCIS events."""
+
 from __future__ import annotations
 
 from django.db.models import Q, QuerySet
@@ -25,7 +26,9 @@ def chips_visible_to(organisation: Organisation) -> QuerySet[Chip]:
     if SEES_EVERYTHING & set(organisation.roles):
         return chips
     me = organisation.pk
-    return chips.filter(Q(owner_id=me) | Q(possessor_id=me) | Q(consignee_id=me) | Q(pending_owner_id=me) | Q(fab_id=me))
+    return chips.filter(
+        Q(owner_id=me) | Q(possessor_id=me) | Q(consignee_id=me) | Q(pending_owner_id=me) | Q(fab_id=me)
+    )
 
 
 def chip_visible_to(organisation: Organisation, serial: str) -> Chip | None:

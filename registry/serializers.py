@@ -1,4 +1,5 @@
 """Explicit output serializers of the registry API (writes are validated in services)."""
+
 import base64
 
 from rest_framework import serializers
@@ -35,8 +36,19 @@ class ChipOut(serializers.ModelSerializer):
     class Meta:
         model = Chip
         fields = [
-            "serial", "model", "fab", "owner", "possessor", "consignee", "pending_owner", "facility", "country",
-            "status", "public_key", "fabricated_seq", "updated_seq",
+            "serial",
+            "model",
+            "fab",
+            "owner",
+            "possessor",
+            "consignee",
+            "pending_owner",
+            "facility",
+            "country",
+            "status",
+            "public_key",
+            "fabricated_seq",
+            "updated_seq",
         ]
 
     def get_public_key(self, chip) -> str:

@@ -5,6 +5,7 @@ over the exact body bytes, made with a key registered to the caller's
 organisation; the body holds a ``timestamp`` (Unix seconds) and a ``nonce`` so
 a captured request cannot be replayed. The ledger keeps body and signature.
 """
+
 from __future__ import annotations
 
 import base64

@@ -3,6 +3,7 @@
 Writes need both a user token (who is calling) and a signature over the exact
 body by a key of the caller's organisation (who vouches for it), DESIGN §4.
 """
+
 import base64
 import binascii
 import json
@@ -32,10 +33,19 @@ SIGNED_WRITE_ERRORS = {
     429: OpenApiResponse(description="organisation over its request rate"),
 }
 SIGNED_PARAMETERS = [
-    OpenApiParameter(signing.HEADER, str, OpenApiParameter.HEADER, required=True,
-                     description="<key id>:<base64 Ed25519 signature over the exact body bytes>"),
-    OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
-                     description="retrying with the same key and body returns the first answer"),
+    OpenApiParameter(
+        signing.HEADER,
+        str,
+        OpenApiParameter.HEADER,
+        required=True,
+        description="<key id>:<base64 Ed25519 signature over the exact body bytes>",
+    ),
+    OpenApiParameter(
+        "Idempotency-Key",
+        str,
+        OpenApiParameter.HEADER,
+        description="retrying with the same key and body returns the first answer",
+    ),
 ]
 
 
@@ -107,9 +117,18 @@ class ChipEventView(SignedWriteView):
         parameters=SIGNED_PARAMETERS,
         request={"application/json": dict},
         responses=SIGNED_WRITE_ERRORS,
-        examples=[OpenApiExample("ship", value={
-            "timestamp": 1795000000, "nonce": "3f2b9c0e5a7d4e11", "chips": ["H100-000001"],
-            "consignee": "owner-a", "reference": "PO-2026-0042"})],
+        examples=[
+            OpenApiExample(
+                "ship",
+                value={
+                    "timestamp": 1795000000,
+                    "nonce": "3f2b9c0e5a7d4e11",
+                    "chips": ["H100-000001"],
+                    "consignee": "owner-a",
+                    "reference": "PO-2026-0042",
+                },
+            )
+        ],
     )
     def post(self, request, event: str):
         return super().post(request, event=event)
@@ -127,8 +146,12 @@ class ChipEventView(SignedWriteView):
 
 
 class KeyRegisterView(SignedWriteView):
-    @extend_schema(summary="Register another signing key of your organisation (signed with a current key)",
-                   parameters=SIGNED_PARAMETERS, request={"application/json": dict}, responses=SIGNED_WRITE_ERRORS)
+    @extend_schema(
+        summary="Register another signing key of your organisation (signed with a current key)",
+        parameters=SIGNED_PARAMETERS,
+        request={"application/json": dict},
+        responses=SIGNED_WRITE_ERRORS,
+    )
     def post(self, request):
         return super().post(request)
 
@@ -141,28 +164,44 @@ class KeyRegisterView(SignedWriteView):
 
 
 class KeyRevokeView(SignedWriteView):
-    @extend_schema(summary="Revoke a key of your organisation; it signs nothing afterwards",
-                   parameters=SIGNED_PARAMETERS, request={"application/json": dict}, responses=SIGNED_WRITE_ERRORS)
+    @extend_schema(
+        summary="Revoke a key of your organisation; it signs nothing afterwards",
+        parameters=SIGNED_PARAMETERS,
+        request={"application/json": dict},
+        responses=SIGNED_WRITE_ERRORS,
+    )
     def post(self, request):
         return super().post(request)
 
     def perform(self, organisation, data, submission) -> dict:
         key = services.organisation_key_revoke(
-            organisation=organisation, key_id=str(data.get("key_id", "")), actor=organisation.slug, submission=submission
+            organisation=organisation,
+            key_id=str(data.get("key_id", "")),
+            actor=organisation.slug,
+            submission=submission,
         )
         return {"seq": key.revoked_seq, "kind": "org.key_revoked", "key_id": key.key_id}
 
 
 class FacilityRegisterView(SignedWriteView):
-    @extend_schema(summary="Register a facility (data centre, warehouse, fab) your organisation owns",
-                   parameters=SIGNED_PARAMETERS, request={"application/json": dict}, responses=SIGNED_WRITE_ERRORS)
+    @extend_schema(
+        summary="Register a facility (data centre, warehouse, fab) your organisation owns",
+        parameters=SIGNED_PARAMETERS,
+        request={"application/json": dict},
+        responses=SIGNED_WRITE_ERRORS,
+    )
     def post(self, request):
         return super().post(request)
 
     def perform(self, organisation, data, submission) -> dict:
         facility = services.facility_register(
-            owner=organisation, slug=data.get("slug"), kind=data.get("kind"), country=data.get("country"),
-            location=str(data.get("location", "")), actor=organisation.slug, submission=submission,
+            owner=organisation,
+            slug=data.get("slug"),
+            kind=data.get("kind"),
+            country=data.get("country"),
+            location=str(data.get("location", "")),
+            actor=organisation.slug,
+            submission=submission,
         )
         return {"seq": facility.registered_seq, "kind": "facility.registered", "slug": facility.slug}
 
@@ -199,8 +238,10 @@ class ChipListView(generics.ListAPIView):
 class ChipDetailView(APIView):
     throttle_classes = [OrganisationRateThrottle]
 
-    @extend_schema(responses={200: out.ChipDetailOut, 404: OpenApiResponse(description="no such chip, or not yours")},
-                   summary="A chip with its full history, each event with its ledger inclusion proof")
+    @extend_schema(
+        responses={200: out.ChipDetailOut, 404: OpenApiResponse(description="no such chip, or not yours")},
+        summary="A chip with its full history, each event with its ledger inclusion proof",
+    )
     def get(self, request, serial: str):
         chip = selectors.chip_visible_to(caller_organisation(request), serial)
         if chip is None:  # 404, not 403: others' chips do not exist for the caller
@@ -219,4 +260,3 @@ class ChipModelListView(generics.ListAPIView):
     serializer_class = out.ChipModelOut
     queryset = ChipModel.objects.select_related("vendor").order_by("slug")
     pagination_class = None
-

@@ -8,6 +8,7 @@ Budget(...))` replays it bit-exactly on any thread count or device and returns a
 The package imports nothing eagerly: `replay.firmware` (the chip simulator and log checker) runs
 without torch; the names below are loaded from their modules on first use.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -6,6 +6,7 @@
 verify prints the verdict and exits 0 (verified), 1 (rejected) or 2 (malformed). Both honour the
 caller's thread count (OMP_NUM_THREADS; torch reads it at start-up).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,9 @@ EXIT = {"verified": 0, "rejected": 1, "malformed": 2}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("record", help="train a bundled example and write its transcript")
     r.add_argument("--arch", choices=sorted(ARCHS), required=True)
@@ -47,9 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     if args.cmd == "record":
-        out = Recorder(args.out, args.arch, steps=args.steps, seed=args.seed, chips=args.chips,
-                       checkpoint_interval=args.checkpoint_interval, precision=args.precision,
-                       snapshot_rate=args.snapshot_rate, progress=True).run()
+        out = Recorder(
+            args.out,
+            args.arch,
+            steps=args.steps,
+            seed=args.seed,
+            chips=args.chips,
+            checkpoint_interval=args.checkpoint_interval,
+            precision=args.precision,
+            snapshot_rate=args.snapshot_rate,
+            progress=True,
+        ).run()
         print(out)
         return 0
 
@@ -58,9 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         p.error("--nonce must be hex")
     keys = args.keys or (args.dir / "chips.json" if args.snapshots else None)
-    verdict = verify(args.dir, args.claims, Budget(args.max_seconds, args.max_steps, args.segments),
-                     snapshots=args.snapshots, chip_keys=keys, nonce=nonce,
-                     rules={"max_training_flops": args.max_flops}, device=args.device)
+    verdict = verify(
+        args.dir,
+        args.claims,
+        Budget(args.max_seconds, args.max_steps, args.segments),
+        snapshots=args.snapshots,
+        chip_keys=keys,
+        nonce=nonce,
+        rules={"max_training_flops": args.max_flops},
+        device=args.device,
+    )
     if args.json:
         print(json.dumps(verdict.to_json(), indent=1, default=str))
     else:

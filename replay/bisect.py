@@ -11,6 +11,7 @@ output differs is the disagreement, and only that op needs recomputing in a cour
 A store is anything with `state(step) -> State` and `trace(step) -> {key: (name, float32 tensor)}`;
 its answers are untrusted (a malformed answer counts as disagreement).
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -36,7 +37,9 @@ def _same(ours: State, theirs) -> bool:
         return False
 
 
-def step_trace(tr: Transcript, model, state: State, batch: dict, log: bytes | None) -> list[tuple[int, str, torch.Tensor]]:
+def step_trace(
+    tr: Transcript, model, state: State, batch: dict, log: bytes | None
+) -> list[tuple[int, str, torch.Tensor]]:
     """Run one step and keep every rounded output: [(key, name, float32)] in execution order."""
     trace: list = []
     rounder = Rounder("replay", entries=decode_log(log), trace=trace, lenient=True) if log is not None else None
@@ -57,8 +60,12 @@ def dispute(tr: Transcript, start: int, end: int, store: TranscriptStore, replay
     if hi == end:
         fetched += 1
         if _same(ours[-1], store.state(end)):
-            return {"step": None, "op": None, "fetched_states": fetched,
-                    "detail": "the prover's store agrees with the replay, not with its own checkpoint"}
+            return {
+                "step": None,
+                "op": None,
+                "fetched_states": fetched,
+                "detail": "the prover's store agrees with the replay, not with its own checkpoint",
+            }
     else:
         hi += 1  # the step that failed to replay
     while hi - lo > 1:
@@ -75,8 +82,13 @@ def dispute(tr: Transcript, start: int, end: int, store: TranscriptStore, replay
     op = key = None
     for k, name, value in mine:
         other = theirs.get(k) if isinstance(theirs, dict) else None
-        if not (isinstance(other, tuple) and len(other) == 2 and isinstance(other[1], torch.Tensor)
-                and other[1].shape == value.shape and torch.equal(other[1].cpu(), value.cpu())):
+        if not (
+            isinstance(other, tuple)
+            and len(other) == 2
+            and isinstance(other[1], torch.Tensor)
+            and other[1].shape == value.shape
+            and torch.equal(other[1].cpu(), value.cpu())
+        ):
             op, key = name, k
             break
     return {"step": t, "op": op, "key": key, "fetched_states": fetched}

@@ -6,6 +6,7 @@ of sentences from a small grammar for the GPT. A dataset is used only by the pro
 trained on are stored in the transcript and committed to by hash, so the verifier never
 regenerates them.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,11 +43,11 @@ def text(chars: int, seed: int) -> tuple[torch.Tensor, str]:
     rng = np.random.default_rng(seed)
     out = []
     while sum(map(len, out)) < chars:
-        w = lambda k: WORDS[k][rng.integers(len(WORDS[k]))]  # noqa: E731
+        w = lambda k: WORDS[k][rng.integers(len(WORDS[k]))]
         subject = f"{w('det')} {w('adj')} {w('noun')}" if rng.random() < 0.5 else f"{w('det')} {w('noun')}"
         out.append(f"{subject} {w('verb')} {w('det')} {w('noun')}. ")
     s = "".join(out)[:chars]
-    alphabet = "".join(sorted(set("".join(sum(WORDS.values(), [])) + " .")))
+    alphabet = "".join(sorted(set("".join(word for words in WORDS.values() for word in words) + " .")))
     ids = torch.tensor([alphabet.index(c) for c in s], dtype=torch.int64)
     return ids, alphabet
 

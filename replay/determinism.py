@@ -51,6 +51,7 @@ little-endian bytes of the float32 for a wide entry, then the parity bits of the
 forward call order, so the backward pass's execution order does not matter. About 2-3 bytes per
 entry.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -150,9 +151,11 @@ def _scratch(v: torch.Tensor):
             for k in [k for k in cache if isinstance(k, tuple) and k[0] == v.device]:
                 del cache[k]
             cap = max(n, 1 << 16)
-            store = cache[v.device] = (torch.empty(cap, dtype=torch.float64, device=v.device),
-                                       torch.empty(cap, dtype=torch.float32, device=v.device),
-                                       torch.empty(cap, dtype=torch.float32, device=v.device))
+            store = cache[v.device] = (
+                torch.empty(cap, dtype=torch.float64, device=v.device),
+                torch.empty(cap, dtype=torch.float32, device=v.device),
+                torch.empty(cap, dtype=torch.float32, device=v.device),
+            )
         f64, lo, hi = (t[:n].view(v.shape) for t in store)
         views = cache[key] = (f64, lo, hi, lo.view(torch.int32), hi.view(torch.int32))
     return views
@@ -179,7 +182,11 @@ def straddle_index(v: torch.Tensor, coarse, scale: float) -> torch.Tensor:
             return torch.zeros(0, dtype=torch.long, device=v.device)
     elif not full:
         w = torch.where(w > 0, w, math.nan)
-    if v.dtype != torch.float64 or v.requires_grad or (isinstance(w, torch.Tensor) and (w.dtype != torch.float64 or w.requires_grad)):
+    if (
+        v.dtype != torch.float64
+        or v.requires_grad
+        or (isinstance(w, torch.Tensor) and (w.dtype != torch.float64 or w.requires_grad))
+    ):
         lo = (v - w).float().view(torch.int32)
         hi = (v + w).float().view(torch.int32)
     else:
@@ -274,8 +281,12 @@ def full_bound(err, shape) -> Bound:
             memo.append(err() if callable(err) else err)
         return memo[0]
 
-    return Bound(math.inf, lambda idx: _gather(e(), idx, shape), coarse=e,
-                 fused=lambda v: native.round_full(v, e(), SAFETY, WIDE) if native.library() else None)
+    return Bound(
+        math.inf,
+        lambda idx: _gather(e(), idx, shape),
+        coarse=e,
+        fused=lambda v: native.round_full(v, e(), SAFETY, WIDE) if native.library() else None,
+    )
 
 
 def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, bias_rows: bool = False) -> Bound:
@@ -319,7 +330,7 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
 
     def coords(idx):
         *bat, i, j = unravel(idx, out_shape)
-        return bat[len(bat) - (a.dim() - 2):], bat[len(bat) - (b.dim() - 2):], i, j
+        return bat[len(bat) - (a.dim() - 2) :], bat[len(bat) - (b.dim() - 2) :], i, j
 
     def cheap(idx):
         ba, bb, i, j = coords(idx)
@@ -547,7 +558,9 @@ class Rounder:
                 good = e > 0 and lo <= o <= hi
             if not good:
                 if not self.lenient:
-                    raise LogMismatch(f"rounding point {self.name(key)}: logged element {idx_list[j]} is not a close call")
+                    raise LogMismatch(
+                        f"rounding point {self.name(key)}: logged element {idx_list[j]} is not a close call"
+                    )
                 if own is None:
                     own = flat[idx].tolist()
                 o = _ord32(_f32_bits(own[j]))  # lenient: keep our own rounding there

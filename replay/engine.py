@@ -3,6 +3,7 @@
 `Replayer(tr, Budget(...)).run(start, until)` replays from the checkpoint at `start`; a step whose rounding
 log or recorded loss does not fit the replay raises `Mismatch`, a spent budget `BudgetExhausted`.
 """
+
 from __future__ import annotations
 
 import time
@@ -59,11 +60,15 @@ class Replayer:
             except ValueError as e:
                 raise MalformedTranscript(f"step {t}: {e}") from None
         try:
-            state, loss = train_step(self.model, state, batch, self.tr.manifest["optimizer"], self.tr.precision, rounder)
+            state, loss = train_step(
+                self.model, state, batch, self.tr.manifest["optimizer"], self.tr.precision, rounder
+            )
         except LogMismatch as e:
             raise Mismatch(t, f"rounding log does not fit the replay ({e})") from None
         if loss != self.tr.manifest["records"][t]["loss"]:
-            raise Mismatch(t, f"replayed loss {loss!r} differs from the recorded {self.tr.manifest['records'][t]['loss']!r}")
+            raise Mismatch(
+                t, f"replayed loss {loss!r} differs from the recorded {self.tr.manifest['records'][t]['loss']!r}"
+            )
         return state
 
     def run(self, start: int, until: int, each=None) -> State:

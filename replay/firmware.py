@@ -14,6 +14,7 @@ whitespace, ASCII (for these string/integer-only records, identical to RFC 8785)
 `verify_log(lines, public_key)` reports every problem exactly, one dict per problem, and is pure
 (no I/O, no Django): the inspections app reuses it.
 """
+
 from __future__ import annotations
 
 import base64
@@ -22,7 +23,7 @@ import json
 import math
 import random
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
@@ -31,7 +32,7 @@ ZERO = "0" * 64
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 FIELDS = {"serial": str, "counter": int, "time": str, "shard": int, "hash": str, "prev": str, "sig": str}
-EPOCH = datetime(2025, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def canonical(obj: dict) -> bytes:
@@ -41,7 +42,7 @@ def canonical(obj: dict) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
-_PLAIN = re.compile(r'[ !#-\[\]-~]*')  # printable ASCII but '"' and '\\': JSON writes it as is
+_PLAIN = re.compile(r"[ !#-\[\]-~]*")  # printable ASCII but '"' and '\\': JSON writes it as is
 _KEYS = tuple(sorted(FIELDS))
 _KEYS_UNSIGNED = tuple(k for k in _KEYS if k != "sig")
 
@@ -85,8 +86,14 @@ class Chip:
         self.counter, self.prev = 0, ZERO
 
     def snapshot(self, when: datetime, shard_hash: str) -> str:
-        rec = {"serial": self.serial, "counter": self.counter, "time": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
-               "shard": self.shard, "hash": shard_hash, "prev": self.prev}
+        rec = {
+            "serial": self.serial,
+            "counter": self.counter,
+            "time": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "shard": self.shard,
+            "hash": shard_hash,
+            "prev": self.prev,
+        }
         rec["sig"] = base64.b64encode(self.key.sign(canonical(rec)).signature).decode()
         self.counter += 1
         self.prev = record_hash(rec)
@@ -147,7 +154,9 @@ def parse_record(line: str) -> dict:
     return rec
 
 
-def verify_log(lines: list[str], public_key: bytes | str, *, serial: str | None = None, first_counter: int = 0) -> list[dict]:
+def verify_log(
+    lines: list[str], public_key: bytes | str, *, serial: str | None = None, first_counter: int = 0
+) -> list[dict]:
     """Every problem of one chip's log, exactly; [] if the log is intact. Sorted by line.
 
     A problem is {"kind", "line" (0-based), "counter", "detail"}, kind one of:
@@ -182,7 +191,11 @@ def verify_log(lines: list[str], public_key: bytes | str, *, serial: str | None 
             ok = False
         rec["_hash"] = hashlib.sha256(full).hexdigest()
         if not ok or (serial is not None and rec["serial"] != serial):
-            why = "signature does not verify under the chip's key" if not ok else f"serial {rec['serial']} is not {serial}"
+            why = (
+                "signature does not verify under the chip's key"
+                if not ok
+                else f"serial {rec['serial']} is not {serial}"
+            )
             problems.append(_problem("forged", n, rec["counter"], why))
             forged.add(rec["counter"])
             continue

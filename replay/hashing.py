@@ -4,6 +4,7 @@ The parameters, flattened in state_dict order into one float32 vector, are split
 of the shard layout in contiguous, equal-ish slices: shard i is [i*P//n, (i+1)*P//n). A chip's
 snapshot hash is SHA-256 over the little-endian float32 bytes of its slice.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -5,6 +5,7 @@ ops.Plain. Parameters are only read through ops (never through a broadcasting to
 gradient reduction is a rounding point. Configs are bounded here, before anything is allocated;
 shapes come from a build on the meta device.
 """
+
 from __future__ import annotations
 
 import math
@@ -198,7 +199,9 @@ def init_params(arch: str, config: dict, seed: int) -> dict[str, torch.Tensor]:
         elif ".ln_" in f".{name}":  # LayerNorm weights: h.<i>.ln_1, h.<i>.ln_2, ln_f
             t = torch.ones(shape, dtype=torch.float64)
         else:
-            bound = 0.02 * math.sqrt(3.0) if name in ("wte.weight", "wpe.weight") else 1.0 / math.sqrt(math.prod(shape[1:]))
+            bound = (
+                0.02 * math.sqrt(3.0) if name in ("wte.weight", "wpe.weight") else 1.0 / math.sqrt(math.prod(shape[1:]))
+            )
             t = (torch.rand(shape, dtype=torch.float64, generator=gen) * 2.0 - 1.0) * bound
         out[name] = t.float()
     return out

@@ -14,6 +14,7 @@ Built with -ffp-contract=off (no fused multiply-add: each + - * rounds as in the
 per source, compiler and CPU under $REPLAY_NATIVE_CACHE (default ~/.cache/chipledger-replay),
 written to a temporary name and renamed, so concurrent first uses do not collide.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -32,7 +33,7 @@ import torch
 SOURCE = Path(__file__).with_name("_native.c")
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared", "-std=c99"]
 _LOCK = threading.Lock()
-_LIB: ctypes.CDLL | None | bool = None  # None: not tried yet; False: unavailable
+_LIB: ctypes.CDLL | bool | None = None  # None: not tried yet; False: unavailable
 
 _d = ctypes.c_double
 _i = ctypes.c_int64
@@ -53,7 +54,10 @@ def _build() -> Path:
         raise OSError("no C compiler (cc, gcc or clang) on PATH")
     src = SOURCE.read_bytes()
     key = hashlib.sha256(src + cc.encode() + " ".join(FLAGS).encode() + _cpu_id().encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("REPLAY_NATIVE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "chipledger-replay")
+    cache = Path(
+        os.environ.get("REPLAY_NATIVE_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "chipledger-replay"
+    )
     lib = cache / f"rounding-{key}.so"
     if lib.exists():
         return lib
@@ -86,11 +90,45 @@ def _load():
         lib = ctypes.CDLL(str(_build()))
     except (OSError, subprocess.SubprocessError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
-        warnings.warn(f"replay: fused rounding kernel unavailable, using the torch path ({exc} {detail[-300:]!r})", RuntimeWarning)
+        warnings.warn(
+            f"replay: fused rounding kernel unavailable, using the torch path ({exc} {detail[-300:]!r})",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return False
     lib.rp_round.argtypes = [_p, _p, _i]
     lib.rp_round.restype = None
-    lib.rp_dot.argtypes = [_p, _p, _i, _i, _i, _i, _i, _i, _p, _i, _i, _i, _i, _i, _p, _i, _i, _i, _i, _i, _p, _i, _d, _d, _d, _p, _p, _p, _i]
+    lib.rp_dot.argtypes = [
+        _p,
+        _p,
+        _i,
+        _i,
+        _i,
+        _i,
+        _i,
+        _i,
+        _p,
+        _i,
+        _i,
+        _i,
+        _i,
+        _i,
+        _p,
+        _i,
+        _i,
+        _i,
+        _i,
+        _i,
+        _p,
+        _i,
+        _d,
+        _d,
+        _d,
+        _p,
+        _p,
+        _p,
+        _i,
+    ]
     lib.rp_dot.restype = _i
     lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _d, _p, _p, _p, _i]
     lib.rp_full.restype = _i
@@ -150,7 +188,7 @@ def _collect(call, scratch: int, cap: int):
         if n <= cap:
             if not n:
                 return [], []
-            codes = [bool(c) if c < 2 else c & 0xFFFFFFFF for c in buf[cap:cap + n].tolist()]
+            codes = [bool(c) if c < 2 else c & 0xFFFFFFFF for c in buf[cap : cap + n].tolist()]
             return buf[:n].tolist(), codes
         cap = n  # rare (see _room): rerun with room for all; rounding again gives the same outputs
 
@@ -170,8 +208,16 @@ def _batch_strides(t: torch.Tensor, batch: tuple[int, ...]) -> list[int] | None:
     return [0] * (2 - len(strides)) + strides
 
 
-def round_dot(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float, babs: torch.Tensor | None,
-              bias_rows: bool, safety: float, wide: float):
+def round_dot(
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    g: float,
+    babs: torch.Tensor | None,
+    bias_rows: bool,
+    safety: float,
+    wide: float,
+):
     """Fused rounding point for v = scale * (a @ b) + bias (bias per column, or per row): (float32(v)
     as float64, close calls' flat indices, their log codes), or None if the kernel cannot take these
     tensors. safety and wide as in determinism.py."""
@@ -199,9 +245,33 @@ def round_dot_summed(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float
 def _dot(v, m, n, k1, k2, b0, b1, a, sa, b, sb, babs, bias_rows, g, safety, wide):
     out = torch.empty_like(v)
     lib, bias = library(), babs.data_ptr() if babs is not None else None
-    idx, codes = _collect(lambda ip, cp, sp, cap: lib.rp_dot(
-        v.data_ptr(), out.data_ptr(), b0, b1, m, n, k1, k2, a.data_ptr(), *sa, b.data_ptr(), *sb,
-        bias, int(bias_rows), g, safety, wide, sp, ip, cp, cap), m + 5 * n + 2 * k1 * k2, _room(v))
+    idx, codes = _collect(
+        lambda ip, cp, sp, cap: lib.rp_dot(
+            v.data_ptr(),
+            out.data_ptr(),
+            b0,
+            b1,
+            m,
+            n,
+            k1,
+            k2,
+            a.data_ptr(),
+            *sa,
+            b.data_ptr(),
+            *sb,
+            bias,
+            int(bias_rows),
+            g,
+            safety,
+            wide,
+            sp,
+            ip,
+            cp,
+            cap,
+        ),
+        m + 5 * n + 2 * k1 * k2,
+        _room(v),
+    )
     return out, idx, codes
 
 
@@ -220,14 +290,23 @@ def round_full(v: torch.Tensor, e: torch.Tensor, safety: float, wide: float):
         return None
     out = torch.empty_like(v)
     lib = library()
-    idx, codes = _collect(lambda ip, cp, sp, cap: lib.rp_full(
-        v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, wide, sp, ip, cp, cap), 2 * n, _room(v))
+    idx, codes = _collect(
+        lambda ip, cp, sp, cap: lib.rp_full(
+            v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, wide, sp, ip, cp, cap
+        ),
+        2 * n,
+        _room(v),
+    )
     return out, idx, codes
 
 
 def _state_ok(g: torch.Tensor, *state: torch.Tensor) -> bool:
-    return (library() is not None and g.is_cpu and g.dtype is torch.float64
-            and all(t.is_cpu and t.dtype is torch.float32 and t.is_contiguous() and t.shape == g.shape for t in state))
+    return (
+        library() is not None
+        and g.is_cpu
+        and g.dtype is torch.float64
+        and all(t.is_cpu and t.dtype is torch.float32 and t.is_contiguous() and t.shape == g.shape for t in state)
+    )
 
 
 def adamw(p, g, m, v, b1, b2, s1, s2, eps, wd, lr):
@@ -237,8 +316,25 @@ def adamw(p, g, m, v, b1, b2, s1, s2, eps, wd, lr):
         return None
     g = g.contiguous()
     p2, m2, v2 = torch.empty_like(p), torch.empty_like(m), torch.empty_like(v)
-    library().rp_adamw(p.numel(), p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(), p2.data_ptr(),
-                       m2.data_ptr(), v2.data_ptr(), b1, 1.0 - b1, b2, 1.0 - b2, s1, s2, eps, wd, lr)
+    library().rp_adamw(
+        p.numel(),
+        p.data_ptr(),
+        g.data_ptr(),
+        m.data_ptr(),
+        v.data_ptr(),
+        p2.data_ptr(),
+        m2.data_ptr(),
+        v2.data_ptr(),
+        b1,
+        1.0 - b1,
+        b2,
+        1.0 - b2,
+        s1,
+        s2,
+        eps,
+        wd,
+        lr,
+    )
     return p2, m2, v2
 
 
@@ -248,6 +344,16 @@ def sgd(p, g, mom, momentum, wd, lr):
         return None
     g = g.contiguous()
     p2, mom2 = torch.empty_like(p), torch.empty_like(mom)
-    library().rp_sgd(p.numel(), p.data_ptr(), g.data_ptr(), mom.data_ptr(), p2.data_ptr(), mom2.data_ptr(),
-                     momentum, int(bool(wd)), wd, lr)
+    library().rp_sgd(
+        p.numel(),
+        p.data_ptr(),
+        g.data_ptr(),
+        mom.data_ptr(),
+        p2.data_ptr(),
+        mom2.data_ptr(),
+        momentum,
+        int(bool(wd)),
+        wd,
+        lr,
+    )
     return p2, mom2

@@ -11,6 +11,7 @@ PLAIN: ordinary float32 torch ops. The control: same model, same data, machine-d
 Each op takes a `name` (for dispute reports). Keys: op_id * SLOTS + slot; slot 0 is the forward
 output, higher slots are the op's other rounding points.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from . import native
-from .determinism import EXP_ERR, SAFETY, SLOTS, U, WIDE, Bound, active, dot_bound, full_bound, gamma, norms, unravel
+from .determinism import EXP_ERR, SAFETY, SLOTS, WIDE, Bound, U, active, dot_bound, full_bound, gamma, norms, unravel
 
 
 def _mean_bound(t: torch.Tensor, n: int):
@@ -67,7 +68,9 @@ class _Matmul(torch.autograd.Function):
             gb = R(key + 2, torch.matmul(at, g), dot_bound(at, g))
         if ctx.has_bias and ctx.needs_input_grad[2]:
             rows = g.reshape(-1, g.shape[-1])
-            gbias = R(key + 3, rows.sum(0), full_bound(lambda: rows.abs().sum(0) * gamma(rows.shape[0]), (rows.shape[1],)))
+            gbias = R(
+                key + 3, rows.sum(0), full_bound(lambda: rows.abs().sum(0) * gamma(rows.shape[0]), (rows.shape[1],))
+            )
         return ga, gb, gbias, None, None
 
 
@@ -158,7 +161,7 @@ class _Embedding(torch.autograd.Function):
         flat, rows = idx.reshape(-1), dy.reshape(-1, dy.shape[-1])
         zero = torch.zeros(ctx.rows, rows.shape[1], dtype=dy.dtype, device=dy.device)
         dw = zero.index_add(0, flat, rows)
-        err = lambda: zero.index_add(0, flat, rows.abs()) * gamma(flat.numel())  # noqa: E731
+        err = lambda: zero.index_add(0, flat, rows.abs()) * gamma(flat.numel())
         return None, active()(ctx.op * SLOTS + 1, dw, full_bound(err, dw.shape)), None
 
 
@@ -193,7 +196,7 @@ class _CrossEntropy(torch.autograd.Function):
         c = gl * ctx.inv_n
         onehot = torch.zeros_like(p).scatter(1, targets.unsqueeze(1), 1.0)
         dz = (p - onehot) * c
-        err = lambda: (p * gamma(ctx.v + 10) + (p - onehot).abs() * U) * c.abs() + dz.abs() * (2 * U)  # noqa: E731
+        err = lambda: (p * gamma(ctx.v + 10) + (p - onehot).abs() * U) * c.abs() + dz.abs() * (2 * U)
         return active()(ctx.op * SLOTS + 1, dz, full_bound(err, dz.shape)), None, None
 
 
@@ -230,7 +233,7 @@ class _Conv2d(torch.autograd.Function):
         dx = None
         if ctx.needs_input_grad[0]:
             dcols = torch.matmul(w2.t(), g)  # (B, CK, L)
-            fold = lambda t: F.fold(t, (h, wd), ksize, padding=padding, stride=stride)  # noqa: E731
+            fold = lambda t: F.fold(t, (h, wd), ksize, padding=padding, stride=stride)
             dx = fold(dcols)
             dx = R(key + 3, dx, full_bound(lambda: _conv_input_grad_bound(w2, g, fold, ksize, dx.shape), dx.shape))
         return dx, dw, db, None, None, None

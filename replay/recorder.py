@@ -7,6 +7,7 @@ chips' signed firmware logs), chips.json (their public keys; in production these
 registry, not from the prover) and claims.json (the prover's answer for every logged snapshot:
 which step produced it).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,24 +25,53 @@ from .transcript import FORMAT, batch_digest, checkpoint_steps, write_checkpoint
 
 DEFAULT_BATCH = {"mlp": 64, "cnn": 32, "gpt": 16}
 DEFAULT_OPTIMIZER = {
-    "mlp": {"kind": "sgd", "lr": {"kind": "step", "lr": 0.05, "gamma": 0.5, "every": 50}, "momentum": 0.9, "weight_decay": 0.0},
+    "mlp": {
+        "kind": "sgd",
+        "lr": {"kind": "step", "lr": 0.05, "gamma": 0.5, "every": 50},
+        "momentum": 0.9,
+        "weight_decay": 0.0,
+    },
     "cnn": {"kind": "sgd", "lr": {"kind": "constant", "lr": 0.02}, "momentum": 0.9, "weight_decay": 0.0001},
-    "gpt": {"kind": "adamw", "lr": {"kind": "linear", "lr": 0.003, "warmup": 10, "total": 1000, "final": 0.0003},
-            "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01},
+    "gpt": {
+        "kind": "adamw",
+        "lr": {"kind": "linear", "lr": 0.003, "warmup": 10, "total": 1000, "final": 0.0003},
+        "betas": [0.9, 0.95],
+        "eps": 1e-8,
+        "weight_decay": 0.01,
+    },
 }
 
 
 class Recorder:
     """Trains `arch` for `steps` steps and writes the transcript to `out`."""
 
-    def __init__(self, out, arch: str, *, steps: int, seed: int = 0, chips: int = 4, config: dict | None = None,
-                 optimizer: dict | None = None, batch: int | None = None, checkpoint_interval: int = 10,
-                 precision: str = "det64", snapshot_rate: float = 0.05, progress: bool = False, batches=None):
+    def __init__(
+        self,
+        out,
+        arch: str,
+        *,
+        steps: int,
+        seed: int = 0,
+        chips: int = 4,
+        config: dict | None = None,
+        optimizer: dict | None = None,
+        batch: int | None = None,
+        checkpoint_interval: int = 10,
+        precision: str = "det64",
+        snapshot_rate: float = 0.05,
+        progress: bool = False,
+        batches=None,
+    ):
         self.out, self.arch, self.steps, self.seed = Path(out), arch, steps, seed
         self.config = config or models.DEFAULTS[arch]
         self.optimizer = optimizer or DEFAULT_OPTIMIZER[arch]
         self.batch = batch or DEFAULT_BATCH[arch]
-        self.interval, self.precision, self.rate, self.progress = checkpoint_interval, precision, snapshot_rate, progress
+        self.interval, self.precision, self.rate, self.progress = (
+            checkpoint_interval,
+            precision,
+            snapshot_rate,
+            progress,
+        )
         self.serials = [f"SIM-{seed:04d}-{i:03d}" for i in range(chips)]
         self.batches = batches or data.Batches(arch, self.config, self.batch, seed)
         self.step_seconds: list[float] = []  # the prover's time per training step (for benchmarks)
@@ -66,21 +96,36 @@ class Recorder:
             records.append({"data": batch_digest(batch), "loss": loss})
             segment.append((t, batch, log))
             for chip, rec in firmware.tick(state.step, hashing.shard_hashes(state.params, layout)):
-                claims.append({"serial": chip.serial, "counter": rec["counter"], "shard": rec["shard"],
-                               "hash": rec["hash"], "step": state.step})
+                claims.append(
+                    {
+                        "serial": chip.serial,
+                        "counter": rec["counter"],
+                        "shard": rec["shard"],
+                        "hash": rec["hash"],
+                        "step": state.step,
+                    }
+                )
             if state.step in stops:
                 segments[str(segment[0][0])] = write_segment(out, segment[0][0], segment)
                 checkpoints[str(state.step)] = write_checkpoint(out, state)
                 segment = []
         spec = models.batch_spec(self.arch, self.config, self.batch)
         manifest = {
-            "format": FORMAT, "arch": self.arch, "config": self.config, "precision": self.precision, "seed": self.seed,
+            "format": FORMAT,
+            "arch": self.arch,
+            "config": self.config,
+            "precision": self.precision,
+            "seed": self.seed,
             "optimizer": self.optimizer,
             "batch": {k: {"dtype": d, "shape": s} for k, (d, s) in spec.items()},
-            "steps": self.steps, "checkpoint_interval": self.interval, "shards": layout,
+            "steps": self.steps,
+            "checkpoint_interval": self.interval,
+            "shards": layout,
             "dataset": {"name": {"mlp": "blobs", "cnn": "shapes", "gpt": "text"}[self.arch], "seed": self.seed},
             "reported_flops": self.steps * models.training_flops(self.arch, self.config, spec),
-            "records": records, "checkpoints": checkpoints, "segments": segments,
+            "records": records,
+            "checkpoints": checkpoints,
+            "segments": segments,
         }
         manifest_hash = write_manifest(out, manifest)
         (out / "snapshots.jsonl").write_text("".join(line + "\n" for line in firmware.lines))

@@ -14,6 +14,7 @@ schedules use only + - * / on Python floats, so lr(t) is the same double everywh
 linear (warmup then linear decay) and step (multiply by gamma every k steps, by square-and-multiply,
 not libm's pow).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,20 +45,29 @@ class State:
         return out
 
     @staticmethod
-    def from_tensors(step: int, tensors: dict[str, torch.Tensor], names: list[str], buffers) -> "State":
-        return State(step, {k: tensors[f"param:{k}"] for k in names}, {b: {k: tensors[f"{b}:{k}"] for k in names} for b in buffers})
+    def from_tensors(step: int, tensors: dict[str, torch.Tensor], names: list[str], buffers) -> State:
+        return State(
+            step,
+            {k: tensors[f"param:{k}"] for k in names},
+            {b: {k: tensors[f"{b}:{k}"] for k in names} for b in buffers},
+        )
 
-    def equal(self, other: "State") -> bool:
+    def equal(self, other: State) -> bool:
         a, b = self.tensors(), other.tensors()
         return a.keys() == b.keys() and all(torch.equal(a[k].cpu(), b[k].cpu()) for k in a)
 
-    def to(self, device) -> "State":
-        return State(self.step, {k: v.to(device) for k, v in self.params.items()},
-                     {b: {k: v.to(device) for k, v in d.items()} for b, d in self.buffers.items()})
+    def to(self, device) -> State:
+        return State(
+            self.step,
+            {k: v.to(device) for k, v in self.params.items()},
+            {b: {k: v.to(device) for k, v in d.items()} for b, d in self.buffers.items()},
+        )
 
 
 def initial_state(params: dict[str, torch.Tensor], optimizer: dict) -> State:
-    return State(0, dict(params), {b: {k: torch.zeros_like(v) for k, v in params.items()} for b in OPTIMIZERS[optimizer["kind"]]})
+    return State(
+        0, dict(params), {b: {k: torch.zeros_like(v) for k, v in params.items()} for b in OPTIMIZERS[optimizer["kind"]]}
+    )
 
 
 def ipow(x: float, n: int) -> float:
@@ -109,8 +119,19 @@ def _fused_update(kind: str, hp: dict, lr: float, t: int, p32, g, bufs32: dict):
         out = native.sgd(p32, g, bufs32["momentum"], hp["momentum"], hp.get("weight_decay", 0.0), lr)
         return out and (out[0], {"momentum": out[1]})
     b1, b2 = hp["betas"]
-    out = native.adamw(p32, g, bufs32["m"], bufs32["v"], b1, b2, 1.0 / (1.0 - ipow(b1, t + 1)),
-                       1.0 / (1.0 - ipow(b2, t + 1)), hp["eps"], hp.get("weight_decay", 0.0), lr)
+    out = native.adamw(
+        p32,
+        g,
+        bufs32["m"],
+        bufs32["v"],
+        b1,
+        b2,
+        1.0 / (1.0 - ipow(b1, t + 1)),
+        1.0 / (1.0 - ipow(b2, t + 1)),
+        hp["eps"],
+        hp.get("weight_decay", 0.0),
+        lr,
+    )
     return out and (out[0], {"m": out[1], "v": out[2]})
 
 
@@ -146,14 +167,16 @@ def train_step(model, state: State, batch: dict, optimizer: dict, precision: str
                 return r
 
             bufs32 = {b: state.buffers[b][name] for b in state.buffers}
-            fused = _fused_update(kind, optimizer, lr, t, state.params[name], g, bufs32) if precision == "det64" else None
+            fused = (
+                _fused_update(kind, optimizer, lr, t, state.params[name], g, bufs32) if precision == "det64" else None
+            )
             if fused is not None:
                 new_p[name], nb = fused
                 for b, v in nb.items():
                     note(b, v)
                 note("param", new_p[name])
             else:
-                to32 = lambda what, v, note=note: note(what, v.float())  # noqa: E731
+                to32 = lambda what, v, note=note: note(what, v.float())
                 bufs = {b: v.to(dt) for b, v in bufs32.items()}
                 if kind == "sgd":
                     new_p[name], nb = _sgd(optimizer, lr, p.detach(), g, bufs, to32)

@@ -21,6 +21,7 @@ the bytes to safetensors, and takes architectures only from the allow-list. Anyt
 raises MalformedTranscript(reason); a well-formed file that does not match its commitment raises
 CommitmentMismatch (the prover changed something after committing).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 import safetensors.torch
-from safetensors.torch import load as load_safetensors_bytes
 import torch
+from safetensors.torch import load as load_safetensors_bytes
 
 from . import models
 from .train import OPTIMIZERS, State
@@ -261,8 +262,23 @@ def validate_optimizer(o: dict, steps: int) -> None:
     validate_schedule(o["lr"], steps)
 
 
-MANIFEST_KEYS = {"format", "arch", "config", "precision", "seed", "optimizer", "batch", "steps", "checkpoint_interval",
-                 "shards", "dataset", "reported_flops", "records", "checkpoints", "segments"}
+MANIFEST_KEYS = {
+    "format",
+    "arch",
+    "config",
+    "precision",
+    "seed",
+    "optimizer",
+    "batch",
+    "steps",
+    "checkpoint_interval",
+    "shards",
+    "dataset",
+    "reported_flops",
+    "records",
+    "checkpoints",
+    "segments",
+}
 
 
 def validate_manifest(m) -> dict:
@@ -271,7 +287,9 @@ def validate_manifest(m) -> dict:
     if m["format"] != FORMAT:
         raise MalformedTranscript(f"format must be {FORMAT!r}")
     if not isinstance(m["arch"], str) or m["arch"] not in models.ARCHS:
-        raise MalformedTranscript(f"architecture {str(m['arch'])[:40]!r} is not on the allow-list {sorted(models.ARCHS)}")
+        raise MalformedTranscript(
+            f"architecture {str(m['arch'])[:40]!r} is not on the allow-list {sorted(models.ARCHS)}"
+        )
     try:
         shapes = models.param_shapes(m["arch"], m["config"])
     except ValueError as e:
@@ -408,7 +426,11 @@ class Transcript:
 
 def _check_labels(tr: Transcript, batch: dict, t: int) -> None:
     """Token ids and class labels must be in range (an out-of-range index would crash the replay)."""
-    hi = tr.config["vocab"] if tr.arch == "gpt" else (tr.config["sizes"][-1] if tr.arch == "mlp" else tr.config["classes"])
+    hi = (
+        tr.config["vocab"]
+        if tr.arch == "gpt"
+        else (tr.config["sizes"][-1] if tr.arch == "mlp" else tr.config["classes"])
+    )
     for k in ("y",) + (("x",) if tr.arch == "gpt" else ()):
         v = batch[k]
         if v.numel() and (int(v.min()) < 0 or int(v.max()) >= hi):

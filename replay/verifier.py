@@ -20,6 +20,7 @@ A replay mismatch with a prover's store at hand goes to dispute bisection (bisec
 Verdict: "verified" only if every check ran and passed within the budget; "malformed" for input
 that is not a transcript; "rejected" otherwise, with reasons.
 """
+
 from __future__ import annotations
 
 import base64
@@ -89,7 +90,9 @@ def _claims(raw, tr: Transcript) -> list[dict]:
         if not all(type(c[k]) is int for k in ("counter", "shard", "step")) or not isinstance(c["hash"], str):
             raise MalformedTranscript(f"claims[{i}] has fields of the wrong type")
         if c["serial"] not in shard_of or c["shard"] != shard_of[c["serial"]]:
-            raise MalformedTranscript(f"claims[{i}]: chip {str(c['serial'])[:64]!r} does not hold shard {c['shard']} in the layout")
+            raise MalformedTranscript(
+                f"claims[{i}]: chip {str(c['serial'])[:64]!r} does not hold shard {c['shard']} in the layout"
+            )
         if not 0 <= c["step"] <= tr.steps:
             raise MalformedTranscript(f"claims[{i}]: step {c['step']} outside the run (0..{tr.steps})")
         out.append(c)
@@ -120,7 +123,9 @@ def _check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Trans
             reasons.append(f"chip {serial}: no usable public key to check its log")
             continue
         for p in verify_log(chip_lines, key, serial=serial):
-            reasons.append(f"chip {serial}: {p['kind']} at its log line {p['line']} (counter {p['counter']}): {p['detail']}")
+            reasons.append(
+                f"chip {serial}: {p['kind']} at its log line {p['line']} (counter {p['counter']}): {p['detail']}"
+            )
         for line in chip_lines:
             rec = json.loads(line)
             logged.add((serial, rec["counter"]))
@@ -128,7 +133,9 @@ def _check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Trans
             if c is None:
                 reasons.append(f"snapshot {serial}#{rec['counter']} is not explained by any claim")
             elif c["hash"] != rec["hash"]:
-                reasons.append(f"claim {serial}#{rec['counter']} quotes hash {c['hash'][:16]}..., the chip logged {rec['hash'][:16]}...")
+                reasons.append(
+                    f"claim {serial}#{rec['counter']} quotes hash {c['hash'][:16]}..., the chip logged {rec['hash'][:16]}..."
+                )
     for key in sorted(set(claimed) - logged):
         reasons.append(f"claim {key[0]}#{key[1]} has no logged snapshot")
     return reasons
@@ -139,9 +146,15 @@ def _compute(tr: Transcript, rules: dict) -> tuple[dict, list[str]]:
     per_step = models.training_flops(tr.arch, tr.config, spec)
     total = per_step * tr.steps
     batch = spec["x"][1][0]
-    out = {"flops_per_step": per_step, "flops": total, "steps": tr.steps, "examples": tr.steps * batch,
-           "tokens": tr.steps * batch * spec["x"][1][1] if tr.arch == "gpt" else None,
-           "reported_flops": tr.manifest["reported_flops"], "rules": {}}
+    out = {
+        "flops_per_step": per_step,
+        "flops": total,
+        "steps": tr.steps,
+        "examples": tr.steps * batch,
+        "tokens": tr.steps * batch * spec["x"][1][1] if tr.arch == "gpt" else None,
+        "reported_flops": tr.manifest["reported_flops"],
+        "rules": {},
+    }
     reasons = []
     limit = rules["max_training_flops"]
     ok = total <= limit
@@ -151,8 +164,10 @@ def _compute(tr: Transcript, rules: dict) -> tuple[dict, list[str]]:
     ok = tr.manifest["reported_flops"] >= total
     out["rules"]["compute_reported"] = {"reported": tr.manifest["reported_flops"], "counted": total, "ok": ok}
     if not ok:
-        reasons.append(f"compute under-reported: declared {tr.manifest['reported_flops']:.3e} FLOPs, "
-                       f"the architecture and batch shapes give {total:.3e}")
+        reasons.append(
+            f"compute under-reported: declared {tr.manifest['reported_flops']:.3e} FLOPs, "
+            f"the architecture and batch shapes give {total:.3e}"
+        )
     return out, reasons
 
 
@@ -194,10 +209,16 @@ def _whole_transcript_checks(tr: Transcript, report: dict, tick) -> list[str]:
                 collinear.append(tr.checkpoints[i - 1])
     jumps = [max(x / y, y / x) if min(x, y) > 0 else math.inf for x, y in zip(rho, rho[1:])]
     ok = not collinear and all(j <= UPDATE_JUMP for j in jumps)
-    report["checks"]["update_sizes"] = {"ok": ok, "per_lr": [round(r, 6) for r in rho],
-                                        "max_jump": max(jumps, default=1.0), "collinear_at": collinear}
+    report["checks"]["update_sizes"] = {
+        "ok": ok,
+        "per_lr": [round(r, 6) for r in rho],
+        "max_jump": max(jumps, default=1.0),
+        "collinear_at": collinear,
+    }
     if collinear:
-        reasons.append(f"checkpoints around steps {collinear} lie on a straight line: an interpolated, not trained, trajectory")
+        reasons.append(
+            f"checkpoints around steps {collinear} lie on a straight line: an interpolated, not trained, trajectory"
+        )
     if any(j > UPDATE_JUMP for j in jumps):
         reasons.append(f"update size per unit of learning rate jumps by {max(jumps):.1f}x between checkpoint intervals")
 
@@ -211,8 +232,18 @@ def _whole_transcript_checks(tr: Transcript, report: dict, tick) -> list[str]:
     return reasons
 
 
-def verify(transcript, claims=None, budget: Budget | None = None, *, snapshots=None, chip_keys=None,
-           nonce: bytes = b"", rules: dict | None = None, device="cpu", store=None) -> Verdict:
+def verify(
+    transcript,
+    claims=None,
+    budget: Budget | None = None,
+    *,
+    snapshots=None,
+    chip_keys=None,
+    nonce: bytes = b"",
+    rules: dict | None = None,
+    device="cpu",
+    store=None,
+) -> Verdict:
     """Verify a transcript directory against claims (a dict or a path to claims.json). See the module docstring."""
     budget, rules = budget or Budget(), {**DEFAULT_RULES, **(rules or {})}
     report = {"checks": {}, "claims": [], "segments": [], "threads": torch.get_num_threads(), "device": str(device)}
@@ -278,12 +309,16 @@ def _replay_claims(tr: Transcript, replayer: Replayer, claims: list[dict], repor
             ok = hashes[c["step"]][c["shard"]] == c["hash"]
             report["claims"].append({"serial": c["serial"], "counter": c["counter"], "step": c["step"], "ok": ok})
             if not ok:
-                reasons.append(f"claim {c['serial']}#{c['counter']}: shard {c['shard']} at step {c['step']} replays to "
-                               f"{hashes[c['step']][c['shard']][:16]}..., not the claimed {c['hash'][:16]}...")
+                reasons.append(
+                    f"claim {c['serial']}#{c['counter']}: shard {c['shard']} at step {c['step']} replays to "
+                    f"{hashes[c['step']][c['shard']][:16]}..., not the claimed {c['hash'][:16]}..."
+                )
     return reasons
 
 
-def _replay_segments(tr: Transcript, replayer: Replayer, budget: Budget, nonce: bytes, report: dict, store) -> list[str]:
+def _replay_segments(
+    tr: Transcript, replayer: Replayer, budget: Budget, nonce: bytes, report: dict, store
+) -> list[str]:
     seed = hashlib.sha256(bytes.fromhex(tr.hash) + nonce).digest()
     starts = tr.checkpoints[:-1]
     order = random.Random(seed).sample(starts, len(starts))
@@ -303,6 +338,6 @@ def _replay_segments(tr: Transcript, replayer: Replayer, budget: Budget, nonce: 
                     report["dispute"] = dispute(tr, start, end, store, replayer)
                 except (BudgetExhausted, MalformedTranscript, CommitmentMismatch):
                     raise
-                except Exception as e:  # noqa: BLE001 - the prover's store is untrusted code's output
+                except Exception as e:
                     report["dispute"] = {"error": f"the prover's store failed: {type(e).__name__}: {str(e)[:200]}"}
     return reasons

@@ -1,4 +1,5 @@
 """Shared fixtures. Tests run against the real database of the leg (SQLite or PostgreSQL)."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """Factories for ledger data: entries appended through the real service."""
+
 from __future__ import annotations
 
 from ledger import services

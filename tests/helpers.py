@@ -1,4 +1,5 @@
 """Helpers for tests that start real subprocesses (workers, concurrent writers)."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The import rules of docs/ARCHITECTURE.md, checked on the source itself (ast, no imports run)."""
+
 import ast
 import re
 from pathlib import Path
@@ -54,8 +55,13 @@ def test_no_private_name_crosses_modules():
                 alias.name.startswith("_") and not alias.name.startswith("__") for alias in node.names
             ):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                    and isinstance(node.value, ast.Name) and node.value.id in _module_aliases(text)):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name)
+                and node.value.id in _module_aliases(text)
+            ):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value.id}.{node.attr}")
     assert offenders == []
 
@@ -65,8 +71,9 @@ def _module_aliases(text: str) -> set[str]:
     names = set()
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
-            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names
-                         if alias.name.split(".")[0] in APPS)
+            names.update(
+                (alias.asname or alias.name).split(".")[0] for alias in node.names if alias.name.split(".")[0] in APPS
+            )
         elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in APPS):
             names.update(alias.asname or alias.name for alias in node.names if alias.name.islower())
     return names

@@ -1,4 +1,5 @@
 """A real Celery worker (a subprocess on the leg's broker: Redis or kombu's filesystem) signs checkpoints."""
+
 import os
 import subprocess
 import sys
@@ -19,8 +20,21 @@ def worker_queue():
     """Start a worker on a queue of its own, so no other worker can take the test's task."""
     queue = f"test-{uuid.uuid4().hex[:12]}"
     env = {**os.environ, "DATABASE_URL": subprocess_database_url()}
-    command = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "-Q", queue,
-               "--without-heartbeat", "--without-gossip", "--without-mingle", "--loglevel=WARNING"]
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "worker",
+        "--pool=solo",
+        "-Q",
+        queue,
+        "--without-heartbeat",
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel=WARNING",
+    ]
     process = subprocess.Popen(command, env=env, cwd=settings.BASE_DIR)
     try:
         yield queue
@@ -57,8 +71,9 @@ def test_worker_runs_the_periodic_draw(worker_queue):
     from tests.inspections.factories import H100, YEAR, make_provers
 
     make_provers()
-    campaigns.campaign_create(slug="worker-draw", provers=["owner-a"], rule_flops=20 * H100 * YEAR,
-                              starts_on=timezone.now().date())
+    campaigns.campaign_create(
+        slug="worker-draw", provers=["owner-a"], rule_flops=20 * H100 * YEAR, starts_on=timezone.now().date()
+    )
     assert draw_due_campaigns.apply_async(queue=worker_queue).get(timeout=60) == ["worker-draw:0"]
     draw = Draw.objects.get(campaign__slug="worker-draw")
     assert InspectionTask.objects.filter(draw=draw).count() > 0

@@ -1,4 +1,5 @@
 """Management commands used by `make run` and by regulators."""
+
 import io
 
 import pytest
@@ -37,7 +38,9 @@ def test_ledger_checkpoint_signs_and_prints_the_note():
     run("seed_demo", "--password", "demo-pass-123", "--chips", "50")
     text = run("ledger_checkpoint")
     body = note.verify_note(text, note.parse_verifier_key(keys.verifier_key()))
-    assert note.parse_checkpoint(body).size == selectors.ledger_size() == Checkpoint.objects.order_by("-size").first().size
+    assert (
+        note.parse_checkpoint(body).size == selectors.ledger_size() == Checkpoint.objects.order_by("-size").first().size
+    )
 
 
 def test_seed_demo_is_idempotent_and_prints_logins():

@@ -1,4 +1,5 @@
 """GET /healthz reports database, broker and ledger head."""
+
 from unittest import mock
 
 import pytest

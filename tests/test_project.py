@@ -1,4 +1,5 @@
 """Project hygiene that users rely on: a complete, valid OpenAPI schema, and no missing migrations."""
+
 import io
 
 import pytest
@@ -10,8 +11,13 @@ pytestmark = pytest.mark.django_db
 def test_openapi_schema_validates_without_warnings(tmp_path):
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yml"))
     schema = (tmp_path / "schema.yml").read_text()
-    for path in ("/api/registry/chips/events/{event}", "/api/epcis/capture", "/api/inspections/tasks",
-                 "/api/inspections/claims", "/api/ledger/proof/consistency"):
+    for path in (
+        "/api/registry/chips/events/{event}",
+        "/api/epcis/capture",
+        "/api/inspections/tasks",
+        "/api/inspections/claims",
+        "/api/ledger/proof/consistency",
+    ):
         assert path in schema
 
 

@@ -5,178 +5,336 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('registry', '0001_initial'),
+        ("registry", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Campaign',
+            name="Campaign",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(max_length=64, unique=True)),
-                ('country', models.CharField(blank=True, help_text='or: every holder of chips in this country', max_length=2)),
-                ('rule_flops', models.FloatField(help_text='H: the training compute the rule forbids')),
-                ('detection_probability', models.FloatField(default=0.9)),
-                ('snapshot_rate', models.FloatField(default=0.1, help_text='f: snapshots per chip per day')),
-                ('period_days', models.PositiveIntegerField(default=30)),
-                ('run_days', models.PositiveIntegerField(default=365)),
-                ('starts_on', models.DateField()),
-                ('ends_on', models.DateField(blank=True, null=True)),
-                ('created_seq', models.BigIntegerField()),
-                ('provers', models.ManyToManyField(blank=True, related_name='campaigns', to='registry.organisation')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("slug", models.SlugField(max_length=64, unique=True)),
+                (
+                    "country",
+                    models.CharField(blank=True, help_text="or: every holder of chips in this country", max_length=2),
+                ),
+                ("rule_flops", models.FloatField(help_text="H: the training compute the rule forbids")),
+                ("detection_probability", models.FloatField(default=0.9)),
+                ("snapshot_rate", models.FloatField(default=0.1, help_text="f: snapshots per chip per day")),
+                ("period_days", models.PositiveIntegerField(default=30)),
+                ("run_days", models.PositiveIntegerField(default=365)),
+                ("starts_on", models.DateField()),
+                ("ends_on", models.DateField(blank=True, null=True)),
+                ("created_seq", models.BigIntegerField()),
+                ("provers", models.ManyToManyField(blank=True, related_name="campaigns", to="registry.organisation")),
             ],
         ),
         migrations.CreateModel(
-            name='Draw',
+            name="Draw",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('period', models.PositiveIntegerField()),
-                ('checkpoint_size', models.BigIntegerField()),
-                ('checkpoint_root', models.BinaryField(max_length=32)),
-                ('drawn_seq', models.BigIntegerField()),
-                ('drawn_at', models.DateTimeField()),
-                ('campaign', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='draws', to='inspections.campaign')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("period", models.PositiveIntegerField()),
+                ("checkpoint_size", models.BigIntegerField()),
+                ("checkpoint_root", models.BinaryField(max_length=32)),
+                ("drawn_seq", models.BigIntegerField()),
+                ("drawn_at", models.DateTimeField()),
+                (
+                    "campaign",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="draws", to="inspections.campaign"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='InspectionBody',
+            name="InspectionBody",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('countries', models.JSONField(default=list, help_text='ISO 3166-1 alpha-2 codes it covers')),
-                ('capacity_per_period', models.PositiveIntegerField(default=100)),
-                ('organisation', models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, related_name='inspection_profile', to='registry.organisation')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("countries", models.JSONField(default=list, help_text="ISO 3166-1 alpha-2 codes it covers")),
+                ("capacity_per_period", models.PositiveIntegerField(default=100)),
+                (
+                    "organisation",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="inspection_profile",
+                        to="registry.organisation",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='InspectionTask',
+            name="InspectionTask",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('due_on', models.DateField()),
-                ('status', models.CharField(choices=[('assigned', 'Assigned'), ('accepted', 'Accepted'), ('done', 'Done'), ('overdue', 'Overdue')], default='assigned', max_length=16)),
-                ('assigned_seq', models.BigIntegerField()),
-                ('chip', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='inspection_tasks', to='registry.chip')),
-                ('draw', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='tasks', to='inspections.draw')),
-                ('inspection_body', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='inspection_tasks', to='registry.organisation')),
-                ('prover', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='inspections_faced', to='registry.organisation')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("due_on", models.DateField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("assigned", "Assigned"),
+                            ("accepted", "Accepted"),
+                            ("done", "Done"),
+                            ("overdue", "Overdue"),
+                        ],
+                        default="assigned",
+                        max_length=16,
+                    ),
+                ),
+                ("assigned_seq", models.BigIntegerField()),
+                (
+                    "chip",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="inspection_tasks", to="registry.chip"
+                    ),
+                ),
+                (
+                    "draw",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="tasks", to="inspections.draw"
+                    ),
+                ),
+                (
+                    "inspection_body",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="inspection_tasks",
+                        to="registry.organisation",
+                    ),
+                ),
+                (
+                    "prover",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="inspections_faced",
+                        to="registry.organisation",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='IdentityChallenge',
+            name="IdentityChallenge",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('nonce', models.CharField(max_length=64, unique=True)),
-                ('issued_at', models.DateTimeField()),
-                ('expires_at', models.DateTimeField()),
-                ('answered', models.BooleanField(default=False)),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='challenges', to='inspections.inspectiontask')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("nonce", models.CharField(max_length=64, unique=True)),
+                ("issued_at", models.DateTimeField()),
+                ("expires_at", models.DateTimeField()),
+                ("answered", models.BooleanField(default=False)),
+                (
+                    "task",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="challenges",
+                        to="inspections.inspectiontask",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Finding',
+            name="Finding",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('chip_found', models.BooleanField()),
-                ('owner_refused', models.BooleanField(default=False)),
-                ('seal_intact', models.BooleanField(null=True)),
-                ('tamper_evidence', models.BooleanField(null=True)),
-                ('location_matches', models.BooleanField(null=True)),
-                ('photo_hashes', models.JSONField(default=list)),
-                ('notes', models.TextField(blank=True)),
-                ('recorded_seq', models.BigIntegerField()),
-                ('task', models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, related_name='finding', to='inspections.inspectiontask')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("chip_found", models.BooleanField()),
+                ("owner_refused", models.BooleanField(default=False)),
+                ("seal_intact", models.BooleanField(null=True)),
+                ("tamper_evidence", models.BooleanField(null=True)),
+                ("location_matches", models.BooleanField(null=True)),
+                ("photo_hashes", models.JSONField(default=list)),
+                ("notes", models.TextField(blank=True)),
+                ("recorded_seq", models.BigIntegerField()),
+                (
+                    "task",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="finding",
+                        to="inspections.inspectiontask",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Alert',
+            name="Alert",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('overdue', 'Overdue'), ('not_found', 'Not Found'), ('refused', 'Refused'), ('lost', 'Lost'), ('identity_failed', 'Identity Failed'), ('log_problems', 'Log Problems'), ('unassigned', 'Unassigned'), ('unanswered', 'Unanswered'), ('claim_failed', 'Claim Failed')], max_length=32)),
-                ('detail', models.TextField()),
-                ('raised_seq', models.BigIntegerField()),
-                ('raised_at', models.DateTimeField()),
-                ('chip', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='alerts', to='registry.chip')),
-                ('prover', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='alerts', to='registry.organisation')),
-                ('task', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='alerts', to='inspections.inspectiontask')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("overdue", "Overdue"),
+                            ("not_found", "Not Found"),
+                            ("refused", "Refused"),
+                            ("lost", "Lost"),
+                            ("identity_failed", "Identity Failed"),
+                            ("log_problems", "Log Problems"),
+                            ("unassigned", "Unassigned"),
+                            ("unanswered", "Unanswered"),
+                            ("claim_failed", "Claim Failed"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("detail", models.TextField()),
+                ("raised_seq", models.BigIntegerField()),
+                ("raised_at", models.DateTimeField()),
+                (
+                    "chip",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="alerts",
+                        to="registry.chip",
+                    ),
+                ),
+                (
+                    "prover",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="alerts", to="registry.organisation"
+                    ),
+                ),
+                (
+                    "task",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="alerts",
+                        to="inspections.inspectiontask",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-raised_seq'],
+                "ordering": ["-raised_seq"],
             },
         ),
         migrations.CreateModel(
-            name='Snapshot',
+            name="Snapshot",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('counter', models.BigIntegerField()),
-                ('time', models.CharField(max_length=40)),
-                ('shard', models.PositiveIntegerField()),
-                ('hash', models.CharField(max_length=64)),
-                ('claim_due_on', models.DateField()),
-                ('chip', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='snapshots', to='registry.chip')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("counter", models.BigIntegerField()),
+                ("time", models.CharField(max_length=40)),
+                ("shard", models.PositiveIntegerField()),
+                ("hash", models.CharField(max_length=64)),
+                ("claim_due_on", models.DateField()),
+                (
+                    "chip",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="snapshots", to="registry.chip"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Claim',
+            name="Claim",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('run', models.CharField(max_length=128)),
-                ('step', models.PositiveBigIntegerField()),
-                ('manifest', models.CharField(help_text="hex SHA-256 of the transcript's manifest", max_length=64)),
-                ('location', models.CharField(help_text='a path under an allowed root, or an http(s) URL', max_length=1024)),
-                ('claimed_seq', models.BigIntegerField()),
-                ('result', models.CharField(choices=[('pending', 'Pending'), ('verified', 'Verified'), ('mismatch', 'Mismatch'), ('rule_violated', 'Rule Violated'), ('malformed', 'Malformed'), ('timed_out', 'Timed Out')], default='pending', max_length=16)),
-                ('mismatch_step', models.BigIntegerField(blank=True, null=True)),
-                ('report', models.JSONField(default=dict)),
-                ('result_seq', models.BigIntegerField(blank=True, null=True)),
-                ('prover', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='claims', to='registry.organisation')),
-                ('snapshot', models.OneToOneField(on_delete=django.db.models.deletion.PROTECT, related_name='claim', to='inspections.snapshot')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("run", models.CharField(max_length=128)),
+                ("step", models.PositiveBigIntegerField()),
+                ("manifest", models.CharField(help_text="hex SHA-256 of the transcript's manifest", max_length=64)),
+                (
+                    "location",
+                    models.CharField(help_text="a path under an allowed root, or an http(s) URL", max_length=1024),
+                ),
+                ("claimed_seq", models.BigIntegerField()),
+                (
+                    "result",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("verified", "Verified"),
+                            ("mismatch", "Mismatch"),
+                            ("rule_violated", "Rule Violated"),
+                            ("malformed", "Malformed"),
+                            ("timed_out", "Timed Out"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("mismatch_step", models.BigIntegerField(blank=True, null=True)),
+                ("report", models.JSONField(default=dict)),
+                ("result_seq", models.BigIntegerField(blank=True, null=True)),
+                (
+                    "prover",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="claims", to="registry.organisation"
+                    ),
+                ),
+                (
+                    "snapshot",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="claim", to="inspections.snapshot"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='SnapshotLog',
+            name="SnapshotLog",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('text', models.TextField()),
-                ('sha256', models.CharField(max_length=64)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('intact', 'Intact'), ('problems', 'Problems')], default='pending', max_length=16)),
-                ('problems', models.JSONField(default=list)),
-                ('checked_seq', models.BigIntegerField(blank=True, null=True)),
-                ('uploaded_at', models.DateTimeField(auto_now_add=True)),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='snapshot_logs', to='inspections.inspectiontask')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("text", models.TextField()),
+                ("sha256", models.CharField(max_length=64)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("pending", "Pending"), ("intact", "Intact"), ("problems", "Problems")],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("problems", models.JSONField(default=list)),
+                ("checked_seq", models.BigIntegerField(blank=True, null=True)),
+                ("uploaded_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "task",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="snapshot_logs",
+                        to="inspections.inspectiontask",
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='snapshot',
-            name='log',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='snapshots', to='inspections.snapshotlog'),
+            model_name="snapshot",
+            name="log",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT, related_name="snapshots", to="inspections.snapshotlog"
+            ),
         ),
         migrations.CreateModel(
-            name='CampaignSeed',
+            name="CampaignSeed",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('period', models.PositiveIntegerField()),
-                ('seed', models.BinaryField(max_length=32)),
-                ('commitment', models.CharField(max_length=64)),
-                ('committed_seq', models.BigIntegerField()),
-                ('campaign', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='seeds', to='inspections.campaign')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("period", models.PositiveIntegerField()),
+                ("seed", models.BinaryField(max_length=32)),
+                ("commitment", models.CharField(max_length=64)),
+                ("committed_seq", models.BigIntegerField()),
+                (
+                    "campaign",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="seeds", to="inspections.campaign"
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('campaign', 'period'), name='one_seed_per_period')],
+                "constraints": [models.UniqueConstraint(fields=("campaign", "period"), name="one_seed_per_period")],
             },
         ),
         migrations.AddConstraint(
-            model_name='draw',
-            constraint=models.UniqueConstraint(fields=('campaign', 'period'), name='one_draw_per_period'),
+            model_name="draw",
+            constraint=models.UniqueConstraint(fields=("campaign", "period"), name="one_draw_per_period"),
         ),
         migrations.AddConstraint(
-            model_name='inspectiontask',
-            constraint=models.UniqueConstraint(fields=('draw', 'chip'), name='one_task_per_chip_and_draw'),
+            model_name="inspectiontask",
+            constraint=models.UniqueConstraint(fields=("draw", "chip"), name="one_task_per_chip_and_draw"),
         ),
         migrations.AddConstraint(
-            model_name='snapshot',
-            constraint=models.UniqueConstraint(fields=('chip', 'counter'), name='one_snapshot_per_chip_counter'),
+            model_name="snapshot",
+            constraint=models.UniqueConstraint(fields=("chip", "counter"), name="one_snapshot_per_chip_counter"),
         ),
     ]

@@ -4,20 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inspections', '0001_initial'),
+        ("inspections", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='campaign',
-            name='model',
-            field=models.CharField(choices=[('paper', 'paper (with replacement)'), ('exact', 'exact (without replacement)')], default='paper', help_text="the sampling model that sets each period's sample size", max_length=8),
+            model_name="campaign",
+            name="model",
+            field=models.CharField(
+                choices=[("paper", "paper (with replacement)"), ("exact", "exact (without replacement)")],
+                default="paper",
+                help_text="the sampling model that sets each period's sample size",
+                max_length=8,
+            ),
         ),
         migrations.AddField(
-            model_name='inspectionbody',
-            name='registered_seq',
+            model_name="inspectionbody",
+            name="registered_seq",
             field=models.BigIntegerField(blank=True, help_text="its latest registration's entry", null=True),
         ),
     ]

@@ -4,6 +4,7 @@ Draws assign chips by them, so they are world state: ``inspection_body.registere
 ``{"organisation": slug, "countries": [sorted codes], "capacity_per_period": N}``; registering an
 organisation again replaces its coverage and capacity (same kind).
 """
+
 from __future__ import annotations
 
 from django.db import transaction
@@ -29,22 +30,30 @@ def inspection_body_clean(*, organisation: str, countries: list[str], capacity_p
     codes = sorted(country_clean(code, "countries") for code in countries)
     if len(set(codes)) != len(codes):
         fail("countries", f"{codes} names a country twice")
-    if isinstance(capacity_per_period, bool) or not isinstance(capacity_per_period, int) \
-            or not 0 < capacity_per_period <= MAX_CAPACITY:
+    if (
+        isinstance(capacity_per_period, bool)
+        or not isinstance(capacity_per_period, int)
+        or not 0 < capacity_per_period <= MAX_CAPACITY
+    ):
         fail("capacity_per_period", f"a whole number of chips from 1 to {MAX_CAPACITY}")
     return {"organisation": org.slug, "countries": codes, "capacity_per_period": capacity_per_period}
 
 
 @transaction.atomic
-def inspection_body_register(*, organisation: str, countries: list[str], capacity_per_period: int,
-                             actor: str = "regulator") -> InspectionBody:
+def inspection_body_register(
+    *, organisation: str, countries: list[str], capacity_per_period: int, actor: str = "regulator"
+) -> InspectionBody:
     """Register (or re-register, replacing coverage and capacity) an inspection body."""
-    payload = inspection_body_clean(organisation=organisation, countries=countries,
-                                    capacity_per_period=capacity_per_period)
+    payload = inspection_body_clean(
+        organisation=organisation, countries=countries, capacity_per_period=capacity_per_period
+    )
     entry = ledger.append_entry("inspection_body.registered", payload, actor)
     body, _ = InspectionBody.objects.update_or_create(
         organisation=Organisation.objects.get(slug=payload["organisation"]),
-        defaults={"countries": payload["countries"], "capacity_per_period": payload["capacity_per_period"],
-                  "registered_seq": entry.seq},
+        defaults={
+            "countries": payload["countries"],
+            "capacity_per_period": payload["capacity_per_period"],
+            "registered_seq": entry.seq,
+        },
     )
     return body

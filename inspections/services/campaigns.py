@@ -3,6 +3,7 @@
 Each write is a ledger entry (``campaign.created``, ``campaign.seed_committed``, ``campaign.drawn``)
 with its projection rows in the same transaction.
 """
+
 from __future__ import annotations
 
 import base64
@@ -20,16 +21,27 @@ from .. import draws, selectors
 from ..models import Alert, Campaign, CampaignSeed, Draw, InspectionBody, InspectionTask
 from ..planning import DEFAULT_MODEL, ELIGIBLE, MODELS, Coverage, Holdings, assign, campaign_period, prover_sample
 from .alerts import alert_raise
-from .validation import country_clean, fail as _fail
+from .validation import country_clean
+from .validation import fail as _fail
 
 TASK_DAYS = 14  # an inspection is due this many days after the draw
 
 
 @transaction.atomic
 def campaign_create(
-    *, slug: str, rule_flops: float, starts_on: date, provers: list[str] = (), country: str = "",
-    detection_probability: float = 0.9, snapshot_rate: float = 0.1, period_days: int = 30, run_days: int = 365,
-    ends_on: date | None = None, model: str = DEFAULT_MODEL, actor: str = "regulator",
+    *,
+    slug: str,
+    rule_flops: float,
+    starts_on: date,
+    provers: list[str] = (),
+    country: str = "",
+    detection_probability: float = 0.9,
+    snapshot_rate: float = 0.1,
+    period_days: int = 30,
+    run_days: int = 365,
+    ends_on: date | None = None,
+    model: str = DEFAULT_MODEL,
+    actor: str = "regulator",
 ) -> Campaign:
     country = country_clean(country) if (country or "").strip() else ""
     if Campaign.objects.filter(slug=slug).exists():
@@ -48,16 +60,31 @@ def campaign_create(
     if model not in MODELS:
         _fail("model", f"one of {list(MODELS)}")
     params = {
-        "slug": slug, "provers": sorted(provers), "country": country, "rule_flops": rule_flops,
-        "detection_probability": detection_probability, "snapshot_rate": snapshot_rate,
-        "period_days": period_days, "run_days": run_days, "starts_on": starts_on.isoformat(),
-        "ends_on": ends_on.isoformat() if ends_on else None, "model": model,
+        "slug": slug,
+        "provers": sorted(provers),
+        "country": country,
+        "rule_flops": rule_flops,
+        "detection_probability": detection_probability,
+        "snapshot_rate": snapshot_rate,
+        "period_days": period_days,
+        "run_days": run_days,
+        "starts_on": starts_on.isoformat(),
+        "ends_on": ends_on.isoformat() if ends_on else None,
+        "model": model,
     }
     entry = ledger.append_entry("campaign.created", params, actor)
     campaign = Campaign.objects.create(
-        slug=slug, country=country, rule_flops=rule_flops, detection_probability=detection_probability,
-        snapshot_rate=snapshot_rate, period_days=period_days, run_days=run_days, starts_on=starts_on,
-        ends_on=ends_on, model=model, created_seq=entry.seq,
+        slug=slug,
+        country=country,
+        rule_flops=rule_flops,
+        detection_probability=detection_probability,
+        snapshot_rate=snapshot_rate,
+        period_days=period_days,
+        run_days=run_days,
+        starts_on=starts_on,
+        ends_on=ends_on,
+        model=model,
+        created_seq=entry.seq,
     )
     campaign.provers.set(targets)
     _commit_seed(campaign, campaign_period(campaign, timezone.now().date()) or 0, actor)
@@ -115,19 +142,27 @@ def campaign_draw(campaign: Campaign, period: int, actor: str = "regulator") -> 
     root = bytes(checkpoint.root)
     provers = {}
     for prover, count, peak in selectors.campaign_targets(campaign):
-        holdings = Holdings(count, peak, lambda seed_, root_, slug, k, prover=prover:
-                            _ranked_in_database(prover, seed_, root_, slug, k))
+        holdings = Holdings(
+            count, peak, lambda seed_, root_, slug, k, prover=prover: _ranked_in_database(prover, seed_, root_, slug, k)
+        )
         provers[prover.slug] = prover_sample(campaign, prover.slug, holdings, bytes(seed.seed), root)
     today = timezone.now().date()
     assignments = _assign(provers)
     payload = {
-        "campaign": campaign.slug, "period": period, "seed": bytes(seed.seed).hex(),
+        "campaign": campaign.slug,
+        "period": period,
+        "seed": bytes(seed.seed).hex(),
         "checkpoint": {"size": checkpoint.size, "root": base64.b64encode(root).decode()},
-        "provers": provers, "assignments": assignments,
+        "provers": provers,
+        "assignments": assignments,
     }
     entry = ledger.append_entry("campaign.drawn", payload, actor)
     draw = Draw.objects.create(
-        campaign=campaign, period=period, checkpoint_size=checkpoint.size, checkpoint_root=root, drawn_seq=entry.seq,
+        campaign=campaign,
+        period=period,
+        checkpoint_size=checkpoint.size,
+        checkpoint_root=root,
+        drawn_seq=entry.seq,
         drawn_at=entry.time,
     )
     _create_tasks(draw, provers, assignments, today, entry.seq)
@@ -157,10 +192,15 @@ def _ranked_in_database(prover: Organisation, seed: bytes, root: bytes, campaign
 
 
 def _assign(provers: dict) -> dict[str, str | None]:
-    countries = dict(Chip.objects.filter(serial__in=[s for p in provers.values() for s in p["drawn"]])
-                     .values_list("serial", "country"))
-    bodies = [Coverage(body.organisation.slug, body.countries, body.capacity_per_period)
-              for body in InspectionBody.objects.select_related("organisation")]
+    countries = dict(
+        Chip.objects.filter(serial__in=[s for p in provers.values() for s in p["drawn"]]).values_list(
+            "serial", "country"
+        )
+    )
+    bodies = [
+        Coverage(body.organisation.slug, body.countries, body.capacity_per_period)
+        for body in InspectionBody.objects.select_related("organisation")
+    ]
     return assign(countries, bodies)
 
 
@@ -168,15 +208,29 @@ def _create_tasks(draw: Draw, provers: dict, assignments: dict, today: date, seq
     chips = {chip.serial: chip for chip in Chip.objects.filter(serial__in=assignments)}
     orgs = {org.slug: org for org in Organisation.objects.all()}
     due = today + timedelta(days=TASK_DAYS)
-    tasks = InspectionTask.objects.bulk_create([
-        InspectionTask(draw=draw, chip=chips[serial], prover=orgs[prover], inspection_body=orgs.get(assignments[serial]),
-                       due_on=due, assigned_seq=seq)
-        for prover, sample in provers.items() for serial in sample["drawn"]
-    ])
+    tasks = InspectionTask.objects.bulk_create(
+        [
+            InspectionTask(
+                draw=draw,
+                chip=chips[serial],
+                prover=orgs[prover],
+                inspection_body=orgs.get(assignments[serial]),
+                due_on=due,
+                assigned_seq=seq,
+            )
+            for prover, sample in provers.items()
+            for serial in sample["drawn"]
+        ]
+    )
     for task in tasks:
         if task.inspection_body is None:
-            alert_raise(Alert.Kind.UNASSIGNED, task.prover, f"no inspection body with capacity covers {task.chip.country} "
-                        f"for {task.chip.serial}", task.chip, task)
+            alert_raise(
+                Alert.Kind.UNASSIGNED,
+                task.prover,
+                f"no inspection body with capacity covers {task.chip.country} for {task.chip.serial}",
+                task.chip,
+                task,
+            )
     transaction.on_commit(lambda: _notify_inspectors(draw))
 
 
@@ -188,7 +242,13 @@ def _notify_inspectors(draw: Draw) -> None:
     for body, tasks in by_body.items():
         recipients = [m.user.email for m in body.members.select_related("user") if m.user.email]
         if recipients:
-            lines = "\n".join(f"  {t.chip.serial} at {t.chip.facility.slug if t.chip.facility else 'no facility'}, "
-                              f"due {t.due_on}" for t in tasks)
-            send_mail(f"{len(tasks)} chip inspections assigned ({draw.campaign.slug}, period {draw.period})",
-                      f"Inspections assigned to {body.slug}:\n{lines}\n", None, recipients)
+            lines = "\n".join(
+                f"  {t.chip.serial} at {t.chip.facility.slug if t.chip.facility else 'no facility'}, due {t.due_on}"
+                for t in tasks
+            )
+            send_mail(
+                f"{len(tasks)} chip inspections assigned ({draw.campaign.slug}, period {draw.period})",
+                f"Inspections assigned to {body.slug}:\n{lines}\n",
+                None,
+                recipients,
+            )

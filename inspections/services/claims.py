@@ -1,4 +1,5 @@
 """The prover's claims: answer logged snapshots with run, step and transcript; record each verification's result."""
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,11 @@ def claims_submit(*, prover: Organisation, claims: list, submission: dict | None
     for position, item in enumerate(claims):
         try:
             clean = _claim_item(item)
-            snapshot = (Snapshot.objects.select_related("chip__owner").filter(
-                chip__serial=clean["serial"], counter=clean["counter"]).first())
+            snapshot = (
+                Snapshot.objects.select_related("chip__owner")
+                .filter(chip__serial=clean["serial"], counter=clean["counter"])
+                .first()
+            )
             if snapshot is None or snapshot.chip.owner_id != prover.pk:
                 raise ValidationError("no logged snapshot of your chip with this serial and counter")
             if Claim.objects.filter(snapshot=snapshot).exists():
@@ -42,11 +46,20 @@ def claims_submit(*, prover: Organisation, claims: list, submission: dict | None
     if errors:
         raise ValidationError(errors)
     entry = ledger.append_entry("claim.submitted", {"claims": items}, prover.slug, submission)
-    rows = Claim.objects.bulk_create([
-        Claim(snapshot=snapshot, prover=prover, run=item["run"], step=item["step"], manifest=item["manifest"],
-              location=item["location"], claimed_seq=entry.seq)
-        for item, snapshot in zip(items, snapshots)
-    ])
+    rows = Claim.objects.bulk_create(
+        [
+            Claim(
+                snapshot=snapshot,
+                prover=prover,
+                run=item["run"],
+                step=item["step"],
+                manifest=item["manifest"],
+                location=item["location"],
+                claimed_seq=entry.seq,
+            )
+            for item, snapshot in zip(items, snapshots)
+        ]
+    )
     for row in rows:
         queue.enqueue_claim_verification(row.pk)
     return rows
@@ -92,19 +105,39 @@ def claim_result_record(claim_id: int, verdict: dict | None, error: str | None =
     if claim.result != Claim.Result.PENDING:
         return claim
     result, step = claim_outcome(verdict, error)
-    summary = {"verdict": verdict.get("verdict"), "reasons": verdict.get("reasons", [])[:20],
-               "flops": verdict.get("flops"), "steps": verdict.get("steps"), "rules": verdict.get("rules")} \
-        if verdict else {"error": error}
-    entry = ledger.append_entry("claim.verified", {
-        "claim": claim.pk, "chip": claim.snapshot.chip.serial, "counter": claim.snapshot.counter,
-        "result": result, "mismatch_step": step, **summary,
-    }, "system")
+    summary = (
+        {
+            "verdict": verdict.get("verdict"),
+            "reasons": verdict.get("reasons", [])[:20],
+            "flops": verdict.get("flops"),
+            "steps": verdict.get("steps"),
+            "rules": verdict.get("rules"),
+        }
+        if verdict
+        else {"error": error}
+    )
+    entry = ledger.append_entry(
+        "claim.verified",
+        {
+            "claim": claim.pk,
+            "chip": claim.snapshot.chip.serial,
+            "counter": claim.snapshot.counter,
+            "result": result,
+            "mismatch_step": step,
+            **summary,
+        },
+        "system",
+    )
     claim.result, claim.mismatch_step, claim.report, claim.result_seq = result, step, summary, entry.seq
     claim.save(update_fields=["result", "mismatch_step", "report", "result_seq"])
     if result != Claim.Result.VERIFIED:
         detail = f"claim for {claim.snapshot.chip.serial} #{claim.snapshot.counter}: {result}"
-        alert_raise(Alert.Kind.CLAIM_FAILED, claim.prover, detail + (f" at step {step}" if step is not None else ""),
-                    claim.snapshot.chip)
+        alert_raise(
+            Alert.Kind.CLAIM_FAILED,
+            claim.prover,
+            detail + (f" at step {step}" if step is not None else ""),
+            claim.snapshot.chip,
+        )
     return claim
 
 

@@ -3,6 +3,7 @@
 Each step is a ledger entry made by the inspection body (``inspection.accepted``,
 ``inspection.identity_checked``, ``inspection.snapshot_log``, ``inspection.finding``).
 """
+
 from __future__ import annotations
 
 import base64
@@ -56,8 +57,9 @@ def identity_message(serial: str, nonce: str) -> bytes:
 def identity_challenge_issue(task: InspectionTask, body: Organisation) -> IdentityChallenge:
     _own_task(task, body)
     now = timezone.now()
-    return IdentityChallenge.objects.create(task=task, nonce=secrets.token_hex(32), issued_at=now,
-                                            expires_at=now + timedelta(seconds=CHALLENGE_SECONDS))
+    return IdentityChallenge.objects.create(
+        task=task, nonce=secrets.token_hex(32), issued_at=now, expires_at=now + timedelta(seconds=CHALLENGE_SECONDS)
+    )
 
 
 @transaction.atomic
@@ -123,15 +125,33 @@ def snapshot_log_record(log: SnapshotLog, problems: list[dict], records: list[di
     if log.status != SnapshotLog.Status.PENDING:
         return log  # a retried task records nothing twice
     task, chip = log.task, log.task.chip
-    entry = ledger.append_entry("inspection.snapshot_log", {
-        "task": task.pk, "chip": chip.serial, "log_sha256": log.sha256, "problems": problems,
-        "snapshots": [{k: r[k] for k in ("counter", "time", "shard", "hash")} for r in records],
-    }, task.inspection_body.slug if task.inspection_body else "system")
+    entry = ledger.append_entry(
+        "inspection.snapshot_log",
+        {
+            "task": task.pk,
+            "chip": chip.serial,
+            "log_sha256": log.sha256,
+            "problems": problems,
+            "snapshots": [{k: r[k] for k in ("counter", "time", "shard", "hash")} for r in records],
+        },
+        task.inspection_body.slug if task.inspection_body else "system",
+    )
     due = timezone.now().date() + timedelta(days=CLAIM_DAYS)
-    Snapshot.objects.bulk_create([
-        Snapshot(chip=chip, log=log, counter=r["counter"], time=r["time"], shard=r["shard"], hash=r["hash"], claim_due_on=due)
-        for r in records
-    ], ignore_conflicts=True)
+    Snapshot.objects.bulk_create(
+        [
+            Snapshot(
+                chip=chip,
+                log=log,
+                counter=r["counter"],
+                time=r["time"],
+                shard=r["shard"],
+                hash=r["hash"],
+                claim_due_on=due,
+            )
+            for r in records
+        ],
+        ignore_conflicts=True,
+    )
     log.status = SnapshotLog.Status.PROBLEMS if problems else SnapshotLog.Status.INTACT
     log.problems, log.checked_seq = problems, entry.seq
     log.save(update_fields=["status", "problems", "checked_seq"])
@@ -141,8 +161,14 @@ def snapshot_log_record(log: SnapshotLog, problems: list[dict], records: list[di
     return log
 
 
-FINDING_FIELDS = {"chip_found": bool, "owner_refused": bool, "seal_intact": bool, "tamper_evidence": bool,
-                  "location_matches": bool, "notes": str}
+FINDING_FIELDS = {
+    "chip_found": bool,
+    "owner_refused": bool,
+    "seal_intact": bool,
+    "tamper_evidence": bool,
+    "location_matches": bool,
+    "notes": str,
+}
 
 
 @transaction.atomic
@@ -192,8 +218,14 @@ def _escalate(task: InspectionTask, finding: Finding) -> None:
         if misses == 2:
             campaign = task.draw.campaign
             campaign_create(
-                slug=f"unscheduled-{prover.slug}-{finding.recorded_seq}", provers=[prover.slug],
-                rule_flops=campaign.rule_flops, starts_on=timezone.now().date(),
-                detection_probability=campaign.detection_probability, snapshot_rate=campaign.snapshot_rate,
-                period_days=campaign.period_days, run_days=campaign.run_days, model=campaign.model, actor="system",
+                slug=f"unscheduled-{prover.slug}-{finding.recorded_seq}",
+                provers=[prover.slug],
+                rule_flops=campaign.rule_flops,
+                starts_on=timezone.now().date(),
+                detection_probability=campaign.detection_probability,
+                snapshot_rate=campaign.snapshot_rate,
+                period_days=campaign.period_days,
+                run_days=campaign.run_days,
+                model=campaign.model,
+                actor="system",
             )

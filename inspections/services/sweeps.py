@@ -1,4 +1,5 @@
 """Sweeps the beat runs: overdue inspections, lost chips and unanswered snapshots become alerts (once each)."""
+
 from __future__ import annotations
 
 from datetime import date
@@ -14,14 +15,18 @@ from .alerts import alert_raise
 
 @transaction.atomic
 def overdue_sweep(today: date) -> int:
-    late = InspectionTask.objects.select_for_update().filter(
-        due_on__lt=today, status__in=[InspectionTask.Status.ASSIGNED, InspectionTask.Status.ACCEPTED]
-    ).select_related("chip", "prover")
+    late = (
+        InspectionTask.objects.select_for_update()
+        .filter(due_on__lt=today, status__in=[InspectionTask.Status.ASSIGNED, InspectionTask.Status.ACCEPTED])
+        .select_related("chip", "prover")
+    )
     count = 0
     for task in late:
         task.status = InspectionTask.Status.OVERDUE
         task.save(update_fields=["status"])
-        alert_raise(Alert.Kind.OVERDUE, task.prover, f"inspection of {task.chip.serial} was due {task.due_on}", task.chip, task)
+        alert_raise(
+            Alert.Kind.OVERDUE, task.prover, f"inspection of {task.chip.serial} was due {task.due_on}", task.chip, task
+        )
         count += 1
     return count
 
@@ -30,7 +35,9 @@ def overdue_sweep(today: date) -> int:
 def lost_chip_sweep() -> int:
     """Chips reported lost or stolen get one alert each against their owner."""
     alerted = Alert.objects.filter(kind=Alert.Kind.LOST).values("chip")
-    missing = Chip.objects.filter(status__in=[Status.LOST, Status.STOLEN]).exclude(pk__in=alerted).select_related("owner")
+    missing = (
+        Chip.objects.filter(status__in=[Status.LOST, Status.STOLEN]).exclude(pk__in=alerted).select_related("owner")
+    )
     count = 0
     for chip in missing:
         alert_raise(Alert.Kind.LOST, chip.owner, f"{chip.serial} was reported {chip.status}", chip)

@@ -1,4 +1,5 @@
 """Input checks the services share; a failure is a ValidationError naming the field, and nothing is written."""
+
 from __future__ import annotations
 
 import re

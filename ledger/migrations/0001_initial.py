@@ -7,104 +7,151 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Checkpoint',
+            name="Checkpoint",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('size', models.BigIntegerField(unique=True)),
-                ('root', models.BinaryField(max_length=32)),
-                ('note', models.TextField(help_text="Checkpoint body and the log's signature line.")),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("size", models.BigIntegerField(unique=True)),
+                ("root", models.BinaryField(max_length=32)),
+                ("note", models.TextField(help_text="Checkpoint body and the log's signature line.")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['-size'],
-                'get_latest_by': 'size',
+                "ordering": ["-size"],
+                "get_latest_by": "size",
             },
         ),
         migrations.CreateModel(
-            name='Cosignature',
+            name="Cosignature",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('timestamp', models.BigIntegerField()),
-                ('line', models.TextField(help_text='The signature line exactly as the witness produced it.')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("timestamp", models.BigIntegerField()),
+                ("line", models.TextField(help_text="The signature line exactly as the witness produced it.")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
         ),
         migrations.CreateModel(
-            name='Entry',
+            name="Entry",
             fields=[
-                ('seq', models.BigIntegerField(primary_key=True, serialize=False)),
-                ('time', models.DateTimeField()),
-                ('kind', models.CharField(max_length=64)),
-                ('actor', models.CharField(max_length=128)),
-                ('payload', models.JSONField()),
-                ('leaf', models.BinaryField()),
-                ('hash', models.BinaryField(max_length=32)),
+                ("seq", models.BigIntegerField(primary_key=True, serialize=False)),
+                ("time", models.DateTimeField()),
+                ("kind", models.CharField(max_length=64)),
+                ("actor", models.CharField(max_length=128)),
+                ("payload", models.JSONField()),
+                ("leaf", models.BinaryField()),
+                ("hash", models.BinaryField(max_length=32)),
             ],
             options={
-                'verbose_name_plural': 'entries',
-                'ordering': ['seq'],
+                "verbose_name_plural": "entries",
+                "ordering": ["seq"],
             },
         ),
         migrations.CreateModel(
-            name='TreeNode',
+            name="TreeNode",
             fields=[
-                ('pk', models.CompositePrimaryKey('level', 'index', blank=True, editable=False, primary_key=True, serialize=False)),
-                ('level', models.SmallIntegerField()),
-                ('index', models.BigIntegerField()),
-                ('hash', models.BinaryField(max_length=32)),
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "level", "index", blank=True, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("level", models.SmallIntegerField()),
+                ("index", models.BigIntegerField()),
+                ("hash", models.BinaryField(max_length=32)),
             ],
         ),
         migrations.CreateModel(
-            name='Witness',
+            name="Witness",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=255)),
-                ('verifier_key', models.CharField(max_length=512, unique=True)),
-                ('key_id', models.BinaryField(max_length=4)),
-                ('public_key', models.BinaryField(max_length=32)),
-                ('registered_seq', models.BigIntegerField(help_text='Ledger entry that registered this witness.')),
-                ('revoked_seq', models.BigIntegerField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=255)),
+                ("verifier_key", models.CharField(max_length=512, unique=True)),
+                ("key_id", models.BinaryField(max_length=4)),
+                ("public_key", models.BinaryField(max_length=32)),
+                ("registered_seq", models.BigIntegerField(help_text="Ledger entry that registered this witness.")),
+                ("revoked_seq", models.BigIntegerField(blank=True, null=True)),
             ],
             options={
-                'verbose_name_plural': 'witnesses',
+                "verbose_name_plural": "witnesses",
             },
         ),
         pgtrigger.migrations.AddTrigger(
-            model_name='checkpoint',
-            trigger=pgtrigger.compiler.Trigger(name='append_only', sql=pgtrigger.compiler.UpsertTriggerSql(func="RAISE EXCEPTION 'pgtrigger: Cannot update or delete rows from % table', TG_TABLE_NAME;", hash='acdda80f60fc48cb8c8af4085986baaaf8f80767', operation='UPDATE OR DELETE', pgid='pgtrigger_append_only_7ee3f', table='ledger_checkpoint', when='BEFORE')),
+            model_name="checkpoint",
+            trigger=pgtrigger.compiler.Trigger(
+                name="append_only",
+                sql=pgtrigger.compiler.UpsertTriggerSql(
+                    func="RAISE EXCEPTION 'pgtrigger: Cannot update or delete rows from % table', TG_TABLE_NAME;",
+                    hash="acdda80f60fc48cb8c8af4085986baaaf8f80767",
+                    operation="UPDATE OR DELETE",
+                    pgid="pgtrigger_append_only_7ee3f",
+                    table="ledger_checkpoint",
+                    when="BEFORE",
+                ),
+            ),
         ),
         migrations.AddField(
-            model_name='cosignature',
-            name='checkpoint',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='cosignatures', to='ledger.checkpoint'),
+            model_name="cosignature",
+            name="checkpoint",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT, related_name="cosignatures", to="ledger.checkpoint"
+            ),
         ),
         pgtrigger.migrations.AddTrigger(
-            model_name='entry',
-            trigger=pgtrigger.compiler.Trigger(name='append_only', sql=pgtrigger.compiler.UpsertTriggerSql(func="RAISE EXCEPTION 'pgtrigger: Cannot update or delete rows from % table', TG_TABLE_NAME;", hash='bd80cdea55986d8dc4a873a0796f1dd071e72f1d', operation='UPDATE OR DELETE', pgid='pgtrigger_append_only_af900', table='ledger_entry', when='BEFORE')),
+            model_name="entry",
+            trigger=pgtrigger.compiler.Trigger(
+                name="append_only",
+                sql=pgtrigger.compiler.UpsertTriggerSql(
+                    func="RAISE EXCEPTION 'pgtrigger: Cannot update or delete rows from % table', TG_TABLE_NAME;",
+                    hash="bd80cdea55986d8dc4a873a0796f1dd071e72f1d",
+                    operation="UPDATE OR DELETE",
+                    pgid="pgtrigger_append_only_af900",
+                    table="ledger_entry",
+                    when="BEFORE",
+                ),
+            ),
         ),
         pgtrigger.migrations.AddTrigger(
-            model_name='treenode',
-            trigger=pgtrigger.compiler.Trigger(name='append_only', sql=pgtrigger.compiler.UpsertTriggerSql(func="RAISE EXCEPTION 'pgtrigger: Cannot update or delete rows from % table', TG_TABLE_NAME;", hash='470b9e22c87d3faca416ea0ffc5f22134f9d61f5', operation='UPDATE OR DELETE', pgid='pgtrigger_append_only_74a4d', table='ledger_treenode', when='BEFORE')),
+            model_name="treenode",
+            trigger=pgtrigger.compiler.Trigger(
+                name="append_only",
+                sql=pgtrigger.compiler.UpsertTriggerSql(
+                    func="RAISE EXCEPTION 'pgtrigger: Cannot update or delete rows from % table', TG_TABLE_NAME;",
+                    hash="470b9e22c87d3faca416ea0ffc5f22134f9d61f5",
+                    operation="UPDATE OR DELETE",
+                    pgid="pgtrigger_append_only_74a4d",
+                    table="ledger_treenode",
+                    when="BEFORE",
+                ),
+            ),
         ),
         migrations.AddField(
-            model_name='cosignature',
-            name='witness',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='cosignatures', to='ledger.witness'),
+            model_name="cosignature",
+            name="witness",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT, related_name="cosignatures", to="ledger.witness"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='cosignature',
-            constraint=models.UniqueConstraint(fields=('checkpoint', 'witness'), name='one_cosignature_per_witness'),
+            model_name="cosignature",
+            constraint=models.UniqueConstraint(fields=("checkpoint", "witness"), name="one_cosignature_per_witness"),
         ),
         pgtrigger.migrations.AddTrigger(
-            model_name='cosignature',
-            trigger=pgtrigger.compiler.Trigger(name='append_only', sql=pgtrigger.compiler.UpsertTriggerSql(func="RAISE EXCEPTION 'pgtrigger: Cannot update or delete rows from % table', TG_TABLE_NAME;", hash='138d8bf747fb67929e9f941554571d4c3c4cbde6', operation='UPDATE OR DELETE', pgid='pgtrigger_append_only_716b4', table='ledger_cosignature', when='BEFORE')),
+            model_name="cosignature",
+            trigger=pgtrigger.compiler.Trigger(
+                name="append_only",
+                sql=pgtrigger.compiler.UpsertTriggerSql(
+                    func="RAISE EXCEPTION 'pgtrigger: Cannot update or delete rows from % table', TG_TABLE_NAME;",
+                    hash="138d8bf747fb67929e9f941554571d4c3c4cbde6",
+                    operation="UPDATE OR DELETE",
+                    pgid="pgtrigger_append_only_716b4",
+                    table="ledger_cosignature",
+                    when="BEFORE",
+                ),
+            ),
         ),
     ]

@@ -3,6 +3,7 @@
 pgtrigger installs PostgreSQL triggers only, so SQLite gets hand-written ones
 that abort any UPDATE or DELETE on the ledger's append-only tables.
 """
+
 from django.db import migrations
 
 TABLES = ("ledger_entry", "ledger_treenode", "ledger_checkpoint", "ledger_cosignature")

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,136 +14,273 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Organisation',
+            name="Organisation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(help_text='Its name on the ledger (the actor).', max_length=64, unique=True)),
-                ('legal_name', models.CharField(max_length=255)),
-                ('country', models.CharField(help_text='ISO 3166-1 alpha-2', max_length=2)),
-                ('roles', models.JSONField(default=list)),
-                ('registered_seq', models.BigIntegerField()),
-                ('parent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='subsidiaries', to='registry.organisation')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("slug", models.SlugField(help_text="Its name on the ledger (the actor).", max_length=64, unique=True)),
+                ("legal_name", models.CharField(max_length=255)),
+                ("country", models.CharField(help_text="ISO 3166-1 alpha-2", max_length=2)),
+                ("roles", models.JSONField(default=list)),
+                ("registered_seq", models.BigIntegerField()),
+                (
+                    "parent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="subsidiaries",
+                        to="registry.organisation",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['slug'],
+                "ordering": ["slug"],
             },
         ),
         migrations.CreateModel(
-            name='Member',
+            name="Member",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('user', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='membership', to=settings.AUTH_USER_MODEL)),
-                ('organisation', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='members', to='registry.organisation')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "user",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="membership",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "organisation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="members", to="registry.organisation"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Facility',
+            name="Facility",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(max_length=64, unique=True)),
-                ('kind', models.CharField(choices=[('fab', 'Fab'), ('packaging', 'Packaging'), ('warehouse', 'Warehouse'), ('datacentre', 'Datacentre')], max_length=16)),
-                ('country', models.CharField(max_length=2)),
-                ('location', models.CharField(blank=True, max_length=255)),
-                ('registered_seq', models.BigIntegerField()),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='facilities', to='registry.organisation')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("slug", models.SlugField(max_length=64, unique=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("fab", "Fab"),
+                            ("packaging", "Packaging"),
+                            ("warehouse", "Warehouse"),
+                            ("datacentre", "Datacentre"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("country", models.CharField(max_length=2)),
+                ("location", models.CharField(blank=True, max_length=255)),
+                ("registered_seq", models.BigIntegerField()),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="facilities",
+                        to="registry.organisation",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'facilities',
+                "verbose_name_plural": "facilities",
             },
         ),
         migrations.CreateModel(
-            name='ChipModel',
+            name="ChipModel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(max_length=64, unique=True)),
-                ('name', models.CharField(max_length=128)),
-                ('export_class', models.CharField(help_text='e.g. ECCN 3A090.a', max_length=32)),
-                ('peak_flops_16bit', models.FloatField(help_text='peak dense 16-bit FLOP/s')),
-                ('memory_bytes', models.BigIntegerField()),
-                ('registered_seq', models.BigIntegerField()),
-                ('vendor', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='chip_models', to='registry.organisation')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("slug", models.SlugField(max_length=64, unique=True)),
+                ("name", models.CharField(max_length=128)),
+                ("export_class", models.CharField(help_text="e.g. ECCN 3A090.a", max_length=32)),
+                ("peak_flops_16bit", models.FloatField(help_text="peak dense 16-bit FLOP/s")),
+                ("memory_bytes", models.BigIntegerField()),
+                ("registered_seq", models.BigIntegerField()),
+                (
+                    "vendor",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="chip_models",
+                        to="registry.organisation",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Chip',
+            name="Chip",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('serial', models.CharField(max_length=64, unique=True)),
-                ('public_key', models.BinaryField(help_text="the chip's own Ed25519 key, made at fabrication", max_length=32)),
-                ('country', models.CharField(blank=True, help_text='where the chip is (or is headed)', max_length=2)),
-                ('status', models.CharField(choices=[('fabricated', 'fabricated'), ('packaged', 'packaged'), ('in_transit', 'in_transit'), ('in_stock', 'in_stock'), ('installed', 'installed'), ('decommissioned', 'decommissioned'), ('destroyed', 'destroyed'), ('lost', 'lost'), ('stolen', 'stolen')], db_index=True, max_length=16)),
-                ('status_before_missing', models.CharField(blank=True, default='', max_length=16)),
-                ('packaged', models.BooleanField(default=False)),
-                ('fabricated_seq', models.BigIntegerField()),
-                ('updated_seq', models.BigIntegerField()),
-                ('model', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='chips', to='registry.chipmodel')),
-                ('facility', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='chips', to='registry.facility')),
-                ('consignee', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='incoming_chips', to='registry.organisation')),
-                ('fab', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='fabricated_chips', to='registry.organisation')),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='owned_chips', to='registry.organisation')),
-                ('pending_owner', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='offered_chips', to='registry.organisation')),
-                ('possessor', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='held_chips', to='registry.organisation')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("serial", models.CharField(max_length=64, unique=True)),
+                (
+                    "public_key",
+                    models.BinaryField(help_text="the chip's own Ed25519 key, made at fabrication", max_length=32),
+                ),
+                ("country", models.CharField(blank=True, help_text="where the chip is (or is headed)", max_length=2)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("fabricated", "fabricated"),
+                            ("packaged", "packaged"),
+                            ("in_transit", "in_transit"),
+                            ("in_stock", "in_stock"),
+                            ("installed", "installed"),
+                            ("decommissioned", "decommissioned"),
+                            ("destroyed", "destroyed"),
+                            ("lost", "lost"),
+                            ("stolen", "stolen"),
+                        ],
+                        db_index=True,
+                        max_length=16,
+                    ),
+                ),
+                ("status_before_missing", models.CharField(blank=True, default="", max_length=16)),
+                ("packaged", models.BooleanField(default=False)),
+                ("fabricated_seq", models.BigIntegerField()),
+                ("updated_seq", models.BigIntegerField()),
+                (
+                    "model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="chips", to="registry.chipmodel"
+                    ),
+                ),
+                (
+                    "facility",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="chips",
+                        to="registry.facility",
+                    ),
+                ),
+                (
+                    "consignee",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="incoming_chips",
+                        to="registry.organisation",
+                    ),
+                ),
+                (
+                    "fab",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="fabricated_chips",
+                        to="registry.organisation",
+                    ),
+                ),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="owned_chips",
+                        to="registry.organisation",
+                    ),
+                ),
+                (
+                    "pending_owner",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="offered_chips",
+                        to="registry.organisation",
+                    ),
+                ),
+                (
+                    "possessor",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="held_chips",
+                        to="registry.organisation",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='ApiNonce',
+            name="ApiNonce",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('nonce', models.CharField(max_length=64)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('organisation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, to='registry.organisation')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("nonce", models.CharField(max_length=64)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "organisation",
+                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, to="registry.organisation"),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='OrganisationKey',
+            name="OrganisationKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key_id', models.CharField(help_text='hex of SHA-256(public key)[:8]', max_length=16, unique=True)),
-                ('public_key', models.BinaryField(max_length=32)),
-                ('registered_seq', models.BigIntegerField()),
-                ('revoked_seq', models.BigIntegerField(blank=True, null=True)),
-                ('organisation', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='keys', to='registry.organisation')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("key_id", models.CharField(help_text="hex of SHA-256(public key)[:8]", max_length=16, unique=True)),
+                ("public_key", models.BinaryField(max_length=32)),
+                ("registered_seq", models.BigIntegerField()),
+                ("revoked_seq", models.BigIntegerField(blank=True, null=True)),
+                (
+                    "organisation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="keys", to="registry.organisation"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='ChipEvent',
+            name="ChipEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seq', models.BigIntegerField()),
-                ('kind', models.CharField(max_length=64)),
-                ('actor', models.CharField(max_length=64)),
-                ('chip', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='events', to='registry.chip')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("seq", models.BigIntegerField()),
+                ("kind", models.CharField(max_length=64)),
+                ("actor", models.CharField(max_length=64)),
+                (
+                    "chip",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="events", to="registry.chip"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['seq'],
-                'constraints': [models.UniqueConstraint(fields=('chip', 'seq'), name='one_event_per_chip_and_entry')],
+                "ordering": ["seq"],
+                "constraints": [models.UniqueConstraint(fields=("chip", "seq"), name="one_event_per_chip_and_entry")],
             },
         ),
         migrations.CreateModel(
-            name='IdempotencyRecord',
+            name="IdempotencyRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=255)),
-                ('request_hash', models.BinaryField(max_length=32)),
-                ('status_code', models.PositiveSmallIntegerField()),
-                ('response', models.JSONField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('organisation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, to='registry.organisation')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("key", models.CharField(max_length=255)),
+                ("request_hash", models.BinaryField(max_length=32)),
+                ("status_code", models.PositiveSmallIntegerField()),
+                ("response", models.JSONField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "organisation",
+                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, to="registry.organisation"),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('organisation', 'key'), name='idempotency_key_once_per_org')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("organisation", "key"), name="idempotency_key_once_per_org")
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='chip',
-            index=models.Index(fields=['owner', 'status'], name='registry_ch_owner_i_d52c8b_idx'),
+            model_name="chip",
+            index=models.Index(fields=["owner", "status"], name="registry_ch_owner_i_d52c8b_idx"),
         ),
         migrations.AddIndex(
-            model_name='chip',
-            index=models.Index(fields=['possessor'], name='registry_ch_possess_6c61af_idx'),
+            model_name="chip",
+            index=models.Index(fields=["possessor"], name="registry_ch_possess_6c61af_idx"),
         ),
         migrations.AddConstraint(
-            model_name='apinonce',
-            constraint=models.UniqueConstraint(fields=('organisation', 'nonce'), name='nonce_once_per_org'),
+            model_name="apinonce",
+            constraint=models.UniqueConstraint(fields=("organisation", "nonce"), name="nonce_once_per_org"),
         ),
     ]

@@ -10,6 +10,7 @@ transaction as its projection rows; a rejected one raises before anything is wri
 The names other apps and the views use are re-exported here, so ``from registry import services``
 keeps working.
 """
+
 from ..identifiers import COUNTRY, MAX_CHIPS, SERIAL, SLUG, SYSTEM
 from .chips import CHIP_EVENTS, EVENT_FIELDS, chips_fabricate, chips_record_event
 from .epcis import epcis_capture
@@ -24,8 +25,24 @@ from .organisations import (
 )
 
 __all__ = [
-    "CHIP_EVENTS", "COUNTRY", "EVENT_FIELDS", "MAX_CHIPS", "SERIAL", "SLUG", "SYSTEM",
-    "IdempotencyConflict", "chip_model_register", "chips_fabricate", "chips_record_event", "epcis_capture",
-    "facility_register", "idempotent_answer", "idempotent_answer_record", "member_add", "organisation_key_register",
-    "organisation_key_revoke", "organisation_register", "signed_body_accept",
+    "CHIP_EVENTS",
+    "COUNTRY",
+    "EVENT_FIELDS",
+    "MAX_CHIPS",
+    "SERIAL",
+    "SLUG",
+    "SYSTEM",
+    "IdempotencyConflict",
+    "chip_model_register",
+    "chips_fabricate",
+    "chips_record_event",
+    "epcis_capture",
+    "facility_register",
+    "idempotent_answer",
+    "idempotent_answer_record",
+    "member_add",
+    "organisation_key_register",
+    "organisation_key_revoke",
+    "organisation_register",
+    "signed_body_accept",
 ]

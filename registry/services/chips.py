@@ -1,4 +1,5 @@
 """Chips: fabrication and every later lifecycle event, each request one ledger entry, all or nothing."""
+
 from __future__ import annotations
 
 import base64
@@ -35,7 +36,6 @@ CHIP_EVENTS = {
 }
 
 
-
 @transaction.atomic
 def chips_fabricate(
     *, organisation: Organisation, chips: list, submission: dict | None = None, epcis: dict | None = None
@@ -49,7 +49,9 @@ def chips_fabricate(
         fail("organisation", f"{organisation.slug} is not a fab")
     items = _fabrication_items(chips)
     models = {m.slug: m for m in ChipModel.objects.filter(slug__in={item["model"] for item in items})}
-    facilities = {f.slug: f for f in Facility.objects.filter(slug__in={i["facility"] for i in items if i.get("facility")})}
+    facilities = {
+        f.slug: f for f in Facility.objects.filter(slug__in={i["facility"] for i in items if i.get("facility")})
+    }
     existing = set(Chip.objects.filter(serial__in=[i["serial"] for i in items]).values_list("serial", flat=True))
     errors = {}
     states = []
@@ -81,16 +83,41 @@ def chips_fabricate(
 
 def _insert_chips(organisation, states, items, models, facilities, entry) -> None:
     """COPY/executemany instead of bulk_create: 10,000-chip requests are the hot path."""
-    columns = ("serial", "model_id", "fab_id", "public_key", "owner_id", "possessor_id", "facility_id", "country",
-               "status", "status_before_missing", "packaged", "fabricated_seq", "updated_seq")
+    columns = (
+        "serial",
+        "model_id",
+        "fab_id",
+        "public_key",
+        "owner_id",
+        "possessor_id",
+        "facility_id",
+        "country",
+        "status",
+        "status_before_missing",
+        "packaged",
+        "fabricated_seq",
+        "updated_seq",
+    )
     rows = []
     for state, item in zip(states, items):
         facility = facilities.get(state.facility)
-        rows.append((
-            state.serial, models[state.model].id, organisation.id, base64.b64decode(item["public_key"]),
-            organisation.id, organisation.id, facility.id if facility else None, state.country, state.status.value, "",
-            False, entry.seq, entry.seq,
-        ))
+        rows.append(
+            (
+                state.serial,
+                models[state.model].id,
+                organisation.id,
+                base64.b64decode(item["public_key"]),
+                organisation.id,
+                organisation.id,
+                facility.id if facility else None,
+                state.country,
+                state.status.value,
+                "",
+                False,
+                entry.seq,
+                entry.seq,
+            )
+        )
     insert_rows(Chip._meta.db_table, columns, rows)
     ids = dict(Chip.objects.filter(serial__in=[s.serial for s in states]).values_list("serial", "id"))
     _insert_events([ids[s.serial] for s in states], entry)
@@ -98,7 +125,8 @@ def _insert_chips(organisation, states, items, models, facilities, entry) -> Non
 
 def _insert_events(chip_ids: list[int], entry: ledger.AppendedEntry) -> None:
     insert_rows(
-        ChipEvent._meta.db_table, ("chip_id", "seq", "kind", "actor"),
+        ChipEvent._meta.db_table,
+        ("chip_id", "seq", "kind", "actor"),
         [(chip_id, entry.seq, entry.kind, entry.actor) for chip_id in chip_ids],
     )
 
@@ -155,7 +183,11 @@ EVENT_FIELDS = {
 
 @transaction.atomic
 def chips_record_event(
-    *, organisation: Organisation, event: str, payload: dict, submission: dict | None = None,
+    *,
+    organisation: Organisation,
+    event: str,
+    payload: dict,
+    submission: dict | None = None,
     epcis: dict | None = None,
 ) -> ledger.AppendedEntry:
     """Record one lifecycle event for a set of chips, all or nothing (DESIGN §1). ``epcis``: see chips_fabricate."""
@@ -237,8 +269,19 @@ def _facts(organisation: Organisation, event: str, payload: dict) -> Facts:
 
 
 CHIP_STATE_FIELDS = (
-    "id", "serial", "model__slug", "fab__slug", "owner__slug", "possessor__slug", "consignee__slug",
-    "pending_owner__slug", "facility__slug", "country", "status", "status_before_missing", "packaged",
+    "id",
+    "serial",
+    "model__slug",
+    "fab__slug",
+    "owner__slug",
+    "possessor__slug",
+    "consignee__slug",
+    "pending_owner__slug",
+    "facility__slug",
+    "country",
+    "status",
+    "status_before_missing",
+    "packaged",
 )
 
 
@@ -250,9 +293,16 @@ def _locked_chip_rows(serials: list[str]) -> dict[str, dict]:
 
 def _state(row: dict) -> ChipState:
     return ChipState(
-        serial=row["serial"], model=row["model__slug"], fab=row["fab__slug"], owner=row["owner__slug"],
-        possessor=row["possessor__slug"], status=Status(row["status"]), facility=row["facility__slug"],
-        country=row["country"], consignee=row["consignee__slug"], pending_owner=row["pending_owner__slug"],
+        serial=row["serial"],
+        model=row["model__slug"],
+        fab=row["fab__slug"],
+        owner=row["owner__slug"],
+        possessor=row["possessor__slug"],
+        status=Status(row["status"]),
+        facility=row["facility__slug"],
+        country=row["country"],
+        consignee=row["consignee__slug"],
+        pending_owner=row["pending_owner__slug"],
         status_before_missing=Status(row["status_before_missing"]) if row["status_before_missing"] else None,
         packaged=row["packaged"],
     )
@@ -260,7 +310,10 @@ def _state(row: dict) -> ChipState:
 
 def _persist(rows: dict[str, dict], after: dict[str, ChipState], entry: ledger.AppendedEntry) -> None:
     """Write the new chip states, one UPDATE per distinct new state (a bulk event has one)."""
-    org_ids = _ids(Organisation, {s for st in after.values() for s in (st.owner, st.possessor, st.consignee, st.pending_owner) if s})
+    org_ids = _ids(
+        Organisation,
+        {s for st in after.values() for s in (st.owner, st.possessor, st.consignee, st.pending_owner) if s},
+    )
     facility_ids = _ids(Facility, {st.facility for st in after.values() if st.facility})
     groups: dict[tuple, list[int]] = defaultdict(list)
     for serial, state in after.items():
@@ -283,4 +336,3 @@ def _persist(rows: dict[str, dict], after: dict[str, ChipState], entry: ledger.A
 
 def _ids(model, slugs: set[str]) -> dict[str, int]:
     return dict(model.objects.filter(slug__in=slugs).values_list("slug", "id")) if slugs else {}
-

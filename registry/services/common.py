@@ -1,4 +1,5 @@
 """Helpers the registry's services share."""
+
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError

@@ -2,6 +2,7 @@
 
 The mapping of events onto the lifecycle is documented in ``registry.epcis``.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,8 +15,8 @@ from ledger import services as ledger
 from .. import selectors
 from ..epcis import CaptureEvent
 from ..models import Chip, Facility, Organisation
-from .common import fail
 from .chips import chips_fabricate, chips_record_event
+from .common import fail
 
 
 @transaction.atomic
@@ -106,9 +107,14 @@ def _destination_country(consignee: str, location: str | None) -> str:
 
 # Where a service's field lives in the event, so a 400 names the document's path.
 SERVICE_PATHS = {
-    "consignee": "destinationList", "destination_country": "destinationList", "reference": "bizTransactionList",
-    "export_licence": "chipledger:exportLicence", "facility": "bizLocation", "sourceList": "sourceList",
-    "destinationList": "destinationList", "chips": "epcList",
+    "consignee": "destinationList",
+    "destination_country": "destinationList",
+    "reference": "bizTransactionList",
+    "export_licence": "chipledger:exportLicence",
+    "facility": "bizLocation",
+    "sourceList": "sourceList",
+    "destinationList": "destinationList",
+    "chips": "epcList",
 }
 
 
@@ -124,4 +130,3 @@ def _at(event: CaptureEvent, error: ValidationError) -> ValidationError:
             where = event.path
         located.setdefault(where, []).extend(messages)
     return ValidationError(located)
-

@@ -1,4 +1,5 @@
 """Facilities and chip models."""
+
 from __future__ import annotations
 
 from django.db import transaction
@@ -12,7 +13,13 @@ from .common import fail
 
 @transaction.atomic
 def facility_register(
-    *, owner: Organisation, slug: str, kind: str, country: str, location: str = "", actor: str,
+    *,
+    owner: Organisation,
+    slug: str,
+    kind: str,
+    country: str,
+    location: str = "",
+    actor: str,
     submission: dict | None = None,
 ) -> Facility:
     if not SLUG.match(slug or ""):
@@ -32,8 +39,14 @@ def facility_register(
 
 @transaction.atomic
 def chip_model_register(
-    *, vendor: Organisation, slug: str, name: str, export_class: str, peak_flops_16bit: float,
-    memory_bytes: int, actor: str,
+    *,
+    vendor: Organisation,
+    slug: str,
+    name: str,
+    export_class: str,
+    peak_flops_16bit: float,
+    memory_bytes: int,
+    actor: str,
 ) -> ChipModel:
     if not SLUG.match(slug or ""):
         fail("slug", "lower-case letters, digits and hyphens, at most 64")
@@ -42,11 +55,20 @@ def chip_model_register(
     if not peak_flops_16bit > 0 or not memory_bytes > 0:
         fail("peak_flops_16bit", "peak FLOP/s and memory must be positive")
     payload = {
-        "slug": slug, "name": name, "vendor": vendor.slug, "export_class": export_class,
-        "peak_flops_16bit": peak_flops_16bit, "memory_bytes": memory_bytes,
+        "slug": slug,
+        "name": name,
+        "vendor": vendor.slug,
+        "export_class": export_class,
+        "peak_flops_16bit": peak_flops_16bit,
+        "memory_bytes": memory_bytes,
     }
     entry = ledger.append_entry("chip_model.registered", payload, actor)
     return ChipModel.objects.create(
-        slug=slug, name=name, vendor=vendor, export_class=export_class, peak_flops_16bit=peak_flops_16bit,
-        memory_bytes=memory_bytes, registered_seq=entry.seq,
+        slug=slug,
+        name=name,
+        vendor=vendor,
+        export_class=export_class,
+        peak_flops_16bit=peak_flops_16bit,
+        memory_bytes=memory_bytes,
+        registered_seq=entry.seq,
     )

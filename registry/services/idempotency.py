@@ -1,4 +1,5 @@
 """Idempotency-Key: the first answer to a retried write."""
+
 from __future__ import annotations
 
 import hashlib
@@ -27,9 +28,14 @@ def idempotent_answer(organisation: Organisation, key: str | None, body: bytes) 
     return record.status_code, record.response
 
 
-def idempotent_answer_record(organisation: Organisation, key: str | None, body: bytes, status: int, answer: dict) -> None:
+def idempotent_answer_record(
+    organisation: Organisation, key: str | None, body: bytes, status: int, answer: dict
+) -> None:
     if key:
         IdempotencyRecord.objects.create(
-            organisation=organisation, key=key, request_hash=hashlib.sha256(body).digest(), status_code=status,
+            organisation=organisation,
+            key=key,
+            request_hash=hashlib.sha256(body).digest(),
+            status_code=status,
             response=answer,
         )

@@ -1,4 +1,5 @@
 """Organisations, their members and signing keys, and the check of a signed request."""
+
 from __future__ import annotations
 
 import base64
@@ -28,10 +29,20 @@ def organisation_register(
     if not roles or unknown:
         fail("roles", f"one or more of {sorted(Role.values)}")
     parent_org = organisation_by_slug(parent, "parent") if parent else None
-    payload = {"slug": slug, "legal_name": legal_name, "country": country, "roles": sorted(set(roles)), "parent": parent}
+    payload = {
+        "slug": slug,
+        "legal_name": legal_name,
+        "country": country,
+        "roles": sorted(set(roles)),
+        "parent": parent,
+    }
     entry = ledger.append_entry("org.registered", payload, actor)
     return Organisation.objects.create(
-        slug=slug, legal_name=legal_name, country=country, roles=payload["roles"], parent=parent_org,
+        slug=slug,
+        legal_name=legal_name,
+        country=country,
+        roles=payload["roles"],
+        parent=parent_org,
         registered_seq=entry.seq,
     )
 
@@ -92,4 +103,3 @@ def signed_body_accept(organisation: Organisation, header: str | None, body: byt
     except IntegrityError:
         raise signing.SignatureProblem("nonce", "already used: this request was replayed") from None
     return signing.SignedBody(key_id, body, signature, stamp, nonce)
-

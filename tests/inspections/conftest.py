@@ -1,4 +1,5 @@
 """A drawn campaign over the inspections world of tests/inspections/factories.py."""
+
 import pytest
 from django.utils import timezone
 
@@ -9,6 +10,7 @@ from tests.inspections.factories import H100, YEAR, make_provers
 @pytest.fixture
 def draw():
     make_provers()
-    campaign = campaigns.campaign_create(slug="c1", provers=["owner-a", "owner-b"], rule_flops=20 * H100 * YEAR,
-                                         starts_on=timezone.now().date())
+    campaign = campaigns.campaign_create(
+        slug="c1", provers=["owner-a", "owner-b"], rule_flops=20 * H100 * YEAR, starts_on=timezone.now().date()
+    )
     return campaigns.campaign_draw(campaign, 0)

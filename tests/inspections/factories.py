@@ -1,4 +1,5 @@
 """An inspections world: two provers with installed chips and three inspection bodies."""
+
 from inspections.services.bodies import inspection_body_register
 from tests.registry.factories import chip_model, event, fabricate, facility, organisation
 
@@ -19,6 +20,10 @@ def make_provers() -> None:
         event(owner, "installed", serials, facility=f"dc-{slug}")
         event(fab, "transfer_offered", serials, to_owner=slug)
         event(owner, "transfer_accepted", serials)
-    for slug, countries, capacity in (("inspect-us", ["US"], 3), ("inspect-us-2", ["US"], 1), ("inspect-eu", ["NL", "DE"], 50)):
+    for slug, countries, capacity in (
+        ("inspect-us", ["US"], 3),
+        ("inspect-us-2", ["US"], 1),
+        ("inspect-eu", ["NL", "DE"], 50),
+    ):
         organisation(slug, ["inspection_body"], countries[0])
         inspection_body_register(organisation=slug, countries=countries, capacity_per_period=capacity)

@@ -1,4 +1,5 @@
 """The regulator's admin: inspection bodies are registered through the service; campaigns show both plans."""
+
 import pytest
 from django.contrib.auth import get_user_model
 
@@ -20,21 +21,26 @@ def regulator(client):
 
 def test_the_demo_registers_its_inspection_body_on_the_ledger(regulator):
     entry = Entry.objects.get(kind="inspection_body.registered")
-    assert entry.payload == {"organisation": "inspect-eu", "countries": ["AE", "DE", "NL", "TW", "US"],
-                             "capacity_per_period": 200}
+    assert entry.payload == {
+        "organisation": "inspect-eu",
+        "countries": ["AE", "DE", "NL", "TW", "US"],
+        "capacity_per_period": 200,
+    }
 
 
 def test_editing_an_inspection_body_registers_it_again(regulator):
     body = InspectionBody.objects.get()
-    response = regulator.post(f"/admin/inspections/inspectionbody/{body.pk}/change/",
-                              {"countries": "nl, de", "capacity_per_period": "7"})
+    response = regulator.post(
+        f"/admin/inspections/inspectionbody/{body.pk}/change/", {"countries": "nl, de", "capacity_per_period": "7"}
+    )
     assert response.status_code == 302, response.content.decode()[:2000]
     body.refresh_from_db()
     assert (body.countries, body.capacity_per_period) == (["DE", "NL"], 7)
     latest = Entry.objects.filter(kind="inspection_body.registered").latest("seq")
     assert latest.payload["countries"] == ["DE", "NL"] and body.registered_seq == latest.seq
-    refused = regulator.post(f"/admin/inspections/inspectionbody/{body.pk}/change/",
-                             {"countries": "NLD", "capacity_per_period": "7"})
+    refused = regulator.post(
+        f"/admin/inspections/inspectionbody/{body.pk}/change/", {"countries": "NLD", "capacity_per_period": "7"}
+    )
     assert refused.status_code == 200 and "alpha-2" in refused.content.decode()
     assert Entry.objects.filter(kind="inspection_body.registered").count() == 2
 

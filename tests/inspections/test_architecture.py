@@ -1,4 +1,5 @@
 """The house rules of DESIGN §2 that a machine can check: who imports whom, and no import circles."""
+
 from __future__ import annotations
 
 import ast
@@ -14,8 +15,12 @@ def _module_name(path: Path) -> str:
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(path): path for package in FIRST_PARTY for path in sorted((ROOT / package).rglob("*.py"))
-            if "migrations" not in path.parts}
+    return {
+        _module_name(path): path
+        for package in FIRST_PARTY
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if "migrations" not in path.parts
+    }
 
 
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
@@ -55,7 +60,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == "open":
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         state[node] = "done"
@@ -89,4 +94,3 @@ def test_replay_never_imports_a_django_side_module():
     for name, targets in graph.items():
         if name.split(".")[0] == "replay":
             assert all(t.split(".")[0] == "replay" for t in targets), name
-

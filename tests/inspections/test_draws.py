@@ -1,8 +1,10 @@
 """Draw ranking: reproducible, seed-dependent, and the lowest HMAC ranks win."""
+
 import hashlib
 import hmac
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inspections import draws
 

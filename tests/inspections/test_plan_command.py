@@ -1,4 +1,5 @@
 """`manage.py plan_inspections`: the JSON contract, the table and argument errors."""
+
 import io
 import json
 
@@ -35,8 +36,20 @@ def test_json_plan_for_a_gpt4_class_run():
 def test_json_plan_with_every_option():
     # The hand-worked half-fleet case: N = 50 of 100, f = 0.1, T_m = 10, T = 100, p = 0.99 → 2 and 45.
     output = run_json(
-        "--flops", "4.32e23", "--chips", "100", "--p", "0.99", "--snapshot-rate", "0.1",
-        "--period-days", "10", "--run-days", "100", "--flops-per-chip-second", "1e15",
+        "--flops",
+        "4.32e23",
+        "--chips",
+        "100",
+        "--p",
+        "0.99",
+        "--snapshot-rate",
+        "0.1",
+        "--period-days",
+        "10",
+        "--run-days",
+        "100",
+        "--flops-per-chip-second",
+        "1e15",
     )
     assert (output["chips_needed"], output["samples_per_period"], output["samples_per_year"]) == (50, 2, 45)
     assert output["detection_probability"] >= 0.99

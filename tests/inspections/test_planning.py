@@ -1,12 +1,19 @@
 """Pure planning: the sample by the campaign's model (old campaigns: the paper's), assignment, both plans."""
+
 from types import SimpleNamespace
 
 from inspections import draws, sampling
 from inspections.planning import Coverage, Holdings, assign, prover_plan, prover_sample
 
 H100, YEAR = 989e12, 86_400 * 365
-PARAMS = {"slug": "c", "rule_flops": 10 * H100 * YEAR, "detection_probability": 0.999, "snapshot_rate": 0.1,
-          "period_days": 365, "run_days": 365}
+PARAMS = {
+    "slug": "c",
+    "rule_flops": 10 * H100 * YEAR,
+    "detection_probability": 0.999,
+    "snapshot_rate": 0.1,
+    "period_days": 365,
+    "run_days": 365,
+}
 SERIALS = [f"S{n:04d}" for n in range(200)]
 
 
@@ -34,7 +41,8 @@ def test_a_plan_shows_both_models_and_what_the_draw_achieves():
     row = prover_plan(SimpleNamespace(**PARAMS, model="exact"), 200, H100)
     assert (row["paper"]["samples_per_period"], row["exact"]["samples_per_period"]) == (135, 98)
     assert row["exact"]["detection_probability"] >= 0.999 and row["drawn"] == 98
-    assert row["drawn_detection"] == sampling.detection_probability(98, PARAMS["rule_flops"], 200, period_days=365,
-                                                                    flops_per_chip_second=H100, exact=True)
+    assert row["drawn_detection"] == sampling.detection_probability(
+        98, PARAMS["rule_flops"], 200, period_days=365, flops_per_chip_second=H100, exact=True
+    )
     assert prover_plan(SimpleNamespace(**PARAMS), 5, H100)["impossible"] is True
     assert prover_plan(SimpleNamespace(**PARAMS), 0, None)["impossible"] is True

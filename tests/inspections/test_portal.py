@@ -1,4 +1,5 @@
 """The inspector's portal pages, driven as a person would: log in, accept, challenge, answer, record."""
+
 import base64
 
 import pytest
@@ -45,8 +46,18 @@ def test_accept_challenge_answer_and_record_a_finding(inspector):
     signature = base64.b64encode(key.sign(message.encode()).signature).decode()
     answered = inspector.post(page, {"action": "identity", "nonce": nonce, "signature": signature}, follow=True)
     assert "Identity verified." in answered.content.decode()
-    recorded = inspector.post(page, {"action": "finding", "chip_found": "true", "seal_intact": "on",
-                                     "location_matches": "on", "photo_hashes": "ab" * 32, "notes": "all good"}, follow=True)
+    recorded = inspector.post(
+        page,
+        {
+            "action": "finding",
+            "chip_found": "true",
+            "seal_intact": "on",
+            "location_matches": "on",
+            "photo_hashes": "ab" * 32,
+            "notes": "all good",
+        },
+        follow=True,
+    )
     assert "Finding recorded on the ledger." in recorded.content.decode()
     finding = Entry.objects.get(kind="inspection.finding")
     assert finding.payload["chip_found"] is True and finding.payload["photo_hashes"] == ["ab" * 32]
@@ -71,17 +82,40 @@ def test_regulator_starts_a_campaign_in_the_admin(client):
     seed_demo("demo-pass-123", chips=60)
     seed_inspections()
     client.force_login(get_user_model().objects.get(username="regulator"))
-    for page in ("/admin/inspections/campaign/", "/admin/inspections/alert/", "/admin/inspections/inspectiontask/",
-                 "/admin/inspections/campaign/add/"):
+    for page in (
+        "/admin/inspections/campaign/",
+        "/admin/inspections/alert/",
+        "/admin/inspections/inspectiontask/",
+        "/admin/inspections/campaign/add/",
+    ):
         assert client.get(page).status_code == 200, page
-    response = client.post("/admin/inspections/campaign/add/", {
-        "slug": "nl-2027", "country": "nl", "rule_flops": "1e24", "detection_probability": "0.9",
-        "snapshot_rate": "0.1", "period_days": "30", "run_days": "365", "starts_on": "2027-01-01"})
+    response = client.post(
+        "/admin/inspections/campaign/add/",
+        {
+            "slug": "nl-2027",
+            "country": "nl",
+            "rule_flops": "1e24",
+            "detection_probability": "0.9",
+            "snapshot_rate": "0.1",
+            "period_days": "30",
+            "run_days": "365",
+            "starts_on": "2027-01-01",
+        },
+    )
     assert response.status_code == 302
     assert Entry.objects.filter(kind="campaign.created", payload__slug="nl-2027", payload__country="NL").exists()
-    refused = client.post("/admin/inspections/campaign/add/", {
-        "slug": "bad", "rule_flops": "1e24", "detection_probability": "0.9", "snapshot_rate": "0.1",
-        "period_days": "30", "run_days": "365", "starts_on": "2027-01-01"})
+    refused = client.post(
+        "/admin/inspections/campaign/add/",
+        {
+            "slug": "bad",
+            "rule_flops": "1e24",
+            "detection_probability": "0.9",
+            "snapshot_rate": "0.1",
+            "period_days": "30",
+            "run_days": "365",
+            "starts_on": "2027-01-01",
+        },
+    )
     assert refused.status_code == 200 and "name the provers" in refused.content.decode()
 
 

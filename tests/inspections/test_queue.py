@@ -1,4 +1,5 @@
 """Services hand work to the worker by task name, after commit (no import of the task module)."""
+
 import pytest
 
 from inspections import queue, tasks
@@ -9,14 +10,15 @@ pytestmark = pytest.mark.django_db
 
 
 def test_the_queued_names_are_the_tasks():
-    assert queue.CHECK_SNAPSHOT_LOG == tasks.check_snapshot_log.name
-    assert queue.VERIFY_CLAIM == tasks.verify_claim.name
+    assert tasks.check_snapshot_log.name == queue.CHECK_SNAPSHOT_LOG
+    assert tasks.verify_claim.name == queue.VERIFY_CLAIM
 
 
 def test_an_upload_is_checked_after_commit(draw, monkeypatch, django_capture_on_commit_callbacks):
     sent = []
-    monkeypatch.setattr(queue, "current_app", type("App", (), {"send_task": lambda self, name, args: sent.append(
-        (name, args))})())
+    monkeypatch.setattr(
+        queue, "current_app", type("App", (), {"send_task": lambda self, name, args: sent.append((name, args))})()
+    )
     task = InspectionTask.objects.exclude(inspection_body=None).select_related("inspection_body").first()
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         log = inspectors.snapshot_log_upload(task, task.inspection_body, "{}\n")

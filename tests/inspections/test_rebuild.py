@@ -1,5 +1,6 @@
 """rebuild_projections --check covers the inspections tables: a world made by the real services equals its
 rebuild from the ledger, and a row changed behind the ledger's back in any inspections table is reported."""
+
 import base64
 import io
 from datetime import timedelta
@@ -10,10 +11,10 @@ from django.db import connection
 from django.utils import timezone
 
 from inspections import rebuild
+from inspections.models import Alert, Claim, Finding, InspectionTask, SnapshotLog
 from inspections.services import campaigns, inspectors, sweeps
 from inspections.services import claims as claim_services
 from inspections.services.bodies import inspection_body_register
-from inspections.models import Alert, Claim, Finding, InspectionTask, SnapshotLog
 from registry.models import Organisation
 from tests.inspections.factories import H100, YEAR, make_provers
 from tests.registry.factories import event
@@ -33,36 +34,61 @@ def world(django_capture_on_commit_callbacks):
     today = timezone.now().date()
     with django_capture_on_commit_callbacks(execute=False):
         # owner-b's 50 NL chips: 46 samples, 40 of them within the EU body's capacity
-        c1 = campaigns.campaign_create(slug="c1", provers=["owner-b"], rule_flops=5 * H100 * 86_400 * 30,
-                                      starts_on=today, detection_probability=0.99, period_days=30, run_days=30)
-        campaigns.campaign_create(slug="c-nl", country="NL", rule_flops=20 * H100 * YEAR, starts_on=today,
-                                 ends_on=today + timedelta(days=365))
+        c1 = campaigns.campaign_create(
+            slug="c1",
+            provers=["owner-b"],
+            rule_flops=5 * H100 * 86_400 * 30,
+            starts_on=today,
+            detection_probability=0.99,
+            period_days=30,
+            run_days=30,
+        )
+        campaigns.campaign_create(
+            slug="c-nl", country="NL", rule_flops=20 * H100 * YEAR, starts_on=today, ends_on=today + timedelta(days=365)
+        )
         campaigns.campaign_seed_commit(c1, 3)
         campaigns.campaign_draw(c1, 0)
-        eu = list(InspectionTask.objects.filter(inspection_body__slug="inspect-eu")
-                  .select_related("chip", "prover", "inspection_body").order_by("id"))
+        eu = list(
+            InspectionTask.objects.filter(inspection_body__slug="inspect-eu")
+            .select_related("chip", "prover", "inspection_body")
+            .order_by("id")
+        )
         body = eu[0].inspection_body
         inspectors.task_accept(eu[0], body)
-        inspectors.finding_submit(eu[0], body, {"chip_found": True, "seal_intact": True, "notes": "sealed",
-                                              "photo_hashes": ["ab" * 32]})
+        inspectors.finding_submit(
+            eu[0], body, {"chip_found": True, "seal_intact": True, "notes": "sealed", "photo_hashes": ["ab" * 32]}
+        )
         inspectors.task_accept(eu[1], body)
         inspectors.finding_submit(eu[1], body, {"chip_found": False, "owner_refused": True})
         challenge = inspectors.identity_challenge_issue(eu[2], body)
         inspectors.identity_answer_check(eu[2], body, challenge.nonce, base64.b64encode(bytes(64)).decode())
         log = inspectors.snapshot_log_upload(eu[3], body, "record 0\nrecord 1\n")
-        records = [{"counter": n, "time": f"2026-11-0{n + 1}T00:00:00Z", "shard": 0, "hash": f"{n:064x}"}
-                   for n in (0, 1)]
+        records = [
+            {"counter": n, "time": f"2026-11-0{n + 1}T00:00:00Z", "shard": 0, "hash": f"{n:064x}"} for n in (0, 1)
+        ]
         inspectors.snapshot_log_record(log, [], records)
         garbled = inspectors.snapshot_log_upload(eu[4], body, "garbled\n")
         problem = {"line": 1, "kind": "malformed", "counter": None, "detail": "not JSON"}
         inspectors.snapshot_log_record(garbled, [problem], [])
         inspectors.snapshot_log_upload(eu[5], body, "not checked yet\n")  # no entry until the check
         serial = eu[3].chip.serial
-        claims = claim_services.claims_submit(prover=eu[3].prover, claims=[
-            {"serial": serial, "counter": n, "run": "run-1", "step": 10 + n, "manifest": "c" * 64,
-             "location": "/runs/1"} for n in (0, 1)])
-        claim_services.claim_result_record(claims[0].pk, {"verdict": "verified", "reasons": [], "flops": 1e9, "steps": 20,
-                                                    "rules": {}})
+        claims = claim_services.claims_submit(
+            prover=eu[3].prover,
+            claims=[
+                {
+                    "serial": serial,
+                    "counter": n,
+                    "run": "run-1",
+                    "step": 10 + n,
+                    "manifest": "c" * 64,
+                    "location": "/runs/1",
+                }
+                for n in (0, 1)
+            ],
+        )
+        claim_services.claim_result_record(
+            claims[0].pk, {"verdict": "verified", "reasons": [], "flops": 1e9, "steps": 20, "rules": {}}
+        )
         claim_services.claim_result_record(claims[1].pk, None, "timeout")
         sweeps.overdue_sweep(today + timedelta(days=campaigns.TASK_DAYS + 1))
         event(eu[6].prover, "reported_lost", [eu[6].chip.serial])
@@ -81,8 +107,16 @@ def check() -> tuple[int, str]:
 
 def test_the_world_covers_every_kind_and_equals_its_rebuild(world):
     kinds = set(Alert.objects.values_list("kind", flat=True))
-    assert kinds == {"refused", "not_found", "identity_failed", "log_problems", "claim_failed", "overdue", "lost",
-                     "unassigned"}
+    assert kinds == {
+        "refused",
+        "not_found",
+        "identity_failed",
+        "log_problems",
+        "claim_failed",
+        "overdue",
+        "lost",
+        "unassigned",
+    }
     assert set(InspectionTask.objects.values_list("status", flat=True)) >= {"done", "overdue"}
     assert set(SnapshotLog.objects.values_list("status", flat=True)) == {"intact", "problems", "pending"}
     assert set(Claim.objects.values_list("result", flat=True)) == {"verified", "timed_out"}
@@ -119,8 +153,11 @@ def tamper_seed_commitment(world):
 
 
 def tamper_revealed_seed(world):
-    sql("UPDATE inspections_campaignseed SET seed = %s WHERE period = 0 AND campaign_id = "
-        "(SELECT id FROM inspections_campaign WHERE slug = 'c1')", bytes(32))
+    sql(
+        "UPDATE inspections_campaignseed SET seed = %s WHERE period = 0 AND campaign_id = "
+        "(SELECT id FROM inspections_campaign WHERE slug = 'c1')",
+        bytes(32),
+    )
     return "campaign seed c1/0:"
 
 
@@ -142,8 +179,10 @@ def tamper_task_body(world):
 
 
 def tamper_body(world):
-    sql("UPDATE inspections_inspectionbody SET capacity_per_period = 41 WHERE organisation_id = %s",
-        Organisation.objects.get(slug="inspect-eu").pk)
+    sql(
+        "UPDATE inspections_inspectionbody SET capacity_per_period = 41 WHERE organisation_id = %s",
+        Organisation.objects.get(slug="inspect-eu").pk,
+    )
     return "inspection body inspect-eu:"
 
 
@@ -182,11 +221,26 @@ def tamper_claim(world):
     return f"claim {world['serial']}/1:"
 
 
-@pytest.mark.parametrize("tamper", [
-    tamper_campaign, tamper_campaign_provers, tamper_seed_commitment, tamper_revealed_seed, tamper_draw, tamper_task,
-    tamper_task_body, tamper_body, tamper_finding, tamper_alert, tamper_log, tamper_log_text, tamper_snapshot,
-    tamper_claim,
-], ids=lambda tamper: tamper.__name__.removeprefix("tamper_"))
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        tamper_campaign,
+        tamper_campaign_provers,
+        tamper_seed_commitment,
+        tamper_revealed_seed,
+        tamper_draw,
+        tamper_task,
+        tamper_task_body,
+        tamper_body,
+        tamper_finding,
+        tamper_alert,
+        tamper_log,
+        tamper_log_text,
+        tamper_snapshot,
+        tamper_claim,
+    ],
+    ids=lambda tamper: tamper.__name__.removeprefix("tamper_"),
+)
 def test_a_row_changed_behind_the_ledger_is_reported(world, tamper):
     expected = tamper(world)
     code, output = check()
@@ -202,14 +256,41 @@ def test_a_deleted_projection_row_is_reported(world):
 
 def test_campaign_model_defaults_to_the_paper_plan():
     world = rebuild.World()
-    params = {"provers": ["p"], "country": "", "rule_flops": 1e24, "detection_probability": 0.9, "snapshot_rate": 0.1,
-              "period_days": 30, "run_days": 365, "starts_on": "2026-01-01", "ends_on": None}
+    params = {
+        "provers": ["p"],
+        "country": "",
+        "rule_flops": 1e24,
+        "detection_probability": 0.9,
+        "snapshot_rate": 0.1,
+        "period_days": 30,
+        "run_days": 365,
+        "starts_on": "2026-01-01",
+        "ends_on": None,
+    }
     rebuild.apply(world, 1, "2026-01-01T00:00:00.000000Z", "campaign.created", "regulator", {"slug": "a", **params})
-    rebuild.apply(world, 2, "2026-01-01T00:00:00.000000Z", "campaign.created", "regulator",
-                  {"slug": "b", **params, "model": "exact"})
+    rebuild.apply(
+        world,
+        2,
+        "2026-01-01T00:00:00.000000Z",
+        "campaign.created",
+        "regulator",
+        {"slug": "b", **params, "model": "exact"},
+    )
     assert (world.campaigns["a"]["model"], world.campaigns["b"]["model"]) == ("paper", "exact")
-    rebuild.apply(world, 3, "2026-01-01T00:00:00.000000Z", "inspection_body.registered", "regulator",
-                  {"organisation": "x", "countries": ["US"], "capacity_per_period": 5})
-    rebuild.apply(world, 4, "2026-01-01T00:00:00.000000Z", "inspection_body.registered", "regulator",
-                  {"organisation": "x", "countries": ["DE", "NL"], "capacity_per_period": 7})
+    rebuild.apply(
+        world,
+        3,
+        "2026-01-01T00:00:00.000000Z",
+        "inspection_body.registered",
+        "regulator",
+        {"organisation": "x", "countries": ["US"], "capacity_per_period": 5},
+    )
+    rebuild.apply(
+        world,
+        4,
+        "2026-01-01T00:00:00.000000Z",
+        "inspection_body.registered",
+        "regulator",
+        {"organisation": "x", "countries": ["DE", "NL"], "capacity_per_period": 7},
+    )
     assert world.bodies == {"x": {"countries": ["DE", "NL"], "capacity_per_period": 7}}

@@ -1,4 +1,5 @@
 """Inspection sampling plans (DESIGN §5; Shavit 2023 §3.2): hand-worked values, limits, properties."""
+
 import itertools
 import math
 import random

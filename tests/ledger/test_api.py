@@ -1,4 +1,5 @@
 """The public read API of DESIGN §3, and its 400s."""
+
 import base64
 import time
 
@@ -167,7 +168,10 @@ def test_registered_witness_cosignature_is_served_with_the_checkpoint(api, log, 
     cosigs = [s for s in signatures if s.key_id == witness.key_id]
     assert len(cosigs) == 1 and note.verify_cosignature(body, cosigs[0], witness) > 0
     # Resubmitting is idempotent.
-    assert api.post("/api/ledger/cosignatures", {"checkpoint": text, "cosignature": line}, format="json").status_code == 201
+    assert (
+        api.post("/api/ledger/cosignatures", {"checkpoint": text, "cosignature": line}, format="json").status_code
+        == 201
+    )
     assert Cosignature.objects.count() == 1
 
 
@@ -190,7 +194,10 @@ def test_revoked_witness_is_refused(api, log, witness_key):
     services.witness_register(witness_vkey(witness_key), actor="regulator")
     services.witness_revoke(witness_vkey(witness_key), actor="regulator")
     text, line = cosign_latest(api, witness_key)
-    assert api.post("/api/ledger/cosignatures", {"checkpoint": text, "cosignature": line}, format="json").status_code == 400
+    assert (
+        api.post("/api/ledger/cosignatures", {"checkpoint": text, "cosignature": line}, format="json").status_code
+        == 400
+    )
 
 
 def test_forged_cosignature_is_refused(api, log, witness_key):

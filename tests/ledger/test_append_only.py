@@ -1,4 +1,5 @@
 """The database itself refuses UPDATE and DELETE on the ledger's tables (both legs)."""
+
 import pytest
 from django.db import DatabaseError, connection, transaction
 
@@ -25,9 +26,12 @@ def test_raw_sql_update_and_delete_fail(statement):
     append_sample_entries(4)
     services.checkpoint_sign()
     before = _snapshot()
-    with pytest.raises(DatabaseError, match="append-only|append_only|Protect"):
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(statement)
+    with (
+        pytest.raises(DatabaseError, match=r"append-only|append_only|Protect"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(statement)
     assert _snapshot() == before
 
 

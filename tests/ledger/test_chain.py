@@ -6,6 +6,8 @@ import orjson
 import pytest
 import rfc8785
 from hypothesis import given, settings
+from hypothesis import settings as hsettings
+from hypothesis import strategies as hst
 from hypothesis import strategies as st
 
 from ledger import chain, merkle
@@ -327,8 +329,10 @@ json_values = st.recursive(
 
 
 def renderings(value) -> list[bytes]:
-    out = [json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode(),
-           json.dumps(value).encode()]
+    out = [
+        json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode(),
+        json.dumps(value).encode(),
+    ]
     try:
         out.append(rfc8785.dumps(value))
     except ValueError:
@@ -365,7 +369,7 @@ def test_leaves_made_by_canonical_leaf_verify(payload):
         leaf = chain.canonical_leaf(0, TIME, "k", "a", payload, chain.GENESIS_PREV)
     except ValueError:
         return  # e.g. integers beyond 2^53: refused at write time, never stored
-    digest, parsed = chain.ChainVerifier().feed(0, leaf)
+    digest, _ = chain.ChainVerifier().feed(0, leaf)
     assert digest == merkle.leaf_hash(leaf)
     for other in renderings(json.loads(leaf)):
         if other != leaf:  # any other rendering of the same leaf is refused
@@ -375,7 +379,6 @@ def test_leaves_made_by_canonical_leaf_verify(payload):
 
 # --- canonical_leaf's fast path must be byte-identical to rfc8785 -------------------------
 
-from hypothesis import given, settings as hsettings, strategies as hst  # noqa: E402
 
 _json_leaves = hst.one_of(
     hst.none(),
@@ -398,8 +401,15 @@ def test_canonical_leaf_equals_rfc8785_for_any_json_payload(payload):
 
     from ledger.chain import canonical_leaf
 
-    envelope = {"v": 1, "seq": 7, "time": "2026-01-02T03:04:05.000006Z", "kind": "chip.shipped",
-                "actor": "vendor-a", "payload": payload, "prev": "0" * 64}
+    envelope = {
+        "v": 1,
+        "seq": 7,
+        "time": "2026-01-02T03:04:05.000006Z",
+        "kind": "chip.shipped",
+        "actor": "vendor-a",
+        "payload": payload,
+        "prev": "0" * 64,
+    }
     try:
         expected = rfc8785.dumps(envelope)
     except Exception:

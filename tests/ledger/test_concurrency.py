@@ -1,4 +1,5 @@
 """Concurrent writers from separate processes: no fork, no gap, one valid chain."""
+
 import multiprocessing
 import os
 from unittest import mock

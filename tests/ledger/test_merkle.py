@@ -75,30 +75,72 @@ KAT_ROOTS = [  # roots for sizes 1..8
 ]
 KAT_INCLUSION = [  # (0-based index, size, proof)
     (0, 1, []),
-    (0, 8, ["96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
+    (
+        0,
+        8,
+        [
+            "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
             "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4"]),
-    (5, 8, ["bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+        ],
+    ),
+    (
+        5,
+        8,
+        [
+            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
             "ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0",
-            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7"]),
+            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+        ],
+    ),
     (2, 3, ["fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125"]),
-    (1, 5, ["6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
+    (
+        1,
+        5,
+        [
+            "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
             "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b"]),
+            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+        ],
+    ),
 ]
 KAT_CONSISTENCY = [  # (first, second, proof)
     (1, 1, []),
-    (1, 8, ["96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
+    (
+        1,
+        8,
+        [
+            "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
             "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4"]),
-    (6, 8, ["0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a",
+            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+        ],
+    ),
+    (
+        6,
+        8,
+        [
+            "0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a",
             "ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0",
-            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7"]),
-    (2, 5, ["5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b"]),
-    (6, 7, ["0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a",
+            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+        ],
+    ),
+    (
+        2,
+        5,
+        [
+            "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+        ],
+    ),
+    (
+        6,
+        7,
+        [
+            "0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a",
             "b08693ec2e721597130641e8211e7eedccb4c26413963eee6c1e2ed16ffb1a5f",
-            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7"]),
+            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+        ],
+    ),
 ]
 
 
@@ -110,7 +152,7 @@ def kat_lookup() -> dict[merkle.NodeId, bytes]:
 
 def test_empty_tree_root_is_sha256_of_nothing():
     want = bytes.fromhex("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
-    assert merkle.EMPTY_ROOT == want
+    assert want == merkle.EMPTY_ROOT
     assert merkle.root_from_leaf_hashes([]) == want
     assert merkle.root([]) == want
     assert naive.mth([]) == want
@@ -157,8 +199,8 @@ def test_roots_equal_naive_for_every_size_up_to_300():
         assert merkle.root(frontier) == want, size
         # The frontier is exactly the hashes of frontier_nodes(size).
         ids = merkle.frontier_nodes(size)
-        assert frontier == [naive.mth(LEAVES[i << lv:(i + 1) << lv]) for lv, i in ids], size
-        frontier, _ = merkle.append_leaves(frontier, size, LEAF_HASHES[size:size + 1])
+        assert frontier == [naive.mth(LEAVES[i << lv : (i + 1) << lv]) for lv, i in ids], size
+        frontier, _ = merkle.append_leaves(frontier, size, LEAF_HASHES[size : size + 1])
 
 
 @settings(max_examples=25, deadline=None)
@@ -183,7 +225,7 @@ def test_append_in_random_batches_matches_naive(data):
     assert len(set(ids)) == len(ids) == size - size.bit_count()
     for lv, i, h in emitted:
         assert lv >= 1 and (i + 1) << lv <= size
-        assert h == lookup()[(lv, i)] == naive.mth(LEAVES[i << lv:(i + 1) << lv])
+        assert h == lookup()[(lv, i)] == naive.mth(LEAVES[i << lv : (i + 1) << lv])
 
 
 def test_append_checks_frontier_length():
@@ -316,7 +358,7 @@ def test_inclusion_every_bit_flip_fails(index, size):
         assert not inclusion_accepts(flip(leaf, bit), index, size, proof, root)
         assert not inclusion_accepts(leaf, index, size, proof, flip(root, bit))
         for k in range(len(proof)):
-            bad = proof[:k] + [flip(proof[k], bit)] + proof[k + 1:]
+            bad = proof[:k] + [flip(proof[k], bit)] + proof[k + 1 :]
             assert not inclusion_accepts(leaf, index, size, bad, root)
 
 
@@ -328,7 +370,7 @@ def test_consistency_every_bit_flip_fails(first, second):
         assert not merkle.verify_consistency(first, second, proof, flip(r1, bit), r2)
         assert not merkle.verify_consistency(first, second, proof, r1, flip(r2, bit))
         for k in range(len(proof)):
-            bad = proof[:k] + [flip(proof[k], bit)] + proof[k + 1:]
+            bad = proof[:k] + [flip(proof[k], bit)] + proof[k + 1 :]
             assert not merkle.verify_consistency(first, second, bad, r1, r2)
 
 
@@ -345,7 +387,7 @@ def test_inclusion_random_bit_flip_fails(data):
     elif target == -1:
         root = flip(root, bit)
     else:
-        proof = proof[:target] + [flip(proof[target], bit)] + proof[target + 1:]
+        proof = proof[:target] + [flip(proof[target], bit)] + proof[target + 1 :]
     assert not merkle.verify_inclusion(leaf, index, size, proof, root)
 
 
@@ -362,7 +404,7 @@ def test_consistency_random_bit_flip_fails(data):
     elif target == -1:
         r2 = flip(r2, bit)
     else:
-        proof = proof[:target] + [flip(proof[target], bit)] + proof[target + 1:]
+        proof = proof[:target] + [flip(proof[target], bit)] + proof[target + 1 :]
     assert not merkle.verify_consistency(first, second, proof, r1, r2)
 
 

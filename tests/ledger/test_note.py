@@ -142,7 +142,7 @@ def test_checkpoint_note_by_hand():
     signature = bytes.fromhex(SIG_HEX)
     nacl.signing.VerifyKey(PUB).verify(BODY.encode(), signature)  # independent of ledger.note
     line = "— " + ORIGIN + " " + base64.b64encode(bytes.fromhex("d044c433") + signature).decode() + "\n"
-    assert NOTE == BODY + "\n" + line
+    assert BODY + "\n" + line == NOTE
     assert note.sign_note(BODY, ORIGIN, KEY) == NOTE
     assert note.verify_note(NOTE, note.parse_verifier_key(VKEY)) == BODY
     assert note.parse_checkpoint(BODY) == note.Checkpoint(ORIGIN, 42, ROOT)
@@ -227,7 +227,7 @@ def test_checkpoint_parsing_is_strict():
         f"o\n1\n{r64[:-1]}\n",
         f"o\n1\n{r64}",  # no final newline
         f"o\n1\n{r64}\n\n",  # empty extension line
-        f"o\n1\n",
+        "o\n1\n",
     ]:
         with pytest.raises(note.NoteError):
             note.parse_checkpoint(bad)

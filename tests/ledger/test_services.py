@@ -1,4 +1,5 @@
 """append_entries / append_entry: leaf bytes, chain, tree cache, validation, checkpoints."""
+
 import base64
 import json
 

@@ -67,9 +67,7 @@ def test_tools_import_without_django():
         "assert not any(m.startswith('django') for m in sys.modules), "
         "[m for m in sys.modules if m.startswith('django')]"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=_tool_env(), capture_output=True, text=True
-    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_tool_env(), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
@@ -144,8 +142,13 @@ class TestStateFile:
 
     @pytest.mark.parametrize(
         "text",
-        ["not json", "[]", '{"origin": "o"}', '{"origin":"o","log_key":"k","size":-1,'
-         '"root":"' + base64.b64encode(OTHER_ROOT).decode() + '","checkpoint":""}'],
+        [
+            "not json",
+            "[]",
+            '{"origin": "o"}',
+            '{"origin":"o","log_key":"k","size":-1,'
+            '"root":"' + base64.b64encode(OTHER_ROOT).decode() + '","checkpoint":""}',
+        ],
     )
     def test_malformed_state_is_an_error(self, tmp_path, text):
         path = tmp_path / "state.json"
@@ -218,9 +221,7 @@ class Proxy:
                 pass
 
             def _forward(self, data=None):
-                request = urllib.request.Request(
-                    proxy.upstream + self.path, data=data, method=self.command
-                )
+                request = urllib.request.Request(proxy.upstream + self.path, data=data, method=self.command)
                 if data is not None:
                     request.add_header("Content-Type", self.headers["Content-Type"])
                 try:
@@ -270,8 +271,7 @@ def _rewrite_entries(change):
 def _tamper_leaf(entry, recompute_hash=False):
     leaf = base64.b64decode(entry["leaf"])
     parsed = json.loads(leaf)
-    forged = leaf.replace(json.dumps(parsed["payload"], separators=(",", ":")).encode(),
-                          b'{"i":999}')
+    forged = leaf.replace(json.dumps(parsed["payload"], separators=(",", ":")).encode(), b'{"i":999}')
     assert forged != leaf
     entry["leaf"] = base64.b64encode(forged).decode()
     if recompute_hash:
@@ -368,8 +368,7 @@ def test_verify_names_the_seq_of_a_tampered_leaf(live_server, proxy):
 
 
 @db
-def test_verify_follows_the_chain_past_a_tampered_leaf_with_its_own_hash(live_server, proxy,
-                                                                         capsys):
+def test_verify_follows_the_chain_past_a_tampered_leaf_with_its_own_hash(live_server, proxy, capsys):
     _append(7)
     proxy.rewrite = _rewrite_entries(lambda e: e["seq"] == 3 and _tamper_leaf(e, True))
     assert verify_tool.main(["--url", proxy.url]) == 1
@@ -425,9 +424,7 @@ def test_verify_fails_on_an_altered_checkpoint(live_server, proxy, capsys):
 @db
 def test_verify_with_a_pinned_wrong_key_fails(live_server, capsys):
     _append(3)
-    wrong = note.verifier_key(
-        "localhost/chipledger", bytes(nacl.signing.SigningKey.generate().verify_key)
-    )
+    wrong = note.verifier_key("localhost/chipledger", bytes(nacl.signing.SigningKey.generate().verify_key))
     assert verify_tool.main(["--url", live_server.url, "--key", wrong]) == 1
     out, err = capsys.readouterr()
     assert out == "" and "FAIL checkpoint: served key" in err
@@ -457,8 +454,13 @@ def test_witness_first_run_cosigns_and_submits_via_python_m(live_server, tmp_pat
     state_file = tmp_path / "state.json"
 
     result = _run_tool(
-        "ledger.witness", "--url", live_server.url, "--key-file", key_file,
-        "--state-file", str(state_file),
+        "ledger.witness",
+        "--url",
+        live_server.url,
+        "--key-file",
+        key_file,
+        "--state-file",
+        str(state_file),
     )
     assert result.returncode == 0, result.stderr
     assert "first use" in result.stderr
@@ -471,8 +473,7 @@ def test_witness_first_run_cosigns_and_submits_via_python_m(live_server, tmp_pat
     assert state.log_key == _log_key() and state.origin == note.parse_verifier_key(_log_key()).name
 
     # The outside verifier counts the cosignature towards a quorum.
-    result = _run_tool("ledger.verify", "--url", live_server.url, "--witness", vkey,
-                       "--quorum", "1")
+    result = _run_tool("ledger.verify", "--url", live_server.url, "--witness", vkey, "--quorum", "1")
     assert result.returncode == 0, result.stderr
 
 
@@ -485,8 +486,7 @@ def test_verify_quorum_fails_without_cosignatures(live_server, tmp_path, capsys)
 
 
 @db
-def test_witness_second_run_checks_consistency_and_cosigns_new_size(live_server, proxy, tmp_path,
-                                                                    capsys):
+def test_witness_second_run_checks_consistency_and_cosigns_new_size(live_server, proxy, tmp_path, capsys):
     key_file, _ = _new_witness(tmp_path)
     _append(3)
     state_file = str(tmp_path / "state.json")
@@ -526,8 +526,7 @@ def test_witness_second_run_checks_consistency_and_cosigns_new_size(live_server,
     [(0, OTHER_ROOT, "fork"), (5, None, "rollback")],
 )
 @db
-def test_witness_refuses_fork_and_rollback(live_server, tmp_path, capsys, size_delta, root,
-                                          reason):
+def test_witness_refuses_fork_and_rollback(live_server, tmp_path, capsys, size_delta, root, reason):
     key_file, _ = _new_witness(tmp_path)
     checkpoint = _append(4)
     state_file = tmp_path / "state.json"
@@ -543,9 +542,7 @@ def test_witness_refuses_fork_and_rollback(live_server, tmp_path, capsys, size_d
     )
     before = state_file.read_bytes()
 
-    code = witness_tool.main(
-        ["--url", live_server.url, "--key-file", key_file, "--state-file", str(state_file)]
-    )
+    code = witness_tool.main(["--url", live_server.url, "--key-file", key_file, "--state-file", str(state_file)])
     assert code == 1
     out, err = capsys.readouterr()
     assert out == ""
@@ -562,9 +559,7 @@ def test_witness_refuses_a_log_key_other_than_the_pinned_one(live_server, tmp_pa
     args = ["--url", live_server.url, "--key-file", key_file, "--state-file", state_file]
     assert witness_tool.main(args) == 0
     before = Path(state_file).read_bytes()
-    other = note.verifier_key(
-        "localhost/chipledger", bytes(nacl.signing.SigningKey.generate().verify_key)
-    )
+    other = note.verifier_key("localhost/chipledger", bytes(nacl.signing.SigningKey.generate().verify_key))
     capsys.readouterr()
     assert witness_tool.main([*args, "--log-key", other]) == 1
     assert "REFUSED: --log-key differs" in capsys.readouterr().err
@@ -572,8 +567,7 @@ def test_witness_refuses_a_log_key_other_than_the_pinned_one(live_server, tmp_pa
 
 
 @db
-def test_witness_refuses_a_checkpoint_not_signed_by_the_given_log_key(live_server, tmp_path,
-                                                                     capsys):
+def test_witness_refuses_a_checkpoint_not_signed_by_the_given_log_key(live_server, tmp_path, capsys):
     key_file, _ = _new_witness(tmp_path)
     _append(2)
     state_file = tmp_path / "state.json"
@@ -593,9 +587,7 @@ def test_unregistered_witness_is_rejected_by_the_log(live_server, tmp_path, caps
     key_file, _ = _new_witness(tmp_path, "gov-x", register=False)
     checkpoint = _append(3)
     state_file = str(tmp_path / "state.json")
-    code = witness_tool.main(
-        ["--url", live_server.url, "--key-file", key_file, "--state-file", state_file]
-    )
+    code = witness_tool.main(["--url", live_server.url, "--key-file", key_file, "--state-file", state_file])
     assert code == 3
     out, err = capsys.readouterr()
     assert out.startswith("— gov-x ")  # it did cosign...

@@ -3,6 +3,7 @@
 Each tamper drops the append-only triggers first, as an attacker with direct
 database access would (the test transaction rolls the drop back).
 """
+
 import json
 
 import pytest
@@ -171,6 +172,6 @@ def test_checkpoint_signed_over_a_different_root(log, capsys):
 
 def test_corrupted_tree_cache(log, capsys):
     drop_append_only_triggers()
-    sql("UPDATE ledger_treenode SET hash = %s WHERE level = 5 AND \"index\" = 0", [bytes(32)])
+    sql('UPDATE ledger_treenode SET hash = %s WHERE level = 5 AND "index" = 0', [bytes(32)])
     code, err = run_verify(capsys)
     assert code == 1 and "tree node cache" in err

@@ -1,7 +1,13 @@
 """An EPCIS world and GS1-style documents, shared by the EPCIS capture and query tests."""
+
 from registry.models import Chip
 from tests.registry.factories import (
-    SignedClient, chip_model, chip_public_key, facility, new_serials, organisation,
+    SignedClient,
+    chip_model,
+    chip_public_key,
+    facility,
+    new_serials,
+    organisation,
 )
 
 CAPTURE, EVENTS = "/api/epcis/capture", "/api/epcis/events"
@@ -19,8 +25,16 @@ def epcis_world() -> dict:
     facility(vendor_a, "wh-vendor-a", kind="warehouse")
     facility(owner_a, "dc-owner-a")
     chip_model(vendor_a)
-    clients = [SignedClient(*pair) for pair in [(fab, fab_key), (vendor_a, key_a), (vendor_b, key_b),
-                                                (owner_a, owner_key), (regulator, regulator_key)]]
+    clients = [
+        SignedClient(*pair)
+        for pair in [
+            (fab, fab_key),
+            (vendor_a, key_a),
+            (vendor_b, key_b),
+            (owner_a, owner_key),
+            (regulator, regulator_key),
+        ]
+    ]
     return dict(zip(["fab", "vendor_a", "vendor_b", "owner_a", "regulator"], clients, strict=True))
 
 
@@ -36,15 +50,28 @@ def link(serial):
 
 
 def document(*events):
-    return {"@context": ["https://ref.gs1.org/standards/epcis/2.0.0/epcis-context.jsonld",
-                         {"chipledger": "https://chipledger.example/epcis/"}],
-            "type": "EPCISDocument", "schemaVersion": "2.0", "creationDate": "2026-03-01T12:00:00Z",
-            "epcisBody": {"eventList": list(events)}}
+    return {
+        "@context": [
+            "https://ref.gs1.org/standards/epcis/2.0.0/epcis-context.jsonld",
+            {"chipledger": "https://chipledger.example/epcis/"},
+        ],
+        "type": "EPCISDocument",
+        "schemaVersion": "2.0",
+        "creationDate": "2026-03-01T12:00:00Z",
+        "epcisBody": {"eventList": list(events)},
+    }
 
 
 def object_event(epcs, biz_step, action, **members):
-    return {"type": "ObjectEvent", "eventTime": "2026-03-01T10:00:00.000Z", "eventTimeZoneOffset": "+08:00",
-            "epcList": epcs, "action": action, "bizStep": biz_step, **members}
+    return {
+        "type": "ObjectEvent",
+        "eventTime": "2026-03-01T10:00:00.000Z",
+        "eventTimeZoneOffset": "+08:00",
+        "epcList": epcs,
+        "action": action,
+        "bizStep": biz_step,
+        **members,
+    }
 
 
 def commissioning(epcs, location="https://chipledger.example/facility/fab-tw-1", **members):
@@ -54,10 +81,19 @@ def commissioning(epcs, location="https://chipledger.example/facility/fab-tw-1",
 
 def shipping(epcs, to, reference="urn:epcglobal:cbv:bt:0614141000005:PO-42", **members):
     return object_event(
-        epcs, "https://ref.gs1.org/cbv/BizStep-shipping", "OBSERVE", disposition="in_transit",
+        epcs,
+        "https://ref.gs1.org/cbv/BizStep-shipping",
+        "OBSERVE",
+        disposition="in_transit",
         bizTransactionList=[{"type": "po", "bizTransaction": reference}],
-        destinationList=[{"type": "https://ref.gs1.org/cbv/SDT-possessing_party",
-                          "destination": f"https://chipledger.example/org/{to}"}], **members)
+        destinationList=[
+            {
+                "type": "https://ref.gs1.org/cbv/SDT-possessing_party",
+                "destination": f"https://chipledger.example/org/{to}",
+            }
+        ],
+        **members,
+    )
 
 
 def receiving(epcs, location):
@@ -86,5 +122,3 @@ def at_vendor_a(world, count=2):
 
 def chip(serial):
     return Chip.objects.select_related("owner", "possessor", "consignee", "facility").get(serial=serial)
-
-

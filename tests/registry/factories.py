@@ -1,4 +1,5 @@
 """Registry factories: organisations with keys and users, chips, and a client that signs its requests."""
+
 from __future__ import annotations
 
 import base64
@@ -19,20 +20,29 @@ _serials = itertools.count(1)
 
 
 def organisation(slug: str, roles: list[str], country: str = "US") -> tuple[Organisation, SigningKey]:
-    org = services.organisation_register(slug=slug, legal_name=slug.title(), country=country, roles=roles, actor="regulator")
+    org = services.organisation_register(
+        slug=slug, legal_name=slug.title(), country=country, roles=roles, actor="regulator"
+    )
     key = SigningKey.generate()
     services.organisation_key_register(organisation=org, public_key=bytes(key.verify_key), actor="regulator")
     return org, key
 
 
 def facility(owner: Organisation, slug: str, kind: str = "datacentre", country: str | None = None):
-    return services.facility_register(owner=owner, slug=slug, kind=kind, country=country or owner.country, actor=owner.slug)
+    return services.facility_register(
+        owner=owner, slug=slug, kind=kind, country=country or owner.country, actor=owner.slug
+    )
 
 
 def chip_model(vendor: Organisation, slug: str = "h100-sxm") -> ChipModel:
     return services.chip_model_register(
-        vendor=vendor, slug=slug, name=slug.upper(), export_class="3A090.a", peak_flops_16bit=989e12,
-        memory_bytes=80 * 2**30, actor="regulator",
+        vendor=vendor,
+        slug=slug,
+        name=slug.upper(),
+        export_class="3A090.a",
+        peak_flops_16bit=989e12,
+        memory_bytes=80 * 2**30,
+        actor="regulator",
     )
 
 
@@ -69,12 +79,24 @@ class SignedClient:
         self.api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
 
     def body(self, data: dict, timestamp: int | None = None, nonce: str | None = None) -> bytes:
-        stamped = {"timestamp": int(time.time()) if timestamp is None else timestamp,
-                   "nonce": nonce or secrets.token_hex(12), **data}
+        stamped = {
+            "timestamp": int(time.time()) if timestamp is None else timestamp,
+            "nonce": nonce or secrets.token_hex(12),
+            **data,
+        }
         return json.dumps(stamped).encode()
 
-    def post(self, path: str, data: dict | None = None, *, raw: bytes | None = None, key: SigningKey | None = None,
-             idempotency_key: str | None = None, signature: str | None = None, **stamp):
+    def post(
+        self,
+        path: str,
+        data: dict | None = None,
+        *,
+        raw: bytes | None = None,
+        key: SigningKey | None = None,
+        idempotency_key: str | None = None,
+        signature: str | None = None,
+        **stamp,
+    ):
         body = raw if raw is not None else self.body(data or {}, **stamp)
         headers = {"HTTP_X_CHIPLEDGER_SIGNATURE": signature or signing.sign(key or self.key, body)}
         if idempotency_key:

@@ -1,4 +1,5 @@
 """Regulators in the admin: browse the registry; register an organisation onto the ledger."""
+
 import base64
 
 import pytest
@@ -20,8 +21,13 @@ def regulator(client):
 
 
 PAGES = [
-    "/admin/", "/admin/registry/chip/", "/admin/registry/chip/?status=lost", "/admin/registry/organisation/",
-    "/admin/registry/facility/", "/admin/ledger/entry/", "/admin/ledger/checkpoint/",
+    "/admin/",
+    "/admin/registry/chip/",
+    "/admin/registry/chip/?status=lost",
+    "/admin/registry/organisation/",
+    "/admin/registry/facility/",
+    "/admin/ledger/entry/",
+    "/admin/ledger/checkpoint/",
 ]
 
 
@@ -39,8 +45,10 @@ def test_chip_page_shows_its_history(regulator):
 
 def test_registering_an_organisation_writes_the_ledger(regulator):
     key = base64.b64encode(bytes(SigningKey.generate().verify_key)).decode()
-    response = regulator.post("/admin/registry/organisation/add/", {
-        "slug": "owner-d", "legal_name": "Delta Labs", "country": "de", "roles": ["owner"], "public_key": key})
+    response = regulator.post(
+        "/admin/registry/organisation/add/",
+        {"slug": "owner-d", "legal_name": "Delta Labs", "country": "de", "roles": ["owner"], "public_key": key},
+    )
     assert response.status_code == 302
     organisation = Organisation.objects.get(slug="owner-d")
     assert organisation.country == "DE" and organisation.keys.count() == 1
@@ -49,8 +57,9 @@ def test_registering_an_organisation_writes_the_ledger(regulator):
 
 def test_bad_registration_shows_the_error_and_writes_nothing(regulator):
     size = Entry.objects.count()
-    response = regulator.post("/admin/registry/organisation/add/", {
-        "slug": "fab-tw", "legal_name": "Dup", "country": "TW", "roles": ["fab"]})
+    response = regulator.post(
+        "/admin/registry/organisation/add/", {"slug": "fab-tw", "legal_name": "Dup", "country": "TW", "roles": ["fab"]}
+    )
     assert response.status_code == 200 and "is taken" in response.content.decode()
     assert 'value="Register"' in response.content.decode()
     assert Entry.objects.count() == size

@@ -1,15 +1,24 @@
 """The vendor/owner API: signatures, replay protection, idempotency, bulk all-or-nothing, permissions."""
+
 import base64
 
 import pytest
 from nacl.signing import SigningKey
 
-from ledger import merkle, selectors as ledger_selectors, services as ledger_services
+from ledger import merkle
+from ledger import selectors as ledger_selectors
+from ledger import services as ledger_services
 from ledger.models import Entry
-from registry import services
 from registry.models import ApiNonce, Chip, ChipEvent
 from tests.registry.factories import (
-    SignedClient, chip_model, chip_public_key, event, fabricate, facility, new_serials, organisation,
+    SignedClient,
+    chip_model,
+    chip_public_key,
+    event,
+    fabricate,
+    facility,
+    new_serials,
+    organisation,
 )
 
 pytestmark = pytest.mark.django_db
@@ -27,15 +36,22 @@ def world():
     facility(fab, "fab-tw-1", kind="fab")
     model = chip_model(vendor_a)
     return {
-        "fab": SignedClient(fab, fab_key), "vendor_a": SignedClient(vendor_a, key_a),
-        "vendor_b": SignedClient(vendor_b, key_b), "owner_a": SignedClient(owner_a, owner_key),
-        "regulator": SignedClient(regulator, regulator_key), "model": model,
+        "fab": SignedClient(fab, fab_key),
+        "vendor_a": SignedClient(vendor_a, key_a),
+        "vendor_b": SignedClient(vendor_b, key_b),
+        "owner_a": SignedClient(owner_a, owner_key),
+        "regulator": SignedClient(regulator, regulator_key),
+        "model": model,
     }
 
 
 def fab_body(model, count=3):
-    return {"chips": [{"serial": s, "model": model.slug, "public_key": chip_public_key(), "facility": "fab-tw-1"}
-                      for s in new_serials(count)]}
+    return {
+        "chips": [
+            {"serial": s, "model": model.slug, "public_key": chip_public_key(), "facility": "fab-tw-1"}
+            for s in new_serials(count)
+        ]
+    }
 
 
 def vendor_stock(world, count=3) -> list[str]:
@@ -88,7 +104,12 @@ def test_bad_signatures_are_refused_and_change_nothing(world, breakage):
 def test_revoked_key_signs_nothing_after_revocation(world):
     client = world["fab"]
     spare = SigningKey.generate()
-    assert client.post("/api/registry/keys", {"public_key": base64.b64encode(bytes(spare.verify_key)).decode()}).status_code == 201
+    assert (
+        client.post(
+            "/api/registry/keys", {"public_key": base64.b64encode(bytes(spare.verify_key)).decode()}
+        ).status_code
+        == 201
+    )
     assert client.post(EVENTS + "fabricate", fab_body(world["model"], 1), key=spare).status_code == 201
     from registry.signing import key_id_for
 
@@ -165,7 +186,12 @@ def test_only_the_possessor_ships_and_only_the_consignee_receives(world):
     response = world["owner_a"].post(EVENTS + "receive", {"chips": serials, "facility": "dc-owner-a"})
     assert response.status_code == 201
     chip = Chip.objects.get(serial=serials[0])
-    assert (chip.possessor.slug, chip.owner.slug, chip.facility.slug, chip.status) == ("owner-a", "fab-tw", "dc-owner-a", "in_stock")
+    assert (chip.possessor.slug, chip.owner.slug, chip.facility.slug, chip.status) == (
+        "owner-a",
+        "fab-tw",
+        "dc-owner-a",
+        "in_stock",
+    )
 
 
 def test_transfer_is_pending_until_accepted(world):
@@ -184,7 +210,9 @@ def test_unknown_event_and_malformed_bodies(world):
     assert client.post(EVENTS + "ship", raw=b"not json").status_code == 400
     response = client.post(EVENTS + "ship", {"chips": ["SN-1"], "consignee": "owner-a"})
     assert response.status_code == 400 and "reference" in response.json()
-    response = client.post(EVENTS + "ship", {"chips": ["SN-1"], "consignee": "owner-a", "reference": "x", "colour": "red"})
+    response = client.post(
+        EVENTS + "ship", {"chips": ["SN-1"], "consignee": "owner-a", "reference": "x", "colour": "red"}
+    )
     assert response.status_code == 400 and "body" in response.json()
 
 
@@ -236,7 +264,9 @@ def test_owner_is_not_possessor_and_consignee_is_not_owner(world):
     ship = {"chips": serials, "consignee": "owner-a", "reference": "INV-9"}
     refused = fab.post(EVENTS + "ship", ship)  # the owner does not hold them
     assert refused.status_code == 400 and "only the chip's possessor" in refused.json()["chips[0]"][0]
-    refused = vendor.post(EVENTS + "transfer-offer", {"chips": serials, "to_owner": "owner-a"})  # the holder does not own them
+    refused = vendor.post(
+        EVENTS + "transfer-offer", {"chips": serials, "to_owner": "owner-a"}
+    )  # the holder does not own them
     assert refused.status_code == 400 and "only the chip's owner" in refused.json()["chips[0]"][0]
     assert vendor.post(EVENTS + "ship", ship).status_code == 201
     refused = world["owner_a"].post(EVENTS + "decommission", {"chips": serials})  # consignee, not owner

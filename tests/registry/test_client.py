@@ -1,4 +1,5 @@
 """registry.client against the real app over HTTP: the README's examples run."""
+
 import base64
 import json
 import subprocess
@@ -42,13 +43,30 @@ def test_cli_runs_without_django(fab, tmp_path):
     chips = tmp_path / "chips.json"
     serial = new_serials(1)[0]
     chips.write_text(json.dumps([{"serial": serial, "model": "h100-sxm", "public_key": chip_public_key()}]))
-    base = [sys.executable, "-m", "registry.client", "--url", fab["url"], "--token", fab["token"], "--key-file", str(key_file)]
+    base = [
+        sys.executable,
+        "-m",
+        "registry.client",
+        "--url",
+        fab["url"],
+        "--token",
+        fab["token"],
+        "--key-file",
+        str(key_file),
+    ]
     env = {"PATH": "/usr/bin:/bin"}
-    done = subprocess.run([*base, "fabricate", str(chips)], capture_output=True, text=True, cwd=settings.BASE_DIR, env=env)
+    done = subprocess.run(
+        [*base, "fabricate", str(chips)], capture_output=True, text=True, cwd=settings.BASE_DIR, env=env
+    )
     assert done.returncode == 0, done.stderr
     assert Chip.objects.filter(serial=serial).exists()
-    refused = subprocess.run([*base, "event", "install", "--chips", serial, "--field", "facility=nowhere"],
-                             capture_output=True, text=True, cwd=settings.BASE_DIR, env=env)
+    refused = subprocess.run(
+        [*base, "event", "install", "--chips", serial, "--field", "facility=nowhere"],
+        capture_output=True,
+        text=True,
+        cwd=settings.BASE_DIR,
+        env=env,
+    )
     assert refused.returncode == 1 and "facility" in refused.stderr
     shown = subprocess.run([*base, "chip", serial], capture_output=True, text=True, cwd=settings.BASE_DIR, env=env)
     assert json.loads(shown.stdout)["status"] == "fabricated"

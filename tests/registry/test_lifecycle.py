@@ -1,4 +1,5 @@
 """The pure chip state machine: every transition allowed, and refused for the wrong state or actor."""
+
 import pytest
 
 from registry.lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
@@ -30,8 +31,13 @@ PAYLOADS = {
 
 def actor_for(event: str, state: ChipState) -> str:
     party = RULES[event][1]
-    return {"owner": state.owner, "possessor": state.possessor, "consignee": state.consignee,
-            "pending_owner": state.pending_owner, "holder": state.owner}[party]
+    return {
+        "owner": state.owner,
+        "possessor": state.possessor,
+        "consignee": state.consignee,
+        "pending_owner": state.pending_owner,
+        "holder": state.owner,
+    }[party]
 
 
 def prepared(event: str, status: Status) -> ChipState:
@@ -121,7 +127,9 @@ def test_install_needs_a_facility_of_the_possessor():
     with pytest.raises(LifecycleError, match="needs a facility"):
         apply_chip_event(chip(Status.IN_STOCK), "installed", facts(VENDOR), {})
     with pytest.raises(LifecycleError, match="does not belong"):
-        apply_chip_event(chip(Status.IN_STOCK), "installed", Facts(actor=VENDOR, facility_owner=OTHER), {"facility": "x"})
+        apply_chip_event(
+            chip(Status.IN_STOCK), "installed", Facts(actor=VENDOR, facility_owner=OTHER), {"facility": "x"}
+        )
 
 
 def test_a_chip_is_packaged_once():

@@ -1,5 +1,6 @@
 """rebuild_projections --check: the registry equals its rebuild from the ledger after the demo seed,
 and a projection changed behind the ledger's back is reported."""
+
 import io
 
 import pytest
@@ -35,8 +36,14 @@ def test_demo_seed_equals_its_rebuild(demo):
     "tamper, expected",
     [
         (lambda: Chip.objects.filter(serial="A000003").update(status="destroyed"), "chip A000003"),
-        (lambda: Chip.objects.filter(serial="B000001").update(owner=Chip.objects.get(serial="A000001").owner), "chip B000001"),
-        (lambda: ChipEvent.objects.filter(chip__serial="A000005").order_by("-seq").first().delete(), "chip history A000005"),
+        (
+            lambda: Chip.objects.filter(serial="B000001").update(owner=Chip.objects.get(serial="A000001").owner),
+            "chip B000001",
+        ),
+        (
+            lambda: ChipEvent.objects.filter(chip__serial="A000005").order_by("-seq").first().delete(),
+            "chip history A000005",
+        ),
         (lambda: Facility.objects.filter(slug="dc-owner-a-or").update(country="CA"), "facility dc-owner-a-or"),
         (lambda: Chip.objects.filter(serial="A000007").update(packaged=False), "chip A000007"),
     ],

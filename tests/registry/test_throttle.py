@@ -1,4 +1,5 @@
 """Throttling is per organisation: its users share one budget; other organisations keep theirs."""
+
 import secrets
 
 import pytest

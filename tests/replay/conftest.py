@@ -1,4 +1,5 @@
 """Session-wide tiny transcripts (recorded once, with 1 torch thread), copied by tests that edit them."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Tiny transcripts and the tools an attacker would use to edit them consistently."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,15 @@ def record(out: Path, arch: str, precision: str = "det64", threads: int = 1, **k
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        args = {"steps": STEPS, "checkpoint_interval": INTERVAL, "precision": precision, "snapshot_rate": 0.3,
-                "config": TINY[arch]["config"], "batch": TINY[arch]["batch"], **kw}
+        args = {
+            "steps": STEPS,
+            "checkpoint_interval": INTERVAL,
+            "precision": precision,
+            "snapshot_rate": 0.3,
+            "config": TINY[arch]["config"],
+            "batch": TINY[arch]["batch"],
+            **kw,
+        }
         return Recorder(out, arch, **args).run()
     finally:
         torch.set_num_threads(before)

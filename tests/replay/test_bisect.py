@@ -1,4 +1,5 @@
 """Dispute bisection finds the exact first divergent step, then the exact op, of an edited transcript."""
+
 from __future__ import annotations
 
 import random
@@ -57,7 +58,13 @@ def test_flipped_rounding_decision_is_pinned_to_its_op(honest, tmp_path):
     for start in (0, 4, 8):
         tensors = safetensors.torch.load(segment_path(honest, start).read_bytes())
         logs.update({t: decode_log(bytes(tensors[f"log:{t}"].numpy())) for t in range(start, start + 4)})
-    flips = [(t, k, j) for t, e in logs.items() for k, (idx, codes) in e.items() for j, c in enumerate(codes) if isinstance(c, bool)]
+    flips = [
+        (t, k, j)
+        for t, e in logs.items()
+        for k, (idx, codes) in e.items()
+        for j, c in enumerate(codes)
+        if isinstance(c, bool)
+    ]
     random.Random(7).shuffle(flips)
     for n, (t_star, key, j) in enumerate(flips[:12]):
         entries = decode_log(encode_log(logs[t_star]))

@@ -1,6 +1,6 @@
 """The rounding core: close-call detection, the log codec, and replay on a worst-case machine."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import pytest
 import torch
@@ -9,8 +9,18 @@ from hypothesis import strategies as st
 
 from replay import models
 from replay.determinism import (
-    SAFETY, Bound, LogMismatch, Rounder, close_calls, decode_log, dot_bound, encode_log, from_ordinal, full_bound,
-    ordinal, rounding,
+    SAFETY,
+    Bound,
+    LogMismatch,
+    Rounder,
+    close_calls,
+    decode_log,
+    dot_bound,
+    encode_log,
+    from_ordinal,
+    full_bound,
+    ordinal,
+    rounding,
 )
 from replay.ops import Det
 from replay.train import initial_state, train_step
@@ -54,8 +64,17 @@ def test_ordinal_is_the_number_line():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.integers(0, 10_000), st.lists(st.tuples(st.integers(0, 10_000_000), st.one_of(
-    st.booleans(), st.integers(0, 2**32 - 1))), min_size=1, max_size=30, unique_by=lambda e: e[0])))
+@given(
+    st.dictionaries(
+        st.integers(0, 10_000),
+        st.lists(
+            st.tuples(st.integers(0, 10_000_000), st.one_of(st.booleans(), st.integers(0, 2**32 - 1))),
+            min_size=1,
+            max_size=30,
+            unique_by=lambda e: e[0],
+        ),
+    )
+)
 def test_log_codec_round_trips(raw):
     entries = {k: ([i for i, _ in sorted(v)], [c for _, c in sorted(v)]) for k, v in raw.items()}
     assert decode_log(encode_log(entries)) == entries
@@ -81,7 +100,13 @@ def _tiny_step(arch: str):
     cfg, b = TINY[arch]["config"], TINY[arch]["batch"]
     from replay.data import Batches
 
-    opt = {"kind": "adamw", "lr": {"kind": "constant", "lr": 1e-3}, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01}
+    opt = {
+        "kind": "adamw",
+        "lr": {"kind": "constant", "lr": 1e-3},
+        "betas": [0.9, 0.95],
+        "eps": 1e-8,
+        "weight_decay": 0.01,
+    }
     return models.build(arch, cfg), initial_state(models.init_params(arch, cfg, 0), opt), Batches(arch, cfg, b, 0), opt
 
 
@@ -142,7 +167,9 @@ def test_heavy_cancellation_logs_the_whole_float_and_a_moved_verifier_recovers_i
         got = verifier(0, v + err * shift, bound).float()
         assert torch.equal(got.view(torch.int32), out.view(torch.int32))
     plain = (v + err * 0.9).float()
-    assert not torch.equal(plain.view(torch.int32), out.view(torch.int32)), "control: unlogged the moved values round elsewhere"
+    assert not torch.equal(plain.view(torch.int32), out.view(torch.int32)), (
+        "control: unlogged the moved values round elsewhere"
+    )
 
 
 def test_verifier_refuses_a_log_entry_that_is_not_a_close_call():
@@ -169,7 +196,7 @@ def test_det_matmul_is_independent_of_summation_order_while_float32_is_not():
     g = torch.Generator().manual_seed(0)
     x = ((torch.rand(1024, 192, generator=g, dtype=torch.float64) - 0.5).float()).t().contiguous()
     w = ((torch.rand(1024, 64, generator=g, dtype=torch.float64) - 0.5).float()).t().contiguous()
-    split = lambda p, q: p[:, :512] @ q[:, :512].t() + p[:, 512:] @ q[:, 512:].t()  # noqa: E731
+    split = lambda p, q: p[:, :512] @ q[:, :512].t() + p[:, 512:] @ q[:, 512:].t()
     assert not torch.equal(x @ w.t(), split(x, w)), "control: float32 should depend on the summation order"
 
     before = torch.get_num_threads()
@@ -261,7 +288,10 @@ def test_softmax_layernorm_and_loss_bounds_hold_against_extended_precision():
     d = Y - _ld(mu.float().double())
     _check(var, bvar, (d * d).mean(-1, keepdims=True))
 
-    logits, targets = _f32(32, 20, seed=7, scale=4.0), torch.randint(0, 20, (32,), generator=torch.Generator().manual_seed(8))
+    logits, targets = (
+        _f32(32, 20, seed=7, scale=4.0),
+        torch.randint(0, 20, (32,), generator=torch.Generator().manual_seed(8)),
+    )
     ((loss, bl),) = _captured(lambda: _CrossEntropy.apply(logits, targets, "ce"))
     L = _ld(logits)
     m = L.max(-1, keepdims=True)

@@ -1,4 +1,5 @@
 """The chip firmware's signed snapshot log: every tamper case is reported, exactly."""
+
 from __future__ import annotations
 
 import base64
@@ -6,6 +7,9 @@ import json
 from datetime import timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as hst
 
 from replay.firmware import EPOCH, ZERO, Chip, Firmware, canonical, chip_key, public_key_b64, record_hash, verify_log
 
@@ -29,7 +33,7 @@ def log():
 
 
 def test_record_format(log):
-    chip, lines, key = log
+    chip, lines, _ = log
     first, second = json.loads(lines[0]), json.loads(lines[1])
     assert set(first) == {"serial", "counter", "time", "shard", "hash", "prev", "sig"}
     assert first["prev"] == ZERO and second["prev"] == record_hash(first)
@@ -117,17 +121,26 @@ def test_firmware_snapshots_at_poisson_rate():
         assert verify_log(mine, fw.public_keys()[f"C{i}"], serial=f"C{i}") == []
 
 
-from hypothesis import given, settings as hsettings, strategies as hst  # noqa: E402
-
-
 @hsettings(max_examples=300, deadline=None)
-@given(serial=hst.text(max_size=20), counter=hst.integers(min_value=0, max_value=2**63), signed=hst.booleans(),
-       extra=hst.dictionaries(hst.sampled_from(["x", "shard2"]), hst.integers(), max_size=1))
+@given(
+    serial=hst.text(max_size=20),
+    counter=hst.integers(min_value=0, max_value=2**63),
+    signed=hst.booleans(),
+    extra=hst.dictionaries(hst.sampled_from(["x", "shard2"]), hst.integers(), max_size=1),
+)
 def test_fast_canonical_equals_json_dumps(serial, counter, signed, extra):
     import json
 
     from replay.firmware import canonical
 
-    record = {"serial": serial, "counter": counter, "time": "2026-01-01T00:00:00Z", "shard": 3, "hash": "a" * 64,
-              "prev": "0" * 64, **({"sig": "QUJD" * 22} if signed else {}), **extra}
+    record = {
+        "serial": serial,
+        "counter": counter,
+        "time": "2026-01-01T00:00:00Z",
+        "shard": 3,
+        "hash": "a" * 64,
+        "prev": "0" * 64,
+        **({"sig": "QUJD" * 22} if signed else {}),
+        **extra,
+    }
     assert canonical(record) == json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()

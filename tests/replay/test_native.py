@@ -4,6 +4,7 @@ The torch path in determinism.py is the reference: for every bound the kernel ha
 the same float32 values and the same close calls, and a training step recorded either way must
 give the same rounding log and the same state.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -47,7 +48,7 @@ def _same(v, bound):
     r0, e0 = _reference(v, bound)
     r1, e1 = _fused(v, bound)
     assert torch.equal(r0.view(torch.int64), r1.view(torch.int64))
-    typed = lambda e: {k: (i, [(type(c), c) for c in codes]) for k, (i, codes) in e.items()}  # noqa: E731  False != wide 0
+    typed = lambda e: {k: (i, [(type(c), c) for c in codes]) for k, (i, codes) in e.items()}
     assert typed(e0) == typed(e1)
     return len(e1[0][0]) if e1 else 0
 
@@ -68,9 +69,9 @@ def dot_cases(draw):
         a = a * (torch.rand(a.shape, generator=g, dtype=torch.float64) > 0.5)
     if draw(st.booleans()) and k >= 2:  # cancellation: (x, x) . (y, -y) pairs make some outputs ~0 with a
         h = k // 2  # nonzero bound, close calls by the sign of zero at least
-        a[..., 1:2 * h:2] = a[..., 0:2 * h:2]
+        a[..., 1 : 2 * h : 2] = a[..., 0 : 2 * h : 2]
         cols = torch.rand(n, generator=g) > 0.3
-        b[..., 1:2 * h:2, :] = torch.where(cols, -b[..., 0:2 * h:2, :], b[..., 1:2 * h:2, :])
+        b[..., 1 : 2 * h : 2, :] = torch.where(cols, -b[..., 0 : 2 * h : 2, :], b[..., 1 : 2 * h : 2, :])
     if draw(st.booleans()):
         a = a.transpose(-2, -1).contiguous().transpose(-2, -1)  # column-major operands
     if draw(st.booleans()):
@@ -96,7 +97,14 @@ def test_fused_dot_matches_the_torch_path(case):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 12), st.integers(1, 12), st.integers(1, 20), st.integers(0, 2**31 - 1), st.booleans())
+@given(
+    st.integers(1, 6),
+    st.integers(1, 12),
+    st.integers(1, 12),
+    st.integers(1, 20),
+    st.integers(0, 2**31 - 1),
+    st.booleans(),
+)
 def test_fused_summed_products_match_the_torch_path(batch, o, ck, length, seed, cancel):
     """A convolution's weight gradient, sum_b g_b @ cols_b^T: the kernel takes g and cols as they lie."""
     gen = torch.Generator().manual_seed(seed)
@@ -104,15 +112,20 @@ def test_fused_summed_products_match_the_torch_path(batch, o, ck, length, seed, 
     cols = _f32(torch.randn(batch, ck, length, generator=gen, dtype=torch.float64))
     if cancel and length >= 2:  # pairs along L that cancel: outputs ~0 with nonzero bounds
         h = length // 2
-        g[..., 1:2 * h:2] = g[..., 0:2 * h:2]
-        cols[..., 1:2 * h:2] = -cols[..., 0:2 * h:2]
+        g[..., 1 : 2 * h : 2] = g[..., 0 : 2 * h : 2]
+        cols[..., 1 : 2 * h : 2] = -cols[..., 0 : 2 * h : 2]
     v = torch.matmul(g, cols.transpose(1, 2)).sum(0)
     _same(v, _weight_grad_bound(g, cols))
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.integers(1, 40), st.integers(1, 40), st.integers(0, 2**31 - 1), st.sampled_from(["element", "row", "scalar"]),
-       st.sampled_from([1e-16, 1e-9, 1e-7]))
+@given(
+    st.integers(1, 40),
+    st.integers(1, 40),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from(["element", "row", "scalar"]),
+    st.sampled_from([1e-16, 1e-9, 1e-7]),
+)
 def test_fused_full_bounds_match_the_torch_path(rows, cols, seed, per, rel):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, cols, generator=g, dtype=torch.float64)
@@ -171,7 +184,7 @@ def test_recorded_steps_are_the_same_with_and_without_the_kernel(arch, monkeypat
     for lib in (native.library(), False):
         monkeypatch.setattr(native, "_LIB", lib)
         s, steps = state, []
-        for t in range(3):  # past the first step, so the optimizer buffers are not zero
+        for _ in range(3):  # past the first step, so the optimizer buffers are not zero
             rounder = Rounder("record", trace=[])
             s, loss = train_step(model, s, batch, opt, "det64", rounder)
             steps.append((loss, rounder.entries, [(k, x) for k, _, x in rounder.trace]))

@@ -1,4 +1,5 @@
 """The package as others use it: the CLI, no Django, compute counting, and the GPU leg."""
+
 from __future__ import annotations
 
 import json
@@ -22,12 +23,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run(args, **env):
     e = {**os.environ, "PYTHONPATH": str(ROOT), **env}
-    return subprocess.run([sys.executable, "-m", "replay", *args], capture_output=True, text=True, cwd=ROOT, env=e, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "replay", *args], capture_output=True, text=True, cwd=ROOT, env=e, timeout=300
+    )
 
 
 def test_replay_never_imports_django():
-    code = ("import sys, replay, replay.verifier, replay.bisect, replay.firmware, replay.recorder, replay.__main__\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'django'))")
+    code = (
+        "import sys, replay, replay.verifier, replay.bisect, replay.firmware, replay.recorder, replay.__main__\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'django'))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -36,29 +41,51 @@ def test_replay_never_imports_django():
 
 def test_the_firmware_and_the_package_import_without_torch():
     """Django's log check needs only replay.firmware: importing it (or the package) must not load torch."""
-    code = ("import sys, replay, replay.firmware\n"
-            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))\n"
-            "from replay import Budget\n"
-            "assert 'torch' in sys.modules and Budget.__module__ == 'replay.engine'")
+    code = (
+        "import sys, replay, replay.firmware\n"
+        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))\n"
+        "from replay import Budget\n"
+        "assert 'torch' in sys.modules and Budget.__module__ == 'replay.engine'"
+    )
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
 
 
 def test_cli_record_then_verify_on_other_threads(tmp_path):
-    rec = run(["record", "--arch", "mlp", "--steps", "10", "--checkpoint-interval", "5", "--out", str(tmp_path / "t"),
-               "--chips", "3", "--seed", "5"], OMP_NUM_THREADS="1")
+    rec = run(
+        [
+            "record",
+            "--arch",
+            "mlp",
+            "--steps",
+            "10",
+            "--checkpoint-interval",
+            "5",
+            "--out",
+            str(tmp_path / "t"),
+            "--chips",
+            "3",
+            "--seed",
+            "5",
+        ],
+        OMP_NUM_THREADS="1",
+    )
     assert rec.returncode == 0, rec.stderr[-2000:]
     assert "record mlp" in rec.stderr and "10/10" in rec.stderr  # the progress bar
     t = tmp_path / "t"
     for name in ("manifest.json", "snapshots.jsonl", "claims.json", "chips.json", "checkpoints/00000010.safetensors"):
         assert (t / name).exists(), name
-    ver = run(["verify", str(t), "--claims", str(t / "claims.json"), "--snapshots", str(t / "snapshots.jsonl"), "--json"],
-              OMP_NUM_THREADS="2")
+    ver = run(
+        ["verify", str(t), "--claims", str(t / "claims.json"), "--snapshots", str(t / "snapshots.jsonl"), "--json"],
+        OMP_NUM_THREADS="2",
+    )
     assert ver.returncode == 0, ver.stdout[-2000:] + ver.stderr[-2000:]
     out = json.loads(ver.stdout)
     assert out["verdict"] == "verified" and out["threads"] == 2 and out["steps"] == 10
-    assert len(json.loads((t / "claims.json").read_text())["claims"]) == len((t / "snapshots.jsonl").read_text().splitlines())
+    assert len(json.loads((t / "claims.json").read_text())["claims"]) == len(
+        (t / "snapshots.jsonl").read_text().splitlines()
+    )
 
     bad = copy(t, tmp_path / "bad")
     claims = json.loads((bad / "claims.json").read_text())
@@ -87,6 +114,8 @@ def test_flops_are_counted_from_architecture_and_shapes(arch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("arch", ["mlp", "cnn", "gpt"])
 def test_cpu_transcript_verifies_on_gpu(transcripts, arch):
-    v = verify(transcripts[arch, "det64"], transcripts[arch, "det64"] / "claims.json", Budget(segments=100), device="cuda")
+    v = verify(
+        transcripts[arch, "det64"], transcripts[arch, "det64"] / "claims.json", Budget(segments=100), device="cuda"
+    )
     assert v.verdict == "verified", v.reasons
     assert v.details["device"] == "cuda"

@@ -1,4 +1,5 @@
 """Hostile transcripts: anything malformed gives verdict 'malformed' with a reason, never a crash or a hang."""
+
 from __future__ import annotations
 
 import json
@@ -84,7 +85,12 @@ def test_unknown_optimizer_and_bad_schedule(t):
 
 def test_pickle_in_place_of_safetensors(t):
     checkpoint_path(t, 4).write_bytes(pickle.dumps({"param:layers.0.weight": torch.zeros(3)}))
-    edit_manifest(t, lambda m: m["checkpoints"].update({"4": __import__("hashlib").sha256(checkpoint_path(t, 4).read_bytes()).hexdigest()}))
+    edit_manifest(
+        t,
+        lambda m: m["checkpoints"].update(
+            {"4": __import__("hashlib").sha256(checkpoint_path(t, 4).read_bytes()).hexdigest()}
+        ),
+    )
     assert "not a safetensors file" in malformed(t)
 
 
@@ -130,8 +136,11 @@ def test_garbage_rounding_log_is_malformed(t):
 def test_malformed_claims(t):
     (t / "claims.json").write_text("[1, 2")
     assert "claims" in malformed(t)
-    (t / "claims.json").write_text(json.dumps({"manifest": "x", "claims": [{"serial": "nobody", "counter": 0, "shard": 0,
-                                                                           "hash": "0" * 64, "step": 1}]}))
+    (t / "claims.json").write_text(
+        json.dumps(
+            {"manifest": "x", "claims": [{"serial": "nobody", "counter": 0, "shard": 0, "hash": "0" * 64, "step": 1}]}
+        )
+    )
     assert "does not hold shard" in malformed(t)
 
 
@@ -142,7 +151,7 @@ def test_header_parser_refuses_overlaps_and_dtype_tricks():
     header["b"]["data_offsets"] = header["a"]["data_offsets"]  # two tensors on the same bytes
     raw = json.dumps(header).encode()
     forged = len(raw).to_bytes(8, "little") + raw + data[8 + n :]
-    with pytest.raises(MalformedTranscript, match="overlaps|truncated"):
+    with pytest.raises(MalformedTranscript, match=r"overlaps|truncated"):
         parse_safetensors(forged, "x", {"a": ("float32", [4]), "b": ("float32", [4])})
     with pytest.raises(MalformedTranscript, match="dtype"):
         parse_safetensors(data, "x", {"a": ("int64", [4]), "b": ("float32", [4])})
@@ -173,7 +182,9 @@ def test_any_field_replaced_by_anything_is_never_a_crash(t):
             for k in path[:-1]:
                 node = node[k]
             old = node[path[-1]]
-            if json.dumps(old) == json.dumps(value) or (type(old) in (int, float) and type(value) in (int, float) and old == value):
+            if json.dumps(old) == json.dumps(value) or (
+                type(old) in (int, float) and type(value) in (int, float) and old == value
+            ):
                 continue  # not a change
             node[path[-1]] = value
             try:

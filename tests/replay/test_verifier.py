@@ -1,4 +1,5 @@
 """verify(): honest transcripts verify bit-exactly on another machine configuration; every attack is caught."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,12 @@ from .helpers import STEPS, copy, edit_checkpoint, edit_segment, manifest, save_
 ROOT = Path(__file__).resolve().parents[2]
 ALL = Budget(segments=100)  # replay every segment: attacks are then caught deterministically
 # ...and without the fused C kernel (replay/native.py): the torch path, as on a GPU or a machine with no compiler
-OTHER_MACHINE = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "2", "REPLAY_NATIVE": "0"}
+OTHER_MACHINE = {
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "ATEN_CPU_CAPABILITY": "default",
+    "OMP_NUM_THREADS": "2",
+    "REPLAY_NATIVE": "0",
+}
 
 
 def run_verify(d: Path, budget=ALL, **kw):
@@ -61,7 +67,9 @@ def test_other_cpu_code_path_verifies_det64_and_breaks_float32(transcripts):
         "print(json.dumps(out))\n"
     )
     env = {**os.environ, **OTHER_MACHINE, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", script, json.dumps(dirs)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(dirs)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["capability"] == "DEFAULT" and out["threads"] == 2 and not out["native"]
@@ -139,7 +147,9 @@ def test_snapshot_claimed_for_the_wrong_step_is_caught(mlp):
     victim = next(x for x in c["claims"] if 0 < x["step"] < STEPS)
     victim["step"] += 1
     (mlp / "claims.json").write_text(json.dumps(c))
-    assert rejected_because(run_verify(mlp), f"claim {victim['serial']}#{victim['counter']}", f"at step {victim['step']} replays")
+    assert rejected_because(
+        run_verify(mlp), f"claim {victim['serial']}#{victim['counter']}", f"at step {victim['step']} replays"
+    )
 
 
 def test_interpolated_trajectory_is_caught(mlp):
@@ -189,12 +199,17 @@ def test_budget_exhaustion_is_not_verified(mlp):
 
 def test_random_segments_depend_on_the_nonce(transcripts):
     d = transcripts["mlp", "det64"]
-    picks = {tuple(s["start"] for s in verify(d, None, Budget(segments=1), nonce=bytes([n])).details["segments"]) for n in range(12)}
+    picks = {
+        tuple(s["start"] for s in verify(d, None, Budget(segments=1), nonce=bytes([n])).details["segments"])
+        for n in range(12)
+    }
     assert len(picks) > 1
 
 
 def test_unusable_chip_keys_are_a_reason_not_a_crash(mlp):
-    (mlp / "chips.json").write_text(json.dumps({s: "not base64!" for s in json.loads((mlp / "chips.json").read_text())}))
+    (mlp / "chips.json").write_text(
+        json.dumps({s: "not base64!" for s in json.loads((mlp / "chips.json").read_text())})
+    )
     assert rejected_because(run_verify(mlp), "no usable public key")
     (mlp / "chips.json").write_text("[1, 2]")
     assert run_verify(mlp).verdict == "malformed"

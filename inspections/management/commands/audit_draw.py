@@ -19,4 +19,6 @@ class Command(BaseCommand):
                 self.stderr.write(f"MISMATCH {problem}")
             sys.exit(1)
         drawn = sum(len(p["drawn"]) for p in audit.provers.values())
-        self.stdout.write(f"MATCH campaign={audit.campaign} period={audit.period} provers={len(audit.provers)} drawn={drawn}")
+        self.stdout.write(
+            f"MATCH campaign={audit.campaign} period={audit.period} provers={len(audit.provers)} drawn={drawn}"
+        )

@@ -1,4 +1,5 @@
 """`manage.py plan_inspections`: how many chips to inspect to catch a run of H FLOPs (DESIGN §5)."""
+
 import argparse
 import json
 from fractions import Fraction
@@ -74,8 +75,7 @@ class Command(BaseCommand):
         run = f"{float(arguments['flops']):.4g} FLOP over {arguments['run_days']:g} days"
         if plan.impossible:
             return (
-                f"Impossible: a run of {run} needs {plan.chips_needed:,} chips "
-                f"but the prover holds {plan.chips:,}.\n"
+                f"Impossible: a run of {run} needs {plan.chips_needed:,} chips but the prover holds {plan.chips:,}.\n"
             )
         model = "exact, without replacement" if plan.exact else "paper, with replacement"
         per_period = f"{plan.samples_per_period:,} every {arguments['period_days']:g} days"

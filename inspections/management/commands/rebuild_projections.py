@@ -9,8 +9,10 @@ LIMIT = 50
 
 
 class Command(BaseCommand):
-    help = ("Rebuild every projection (the registry's and the inspections' tables) from the ledger alone, "
-            "in a scratch world, and report differences.")
+    help = (
+        "Rebuild every projection (the registry's and the inspections' tables) from the ledger alone, "
+        "in a scratch world, and report differences."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--check", action="store_true", help="exit 1 if the live tables differ from the rebuild")

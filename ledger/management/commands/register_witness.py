@@ -1,5 +1,5 @@
-from django.core.management.base import BaseCommand, CommandError
 from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
 
 from ledger import services
 
@@ -17,6 +17,6 @@ class Command(BaseCommand):
         try:
             witness = action(options["verifier_key"], options["actor"])
         except ValidationError as error:
-            raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in error.message_dict.items()))
+            raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in error.message_dict.items())) from error
         verb = "revoked" if options["revoke"] else "registered"
         self.stdout.write(f"{verb} witness {witness.name}")

@@ -12,7 +12,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         progress = None
         if options["verbosity"] > 1:
-            progress = lambda n: self.stderr.write(f"  verified {n} entries")  # noqa: E731
+            progress = lambda n: self.stderr.write(f"  verified {n} entries")
         try:
             report = verify_stored_ledger(progress=progress)
         except LedgerFault as failure:

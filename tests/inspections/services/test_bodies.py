@@ -1,4 +1,5 @@
 """Inspection bodies are registered on the ledger, with their countries and capacity, and re-registered the same way."""
+
 import pytest
 from django.core.exceptions import ValidationError
 
@@ -31,23 +32,27 @@ def test_registering_again_replaces_coverage_and_capacity(inspectorate):
     assert [e.payload["countries"] for e in entries] == [["NL"], ["FR"]] and again.registered_seq == entries[1].seq
 
 
-@pytest.mark.parametrize("overrides, field", [
-    ({"organisation": "nobody"}, "organisation"),
-    ({"organisation": "owner-a"}, "organisation"),  # not an inspection body
-    ({"countries": ["NLD"]}, "countries"),
-    ({"countries": ["N1"]}, "countries"),
-    ({"countries": "NL"}, "countries"),
-    ({"countries": ["NL", "nl"]}, "countries"),
-    ({"capacity_per_period": 0}, "capacity_per_period"),
-    ({"capacity_per_period": MAX_CAPACITY + 1}, "capacity_per_period"),
-    ({"capacity_per_period": True}, "capacity_per_period"),
-    ({"capacity_per_period": 5.0}, "capacity_per_period"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"organisation": "nobody"}, "organisation"),
+        ({"organisation": "owner-a"}, "organisation"),  # not an inspection body
+        ({"countries": ["NLD"]}, "countries"),
+        ({"countries": ["N1"]}, "countries"),
+        ({"countries": "NL"}, "countries"),
+        ({"countries": ["NL", "nl"]}, "countries"),
+        ({"capacity_per_period": 0}, "capacity_per_period"),
+        ({"capacity_per_period": MAX_CAPACITY + 1}, "capacity_per_period"),
+        ({"capacity_per_period": True}, "capacity_per_period"),
+        ({"capacity_per_period": 5.0}, "capacity_per_period"),
+    ],
+)
 def test_bad_registrations_are_refused_and_write_nothing(inspectorate, overrides, field):
     organisation("owner-a", ["owner"], "US")
     size = Entry.objects.count()
     with pytest.raises(ValidationError) as error:
-        inspection_body_register(**{"organisation": "inspect-eu", "countries": ["NL"], "capacity_per_period": 5,
-                                    **overrides})
+        inspection_body_register(
+            **{"organisation": "inspect-eu", "countries": ["NL"], "capacity_per_period": 5, **overrides}
+        )
     assert field in error.value.message_dict
     assert Entry.objects.count() == size and not InspectionBody.objects.exists()

@@ -1,4 +1,5 @@
 """Campaigns: commit–draw–reveal on the ledger, assignment by region and capacity, audit from the ledger."""
+
 import base64
 import io
 from datetime import date, timedelta
@@ -8,10 +9,10 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from inspections import draws
-from inspections.planning import campaign_period
-from inspections.services import campaigns
 from inspections.audit import audit_draw
 from inspections.models import CampaignSeed, Draw, InspectionTask
+from inspections.planning import campaign_period
+from inspections.services import campaigns
 from inspections.tasks import draw_due_campaigns
 from ledger import services as ledger_services
 from ledger.models import Entry
@@ -28,8 +29,12 @@ def provers():
 
 
 def campaign(**overrides):
-    params = {"slug": "frontier-2026", "provers": ["owner-a", "owner-b"], "rule_flops": 20 * H100 * YEAR,
-              "starts_on": timezone.now().date()}
+    params = {
+        "slug": "frontier-2026",
+        "provers": ["owner-a", "owner-b"],
+        "rule_flops": 20 * H100 * YEAR,
+        "starts_on": timezone.now().date(),
+    }
     return campaigns.campaign_create(**{**params, **overrides})
 
 
@@ -57,7 +62,10 @@ def test_draw_samples_each_prover_by_its_plan_and_assigns_by_country_and_capacit
         if task.inspection_body:
             assert task.chip.country in task.inspection_body.inspection_profile.countries
     us = [t for t in tasks if t.prover.slug == "owner-a"]
-    per_body = {slug: sum(1 for t in us if t.inspection_body and t.inspection_body.slug == slug) for slug in ("inspect-us", "inspect-us-2")}
+    per_body = {
+        slug: sum(1 for t in us if t.inspection_body and t.inspection_body.slug == slug)
+        for slug in ("inspect-us", "inspect-us-2")
+    }
     assert per_body["inspect-us"] <= 3 and per_body["inspect-us-2"] <= 1
     assert sum(1 for t in us if t.inspection_body is None) == max(0, len(us) - 4)  # over capacity: unassigned
 
@@ -87,11 +95,18 @@ def test_audit_catches_a_draw_that_is_not_the_recomputation(provers):
     camp = campaign()
     real = Entry.objects.get(seq=campaigns.campaign_draw(camp, 0).drawn_seq).payload
     seed = draws.new_seed()
-    ledger_services.append_entry("campaign.seed_committed", {"campaign": camp.slug, "period": 9,
-                                                             "commitment": draws.commitment(seed)}, "regulator")
+    ledger_services.append_entry(
+        "campaign.seed_committed",
+        {"campaign": camp.slug, "period": 9, "commitment": draws.commitment(seed)},
+        "regulator",
+    )
     checkpoint = ledger_services.checkpoint_sign()
-    forged = {**real, "period": 9, "seed": seed.hex(),
-              "checkpoint": {"size": checkpoint.size, "root": base64.b64encode(bytes(checkpoint.root)).decode()}}
+    forged = {
+        **real,
+        "period": 9,
+        "seed": seed.hex(),
+        "checkpoint": {"size": checkpoint.size, "root": base64.b64encode(bytes(checkpoint.root)).decode()},
+    }
     ledger_services.append_entry("campaign.drawn", forged, "regulator")  # the old sample, a new seed: a cherry-pick
     audit = audit_draw(camp.slug, 9)
     assert not audit.matches and any("differs" in problem for problem in audit.problems)
@@ -102,13 +117,24 @@ def test_audit_catches_a_draw_that_is_not_the_recomputation(provers):
 
 def test_audit_catches_a_seed_that_does_not_match_its_commitment(provers):
     camp = campaign()
-    ledger_services.append_entry("campaign.seed_committed", {"campaign": camp.slug, "period": 7,
-                                                             "commitment": draws.commitment(b"x" * 32)}, "regulator")
+    ledger_services.append_entry(
+        "campaign.seed_committed",
+        {"campaign": camp.slug, "period": 7, "commitment": draws.commitment(b"x" * 32)},
+        "regulator",
+    )
     checkpoint = ledger_services.checkpoint_sign()
-    ledger_services.append_entry("campaign.drawn", {
-        "campaign": camp.slug, "period": 7, "seed": (b"y" * 32).hex(), "provers": {}, "assignments": {},
-        "checkpoint": {"size": checkpoint.size, "root": base64.b64encode(bytes(checkpoint.root)).decode()},
-    }, "regulator")
+    ledger_services.append_entry(
+        "campaign.drawn",
+        {
+            "campaign": camp.slug,
+            "period": 7,
+            "seed": (b"y" * 32).hex(),
+            "provers": {},
+            "assignments": {},
+            "checkpoint": {"size": checkpoint.size, "root": base64.b64encode(bytes(checkpoint.root)).decode()},
+        },
+        "regulator",
+    )
     assert any("commitment" in problem for problem in audit_draw(camp.slug, 7).problems)
 
 
@@ -119,13 +145,16 @@ def test_beat_task_draws_each_due_period_once(provers):
     assert Draw.objects.get().period == 1
 
 
-@pytest.mark.parametrize("overrides, field", [
-    ({"provers": [], "country": ""}, "provers"),
-    ({"provers": ["nobody"]}, "provers"),
-    ({"rule_flops": 0}, "rule_flops"),
-    ({"detection_probability": 1.0}, "detection_probability"),
-    ({"period_days": 400}, "period_days"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"provers": [], "country": ""}, "provers"),
+        ({"provers": ["nobody"]}, "provers"),
+        ({"rule_flops": 0}, "rule_flops"),
+        ({"detection_probability": 1.0}, "detection_probability"),
+        ({"period_days": 400}, "period_days"),
+    ],
+)
 def test_bad_campaigns_are_refused_and_write_nothing(provers, overrides, field):
     from django.core.exceptions import ValidationError
 
@@ -169,8 +198,9 @@ def test_the_database_ranks_chips_exactly_as_the_python_reference(provers):
         assert _ranked_in_database(owner, seed, root, "camp-x", k) == draws.draw(seed, root, "camp-x", serials, k)
 
 
-def test_inspectors_get_one_email_per_body_listing_their_chips(provers, mailoutbox, django_capture_on_commit_callbacks,
-                                                                django_assert_num_queries):
+def test_inspectors_get_one_email_per_body_listing_their_chips(
+    provers, mailoutbox, django_capture_on_commit_callbacks, django_assert_num_queries
+):
     from django.contrib.auth import get_user_model
 
     from registry import services as registry
@@ -183,7 +213,13 @@ def test_inspectors_get_one_email_per_body_listing_their_chips(provers, mailoutb
     assert len(mailoutbox) == 1 and mailoutbox[0].to == ["eu@inspect.example"]
     for task in InspectionTask.objects.filter(draw=draw, inspection_body__slug="inspect-eu").select_related("chip"):
         assert f"{task.chip.serial} at dc-owner-b" in mailoutbox[0].body
-    bodies = InspectionTask.objects.filter(draw=draw).exclude(inspection_body=None).values("inspection_body").distinct().count()
+    bodies = (
+        InspectionTask.objects.filter(draw=draw)
+        .exclude(inspection_body=None)
+        .values("inspection_body")
+        .distinct()
+        .count()
+    )
     draw = type(draw).objects.get(pk=draw.pk)  # nothing cached
     # one query for tasks with their chips and facilities, one per body for its members, one for the campaign
     with django_assert_num_queries(1 + bodies + 1):

@@ -3,6 +3,7 @@
 The transcript is recorded with ``python -m replay record``; its simulated chips are registered with
 the firmware's keys, drawn, inspected; the prover's claims are verified by the replay worker task.
 """
+
 import json
 import shutil
 import subprocess
@@ -13,14 +14,12 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.utils import timezone
-from nacl.signing import SigningKey
 
-from inspections.services import bodies, campaigns, inspectors, sweeps
 from inspections.models import Alert, Claim, InspectionTask, Snapshot
+from inspections.services import bodies, campaigns, inspectors, sweeps
 from inspections.tasks import check_snapshot_log, verify_claim
 from ledger.models import Entry
 from registry import services as registry
-from registry.models import Chip
 from tests.registry.factories import SignedClient, chip_model, event, facility, organisation
 
 pytestmark = pytest.mark.django_db
@@ -30,8 +29,12 @@ pytestmark = pytest.mark.django_db
 def transcript(tmp_path_factory):
     """One small real transcript (MLP, 20 steps, 2 chips), recorded once for the module."""
     out = tmp_path_factory.mktemp("run") / "mlp-run"
-    subprocess.run([sys.executable, "-m", "replay", "record", "--arch", "mlp", "--steps", "20", "--chips", "2",
-                    "--out", str(out)], check=True, cwd=settings.BASE_DIR, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "replay", "record", "--arch", "mlp", "--steps", "20", "--chips", "2", "--out", str(out)],
+        check=True,
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+    )
     return out
 
 
@@ -48,14 +51,17 @@ def answered(transcript, settings, tmp_path, django_capture_on_commit_callbacks)
     bodies.inspection_body_register(organisation=body.slug, countries=["US"], capacity_per_period=10)
     facility(owner, "dc-a")
     model = chip_model(fab, "h100-sxm")
-    registry.chips_fabricate(organisation=fab, chips=[{"serial": s, "model": model.slug, "public_key": k} for s, k in keys.items()])
+    registry.chips_fabricate(
+        organisation=fab, chips=[{"serial": s, "model": model.slug, "public_key": k} for s, k in keys.items()]
+    )
     serials = list(keys)
     event(fab, "exported", serials, consignee="owner-a", reference="PO", export_licence="EL")
     event(owner, "received", serials)
     event(fab, "transfer_offered", serials, to_owner="owner-a")
     event(owner, "transfer_accepted", serials)
-    campaign = campaigns.campaign_create(slug="c", provers=["owner-a"], rule_flops=1e9, starts_on=timezone.now().date(),
-                                        detection_probability=0.999)
+    campaign = campaigns.campaign_create(
+        slug="c", provers=["owner-a"], rule_flops=1e9, starts_on=timezone.now().date(), detection_probability=0.999
+    )
     campaigns.campaign_draw(campaign, 0)
     lines = (transcript / "snapshots.jsonl").read_text().splitlines()
     for task in InspectionTask.objects.select_related("chip", "inspection_body"):
@@ -71,9 +77,19 @@ def answered(transcript, settings, tmp_path, django_capture_on_commit_callbacks)
 
 def submit(answered, django_capture_on_commit_callbacks, **change):
     wanted = {(s.chip.serial, s.counter) for s in Snapshot.objects.select_related("chip")}
-    items = [{"serial": c["serial"], "counter": c["counter"], "run": "mlp-run", "step": c["step"],
-              "manifest": answered["claims"]["manifest"], "location": answered["location"], **change}
-             for c in answered["claims"]["claims"] if (c["serial"], c["counter"]) in wanted][:1]
+    items = [
+        {
+            "serial": c["serial"],
+            "counter": c["counter"],
+            "run": "mlp-run",
+            "step": c["step"],
+            "manifest": answered["claims"]["manifest"],
+            "location": answered["location"],
+            **change,
+        }
+        for c in answered["claims"]["claims"]
+        if (c["serial"], c["counter"]) in wanted
+    ][:1]
     assert items, "the draw sampled no chip that logged a snapshot"
     with django_capture_on_commit_callbacks(execute=False):
         response = answered["client"].post("/api/inspections/claims", {"claims": items})
@@ -116,8 +132,14 @@ def test_an_edited_checkpoint_is_caught(answered, django_capture_on_commit_callb
 def test_claims_are_the_owners_only_and_answered_once(answered, django_capture_on_commit_callbacks):
     submit(answered, django_capture_on_commit_callbacks)
     snapshot = Snapshot.objects.select_related("chip").first()
-    item = {"serial": snapshot.chip.serial, "counter": snapshot.counter, "run": "r", "step": 1,
-            "manifest": "0" * 64, "location": "/x"}
+    item = {
+        "serial": snapshot.chip.serial,
+        "counter": snapshot.counter,
+        "run": "r",
+        "step": 1,
+        "manifest": "0" * 64,
+        "location": "/x",
+    }
     again = answered["client"].post("/api/inspections/claims", {"claims": [item]})
     other_org, other_key = organisation("owner-z", ["owner"], "US")
     stranger = SignedClient(other_org, other_key).post("/api/inspections/claims", {"claims": [item]})

@@ -1,4 +1,5 @@
 """The inspector's workflow: own tasks only, chip identity by challenge, snapshot logs, findings, alerts."""
+
 import base64
 from datetime import timedelta
 
@@ -7,7 +8,7 @@ from django.utils import timezone
 from nacl.signing import SigningKey
 from rest_framework.test import APIClient
 
-from inspections.models import Alert, Campaign, Finding, IdentityChallenge, InspectionTask, Snapshot, SnapshotLog
+from inspections.models import Alert, Campaign, Finding, IdentityChallenge, InspectionTask, Snapshot
 from inspections.tasks import check_snapshot_log
 from ledger.models import Entry
 from registry.models import Chip
@@ -40,7 +41,9 @@ def test_an_inspector_sees_and_acts_only_on_its_bodys_tasks(draw):
     assert listed and all(t["country"] == "NL" for t in listed)
     us_task = a_task("inspect-us")
     assert eu.post(f"/api/inspections/tasks/{us_task.pk}/accept").status_code == 404
-    assert eu.post(f"/api/inspections/tasks/{us_task.pk}/finding", {"chip_found": True}, format="json").status_code == 404
+    assert (
+        eu.post(f"/api/inspections/tasks/{us_task.pk}/finding", {"chip_found": True}, format="json").status_code == 404
+    )
     assert us.post(f"/api/inspections/tasks/{us_task.pk}/accept").status_code == 200
     assert inspector("owner-a").get("/api/inspections/tasks").status_code == 403  # a prover is no inspector
 
@@ -50,9 +53,11 @@ def identity(client, task, key, tamper=None):
     signature = key.sign(challenge["message"].encode()).signature
     if tamper:
         challenge, signature = tamper(challenge, signature)
-    return challenge, client.post(f"/api/inspections/tasks/{task.pk}/identity",
-                                  {"nonce": challenge["nonce"], "signature": base64.b64encode(signature).decode()},
-                                  format="json").json()
+    return challenge, client.post(
+        f"/api/inspections/tasks/{task.pk}/identity",
+        {"nonce": challenge["nonce"], "signature": base64.b64encode(signature).decode()},
+        format="json",
+    ).json()
 
 
 def test_chip_identity_passes_with_the_chips_key(draw):
@@ -73,13 +78,19 @@ def test_a_bad_identity_answer_is_a_failed_check_and_an_alert(draw, case):
         challenge, first = identity(client, task, key)
         assert first["passed"]
         signature = key.sign(challenge["message"].encode()).signature
-        outcome = client.post(f"/api/inspections/tasks/{task.pk}/identity",
-                              {"nonce": challenge["nonce"], "signature": base64.b64encode(signature).decode()},
-                              format="json").json()
+        outcome = client.post(
+            f"/api/inspections/tasks/{task.pk}/identity",
+            {"nonce": challenge["nonce"], "signature": base64.b64encode(signature).decode()},
+            format="json",
+        ).json()
     elif case == "expired":
+
         def expire(challenge, signature):
-            IdentityChallenge.objects.filter(nonce=challenge["nonce"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+            IdentityChallenge.objects.filter(nonce=challenge["nonce"]).update(
+                expires_at=timezone.now() - timedelta(seconds=1)
+            )
             return challenge, signature
+
         _, outcome = identity(client, task, key, tamper=expire)
     else:
         _, outcome = identity(client, task, key, tamper=lambda c, s: ({**c, "nonce": "0" * 64}, s))
@@ -92,8 +103,14 @@ def firmware_log(key: SigningKey, serial: str, count: int) -> list[str]:
 
     lines, prev = [], "0" * 64
     for counter in range(count):
-        record = {"serial": serial, "counter": counter, "time": f"2026-11-0{counter + 1}T00:00:00Z", "shard": 0,
-                  "hash": f"{counter:064x}", "prev": prev}
+        record = {
+            "serial": serial,
+            "counter": counter,
+            "time": f"2026-11-0{counter + 1}T00:00:00Z",
+            "shard": 0,
+            "hash": f"{counter:064x}",
+            "prev": prev,
+        }
         record["sig"] = base64.b64encode(key.sign(canonical(record)).signature).decode()
         lines.append(canonical(record).decode())
         prev = record_hash(record)
@@ -101,7 +118,9 @@ def firmware_log(key: SigningKey, serial: str, count: int) -> list[str]:
 
 
 def upload(client, task, lines):
-    return client.post(f"/api/inspections/tasks/{task.pk}/snapshot-log", {"log": "\n".join(lines) + "\n"}, format="json")
+    return client.post(
+        f"/api/inspections/tasks/{task.pk}/snapshot-log", {"log": "\n".join(lines) + "\n"}, format="json"
+    )
 
 
 def test_an_intact_snapshot_log_records_its_snapshots_on_the_ledger(draw, django_capture_on_commit_callbacks):
@@ -118,11 +137,14 @@ def test_an_intact_snapshot_log_records_its_snapshots_on_the_ledger(draw, django
     assert Entry.objects.filter(kind="inspection.snapshot_log").count() == 1
 
 
-@pytest.mark.parametrize("tamper, kind", [
-    (lambda lines: lines[:1] + lines[2:], "gap"),
-    (lambda lines: [lines[1], lines[0], *lines[2:]], "reordered"),
-    (lambda lines: lines[:1] + [lines[1].replace('"hash":"', '"hash":"f')[:-2] + '"}'] + lines[2:], None),
-])
+@pytest.mark.parametrize(
+    "tamper, kind",
+    [
+        (lambda lines: lines[:1] + lines[2:], "gap"),
+        (lambda lines: [lines[1], lines[0], *lines[2:]], "reordered"),
+        (lambda lines: lines[:1] + [lines[1].replace('"hash":"', '"hash":"f')[:-2] + '"}'] + lines[2:], None),
+    ],
+)
 def test_a_tampered_log_is_reported_and_alerted(draw, tamper, kind, django_capture_on_commit_callbacks):
     task, client = a_task("inspect-eu"), inspector("inspect-eu")
     key = with_chip_key(task)
@@ -140,8 +162,11 @@ def test_findings_not_found_twice_starts_an_unscheduled_campaign(draw):
     assert len(tasks) == 2
     for task in tasks:
         assert client.post(f"/api/inspections/tasks/{task.pk}/accept").status_code == 200
-        response = client.post(f"/api/inspections/tasks/{task.pk}/finding", {
-            "chip_found": False, "notes": "rack empty", "photo_hashes": ["ab" * 32]}, format="json")
+        response = client.post(
+            f"/api/inspections/tasks/{task.pk}/finding",
+            {"chip_found": False, "notes": "rack empty", "photo_hashes": ["ab" * 32]},
+            format="json",
+        )
         assert response.status_code == 201, response.content
     assert Alert.objects.filter(kind="not_found", prover__slug="owner-a").count() == 2
     assert Campaign.objects.filter(slug__startswith="unscheduled-owner-a").count() == 1
@@ -150,13 +175,21 @@ def test_findings_not_found_twice_starts_an_unscheduled_campaign(draw):
 
 def test_a_finding_needs_an_accepted_task_and_valid_fields(draw):
     task, client = a_task("inspect-eu"), inspector("inspect-eu")
-    assert client.post(f"/api/inspections/tasks/{task.pk}/finding", {"chip_found": True}, format="json").status_code == 400
+    assert (
+        client.post(f"/api/inspections/tasks/{task.pk}/finding", {"chip_found": True}, format="json").status_code == 400
+    )
     client.post(f"/api/inspections/tasks/{task.pk}/accept")
-    for bad, field in (({}, "chip_found"), ({"chip_found": True, "seal_intact": "yes"}, "seal_intact"),
-                       ({"chip_found": True, "photo_hashes": ["x"]}, "photo_hashes"),
-                       ({"chip_found": True, "colour": "red"}, "body")):
+    for bad, field in (
+        ({}, "chip_found"),
+        ({"chip_found": True, "seal_intact": "yes"}, "seal_intact"),
+        ({"chip_found": True, "photo_hashes": ["x"]}, "photo_hashes"),
+        ({"chip_found": True, "colour": "red"}, "body"),
+    ):
         response = client.post(f"/api/inspections/tasks/{task.pk}/finding", bad, format="json")
         assert response.status_code == 400 and field in response.json()
-    refused = client.post(f"/api/inspections/tasks/{task.pk}/finding", {"chip_found": True, "owner_refused": True,
-                                                                        "seal_intact": True}, format="json")
+    refused = client.post(
+        f"/api/inspections/tasks/{task.pk}/finding",
+        {"chip_found": True, "owner_refused": True, "seal_intact": True},
+        format="json",
+    )
     assert refused.status_code == 201 and Alert.objects.filter(kind="refused").exists()

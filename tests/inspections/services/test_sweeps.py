@@ -1,4 +1,5 @@
 """Sweeps: overdue inspections and lost chips become alerts, once each."""
+
 from datetime import timedelta
 
 import pytest

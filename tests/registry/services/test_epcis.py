@@ -1,4 +1,5 @@
 """EPCIS 2.0 capture onto the chip lifecycle (registry/services/epcis.py), through the API and its signatures."""
+
 import base64
 import io
 import json
@@ -11,8 +12,20 @@ from ledger.models import Entry
 from registry import epcis, selectors, signing
 from registry.models import Chip, ChipEvent
 from tests.registry.epcis_helpers import (
-    CAPTURE, GTIN, at_vendor_a, capture, chip, commissioned, commissioning, document, epcis_world, link, object_event,
-    receiving, sgtin, shipping,
+    CAPTURE,
+    GTIN,
+    at_vendor_a,
+    capture,
+    chip,
+    commissioned,
+    commissioning,
+    document,
+    epcis_world,
+    link,
+    object_event,
+    receiving,
+    sgtin,
+    shipping,
 )
 from tests.registry.factories import event, facility, new_serials
 
@@ -32,8 +45,12 @@ def test_commissioning_lands_on_the_ledger_with_the_signed_document(world):
     epcs = [sgtin(s) for s in serials]
     commission = commissioning(epcs)
     body = world["fab"].body(document(commission))
-    response = world["fab"].api.post(CAPTURE, body, content_type="application/ld+json",
-                                     HTTP_X_CHIPLEDGER_SIGNATURE=signing.sign(world["fab"].key, body))
+    response = world["fab"].api.post(
+        CAPTURE,
+        body,
+        content_type="application/ld+json",
+        HTTP_X_CHIPLEDGER_SIGNATURE=signing.sign(world["fab"].key, body),
+    )
     assert response.status_code == 201, response.content
     answer = response.json()
     assert answer["captured"] == 1 and answer["eventList"][0]["kind"] == "chip.fabricated"
@@ -43,15 +60,23 @@ def test_commissioning_lands_on_the_ledger_with_the_signed_document(world):
     for serial, epc in zip(serials, epcs, strict=True):
         row = chip(serial)
         assert (row.status, row.owner.slug, row.facility.slug, row.model.slug) == (
-            "fabricated", "fab-tw", "fab-tw-1", "h100-sxm")
+            "fabricated",
+            "fab-tw",
+            "fab-tw-1",
+            "h100-sxm",
+        )
         assert base64.b64encode(bytes(row.public_key)).decode() == commission["ilmd"]["chipledger:publicKeys"][epc]
 
 
 def test_commissioning_through_decommissioning_with_sgtin_and_digital_link(world):
     serials = at_vendor_a(world)
     assert (chip(serials[0]).possessor.slug, chip(serials[0]).facility.slug) == ("vendor-a", "wh-vendor-a")
-    domestic = shipping([link(s) for s in serials], "owner-a", reference="INV-7",
-                        sourceList=[{"type": "urn:epcglobal:cbv:sdt:possessing_party", "source": "vendor-a"}])
+    domestic = shipping(
+        [link(s) for s in serials],
+        "owner-a",
+        reference="INV-7",
+        sourceList=[{"type": "urn:epcglobal:cbv:sdt:possessing_party", "source": "vendor-a"}],
+    )
     assert capture(world["vendor_a"], domestic).json()["eventList"][0]["kind"] == "chip.shipped"
     assert chip(serials[0]).consignee.slug == "owner-a"
     received = receiving([sgtin(s) for s in serials], "https://chipledger.example/facility/dc-owner-a")
@@ -62,10 +87,22 @@ def test_commissioning_through_decommissioning_with_sgtin_and_digital_link(world
     assert capture(world["owner_a"], retire).status_code == 201
     row = chip(serials[1])
     assert (row.status, row.owner.slug, row.possessor.slug, row.facility.slug) == (
-        "decommissioned", "owner-a", "owner-a", "dc-owner-a")
+        "decommissioned",
+        "owner-a",
+        "owner-a",
+        "dc-owner-a",
+    )
     kinds = list(ChipEvent.objects.filter(chip=row).values_list("kind", flat=True))
-    assert kinds == ["chip.fabricated", "chip.exported", "chip.received", "chip.shipped", "chip.received",
-                     "chip.transfer_offered", "chip.transfer_accepted", "chip.decommissioned"]
+    assert kinds == [
+        "chip.fabricated",
+        "chip.exported",
+        "chip.received",
+        "chip.shipped",
+        "chip.received",
+        "chip.transfer_offered",
+        "chip.transfer_accepted",
+        "chip.decommissioned",
+    ]
     shipped = Entry.objects.get(seq=ChipEvent.objects.get(chip=row, kind="chip.shipped").seq)
     payload = shipped.payload
     assert (payload["consignee"], payload["reference"], payload["destination_country"]) == ("owner-a", "INV-7", "US")
@@ -117,8 +154,11 @@ def test_a_resent_event_is_skipped_as_duplicate(world):
     assert ledger_selectors.ledger_size() == size + 1
     reordered = dict(reversed(list(ship.items())))  # no eventID: the canonical-JSON hash ignores member order
     answer = capture(world["fab"], reordered, reordered).json()
-    assert answer == {"captured": 0, "duplicates": 2, "eventList": [
-        {"eventID": epcis.event_hash_id(ship), "status": "duplicate"}] * 2}
+    assert answer == {
+        "captured": 0,
+        "duplicates": 2,
+        "eventList": [{"eventID": epcis.event_hash_id(ship), "status": "duplicate"}] * 2,
+    }
     assert ledger_selectors.ledger_size() == size + 1
     assert ChipEvent.objects.filter(chip__serial=serials[0], kind="chip.fabricated").count() == 1
 
@@ -130,13 +170,16 @@ def test_captured_chips_equal_their_rebuild_from_the_ledger(world):
     call_command("rebuild_projections", "--check", stdout=out)  # exits 1 on any difference
     assert f"{len(serials)} chips" in out.getvalue()
     assert selectors.captured_event_ids(world["vendor_a"].org, serials) == {
-        e.payload["epcis"]["event_id"] for e in Entry.objects.filter(kind__startswith="chip.")}
+        e.payload["epcis"]["event_id"] for e in Entry.objects.filter(kind__startswith="chip.")
+    }
 
 
 def _broken(case, serials):
     """A commissioning and a shipment, valid but for what ``case`` breaks (the first is applied before the second)."""
-    events = [commissioning([sgtin(s) for s in new_serials(1)]),
-              shipping([sgtin(serials[0])], "vendor-a", **{"chipledger:exportLicence": "TW-EL-1"})]
+    events = [
+        commissioning([sgtin(s) for s in new_serials(1)]),
+        shipping([sgtin(serials[0])], "vendor-a", **{"chipledger:exportLicence": "TW-EL-1"}),
+    ]
     doc = document(*events)
     second = events[1]
     if case == "not_an_epcis_document":
@@ -204,7 +247,9 @@ def test_malformed_documents_are_refused_naming_the_path_and_write_nothing(world
 def test_every_bad_event_is_named_at_once(world):
     doc = document(object_event([sgtin("A-1")], "repairing", "OBSERVE"), {"type": "TransformationEvent"})
     assert set(world["fab"].post(CAPTURE, doc).json()) == {
-        "epcisBody.eventList[0].bizStep", "epcisBody.eventList[1].type"}
+        "epcisBody.eventList[0].bizStep",
+        "epcisBody.eventList[1].type",
+    }
 
 
 # --- permissions, signatures ---------------------------------------------------------
