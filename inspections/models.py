@@ -111,12 +111,40 @@ class Alert(models.Model):
     prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="alerts")
     chip = models.ForeignKey(Chip, null=True, blank=True, on_delete=models.PROTECT, related_name="alerts")
     task = models.ForeignKey(InspectionTask, null=True, blank=True, on_delete=models.PROTECT, related_name="alerts")
+
+    class State(models.TextChoices):
+        OPEN = "open"
+        ACKNOWLEDGED = "acknowledged"
+        RESOLVED = "resolved"
+        FALSE_POSITIVE = "false_positive", "false positive"
+        SUPERSEDED = "superseded"
+
     detail = models.TextField()
     raised_seq = models.BigIntegerField()
     raised_at = models.DateTimeField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.OPEN)
+    assignee = models.CharField(max_length=150, blank=True, help_text="username of the regulator staff member on it")
+    updated_seq = models.BigIntegerField(null=True, blank=True, help_text="the last alert.updated entry")
 
     class Meta:
         ordering = ["-raised_seq"]
+        indexes = [models.Index(fields=["state", "-raised_seq"], name="alert_state_recent")]
+
+
+class AlertAction(models.Model):
+    """One triage step on an alert (``alert.updated``): who did what and why, in ledger order."""
+
+    alert = models.ForeignKey(Alert, on_delete=models.PROTECT, related_name="actions")
+    action = models.CharField(max_length=16)
+    by = models.CharField(max_length=150)
+    reason = models.TextField(blank=True)
+    assignee = models.CharField(max_length=150, blank=True)
+    state = models.CharField(max_length=16, choices=Alert.State.choices)
+    seq = models.BigIntegerField(unique=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["seq"]
 
 
 class IdentityChallenge(models.Model):

@@ -12,7 +12,8 @@ periods, ledger seqs), so database ids do not matter:
     inspection task  campaign/period/serial    prover, inspection body, due_on, status, assigned_seq
     inspection body  organisation              countries, capacity_per_period
     finding          campaign/period/serial    what the inspector recorded, recorded_seq
-    alert            raised_seq                kind, prover, chip, task, detail, raised_at
+    alert            raised_seq                kind, prover, chip, task, detail, raised_at, state, assignee,
+                                               updated_seq, and every triage action (alert.updated)
     snapshot log     checked_seq               task, sha256, status, problems (the text is not on the ledger:
                                                each live text is hashed against its recorded sha256 instead)
     snapshot         serial/counter            log, time, shard, hash, claim_due_on
@@ -32,6 +33,8 @@ import json
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
+from django.core.exceptions import ValidationError
+
 from ledger import selectors as ledger
 from ledger.services import format_time
 from registry import rebuild as registry_rebuild
@@ -39,6 +42,7 @@ from registry.lifecycle import LifecycleError
 
 from .models import (
     Alert,
+    AlertAction,
     Campaign,
     CampaignSeed,
     Claim,
@@ -49,6 +53,7 @@ from .models import (
     Snapshot,
     SnapshotLog,
 )
+from .services.alerts import alert_next_state
 from .services.campaigns import TASK_DAYS
 from .services.inspectors import CLAIM_DAYS, FINDING_FIELDS
 
@@ -210,9 +215,25 @@ def _alert(world, seq, time, actor, payload):
         "task": task,
         "detail": payload["detail"],
         "raised_at": time,
+        "state": Alert.State.OPEN.value,
+        "assignee": "",
+        "updated_seq": None,
+        "actions": [],
     }
     if payload["kind"] == Alert.Kind.OVERDUE and task is not None:
         world.tasks[task]["status"] = InspectionTask.Status.OVERDUE.value
+
+
+def _alert_updated(world, seq, time, actor, payload):
+    alert = world.alerts.get(payload["alert"])
+    if alert is None:
+        raise ReplayError(f"ledger seq {seq}: alert.updated names no alert raised at seq {payload['alert']}")
+    try:
+        state = alert_next_state(alert["state"], payload["action"])
+    except ValidationError as error:
+        raise ReplayError(f"ledger seq {seq}: alert.updated cannot be replayed: {error.messages}") from error
+    alert.update(state=state, updated_seq=seq, assignee=payload["assignee"] or alert["assignee"])
+    alert["actions"].append((seq, payload["action"], payload["by"], payload["reason"], payload["assignee"], state))
 
 
 def _snapshot_log(world, seq, time, actor, payload):
@@ -263,6 +284,7 @@ HANDLERS = {
     "inspection.accepted": _accepted,
     "inspection.finding": _finding,
     "alert.raised": _alert,
+    "alert.updated": _alert_updated,
     "inspection.snapshot_log": _snapshot_log,
     "claim.submitted": _claims_submitted,
     "claim.verified": _claim_verified,
@@ -327,7 +349,18 @@ def tables(world: World):
         "alert",
         _live_alerts(),
         {
-            seq: (a["kind"], a["prover"], a["chip"], a["task"], a["detail"], a["raised_at"])
+            seq: (
+                a["kind"],
+                a["prover"],
+                a["chip"],
+                a["task"],
+                a["detail"],
+                a["raised_at"],
+                a["state"],
+                a["assignee"],
+                a["updated_seq"],
+                tuple(a["actions"]),
+            )
             for seq, a in world.alerts.items()
         },
     )
@@ -469,9 +502,33 @@ def _live_findings() -> dict:
 
 def _live_alerts() -> dict:
     rows = Alert.objects.values_list(
-        "raised_seq", "kind", "prover__slug", "chip__serial", *TASK_KEY, "detail", "raised_at"
+        "raised_seq",
+        "kind",
+        "prover__slug",
+        "chip__serial",
+        *TASK_KEY,
+        "detail",
+        "raised_at",
+        "state",
+        "assignee",
+        "updated_seq",
     )
-    return {row[0]: (*row[1:4], _task_key(row[4:7]), row[7], format_time(row[8])) for row in rows}
+    actions = {}
+    for row in AlertAction.objects.values_list(
+        "alert__raised_seq", "seq", "action", "by", "reason", "assignee", "state"
+    ):
+        actions.setdefault(row[0], []).append(row[1:])
+    return {
+        row[0]: (
+            *row[1:4],
+            _task_key(row[4:7]),
+            row[7],
+            format_time(row[8]),
+            *row[9:12],
+            tuple(actions.get(row[0], ())),
+        )
+        for row in rows
+    }
 
 
 def _live_logs() -> dict:

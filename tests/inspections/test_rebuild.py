@@ -14,6 +14,7 @@ from inspections import rebuild
 from inspections.models import Alert, Claim, Finding, InspectionTask, SnapshotLog
 from inspections.services import campaigns, inspectors, sweeps
 from inspections.services import claims as claim_services
+from inspections.services.alerts import alert_act
 from inspections.services.bodies import inspection_body_register
 from registry.models import Organisation
 from tests.inspections.factories import H100, YEAR, make_provers
@@ -93,6 +94,9 @@ def world(django_capture_on_commit_callbacks):
         sweeps.overdue_sweep(today + timedelta(days=campaigns.TASK_DAYS + 1))
         event(eu[6].prover, "reported_lost", [eu[6].chip.serial])
         sweeps.lost_chip_sweep()
+        refused = Alert.objects.get(kind="refused")
+        alert_act(refused, action="assign", by="regulator", assignee="ana")
+        alert_act(refused, action="resolve", by="ana", reason="owner let the inspector in on a second visit")
     return {"serial": serial, "tasks": eu}
 
 
@@ -198,6 +202,18 @@ def tamper_alert(world):
     return f"alert {seq}:"
 
 
+def tamper_alert_state(world):
+    seq = Alert.objects.get(kind="refused").raised_seq
+    sql("UPDATE inspections_alert SET state = 'false_positive' WHERE raised_seq = %s", seq)
+    return f"alert {seq}:"
+
+
+def tamper_alert_action(world):
+    seq = Alert.objects.get(kind="refused").raised_seq
+    sql("UPDATE inspections_alertaction SET reason = 'nothing happened' WHERE action = 'resolve'")
+    return f"alert {seq}:"
+
+
 def tamper_log(world):
     seq = SnapshotLog.objects.get(status="problems").checked_seq
     sql("UPDATE inspections_snapshotlog SET status = 'intact' WHERE checked_seq = %s", seq)
@@ -234,6 +250,8 @@ def tamper_claim(world):
         tamper_body,
         tamper_finding,
         tamper_alert,
+        tamper_alert_state,
+        tamper_alert_action,
         tamper_log,
         tamper_log_text,
         tamper_snapshot,

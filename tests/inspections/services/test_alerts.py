@@ -1,0 +1,71 @@
+"""Alert triage: each action is an ``alert.updated`` entry with who and why; closed alerts take comments only."""
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from inspections.models import Alert
+from inspections.services.alerts import alert_act, alert_raise
+from ledger import selectors as ledger
+from registry.models import Organisation
+from tests.inspections.factories import make_provers
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alert():
+    make_provers()
+    return alert_raise("refused", Organisation.objects.get(slug="owner-a"), "the owner refused entry")
+
+
+def test_each_action_is_a_ledger_entry_naming_who_and_why(alert):
+    alert_act(alert, action="acknowledge", by="ana")
+    alert_act(alert, action="assign", by="ana", assignee="ben")
+    alert_act(alert, action="comment", by="ben", reason="called the owner")
+    done = alert_act(alert, action="resolve", by="ben", reason="second visit succeeded")
+    assert (done.state, done.assignee) == ("resolved", "ben")
+    entry = ledger.first_entry("alert.updated", action="resolve")
+    assert entry["payload"] == {
+        "alert": alert.raised_seq,
+        "action": "resolve",
+        "by": "ben",
+        "reason": "second visit succeeded",
+        "assignee": "",
+        "state": "resolved",
+    }
+    assert list(done.actions.values_list("action", "state")) == [
+        ("acknowledge", "acknowledged"),
+        ("assign", "acknowledged"),
+        ("comment", "acknowledged"),
+        ("resolve", "resolved"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"action": "resolve", "by": "ana"}, "reason"),
+        ({"action": "resolve", "by": "ana", "reason": "  "}, "reason"),
+        ({"action": "assign", "by": "ana"}, "assignee"),
+        ({"action": "comment", "by": "ana", "reason": "x", "assignee": "ben"}, "assignee"),
+        ({"action": "delete", "by": "ana", "reason": "x"}, "action"),
+        ({"action": "comment", "by": "", "reason": "x"}, "by"),
+        ({"action": "comment", "by": "ana", "reason": "a\x00b"}, "reason"),
+        ({"action": "comment", "by": "ana", "reason": ["x"]}, "reason"),
+        ({"action": "comment", "by": "ana", "reason": "x" * 2001}, "reason"),
+    ],
+)
+def test_bad_actions_name_the_field_and_write_nothing(alert, kwargs, field):
+    size = ledger.ledger_size()
+    with pytest.raises(ValidationError) as error:
+        alert_act(alert, **kwargs)
+    assert field in error.value.message_dict
+    assert ledger.ledger_size() == size and Alert.objects.get(pk=alert.pk).state == "open"
+
+
+@pytest.mark.parametrize("closing", ["resolve", "false_positive", "supersede"])
+def test_a_closed_alert_takes_comments_only(alert, closing):
+    alert_act(alert, action=closing, by="ana", reason="done")
+    with pytest.raises(ValidationError, match="only comments"):
+        alert_act(alert, action="acknowledge", by="ana")
+    assert alert_act(alert, action="comment", by="ana", reason="for the record").state != "open"
