@@ -22,13 +22,18 @@ def _broker() -> dict:
 def _ledger() -> dict:
     size = selectors.ledger_size()
     latest = selectors.checkpoint_latest()
-    return {
+    report = {
         "ok": True,
         "size": size,
         "checkpoint_size": latest.size if latest else None,
         "checkpoint_root": bytes(latest.root).hex() if latest else None,
         "unsigned_entries": size - (latest.size if latest else 0),
     }
+    if latest is not None:
+        problem = selectors.checkpoint_problem(size, latest)
+        if problem:
+            report.update(ok=False, error=problem, unsigned_entries=max(report["unsigned_entries"], 0))
+    return report
 
 
 def healthz(request):

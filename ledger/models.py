@@ -9,6 +9,14 @@ import pgtrigger
 from django.db import models
 
 APPEND_ONLY = pgtrigger.Protect(name="append_only", operation=pgtrigger.Update | pgtrigger.Delete)
+# TRUNCATE is a statement, unseen by row triggers: refused by a statement-level trigger of its own.
+NO_TRUNCATE = pgtrigger.Trigger(
+    name="no_truncate",
+    operation=pgtrigger.Truncate,
+    level=pgtrigger.Statement,
+    when=pgtrigger.Before,
+    func="RAISE EXCEPTION 'append-only: TRUNCATE of % refused', TG_TABLE_NAME;",
+)
 
 
 class Entry(models.Model):
@@ -27,7 +35,7 @@ class Entry(models.Model):
     class Meta:
         ordering = ["seq"]
         verbose_name_plural = "entries"
-        triggers = [APPEND_ONLY]
+        triggers = [APPEND_ONLY, NO_TRUNCATE]
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.kind} by {self.actor}"
@@ -45,7 +53,7 @@ class TreeNode(models.Model):
     hash = models.BinaryField(max_length=32)
 
     class Meta:
-        triggers = [APPEND_ONLY]
+        triggers = [APPEND_ONLY, NO_TRUNCATE]
 
 
 class Checkpoint(models.Model):
@@ -59,7 +67,7 @@ class Checkpoint(models.Model):
     class Meta:
         ordering = ["-size"]
         get_latest_by = "size"
-        triggers = [APPEND_ONLY]
+        triggers = [APPEND_ONLY, NO_TRUNCATE]
 
     def __str__(self) -> str:
         return f"checkpoint size={self.size}"
@@ -97,4 +105,4 @@ class Cosignature(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["checkpoint", "witness"], name="one_cosignature_per_witness")]
-        triggers = [APPEND_ONLY]
+        triggers = [APPEND_ONLY, NO_TRUNCATE]

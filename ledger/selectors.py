@@ -150,6 +150,21 @@ def checkpoint_latest() -> Checkpoint | None:
     return Checkpoint.objects.order_by("-size").first()
 
 
+def checkpoint_problem(size: int, checkpoint: Checkpoint, check_root: bool = True) -> str | None:
+    """Why a log of ``size`` entries does not extend ``checkpoint``, or None (O(log n) rows)."""
+    if size < checkpoint.size:
+        return f"the log has {size} entries, fewer than its signed checkpoint of size {checkpoint.size}"
+    if not check_root:
+        return None
+    try:
+        root = root_at(checkpoint.size)
+    except RuntimeError as error:
+        return str(error)
+    if root != bytes(checkpoint.root):
+        return f"the log's first {checkpoint.size} entries do not match its signed checkpoint"
+    return None
+
+
 def checkpoint_text(checkpoint: Checkpoint) -> str:
     """The signed checkpoint with every witness cosignature we hold for its size appended."""
     lines = checkpoint.cosignatures.order_by("witness__name").values_list("line", flat=True)

@@ -21,8 +21,9 @@ from django.db import connection, transaction
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from . import chain, keys, merkle, note
+from . import chain, keys, merkle, note, selectors
 from .bulk import insert_rows
+from .chain import LedgerFault
 from .models import Checkpoint, Cosignature, Entry, TreeNode, Witness
 from .selectors import frontier_hashes
 
@@ -72,6 +73,7 @@ def append_entries(entries: Sequence[NewEntry]) -> list[Entry]:
     with transaction.atomic():
         _lock_ledger()
         size, prev_hash, prev_time = _head()
+        _refuse_if_behind_its_checkpoint(size)
         when = max(timezone.now(), prev_time) if prev_time else timezone.now()
         rows = _build_rows(entries, size, prev_hash, when)
         frontier = frontier_hashes(size)
@@ -81,6 +83,27 @@ def append_entries(entries: Sequence[NewEntry]) -> list[Entry]:
         if size == 0:
             checkpoint_sign()  # the first entry is signed for at once: a non-empty log always has a checkpoint
     return rows
+
+
+# (size, root) of the latest checkpoint whose prefix this process has checked: the root once, the size always.
+_extends_checkpoint: tuple[int, bytes] | None = None
+
+
+def _refuse_if_behind_its_checkpoint(size: int) -> None:
+    """Nothing appends to, or signs, a log that does not extend its latest signed checkpoint.
+
+    A log that shrank (a TRUNCATE past the triggers, a restored old backup) or was refilled differently
+    would otherwise grow a fork that contradicts what witnesses and verifiers hold.
+    """
+    global _extends_checkpoint
+    latest = Checkpoint.objects.order_by("-size").first()
+    if latest is None:
+        return
+    known = (latest.size, bytes(latest.root))
+    problem = selectors.checkpoint_problem(size, latest, check_root=known != _extends_checkpoint)
+    if problem:
+        raise LedgerFault(min(size, latest.size), problem)
+    _extends_checkpoint = known
 
 
 GENESIS_KIND = "ledger.opened"
@@ -190,6 +213,7 @@ def checkpoint_sign() -> Checkpoint:
     with transaction.atomic():
         _lock_ledger()
         size, _, _ = _head()
+        _refuse_if_behind_its_checkpoint(size)
         latest = Checkpoint.objects.order_by("-size").first()
         if latest is not None and latest.size == size:
             return latest

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 
+import pgtrigger
 import pytest
 from django.db import connection
 
@@ -23,19 +24,28 @@ def _sqlite_append_only_triggers(request):
 
     Django flushes the tables of a transactional test with DELETE, which the
     triggers rightly refuse, so they are lifted just for that flush and put
-    back at the start of the next test. PostgreSQL flushes with TRUNCATE,
-    which row triggers do not see.
+    back at the start of the next test. PostgreSQL flushes with TRUNCATE, which
+    the statement-level no_truncate triggers refuse: they are lifted likewise.
     """
     uses_db = request.node.get_closest_marker("django_db") or {"db", *TRANSACTIONAL_FIXTURES} & set(
         request.fixturenames
     )
-    if not uses_db or connection.vendor != "sqlite":
+    if not uses_db:
         yield
         return
-    _sqlite_triggers(install=True)
+    lift = _sqlite_triggers if connection.vendor == "sqlite" else _postgres_truncate_triggers
+    lift(install=True)
     yield
     if _test_is_transactional(request):
-        _sqlite_triggers(install=False)
+        lift(install=False)
+
+
+NO_TRUNCATE = [f"ledger.{model}:no_truncate" for model in ("Entry", "TreeNode", "Checkpoint", "Cosignature")]
+
+
+def _postgres_truncate_triggers(install: bool) -> None:
+    """PostgreSQL flushes with TRUNCATE, which the no_truncate triggers rightly refuse: lifted for the flush only."""
+    (pgtrigger.enable if install else pgtrigger.disable)(*NO_TRUNCATE)
 
 
 def _sqlite_triggers(install: bool) -> None:
@@ -44,3 +54,9 @@ def _sqlite_triggers(install: bool) -> None:
             for operation in ("UPDATE", "DELETE"):
                 create, drop = append_only_migration._statements(table, operation)
                 cursor.execute(create if install else drop)
+
+
+def pytest_runtest_setup(item):
+    """``@pytest.mark.postgres``: runs in the PostgreSQL leg only (as tests.helpers.requires_postgres)."""
+    if item.get_closest_marker("postgres") and connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL leg only (set DATABASE_URL)")

@@ -5,6 +5,7 @@ from unittest import mock
 import pytest
 
 from ledger import services
+from ledger.models import Checkpoint
 from tests.factories import append_sample_entries
 
 pytestmark = pytest.mark.django_db
@@ -27,3 +28,14 @@ def test_broker_down_gives_503(client):
         response = client.get("/healthz")
     assert response.status_code == 503
     assert response.json()["broker"] == {"ok": False, "error": "ConnectionError: broker unreachable"}
+
+
+@pytest.mark.parametrize("forged_size", [9, 7])  # fewer entries than signed for; the same size, another root
+def test_a_log_that_does_not_extend_its_checkpoint_is_503(client, forged_size):
+    append_sample_entries(5)
+    append_sample_entries(2)
+    Checkpoint.objects.create(size=forged_size, root=b"\x07" * 32, note="forged\n")
+    response = client.get("/healthz")
+    body = response.json()["ledger"]
+    assert response.status_code == 503 and body["ok"] is False and "checkpoint" in body["error"]
+    assert body["unsigned_entries"] >= 0

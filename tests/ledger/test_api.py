@@ -5,6 +5,7 @@ import time
 
 import pytest
 from django.conf import settings
+from django.test import Client
 from nacl.signing import SigningKey
 from rest_framework.test import APIClient
 
@@ -255,3 +256,14 @@ def test_batched_inclusion_proofs_equal_single_ones(log):
     indices = [0, 5, 17, 31, 36]
     batched = selectors.inclusion_proofs(indices, 37)
     assert batched == {index: selectors.inclusion_proof(index, 37) for index in indices}
+
+
+def test_a_write_to_a_log_behind_its_checkpoint_is_503_not_500(api, log, witness_key, django_user_model):
+    """The API (exception handler) and the admin (middleware) both answer 503, and nothing is appended."""
+    Checkpoint.objects.create(size=10_000, root=b"\x07" * 32, note="forged\n")
+    size = Entry.objects.count()
+    client = Client(raise_request_exception=False)
+    client.force_login(django_user_model.objects.create_superuser("root-503", "r@example.org", "pw-503-long"))
+    response = client.post("/admin/ledger/witness/add/", {"verifier_key": witness_vkey(witness_key, "w.example/503")})
+    assert response.status_code == 503 and "refuses writes" in response.json()["detail"]
+    assert Entry.objects.count() == size

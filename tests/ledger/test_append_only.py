@@ -35,6 +35,17 @@ def test_raw_sql_update_and_delete_fail(statement):
     assert _snapshot() == before
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("table", ["ledger_entry", "ledger_treenode", "ledger_checkpoint", "ledger_cosignature"])
+def test_truncate_fails_on_postgres(table):
+    append_sample_entries(4)
+    services.checkpoint_sign()
+    before = _snapshot()
+    with pytest.raises(DatabaseError, match="append-only: TRUNCATE"), transaction.atomic(), connection.cursor() as c:
+        c.execute(f"TRUNCATE {table} CASCADE")
+    assert _snapshot() == before
+
+
 def test_orm_update_and_delete_fail():
     append_sample_entries(2)
     entry = Entry.objects.get(seq=0)

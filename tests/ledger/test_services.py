@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from ledger import merkle, note, selectors, services
+from ledger.chain import LedgerFault
 from ledger.models import Checkpoint, Entry, TreeNode
 from tests.factories import append_sample_entries
 
@@ -129,3 +130,28 @@ def selectors_key() -> str:
     from ledger import keys
 
     return keys.verifier_key()
+
+
+def _forge_checkpoint(size: int, root: bytes = b"\x07" * 32) -> None:
+    """What a log looks like after it lost entries behind a signed checkpoint (a truncation, an old backup)."""
+    Checkpoint.objects.create(size=size, root=root, note="forged for the test\n")
+
+
+def test_a_log_smaller_than_its_checkpoint_refuses_appends_and_signing():
+    append_sample_entries(5)
+    _forge_checkpoint(9)
+    with pytest.raises(LedgerFault, match="fewer than its signed checkpoint"):
+        append_sample_entries(1)
+    with pytest.raises(LedgerFault):
+        services.checkpoint_sign()
+    assert selectors.ledger_size() == 5 and Checkpoint.objects.order_by("-size").first().size == 9
+
+
+def test_a_log_that_does_not_extend_its_checkpoint_refuses_appends():
+    append_sample_entries(5)
+    services.checkpoint_sign()
+    append_sample_entries(2)  # the process has now seen the log extend size 5
+    _forge_checkpoint(7)  # same size as the log, another root: a fork
+    with pytest.raises(LedgerFault, match="do not match its signed checkpoint"):
+        append_sample_entries(1)
+    assert selectors.ledger_size() == 7
