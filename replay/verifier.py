@@ -37,6 +37,7 @@ from nacl.signing import VerifyKey
 
 from . import chips, coverage, hashing, models
 from .bisect import dispute
+from .determinism import REL_WINDOW
 from .engine import Budget, BudgetExhausted, Mismatch, Replayer
 from .firmware import parse_record, verify_log
 from .train import initial_state, lr_at
@@ -283,6 +284,9 @@ def verify(
         "segments_total": 0,
         "coverage": 0.0,
         "screen": None,
+        "flops": 0.0,
+        "steps": 0,
+        "rules": {},
     }
     reasons: list[str] = []
     started = time.monotonic()
@@ -336,6 +340,7 @@ def verify(
         report["segments_replayed"] = sorted(done)
         report["coverage"] = coverage.coverage(starts, earlier | done)
         report["replayed_steps"] = replayer.steps
+        report["checks"]["rounding_window"] = {"max_ratio": replayer.max_window, "threshold": REL_WINDOW}
     except MalformedTranscript as e:
         report["seconds"] = round(time.monotonic() - started, 3)
         return Verdict("malformed", [e.reason], report)
