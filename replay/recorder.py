@@ -80,6 +80,10 @@ class Recorder:
         """(batch of step t, its inclusion proofs): the sampler's draw. A cheating prover overrides this."""
         return self.batches.draw(t)
 
+    def after_step(self, model, state):
+        """The state after a step, as recorded. A cheating prover overrides this."""
+        return state
+
     def run(self) -> Path:
         out = self.out
         out.mkdir(parents=True, exist_ok=True)
@@ -95,6 +99,7 @@ class Recorder:
             started = time.perf_counter()
             rounder = Rounder("record") if self.precision == "det64" else None
             state, loss = train_step(model, state, batch, self.optimizer, self.precision, rounder)
+            state = self.after_step(model, state)
             log = encode_log(rounder.entries) if rounder is not None else None
             self.step_seconds.append(time.perf_counter() - started)
             records.append({"data": batch_digest(batch), "loss": loss})
