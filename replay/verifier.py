@@ -157,7 +157,9 @@ def _check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Trans
                     f"claim {serial}#{rec['counter']} quotes hash {c['hash'][:16]}..., the chip logged {rec['hash'][:16]}..."
                 )
             elif c["time"] != rec["time"]:
-                reasons.append(f"claim {serial}#{rec['counter']} quotes time {c['time']}, the chip logged {rec['time']}")
+                reasons.append(
+                    f"claim {serial}#{rec['counter']} quotes time {c['time']}, the chip logged {rec['time']}"
+                )
     for key in sorted(set(claimed) - logged):
         reasons.append(f"claim {key[0]}#{key[1]} has no logged snapshot")
     return reasons

@@ -53,4 +53,4 @@ def test_no_honest_transcript_trips_the_rule(tmp_path_factory, arch, seed):
     assert all(c["ok"] for c in v.details["claims"]), v.reasons
     assert not any("2^-24" in r for r in v.reasons), v.reasons
     ratio = v.details["checks"]["rounding_window"]["max_ratio"]
-    assert 0 < ratio < REL_WINDOW / 100  # entries were applied, with two orders of magnitude to spare
+    assert ratio < REL_WINDOW / 100  # two orders of magnitude to spare (0: no entry in so short a run)
