@@ -100,13 +100,16 @@ def check(
     events: dict[str, list[dict]] = {}
     for serial, rows in history.items():
         events.setdefault(serial, []).extend({**h, "run": h["manifest"]} for h in rows)
+    untimed = sum(c["at"] is None for c in claims)
     for c in claims:
+        if c["at"] is None:
+            continue
         events.setdefault(c["serial"], []).append(
             {"counter": c["counter"], "step": c["step"], "at": c["at"], "time": c["time"], "run": run}
         )
     for serial, evs in sorted(events.items()):
         reasons += _chip(serial[:64], evs, run, peak, flops_per_step)
-    return reasons, {"chips": len(events), "pace_checked": peak is not None, "peak_flops": peak}
+    return reasons, {"chips": len(events), "pace_checked": peak is not None, "peak_flops": peak, "untimed": untimed}
 
 
 def _chip(serial: str, evs: list[dict], run: str, peak, flops_per_step: float) -> list[str]:
