@@ -1,27 +1,79 @@
 """Command line: record a bundled example, or verify a transcript.
 
     python -m replay record --arch {mlp,cnn,gpt} --steps N --out DIR [--chips 4] [--seed S]
-    python -m replay verify DIR --claims FILE [--snapshots FILE] [--keys FILE] --json
+    python -m replay verify SOURCE --claims FILE --json [--nonce HEX] [--snapshots FILE] [--keys FILE]
 
-verify prints the verdict and exits 0 (verified), 1 (rejected) or 2 (malformed). Both honour the
-caller's thread count (OMP_NUM_THREADS; torch reads it at start-up).
+SOURCE is a transcript directory or an http(s) URL of one (fetched first, in this process, by
+replay.fetch). verify prints the verdict and exits 0 (verified), 1 (rejected), 2 (malformed) or 3
+(error: the verifier itself failed -- never the prover's fault). --nonce must carry at least 16
+bytes; when omitted one is drawn (secrets.token_hex(16)) and reported. Both commands honour the
+caller's thread count (OMP_NUM_THREADS; torch reads it at start-up). docs/transcripts.md has the
+output's fields.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 
 from .models import ARCHS
 from .recorder import Recorder
 from .verifier import Budget, verify
 
-EXIT = {"verified": 0, "rejected": 1, "malformed": 2}
+EXIT = {"verified": 0, "rejected": 1, "malformed": 2, "error": 3}
+MIN_NONCE_BYTES = 16
+FETCH_MAX_BYTES = 8 << 30
+FETCH_MAX_FILES = 100_000
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; a crash of the verifier itself is the verdict "error" (exit 3), never a rejection."""
+    try:
+        return _main(argv)
+    except SystemExit:
+        raise
+    except BaseException as e:  # MemoryError, RecursionError, a bug: the verifier failed, not the prover
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        traceback.print_exc(file=sys.stderr)
+        _emit({"verdict": "error", "reasons": [f"the verifier failed: {type(e).__name__}"]}, as_json=True)
+        return EXIT["error"]
+
+
+EMPTY = {  # every field of the contract's output, for verdicts reached before any check ran
+    "mismatch_step": None,
+    "nonce": "",
+    "segments_replayed": [],
+    "segments_total": 0,
+    "coverage": 0.0,
+    "screen": None,
+    "flops": 0.0,
+    "steps": 0,
+    "rules": {},
+}
+
+
+def _emit(out: dict, as_json: bool) -> None:
+    out = {**EMPTY, **out}
+    if as_json:
+        print(json.dumps(out, indent=1, default=str))
+    else:
+        print(out["verdict"])
+        for reason in out["reasons"]:
+            print(f"  - {reason}")
+
+
+def _refuse(reason: str, as_json: bool, nonce: str = "") -> int:
+    _emit({"verdict": "malformed", "reasons": [reason], "nonce": nonce}, as_json)
+    return EXIT["malformed"]
+
+
+def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -36,17 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--precision", choices=["det64", "float32"], default="det64")
     r.add_argument("--snapshot-rate", type=float, default=0.05, help="snapshots per chip per step (Poisson)")
     v = sub.add_parser("verify", help="verify a transcript against the prover's claims")
-    v.add_argument("dir", type=Path)
+    v.add_argument("dir", help="transcript directory, or an http(s) URL of one")
     v.add_argument("--claims", type=Path, required=True)
     v.add_argument("--snapshots", type=Path, help="the chips' signed logs (JSON lines)")
     v.add_argument("--keys", type=Path, help="chip public keys {serial: base64}; default DIR/chips.json (demo only)")
-    v.add_argument("--nonce", default="", help="verifier's nonce (hex), drawn after the prover committed")
+    v.add_argument("--nonce", help="verifier's nonce (hex, >= 16 bytes), drawn after the prover committed")
     v.add_argument("--max-seconds", type=float, default=600.0)
     v.add_argument("--max-steps", type=int)
     v.add_argument("--segments", type=int, default=2, help="random segments to replay")
     v.add_argument("--max-flops", type=float, default=1e26, help="rule threshold on training compute")
     v.add_argument("--device", default="cpu")
     v.add_argument("--json", action="store_true", help="print the full verdict as JSON")
+    v.add_argument("--allow-host", action="append", default=[], help="a host the fetch may reach though private")
     args = p.parse_args(argv)
 
     if args.cmd == "record":
@@ -64,13 +117,37 @@ def main(argv: list[str] | None = None) -> int:
         print(out)
         return 0
 
+    raw = secrets.token_hex(MIN_NONCE_BYTES) if args.nonce is None else args.nonce
     try:
-        nonce = bytes.fromhex(args.nonce)
+        nonce = bytes.fromhex(raw)
     except ValueError:
-        p.error("--nonce must be hex")
-    keys = args.keys or (args.dir / "chips.json" if args.snapshots else None)
+        return _refuse("--nonce must be hex", args.json)
+    if len(nonce) < MIN_NONCE_BYTES:
+        return _refuse(f"--nonce must carry at least {MIN_NONCE_BYTES} bytes of randomness", args.json, raw)
+    with tempfile.TemporaryDirectory(prefix="replay-fetch-") as tmp:
+        if args.dir.startswith(("http://", "https://")):
+            from .fetch import FetchRefused, fetch_transcript
+
+            try:
+                src = fetch_transcript(
+                    args.dir,
+                    Path(tmp),
+                    max_bytes=FETCH_MAX_BYTES,
+                    max_files=FETCH_MAX_FILES,
+                    deadline_s=args.max_seconds,
+                    allowed_hosts=frozenset(args.allow_host),
+                )
+            except FetchRefused as e:
+                return _refuse(f"transcript not fetched: {e}", args.json, nonce.hex())
+        else:
+            src = Path(args.dir)
+        return _verify(args, src, nonce)
+
+
+def _verify(args, src: Path, nonce: bytes) -> int:
+    keys = args.keys or (src / "chips.json" if args.snapshots else None)
     verdict = verify(
-        args.dir,
+        src,
         args.claims,
         Budget(args.max_seconds, args.max_steps, args.segments),
         snapshots=args.snapshots,
@@ -79,12 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         rules={"max_training_flops": args.max_flops},
         device=args.device,
     )
-    if args.json:
-        print(json.dumps(verdict.to_json(), indent=1, default=str))
-    else:
-        print(verdict.verdict)
-        for reason in verdict.reasons:
-            print(f"  - {reason}")
+    _emit(verdict.to_json(), args.json)
     return EXIT[verdict.verdict]
 
 

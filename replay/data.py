@@ -3,14 +3,18 @@
 blobs: Gaussian clusters for the MLP. shapes: noisy 1-channel images of four pattern classes
 (horizontal, vertical, diagonal stripes, checkerboard) for the CNN. text: a tiny char-level corpus
 of sentences from a small grammar for the GPT. A dataset is used only by the prover: the batches it
-trained on are stored in the transcript and committed to by hash, so the verifier never
-regenerates them.
+trained on are committed to by a Merkle root (dataset.py) and drawn by the sampler; the transcript
+carries the drawn examples with their inclusion proofs, so the verifier never regenerates them.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
+
+from .dataset import Committed
 
 WORDS = {
     "det": ["the", "a", "every", "one"],
@@ -55,26 +59,37 @@ def text(chars: int, seed: int) -> tuple[torch.Tensor, str]:
 ALPHABET_SIZE = len(text(10, 0)[1])
 
 
-class Batches:
-    """The prover's batch stream for an architecture: batch t is a function of (seed, t)."""
+def _range(x: torch.Tensor) -> list[float]:
+    """A declared input range holding every value of x (whole numbers, so it reads well in the manifest)."""
+    return [float(math.floor(float(x.min()))), float(math.ceil(float(x.max())))]
 
-    def __init__(self, arch: str, config: dict, batch: int, seed: int):
-        self.arch, self.config, self.batch, self.seed = arch, config, batch, seed
-        if arch == "mlp":
-            self.x, self.y = blobs(4096, config["sizes"][0], config["sizes"][-1], seed)
-        elif arch == "cnn":
-            self.x, self.y = shapes(2048, config["image"], config["classes"], seed, config["in_channels"])
-        else:
-            if config["vocab"] < ALPHABET_SIZE:
-                raise ValueError(f"gpt vocab must be >= {ALPHABET_SIZE} for the bundled text")
-            self.ids, self.alphabet = text(20_000, seed)
+
+def bundled(arch: str, config: dict, seed: int, seq: int | None = None) -> Committed:
+    """The bundled dataset of an architecture, committed (gpt: rows of seq + 1 tokens, x the first seq)."""
+    if arch == "mlp":
+        x, y = blobs(4096, config["sizes"][0], config["sizes"][-1], seed)
+        return Committed(x, y, "blobs", _range(x))
+    if arch == "cnn":
+        x, y = shapes(2048, config["image"], config["classes"], seed, config["in_channels"])
+        return Committed(x, y, "shapes", _range(x))
+    if config["vocab"] < ALPHABET_SIZE:
+        raise ValueError(f"gpt vocab must be >= {ALPHABET_SIZE} for the bundled text")
+    seq = seq or config["block"]
+    ids, _ = text(max(20_000, 256 * (seq + 1)), seed)
+    rows = ids[: len(ids) // (seq + 1) * (seq + 1)].view(-1, seq + 1)
+    return Committed(rows[:, :-1].contiguous(), rows[:, 1:].contiguous(), "text", None)
+
+
+class Batches:
+    """The prover's batch stream: batch t is the sampler's draw (dataset.sample) from the committed dataset."""
+
+    def __init__(self, arch: str, config: dict, batch: int, seed: int, data: Committed | None = None):
+        self.batch, self.seed = batch, seed
+        self.data = data or bundled(arch, config, seed)
+
+    def draw(self, t: int) -> tuple[dict[str, torch.Tensor], bytes]:
+        """(batch of step t, its examples' concatenated inclusion proofs)."""
+        return self.data.draw(self.seed, t, self.batch)
 
     def __call__(self, t: int) -> dict[str, torch.Tensor]:
-        rng = np.random.default_rng([self.seed, t])
-        if self.arch == "gpt":
-            block = self.config["block"]
-            start = torch.from_numpy(rng.integers(0, len(self.ids) - block - 1, self.batch))
-            rows = torch.stack([self.ids[s : s + block + 1] for s in start.tolist()])
-            return {"x": rows[:, :-1].contiguous(), "y": rows[:, 1:].contiguous()}
-        idx = torch.from_numpy(rng.integers(0, len(self.y), self.batch))
-        return {"x": self.x[idx].contiguous(), "y": self.y[idx].contiguous()}
+        return self.draw(t)[0]

@@ -40,8 +40,13 @@ a float32 ulp, which happens under heavy cancellation -- the entry carries all 3
 
 The verifier only applies the log; it never needs to find the close calls itself. It refuses an
 entry whose value is not inside its own window: a prover may choose only among roundings that a
-conforming machine could have produced, never move a value by more, so the log cannot steer
-training. (Near zero: +0 and -0 are neighbours on the number line, so a sign-of-zero coin toss
+conforming machine could have produced, never move a value by more. And it refuses an entry whose
+window is not close: DECODE * err must be at most REL_WINDOW = 2^-24 (float32's unit roundoff) of
+the largest |value| at that rounding point, so a logged choice moves a value by less than one
+float32 rounding of the tensor's own scale. Honest windows are ~K u (sum|terms| / max|v|) <= 7e-11
+measured over the bundled architectures (850x margin); the steering construction, terms near 2^64
+cancelling to exact zeros, needs windows of ~1e5 around outputs of 0 (ratio ~1e305 or infinite).
+So the log cannot steer training. (Near zero: +0 and -0 are neighbours on the number line, so a sign-of-zero coin toss
 is a close call like any other.)
 
 Log format (one step, bytes): version byte, varint number of rounding points with entries, then
@@ -71,6 +76,7 @@ DECODE = 4.0  # verifier resolves a logged element inside v' +- DECODE * err
 WIDE = 8.0  # prover writes all 32 bits when v +- WIDE * err holds more than two float32 values
 SLOTS = 16  # rounding points per op (key = op_id * SLOTS + slot)
 LOG_VERSION = 1
+REL_WINDOW = 2.0**-24  # a logged entry's window (DECODE * err) relative to the point's max |value|
 MAX_LOG_ENTRIES = 1 << 22
 
 
@@ -472,6 +478,7 @@ class Rounder:
     perturb: object = None
     lenient: bool = False
     names: list = field(default_factory=list)
+    max_ratio: float = 0.0  # replay: the widest applied window relative to its point's scale
 
     def op(self, name: str) -> int:
         """Allocate the id of the next op (forward call order); its rounding points are id * SLOTS + slot."""
@@ -548,7 +555,17 @@ class Rounder:
         flat = r.view(-1)
         own = None
         out = []
+        scale = float(v.detach().abs().max()) if v.numel() else 0.0
         for j, (x, e, code) in enumerate(zip(v.reshape(-1)[idx].tolist(), (bound.at(idx) * DECODE).tolist(), codes)):
+            if not e <= REL_WINDOW * scale:  # also NaN; a zero scale admits only zero windows
+                if not self.lenient:
+                    raise LogMismatch(
+                        f"rounding point {self.name(key)}: logged element {idx_list[j]} has a window of "
+                        f"+-{e:.3g}, wider than 2^-24 of the largest |value| there ({scale:.3g}): not a close call"
+                    )
+                e = 0.0  # lenient: no choice there (our own rounding below)
+            elif e > 0:
+                self.max_ratio = max(self.max_ratio, e / scale)
             lo, hi = _ord32(_f32_bits(x - e)), _ord32(_f32_bits(x + e))
             if isinstance(code, bool):  # narrow: the one of the window's (at most) two floats with this parity
                 o = lo if (lo & 1) == code else hi

@@ -45,6 +45,7 @@ class Replayer:
         self.tr, self.budget, self.device = tr, budget, torch.device(device)
         self.model = models.build(tr.arch, tr.config)
         self.started, self.steps = started or time.monotonic(), 0
+        self.max_window = 0.0  # widest applied rounding-log window relative to its point's scale
 
     def step(self, state: State, t: int, batch: dict, log: bytes | None) -> State:
         """One step from the transcript's batch and rounding log; the loss must be the recorded one."""
@@ -65,6 +66,8 @@ class Replayer:
             )
         except LogMismatch as e:
             raise Mismatch(t, f"rounding log does not fit the replay ({e})") from None
+        if rounder is not None:
+            self.max_window = max(self.max_window, rounder.max_ratio)
         if loss != self.tr.manifest["records"][t]["loss"]:
             raise Mismatch(
                 t, f"replayed loss {loss!r} differs from the recorded {self.tr.manifest['records'][t]['loss']!r}"

@@ -76,6 +76,14 @@ class Recorder:
         self.batches = batches or data.Batches(arch, self.config, self.batch, seed)
         self.step_seconds: list[float] = []  # the prover's time per training step (for benchmarks)
 
+    def draw(self, t: int):
+        """(batch of step t, its inclusion proofs): the sampler's draw. A cheating prover overrides this."""
+        return self.batches.draw(t)
+
+    def after_step(self, model, state):
+        """The state after a step, as recorded. A cheating prover overrides this."""
+        return state
+
     def run(self) -> Path:
         out = self.out
         out.mkdir(parents=True, exist_ok=True)
@@ -87,14 +95,15 @@ class Recorder:
         records, checkpoints, segments, segment, claims = [], {}, {}, [], []
         checkpoints["0"] = write_checkpoint(out, state)
         for t in tqdm(range(self.steps), desc=f"record {self.arch}", disable=not self.progress, file=sys.stderr):
-            batch = self.batches(t)
+            batch, proofs = self.draw(t)
             started = time.perf_counter()
             rounder = Rounder("record") if self.precision == "det64" else None
             state, loss = train_step(model, state, batch, self.optimizer, self.precision, rounder)
+            state = self.after_step(model, state)
             log = encode_log(rounder.entries) if rounder is not None else None
             self.step_seconds.append(time.perf_counter() - started)
             records.append({"data": batch_digest(batch), "loss": loss})
-            segment.append((t, batch, log))
+            segment.append((t, batch, proofs, log))
             for chip, rec in firmware.tick(state.step, hashing.shard_hashes(state.params, layout)):
                 claims.append(
                     {
@@ -103,6 +112,7 @@ class Recorder:
                         "shard": rec["shard"],
                         "hash": rec["hash"],
                         "step": state.step,
+                        "time": rec["time"],
                     }
                 )
             if state.step in stops:
@@ -121,7 +131,7 @@ class Recorder:
             "steps": self.steps,
             "checkpoint_interval": self.interval,
             "shards": layout,
-            "dataset": {"name": {"mlp": "blobs", "cnn": "shapes", "gpt": "text"}[self.arch], "seed": self.seed},
+            "dataset": self.batches.data.commitment(),
             "reported_flops": self.steps * models.training_flops(self.arch, self.config, spec),
             "records": records,
             "checkpoints": checkpoints,

@@ -5,12 +5,15 @@ Layout of a transcript directory:
     manifest.json                      the commitment (below); canonical JSON, its SHA-256 is the manifest hash
     checkpoints/<step:08d>.safetensors  float32 'param:<name>' and '<buffer>:<name>' (optimizer state)
     segments/<start:08d>.safetensors    for each step t of the segment [start, next checkpoint):
-                                        'x:<t>', 'y:<t>' (the batch) and, in det64, 'log:<t>' (uint8 rounding log)
+                                        'x:<t>', 'y:<t>' (the batch), 'proof:<t>' (uint8: the inclusion proofs of
+                                        its examples in the committed dataset, dataset.py) and, in det64,
+                                        'log:<t>' (uint8 rounding log)
 
 manifest.json (format "chipledger-replay/1"): arch (allow-list) and config, precision ("det64" or
 "float32"), seed, optimizer (sgd with momentum / adamw, hyper-parameters, learning-rate schedule),
 batch (dtype and shape of x and y), steps, checkpoint_interval, shards (the layout over chip
-serials), dataset (informational), reported_flops (the prover's declaration), records (per step:
+serials), dataset (the data commitment: name, Merkle root, size, input range; dataset.py),
+reported_flops (the prover's declaration), records (per step:
 "data", SHA-256 of the exact batch tensors in order, and "loss", the float32 loss), checkpoints
 and segments ({step: SHA-256 of the file's bytes}). The manifest hash therefore commits to every
 byte of the transcript.
@@ -36,7 +39,7 @@ import safetensors.torch
 import torch
 from safetensors.torch import load as load_safetensors_bytes
 
-from . import models
+from . import dataset, models
 from .train import OPTIMIZERS, State
 
 FORMAT = "chipledger-replay/1"
@@ -105,10 +108,12 @@ def write_checkpoint(root: Path, state: State) -> str:
     return sha256(path.read_bytes())
 
 
-def write_segment(root: Path, start: int, steps: list[tuple[int, dict, bytes | None]]) -> str:
+def write_segment(root: Path, start: int, steps: list[tuple[int, dict, bytes, bytes | None]]) -> str:
+    """steps: [(t, batch, inclusion proofs, rounding log or None)]."""
     tensors = {}
-    for t, batch, log in steps:
+    for t, batch, proofs, log in steps:
         tensors[f"x:{t}"], tensors[f"y:{t}"] = batch["x"].contiguous(), batch["y"].contiguous()
+        tensors[f"proof:{t}"] = torch.frombuffer(bytearray(proofs), dtype=torch.uint8)
         if log is not None:
             tensors[f"log:{t}"] = torch.frombuffer(bytearray(log), dtype=torch.uint8)
     path = segment_path(root, start)
@@ -262,6 +267,25 @@ def validate_optimizer(o: dict, steps: int) -> None:
     validate_schedule(o["lr"], steps)
 
 
+def validate_dataset(d, arch: str) -> None:
+    _keys(d, {"name", "root", "size", "x_range"}, "dataset")
+    if not isinstance(d["name"], str) or not 1 <= len(d["name"]) <= 64 or not d["name"].isprintable():
+        raise MalformedTranscript("dataset.name must be a printable string of 1..64 characters")
+    _hex(d["root"], "dataset.root")
+    _int(d["size"], 1, dataset.MAX_SIZE, "dataset.size")
+    r = d["x_range"]
+    if arch == "gpt":
+        if r is not None:
+            raise MalformedTranscript("dataset.x_range must be null for token inputs (the vocab bounds them)")
+        return
+    if not isinstance(r, list) or len(r) != 2:
+        raise MalformedTranscript("dataset.x_range must be [low, high]")
+    for v in r:
+        _num(v, -dataset.MAX_INPUT, dataset.MAX_INPUT, "dataset.x_range[]")
+    if r[0] > r[1]:
+        raise MalformedTranscript("dataset.x_range must have low <= high")
+
+
 MANIFEST_KEYS = {
     "format",
     "arch",
@@ -300,7 +324,7 @@ def validate_manifest(m) -> dict:
     steps = _int(m["steps"], 1, MAX_STEPS, "steps")
     interval = _int(m["checkpoint_interval"], 1, steps, "checkpoint_interval")
     validate_optimizer(m["optimizer"], steps)
-    _keys(m["dataset"], {"name", "seed"}, "dataset")
+    validate_dataset(m["dataset"], m["arch"])
     _int(m["reported_flops"], 0, 10**40, "reported_flops")
 
     b = _keys(m["batch"], {"x", "y"}, "batch")
@@ -399,14 +423,22 @@ class Transcript:
         return State.from_tensors(step, tensors, self.names, self.buffers)
 
     def segment(self, start: int) -> list[tuple[int, dict, bytes | None]]:
-        """[(t, batch, rounding log bytes or None)] for the steps of the segment starting at `start`."""
+        """[(t, batch, rounding log bytes or None)] for the steps of the segment starting at `start`.
+
+        Every batch must be the sampler's draw from the committed dataset (inclusion proofs checked)
+        with its inputs inside the declared range."""
         end = self.next_checkpoint(start)
         expected, limit = {}, MAX_HEADER_BYTES + 8
+        d, batch = self.manifest["dataset"], self.spec["y"][1][0]
+        seed, root = self.manifest["seed"], bytes.fromhex(d["root"])
         for t in range(start, end):
             for k in ("x", "y"):
                 dtype, shape = self.spec[k]
                 expected[f"{k}:{t}"] = (dtype, shape)
                 limit += math.prod(shape) * DTYPES[NAMES[dtype]].itemsize
+            n = dataset.proof_bytes(seed, root, t, batch, d["size"])
+            expected[f"proof:{t}"] = ("uint8", [n])
+            limit += n
             if self.precision == "det64":
                 expected[f"log:{t}"] = ("uint8", MAX_LOG_BYTES)
                 limit += MAX_LOG_BYTES
@@ -419,6 +451,9 @@ class Transcript:
             if batch_digest(batch) != self.manifest["records"][t]["data"]:
                 raise CommitmentMismatch(f"the batch of step {t} does not match its data commitment")
             _check_labels(self, batch, t)
+            why = dataset.check_batch(batch, bytes(tensors[f"proof:{t}"].numpy()), seed, root, d["size"], t)
+            if why is not None:
+                raise CommitmentMismatch(f"the batch of step {t} is not the committed sampler's: {why}")
             log = bytes(tensors[f"log:{t}"].numpy()) if self.precision == "det64" else None
             out.append((t, batch, log))
         return out
@@ -435,8 +470,13 @@ def _check_labels(tr: Transcript, batch: dict, t: int) -> None:
         v = batch[k]
         if v.numel() and (int(v.min()) < 0 or int(v.max()) >= hi):
             raise MalformedTranscript(f"step {t}: {k} holds ids outside [0, {hi})")
-    if batch["x"].is_floating_point() and not bool(torch.isfinite(batch["x"]).all()):
-        raise MalformedTranscript(f"step {t}: x holds non-finite values")
+    if batch["x"].is_floating_point():
+        lo, hi = tr.manifest["dataset"]["x_range"]
+        x = batch["x"]
+        if not bool(torch.isfinite(x).all()):
+            raise MalformedTranscript(f"step {t}: x holds non-finite values")
+        if x.numel() and (float(x.min()) < lo or float(x.max()) > hi):
+            raise MalformedTranscript(f"step {t}: x holds values outside the declared dataset.x_range [{lo}, {hi}]")
 
 
 def _reject_constant(name: str):

@@ -6,12 +6,13 @@
 2. Compute is counted from the architecture and the batch shapes, never taken from the prover:
    FLOPs, steps, examples, tokens; each rule gets a verdict, and a declaration below the count is
    under-reporting.
-3. Claims (chip serial, counter, shard, hash, step) are checked against the chips' signed snapshot
-   logs, then each claimed step is replayed from the nearest earlier checkpoint and the shard's
-   SHA-256 compared bit-exactly.
-4. Random segments -- chosen by a PRNG seeded with SHA-256(manifest hash || verifier's nonce), so
-   after the prover committed and not predictable by it -- are replayed from their checkpoint and
-   compared bit-exactly, all parameters and optimizer state, with the next checkpoint.
+3. Claims (chip serial, counter, shard, hash, step, time) are checked against the chips' signed
+   snapshot logs, their history and the registry's chips (chips.py: order, pace, layout), then each
+   claimed step is replayed from the nearest earlier checkpoint and the shard's SHA-256 compared
+   bit-exactly.
+4. Segments (coverage.py) -- the one that produced each claim's starting checkpoint, then fresh ones
+   drawn from the verifier's nonce until the run's coverage target is met -- are replayed from their
+   checkpoint and compared bit-exactly, all parameters and optimizer state, with the next checkpoint.
 5. Cheap whole-transcript checks: every data commitment, the seed-derived initial weights, update
    sizes against the learning-rate schedule (and no straight-line stretches: interpolated
    checkpoints), the loss trending down.
@@ -25,10 +26,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import math
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,14 +35,19 @@ from pathlib import Path
 import torch
 from nacl.signing import VerifyKey
 
-from . import hashing, models
+from . import chips, coverage, hashing, models
 from .bisect import dispute
+from .determinism import REL_WINDOW
 from .engine import Budget, BudgetExhausted, Mismatch, Replayer
 from .firmware import parse_record, verify_log
 from .train import initial_state, lr_at
-from .transcript import CommitmentMismatch, MalformedTranscript, Transcript
+from .transcript import CommitmentMismatch, MalformedTranscript, Transcript, canonical_json
 
 DEFAULT_RULES = {"max_training_flops": 1e26}
+DEFAULT_COVERAGE = 0.9
+CLAIMS_KEYS = {"manifest", "claims"}
+CLAIM_KEYS = {"serial", "counter", "shard", "hash", "step"}
+CLAIMS_OPTIONAL = {"history", "prover_chips", "replayed_segments", "coverage_target"}
 MAX_CLAIMS = 100_000
 COLLINEAR = 0.99999  # cosine of consecutive checkpoint deltas above which a stretch is a straight line
 UPDATE_JUMP = 100.0  # max factor between neighbouring intervals' update size per unit of learning rate
@@ -78,15 +82,21 @@ def _lines(path) -> list[str]:
 def _claims(raw, tr: Transcript) -> list[dict]:
     if raw is None:
         return []
-    if not isinstance(raw, dict) or set(raw) != {"manifest", "claims"} or not isinstance(raw["claims"], list):
-        raise MalformedTranscript('claims must be {"manifest": <hash>, "claims": [...]}')
+    if (
+        not isinstance(raw, dict)
+        or not CLAIMS_KEYS <= set(raw) <= CLAIMS_KEYS | CLAIMS_OPTIONAL
+        or not isinstance(raw["claims"], list)
+    ):
+        raise MalformedTranscript('claims must be {"manifest": <hash>, "claims": [...]} (optional: history, ...)')
     if len(raw["claims"]) > MAX_CLAIMS:
         raise MalformedTranscript(f"more than {MAX_CLAIMS} claims")
     shard_of = {s["serial"]: i for i, s in enumerate(tr.layout)}
     out = []
     for i, c in enumerate(raw["claims"]):
-        if not isinstance(c, dict) or set(c) != {"serial", "counter", "shard", "hash", "step"}:
-            raise MalformedTranscript(f"claims[{i}] must have serial, counter, shard, hash, step")
+        # time is part of the contract; a caller that omits it loses the order and pace checks of that
+        # claim (reported as untimed), never the replay
+        if not isinstance(c, dict) or not CLAIM_KEYS <= set(c) <= CLAIM_KEYS | {"time"}:
+            raise MalformedTranscript(f"claims[{i}] must have serial, counter, shard, hash, step, time")
         if not all(type(c[k]) is int for k in ("counter", "shard", "step")) or not isinstance(c["hash"], str):
             raise MalformedTranscript(f"claims[{i}] has fields of the wrong type")
         if c["serial"] not in shard_of or c["shard"] != shard_of[c["serial"]]:
@@ -95,8 +105,21 @@ def _claims(raw, tr: Transcript) -> list[dict]:
             )
         if not 0 <= c["step"] <= tr.steps:
             raise MalformedTranscript(f"claims[{i}]: step {c['step']} outside the run (0..{tr.steps})")
-        out.append(c)
+        out.append({**c, "at": chips.parse_time(c["time"], f"claims[{i}].time") if "time" in c else None})
     return out
+
+
+def _context(raw, tr: Transcript, coverage_target, replayed_segments) -> tuple[float, set[int]]:
+    """(coverage target, segments of this run replayed earlier): arguments win over the claims file's fields."""
+    raw = raw or {}
+    target = raw.get("coverage_target", DEFAULT_COVERAGE) if coverage_target is None else coverage_target
+    if type(target) not in (int, float) or not 0 <= target <= 1:
+        raise MalformedTranscript("coverage_target must be a number in [0, 1]")
+    earlier = raw.get("replayed_segments", []) if replayed_segments is None else replayed_segments
+    starts = set(tr.checkpoints[:-1])
+    if not isinstance(earlier, list) or not all(type(s) is int and s in starts for s in earlier):
+        raise MalformedTranscript("replayed_segments must list start steps of this run's segments")
+    return float(target), set(earlier)
 
 
 def _check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Transcript) -> list[str]:
@@ -135,6 +158,10 @@ def _check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Trans
             elif c["hash"] != rec["hash"]:
                 reasons.append(
                     f"claim {serial}#{rec['counter']} quotes hash {c['hash'][:16]}..., the chip logged {rec['hash'][:16]}..."
+                )
+            elif c.get("time", rec["time"]) != rec["time"]:
+                reasons.append(
+                    f"claim {serial}#{rec['counter']} quotes time {c['time']}, the chip logged {rec['time']}"
                 )
     for key in sorted(set(claimed) - logged):
         reasons.append(f"claim {key[0]}#{key[1]} has no logged snapshot")
@@ -243,21 +270,54 @@ def verify(
     rules: dict | None = None,
     device="cpu",
     store=None,
+    coverage_target: float | None = None,
+    replayed_segments: list[int] | None = None,
 ) -> Verdict:
-    """Verify a transcript directory against claims (a dict or a path to claims.json). See the module docstring."""
+    """Verify a transcript directory against claims (a dict or a path to claims.json). See the module docstring.
+
+    The claims' optional fields (history, prover_chips, replayed_segments, coverage_target; the CLI
+    contract) come from the ledger and the registry; the keyword arguments override the last two.
+    """
     budget, rules = budget or Budget(), {**DEFAULT_RULES, **(rules or {})}
-    report = {"checks": {}, "claims": [], "segments": [], "threads": torch.get_num_threads(), "device": str(device)}
+    report = {
+        "checks": {},
+        "claims": [],
+        "segments": [],
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+        "nonce": nonce.hex(),
+        "mismatch_step": None,
+        "segments_replayed": [],
+        "segments_total": 0,
+        "coverage": 0.0,
+        "screen": None,
+        "flops": 0.0,
+        "steps": 0,
+        "rules": {},
+    }
     reasons: list[str] = []
     started = time.monotonic()
     try:
         tr = Transcript(transcript)
         report.update(manifest=tr.hash, arch=tr.arch, precision=tr.precision)
+        report["segments_total"] = len(tr.checkpoints) - 1
         raw = _json(claims, "claims")
         claim_list = _claims(raw, tr)
+        target, earlier = _context(raw, tr, coverage_target, replayed_segments)
+        report["coverage"] = coverage.coverage(tr.checkpoints[:-1], earlier)
         if raw is not None and raw["manifest"] != tr.hash:
             reasons.append("the claims answer for a different transcript (manifest hash differs)")
         compute, why = _compute(tr, rules)
         report.update(compute)
+        reasons += why
+        why, report["checks"]["chips"] = chips.check(
+            tr.hash,
+            tr.layout,
+            claim_list,
+            chips.parse_history((raw or {}).get("history")),
+            chips.parse_prover_chips((raw or {}).get("prover_chips")),
+            compute["flops_per_step"],
+        )
         reasons += why
         if snapshots is not None:
             lines = snapshots if isinstance(snapshots, list) else _lines(snapshots)
@@ -271,14 +331,23 @@ def verify(
                 raise BudgetExhausted(f"time budget ({budget.max_seconds} s) spent")
 
         replayer = Replayer(tr, budget, device, started)
+        claims_bytes = canonical_json([{k: v for k, v in c.items() if k != "at"} for c in claim_list])
+        seed = coverage.seed(nonce, tr.hash, claims_bytes)
+        starts = tr.checkpoints[:-1]
+        must = coverage.mandatory(tr.checkpoints, [c["step"] for c in claim_list])
+        todo = coverage.plan(starts, must, earlier, seed, target, budget.segments)
         try:
             reasons += _whole_transcript_checks(tr, report, tick)
             reasons += _replay_claims(tr, replayer, claim_list, report)
-            reasons += _replay_segments(tr, replayer, budget, nonce, report, store)
+            reasons += _replay_segments(tr, replayer, todo, report, store)
         except BudgetExhausted as e:
             report["budget_exhausted"] = True
             reasons.append(f"budget exhausted before the verification was complete: {e}")
+        done = {s["start"] for s in report["segments"]}
+        report["segments_replayed"] = sorted(done)
+        report["coverage"] = coverage.coverage(starts, earlier | done)
         report["replayed_steps"] = replayer.steps
+        report["checks"]["rounding_window"] = {"max_ratio": replayer.max_window, "threshold": REL_WINDOW}
     except MalformedTranscript as e:
         report["seconds"] = round(time.monotonic() - started, 3)
         return Verdict("malformed", [e.reason], report)
@@ -304,6 +373,8 @@ def _replay_claims(tr: Transcript, replayer: Replayer, claims: list[dict], repor
             replayer.run(start, until, each)
         except (Mismatch, CommitmentMismatch) as e:
             reasons.append(f"replay from checkpoint {start} failed: {e}")
+            if isinstance(e, Mismatch) and report["mismatch_step"] is None:
+                report["mismatch_step"] = e.step
             continue
         for c in group:
             ok = hashes[c["step"]][c["shard"]] == c["hash"]
@@ -316,20 +387,19 @@ def _replay_claims(tr: Transcript, replayer: Replayer, claims: list[dict], repor
     return reasons
 
 
-def _replay_segments(
-    tr: Transcript, replayer: Replayer, budget: Budget, nonce: bytes, report: dict, store
-) -> list[str]:
-    seed = hashlib.sha256(bytes.fromhex(tr.hash) + nonce).digest()
-    starts = tr.checkpoints[:-1]
-    order = random.Random(seed).sample(starts, len(starts))
+def _replay_segments(tr: Transcript, replayer: Replayer, todo: list[int], report: dict, store) -> list[str]:
     reasons = []
-    for start in order[: budget.segments]:
+    for start in todo:
         end = tr.next_checkpoint(start)
         try:
             ok = replayer.run(start, end).equal(tr.checkpoint(end))
             what = f"replayed state at step {end} differs from its checkpoint"
+            if not ok and report["mismatch_step"] is None:
+                report["mismatch_step"] = end
         except (Mismatch, CommitmentMismatch) as e:
             ok, what = False, str(e)
+            if isinstance(e, Mismatch) and report["mismatch_step"] is None:
+                report["mismatch_step"] = e.step
         report["segments"].append({"start": start, "end": end, "ok": ok})
         if not ok:
             reasons.append(f"segment {start}..{end}: {what}")

@@ -20,8 +20,8 @@ TINY = {
 STEPS, INTERVAL = 12, 4
 
 
-def record(out: Path, arch: str, precision: str = "det64", threads: int = 1, **kw) -> Path:
-    """Record a tiny transcript with `threads` torch threads (restored afterwards)."""
+def record(out: Path, arch: str, precision: str = "det64", threads: int = 1, recorder=Recorder, **kw) -> Path:
+    """Record a tiny transcript with `threads` torch threads (restored afterwards); `recorder` may be a cheat."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -34,7 +34,7 @@ def record(out: Path, arch: str, precision: str = "det64", threads: int = 1, **k
             "batch": TINY[arch]["batch"],
             **kw,
         }
-        return Recorder(out, arch, **args).run()
+        return recorder(out, arch, **args).run()
     finally:
         torch.set_num_threads(before)
 
