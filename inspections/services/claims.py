@@ -229,8 +229,9 @@ def claim_due(claim: Claim, now: datetime) -> bool:
 
 def claim_verify(claim_id: int, now: datetime | None = None) -> str:
     """Replay the prover's transcript for one claim (``verification``) and record the result; idempotent."""
+    now = now or timezone.now()
     claim = Claim.objects.select_related("snapshot__chip", "prover").get(pk=claim_id)
-    if not claim_due(claim, now or timezone.now()):
+    if not claim_due(claim, now):
         return claim.result
     attempt = claim.attempts
     rule_flops = selectors.rule_flops_for_chip(claim.snapshot.chip)
@@ -239,7 +240,7 @@ def claim_verify(claim_id: int, now: datetime | None = None) -> str:
         try:
             verdict = verification.claim_check(claim.location, request, rule_flops, Path(scratch))
         except verification.VerifierFailed as failed:
-            return claim_error_record(claim.pk, str(failed), attempt).result
+            return claim_error_record(claim.pk, str(failed), attempt, now).result
     return claim_result_record(claim.pk, verdict, attempt).result
 
 
