@@ -4,7 +4,8 @@
 * Claims are verified by the verifier CLI (setting ``REPLAY_VERIFIER_COMMAND``, by default
   ``python -m replay verify``) in a subprocess with a wall-clock and address-space limit. A
   transcript URL is handed to it as SOURCE and fetched inside that subprocess (``replay.fetch``),
-  with the caps on bytes, files and time from the settings: the worker itself never downloads.
+  with the caps on bytes, files and time from the settings (in its environment, where the fetch
+  reads them) and ``--allow-host`` for each allowed host: the worker itself never downloads.
 * The verifier speaks the contract of docs/claims.md: one JSON verdict on stdout, exit 0 verified,
   1 rejected, 2 malformed, 3 error. Exit 3, a signal (an out-of-memory kill), a timeout, or output
   that is not a well-formed verdict raise ``VerifierFailed``: the verifier's failure, never the prover's.
@@ -78,17 +79,22 @@ def verifier_command(source: str, claims_file: Path, rule_flops: float, nonce: s
         repr(rule_flops),
     ]
     if transcripts.is_url(source):
-        command += [
-            "--fetch-max-bytes",
-            str(settings.REPLAY_FETCH_MAX_BYTES),
-            "--fetch-max-files",
-            str(settings.REPLAY_FETCH_MAX_FILES),
-            "--fetch-seconds",
-            str(settings.REPLAY_FETCH_SECONDS),
-        ]
         for host in settings.REPLAY_FETCH_ALLOWED_HOSTS:
             command += ["--allow-host", host]
     return command
+
+
+def verifier_environment(scratch: Path) -> dict[str, str]:
+    """The worker's environment, plus: TMPDIR in the claim's scratch directory (a fetched transcript lands
+    there and is removed even if the verifier is killed), and the fetch caps, which ``replay.fetch``
+    applies whatever the command line says."""
+    return {
+        **os.environ,
+        "TMPDIR": str(scratch),
+        "REPLAY_FETCH_MAX_BYTES": str(settings.REPLAY_FETCH_MAX_BYTES),
+        "REPLAY_FETCH_MAX_FILES": str(settings.REPLAY_FETCH_MAX_FILES),
+        "REPLAY_FETCH_SECONDS": str(settings.REPLAY_FETCH_SECONDS),
+    }
 
 
 def time_limit() -> int:
@@ -97,14 +103,12 @@ def time_limit() -> int:
 
 
 def _run(command: list[str], scratch: Path, nonce: str) -> dict:
-    # TMPDIR: a fetched transcript lands in the claim's scratch directory, removed even if the verifier is killed.
-    env = {**os.environ, "TMPDIR": str(scratch)}
     try:
         done = subprocess.run(
             command,
             capture_output=True,
             cwd=settings.BASE_DIR,
-            env=env,
+            env=verifier_environment(scratch),
             timeout=time_limit(),
             preexec_fn=_limit,
         )

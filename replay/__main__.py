@@ -14,7 +14,6 @@ import json
 import sys
 from pathlib import Path
 
-from . import fetch
 from .models import ARCHS
 from .recorder import Recorder
 from .verifier import Budget, verify
@@ -37,8 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--precision", choices=["det64", "float32"], default="det64")
     r.add_argument("--snapshot-rate", type=float, default=0.05, help="snapshots per chip per step (Poisson)")
     v = sub.add_parser("verify", help="verify a transcript against the prover's claims")
-    v.add_argument("dir", help="transcript directory, or an http(s) URL of one (fetched by replay.fetch)")
-    fetch.add_arguments(v)
+    v.add_argument("dir", type=Path)
     v.add_argument("--claims", type=Path, required=True)
     v.add_argument("--snapshots", type=Path, help="the chips' signed logs (JSON lines)")
     v.add_argument("--keys", type=Path, help="chip public keys {serial: base64}; default DIR/chips.json (demo only)")
@@ -70,11 +68,6 @@ def main(argv: list[str] | None = None) -> int:
         nonce = bytes.fromhex(args.nonce)
     except ValueError:
         p.error("--nonce must be hex")
-    try:
-        args.dir = fetch.source_directory(args)
-    except fetch.FetchRefused as refused:
-        print(json.dumps(fetch.refused_verdict(refused, args.nonce)) if args.json else f"malformed\n  - {refused}")
-        return EXIT["malformed"]
     keys = args.keys or (args.dir / "chips.json" if args.snapshots else None)
     verdict = verify(
         args.dir,

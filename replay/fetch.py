@@ -13,7 +13,9 @@
    NAT64 IPv6), and the socket connects to that checked address itself, so a DNS answer cannot
    change between check and connect. Hosts in ``allowed_hosts`` (tests, on-premises stores) skip
    the address check. Redirects are followed (at most ``MAX_REDIRECTS``) through the same check.
-4. Total bytes, file count and one wall-clock deadline bound the whole fetch.
+4. Total bytes, file count and one wall-clock deadline bound the whole fetch; the environment
+   (``REPLAY_FETCH_MAX_BYTES``, ``REPLAY_FETCH_MAX_FILES``, ``REPLAY_FETCH_SECONDS``) can only
+   tighten the caps the caller passes, so the worker bounds whatever the CLI asks for.
 
 Failures raise ``FetchRefused(reason)``: the reason says what failed (which file, which limit, which
 kind of address) and never carries what a server answered (no body, no headers).
@@ -23,13 +25,11 @@ Standard library only; the manifest parser (which needs torch) is imported when 
 
 from __future__ import annotations
 
-import atexit
 import http.client
 import ipaddress
-import shutil
+import os
 import socket
 import ssl
-import tempfile
 import time
 import urllib.parse
 from pathlib import Path
@@ -79,6 +79,7 @@ def fetch_transcript(
     """Copy the transcript at ``url`` into ``dest`` (created) and return ``dest``; see the module docstring."""
     from .transcript import MAX_MANIFEST_BYTES, MalformedTranscript, Transcript
 
+    max_bytes, max_files, deadline_s = _tightened(max_bytes, max_files, deadline_s)
     base = _base(url)
     allowed = frozenset(h.lower().strip("[]") for h in allowed_hosts)
     budget = _Budget(max_bytes, max_files, deadline_s)
@@ -95,6 +96,18 @@ def fetch_transcript(
     for name in names:
         _get(base, name, dest, budget, allowed)
     return dest
+
+
+def _tightened(max_bytes: int, max_files: int, deadline_s: float) -> tuple[int, int, float]:
+    """The caps, tightened by the environment of the process (the worker sets them for the verifier it starts,
+    whatever the command line passes): ``REPLAY_FETCH_MAX_BYTES``, ``REPLAY_FETCH_MAX_FILES``, ``REPLAY_FETCH_SECONDS``."""
+    try:
+        max_bytes = min(max_bytes, int(os.environ.get("REPLAY_FETCH_MAX_BYTES", max_bytes)))
+        max_files = min(max_files, int(os.environ.get("REPLAY_FETCH_MAX_FILES", max_files)))
+        deadline_s = min(deadline_s, float(os.environ.get("REPLAY_FETCH_SECONDS", deadline_s)))
+    except ValueError:
+        raise FetchRefused("a REPLAY_FETCH_* limit in the environment is not a number") from None
+    return max_bytes, max_files, deadline_s
 
 
 def named_files(manifest: dict) -> list[str]:
@@ -250,48 +263,3 @@ class _PinnedTLS(_Pinned):
     def connect(self) -> None:
         super().connect()
         self.sock = ssl.create_default_context().wrap_socket(self.sock, server_hostname=self.host)
-
-
-# --------------------------------------------------------------------------- the CLI's SOURCE argument
-
-
-def add_arguments(parser) -> None:
-    """``python -m replay verify`` options for an http(s) SOURCE."""
-    parser.add_argument("--allow-host", action="append", default=[], help="host whose private address may be fetched")
-    parser.add_argument("--fetch-max-bytes", type=int, default=8 << 30, help="total bytes fetched (URL SOURCE)")
-    parser.add_argument("--fetch-max-files", type=int, default=1000, help="files fetched (URL SOURCE)")
-    parser.add_argument("--fetch-seconds", type=float, default=600.0, help="deadline of the fetch (URL SOURCE)")
-
-
-def source_directory(args) -> Path:
-    """SOURCE as a directory: an http(s) URL is fetched into a fresh temporary directory (under $TMPDIR)."""
-    source = str(args.dir)
-    if not source.startswith(("http://", "https://")):
-        return Path(source)
-    scratch = Path(tempfile.mkdtemp(prefix="replay-fetch-"))
-    atexit.register(shutil.rmtree, scratch, True)
-    return fetch_transcript(
-        source,
-        scratch,
-        max_bytes=args.fetch_max_bytes,
-        max_files=args.fetch_max_files,
-        deadline_s=args.fetch_seconds,
-        allowed_hosts=frozenset(args.allow_host),
-    )
-
-
-def refused_verdict(refused: FetchRefused, nonce: str) -> dict:
-    """The CLI's answer when the transcript could not be fetched: malformed, saying what failed."""
-    return {
-        "verdict": "malformed",
-        "reasons": [f"fetching the transcript: {refused.reason}"],
-        "mismatch_step": None,
-        "nonce": nonce,
-        "segments_replayed": [],
-        "segments_total": 0,
-        "coverage": 0.0,
-        "screen": None,
-        "flops": 0.0,
-        "steps": 0,
-        "rules": {},
-    }

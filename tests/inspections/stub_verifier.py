@@ -2,7 +2,7 @@
 
 What it does comes from $STUB_VERIFIER (JSON): {"mode": "verdict" | "crash" | "signal" | "garbage" | "memory" |
 "hang" | "inconsistent" | "other-nonce", "verdict": ..., "segments": [...], "total": N}. Each run appends its
-argv, claims file and $TMPDIR as one JSON line to $STUB_RECORD.
+argv, claims file, $TMPDIR and $REPLAY_FETCH_* as one JSON line to $STUB_RECORD.
 """
 
 import json
@@ -21,7 +21,8 @@ def main() -> int:
     claims = json.loads(Path(args[args.index("--claims") + 1]).read_text())
     nonce = args[args.index("--nonce") + 1]
     with open(os.environ["STUB_RECORD"], "a") as record:
-        record.write(json.dumps({"argv": args, "claims": claims, "tmpdir": os.environ.get("TMPDIR")}) + "\n")
+        env = {k: v for k, v in os.environ.items() if k == "TMPDIR" or k.startswith("REPLAY_FETCH_")}
+        record.write(json.dumps({"argv": args, "claims": claims, "env": env}) + "\n")
     mode = spec.get("mode", "verdict")
     if mode == "signal":
         os.kill(os.getpid(), signal.SIGKILL)

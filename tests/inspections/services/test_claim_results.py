@@ -119,7 +119,7 @@ def test_the_verifier_is_told_the_snapshot_time_history_chips_and_coverage(
     argv = stub.runs()[1]["argv"]
     nonce = argv[argv.index("--nonce") + 1]
     assert len(bytes.fromhex(nonce)) == 16 and nonce != stub.runs()[0]["argv"][argv.index("--nonce") + 1]
-    assert argv[0] == stub.location and "--fetch-max-bytes" not in argv
+    assert argv[0] == stub.location and "--allow-host" not in argv
 
 
 def test_the_run_coverage_accumulates_across_claims_on_the_ledger(snapshots, stub, django_capture_on_commit_callbacks):
@@ -155,10 +155,10 @@ def test_a_url_is_fetched_by_the_verifier_not_the_worker(snapshots, stub, settin
     run = stub.runs()[0]
     argv = run["argv"]
     assert argv[0] == "http://10.9.9.9:1/never/fetched/"
-    assert (
-        argv[argv.index("--fetch-max-files") + 1] == "77" and argv[argv.index("--allow-host") + 1] == "store.internal"
-    )
-    assert Path(run["tmpdir"]).name.startswith("claim-") and not Path(run["tmpdir"]).exists()
+    assert argv[argv.index("--allow-host") + 1] == "store.internal"
+    assert run["env"]["REPLAY_FETCH_MAX_FILES"] == "77"
+    assert run["env"]["REPLAY_FETCH_MAX_BYTES"] == str(settings.REPLAY_FETCH_MAX_BYTES)
+    assert Path(run["env"]["TMPDIR"]).name.startswith("claim-") and not Path(run["env"]["TMPDIR"]).exists()
 
 
 @pytest.mark.parametrize("location", ["/etc", "relative/path", "{root}/../../etc"])
