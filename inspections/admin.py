@@ -119,7 +119,7 @@ class AlertAdmin(ReadOnlyAdmin):
 
 @admin.register(Claim)
 class ClaimAdmin(ReadOnlyAdmin):
-    list_display = ("snapshot", "prover", "run", "step", "result", "mismatch_step", "attempts", "run_coverage")
+    list_display = ("snapshot", "prover", "run", "step", "result", "mismatch_step", "failures", "run_coverage")
     list_filter = ("result", "prover")
     list_select_related = ("prover", "snapshot__chip")
     readonly_fields = ("run_coverage",)

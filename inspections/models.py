@@ -204,5 +204,5 @@ class Claim(models.Model):
     mismatch_step = models.BigIntegerField(null=True, blank=True)
     report = models.JSONField(default=dict)
     result_seq = models.BigIntegerField(null=True, blank=True)
-    attempts = models.PositiveSmallIntegerField(default=0, help_text="verifier runs that failed (result error)")
+    failures = models.PositiveSmallIntegerField(default=0, help_text="verifier runs that failed (result error)")
     retry_at = models.DateTimeField(null=True, blank=True, help_text="when an errored claim is verified again")

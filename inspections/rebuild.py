@@ -17,7 +17,7 @@ periods, ledger seqs), so database ids do not matter:
                                                each live text is hashed against its recorded sha256 instead)
     snapshot         serial/counter            log, time, shard, hash, claim_due_on
     claim            serial/counter            prover, run, step, manifest, location, claimed_seq and the result
-                                               (final from claim.verified; "error", attempts, retry_at from
+                                               (final from claim.verified; "error", failures, retry_at from
                                                claim.verification_failed)
 
 Dates the services take from "today" when they write (a task's due_on, a snapshot's
@@ -249,7 +249,7 @@ def _claims_submitted(world, seq, time, actor, payload):
             "mismatch_step": None,
             "report": {},
             "result_seq": None,
-            "attempts": 0,
+            "failures": 0,
             "retry_at": None,
         }
 
@@ -263,13 +263,13 @@ def _claim_verified(world, seq, time, actor, payload):
 
 
 def _claim_failed(world, seq, time, actor, payload):
-    """The verifier failed on a claim: result error, retried at retry_at (none once the attempts ran out)."""
+    """The verifier failed on a claim: result error, retried at retry_at (none once the retries ran out)."""
     claim = world.claims[(payload["chip"], payload["counter"])]
     retry_at = payload["retry_at"]
     when = datetime.fromisoformat(retry_at.replace("Z", "+00:00")) if retry_at else None
     claim.update(
         result=Claim.Result.ERROR.value,
-        attempts=payload["attempt"],
+        failures=payload["attempt"],
         retry_at=retry_at,
         report=error_report(payload["error"], payload["attempt"], when),
         result_seq=seq,
@@ -392,7 +392,7 @@ def _claim_row(c: dict) -> tuple:
         c["mismatch_step"],
         c["report"],
         c["result_seq"],
-        c["attempts"],
+        c["failures"],
         c["retry_at"],
     )
 
@@ -540,7 +540,7 @@ def _live_claims() -> dict:
         "mismatch_step",
         "report",
         "result_seq",
-        "attempts",
+        "failures",
         "retry_at",
     )
     return {

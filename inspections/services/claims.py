@@ -122,19 +122,23 @@ def claim_summary(verdict: dict) -> dict:
     }
 
 
-def _open_claim(claim_id: int, attempt: int) -> Claim | None:
+def _open_claim(claim_id: int, failures: int) -> Claim | None:
     """The claim, locked, if this run of the verifier may still record its outcome (idempotent on redelivery):
-    no final result yet, and no other delivery recorded this attempt meanwhile."""
+    no final result yet, and no other delivery recorded a failure meanwhile."""
     claim = Claim.objects.select_for_update().select_related("snapshot__chip", "prover").get(pk=claim_id)
-    if claim.result in Claim.FINAL or claim.attempts != attempt:
+    if claim.result in Claim.FINAL or claim.failures != failures:
         return None
     return claim
 
 
 @transaction.atomic
-def claim_result_record(claim_id: int, verdict: dict, attempt: int = 0) -> Claim:
-    """Put the verification's final result on the ledger, once: a redelivered task records nothing twice."""
-    claim = _open_claim(claim_id, attempt)
+def claim_result_record(claim_id: int, verdict: dict | None, error: str | None = None, *, failures: int = 0) -> Claim:
+    """Put the verification's final result on the ledger, once: a redelivered task records nothing twice.
+    ``failures``: the claim's verifier failures when this run started. No verdict (``error`` says why) is
+    the verifier's failure, recorded by ``claim_error_record``."""
+    if verdict is None:
+        return claim_error_record(claim_id, error or "the verifier gave no verdict", failures)
+    claim = _open_claim(claim_id, failures)
     if claim is None:
         return Claim.objects.get(pk=claim_id)
     result, step = claim_outcome(verdict)
@@ -165,57 +169,57 @@ def claim_result_record(claim_id: int, verdict: dict, attempt: int = 0) -> Claim
     return claim
 
 
-def retry_delay(attempts: int) -> int:
-    """Seconds before verifying again after the ``attempts``-th failure: doubling, at most a day."""
-    return min(settings.REPLAY_RETRY_SECONDS * 2 ** min(attempts - 1, 30), 86_400)
+def retry_delay(count: int) -> int:
+    """Seconds before verifying again after the ``count``-th failure: doubling, at most a day."""
+    return min(settings.REPLAY_RETRY_SECONDS * 2 ** min(count - 1, 30), 86_400)
 
 
 @transaction.atomic
-def claim_error_record(claim_id: int, reason: str, attempt: int = 0, now: datetime | None = None) -> Claim:
+def claim_error_record(claim_id: int, reason: str, failures: int = 0, now: datetime | None = None) -> Claim:
     """The verifier failed (not the prover): result ``error`` on the ledger, retried with backoff until
     ``REPLAY_MAX_ATTEMPTS``; then an alert asks the regulator to look. Never a final verdict on the claim."""
-    claim = _open_claim(claim_id, attempt)
+    claim = _open_claim(claim_id, failures)
     if claim is None:
         return Claim.objects.get(pk=claim_id)
-    attempts = attempt + 1
+    count = failures + 1
     retry_at = None
-    if attempts < settings.REPLAY_MAX_ATTEMPTS:
-        retry_at = (now or timezone.now()) + timedelta(seconds=retry_delay(attempts))
+    if count < settings.REPLAY_MAX_ATTEMPTS:
+        retry_at = (now or timezone.now()) + timedelta(seconds=retry_delay(count))
     entry = ledger.append_entry(
         "claim.verification_failed",
         {
             "claim": claim.pk,
             "chip": claim.snapshot.chip.serial,
             "counter": claim.snapshot.counter,
-            "attempt": attempts,
+            "attempt": count,
             "error": reason[:500],
             "retry_at": format_time(retry_at) if retry_at else None,
         },
         "system",
     )
-    claim.result, claim.attempts, claim.result_seq = Claim.Result.ERROR, attempts, entry.seq
+    claim.result, claim.failures, claim.result_seq = Claim.Result.ERROR, count, entry.seq
     claim.retry_at = retry_at
-    claim.report = error_report(reason, attempts, claim.retry_at)
-    claim.save(update_fields=["result", "attempts", "retry_at", "report", "result_seq"])
+    claim.report = error_report(reason, count, claim.retry_at)
+    claim.save(update_fields=["result", "failures", "retry_at", "report", "result_seq"])
     if retry_at is not None:
-        queue.enqueue_claim_verification(claim.pk, countdown=retry_delay(attempts))
+        queue.enqueue_claim_verification(claim.pk, countdown=retry_delay(count))
     else:
         alert_raise(
             Alert.Kind.VERIFIER_FAILED,
             claim.prover,
             f"claim for {claim.snapshot.chip.serial} #{claim.snapshot.counter}: the verifier failed "
-            f"{attempts} times ({reason[:200]}); not retried again",
+            f"{count} times ({reason[:200]}); not retried again",
             claim.snapshot.chip,
         )
     return claim
 
 
-def error_report(reason: str, attempts: int, retry_at) -> dict:
+def error_report(reason: str, count: int, retry_at) -> dict:
     """``Claim.report`` of an errored claim (also rebuilt from the ledger)."""
     return {
         "verdict": "error",
         "error": reason[:500],
-        "attempts": attempts,
+        "failures": count,
         "retry_at": format_time(retry_at) if retry_at else None,
     }
 
@@ -233,15 +237,15 @@ def claim_verify(claim_id: int, now: datetime | None = None) -> str:
     claim = Claim.objects.select_related("snapshot__chip", "prover").get(pk=claim_id)
     if not claim_due(claim, now):
         return claim.result
-    attempt = claim.attempts
+    failures = claim.failures
     rule_flops = selectors.rule_flops_for_chip(claim.snapshot.chip)
     request = selectors.claim_request(claim)
     with tempfile.TemporaryDirectory(prefix="claim-") as scratch:
         try:
             verdict = verification.claim_check(claim.location, request, rule_flops, Path(scratch))
         except verification.VerifierFailed as failed:
-            return claim_error_record(claim.pk, str(failed), attempt, now).result
-    return claim_result_record(claim.pk, verdict, attempt).result
+            return claim_error_record(claim.pk, str(failed), failures, now).result
+    return claim_result_record(claim.pk, verdict, failures=failures).result
 
 
 def claim_retries_enqueue(now: datetime) -> int:

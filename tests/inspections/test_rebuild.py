@@ -104,7 +104,7 @@ def world(django_capture_on_commit_callbacks):
         for attempt in range(settings.REPLAY_MAX_ATTEMPTS):  # the verifier keeps failing: an alert, no retry
             claim_services.claim_error_record(claims[1].pk, "the verifier failed (exit 3)", attempt)
         claim_services.claim_error_record(claims[2].pk, "the verifier was killed by signal 9", 0)
-        claim_services.claim_result_record(claims[2].pk, {"verdict": "rejected", "budget_exhausted": True}, 1)
+        claim_services.claim_result_record(claims[2].pk, {"verdict": "rejected", "budget_exhausted": True}, failures=1)
         sweeps.overdue_sweep(today + timedelta(days=campaigns.TASK_DAYS + 1))
         event(eu[6].prover, "reported_lost", [eu[6].chip.serial])
         sweeps.lost_chip_sweep()
@@ -239,7 +239,7 @@ def tamper_claim(world):
 
 def tamper_claim_retry(world):
     pk = Claim.objects.get(snapshot__counter=1).pk
-    sql("UPDATE inspections_claim SET attempts = 0, retry_at = NULL WHERE id = %s", pk)
+    sql("UPDATE inspections_claim SET failures = 0, retry_at = NULL WHERE id = %s", pk)
     return f"claim {world['serial']}/1:"
 
 

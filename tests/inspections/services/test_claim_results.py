@@ -202,7 +202,7 @@ def test_a_verifier_failure_is_an_error_retried_later(
     with django_capture_on_commit_callbacks(execute=True):
         assert claim_services.claim_verify(c.pk) == "error"
     c.refresh_from_db()
-    assert c.attempts == 1 and c.retry_at > timezone.now() and FAILURES[mode] in c.report["error"]
+    assert c.failures == 1 and c.retry_at > timezone.now() and FAILURES[mode] in c.report["error"]
     failed = Entry.objects.get(kind="claim.verification_failed")
     assert failed.payload["attempt"] == 1 and failed.payload["retry_at"]
     assert not Entry.objects.filter(kind="claim.verified").exists()
@@ -229,7 +229,7 @@ def test_retries_back_off_then_verify_once(snapshots, stub, settings, django_cap
     later = first_retry + timedelta(seconds=1)
     assert claim_services.claim_verify(c.pk, later) == "error"
     second = Claim.objects.get(pk=c.pk)
-    assert second.attempts == 2 and second.retry_at - later >= timedelta(seconds=2 * settings.REPLAY_RETRY_SECONDS - 5)
+    assert second.failures == 2 and second.retry_at - later >= timedelta(seconds=2 * settings.REPLAY_RETRY_SECONDS - 5)
     stub.set(verdict="verified")
     assert claim_services.claim_verify(c.pk, second.retry_at) == "verified"
     assert claim_services.claim_verify(c.pk, second.retry_at + timedelta(days=9)) == "verified"
@@ -245,7 +245,7 @@ def test_after_the_last_attempt_the_regulator_is_alerted(snapshots, stub, settin
     claim_services.claim_verify(c.pk)
     claim_services.claim_verify(c.pk, Claim.objects.get(pk=c.pk).retry_at)
     c.refresh_from_db()
-    assert c.result == "error" and c.attempts == 2 and c.retry_at is None
+    assert c.result == "error" and c.failures == 2 and c.retry_at is None
     alert = Alert.objects.get()
     assert alert.kind == "verifier_failed" and "2 times" in alert.detail
     assert claim_services.claim_verify(c.pk, timezone.now() + timedelta(days=30)) == "error"
@@ -256,14 +256,14 @@ def test_after_the_last_attempt_the_regulator_is_alerted(snapshots, stub, settin
 def test_a_stale_delivery_records_nothing(snapshots, stub, django_capture_on_commit_callbacks):
     """Two deliveries of one attempt: the first to finish records; the other's outcome is dropped."""
     c = claim(snapshots, stub, django_capture_on_commit_callbacks)
-    claim_services.claim_error_record(c.pk, "the verifier failed (exit 3)", attempt=0)
-    claim_services.claim_error_record(c.pk, "the verifier failed (exit 3)", attempt=0)
-    claim_services.claim_result_record(c.pk, {"verdict": "verified"}, attempt=0)
+    claim_services.claim_error_record(c.pk, "the verifier failed (exit 3)", failures=0)
+    claim_services.claim_error_record(c.pk, "the verifier failed (exit 3)", failures=0)
+    claim_services.claim_result_record(c.pk, {"verdict": "verified"}, failures=0)
     c.refresh_from_db()
-    assert c.attempts == 1 and c.result == "error"
+    assert c.failures == 1 and c.result == "error"
     assert Entry.objects.filter(kind__startswith="claim.verif").count() == 1
-    claim_services.claim_result_record(c.pk, {"verdict": "verified"}, attempt=1)
-    claim_services.claim_result_record(c.pk, {"verdict": "rejected"}, attempt=1)
+    claim_services.claim_result_record(c.pk, {"verdict": "verified"}, failures=1)
+    claim_services.claim_result_record(c.pk, {"verdict": "rejected"}, failures=1)
     assert Claim.objects.get(pk=c.pk).result == "verified"
     assert Entry.objects.filter(kind="claim.verified").count() == 1
 
@@ -290,3 +290,13 @@ def test_the_admin_lists_runs_with_their_coverage(snapshots, stub, admin_client,
     assert "owner-a" in text and "9 / 10" in text and "0.900" in text and "met" in text
     listing = admin_client.get("/admin/inspections/claim/").content.decode()
     assert "9/10 segments, 0.900 (target met)" in listing
+
+
+def test_no_verdict_at_all_is_the_verifiers_failure_not_the_provers(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """A caller with no verdict (e.g. a sweep giving up on a claim whose worker keeps dying) records an error."""
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_result_record(c.pk, None, "timeout").result == "error"
+    assert Claim.objects.get(pk=c.pk).report["error"] == "timeout"
+    assert not Alert.objects.filter(kind="claim_failed").exists()
