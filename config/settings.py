@@ -7,6 +7,7 @@ PostgreSQL and Redis. See README "Configuration".
 
 import os
 import secrets
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -161,6 +162,20 @@ LEDGER_COSIGNATURE_MAX_SKEW = env.int("LEDGER_COSIGNATURE_MAX_SKEW", default=600
 TRANSCRIPT_ROOTS = env.list("TRANSCRIPT_ROOTS", default=[str(VAR_DIR / "transcripts")])
 REPLAY_MAX_SECONDS = env.int("REPLAY_MAX_SECONDS", default=900)
 REPLAY_MAX_MEMORY_BYTES = env.int("REPLAY_MAX_MEMORY_BYTES", default=8 * 2**30)
+# The verifier executable (argv prefix; SOURCE and the contract's options follow). A JSON list in the environment.
+REPLAY_VERIFIER_COMMAND = env.json("REPLAY_VERIFIER_COMMAND", default=[sys.executable, "-m", "replay", "verify"])
+# Fetching a transcript URL (inside the verifier's limited subprocess): caps on bytes, files and time.
+REPLAY_FETCH_MAX_BYTES = env.int("REPLAY_FETCH_MAX_BYTES", default=8 * 2**30)
+REPLAY_FETCH_MAX_FILES = env.int("REPLAY_FETCH_MAX_FILES", default=1000)
+REPLAY_FETCH_SECONDS = env.int("REPLAY_FETCH_SECONDS", default=600)
+# Hosts whose loopback/private addresses may be fetched (on-premises transcript stores; tests). Empty: none.
+REPLAY_FETCH_ALLOWED_HOSTS = env.list("REPLAY_FETCH_ALLOWED_HOSTS", default=[])
+# Per run: the probability with which one fabricated segment must be caught; more segments are replayed until then.
+REPLAY_COVERAGE_TARGET = env.float("REPLAY_COVERAGE_TARGET", default=0.9)
+# A verifier failure (crash, kill, timeout) is retried after REPLAY_RETRY_SECONDS * 2^(attempt-1), at most
+# REPLAY_MAX_ATTEMPTS attempts in all; then an alert asks the regulator to look.
+REPLAY_MAX_ATTEMPTS = env.int("REPLAY_MAX_ATTEMPTS", default=5)
+REPLAY_RETRY_SECONDS = env.int("REPLAY_RETRY_SECONDS", default=600)
 
 # --- Auth, i18n, static -------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

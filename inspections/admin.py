@@ -5,6 +5,7 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import redirect, render
+from django.urls import path
 from django.utils.html import format_html_join
 
 from ledger.admin import ReadOnlyAdmin
@@ -118,8 +119,37 @@ class AlertAdmin(ReadOnlyAdmin):
 
 @admin.register(Claim)
 class ClaimAdmin(ReadOnlyAdmin):
-    list_display = ("snapshot", "prover", "run", "step", "result", "mismatch_step")
+    list_display = ("snapshot", "prover", "run", "step", "result", "mismatch_step", "failures", "run_coverage")
     list_filter = ("result", "prover")
+    list_select_related = ("prover", "snapshot__chip")
+    readonly_fields = ("run_coverage",)
+
+    @admin.display(description="run coverage (one fabricated segment caught)")
+    def run_coverage(self, claim):
+        return _coverage_line(selectors.run_coverage(claim.prover, claim.manifest))
+
+    def get_urls(self):
+        runs = path("runs/", self.admin_site.admin_view(self.runs_view), name="inspections_claim_runs")
+        return [runs, *super().get_urls()]
+
+    def runs_view(self, request):
+        """Every run (prover, manifest hash) with the segments its claims replayed and its coverage."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Runs: replay coverage",
+            "runs": selectors.runs(),
+            "opts": self.model._meta,
+        }
+        return render(request, "admin/inspections/claim_runs.html", context)
+
+
+def _coverage_line(run: dict) -> str:
+    if not run["segments_total"]:
+        return "no segment replayed yet"
+    met = "target met" if run["target_met"] else f"below target {run['target']:.2f}"
+    return f"{len(run['segments_replayed'])}/{run['segments_total']} segments, {run['coverage']:.3f} ({met})"
 
 
 def _plan_line(prover: str, row: dict) -> str:

@@ -106,6 +106,7 @@ class Alert(models.Model):
         UNASSIGNED = "unassigned"
         UNANSWERED = "unanswered"
         CLAIM_FAILED = "claim_failed"
+        VERIFIER_FAILED = "verifier_failed"
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="alerts")
@@ -216,6 +217,9 @@ class Claim(models.Model):
         RULE_VIOLATED = "rule_violated"
         MALFORMED = "malformed"
         TIMED_OUT = "timed_out"
+        ERROR = "error"  # the verifier itself failed (never the prover's fault): retried, not final
+
+    FINAL = (Result.VERIFIED, Result.MISMATCH, Result.RULE_VIOLATED, Result.MALFORMED, Result.TIMED_OUT)
 
     snapshot = models.OneToOneField(Snapshot, on_delete=models.PROTECT, related_name="claim")
     prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="claims")
@@ -228,3 +232,5 @@ class Claim(models.Model):
     mismatch_step = models.BigIntegerField(null=True, blank=True)
     report = models.JSONField(default=dict)
     result_seq = models.BigIntegerField(null=True, blank=True)
+    failures = models.PositiveSmallIntegerField(default=0, help_text="verifier runs that failed (result error)")
+    retry_at = models.DateTimeField(null=True, blank=True, help_text="when an errored claim is verified again")

@@ -18,6 +18,8 @@ periods, ledger seqs), so database ids do not matter:
                                                each live text is hashed against its recorded sha256 instead)
     snapshot         serial/counter            log, time, shard, hash, claim_due_on
     claim            serial/counter            prover, run, step, manifest, location, claimed_seq and the result
+                                               (final from claim.verified; "error", failures, retry_at from
+                                               claim.verification_failed)
 
 Dates the services take from "today" when they write (a task's due_on, a snapshot's
 claim_due_on) are rebuilt from the entry's ledger time. Later entries name a task by its
@@ -55,6 +57,7 @@ from .models import (
 )
 from .services.alerts import alert_next_state
 from .services.campaigns import TASK_DAYS
+from .services.claims import error_report
 from .services.inspectors import CLAIM_DAYS, FINDING_FIELDS
 
 TaskKey = tuple[str, int, str]  # campaign slug, period, chip serial
@@ -267,13 +270,31 @@ def _claims_submitted(world, seq, time, actor, payload):
             "mismatch_step": None,
             "report": {},
             "result_seq": None,
+            "failures": 0,
+            "retry_at": None,
         }
 
 
 def _claim_verified(world, seq, time, actor, payload):
     claim = world.claims[(payload["chip"], payload["counter"])]
     report = {k: v for k, v in payload.items() if k not in CLAIM_VERDICT_KEYS}
-    claim.update(result=payload["result"], mismatch_step=payload["mismatch_step"], report=report, result_seq=seq)
+    claim.update(
+        result=payload["result"], mismatch_step=payload["mismatch_step"], report=report, result_seq=seq, retry_at=None
+    )
+
+
+def _claim_failed(world, seq, time, actor, payload):
+    """The verifier failed on a claim: result error, retried at retry_at (none once the retries ran out)."""
+    claim = world.claims[(payload["chip"], payload["counter"])]
+    retry_at = payload["retry_at"]
+    when = datetime.fromisoformat(retry_at.replace("Z", "+00:00")) if retry_at else None
+    claim.update(
+        result=Claim.Result.ERROR.value,
+        failures=payload["attempt"],
+        retry_at=retry_at,
+        report=error_report(payload["error"], payload["attempt"], when),
+        result_seq=seq,
+    )
 
 
 HANDLERS = {
@@ -288,6 +309,7 @@ HANDLERS = {
     "inspection.snapshot_log": _snapshot_log,
     "claim.submitted": _claims_submitted,
     "claim.verified": _claim_verified,
+    "claim.verification_failed": _claim_failed,
     # inspection.identity_checked changes no projection: the challenges it answers are not on the ledger.
 }
 
@@ -403,6 +425,8 @@ def _claim_row(c: dict) -> tuple:
         c["mismatch_step"],
         c["report"],
         c["result_seq"],
+        c["failures"],
+        c["retry_at"],
     )
 
 
@@ -573,5 +597,14 @@ def _live_claims() -> dict:
         "mismatch_step",
         "report",
         "result_seq",
+        "failures",
+        "retry_at",
     )
-    return {(serial, counter): tuple(values) for serial, counter, *values in rows.iterator(chunk_size=10000)}
+    return {
+        (serial, counter): (*values, _time(retry_at))
+        for serial, counter, *values, retry_at in rows.iterator(chunk_size=10000)
+    }
+
+
+def _time(when: datetime | None) -> str | None:
+    return format_time(when) if when else None

@@ -1,5 +1,8 @@
 """Reads of the inspections app: inspectors see only their own body's tasks; campaigns' targets and plans."""
 
+from collections import Counter
+
+from django.conf import settings
 from django.db.models import Count, Max, Q, QuerySet
 
 from registry.models import Chip, Organisation
@@ -75,3 +78,113 @@ def rule_flops_for_chip(chip: Chip) -> float:
     """The strictest rule of any campaign that drew this chip (what a claim for it is checked against)."""
     rules = Campaign.objects.filter(draws__tasks__chip=chip).values_list("rule_flops", flat=True)
     return min(rules, default=float("inf"))
+
+
+# --- what a claim's verification is told (the verifier contract's claims file, docs/claims.md) ------
+
+MAX_HISTORY = 1000  # a chip's earlier claims passed to the verifier (latest first)
+
+
+def claim_request(claim: Claim) -> dict:
+    """The verifier's claims file for one claim: the snapshot with its logged time, the chip's earlier
+    claims, the chips the registry says the prover holds, and the run's coverage so far (from the ledger's
+    ``claim.verified`` entries, through their projection ``Claim.report``)."""
+    snapshot = claim.snapshot
+    return {
+        "manifest": claim.manifest,
+        "claims": [
+            {
+                "serial": snapshot.chip.serial,
+                "counter": snapshot.counter,
+                "shard": snapshot.shard,
+                "hash": snapshot.hash,
+                "step": claim.step,
+                "time": snapshot.time,
+            }
+        ],
+        "history": {snapshot.chip.serial: chip_claim_history(claim)},
+        "prover_chips": prover_chips(claim.prover),
+        "replayed_segments": sorted(run_segments(claim.prover, claim.manifest, exclude=claim.pk)),
+        "coverage_target": settings.REPLAY_COVERAGE_TARGET,
+    }
+
+
+def chip_claim_history(claim: Claim) -> list[dict]:
+    """The chip's claims for snapshots logged before this one (any run), oldest first."""
+    earlier = (
+        Claim.objects.filter(snapshot__chip=claim.snapshot.chip_id, snapshot__counter__lt=claim.snapshot.counter)
+        .order_by("-snapshot__counter")
+        .values("snapshot__counter", "snapshot__time", "step", "run", "manifest")[:MAX_HISTORY]
+    )
+    return [
+        {
+            "counter": c["snapshot__counter"],
+            "time": c["snapshot__time"],
+            "step": c["step"],
+            "run": c["run"],
+            "manifest": c["manifest"],
+        }
+        for c in reversed(earlier)
+    ]
+
+
+def prover_chips(prover: Organisation) -> dict[str, dict]:
+    """serial -> model and peak 16-bit FLOP/s of every chip the registry says the prover holds now."""
+    rows = Chip.objects.filter(owner=prover, status__in=ELIGIBLE).values_list(
+        "serial", "model__slug", "model__peak_flops_16bit"
+    )
+    return {
+        serial: {"model": model, "peak_flops_16bit": peak} for serial, model, peak in rows.iterator(chunk_size=10000)
+    }
+
+
+# --- coverage per run (a run is the prover's transcript: prover and manifest hash) ---------------
+
+
+def run_claims(prover: Organisation, manifest: str) -> QuerySet[Claim]:
+    return Claim.objects.filter(prover=prover, manifest=manifest)
+
+
+def run_segments(prover: Organisation, manifest: str, exclude: int | None = None) -> set[int]:
+    """Start steps of the run's segments that verified claims have replayed (each passed its replay)."""
+    reports = run_claims(prover, manifest).filter(result=Claim.Result.VERIFIED).exclude(pk=exclude)
+    found: set[int] = set()
+    for report in reports.values_list("report", flat=True):
+        found.update(s for s in report.get("segments_replayed") or [] if type(s) is int)
+    return found
+
+
+def run_coverage(prover: Organisation, manifest: str) -> dict:
+    """Which of the run's segments have been replayed, and the probability that one fabricated segment
+    (anywhere in the run, uniformly) would have been caught: replayed / total segments."""
+    claims = list(run_claims(prover, manifest).values("run", "result", "report"))
+    replayed = run_segments(prover, manifest)
+    totals = [c["report"].get("segments_total") for c in claims if c["result"] == Claim.Result.VERIFIED]
+    total = max((t for t in totals if type(t) is int and t > 0), default=0)
+    reported = [c["report"].get("coverage") for c in claims if c["result"] == Claim.Result.VERIFIED]
+    caught = min(1.0, len(replayed) / total) if total else 0.0
+    return {
+        "prover": prover.slug,
+        "manifest": manifest,
+        "names": sorted({c["run"] for c in claims}),
+        "claims": len(claims),
+        "results": dict(sorted(Counter(c["result"] for c in claims).items())),
+        "segments_total": total,
+        "segments_replayed": sorted(replayed),
+        "coverage": caught,
+        "verifier_coverage": max((r for r in reported if isinstance(r, (int, float))), default=None),
+        "target": settings.REPLAY_COVERAGE_TARGET,
+        "target_met": caught >= settings.REPLAY_COVERAGE_TARGET,
+    }
+
+
+def runs() -> list[dict]:
+    """Every run with claims (latest first), each with its coverage (the regulator's list of runs)."""
+    keys = (
+        Claim.objects.values("prover", "manifest")
+        .annotate(latest=Max("claimed_seq"))
+        .order_by("-latest")
+        .values_list("prover", "manifest")
+    )
+    provers = Organisation.objects.in_bulk({prover for prover, _ in keys})
+    return [run_coverage(provers[prover], manifest) for prover, manifest in keys]

@@ -20,9 +20,10 @@ def check_snapshot_log(log_id: int) -> str:
 
 @shared_task(name="inspections.tasks.sweep")
 def sweep() -> dict:
-    """Beat: overdue inspections, lost chips and unanswered snapshots become alerts."""
+    """Beat: overdue inspections, lost chips and unanswered snapshots become alerts; overdue claim retries are re-sent."""
     today = timezone.now().date()
     return {
+        "claim_retries": claims.claim_retries_enqueue(timezone.now()),
         "overdue": sweeps.overdue_sweep(today),
         "lost": sweeps.lost_chip_sweep(),
         "unanswered": sweeps.unanswered_sweep(today),

@@ -1,17 +1,24 @@
 """Everything on the Django side that touches ``replay`` (DESIGN §2): no other module imports it.
 
 * Snapshot logs are checked in-process with replay's pure, torch-free firmware checker.
-* Claims are verified by ``python -m replay verify`` in a subprocess with a wall-clock and
-  address-space limit, so a hostile transcript can make it fail but never hang or exhaust the worker.
+* Claims are verified by the verifier CLI (setting ``REPLAY_VERIFIER_COMMAND``, by default
+  ``python -m replay verify``) in a subprocess with a wall-clock and address-space limit. A
+  transcript URL is handed to it as SOURCE and fetched inside that subprocess (``replay.fetch``),
+  with the caps on bytes, files and time from the settings (in its environment, where the fetch
+  reads them) and ``--allow-host`` for each allowed host: the worker itself never downloads.
+* The verifier speaks the contract of docs/claims.md: one JSON verdict on stdout, exit 0 verified,
+  1 rejected, 2 malformed, 3 error. Exit 3, a signal (an out-of-memory kill), a timeout, or output
+  that is not a well-formed verdict raise ``VerifierFailed``: the verifier's failure, never the prover's.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import resource
 import secrets
 import subprocess
-import sys
 from pathlib import Path
 
 from django.conf import settings
@@ -19,6 +26,14 @@ from django.conf import settings
 from replay.firmware import parse_record, verify_log
 
 from . import transcripts
+
+log = logging.getLogger(__name__)
+EXITS = {0: "verified", 1: "rejected", 2: "malformed"}
+MAX_OUTPUT = 16 << 20
+
+
+class VerifierFailed(Exception):
+    """The verifier did not produce a verdict (crash, signal, timeout, bad output): retried later."""
 
 
 def snapshot_log_check(text: str, public_key: bytes, serial: str) -> tuple[list[dict], list[dict]]:
@@ -30,72 +45,103 @@ def snapshot_log_check(text: str, public_key: bytes, serial: str) -> tuple[list[
     return problems, records
 
 
-def claim_check(claim, rule_flops: float, scratch: Path) -> tuple[dict | None, str | None]:
-    """(the replay verifier's verdict, None), or (None, why it could not run) — "timeout" when it ran too long."""
-    try:
-        return _run_verifier(claim, rule_flops, scratch), None
-    except transcripts.TranscriptUnavailable as unavailable:
-        return None, str(unavailable)
-    except subprocess.TimeoutExpired:
-        return None, "timeout"
+def claim_check(location: str, request: dict, rule_flops: float, scratch: Path) -> dict:
+    """The verifier's verdict on one claim (``request``: the contract's claims file); raises ``VerifierFailed``.
+
+    A location the worker refuses (outside the roots, a symlink) is the prover's fault: a malformed verdict.
+    """
+    if transcripts.is_url(location):
+        source = location
+    else:
+        try:
+            source = str(transcripts.local_directory(location))
+        except transcripts.TranscriptUnavailable as unavailable:
+            return {"verdict": "malformed", "reasons": [str(unavailable)], "mismatch_step": None}
+    claims_file = scratch / "claims.json"
+    claims_file.write_text(json.dumps(request))
+    nonce = secrets.token_hex(16)
+    command = verifier_command(source, claims_file, rule_flops, nonce)
+    return _run(command, scratch, nonce)
 
 
-def verifier_command(directory: Path, claims_file: Path, rule_flops: float) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "replay",
-        "verify",
-        str(directory),
+def verifier_command(source: str, claims_file: Path, rule_flops: float, nonce: str) -> list[str]:
+    command = [
+        *settings.REPLAY_VERIFIER_COMMAND,
+        source,
         "--claims",
         str(claims_file),
         "--json",
         "--nonce",
-        secrets.token_hex(16),
+        nonce,
         "--max-seconds",
         str(settings.REPLAY_MAX_SECONDS),
         "--max-flops",
         repr(rule_flops),
     ]
+    if transcripts.is_url(source):
+        for host in settings.REPLAY_FETCH_ALLOWED_HOSTS:
+            command += ["--allow-host", host]
+    return command
 
 
-def _run_verifier(claim, rule_flops: float, scratch: Path) -> dict:
-    if claim.location.startswith(("http://", "https://")):
-        directory = transcripts.download(claim.location, scratch / "transcript")
-    else:
-        directory = transcripts.local_directory(claim.location)
-    snapshot = claim.snapshot
-    claims_file = scratch / "claims.json"
-    claims_file.write_text(
-        json.dumps(
-            {
-                "manifest": claim.manifest,
-                "claims": [
-                    {
-                        "serial": snapshot.chip.serial,
-                        "counter": snapshot.counter,
-                        "shard": snapshot.shard,
-                        "hash": snapshot.hash,
-                        "step": claim.step,
-                    }
-                ],
-            }
-        )
-    )
-    done = subprocess.run(
-        verifier_command(directory, claims_file, rule_flops),
-        capture_output=True,
-        text=True,
-        cwd=settings.BASE_DIR,
-        timeout=settings.REPLAY_MAX_SECONDS + 60,
-        preexec_fn=_limit_memory,
-    )
+def verifier_environment(scratch: Path) -> dict[str, str]:
+    """The worker's environment, plus: TMPDIR in the claim's scratch directory (a fetched transcript lands
+    there and is removed even if the verifier is killed), and the fetch caps, which ``replay.fetch``
+    applies whatever the command line says."""
+    return {
+        **os.environ,
+        "TMPDIR": str(scratch),
+        "REPLAY_FETCH_MAX_BYTES": str(settings.REPLAY_FETCH_MAX_BYTES),
+        "REPLAY_FETCH_MAX_FILES": str(settings.REPLAY_FETCH_MAX_FILES),
+        "REPLAY_FETCH_SECONDS": str(settings.REPLAY_FETCH_SECONDS),
+    }
+
+
+def time_limit() -> int:
+    """Wall-clock seconds the verifier subprocess gets: its fetch, its replay budget, and start-up."""
+    return settings.REPLAY_MAX_SECONDS + settings.REPLAY_FETCH_SECONDS + 60
+
+
+def _run(command: list[str], scratch: Path, nonce: str) -> dict:
     try:
-        return json.loads(done.stdout)
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            cwd=settings.BASE_DIR,
+            env=verifier_environment(scratch),
+            timeout=time_limit(),
+            preexec_fn=_limit,
+        )
+    except subprocess.TimeoutExpired:
+        raise VerifierFailed(f"the verifier ran longer than {time_limit()} s") from None
+    except OSError as error:
+        raise VerifierFailed(f"the verifier could not start ({type(error).__name__})") from None
+    if done.stderr:
+        log.info("verifier stderr (exit %s): %s", done.returncode, done.stderr[-4000:].decode(errors="replace"))
+    return verdict_of(done.returncode, done.stdout[:MAX_OUTPUT], nonce)
+
+
+def verdict_of(returncode: int, stdout: bytes, nonce: str) -> dict:
+    """The verdict a finished verifier reported, or ``VerifierFailed`` when it reported none that holds."""
+    if returncode < 0:
+        raise VerifierFailed(f"the verifier was killed by signal {-returncode} (e.g. out of memory)")
+    if returncode == 3:
+        raise VerifierFailed("the verifier failed (exit 3)")
+    if returncode not in EXITS:
+        raise VerifierFailed(f"the verifier exited with status {returncode}")
+    try:
+        verdict = json.loads(stdout)
     except ValueError:
-        return {"verdict": "malformed", "reasons": [f"the verifier failed: {done.stderr[-500:]}"]}
+        raise VerifierFailed("the verifier's output is not JSON") from None
+    if not isinstance(verdict, dict) or verdict.get("verdict") != EXITS[returncode]:
+        raise VerifierFailed(f"the verifier's output does not state the verdict of its exit status {returncode}")
+    if not isinstance(verdict.get("reasons", []), list) or verdict.get("nonce", nonce) != nonce:
+        raise VerifierFailed("the verifier's output is not a well-formed verdict for this request")
+    return verdict
 
 
-def _limit_memory() -> None:
+def _limit() -> None:
+    """In the child before exec: an address-space cap (a hostile transcript meets it, not the worker) and no core."""
     limit = settings.REPLAY_MAX_MEMORY_BYTES
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import re
 import tempfile
+from datetime import datetime, timedelta
 from pathlib import Path
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from ledger import services as ledger
+from ledger.services import format_time
 from registry.models import Organisation
 
 from .. import queue, selectors, verification
@@ -17,6 +21,7 @@ from ..models import Alert, Claim, Snapshot
 from .alerts import alert_raise
 from .validation import fail as _fail
 
+RETRY_GRACE = timedelta(hours=1)
 CLAIM_FIELDS = ("serial", "counter", "run", "step", "manifest", "location")
 
 
@@ -80,10 +85,8 @@ def _claim_item(item) -> dict:
     return item
 
 
-def claim_outcome(verdict: dict | None, error: str | None) -> tuple[str, int | None]:
-    """Map the replay verifier's verdict (or why it could not run) onto a claim result."""
-    if verdict is None:
-        return (Claim.Result.TIMED_OUT if error == "timeout" else Claim.Result.MALFORMED), None
+def claim_outcome(verdict: dict) -> tuple[str, int | None]:
+    """Map the replay verifier's verdict (contract of docs/claims.md) onto a final claim result."""
     if verdict["verdict"] == "malformed":
         return Claim.Result.MALFORMED, None
     if verdict.get("budget_exhausted"):
@@ -93,29 +96,53 @@ def claim_outcome(verdict: dict | None, error: str | None) -> tuple[str, int | N
     rules = verdict.get("rules") or {}
     if any(not rule.get("ok", True) for rule in rules.values() if isinstance(rule, dict)):
         return Claim.Result.RULE_VIOLATED, None
-    failing = [c["step"] for c in verdict.get("claims", []) if not c.get("ok", True)]
-    dispute = verdict.get("dispute") or {}
-    return Claim.Result.MISMATCH, dispute.get("step", min(failing, default=None))
+    step = verdict.get("mismatch_step")
+    if type(step) is not int:
+        failing = [c["step"] for c in verdict.get("claims", []) if isinstance(c, dict) and not c.get("ok", True)]
+        step = (verdict.get("dispute") or {}).get("step", min(failing, default=None))
+    return Claim.Result.MISMATCH, step if type(step) is int else None
+
+
+def claim_summary(verdict: dict) -> dict:
+    """What of the verdict goes on the ledger (and to the prover): bounded, and the run's coverage."""
+    segments = verdict.get("segments_replayed")
+    return {
+        "verdict": verdict.get("verdict"),
+        "reasons": [str(r)[:2000] for r in (verdict.get("reasons") or [])[:20]],
+        "flops": verdict.get("flops"),
+        "steps": verdict.get("steps"),
+        "rules": verdict.get("rules"),
+        "nonce": verdict.get("nonce"),
+        "segments_replayed": sorted({s for s in segments if type(s) is int})[:100_000]
+        if isinstance(segments, list)
+        else [],
+        "segments_total": verdict.get("segments_total") if type(verdict.get("segments_total")) is int else None,
+        "coverage": verdict.get("coverage") if isinstance(verdict.get("coverage"), (int, float)) else None,
+        "screen": verdict.get("screen"),
+    }
+
+
+def _open_claim(claim_id: int, failures: int) -> Claim | None:
+    """The claim, locked, if this run of the verifier may still record its outcome (idempotent on redelivery):
+    no final result yet, and no other delivery recorded a failure meanwhile."""
+    claim = Claim.objects.select_for_update().select_related("snapshot__chip", "prover").get(pk=claim_id)
+    if claim.result in Claim.FINAL or claim.failures != failures:
+        return None
+    return claim
 
 
 @transaction.atomic
-def claim_result_record(claim_id: int, verdict: dict | None, error: str | None = None) -> Claim:
-    """Put the verification's result on the ledger, once: a retried task records nothing twice."""
-    claim = Claim.objects.select_for_update().select_related("snapshot__chip", "prover").get(pk=claim_id)
-    if claim.result != Claim.Result.PENDING:
-        return claim
-    result, step = claim_outcome(verdict, error)
-    summary = (
-        {
-            "verdict": verdict.get("verdict"),
-            "reasons": verdict.get("reasons", [])[:20],
-            "flops": verdict.get("flops"),
-            "steps": verdict.get("steps"),
-            "rules": verdict.get("rules"),
-        }
-        if verdict
-        else {"error": error}
-    )
+def claim_result_record(claim_id: int, verdict: dict | None, error: str | None = None, *, failures: int = 0) -> Claim:
+    """Put the verification's final result on the ledger, once: a redelivered task records nothing twice.
+    ``failures``: the claim's verifier failures when this run started. No verdict (``error`` says why) is
+    the verifier's failure, recorded by ``claim_error_record``."""
+    if verdict is None:
+        return claim_error_record(claim_id, error or "the verifier gave no verdict", failures)
+    claim = _open_claim(claim_id, failures)
+    if claim is None:
+        return Claim.objects.get(pk=claim_id)
+    result, step = claim_outcome(verdict)
+    summary = claim_summary(verdict)
     entry = ledger.append_entry(
         "claim.verified",
         {
@@ -129,7 +156,8 @@ def claim_result_record(claim_id: int, verdict: dict | None, error: str | None =
         "system",
     )
     claim.result, claim.mismatch_step, claim.report, claim.result_seq = result, step, summary, entry.seq
-    claim.save(update_fields=["result", "mismatch_step", "report", "result_seq"])
+    claim.retry_at = None
+    claim.save(update_fields=["result", "mismatch_step", "report", "result_seq", "retry_at"])
     if result != Claim.Result.VERIFIED:
         detail = f"claim for {claim.snapshot.chip.serial} #{claim.snapshot.counter}: {result}"
         alert_raise(
@@ -141,12 +169,92 @@ def claim_result_record(claim_id: int, verdict: dict | None, error: str | None =
     return claim
 
 
-def claim_verify(claim_id: int) -> str:
+def retry_delay(count: int) -> int:
+    """Seconds before verifying again after the ``count``-th failure: doubling, at most a day."""
+    return min(settings.REPLAY_RETRY_SECONDS * 2 ** min(count - 1, 30), 86_400)
+
+
+@transaction.atomic
+def claim_error_record(claim_id: int, reason: str, failures: int = 0, now: datetime | None = None) -> Claim:
+    """The verifier failed (not the prover): result ``error`` on the ledger, retried with backoff until
+    ``REPLAY_MAX_ATTEMPTS``; then an alert asks the regulator to look. Never a final verdict on the claim."""
+    claim = _open_claim(claim_id, failures)
+    if claim is None:
+        return Claim.objects.get(pk=claim_id)
+    count = failures + 1
+    retry_at = None
+    if count < settings.REPLAY_MAX_ATTEMPTS:
+        retry_at = (now or timezone.now()) + timedelta(seconds=retry_delay(count))
+    entry = ledger.append_entry(
+        "claim.verification_failed",
+        {
+            "claim": claim.pk,
+            "chip": claim.snapshot.chip.serial,
+            "counter": claim.snapshot.counter,
+            "attempt": count,
+            "error": reason[:500],
+            "retry_at": format_time(retry_at) if retry_at else None,
+        },
+        "system",
+    )
+    claim.result, claim.failures, claim.result_seq = Claim.Result.ERROR, count, entry.seq
+    claim.retry_at = retry_at
+    claim.report = error_report(reason, count, claim.retry_at)
+    claim.save(update_fields=["result", "failures", "retry_at", "report", "result_seq"])
+    if retry_at is not None:
+        queue.enqueue_claim_verification(claim.pk, countdown=retry_delay(count))
+    else:
+        alert_raise(
+            Alert.Kind.VERIFIER_FAILED,
+            claim.prover,
+            f"claim for {claim.snapshot.chip.serial} #{claim.snapshot.counter}: the verifier failed "
+            f"{count} times ({reason[:200]}); not retried again",
+            claim.snapshot.chip,
+        )
+    return claim
+
+
+def error_report(reason: str, count: int, retry_at) -> dict:
+    """``Claim.report`` of an errored claim (also rebuilt from the ledger)."""
+    return {
+        "verdict": "error",
+        "error": reason[:500],
+        "failures": count,
+        "retry_at": format_time(retry_at) if retry_at else None,
+    }
+
+
+def claim_due(claim: Claim, now: datetime) -> bool:
+    """A claim is verified while pending, and again once its retry after a verifier failure is due."""
+    if claim.result == Claim.Result.PENDING:
+        return True
+    return claim.result == Claim.Result.ERROR and claim.retry_at is not None and claim.retry_at <= now
+
+
+def claim_verify(claim_id: int, now: datetime | None = None) -> str:
     """Replay the prover's transcript for one claim (``verification``) and record the result; idempotent."""
-    claim = Claim.objects.select_related("snapshot__chip").get(pk=claim_id)
-    if claim.result != Claim.Result.PENDING:
+    now = now or timezone.now()
+    claim = Claim.objects.select_related("snapshot__chip", "prover").get(pk=claim_id)
+    if not claim_due(claim, now):
         return claim.result
+    failures = claim.failures
     rule_flops = selectors.rule_flops_for_chip(claim.snapshot.chip)
+    request = selectors.claim_request(claim)
     with tempfile.TemporaryDirectory(prefix="claim-") as scratch:
-        verdict, error = verification.claim_check(claim, rule_flops, Path(scratch))
-    return claim_result_record(claim.pk, verdict, error).result
+        try:
+            verdict = verification.claim_check(claim.location, request, rule_flops, Path(scratch))
+        except verification.VerifierFailed as failed:
+            return claim_error_record(claim.pk, str(failed), failures, now).result
+    return claim_result_record(claim.pk, verdict, failures=failures).result
+
+
+def claim_retries_enqueue(now: datetime) -> int:
+    """Re-send every errored claim whose retry is an hour overdue (a backstop for a retry message the broker
+    lost; the hour leaves the delayed message its turn, and a duplicate records nothing twice anyway)."""
+    late = now - RETRY_GRACE
+    due = Claim.objects.filter(result=Claim.Result.ERROR, retry_at__lte=late).values_list("pk", flat=True)
+    count = 0
+    for claim_id in due:
+        queue.enqueue_claim_verification(claim_id)
+        count += 1
+    return count

@@ -6,6 +6,7 @@ import io
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
@@ -65,7 +66,7 @@ def world(django_capture_on_commit_callbacks):
         inspectors.identity_answer_check(eu[2], body, challenge.nonce, base64.b64encode(bytes(64)).decode())
         log = inspectors.snapshot_log_upload(eu[3], body, "record 0\nrecord 1\n")
         records = [
-            {"counter": n, "time": f"2026-11-0{n + 1}T00:00:00Z", "shard": 0, "hash": f"{n:064x}"} for n in (0, 1)
+            {"counter": n, "time": f"2026-11-0{n + 1}T00:00:00Z", "shard": 0, "hash": f"{n:064x}"} for n in (0, 1, 2)
         ]
         inspectors.snapshot_log_record(log, [], records)
         garbled = inspectors.snapshot_log_upload(eu[4], body, "garbled\n")
@@ -84,13 +85,27 @@ def world(django_capture_on_commit_callbacks):
                     "manifest": "c" * 64,
                     "location": "/runs/1",
                 }
-                for n in (0, 1)
+                for n in (0, 1, 2)
             ],
         )
         claim_services.claim_result_record(
-            claims[0].pk, {"verdict": "verified", "reasons": [], "flops": 1e9, "steps": 20, "rules": {}}
+            claims[0].pk,
+            {
+                "verdict": "verified",
+                "reasons": [],
+                "flops": 1e9,
+                "steps": 20,
+                "rules": {},
+                "nonce": "ab" * 16,
+                "segments_replayed": [0, 4],
+                "segments_total": 5,
+                "coverage": 0.4,
+            },
         )
-        claim_services.claim_result_record(claims[1].pk, None, "timeout")
+        for attempt in range(settings.REPLAY_MAX_ATTEMPTS):  # the verifier keeps failing: an alert, no retry
+            claim_services.claim_error_record(claims[1].pk, "the verifier failed (exit 3)", attempt)
+        claim_services.claim_error_record(claims[2].pk, "the verifier was killed by signal 9", 0)
+        claim_services.claim_result_record(claims[2].pk, {"verdict": "rejected", "budget_exhausted": True}, failures=1)
         sweeps.overdue_sweep(today + timedelta(days=campaigns.TASK_DAYS + 1))
         event(eu[6].prover, "reported_lost", [eu[6].chip.serial])
         sweeps.lost_chip_sweep()
@@ -117,16 +132,17 @@ def test_the_world_covers_every_kind_and_equals_its_rebuild(world):
         "identity_failed",
         "log_problems",
         "claim_failed",
+        "verifier_failed",
         "overdue",
         "lost",
         "unassigned",
     }
     assert set(InspectionTask.objects.values_list("status", flat=True)) >= {"done", "overdue"}
     assert set(SnapshotLog.objects.values_list("status", flat=True)) == {"intact", "problems", "pending"}
-    assert set(Claim.objects.values_list("result", flat=True)) == {"verified", "timed_out"}
+    assert set(Claim.objects.values_list("result", flat=True)) == {"verified", "error", "timed_out"}
     code, output = check()
     assert code == 0, output
-    assert "OK projections match the ledger" in output and "2 campaigns" in output and "2 claims" in output
+    assert "OK projections match the ledger" in output and "2 campaigns" in output and "3 claims" in output
 
 
 def sql(statement: str, *params) -> None:
@@ -237,6 +253,12 @@ def tamper_claim(world):
     return f"claim {world['serial']}/1:"
 
 
+def tamper_claim_retry(world):
+    pk = Claim.objects.get(snapshot__counter=1).pk
+    sql("UPDATE inspections_claim SET failures = 0, retry_at = NULL WHERE id = %s", pk)
+    return f"claim {world['serial']}/1:"
+
+
 @pytest.mark.parametrize(
     "tamper",
     [
@@ -256,6 +278,7 @@ def tamper_claim(world):
         tamper_log_text,
         tamper_snapshot,
         tamper_claim,
+        tamper_claim_retry,
     ],
     ids=lambda tamper: tamper.__name__.removeprefix("tamper_"),
 )

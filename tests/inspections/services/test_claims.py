@@ -117,7 +117,7 @@ def test_a_claim_for_the_wrong_step_is_a_mismatch_and_an_alert(answered, django_
 def test_a_transcript_outside_the_allowed_roots_is_refused(answered, django_capture_on_commit_callbacks):
     claim_id = submit(answered, django_capture_on_commit_callbacks, location="/etc")
     assert verify_claim(claim_id) == "malformed"
-    assert "allowed transcript root" in Claim.objects.get(pk=claim_id).report["error"]
+    assert "allowed transcript root" in Claim.objects.get(pk=claim_id).report["reasons"][0]
 
 
 def test_an_edited_checkpoint_is_caught(answered, django_capture_on_commit_callbacks):
@@ -154,8 +154,9 @@ def test_unanswered_snapshots_become_alerts(answered):
     assert sweeps.unanswered_sweep(later) == 0
 
 
-def test_a_transcript_served_over_http_verifies(answered, django_capture_on_commit_callbacks):
-    """The prover keeps its transcript and serves it; the worker fetches only the files the manifest names."""
+def test_a_transcript_served_over_http_verifies(answered, settings, django_capture_on_commit_callbacks):
+    """The prover keeps its transcript and serves it; the verifier fetches only the files the manifest names."""
+    settings.REPLAY_FETCH_ALLOWED_HOSTS = ["127.0.0.1"]  # the test's server stands in for the prover's
     import functools
     import threading
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -174,7 +175,15 @@ def test_a_transcript_served_over_http_verifies(answered, django_capture_on_comm
         server.server_close()
 
 
-def test_an_unreachable_transcript_url_is_recorded_not_raised(answered, django_capture_on_commit_callbacks):
+def test_an_unreachable_transcript_url_is_recorded_not_raised(answered, settings, django_capture_on_commit_callbacks):
+    settings.REPLAY_FETCH_ALLOWED_HOSTS = ["127.0.0.1"]
     claim_id = submit(answered, django_capture_on_commit_callbacks, location="http://127.0.0.1:9/nothing/")
     assert verify_claim(claim_id) == "malformed"
-    assert "127.0.0.1:9" in Claim.objects.get(pk=claim_id).report["error"]
+    assert "manifest.json: the transfer from 127.0.0.1 failed" in Claim.objects.get(pk=claim_id).report["reasons"][0]
+
+
+def test_an_internal_transcript_url_is_refused_without_a_connection(answered, django_capture_on_commit_callbacks):
+    claim_id = submit(answered, django_capture_on_commit_callbacks, location="http://169.254.169.254/latest/")
+    assert verify_claim(claim_id) == "malformed"
+    reason = Claim.objects.get(pk=claim_id).report["reasons"][0]
+    assert "link-local address, which is never fetched" in reason

@@ -1,0 +1,302 @@
+"""A claim's verification against a stub verifier that speaks the contract (tests/inspections/stub_verifier.py):
+what the verifier is told, how its verdicts, crashes and coverage land on the ledger, retries and idempotence."""
+
+import io
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from inspections import queue, selectors, verification
+from inspections.models import Alert, Claim, InspectionTask
+from inspections.services import claims as claim_services
+from inspections.services import inspectors
+from ledger.models import Entry
+
+pytestmark = pytest.mark.django_db
+STUB = Path(__file__).resolve().parents[1] / "stub_verifier.py"
+MANIFEST = "ab" * 32
+
+
+@pytest.fixture
+def stub(settings, tmp_path, monkeypatch):
+    """The stub as the verifier; ``stub.set(...)`` says what it does; ``stub.runs()`` what it was given."""
+    record = tmp_path / "runs.jsonl"
+    settings.REPLAY_VERIFIER_COMMAND = [sys.executable, str(STUB)]
+    settings.TRANSCRIPT_ROOTS = [str(tmp_path / "roots")]
+    (tmp_path / "roots" / "run").mkdir(parents=True)
+    (tmp_path / "roots" / "run" / "manifest.json").write_text("{}")
+    monkeypatch.setenv("STUB_RECORD", str(record))
+    sent = []
+    monkeypatch.setattr(
+        queue,
+        "current_app",
+        type("App", (), {"send_task": lambda self, name, args, **kw: sent.append((name, args, kw))})(),
+    )
+
+    class Stub:
+        location = str(tmp_path / "roots" / "run")
+        enqueued = sent
+
+        def set(self, **spec):
+            monkeypatch.setenv("STUB_VERIFIER", json.dumps(spec))
+
+        def runs(self):
+            return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+    return Stub()
+
+
+@pytest.fixture
+def snapshots(draw, django_capture_on_commit_callbacks):
+    """Four authentic snapshots (counters 0-3, one hour apart) of one drawn chip of owner-a."""
+    task = (
+        InspectionTask.objects.exclude(inspection_body=None)
+        .filter(prover__slug="owner-a")
+        .select_related("chip", "inspection_body", "prover")
+        .first()
+    )
+    with django_capture_on_commit_callbacks(execute=False):
+        log = inspectors.snapshot_log_upload(task, task.inspection_body, "log\n")
+        records = [{"counter": n, "time": f"2026-11-01T0{n}:00:00Z", "shard": 0, "hash": f"{n:064x}"} for n in range(4)]
+        inspectors.snapshot_log_record(log, [], records)
+    return task
+
+
+def claim(task, stub, django_capture_on_commit_callbacks, counter=0, step=None, **change) -> Claim:
+    item = {
+        "serial": task.chip.serial,
+        "counter": counter,
+        "run": "run-1",
+        "step": 10 * (counter + 1) if step is None else step,
+        "manifest": MANIFEST,
+        "location": stub.location,
+        **change,
+    }
+    with django_capture_on_commit_callbacks(execute=True):
+        return claim_services.claims_submit(prover=task.prover, claims=[item])[0]
+
+
+def rebuild_ok() -> str:
+    out = io.StringIO()
+    try:
+        call_command("rebuild_projections", "--check", stdout=out, stderr=out)
+    except SystemExit as exit_:
+        assert exit_.code == 0, out.getvalue()
+    return out.getvalue()
+
+
+# --- what the verifier is told ---------------------------------------------------------------------
+
+
+def test_the_verifier_is_told_the_snapshot_time_history_chips_and_coverage(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    stub.set(verdict="verified", segments=[0, 3], total=10)
+    first = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0)
+    assert claim_services.claim_verify(first.pk) == "verified"
+    second = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=2, run="run-1b")
+    stub.set(verdict="verified", segments=[7], total=10)
+    assert claim_services.claim_verify(second.pk) == "verified"
+
+    given = stub.runs()[1]["claims"]
+    serial = snapshots.chip.serial
+    assert given["manifest"] == MANIFEST
+    assert given["claims"] == [
+        {"serial": serial, "counter": 2, "shard": 0, "hash": f"{2:064x}", "step": 30, "time": "2026-11-01T02:00:00Z"}
+    ]
+    assert given["history"] == {
+        serial: [{"counter": 0, "time": "2026-11-01T00:00:00Z", "step": 10, "run": "run-1", "manifest": MANIFEST}]
+    }
+    assert given["replayed_segments"] == [0, 3] and given["coverage_target"] == 0.9
+    chips = given["prover_chips"]
+    assert chips[serial] == {"model": "h100-sxm", "peak_flops_16bit": 989e12}
+    assert set(chips) == set(snapshots.prover.owned_chips.values_list("serial", flat=True)) and len(chips) == 200
+    argv = stub.runs()[1]["argv"]
+    nonce = argv[argv.index("--nonce") + 1]
+    assert len(bytes.fromhex(nonce)) == 16 and nonce != stub.runs()[0]["argv"][argv.index("--nonce") + 1]
+    assert argv[0] == stub.location and "--allow-host" not in argv
+
+
+def test_the_run_coverage_accumulates_across_claims_on_the_ledger(snapshots, stub, django_capture_on_commit_callbacks):
+    for counter, segments in ((0, [0, 3]), (1, [3, 5]), (2, [9])):
+        stub.set(verdict="verified", segments=segments, total=10)
+        c = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=counter)
+        claim_services.claim_verify(c.pk)
+    entry = Entry.objects.filter(kind="claim.verified").order_by("-seq").first()
+    assert entry.payload["segments_replayed"] == [9] and entry.payload["segments_total"] == 10
+    assert entry.payload["coverage"] == pytest.approx(0.4) and len(entry.payload["nonce"]) == 32
+    run = selectors.run_coverage(snapshots.prover, MANIFEST)
+    assert run["segments_replayed"] == [0, 3, 5, 9] and run["segments_total"] == 10
+    assert run["coverage"] == pytest.approx(0.4) and run["target_met"] is False
+    assert run["results"] == {"verified": 3} and run["names"] == ["run-1"]
+    assert [r["manifest"] for r in selectors.runs()] == [MANIFEST]
+    assert "3 claims" in rebuild_ok()
+
+
+def test_a_failed_claims_segments_do_not_count_as_covered(snapshots, stub, django_capture_on_commit_callbacks):
+    stub.set(verdict="rejected", segments=[0, 1, 2, 3, 4, 5, 6, 7, 8], total=10, mismatch_step=13)
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_verify(c.pk) == "mismatch"
+    assert Claim.objects.get(pk=c.pk).mismatch_step == 13
+    assert selectors.run_coverage(snapshots.prover, MANIFEST)["segments_replayed"] == []
+
+
+def test_a_url_is_fetched_by_the_verifier_not_the_worker(snapshots, stub, settings, django_capture_on_commit_callbacks):
+    settings.REPLAY_FETCH_ALLOWED_HOSTS = ["store.internal"]
+    settings.REPLAY_FETCH_MAX_FILES = 77
+    stub.set(verdict="verified")
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks, location="http://10.9.9.9:1/never/fetched/")
+    assert claim_services.claim_verify(c.pk) == "verified"
+    run = stub.runs()[0]
+    argv = run["argv"]
+    assert argv[0] == "http://10.9.9.9:1/never/fetched/"
+    assert argv[argv.index("--allow-host") + 1] == "store.internal"
+    assert run["env"]["REPLAY_FETCH_MAX_FILES"] == "77"
+    assert run["env"]["REPLAY_FETCH_MAX_BYTES"] == str(settings.REPLAY_FETCH_MAX_BYTES)
+    assert Path(run["env"]["TMPDIR"]).name.startswith("claim-") and not Path(run["env"]["TMPDIR"]).exists()
+
+
+@pytest.mark.parametrize("location", ["/etc", "relative/path", "{root}/../../etc"])
+def test_a_location_outside_the_roots_is_malformed_without_running(
+    snapshots, stub, django_capture_on_commit_callbacks, location
+):
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks, location=location.format(root=stub.location))
+    assert claim_services.claim_verify(c.pk) == "malformed"
+    assert "allowed transcript root" in Claim.objects.get(pk=c.pk).report["reasons"][0]
+    assert stub.runs() == []
+
+
+def test_a_symlink_out_of_the_transcript_is_malformed(snapshots, stub, django_capture_on_commit_callbacks):
+    (Path(stub.location) / "checkpoints").mkdir()
+    (Path(stub.location) / "checkpoints" / "00000000.safetensors").symlink_to("/etc/passwd")
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_verify(c.pk) == "malformed"
+    assert "symlink" in Claim.objects.get(pk=c.pk).report["reasons"][0] and stub.runs() == []
+
+
+# --- the verifier's failures are never the prover's -------------------------------------------------
+
+
+FAILURES = {
+    "crash": "exit 3",
+    "signal": "signal 9",
+    "garbage": "not JSON",
+    "memory": "not JSON",
+    "inconsistent": "does not state the verdict",
+    "other-nonce": "not a well-formed verdict",
+}
+
+
+@pytest.mark.parametrize("mode", sorted(FAILURES))
+def test_a_verifier_failure_is_an_error_retried_later(
+    snapshots, stub, settings, django_capture_on_commit_callbacks, mode
+):
+    settings.REPLAY_MAX_MEMORY_BYTES = 1 << 30
+    stub.set(mode=mode, verdict="rejected", bytes=4 << 30)
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert claim_services.claim_verify(c.pk) == "error"
+    c.refresh_from_db()
+    assert c.failures == 1 and c.retry_at > timezone.now() and FAILURES[mode] in c.report["error"]
+    failed = Entry.objects.get(kind="claim.verification_failed")
+    assert failed.payload["attempt"] == 1 and failed.payload["retry_at"]
+    assert not Entry.objects.filter(kind="claim.verified").exists()
+    assert not Alert.objects.exists(), "no alert against the prover"
+    assert stub.enqueued[-1] == (queue.VERIFY_CLAIM, (c.pk,), {"countdown": settings.REPLAY_RETRY_SECONDS})
+    rebuild_ok()
+
+
+def test_a_verifier_that_hangs_is_an_error(snapshots, stub, monkeypatch, django_capture_on_commit_callbacks):
+    monkeypatch.setattr(verification, "time_limit", lambda: 1)
+    stub.set(mode="hang")
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_verify(c.pk) == "error"
+    assert "ran longer than 1 s" in Claim.objects.get(pk=c.pk).report["error"]
+
+
+def test_retries_back_off_then_verify_once(snapshots, stub, settings, django_capture_on_commit_callbacks):
+    stub.set(mode="crash")
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    now = timezone.now()
+    assert claim_services.claim_verify(c.pk, now) == "error"
+    assert claim_services.claim_verify(c.pk, now) == "error" and len(stub.runs()) == 1, "not due: not run again"
+    first_retry = Claim.objects.get(pk=c.pk).retry_at
+    later = first_retry + timedelta(seconds=1)
+    assert claim_services.claim_verify(c.pk, later) == "error"
+    second = Claim.objects.get(pk=c.pk)
+    assert second.failures == 2 and second.retry_at - later >= timedelta(seconds=2 * settings.REPLAY_RETRY_SECONDS - 5)
+    stub.set(verdict="verified")
+    assert claim_services.claim_verify(c.pk, second.retry_at) == "verified"
+    assert claim_services.claim_verify(c.pk, second.retry_at + timedelta(days=9)) == "verified"
+    assert Entry.objects.filter(kind="claim.verified").count() == 1 and len(stub.runs()) == 3
+    assert Claim.objects.get(pk=c.pk).retry_at is None
+    rebuild_ok()
+
+
+def test_after_the_last_attempt_the_regulator_is_alerted(snapshots, stub, settings, django_capture_on_commit_callbacks):
+    settings.REPLAY_MAX_ATTEMPTS = 2
+    stub.set(mode="signal")
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    claim_services.claim_verify(c.pk)
+    claim_services.claim_verify(c.pk, Claim.objects.get(pk=c.pk).retry_at)
+    c.refresh_from_db()
+    assert c.result == "error" and c.failures == 2 and c.retry_at is None
+    alert = Alert.objects.get()
+    assert alert.kind == "verifier_failed" and "2 times" in alert.detail
+    assert claim_services.claim_verify(c.pk, timezone.now() + timedelta(days=30)) == "error"
+    assert len(stub.runs()) == 2 and Entry.objects.filter(kind="claim.verification_failed").count() == 2
+    rebuild_ok()
+
+
+def test_a_stale_delivery_records_nothing(snapshots, stub, django_capture_on_commit_callbacks):
+    """Two deliveries of one attempt: the first to finish records; the other's outcome is dropped."""
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    claim_services.claim_error_record(c.pk, "the verifier failed (exit 3)", failures=0)
+    claim_services.claim_error_record(c.pk, "the verifier failed (exit 3)", failures=0)
+    claim_services.claim_result_record(c.pk, {"verdict": "verified"}, failures=0)
+    c.refresh_from_db()
+    assert c.failures == 1 and c.result == "error"
+    assert Entry.objects.filter(kind__startswith="claim.verif").count() == 1
+    claim_services.claim_result_record(c.pk, {"verdict": "verified"}, failures=1)
+    claim_services.claim_result_record(c.pk, {"verdict": "rejected"}, failures=1)
+    assert Claim.objects.get(pk=c.pk).result == "verified"
+    assert Entry.objects.filter(kind="claim.verified").count() == 1
+
+
+def test_lost_retry_messages_are_resent_by_the_sweep(snapshots, stub, django_capture_on_commit_callbacks):
+    stub.set(mode="crash")
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    claim_services.claim_verify(c.pk)
+    retry_at = Claim.objects.get(pk=c.pk).retry_at
+    stub.enqueued.clear()
+    assert claim_services.claim_retries_enqueue(retry_at) == 0, "the delayed message has its turn"
+    with django_capture_on_commit_callbacks(execute=True):
+        assert claim_services.claim_retries_enqueue(retry_at + claim_services.RETRY_GRACE) == 1
+    assert stub.enqueued == [(queue.VERIFY_CLAIM, (c.pk,), {})]
+
+
+def test_the_admin_lists_runs_with_their_coverage(snapshots, stub, admin_client, django_capture_on_commit_callbacks):
+    stub.set(verdict="verified", segments=[0, 1, 2, 3, 4, 5, 6, 7, 8], total=10)
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    claim_services.claim_verify(c.pk)
+    page = admin_client.get("/admin/inspections/claim/runs/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "owner-a" in text and "9 / 10" in text and "0.900" in text and "met" in text
+    listing = admin_client.get("/admin/inspections/claim/").content.decode()
+    assert "9/10 segments, 0.900 (target met)" in listing
+
+
+def test_no_verdict_at_all_is_the_verifiers_failure_not_the_provers(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """A caller with no verdict (e.g. a sweep giving up on a claim whose worker keeps dying) records an error."""
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_result_record(c.pk, None, "timeout").result == "error"
+    assert Claim.objects.get(pk=c.pk).report["error"] == "timeout"
+    assert not Alert.objects.filter(kind="claim_failed").exists()

@@ -1,0 +1,61 @@
+"""A stand-in for ``python -m replay verify`` that speaks the verifier contract (docs/claims.md).
+
+What it does comes from $STUB_VERIFIER (JSON): {"mode": "verdict" | "crash" | "signal" | "garbage" | "memory" |
+"hang" | "inconsistent" | "other-nonce", "verdict": ..., "segments": [...], "total": N}. Each run appends its
+argv, claims file, $TMPDIR and $REPLAY_FETCH_* as one JSON line to $STUB_RECORD.
+"""
+
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+EXIT = {"verified": 0, "rejected": 1, "malformed": 2, "error": 3}
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    spec = json.loads(os.environ.get("STUB_VERIFIER") or "{}")
+    claims = json.loads(Path(args[args.index("--claims") + 1]).read_text())
+    nonce = args[args.index("--nonce") + 1]
+    with open(os.environ["STUB_RECORD"], "a") as record:
+        env = {k: v for k, v in os.environ.items() if k == "TMPDIR" or k.startswith("REPLAY_FETCH_")}
+        record.write(json.dumps({"argv": args, "claims": claims, "env": env}) + "\n")
+    mode = spec.get("mode", "verdict")
+    if mode == "signal":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "garbage":
+        print("Traceback (most recent call last): ...")
+        return 1
+    if mode == "memory":
+        hog = bytearray(spec["bytes"])  # beyond RLIMIT_AS: MemoryError, an uncaught traceback, exit 1
+        return len(hog) and 0
+    if mode == "hang":
+        threading.Event().wait()
+    verdict = spec.get("verdict", "verified")
+    segments = spec.get("segments", [0])
+    total = spec.get("total", 10)
+    replayed = set(segments) | set(claims.get("replayed_segments", []))
+    out = {
+        "verdict": "error" if mode == "crash" else verdict,
+        "reasons": ["the verifier hit a bug"] if mode == "crash" else spec.get("reasons", []),
+        "mismatch_step": spec.get("mismatch_step"),
+        "nonce": "00" * 16 if mode == "other-nonce" else nonce,
+        "segments_replayed": segments,
+        "segments_total": total,
+        "coverage": len(replayed) / total,
+        "screen": None,
+        "flops": 1.0e9,
+        "steps": 20,
+        "rules": {},
+    }
+    print(json.dumps(out))
+    if mode == "inconsistent":
+        return 0 if verdict != "verified" else 1
+    return 3 if mode == "crash" else EXIT[verdict]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""replay.fetch: a prover's URL fetches its transcript and nothing else, within bounds, saying only what failed."""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import json
+import socket
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from replay import Budget, verify
+from replay.fetch import FetchRefused, fetch_transcript, forbidden, named_files
+
+from .helpers import manifest
+
+LOOPBACK = frozenset({"127.0.0.1"})
+SECRET = "INTERNAL-ANSWER-3f9a"
+
+
+class Server:
+    """A local http server over a directory; ``routes`` override paths (status, headers, body); requests are counted."""
+
+    def __init__(self, directory: Path):
+        self.requests: list[str] = []
+        self.routes: dict[str, tuple[int, dict, bytes]] = {}
+        self.release = threading.Event()
+        server = self
+
+        class Handler(SimpleHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                server.requests.append(self.path)
+                route = server.routes.get(self.path)
+                if route == "hang":
+                    server.release.wait(10)
+                    return
+                if route is None:
+                    return super().do_GET()
+                status, headers, body = route
+                self.send_response(status)
+                for k, v in {"Content-Length": str(len(body)), **headers}.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(directory)))
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/run/"
+        self.routes_prefix = "/run/"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def served(transcripts, tmp_path):
+    """The honest tiny MLP transcript served at http://127.0.0.1:PORT/run/."""
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "run").symlink_to(transcripts["mlp", "det64"], target_is_directory=True)
+    server = Server(tmp_path / "www")
+    yield server
+    server.close()
+
+
+def resolve(monkeypatch, port: int, answers: dict[str, list[str]]) -> None:
+    """DNS as the test says for the names in ``answers``; real DNS for the rest."""
+    real = socket.getaddrinfo
+
+    def fake(host, *args, **kw):
+        if host in answers:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in answers[host]]
+        return real(host, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+
+
+def fetch(url, dest, **kw):
+    args = {"max_bytes": 64 << 20, "max_files": 100, "deadline_s": 30.0, "allowed_hosts": LOOPBACK, **kw}
+    return fetch_transcript(url, dest, **args)
+
+
+def test_an_honest_transcript_over_http_verifies(served, transcripts, tmp_path):
+    got = fetch(served.url, tmp_path / "got")
+    honest = transcripts["mlp", "det64"]
+    names = ["manifest.json", *named_files(manifest(honest))]
+    assert sorted(str(p.relative_to(got)) for p in got.rglob("*") if p.is_file()) == sorted(names)
+    assert len(served.requests) == len(names)
+    v = verify(got, honest / "claims.json", Budget(segments=100))
+    assert v.verdict == "verified", v.reasons
+
+
+def test_the_environment_tightens_the_callers_caps(served, tmp_path, monkeypatch):
+    monkeypatch.setenv("REPLAY_FETCH_MAX_FILES", "2")
+    with pytest.raises(FetchRefused, match="more than the 2 allowed"):
+        fetch(served.url, tmp_path / "a", max_files=100_000)
+    monkeypatch.setenv("REPLAY_FETCH_MAX_FILES", "1000")  # never loosens
+    with pytest.raises(FetchRefused, match="more than the 3 allowed"):
+        fetch(served.url, tmp_path / "b", max_files=3)
+    monkeypatch.setenv("REPLAY_FETCH_MAX_BYTES", "nan")
+    with pytest.raises(FetchRefused, match="not a number"):
+        fetch(served.url, tmp_path / "c")
+
+
+def test_loopback_is_refused_unless_allowed(served, tmp_path):
+    with pytest.raises(FetchRefused, match="loopback"):
+        fetch(served.url, tmp_path / "got", allowed_hosts=frozenset())
+    assert served.requests == [], "no connection at all to a refused address"
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://127.0.0.1:{port}/run/manifest.json",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]:{port}/run/manifest.json",
+        "http://10.1.2.3/manifest.json",
+        "http://[::ffff:127.0.0.1]:{port}/run/manifest.json",
+        "http://localhost:{port}/run/manifest.json",
+        "http://0.0.0.0:{port}/run/manifest.json",
+    ],
+)
+def test_a_redirect_to_an_internal_address_is_refused(served, tmp_path, target, monkeypatch):
+    """The prover's server (prover.test, allowed here only as the test's stand-in for a public host) redirects inward."""
+    port = served.httpd.server_address[1]
+    resolve(monkeypatch, port, {"prover.test": ["127.0.0.1"]})
+    served.routes["/run/manifest.json"] = (302, {"Location": target.format(port=port)}, b"")
+    with pytest.raises(FetchRefused) as refused:
+        fetch(f"http://prover.test:{port}/run/", tmp_path / "got", allowed_hosts=frozenset({"prover.test"}))
+    assert "never fetched" in refused.value.reason
+    assert served.requests == ["/run/manifest.json"], "the redirect target was not requested"
+
+
+def test_a_redirect_to_another_scheme_is_refused(served, tmp_path):
+    served.routes["/run/manifest.json"] = (301, {"Location": "file:///etc/passwd"}, b"")
+    with pytest.raises(FetchRefused, match="scheme"):
+        fetch(served.url, tmp_path / "got")
+
+
+def test_redirect_chains_are_bounded(served, tmp_path):
+    served.routes["/run/manifest.json"] = (302, {"Location": "/run/manifest.json"}, b"")
+    with pytest.raises(FetchRefused, match="redirects"):
+        fetch(served.url, tmp_path / "got")
+    assert len(served.requests) == 4
+
+
+def test_an_allowed_redirect_is_followed(served, tmp_path):
+    served.routes["/elsewhere/manifest.json"] = (307, {"Location": served.url + "manifest.json"}, b"")
+    with pytest.raises(FetchRefused, match=r"checkpoints/00000000\.safetensors: the transcript server answered HTTP"):
+        fetch(served.url.replace("/run/", "/elsewhere/"), tmp_path / "got")
+    assert served.requests[:3] == [
+        "/elsewhere/manifest.json",
+        "/run/manifest.json",
+        "/elsewhere/checkpoints/00000000.safetensors",
+    ]
+    assert (tmp_path / "got" / "manifest.json").stat().st_size > 0
+
+
+def test_every_resolved_address_is_checked_and_the_checked_one_is_connected(served, tmp_path, monkeypatch):
+    port = served.httpd.server_address[1]
+    resolve(monkeypatch, port, {"mixed.test": ["93.184.216.34", "10.0.0.7"], "pinned.test": ["127.0.0.1"]})
+    with pytest.raises(FetchRefused, match="private"):
+        fetch(f"http://mixed.test:{port}/run/", tmp_path / "a", allowed_hosts=frozenset())
+    # an allowed name is connected at the address it resolved to, the Host header naming it
+    got = fetch(f"http://pinned.test:{port}/run/", tmp_path / "b", allowed_hosts=frozenset({"pinned.test"}))
+    assert (got / "manifest.json").read_bytes()
+
+
+def test_too_many_files_are_refused_before_they_are_requested(served, tmp_path):
+    with pytest.raises(FetchRefused, match="more than the 3 allowed"):
+        fetch(served.url, tmp_path / "got", max_files=3)
+    assert served.requests == ["/run/manifest.json"]
+
+
+def test_oversize_is_refused(served, transcripts, tmp_path):
+    size = (transcripts["mlp", "det64"] / "manifest.json").stat().st_size
+    with pytest.raises(FetchRefused, match="bytes"):
+        fetch(served.url, tmp_path / "a", max_bytes=size - 1)
+    with pytest.raises(FetchRefused, match="bytes"):
+        fetch(served.url, tmp_path / "b", max_bytes=size + 1000)
+    # a server that lies about (or omits) Content-Length is cut off by counting
+    big = b"[" * 5000
+    served.routes["/run/manifest.json"] = (200, {"Content-Length": "1"}, big)
+    with pytest.raises(FetchRefused):
+        fetch(served.url, tmp_path / "c", max_bytes=100)
+
+
+def test_the_deadline_bounds_a_server_that_never_answers(served, tmp_path):
+    served.routes["/run/manifest.json"] = "hang"
+    with pytest.raises(FetchRefused, match=r"longer than 0\.3 s"):
+        fetch(served.url, tmp_path / "got", deadline_s=0.3)
+
+
+@pytest.mark.parametrize("status", [200, 403, 500])
+def test_errors_never_carry_what_the_server_answered(served, tmp_path, status):
+    body = (SECRET + " root:x:0:0:root:/root:/bin/bash\n").encode()
+    served.routes["/run/manifest.json"] = (status, {"X-Internal": SECRET}, body)
+    with pytest.raises(FetchRefused) as refused:
+        fetch(served.url, tmp_path / "got")
+    assert SECRET not in str(refused.value) and "root:x" not in str(refused.value)
+    assert "manifest.json" in str(refused.value)
+
+
+def test_a_manifest_naming_thousands_of_files_issues_one_request(served, transcripts, tmp_path):
+    m = manifest(transcripts["mlp", "det64"])
+    m["checkpoint_interval"] = 1
+    m["checkpoints"] = {str(s): "0" * 64 for s in range(m["steps"] + 1)}
+    m["segments"] = {str(s): "0" * 64 for s in range(m["steps"])}
+    data = json.dumps(m, sort_keys=True, separators=(",", ":")).encode()
+    served.routes["/run/manifest.json"] = (200, {}, data)
+    with pytest.raises(FetchRefused, match="names 26 files"):
+        fetch(served.url, tmp_path / "got", max_files=10)
+    assert served.requests == ["/run/manifest.json"]
+
+
+def test_a_malformed_manifest_is_refused_with_the_parsers_reason(served, tmp_path):
+    served.routes["/run/manifest.json"] = (200, {}, b'{"format": 1')
+    with pytest.raises(FetchRefused, match=r"manifest\.json: manifest\.json is not JSON"):
+        fetch(served.url, tmp_path / "got")
+
+
+@pytest.mark.parametrize(
+    "url", ["file:///etc/passwd", "ftp://example.com/t/", "gopher://x/", "http:///nohost", "http://a b/", "x" * 3000]
+)
+def test_only_http_urls_are_fetched(url, tmp_path):
+    with pytest.raises(FetchRefused):
+        fetch(url, tmp_path / "got")
+
+
+# --------------------------------------------------------------------------- the address check
+
+
+@given(st.ip_addresses())
+def test_forbidden_matches_the_address_kinds(ip):
+    """Exactly the globally routable addresses pass, IPv4 also when wrapped in IPv4-mapped IPv6."""
+    inner = ip.ipv4_mapped if ip.version == 6 and ip.ipv4_mapped else ip
+    if forbidden(str(ip)) is None:
+        assert inner.is_global and not inner.is_multicast and not ip.is_private
+    elif ip.version == 4:
+        assert not ip.is_global or ip.is_multicast or ip.is_reserved
+    if ip.version == 4 and forbidden(str(ip)):
+        assert forbidden(f"::ffff:{ip}") is not None
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "127.255.0.9",
+        "10.0.0.1",
+        "172.16.5.4",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.100.100.200",
+        "0.0.0.0",
+        "224.0.0.1",
+        "240.0.0.1",
+        "::1",
+        "::",
+        "fe80::1%eth0",
+        "fd00:ec2::254",
+        "ff02::1",
+        "::ffff:169.254.169.254",
+        "::ffff:10.0.0.1",
+        "64:ff9b::a9fe:a9fe",
+        "2002:7f00:1::1",
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+    ],
+)
+def test_internal_addresses_are_forbidden(address):
+    assert forbidden(address) is not None
+
+
+@pytest.mark.parametrize("address", ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111"])
+def test_public_addresses_pass(address):
+    assert forbidden(address) is None
+    assert ipaddress.ip_address(address).is_global
