@@ -106,6 +106,15 @@ if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
     CELERY_BROKER_URL = REDIS_URL
     CELERY_RESULT_BACKEND = REDIS_URL
+    # A message a dead worker (the whole process, kill -9) held goes back to the queue this long after
+    # delivery: longer than the longest task (a replay, REPLAY_MAX_SECONDS), or a running task is sent twice.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env.int(
+            "CELERY_VISIBILITY_TIMEOUT", default=env.int("REPLAY_MAX_SECONDS", default=900) + 300
+        ),
+        "unacked_restore_interval": 10,  # look for such messages every 10 s
+        "unacked_restore_throttle": 1,
+    }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     # kombu's filesystem transport: a real broker that ships with kombu and
@@ -126,8 +135,12 @@ else:
     }
     CELERY_RESULT_BACKEND = f"file://{_results}"
 CELERY_RESULT_EXPIRES = timedelta(days=1)  # task outcomes that matter land on the ledger
+# A task is acknowledged when it finishes, and a pool child that dies running it (kill -9, out of memory)
+# hands the message back at once instead of acknowledging it: the work is redelivered, never lost.
+# Tasks are idempotent (one result per claim, per draw, per log), so a redelivery records nothing twice.
 CELERY_TASK_ACKS_LATE = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a worker holds no more than it runs: a killed worker strands one task
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
@@ -138,6 +151,10 @@ CELERY_BEAT_SCHEDULE = {
     "inspections-sweep": {
         "task": "inspections.tasks.sweep",
         "schedule": timedelta(seconds=env.int("INSPECTIONS_SWEEP_INTERVAL", default=3600)),
+    },
+    "inspections-pending": {
+        "task": "inspections.tasks.sweep_pending",
+        "schedule": timedelta(seconds=env.int("INSPECTIONS_PENDING_SWEEP_INTERVAL", default=300)),
     },
     "inspections-draw": {
         "task": "inspections.tasks.draw_due_campaigns",
@@ -160,6 +177,10 @@ LEDGER_COSIGNATURE_MAX_SKEW = env.int("LEDGER_COSIGNATURE_MAX_SKEW", default=600
 TRANSCRIPT_ROOTS = env.list("TRANSCRIPT_ROOTS", default=[str(VAR_DIR / "transcripts")])
 REPLAY_MAX_SECONDS = env.int("REPLAY_MAX_SECONDS", default=900)
 REPLAY_MAX_MEMORY_BYTES = env.int("REPLAY_MAX_MEMORY_BYTES", default=8 * 2**30)
+# A claim or log with no result this long after it was sent to the worker is re-sent by the pending sweep;
+# one a worker started this many times without a result is failed with an alert.
+INSPECTIONS_PENDING_DEADLINE = env.int("INSPECTIONS_PENDING_DEADLINE", default=2 * REPLAY_MAX_SECONDS + 300)
+INSPECTIONS_PENDING_MAX_ATTEMPTS = env.int("INSPECTIONS_PENDING_MAX_ATTEMPTS", default=3)
 
 # --- Auth, i18n, static -------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

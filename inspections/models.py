@@ -6,6 +6,7 @@ until the draw reveals it on the ledger: no API or admin page shows it.
 """
 
 from django.db import models
+from django.utils import timezone
 
 from registry.models import Chip, Organisation
 
@@ -144,6 +145,8 @@ class SnapshotLog(models.Model):
     problems = models.JSONField(default=list)
     checked_seq = models.BigIntegerField(null=True, blank=True)
     uploaded_at = models.DateTimeField(auto_now_add=True)
+    queued_at = models.DateTimeField(default=timezone.now, help_text="last sent to the worker (the pending sweep)")
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="times a worker started on it")
 
 
 class Snapshot(models.Model):
@@ -200,3 +203,5 @@ class Claim(models.Model):
     mismatch_step = models.BigIntegerField(null=True, blank=True)
     report = models.JSONField(default=dict)
     result_seq = models.BigIntegerField(null=True, blank=True)
+    queued_at = models.DateTimeField(default=timezone.now, help_text="last sent to the worker (the pending sweep)")
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="times a worker started on it")
