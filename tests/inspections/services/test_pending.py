@@ -82,3 +82,15 @@ def test_beat_runs_the_pending_sweep():
     assert entry["task"] == "inspections.tasks.sweep_pending" and entry["schedule"].total_seconds() > 0
     assert settings.CELERY_TASK_ACKS_LATE and settings.CELERY_TASK_REJECT_ON_WORKER_LOST
     assert settings.CELERY_WORKER_PREFETCH_MULTIPLIER == 1
+
+
+def test_a_snapshot_answered_twice_in_one_request_is_a_400_naming_the_item(stuck):
+    from django.core.exceptions import ValidationError
+
+    _, claim = stuck
+    snapshot = claim.snapshot.chip.snapshots.exclude(pk=claim.snapshot_id).first()
+    item = {"serial": snapshot.chip.serial, "counter": snapshot.counter, "run": "r", "step": 1}
+    item |= {"manifest": "0" * 64, "location": "/x"}
+    with pytest.raises(ValidationError) as refused:
+        claims.claims_submit(prover=claim.prover, claims=[item, dict(item)])
+    assert list(refused.value.message_dict) == ["claims[1]"]
