@@ -230,6 +230,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "config.schema.document_error_responses",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "ChipStatusEnum": "registry.models.CHIP_STATUS_CHOICES",
         "InspectionTaskStatusEnum": "inspections.models.InspectionTask.Status",
