@@ -53,6 +53,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.bodies.BodyLimitMiddleware",  # first: refuse an oversized body before anything reads it
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -63,6 +64,10 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "config.middleware.LedgerFaultMiddleware",
 ]
+
+# Per-endpoint body limits live in config/bodies.py (BODY_LIMITS); Django's own cap must not undercut the
+# largest of them (the 5 MiB snapshot log, JSON-escaped). Uploaded files beyond 2.5 MiB go to a temp file.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 11 * 2**20
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -108,6 +113,15 @@ if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
     CELERY_BROKER_URL = REDIS_URL
     CELERY_RESULT_BACKEND = REDIS_URL
+    # A message a dead worker (the whole process, kill -9) held goes back to the queue this long after
+    # delivery: longer than the longest task (a replay, REPLAY_MAX_SECONDS), or a running task is sent twice.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env.int(
+            "CELERY_VISIBILITY_TIMEOUT", default=env.int("REPLAY_MAX_SECONDS", default=900) + 300
+        ),
+        "unacked_restore_interval": 10,  # look for such messages every 10 s
+        "unacked_restore_throttle": 1,
+    }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     # kombu's filesystem transport: a real broker that ships with kombu and
@@ -128,8 +142,12 @@ else:
     }
     CELERY_RESULT_BACKEND = f"file://{_results}"
 CELERY_RESULT_EXPIRES = timedelta(days=1)  # task outcomes that matter land on the ledger
+# A task is acknowledged when it finishes, and a pool child that dies running it (kill -9, out of memory)
+# hands the message back at once instead of acknowledging it: the work is redelivered, never lost.
+# Tasks are idempotent (one result per claim, per draw, per log), so a redelivery records nothing twice.
 CELERY_TASK_ACKS_LATE = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a worker holds no more than it runs: a killed worker strands one task
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
@@ -140,6 +158,10 @@ CELERY_BEAT_SCHEDULE = {
     "inspections-sweep": {
         "task": "inspections.tasks.sweep",
         "schedule": timedelta(seconds=env.int("INSPECTIONS_SWEEP_INTERVAL", default=3600)),
+    },
+    "inspections-pending": {
+        "task": "inspections.tasks.sweep_pending",
+        "schedule": timedelta(seconds=env.int("INSPECTIONS_PENDING_SWEEP_INTERVAL", default=300)),
     },
     "inspections-draw": {
         "task": "inspections.tasks.draw_due_campaigns",
@@ -176,6 +198,10 @@ REPLAY_COVERAGE_TARGET = env.float("REPLAY_COVERAGE_TARGET", default=0.9)
 # REPLAY_MAX_ATTEMPTS attempts in all; then an alert asks the regulator to look.
 REPLAY_MAX_ATTEMPTS = env.int("REPLAY_MAX_ATTEMPTS", default=5)
 REPLAY_RETRY_SECONDS = env.int("REPLAY_RETRY_SECONDS", default=600)
+# A claim or log with no result this long after it was sent to the worker is re-sent by the pending sweep;
+# one a worker started this many times without a result is failed with an alert.
+INSPECTIONS_PENDING_DEADLINE = env.int("INSPECTIONS_PENDING_DEADLINE", default=2 * REPLAY_MAX_SECONDS + 300)
+INSPECTIONS_PENDING_MAX_ATTEMPTS = env.int("INSPECTIONS_PENDING_MAX_ATTEMPTS", default=3)
 
 # --- Auth, i18n, static -------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -204,6 +230,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PARSER_CLASSES": [
+        "config.bodies.StrictJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_THROTTLE_RATES": {"organisation": env("API_RATE_PER_ORGANISATION", default="1200/min")},
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "config.exceptions.exception_handler",
@@ -215,6 +246,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "config.schema.document_error_responses",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "ChipStatusEnum": "registry.models.CHIP_STATUS_CHOICES",
         "InspectionTaskStatusEnum": "inspections.models.InspectionTask.Status",

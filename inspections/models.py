@@ -6,6 +6,7 @@ until the draw reveals it on the ledger: no API or admin page shows it.
 """
 
 from django.db import models
+from django.utils import timezone
 
 from registry.models import Chip, Organisation
 
@@ -173,6 +174,8 @@ class SnapshotLog(models.Model):
     problems = models.JSONField(default=list)
     checked_seq = models.BigIntegerField(null=True, blank=True)
     uploaded_at = models.DateTimeField(auto_now_add=True)
+    queued_at = models.DateTimeField(default=timezone.now, help_text="last sent to the worker (the pending sweep)")
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="times a worker started on it")
 
 
 class Snapshot(models.Model):
@@ -234,3 +237,5 @@ class Claim(models.Model):
     result_seq = models.BigIntegerField(null=True, blank=True)
     failures = models.PositiveSmallIntegerField(default=0, help_text="verifier runs that failed (result error)")
     retry_at = models.DateTimeField(null=True, blank=True, help_text="when an errored claim is verified again")
+    queued_at = models.DateTimeField(default=timezone.now, help_text="last sent to the worker (the pending sweep)")
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="times a worker started on it")

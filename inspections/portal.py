@@ -45,6 +45,16 @@ class IdentityForm(forms.Form):
     signature = forms.CharField(help_text="the chip's base64 signature of the message above")
 
 
+def _log_text(upload) -> str:
+    """The uploaded log as text: its size checked before it is read, and it must be UTF-8 (a log is JSON lines)."""
+    if upload.size > inspectors.MAX_LOG_BYTES:
+        raise ValidationError({"log": f"at most {inspectors.MAX_LOG_BYTES} bytes"})
+    try:
+        return upload.read().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValidationError({"log": "is not UTF-8 text (a firmware log is JSON lines)"}) from None
+
+
 def _body(request):
     organisation = organisation_of(request.user)
     if organisation is None or not organisation.has_role(Role.INSPECTION_BODY):
@@ -101,9 +111,10 @@ def _act(request, body, task, context):
     elif action == "log":
         form = LogForm(request.POST, request.FILES)
         if form.is_valid():
-            text = form.cleaned_data["log"].read().decode("utf-8", errors="replace")
-            inspectors.snapshot_log_upload(task, body, text)
+            inspectors.snapshot_log_upload(task, body, _log_text(form.cleaned_data["log"]))
             messages.success(request, "Log uploaded; it is being checked.")
+        else:
+            raise ValidationError(form.errors)
     elif action == "finding":
         form = FindingForm(request.POST)
         if not form.is_valid():

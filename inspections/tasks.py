@@ -3,7 +3,8 @@
 from celery import shared_task
 from django.utils import timezone
 
-from .services import campaigns, claims, inspectors, sweeps
+from .models import Claim, SnapshotLog
+from .services import campaigns, claims, inspectors, pending, sweeps
 
 
 @shared_task(name="inspections.tasks.draw_due_campaigns")
@@ -12,9 +13,10 @@ def draw_due_campaigns() -> list[str]:
     return campaigns.campaigns_draw_due(timezone.now().date())
 
 
-@shared_task(name="inspections.tasks.check_snapshot_log", acks_late=True)
+@shared_task(name="inspections.tasks.check_snapshot_log", acks_late=True, reject_on_worker_lost=True)
 def check_snapshot_log(log_id: int) -> str:
     """Check an uploaded firmware log; the verdict lands on the ledger."""
+    pending.attempt_started(SnapshotLog, log_id)
     return inspectors.snapshot_log_check(log_id)
 
 
@@ -30,7 +32,14 @@ def sweep() -> dict:
     }
 
 
-@shared_task(name="inspections.tasks.verify_claim", acks_late=True)
+@shared_task(name="inspections.tasks.verify_claim", acks_late=True, reject_on_worker_lost=True)
 def verify_claim(claim_id: int) -> str:
     """Replay the prover's transcript for one claim in a bounded subprocess; the result lands on the ledger."""
+    pending.attempt_started(Claim, claim_id)
     return claims.claim_verify(claim_id)
+
+
+@shared_task(name="inspections.tasks.sweep_pending")
+def sweep_pending() -> dict:
+    """Beat: claims and logs pending past the deadline are re-sent, or failed with an alert."""
+    return pending.pending_sweep(timezone.now())

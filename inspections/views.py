@@ -4,11 +4,11 @@ from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.bodies import StrictJSONParser
 from registry.models import Role
 from registry.selectors import organisation_of
 from registry.throttles import OrganisationRateThrottle
@@ -35,7 +35,7 @@ class TaskOut(serializers.ModelSerializer):
 class InspectorView(APIView):
     permission_classes = [IsAuthenticated]
     throttle_classes = [OrganisationRateThrottle]
-    parser_classes = [JSONParser]
+    parser_classes = [StrictJSONParser]
 
     def body(self, request):
         organisation = organisation_of(request.user)

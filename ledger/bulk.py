@@ -17,7 +17,8 @@ def insert_rows(table: str, columns: Sequence[str], values: list[tuple]) -> None
     names = ", ".join(connection.ops.quote_name(column) for column in columns)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            with cursor.cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+            # the raw psycopg cursor: wrap its errors as Django's (IntegrityError, DataError) like any query's
+            with connection.wrap_database_errors, cursor.cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
                 for row in values:
                     copy.write_row(row)
         else:

@@ -8,7 +8,7 @@ from .models import Chip, ChipModel, Organisation
 
 
 class OrganisationOut(serializers.ModelSerializer):
-    parent = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    parent = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
 
     class Meta:
         model = Organisation
@@ -28,9 +28,9 @@ class ChipOut(serializers.ModelSerializer):
     fab = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     owner = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     possessor = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    consignee = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    pending_owner = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    facility = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    consignee = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    pending_owner = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    facility = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     public_key = serializers.SerializerMethodField()
 
     class Meta:

@@ -6,7 +6,6 @@ body by a key of the caller's organisation (who vouches for it), DESIGN §4.
 
 import base64
 import binascii
-import json
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -19,10 +18,12 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config import bodies
+
 from . import selectors, services, signing
 from . import serializers as out
 from .filters import ChipFilter
-from .models import Chip, ChipModel, Organisation
+from .models import Chip, ChipModel, Facility, Organisation
 from .throttles import OrganisationRateThrottle
 
 SIGNED_WRITE_ERRORS = {
@@ -88,9 +89,9 @@ class SignedWriteView(APIView):
 
 def _json_object(body: bytes) -> dict:
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise ValidationError({"body": "is not valid JSON"}) from None
+        data = bodies.loads(body)
+    except bodies.BodyProblem as problem:
+        raise ValidationError({problem.field: problem.reason}) from None
     if not isinstance(data, dict):
         raise ValidationError({"body": "must be a JSON object"})
     return data
@@ -196,14 +197,22 @@ class FacilityRegisterView(SignedWriteView):
     def perform(self, organisation, data, submission) -> dict:
         facility = services.facility_register(
             owner=organisation,
-            slug=data.get("slug"),
-            kind=data.get("kind"),
-            country=data.get("country"),
-            location=str(data.get("location", "")),
+            slug=_text(data, "slug", 64),
+            kind=_text(data, "kind", 32),
+            country=_text(data, "country", 2),
+            location=_text(data, "location", Facility._meta.get_field("location").max_length, default=""),
             actor=organisation.slug,
             submission=submission,
         )
         return {"seq": facility.registered_seq, "kind": "facility.registered", "slug": facility.slug}
+
+
+def _text(data: dict, name: str, max_length: int, default: str | None = None) -> str | None:
+    """A string field of a JSON body, or a 400 naming it: a number, list or over-long text never reaches a column."""
+    value = data.get(name, default)
+    if value is not None and (not isinstance(value, str) or len(value) > max_length):
+        raise ValidationError({name: f"a string of at most {max_length} characters"})
+    return value
 
 
 def _decode_key(value) -> bytes:

@@ -33,6 +33,12 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 FIELDS = {"serial": str, "counter": int, "time": str, "shard": int, "hash": str, "prev": str, "sig": str}
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
+# Bounds of a record's fields: a forged line must fail parsing (a "malformed" verdict), never the recording
+# downstream — counters go on the ledger as I-JSON integers (< 2^53), shards into a 32-bit column.
+MAX_COUNTER = 2**53 - 1
+MAX_SHARD = 2**31 - 1
+MAX_SERIAL = 64
+MAX_SIG = 128  # base64 of a 64-byte Ed25519 signature is 88 characters
 
 
 def canonical(obj: dict) -> bytes:
@@ -139,8 +145,14 @@ def parse_record(line: str) -> dict:
     for k, t in FIELDS.items():
         if type(rec[k]) is not t:
             raise ValueError(f"{k} must be a {t.__name__}")
-    if rec["counter"] < 0 or rec["shard"] < 0:
-        raise ValueError("counter and shard must be non-negative")
+    if not 0 <= rec["counter"] <= MAX_COUNTER:
+        raise ValueError(f"counter must be in 0..{MAX_COUNTER}")
+    if not 0 <= rec["shard"] <= MAX_SHARD:
+        raise ValueError(f"shard must be in 0..{MAX_SHARD}")
+    if not 0 < len(rec["serial"]) <= MAX_SERIAL or "\x00" in rec["serial"]:
+        raise ValueError(f"serial must be 1 to {MAX_SERIAL} characters, no NUL")
+    if len(rec["sig"]) > MAX_SIG:
+        raise ValueError(f"sig must be at most {MAX_SIG} characters")
     for k in ("hash", "prev"):
         if not _HEX64.fullmatch(rec[k]):
             raise ValueError(f"{k} must be 64 lowercase hex digits")

@@ -43,6 +43,8 @@ def claims_submit(*, prover: Organisation, claims: list, submission: dict | None
                 raise ValidationError("no logged snapshot of your chip with this serial and counter")
             if Claim.objects.filter(snapshot=snapshot).exists():
                 raise ValidationError("this snapshot was already answered")
+            if any(other.pk == snapshot.pk for other in snapshots):
+                raise ValidationError("this snapshot appears twice in this request")
         except ValidationError as error:
             errors[f"claims[{position}]"] = error.messages
             continue

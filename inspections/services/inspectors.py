@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import re
 import secrets
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
@@ -30,6 +31,7 @@ CHALLENGE_SECONDS = 600
 CLAIM_DAYS = 30  # the prover must answer a logged snapshot within this many days
 MAX_LOG_BYTES = 5 * 2**20
 PHOTO_HASH = re.compile(r"[0-9a-f]{64}")
+logger = logging.getLogger(__name__)
 
 
 def _own_task(task: InspectionTask, body: Organisation) -> None:
@@ -105,17 +107,37 @@ def snapshot_log_upload(task: InspectionTask, body: Organisation, text: str) -> 
         _fail("log", f"at most {MAX_LOG_BYTES} bytes")
     if not text.strip():
         _fail("log", "is empty")
+    if "\x00" in text:
+        _fail("log", "contains NUL characters (a firmware log is JSON lines text)")
     log = SnapshotLog.objects.create(task=task, text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
     queue.enqueue_log_check(log.pk)
     return log
 
 
 def snapshot_log_check(log_id: int) -> str:
-    """Check an uploaded firmware log against the chip's registered key and record the verdict (the worker's job)."""
+    """Check an uploaded firmware log against the chip's registered key and record the verdict (the worker's job).
+
+    Every failure of the check is itself a verdict with an alert: a log that crashes the checker or cannot be
+    recorded must not stay "pending" (a forger would like that). Only a lost database connection is re-raised,
+    so the broker redelivers and the pending sweep retries.
+    """
     log = SnapshotLog.objects.select_related("task__chip").get(pk=log_id)
+    if log.status != SnapshotLog.Status.PENDING:
+        return log.status
     chip = log.task.chip
-    problems, records = verification.snapshot_log_check(log.text, bytes(chip.public_key), chip.serial)
-    return snapshot_log_record(log, problems, records).status
+    try:
+        problems, records = verification.snapshot_log_check(log.text, bytes(chip.public_key), chip.serial)
+        return snapshot_log_record(log, problems, records).status
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception as error:
+        logger.exception("snapshot log %s could not be checked or recorded", log_id)
+        return snapshot_log_record(log, [unchecked_problem(f"the check failed ({type(error).__name__})")], []).status
+
+
+def unchecked_problem(detail: str) -> dict:
+    """The verdict of a log the checker could not judge: a problem of the whole log, not of a line."""
+    return {"kind": "unchecked", "line": None, "counter": None, "detail": detail}
 
 
 @transaction.atomic
@@ -156,9 +178,13 @@ def snapshot_log_record(log: SnapshotLog, problems: list[dict], records: list[di
     log.problems, log.checked_seq = problems, entry.seq
     log.save(update_fields=["status", "problems", "checked_seq"])
     if problems:
-        summary = "; ".join(f"line {p['line']}: {p['kind']} ({p['detail']})" for p in problems[:5])
+        summary = "; ".join(f"{_where(p)}: {p['kind']} ({p['detail']})" for p in problems[:5])
         alert_raise(Alert.Kind.LOG_PROBLEMS, task.prover, f"{chip.serial}: {summary}", chip, task)
     return log
+
+
+def _where(problem: dict) -> str:
+    return "log" if problem["line"] is None else f"line {problem['line']}"
 
 
 FINDING_FIELDS = {

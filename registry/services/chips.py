@@ -155,7 +155,8 @@ def _fabrication_items(chips) -> list[dict]:
         unknown = set(chip) - {"serial", "model", "public_key", "facility"}
         if unknown:
             errors[f"{where}"] = f"unknown fields {sorted(unknown)}"
-        seen.add(serial)
+        if isinstance(serial, str):
+            seen.add(serial)
         items.append({k: chip[k] for k in ("serial", "model", "public_key", "facility") if chip.get(k) is not None})
     if errors:
         raise ValidationError(errors)

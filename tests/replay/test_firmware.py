@@ -144,3 +144,39 @@ def test_fast_canonical_equals_json_dumps(serial, counter, signed, extra):
         **extra,
     }
     assert canonical(record) == json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def signed_line(chip: Chip, **fields) -> str:
+    """A record the chip's own key signs, with any field values: out-of-range values must still be refused."""
+    rec = {"serial": chip.serial, "counter": 0, "time": "2025-01-01T00:00:00Z", "shard": 0, "hash": ZERO, "prev": ZERO}
+    rec.update(fields)
+    rec["sig"] = base64.b64encode(chip.key.sign(canonical(rec)).signature).decode()
+    return canonical(rec).decode()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"counter": 2**60}, {"counter": 2**53}, {"shard": 2**40}, {"shard": 2**31}, {"serial": "S" * 65}, {"counter": -1}],
+)
+def test_out_of_range_fields_of_an_authentic_record_are_malformed(fields):
+    """Signed by the chip's key or not: a value the ledger or the database cannot hold is a malformed line."""
+    chip, lines = make_log(2)
+    problems = verify_log([*lines, signed_line(chip, **fields)], public_key_b64(chip.key), serial=SERIAL)
+    assert [(p["kind"], p["line"], p["counter"]) for p in problems] == [("malformed", 2, None)]
+
+
+@given(counter=hst.integers(), shard=hst.integers())
+@hsettings(max_examples=200, deadline=None)
+def test_a_parsed_record_is_always_within_bounds(counter, shard):
+    from replay.firmware import MAX_COUNTER, MAX_SHARD, parse_record
+
+    line = json.dumps(
+        {"serial": SERIAL, "counter": counter, "time": "2025-01-01T00:00:00Z", "shard": shard}
+        | {"hash": ZERO, "prev": ZERO, "sig": "AA=="}
+    )
+    try:
+        rec = parse_record(line)
+    except ValueError:
+        assert not (0 <= counter <= MAX_COUNTER and 0 <= shard <= MAX_SHARD)
+    else:
+        assert 0 <= rec["counter"] <= MAX_COUNTER and 0 <= rec["shard"] <= MAX_SHARD

@@ -1,0 +1,84 @@
+"""Body limits per endpoint (413 before the body is read) and the strict JSON parser."""
+
+import io
+import json
+
+import pytest
+from django.conf import settings
+from django.test import Client
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as hst
+
+from config import bodies
+from inspections.services.inspectors import MAX_LOG_BYTES
+from registry.identifiers import MAX_CHIPS
+
+
+@pytest.mark.parametrize(
+    "path, limit",
+    [
+        ("/api/inspections/tasks/7/snapshot-log", bodies.body_limit("/api/inspections/tasks/1/snapshot-log")),
+        ("/api/registry/chips/events/fabricate", 8 * bodies.MIB),
+        ("/api/ledger/cosignatures", bodies.DEFAULT_LIMIT),
+        ("/api/registry/facilities", bodies.DEFAULT_LIMIT),
+    ],
+)
+def test_an_oversized_body_is_a_json_413_naming_the_limit_before_it_is_read(path, limit):
+    class Unreadable(io.RawIOBase):
+        def read(self, *args):
+            raise AssertionError("the body was read")
+
+    response = Client().generic(
+        "POST",
+        path,
+        b"",
+        content_type="application/json",
+        CONTENT_LENGTH=str(limit + 1),
+        **{"wsgi.input": Unreadable()},
+    )
+    assert response.status_code == 413 and response.json()["limit"] == limit
+
+
+def test_a_chunked_body_is_cut_off_at_the_limit_while_streaming():
+    stream = io.BytesIO(b"x" * (bodies.DEFAULT_LIMIT + 10))
+    meta = {"wsgi.input": stream, "wsgi.input_terminated": True, "HTTP_TRANSFER_ENCODING": "chunked"}
+    response = Client().generic("POST", "/api/ledger/cosignatures", b"", content_type="application/json", **meta)
+    assert response.status_code == 413 and stream.tell() == bodies.DEFAULT_LIMIT + 1
+
+
+def test_the_largest_legal_requests_fit_their_limits():
+    # a maximal snapshot log, JSON-escaped; 10,000 fabricated chips with the longest identifiers
+    record = '{"counter":0,"hash":"%s","prev":"%s","serial":"%s","shard":0,"sig":"%s","time":"2026-01-01T00:00:00Z"}'
+    line = record % ("a" * 64, "b" * 64, "S" * 64, "A" * 88)
+    log = (line + "\n") * (MAX_LOG_BYTES // (len(line) + 1))
+    assert len(json.dumps({"log": log}).encode()) <= bodies.body_limit("/api/inspections/tasks/1/snapshot-log")
+    chip = {"serial": "S" * 64, "model": "m" * 64, "public_key": "A" * 44, "facility": "f" * 64}
+    body = json.dumps({"timestamp": 1, "nonce": "n" * 64, "chips": [chip] * MAX_CHIPS}, indent=1)
+    assert len(body.encode()) <= bodies.body_limit("/api/registry/chips/events/fabricate")
+    assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE >= bodies.LARGEST_LIMIT  # Django's own cap does not undercut
+
+
+hostile_json = hst.recursive(
+    hst.none() | hst.booleans() | hst.integers() | hst.floats() | hst.text(),
+    lambda inner: hst.lists(inner, max_size=4) | hst.dictionaries(hst.text(max_size=4), inner, max_size=4),
+    max_leaves=40,
+)
+
+
+@given(document=hostile_json)
+@hsettings(max_examples=300, deadline=None)
+def test_the_parser_accepts_only_what_the_database_and_ledger_hold(document):
+
+    try:
+        text = json.dumps(document)
+    except ValueError:
+        return
+    try:
+        parsed = bodies.loads(text.encode("utf-8", "surrogatepass"))
+    except bodies.BodyProblem as problem:
+        assert problem.field and problem.reason
+        return
+    flat = json.dumps(parsed, allow_nan=False)  # no NaN or infinity got through
+    assert "\\u0000" not in flat
+    flat.encode("utf-8")  # no lone surrogate got through
