@@ -19,7 +19,7 @@ from django.conf import settings
 
 MAX_FILE_BYTES = 512 * 2**20
 MAX_MANIFEST_BYTES = 16 * 2**20
-STEP_KEY = re.compile(r"^[0-9]{1,12}$")
+STEP_KEY = re.compile(r"[0-9]{1,12}")
 
 
 class TranscriptUnavailable(Exception):
@@ -49,7 +49,7 @@ def download(url: str, into: Path) -> Path:
     for folder in ("checkpoints", "segments"):
         (into / folder).mkdir(exist_ok=True)
         for step in (named.get(folder) or {}) if isinstance(named, dict) else {}:
-            if not STEP_KEY.match(str(step)):
+            if not STEP_KEY.fullmatch(str(step)):
                 continue  # never let a name from the prover pick a path
             name = f"{folder}/{int(step):08d}.safetensors"
             (into / name).write_bytes(_get(base + name, MAX_FILE_BYTES))

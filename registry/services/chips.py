@@ -141,7 +141,7 @@ def _fabrication_items(chips) -> list[dict]:
             errors[where] = "must be an object with serial, model, public_key and optionally facility"
             continue
         serial, model, key = chip.get("serial"), chip.get("model"), chip.get("public_key")
-        if not isinstance(serial, str) or not SERIAL.match(serial):
+        if not isinstance(serial, str) or not SERIAL.fullmatch(serial):
             errors[f"{where}.serial"] = "1-64 characters of letters, digits, '.', '_' or '-'"
         elif serial in seen:
             errors[f"{where}.serial"] = f"{serial} appears twice in this request"
@@ -222,7 +222,7 @@ def _event_payload(event: str, payload: dict) -> dict:
     chips = payload.get("chips")
     if not isinstance(chips, list) or not 1 <= len(chips) <= MAX_CHIPS:
         fail("chips", f"a list of 1 to {MAX_CHIPS} chip serials")
-    if not all(isinstance(s, str) and SERIAL.match(s) for s in chips):
+    if not all(isinstance(s, str) and SERIAL.fullmatch(s) for s in chips):
         fail("chips", "every item must be a chip serial")
     if len(set(chips)) != len(chips):
         fail("chips", "a serial appears twice")
@@ -244,7 +244,7 @@ def _event_payload(event: str, payload: dict) -> dict:
     if event in {"shipped", "exported"}:
         consignee = organisation_by_slug(normalised["consignee"], "consignee")
         country = normalised.setdefault("destination_country", consignee.country)
-        if not COUNTRY.match(country):
+        if not COUNTRY.fullmatch(country):
             fail("destination_country", "ISO 3166-1 alpha-2 code")
     unknown = set(payload) - set(fields) - {"chips", "note", "timestamp", "nonce"}
     if unknown:

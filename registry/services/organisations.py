@@ -19,11 +19,11 @@ from .common import fail, organisation_by_slug
 def organisation_register(
     *, slug: str, legal_name: str, country: str, roles: Sequence[str], actor: str, parent: str | None = None
 ) -> Organisation:
-    if not SLUG.match(slug or ""):
+    if not SLUG.fullmatch(slug or ""):
         fail("slug", "lower-case letters, digits and hyphens, at most 64")
     if Organisation.objects.filter(slug=slug).exists() or slug == SYSTEM:
         fail("slug", f"{slug!r} is taken")
-    if not COUNTRY.match(country or ""):
+    if not COUNTRY.fullmatch(country or ""):
         fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
     unknown = set(roles) - set(Role.values)
     if not roles or unknown:
