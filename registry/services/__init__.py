@@ -15,13 +15,15 @@ from ..identifiers import COUNTRY, MAX_CHIPS, SERIAL, SLUG, SYSTEM
 from .chips import CHIP_EVENTS, EVENT_FIELDS, chips_fabricate, chips_record_event
 from .epcis import epcis_capture
 from .facilities import chip_model_register, facility_register
-from .idempotency import IdempotencyConflict, idempotent_answer, idempotent_answer_record
+from .idempotency import IdempotencyConflict, idempotent_answer, idempotent_answer_record, idempotent_in_progress
 from .organisations import (
     member_add,
     organisation_key_register,
     organisation_key_revoke,
     organisation_register,
     signed_body_accept,
+    signed_body_check,
+    signed_nonce_consume,
 )
 
 __all__ = [
@@ -40,9 +42,12 @@ __all__ = [
     "facility_register",
     "idempotent_answer",
     "idempotent_answer_record",
+    "idempotent_in_progress",
     "member_add",
     "organisation_key_register",
     "organisation_key_revoke",
     "organisation_register",
     "signed_body_accept",
+    "signed_body_check",
+    "signed_nonce_consume",
 ]
