@@ -16,18 +16,19 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from django.db import transaction
 from nacl.signing import SigningKey
-from rest_framework.authtoken.models import Token
 
 from ledger import services as ledger_services
 
 from . import services
-from .models import Organisation
+from .models import ApiToken, Organisation
+from .services.roles import AUDITOR, REGULATOR_STAFF, role_grant
+from .services.tokens import api_token_issue, api_token_revoke, api_token_user
 
 PASSWORD_FILE = "demo-password"
 KEY_DIR = "demo-keys"
+TOKEN_DIR = "demo-tokens"
 GIB = 2**30
 
 ORGANISATIONS = [
@@ -62,7 +63,8 @@ CHIP_MODELS = [
 USERS = [
     # username, organisation, role in the demo, staff, superuser
     ("regulator", "regulator", "regulator: superuser of the admin", True, True),
-    ("auditor", "regulator", "auditor: read-only staff in the admin", True, False),
+    ("regulator-staff", "regulator", "regulator staff: registers organisations and campaigns", True, False),
+    ("auditor", "regulator", "auditor: read-only staff in the admin, no secrets", True, False),
     ("vendor-a", "vendor-a", "vendor A: API client", False, False),
     ("vendor-b", "vendor-b", "vendor B: API client", False, False),
     ("owner-a", "owner-a", "owner A (a prover): API client", False, False),
@@ -223,7 +225,22 @@ def _user(username: str, organisation: str, role: str, staff: bool, superuser: b
     user.set_password(password)
     user.save()
     if staff and not superuser:
-        user.user_permissions.set(Permission.objects.filter(codename__startswith="view_"))
+        role_grant(user, AUDITOR if username == "auditor" else REGULATOR_STAFF)
     services.member_add(user, Organisation.objects.get(slug=organisation))
-    token, _ = Token.objects.get_or_create(user=user)
-    return DemoLogin(username, role, token.key)
+    return DemoLogin(username, role, _demo_token(user))
+
+
+def _demo_token(user) -> str:
+    """The database keeps only the token's hash; the demo keeps the token in var/ (like its keys) to print it."""
+    path = settings.VAR_DIR / TOKEN_DIR / user.username
+    if path.exists():
+        token = path.read_text().strip()
+        if api_token_user(token) == user:
+            return token
+    for old in ApiToken.objects.filter(user=user, label="demo", revoked_at__isnull=True):
+        api_token_revoke(old)
+    _, token = api_token_issue(user, "demo")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token

@@ -162,3 +162,17 @@ class IdempotencyRecord(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["organisation", "key"], name="idempotency_key_once_per_org")]
+
+
+class ApiToken(models.Model):
+    """An API token, kept only as its SHA-256: the token itself is shown once, when it is issued."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    digest = models.CharField(max_length=64, unique=True, help_text="hex SHA-256 of the token")
+    prefix = models.CharField(max_length=12, help_text="the token's first characters, to tell tokens apart")
+    label = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"

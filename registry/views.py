@@ -68,9 +68,14 @@ class SignedWriteView(APIView):
 
     permission_classes = [IsAuthenticated]
     throttle_classes = [OrganisationRateThrottle]
+    success_status = status.HTTP_201_CREATED
+
+    def authorise(self, organisation) -> None:
+        """Refuse callers whose organisation may not make this write at all (before any signature work)."""
 
     def post(self, request, **kwargs):
         organisation = caller_organisation(request)
+        self.authorise(organisation)
         body = request.body
         data = _json_object(body)
         signed = services.signed_body_check(organisation, request.headers.get(signing.HEADER), body, data)
@@ -83,7 +88,7 @@ class SignedWriteView(APIView):
         try:
             with transaction.atomic():
                 answer = self.perform(organisation, data, signed.submission(), **kwargs)
-                services.idempotent_answer_record(organisation, key, body, status.HTTP_201_CREATED, answer)
+                services.idempotent_answer_record(organisation, key, body, self.success_status, answer)
         except IntegrityError:
             earlier = services.idempotent_answer(organisation, key, body)  # the same key with another body won
             if earlier is None:
@@ -93,7 +98,7 @@ class SignedWriteView(APIView):
             refused = self.handle_exception(error)
             services.idempotent_answer_record(organisation, key, body, refused.status_code, refused.data)
             return refused
-        return Response(answer, status=status.HTTP_201_CREATED)
+        return Response(answer, status=self.success_status)
 
     @staticmethod
     def _spend_nonce(organisation, signed, key, body) -> tuple[int, dict] | None:

@@ -10,11 +10,11 @@ import time
 
 from django.contrib.auth import get_user_model
 from nacl.signing import SigningKey
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from registry import services, signing
 from registry.models import ChipModel, Organisation
+from registry.services.tokens import api_token_issue
 
 _serials = itertools.count(1)
 
@@ -76,7 +76,8 @@ class SignedClient:
         services.member_add(user, org)
         self.org, self.key = org, key
         self.api = APIClient()
-        self.api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+        self.user = user
+        self.api.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user)[1]}")
 
     def body(self, data: dict, timestamp: int | None = None, nonce: str | None = None) -> bytes:
         stamped = {
