@@ -106,6 +106,8 @@ class Alert(models.Model):
         UNASSIGNED = "unassigned"
         UNANSWERED = "unanswered"
         CLAIM_FAILED = "claim_failed"
+        DIVERTED = "diverted"  # chips received in another country than they were consigned to
+        LIFECYCLE = "lifecycle"  # chips decommissioned or destroyed: the regulator checks reason and evidence
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="alerts")

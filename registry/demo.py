@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 from nacl.signing import SigningKey
 
 from ledger import services as ledger_services
 
 from . import services
-from .models import ApiToken, Organisation
+from .models import ApiToken, Chip, ExportLicence, Organisation
 from .services.roles import AUDITOR, REGULATOR_STAFF, role_grant
 from .services.tokens import api_token_issue, api_token_revoke, api_token_user
 
@@ -162,7 +163,7 @@ def _seed_chips(orgs: dict[str, Organisation], total: int) -> None:
         reference="RESALE-17",
         export_licence="NL-CDIU-2026-0042",
     )
-    _event(orgs, "owner-a", "reported_lost", lot_a[:1], note="not at its rack during stock-take")
+    _event(orgs, "owner-a", "reported_lost", lot_a[:1])
 
 
 def _fabricate(orgs, lot: str, models: list[str], count: int) -> list[str]:
@@ -193,7 +194,7 @@ def _package_and_export(orgs, serials: list[str], vendor: str, warehouse: str) -
         serials,
         consignee=vendor,
         reference=f"PO-{vendor}",
-        export_licence="TW-MOEA-2026-0007",
+        export_licence=f"TW-MOEA-2026-{vendor}",
     )
     _event(orgs, vendor, "received", serials, facility=warehouse)
     _event(orgs, "fab-tw", "transfer_offered", serials, to_owner=vendor, reference=f"INV-{vendor}")
@@ -214,9 +215,25 @@ def _sell(orgs, vendor: str, owner: str, serials: list[str], datacentre: str, ex
 
 
 def _event(orgs, actor: str, event: str, serials: list[str], **fields) -> None:
+    if fields.get("export_licence") and serials:  # the regulator records the licence the export cites
+        _licence(actor, fields["export_licence"], fields["consignee"], serials)
     for start in range(0, len(serials), services.MAX_CHIPS):
         payload = {"chips": serials[start : start + services.MAX_CHIPS], **fields}
         services.chips_record_event(organisation=orgs[actor], event=event, payload=payload)
+
+
+def _licence(exporter: str, licence_id: str, consignee: str, serials: list[str]) -> None:
+    if ExportLicence.objects.filter(licence_id=licence_id).exists():
+        return
+    services.export_licence_grant(
+        licence_id=licence_id,
+        exporter=exporter,
+        consignee=consignee,
+        from_country=Chip.objects.get(serial=serials[0]).country,
+        to_country=Organisation.objects.get(slug=consignee).country,
+        quantity=len(serials),
+        expires_on=f"{timezone.now().year + 1}-12-31",
+    )
 
 
 def _user(username: str, organisation: str, role: str, staff: bool, superuser: bool, password: str) -> DemoLogin:

@@ -105,6 +105,8 @@ APPLIED = {
     "bizTransactionList",
     "ilmd",
     "chipledger:exportLicence",
+    "chipledger:reason",
+    "chipledger:evidence",
 }
 INFORMATIONAL = {"recordTime", "disposition", "persistentDisposition", "certificationInfo"}
 
@@ -131,6 +133,8 @@ class CaptureEvent:
     destination: dict = field(default_factory=dict)
     reference: str | None = None
     export_licence: str | None = None
+    reason: str | None = None  # decommissioning / destroying: why, and a reference to the evidence
+    evidence: str | None = None
     model: str | None = None
     public_keys: tuple[str, ...] = ()
 
@@ -262,6 +266,14 @@ def parse_event(raw, path: str) -> CaptureEvent:
         destination=_parties(raw, "destinationList", "destination", path, step),
         export_licence=_text(raw.get("chipledger:exportLicence"), f"{path}.chipledger:exportLicence", required=False),
     )
+    if step in ("decommissioning", "destroying"):
+        event = replace(
+            event,
+            reason=_text(raw.get("chipledger:reason"), f"{path}.chipledger:reason"),
+            evidence=_text(raw.get("chipledger:evidence"), f"{path}.chipledger:evidence"),
+        )
+    elif "chipledger:reason" in raw or "chipledger:evidence" in raw:
+        _fail(path, "chipledger:reason and chipledger:evidence belong to decommissioning and destroying events")
     if event.export_licence and step != "shipping":
         _fail(f"{path}.chipledger:exportLicence", "only a shipping event is an export")
     if step == "commissioning":

@@ -176,3 +176,20 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
+
+
+class ExportLicence(models.Model):
+    """An export licence the regulator recorded (``export_licence.granted``); exports cite it by id."""
+
+    licence_id = models.CharField(max_length=64, unique=True)
+    exporter = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="export_licences")
+    consignee = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="import_licences")
+    from_country = models.CharField(max_length=2)
+    to_country = models.CharField(max_length=2)
+    quantity = models.PositiveIntegerField(help_text="chips it covers, in all its exports")
+    used = models.PositiveIntegerField(default=0)
+    expires_on = models.DateField()
+    granted_seq = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return self.licence_id

@@ -27,3 +27,9 @@ def alert_raise(
     return Alert.objects.create(
         kind=kind, prover=prover, chip=chip, task=task, detail=detail, raised_seq=entry.seq, raised_at=entry.time
     )
+
+
+def alert_from_chip_notice(sender, *, kind: str, prover: str, serials: list[str], detail: str, **_signal) -> Alert:
+    """The registry's ``chip_notice`` (received abroad, taken out of use) as an alert, in the registry's transaction."""
+    chip = Chip.objects.filter(serial=serials[0]).first() if len(serials) == 1 else None
+    return alert_raise(kind, Organisation.objects.get(slug=prover), detail, chip)

@@ -16,6 +16,7 @@ from .chips import CHIP_EVENTS, EVENT_FIELDS, chips_fabricate, chips_record_even
 from .epcis import epcis_capture
 from .facilities import chip_model_register, facility_register
 from .idempotency import IdempotencyConflict, idempotent_answer, idempotent_answer_record, idempotent_in_progress
+from .licences import export_licence_grant
 from .organisations import (
     member_add,
     organisation_key_register,
@@ -39,6 +40,7 @@ __all__ = [
     "chips_fabricate",
     "chips_record_event",
     "epcis_capture",
+    "export_licence_grant",
     "facility_register",
     "idempotent_answer",
     "idempotent_answer_record",
