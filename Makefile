@@ -33,7 +33,7 @@ run: setup
 	@echo "    health     http://127.0.0.1:$(PORT)/healthz"
 	@echo "    verifier   $(PY) -m ledger.verify --url http://127.0.0.1:$(PORT)"
 	@echo ""
-	PORT=$(PORT) $(VENV)/bin/honcho start --no-prefix -f Procfile 2>&1 || true
+	PORT=$(PORT) DJANGO_HTTPS=0 $(VENV)/bin/honcho start --no-prefix -f Procfile 2>&1 || true
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)

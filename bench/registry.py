@@ -81,9 +81,9 @@ def run(final_size: int) -> None:
 def make_world() -> dict:
     from django.contrib.auth import get_user_model
     from nacl.signing import SigningKey
-    from rest_framework.authtoken.models import Token
 
     from registry import services
+    from registry.services.tokens import api_token_issue
 
     world = {"keys": {}, "tokens": {}, "serials": []}
     for slug, roles, country in (
@@ -98,7 +98,7 @@ def make_world() -> dict:
         services.organisation_key_register(organisation=org, public_key=bytes(key.verify_key), actor="regulator")
         user = get_user_model().objects.create_user(username=f"bench-{slug}")
         services.member_add(user, org)
-        world["keys"][slug], world["tokens"][slug] = key, Token.objects.create(user=user).key
+        world["keys"][slug], world["tokens"][slug] = key, api_token_issue(user)[1]
         world[slug] = org
     services.facility_register(owner=world["fab-tw"], slug="fab-1", kind="fab", country="TW", actor="fab-tw")
     services.chip_model_register(

@@ -108,6 +108,8 @@ class Alert(models.Model):
         UNANSWERED = "unanswered"
         CLAIM_FAILED = "claim_failed"
         VERIFIER_FAILED = "verifier_failed"
+        DIVERTED = "diverted"  # chips received in another country than they were consigned to
+        LIFECYCLE = "lifecycle"  # chips decommissioned or destroyed: the regulator checks reason and evidence
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="alerts")

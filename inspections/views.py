@@ -1,4 +1,9 @@
-"""Inspector API (DESIGN §5): thin views over inspections.services, for inspection bodies only."""
+"""Inspector API (DESIGN §5): thin views over inspections.services, for inspection bodies only.
+
+Reads need the body's API token; every write (accept, challenge, identity, snapshot log, finding) is also a
+signed write by a key registered to the inspection body, like a vendor's (``registry.views.SignedWriteView``):
+a token alone, which an attacker could lift, writes nothing. The portal's writes are session-bound with CSRF.
+"""
 
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -56,11 +61,42 @@ class TaskListView(InspectorView):
         return Response(TaskOut(selectors.tasks_of(self.body(request)), many=True).data)
 
 
-class TaskAcceptView(InspectorView):
-    @extend_schema(request=None, responses={200: TaskOut, 400: OpenApiResponse(description="not an assigned task")})
+class InspectorWriteView(SignedWriteView):
+    """A signed write of an inspection body about one of its tasks; the body's other fields go to the service."""
+
+    parser_classes = [StrictJSONParser]
+    success_status = status.HTTP_200_OK
+
+    def authorise(self, organisation) -> None:
+        if not organisation.has_role(Role.INSPECTION_BODY):
+            raise PermissionDenied({"user": ["is not a member of an inspection body"]})
+
+    def perform(self, organisation, data, submission, task_id: int) -> dict:
+        task = selectors.task_of(organisation, task_id)
+        if task is None:  # another body's task does not exist for this one
+            raise Http404("no such task")
+        fields = {k: v for k, v in data.items() if k not in ("timestamp", "nonce")}
+        return self.act(task, fields, submission)
+
+    def act(self, task: InspectionTask, fields: dict, submission: dict) -> dict:
+        raise NotImplementedError
+
+
+INSPECTOR_WRITE_NOTE = "Signed like every write: body with `timestamp` and `nonce`, X-Chipledger-Signature header."
+
+
+class TaskAcceptView(InspectorWriteView):
+    @extend_schema(
+        request={"application/json": dict},
+        parameters=SIGNED_PARAMETERS,
+        responses={**SIGNED_WRITE_ERRORS, 200: TaskOut},
+        description=INSPECTOR_WRITE_NOTE,
+    )
     def post(self, request, task_id: int):
-        task = self.task(request, task_id)
-        return Response(TaskOut(inspectors.task_accept(task, task.inspection_body)).data)
+        return super().post(request, task_id=task_id)
+
+    def act(self, task, fields, submission) -> dict:
+        return TaskOut(inspectors.task_accept(task, task.inspection_body, submission)).data
 
 
 class ChallengeOut(serializers.Serializer):
@@ -77,54 +113,76 @@ class IdentityOut(serializers.Serializer):
     reason = serializers.CharField(allow_null=True)
 
 
-class ChallengeView(InspectorView):
+class ChallengeView(InspectorWriteView):
+    success_status = status.HTTP_201_CREATED
+
     @extend_schema(
-        request=None,
-        responses={201: ChallengeOut},
+        request={"application/json": dict},
+        parameters=SIGNED_PARAMETERS,
+        responses={**SIGNED_WRITE_ERRORS, 201: ChallengeOut},
         summary="A fresh nonce for the chip to sign (valid 10 minutes, once)",
+        description=INSPECTOR_WRITE_NOTE,
     )
     def post(self, request, task_id: int):
-        task = self.task(request, task_id)
+        return super().post(request, task_id=task_id)
+
+    def act(self, task, fields, submission) -> dict:
         challenge = inspectors.identity_challenge_issue(task, task.inspection_body)
         message = inspectors.identity_message(task.chip.serial, challenge.nonce).decode()
-        return Response(
-            {"nonce": challenge.nonce, "message": message, "expires_at": challenge.expires_at},
-            status=status.HTTP_201_CREATED,
-        )
+        return ChallengeOut({"nonce": challenge.nonce, "message": message, "expires_at": challenge.expires_at}).data
 
 
 class IdentityIn(serializers.Serializer):
-    nonce = serializers.CharField(max_length=64)
+    # "nonce" is the signed request's own nonce; the challenge's is named "challenge" here
+    challenge = serializers.CharField(max_length=64, help_text="the challenge's nonce")
     signature = serializers.CharField(max_length=200, help_text="base64 Ed25519 signature of the challenge message")
 
 
-class IdentityView(InspectorView):
+class IdentityView(InspectorWriteView):
     @extend_schema(
         request=IdentityIn,
-        responses={200: IdentityOut},
+        parameters=SIGNED_PARAMETERS,
+        responses={**SIGNED_WRITE_ERRORS, 200: IdentityOut},
         summary="The chip's signed answer; a failed check raises an alert",
+        description=INSPECTOR_WRITE_NOTE,
     )
     def post(self, request, task_id: int):
-        task = self.task(request, task_id)
-        answer = IdentityIn(data=request.data)
+        return super().post(request, task_id=task_id)
+
+    def act(self, task, fields, submission) -> dict:
+        answer = IdentityIn(data=fields)
         answer.is_valid(raise_exception=True)
-        return Response(inspectors.identity_answer_check(task, task.inspection_body, **answer.validated_data))
+        return inspectors.identity_answer_check(
+            task,
+            task.inspection_body,
+            nonce=answer.validated_data["challenge"],
+            signature=answer.validated_data["signature"],
+            submission=submission,
+        )
 
 
 class LogIn(serializers.Serializer):
     log = serializers.CharField(trim_whitespace=False, help_text="the firmware log, JSON lines")
 
 
-class SnapshotLogView(InspectorView):
+class SnapshotLogView(InspectorWriteView):
+    success_status = status.HTTP_202_ACCEPTED
+
     @extend_schema(
-        request=LogIn, responses={202: dict}, summary="Upload the chip's firmware log; checked asynchronously"
+        request=LogIn,
+        parameters=SIGNED_PARAMETERS,
+        responses={**SIGNED_WRITE_ERRORS, 202: dict},
+        summary="Upload the chip's firmware log; checked asynchronously",
+        description=INSPECTOR_WRITE_NOTE,
     )
     def post(self, request, task_id: int):
-        task = self.task(request, task_id)
-        upload = LogIn(data=request.data)
+        return super().post(request, task_id=task_id)
+
+    def act(self, task, fields, submission) -> dict:
+        upload = LogIn(data=fields)
         upload.is_valid(raise_exception=True)
         log = inspectors.snapshot_log_upload(task, task.inspection_body, upload.validated_data["log"])
-        return Response({"id": log.pk, "status": log.status}, status=status.HTTP_202_ACCEPTED)
+        return {"id": log.pk, "status": log.status}
 
 
 class SnapshotLogStatusView(InspectorView):
@@ -136,14 +194,22 @@ class SnapshotLogStatusView(InspectorView):
         return Response({"id": log.pk, "status": log.status, "problems": log.problems, "checked_seq": log.checked_seq})
 
 
-class FindingView(InspectorView):
+class FindingView(InspectorWriteView):
+    success_status = status.HTTP_201_CREATED
+
     @extend_schema(
-        request=dict, responses={201: dict}, summary="Physical findings: found, refused, seal, tamper, location, photos"
+        request={"application/json": dict},
+        parameters=SIGNED_PARAMETERS,
+        responses={**SIGNED_WRITE_ERRORS, 201: dict},
+        summary="Physical findings: found, refused, seal, tamper, location, photos",
+        description=INSPECTOR_WRITE_NOTE,
     )
     def post(self, request, task_id: int):
-        task = self.task(request, task_id)
-        finding = inspectors.finding_submit(task, task.inspection_body, request.data)
-        return Response({"task": task.pk, "recorded_seq": finding.recorded_seq}, status=status.HTTP_201_CREATED)
+        return super().post(request, task_id=task_id)
+
+    def act(self, task, fields, submission) -> dict:
+        finding = inspectors.finding_submit(task, task.inspection_body, fields, submission)
+        return {"task": task.pk, "recorded_seq": finding.recorded_seq}
 
 
 class ClaimsView(SignedWriteView):

@@ -29,8 +29,8 @@ from .selectors import frontier_hashes
 
 log = logging.getLogger(__name__)
 
-KIND_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
-ACTOR_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+KIND_PATTERN = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
+ACTOR_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 SUBMISSION_KEYS = {"key", "body", "sig"}
 # Arbitrary but fixed: the PostgreSQL advisory lock that serialises ledger writers.
 LEDGER_LOCK_ID = 0x6368_6970_6C65_6467 & 0x7FFF_FFFF_FFFF_FFFF  # "chipledg"
@@ -133,9 +133,9 @@ def _validate(entry: NewEntry, position: int) -> None:
     def fail(field: str, reason: str) -> None:
         raise ValidationError({f"entries[{position}].{field}": reason})
 
-    if not isinstance(entry.kind, str) or not KIND_PATTERN.match(entry.kind) or len(entry.kind) > 64:
+    if not isinstance(entry.kind, str) or not KIND_PATTERN.fullmatch(entry.kind) or len(entry.kind) > 64:
         fail("kind", "must be dotted lower-case words, e.g. 'chip.shipped' (at most 64 characters)")
-    if not isinstance(entry.actor, str) or not ACTOR_PATTERN.match(entry.actor):
+    if not isinstance(entry.actor, str) or not ACTOR_PATTERN.fullmatch(entry.actor):
         fail("actor", "must be an organisation slug or 'system'")
     if not isinstance(entry.payload, dict):
         fail("payload", "must be a JSON object")

@@ -13,7 +13,8 @@ from django.shortcuts import redirect, render
 from ledger.admin import ReadOnlyAdmin
 
 from . import services
-from .models import Chip, ChipEvent, ChipModel, Facility, Member, Organisation, OrganisationKey, Role
+from .models import ApiToken, Chip, ChipEvent, ChipModel, Facility, Member, Organisation, OrganisationKey, Role
+from .services.tokens import api_token_revoke
 
 
 class KeyInline(admin.TabularInline):
@@ -138,3 +139,26 @@ class MemberAdmin(admin.ModelAdmin):
 
     list_display = ("user", "organisation")
     autocomplete_fields = ("user",)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Who holds which token, by prefix; the token itself is stored nowhere (``manage.py api_token issue``)."""
+
+    list_display = ("prefix", "user", "label", "created_at", "revoked_at")
+    list_filter = ("revoked_at",)
+    fields = ("prefix", "user", "label", "created_at", "revoked_at")
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Revoke the selected tokens", permissions=["change"])
+    def revoke(self, request, queryset):
+        for token in queryset:
+            api_token_revoke(token)
+        self.message_user(request, f"Revoked {queryset.count()} token(s).")

@@ -16,18 +16,20 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from django.db import transaction
+from django.utils import timezone
 from nacl.signing import SigningKey
-from rest_framework.authtoken.models import Token
 
 from ledger import services as ledger_services
 
 from . import services
-from .models import Organisation
+from .models import ApiToken, Chip, ExportLicence, Organisation
+from .services.roles import AUDITOR, REGULATOR_STAFF, role_grant
+from .services.tokens import api_token_issue, api_token_revoke, api_token_user
 
 PASSWORD_FILE = "demo-password"
 KEY_DIR = "demo-keys"
+TOKEN_DIR = "demo-tokens"
 GIB = 2**30
 
 ORGANISATIONS = [
@@ -62,7 +64,8 @@ CHIP_MODELS = [
 USERS = [
     # username, organisation, role in the demo, staff, superuser
     ("regulator", "regulator", "regulator: superuser of the admin", True, True),
-    ("auditor", "regulator", "auditor: read-only staff in the admin", True, False),
+    ("regulator-staff", "regulator", "regulator staff: registers organisations and campaigns", True, False),
+    ("auditor", "regulator", "auditor: read-only staff in the admin, no secrets", True, False),
     ("vendor-a", "vendor-a", "vendor A: API client", False, False),
     ("vendor-b", "vendor-b", "vendor B: API client", False, False),
     ("owner-a", "owner-a", "owner A (a prover): API client", False, False),
@@ -160,7 +163,7 @@ def _seed_chips(orgs: dict[str, Organisation], total: int) -> None:
         reference="RESALE-17",
         export_licence="NL-CDIU-2026-0042",
     )
-    _event(orgs, "owner-a", "reported_lost", lot_a[:1], note="not at its rack during stock-take")
+    _event(orgs, "owner-a", "reported_lost", lot_a[:1])
 
 
 def _fabricate(orgs, lot: str, models: list[str], count: int) -> list[str]:
@@ -191,7 +194,7 @@ def _package_and_export(orgs, serials: list[str], vendor: str, warehouse: str) -
         serials,
         consignee=vendor,
         reference=f"PO-{vendor}",
-        export_licence="TW-MOEA-2026-0007",
+        export_licence=f"TW-MOEA-2026-{vendor}",
     )
     _event(orgs, vendor, "received", serials, facility=warehouse)
     _event(orgs, "fab-tw", "transfer_offered", serials, to_owner=vendor, reference=f"INV-{vendor}")
@@ -212,9 +215,25 @@ def _sell(orgs, vendor: str, owner: str, serials: list[str], datacentre: str, ex
 
 
 def _event(orgs, actor: str, event: str, serials: list[str], **fields) -> None:
+    if fields.get("export_licence") and serials:  # the regulator records the licence the export cites
+        _licence(actor, fields["export_licence"], fields["consignee"], serials)
     for start in range(0, len(serials), services.MAX_CHIPS):
         payload = {"chips": serials[start : start + services.MAX_CHIPS], **fields}
         services.chips_record_event(organisation=orgs[actor], event=event, payload=payload)
+
+
+def _licence(exporter: str, licence_id: str, consignee: str, serials: list[str]) -> None:
+    if ExportLicence.objects.filter(licence_id=licence_id).exists():
+        return
+    services.export_licence_grant(
+        licence_id=licence_id,
+        exporter=exporter,
+        consignee=consignee,
+        from_country=Chip.objects.get(serial=serials[0]).country,
+        to_country=Organisation.objects.get(slug=consignee).country,
+        quantity=len(serials),
+        expires_on=f"{timezone.now().year + 1}-12-31",
+    )
 
 
 def _user(username: str, organisation: str, role: str, staff: bool, superuser: bool, password: str) -> DemoLogin:
@@ -223,7 +242,22 @@ def _user(username: str, organisation: str, role: str, staff: bool, superuser: b
     user.set_password(password)
     user.save()
     if staff and not superuser:
-        user.user_permissions.set(Permission.objects.filter(codename__startswith="view_"))
+        role_grant(user, AUDITOR if username == "auditor" else REGULATOR_STAFF)
     services.member_add(user, Organisation.objects.get(slug=organisation))
-    token, _ = Token.objects.get_or_create(user=user)
-    return DemoLogin(username, role, token.key)
+    return DemoLogin(username, role, _demo_token(user))
+
+
+def _demo_token(user) -> str:
+    """The database keeps only the token's hash; the demo keeps the token in var/ (like its keys) to print it."""
+    path = settings.VAR_DIR / TOKEN_DIR / user.username
+    if path.exists():
+        token = path.read_text().strip()
+        if api_token_user(token) == user:
+            return token
+    for old in ApiToken.objects.filter(user=user, label="demo", revoked_at__isnull=True):
+        api_token_revoke(old)
+    _, token = api_token_issue(user, "demo")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token

@@ -105,13 +105,15 @@ APPLIED = {
     "bizTransactionList",
     "ilmd",
     "chipledger:exportLicence",
+    "chipledger:reason",
+    "chipledger:evidence",
 }
 INFORMATIONAL = {"recordTime", "disposition", "persistentDisposition", "certificationInfo"}
 
-SGTIN = re.compile(r"^urn:epc:id:sgtin:(\d{6,12})\.(\d{1,7})\.(\S+)$")
-DIGITAL_LINK = re.compile(r"^https://[A-Za-z0-9.-]+(?::\d+)?/01/(\d{14})/21/([^/?#\s]+)$")
-EVENT_ID = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S{1,250}$")
-TZ_OFFSET = re.compile(r"^[+-](0\d|1[0-4]):[0-5]\d$")
+SGTIN = re.compile(r"urn:epc:id:sgtin:([0-9]{6,12})\.([0-9]{1,7})\.([!-~]+)")
+DIGITAL_LINK = re.compile(r"https://[A-Za-z0-9.-]+(?::[0-9]+)?/01/([0-9]{14})/21/([!-\"$-.0->@-~]+)")
+EVENT_ID = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[!-~]{1,250}")
+TZ_OFFSET = re.compile(r"[+-](0[0-9]|1[0-4]):[0-5][0-9]")
 
 
 def _fail(path: str, reason: str):
@@ -131,6 +133,8 @@ class CaptureEvent:
     destination: dict = field(default_factory=dict)
     reference: str | None = None
     export_licence: str | None = None
+    reason: str | None = None  # decommissioning / destroying: why, and a reference to the evidence
+    evidence: str | None = None
     model: str | None = None
     public_keys: tuple[str, ...] = ()
 
@@ -142,24 +146,24 @@ def chip_serial(epc, *, bare: bool = False) -> str:
     """The chip serial an EPC names; ValueError saying why not. ``bare`` also takes a plain serial."""
     if not isinstance(epc, str):
         raise ValueError("must be an EPC URI string")
-    if sgtin := SGTIN.match(epc):
+    if sgtin := SGTIN.fullmatch(epc):
         if len(sgtin[1]) + len(sgtin[2]) != 13:
             raise ValueError("SGTIN company prefix and item reference must have 13 digits together")
         serial = unquote(sgtin[3])
-    elif link := DIGITAL_LINK.match(epc):
+    elif link := DIGITAL_LINK.fullmatch(epc):
         if not _gtin_check_digit_ok(link[1]):
             raise ValueError(f"GTIN {link[1]} has a wrong check digit")
         serial = unquote(link[2])
     elif epc.startswith(CHIP_URI):
         serial = unquote(epc[len(CHIP_URI) :])
-    elif bare and SERIAL.match(epc):
+    elif bare and SERIAL.fullmatch(epc):
         serial = epc
     else:
         raise ValueError(
             f"unsupported EPC {epc[:80]!r}: use urn:epc:id:sgtin:<prefix>.<item>.<serial>, "
             f"https://id.gs1.org/01/<GTIN-14>/21/<serial> or {CHIP_URI}<serial>"
         )
-    if not SERIAL.match(serial):
+    if not SERIAL.fullmatch(serial):
         raise ValueError(f"serial {serial[:80]!r} is not a chip serial (letters, digits, '.', '_', '-')")
     return serial
 
@@ -173,7 +177,7 @@ def _gtin_check_digit_ok(gtin: str) -> bool:
 def _slug(value, prefix: str, what: str, path: str) -> str:
     """An organisation or facility named by chipledger URI or bare slug."""
     slug = value[len(prefix) :] if isinstance(value, str) and value.startswith(prefix) else value
-    if not isinstance(slug, str) or not SLUG.match(slug):
+    if not isinstance(slug, str) or not SLUG.fullmatch(slug):
         _fail(path, f"unsupported {what} id {str(value)[:80]!r}: use {prefix}<slug> or a bare {what} slug")
     return slug
 
@@ -244,7 +248,7 @@ def parse_event(raw, path: str) -> CaptureEvent:
         _fail(f"{path}.type", f"unsupported: {raw.get('type')!r}; only ObjectEvent maps onto the chip lifecycle")
     _check_members(raw, path)
     _datetime(raw.get("eventTime"), f"{path}.eventTime")
-    if not isinstance(raw.get("eventTimeZoneOffset"), str) or not TZ_OFFSET.match(raw["eventTimeZoneOffset"]):
+    if not isinstance(raw.get("eventTimeZoneOffset"), str) or not TZ_OFFSET.fullmatch(raw["eventTimeZoneOffset"]):
         _fail(f"{path}.eventTimeZoneOffset", "required: e.g. '+01:00'")
     step = _cbv_word(raw.get("bizStep"), "BizStep", f"{path}.bizStep")
     if step not in STEPS:
@@ -262,6 +266,14 @@ def parse_event(raw, path: str) -> CaptureEvent:
         destination=_parties(raw, "destinationList", "destination", path, step),
         export_licence=_text(raw.get("chipledger:exportLicence"), f"{path}.chipledger:exportLicence", required=False),
     )
+    if step in ("decommissioning", "destroying"):
+        event = replace(
+            event,
+            reason=_text(raw.get("chipledger:reason"), f"{path}.chipledger:reason"),
+            evidence=_text(raw.get("chipledger:evidence"), f"{path}.chipledger:evidence"),
+        )
+    elif "chipledger:reason" in raw or "chipledger:evidence" in raw:
+        _fail(path, "chipledger:reason and chipledger:evidence belong to decommissioning and destroying events")
     if event.export_licence and step != "shipping":
         _fail(f"{path}.chipledger:exportLicence", "only a shipping event is an export")
     if step == "commissioning":
@@ -287,7 +299,7 @@ def _event_id(raw: dict, path: str) -> str:
             return event_hash_id(raw)
         except (rfc8785.CanonicalizationError, TypeError) as error:
             _fail(path, f"cannot be canonicalised to hash an eventID: {error}; send an eventID")
-    if not isinstance(raw["eventID"], str) or not EVENT_ID.match(raw["eventID"]):
+    if not isinstance(raw["eventID"], str) or not EVENT_ID.fullmatch(raw["eventID"]):
         _fail(f"{path}.eventID", "must be a URI, e.g. ni:///sha-256;<hex>?ver=CBV2.0 or urn:uuid:<uuid>")
     return raw["eventID"]
 
@@ -362,7 +374,7 @@ def _with_ilmd(event: CaptureEvent, raw: dict, epcs: dict[str, str], path: str) 
     if not isinstance(ilmd, dict):
         _fail(f"{path}.ilmd", "required on commissioning: {chipledger:model, chipledger:publicKeys: {epc: key}}")
     model = ilmd.get(f"{EXTENSION}:model")
-    if not isinstance(model, str) or not SLUG.match(model):
+    if not isinstance(model, str) or not SLUG.fullmatch(model):
         _fail(f"{path}.ilmd.{EXTENSION}:model", "required: the chip model's slug, e.g. 'h100-sxm'")
     keys = ilmd.get(f"{EXTENSION}:publicKeys")
     where = f"{path}.ilmd.{EXTENSION}:publicKeys"

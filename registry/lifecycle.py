@@ -55,6 +55,7 @@ class Facts:
     actor: str
     facility_owner: str | None = None  # owner of payload["facility"], if one is named
     facility_country: str | None = None
+    facility_kind: str | None = None
     consignee_exists: bool = True
     actor_country: str = ""
 
@@ -195,8 +196,8 @@ _TRANSITIONS = {
     "transfer_cancelled": _transfer_cancelled,
     "installed": lambda chip, facts, payload: _installed(chip, facts, payload),
     "removed": _removed,
-    "decommissioned": lambda chip, facts, payload: replace(chip, status=Status.DECOMMISSIONED),
-    "destroyed": lambda chip, facts, payload: replace(chip, status=Status.DESTROYED),
+    "decommissioned": lambda chip, facts, payload: _ended(chip, payload, Status.DECOMMISSIONED),
+    "destroyed": lambda chip, facts, payload: _ended(chip, payload, Status.DESTROYED),
     "reported_lost": _missing(Status.LOST),
     "reported_stolen": _missing(Status.STOLEN),
     "found": _found,
@@ -213,4 +214,13 @@ def _packaged(chip: ChipState, facts: Facts, payload: dict) -> ChipState:
 def _installed(chip: ChipState, facts: Facts, payload: dict) -> ChipState:
     if payload.get("facility") is None:
         raise LifecycleError("installing a chip needs a facility")
+    if facts.facility_kind != "datacentre":
+        raise LifecycleError(f"chips are installed only in a data centre, not a {facts.facility_kind}")
     return _at_facility(chip, facts, payload, Status.INSTALLED)
+
+
+def _ended(chip: ChipState, payload: dict, status: Status) -> ChipState:
+    """Out of use for good: a regulator asks why, and for the evidence."""
+    if not payload.get("reason") or not payload.get("evidence"):
+        raise LifecycleError(f"a chip is {status} only with a reason and an evidence reference")
+    return replace(chip, status=status)

@@ -162,3 +162,34 @@ class IdempotencyRecord(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["organisation", "key"], name="idempotency_key_once_per_org")]
+
+
+class ApiToken(models.Model):
+    """An API token, kept only as its SHA-256: the token itself is shown once, when it is issued."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    digest = models.CharField(max_length=64, unique=True, help_text="hex SHA-256 of the token")
+    prefix = models.CharField(max_length=12, help_text="the token's first characters, to tell tokens apart")
+    label = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+
+class ExportLicence(models.Model):
+    """An export licence the regulator recorded (``export_licence.granted``); exports cite it by id."""
+
+    licence_id = models.CharField(max_length=64, unique=True)
+    exporter = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="export_licences")
+    consignee = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="import_licences")
+    from_country = models.CharField(max_length=2)
+    to_country = models.CharField(max_length=2)
+    quantity = models.PositiveIntegerField(help_text="chips it covers, in all its exports")
+    used = models.PositiveIntegerField(default=0)
+    expires_on = models.DateField()
+    granted_seq = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return self.licence_id

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from ledger import selectors as ledger
 
 from .lifecycle import ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
-from .models import Chip, ChipEvent, ChipModel, Facility, Organisation, OrganisationKey
+from .models import Chip, ChipEvent, ChipModel, ExportLicence, Facility, Organisation, OrganisationKey
 
 
 @dataclass
@@ -28,6 +28,7 @@ class Scratch:
     chips: dict[str, ChipState] = field(default_factory=dict)
     chip_extra: dict[str, dict] = field(default_factory=dict)  # public key, fabricated/updated seq
     events: dict[str, list[tuple[int, str, str]]] = field(default_factory=lambda: defaultdict(list))
+    licences: dict[str, dict] = field(default_factory=dict)
 
 
 def rebuild(size: int | None = None) -> Scratch:
@@ -57,6 +58,8 @@ def apply(scratch: Scratch, seq: int, kind: str, actor: str, payload: dict) -> N
         scratch.facilities[payload["slug"]] = {**payload, "registered_seq": seq}
     elif kind == "chip_model.registered":
         scratch.chip_models[payload["slug"]] = {**payload, "registered_seq": seq}
+    elif kind == "export_licence.granted":
+        scratch.licences[payload["licence_id"]] = {**payload, "used": 0, "granted_seq": seq}
     elif kind == "chip.fabricated":
         _fabricated(scratch, seq, kind, actor, payload)
     elif kind.startswith("chip."):
@@ -70,6 +73,7 @@ def _facts(scratch: Scratch, actor: str, payload: dict) -> Facts:
         actor=actor,
         facility_owner=facility["owner"] if facility else None,
         facility_country=facility["country"] if facility else None,
+        facility_kind=facility["kind"] if facility else None,
         consignee_exists=other is None or other in scratch.organisations,
         actor_country=scratch.organisations.get(actor, {}).get("country", ""),
     )
@@ -98,6 +102,8 @@ def _chip_event(scratch: Scratch, seq: int, kind: str, actor: str, payload: dict
             raise LifecycleError(f"ledger seq {seq}: {kind} of {serial} cannot be replayed: {error}") from error
         scratch.chip_extra[serial]["updated_seq"] = seq
         scratch.events[serial].append((seq, kind, actor))
+    if kind == "chip.exported" and payload["export_licence"] in scratch.licences:
+        scratch.licences[payload["export_licence"]]["used"] += len(payload["chips"])
 
 
 # --- comparison -------------------------------------------------------------------------
@@ -176,6 +182,38 @@ def tables(scratch: Scratch):
         {serial: _chip_row(state, scratch.chip_extra[serial]) for serial, state in scratch.chips.items()},
     )
     yield "chip history", _live_events(), {serial: tuple(events) for serial, events in scratch.events.items()}
+    yield (
+        "export licence",
+        _live_licences(),
+        {lid: tuple(lic[k] for k in LICENCE_FIELDS) for lid, lic in scratch.licences.items()},
+    )
+
+
+LICENCE_FIELDS = (
+    "exporter",
+    "consignee",
+    "from_country",
+    "to_country",
+    "quantity",
+    "used",
+    "expires_on",
+    "granted_seq",
+)
+
+
+def _live_licences() -> dict:
+    rows = ExportLicence.objects.values_list(
+        "licence_id",
+        "exporter__slug",
+        "consignee__slug",
+        "from_country",
+        "to_country",
+        "quantity",
+        "used",
+        "expires_on",
+        "granted_seq",
+    )
+    return {row[0]: (*row[1:7], row[7].isoformat(), row[8]) for row in rows}
 
 
 def _chip_row(state: ChipState, extra: dict) -> tuple:

@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config import bodies
+from ledger import services as ledger_services
 
 from . import selectors, services, signing
 from . import serializers as out
@@ -58,30 +59,60 @@ def caller_organisation(request) -> Organisation:
 
 
 class SignedWriteView(APIView):
-    """A write: signed body, idempotency, and the ledger entry in one transaction."""
+    """A write: signed body, idempotency, and the ledger entry in one transaction.
+
+    Order (docs/security.md): signature and freshness first (nothing else is looked at for a bad one), then the
+    Idempotency-Key's earlier answer, then the nonce is spent for good, then the write. A refused write (400,
+    409) is answered like an accepted one: with a key, its answer is kept and a retry gets it again.
+    """
 
     permission_classes = [IsAuthenticated]
     throttle_classes = [OrganisationRateThrottle]
+    success_status = status.HTTP_201_CREATED
+
+    def authorise(self, organisation) -> None:
+        """Refuse callers whose organisation may not make this write at all (before any signature work)."""
 
     def post(self, request, **kwargs):
         organisation = caller_organisation(request)
+        self.authorise(organisation)
         body = request.body
         data = _json_object(body)
+        signed = services.signed_body_check(organisation, request.headers.get(signing.HEADER), body, data)
         key = request.headers.get("Idempotency-Key")
         earlier = services.idempotent_answer(organisation, key, body)
+        if earlier is None:
+            earlier = self._spend_nonce(organisation, signed, key, body)
         if earlier is not None:
             return Response(earlier[1], status=earlier[0])
         try:
             with transaction.atomic():
-                signed = services.signed_body_accept(organisation, request.headers.get(signing.HEADER), body, data)
                 answer = self.perform(organisation, data, signed.submission(), **kwargs)
-                services.idempotent_answer_record(organisation, key, body, status.HTTP_201_CREATED, answer)
+                services.idempotent_answer_record(organisation, key, body, self.success_status, answer)
         except IntegrityError:
-            earlier = services.idempotent_answer(organisation, key, body)  # a concurrent retry won the race
+            earlier = services.idempotent_answer(organisation, key, body)  # the same key with another body won
             if earlier is None:
                 raise
             return Response(earlier[1], status=earlier[0])
-        return Response(answer, status=status.HTTP_201_CREATED)
+        except (ValidationError, ledger_services.Conflict) as error:
+            refused = self.handle_exception(error)
+            services.idempotent_answer_record(organisation, key, body, refused.status_code, refused.data)
+            return refused
+        return Response(answer, status=self.success_status)
+
+    @staticmethod
+    def _spend_nonce(organisation, signed, key, body) -> tuple[int, dict] | None:
+        """Spend the nonce; a concurrent retry of the same body (same nonce) gets the first answer or a 409."""
+        try:
+            services.signed_nonce_consume(organisation, signed)
+        except signing.SignatureProblem:
+            if not key:
+                raise
+            earlier = services.idempotent_answer(organisation, key, body)
+            if earlier is None:
+                raise services.idempotent_in_progress(key) from None
+            return earlier
+        return None
 
     def perform(self, organisation, data, submission, **kwargs) -> dict:
         raise NotImplementedError

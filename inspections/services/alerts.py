@@ -102,3 +102,9 @@ def _text(value, name: str) -> str:
     if len(value) > (MAX_REASON if name == "reason" else 150):
         fail(name, "too long")
     return value
+
+
+def alert_from_chip_notice(sender, *, kind: str, prover: str, serials: list[str], detail: str, **_signal) -> Alert:
+    """The registry's ``chip_notice`` (received abroad, taken out of use) as an alert, in the registry's transaction."""
+    chip = Chip.objects.filter(serial=serials[0]).first() if len(serials) == 1 else None
+    return alert_raise(kind, Organisation.objects.get(slug=prover), detail, chip)

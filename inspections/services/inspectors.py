@@ -40,11 +40,11 @@ def _own_task(task: InspectionTask, body: Organisation) -> None:
 
 
 @transaction.atomic
-def task_accept(task: InspectionTask, body: Organisation) -> InspectionTask:
+def task_accept(task: InspectionTask, body: Organisation, submission: dict | None = None) -> InspectionTask:
     _own_task(task, body)
     if task.status != InspectionTask.Status.ASSIGNED:
         _fail("status", f"a {task.status} task cannot be accepted")
-    ledger.append_entry("inspection.accepted", {"task": task.pk, "chip": task.chip.serial}, body.slug)
+    ledger.append_entry("inspection.accepted", {"task": task.pk, "chip": task.chip.serial}, body.slug, submission)
     task.status = InspectionTask.Status.ACCEPTED
     task.save(update_fields=["status"])
     return task
@@ -65,7 +65,9 @@ def identity_challenge_issue(task: InspectionTask, body: Organisation) -> Identi
 
 
 @transaction.atomic
-def identity_answer_check(task: InspectionTask, body: Organisation, nonce: str, signature: str) -> dict:
+def identity_answer_check(
+    task: InspectionTask, body: Organisation, nonce: str, signature: str, submission: dict | None = None
+) -> dict:
     """Verify the chip's answer against the key registered at fabrication; the outcome goes on the ledger.
 
     A wrong, replayed or expired answer is a failed identity check, never a pass.
@@ -77,7 +79,7 @@ def identity_answer_check(task: InspectionTask, body: Organisation, nonce: str, 
         challenge.answered = True
         challenge.save(update_fields=["answered"])
     outcome = {"task": task.pk, "chip": task.chip.serial, "nonce": nonce, "passed": reason is None, "reason": reason}
-    ledger.append_entry("inspection.identity_checked", outcome, body.slug)
+    ledger.append_entry("inspection.identity_checked", outcome, body.slug, submission)
     if reason is not None:
         alert_raise(Alert.Kind.IDENTITY_FAILED, task.prover, f"{task.chip.serial}: {reason}", task.chip, task)
     return outcome
@@ -198,12 +200,14 @@ FINDING_FIELDS = {
 
 
 @transaction.atomic
-def finding_submit(task: InspectionTask, body: Organisation, data: dict) -> Finding:
+def finding_submit(task: InspectionTask, body: Organisation, data: dict, submission: dict | None = None) -> Finding:
     _own_task(task, body)
     if task.status not in (InspectionTask.Status.ACCEPTED, InspectionTask.Status.OVERDUE):
         _fail("status", f"a {task.status} task takes no finding (accept it first)")
     finding = _finding_fields(data)
-    entry = ledger.append_entry("inspection.finding", {"task": task.pk, "chip": task.chip.serial, **finding}, body.slug)
+    entry = ledger.append_entry(
+        "inspection.finding", {"task": task.pk, "chip": task.chip.serial, **finding}, body.slug, submission
+    )
     row = Finding.objects.create(task=task, recorded_seq=entry.seq, **finding)
     task.status = InspectionTask.Status.DONE
     task.save(update_fields=["status"])

@@ -15,7 +15,8 @@ def fail(field: str, reason: str) -> None:
 
 def country_clean(value, field: str = "country") -> str:
     """An ISO 3166-1 alpha-2 code as the ledger keeps it: stripped, upper case, exactly two letters."""
-    clean = value.strip().upper() if isinstance(value, str) else None
+    # ASCII first: "ﬀ".upper() is "FF", and a look-alike must not become a code
+    clean = value.strip().upper() if isinstance(value, str) and value.isascii() else None
     if clean is None or not COUNTRY.fullmatch(clean):
         fail(field, f"an ISO 3166-1 alpha-2 country code, not {value!r}")
     return clean

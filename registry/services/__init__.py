@@ -15,13 +15,16 @@ from ..identifiers import COUNTRY, MAX_CHIPS, SERIAL, SLUG, SYSTEM
 from .chips import CHIP_EVENTS, EVENT_FIELDS, chips_fabricate, chips_record_event
 from .epcis import epcis_capture
 from .facilities import chip_model_register, facility_register
-from .idempotency import IdempotencyConflict, idempotent_answer, idempotent_answer_record
+from .idempotency import IdempotencyConflict, idempotent_answer, idempotent_answer_record, idempotent_in_progress
+from .licences import export_licence_grant
 from .organisations import (
     member_add,
     organisation_key_register,
     organisation_key_revoke,
     organisation_register,
     signed_body_accept,
+    signed_body_check,
+    signed_nonce_consume,
 )
 
 __all__ = [
@@ -37,12 +40,16 @@ __all__ = [
     "chips_fabricate",
     "chips_record_event",
     "epcis_capture",
+    "export_licence_grant",
     "facility_register",
     "idempotent_answer",
     "idempotent_answer_record",
+    "idempotent_in_progress",
     "member_add",
     "organisation_key_register",
     "organisation_key_revoke",
     "organisation_register",
     "signed_body_accept",
+    "signed_body_check",
+    "signed_nonce_consume",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections import defaultdict
 
 from django.core.exceptions import ValidationError
@@ -12,10 +13,13 @@ from django.db import transaction
 from ledger import services as ledger
 from ledger.bulk import insert_rows
 
-from ..identifiers import COUNTRY, MAX_CHIPS, SERIAL
+from ..identifiers import MAX_CHIPS, SERIAL
 from ..lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
 from ..models import Chip, ChipEvent, ChipModel, Facility, Organisation, Role
+from ..selectors import SEES_EVERYTHING
+from ..signals import chip_notice
 from .common import fail, organisation_by_slug
+from .licences import export_licence_use
 
 # API event name -> lifecycle event (the ledger kind is "chip.<lifecycle event>")
 CHIP_EVENTS = {
@@ -141,7 +145,7 @@ def _fabrication_items(chips) -> list[dict]:
             errors[where] = "must be an object with serial, model, public_key and optionally facility"
             continue
         serial, model, key = chip.get("serial"), chip.get("model"), chip.get("public_key")
-        if not isinstance(serial, str) or not SERIAL.match(serial):
+        if not isinstance(serial, str) or not SERIAL.fullmatch(serial):
             errors[f"{where}.serial"] = "1-64 characters of letters, digits, '.', '_' or '-'"
         elif serial in seen:
             errors[f"{where}.serial"] = f"{serial} appears twice in this request"
@@ -173,13 +177,26 @@ def _is_public_key(value) -> bool:
 
 
 EVENT_FIELDS = {
-    "shipped": {"consignee": True, "reference": True, "destination_country": False},
-    "exported": {"consignee": True, "reference": True, "destination_country": False, "export_licence": True},
+    # destination: the consignee's facility the chips go to; destination_country follows from it (or from the
+    # consignee's registered country) and, if sent, must agree: countries are never the sender's choice.
+    "shipped": {"consignee": True, "reference": True, "destination": False, "destination_country": False},
+    "exported": {
+        "consignee": True,
+        "reference": True,
+        "destination": False,
+        "destination_country": False,
+        "export_licence": True,
+    },
     "received": {"facility": False},
     "packaged": {"facility": False},
     "installed": {"facility": True},
     "transfer_offered": {"to_owner": True, "reference": False},
+    "decommissioned": {"reason": True, "evidence": True},
+    "destroyed": {"reason": True, "evidence": True},
 }
+END_REASONS = ("end_of_life", "failed", "damaged", "recalled", "regulatory_order")
+EVIDENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/#-]{0,127}")  # e.g. sha256:<hex of the certificate>, or its id
+PUBLIC_NOTE = "not accepted: ledger entries are public (docs/security.md); keep free text in your own records"
 
 
 @transaction.atomic
@@ -203,7 +220,7 @@ def chips_record_event(
     errors, after = {}, {}
     for position, serial in enumerate(serials):
         row = rows.get(serial)
-        if row is None:
+        if row is None or not _visible(organisation, row):  # others' chips do not exist for the caller (no state)
             errors[f"chips[{position}]"] = f"unknown chip {serial}"
             continue
         try:
@@ -212,9 +229,45 @@ def chips_record_event(
             errors[f"chips[{position}]"] = f"{serial}: {error}"
     if errors:
         raise ValidationError(errors)
+    if event == "exported":
+        countries = {rows[serial]["country"] for serial in serials}
+        export_licence_use(
+            normalised["export_licence"],
+            organisation,
+            normalised["consignee"],
+            countries,
+            normalised["destination_country"],
+            len(serials),
+        )
     entry = ledger.append_entry(f"chip.{event}", normalised, organisation.slug, submission)
     _persist(rows, after, entry)
+    _notify(event, rows, after, entry)
     return entry
+
+
+def _notify(event: str, rows: dict[str, dict], after: dict[str, ChipState], entry) -> None:
+    """Tell the regulator (``registry.signals.chip_notice``) of chips received abroad and of chips taken out of use."""
+    by_owner: dict[str, list[str]] = defaultdict(list)
+    if event == "received":
+        for serial, state in after.items():
+            if state.facility and state.country != rows[serial]["country"]:
+                by_owner[state.owner].append(serial)
+        kind = "diverted"
+        say = "received in {country} at {facility}, but consigned to {declared} (seq {seq})"
+    elif event in {"decommissioned", "destroyed"}:
+        for serial, state in after.items():
+            by_owner[state.owner].append(serial)
+        kind = "lifecycle"
+        say = f"{event} (reason {entry.payload['reason']}, evidence {entry.payload['evidence']}; seq {{seq}})"
+    for owner, serials in by_owner.items():
+        first = after[serials[0]]
+        detail = say.format(
+            country=first.country, facility=first.facility, declared=rows[serials[0]]["country"], seq=entry.seq
+        )
+        shown = ", ".join(serials[:5]) + (f" and {len(serials) - 5} more" if len(serials) > 5 else "")
+        chip_notice.send(
+            sender=Chip, kind=kind, prover=owner, serials=serials, detail=f"{len(serials)} chip(s) {shown}: {detail}"
+        )
 
 
 def _event_payload(event: str, payload: dict) -> dict:
@@ -223,7 +276,7 @@ def _event_payload(event: str, payload: dict) -> dict:
     chips = payload.get("chips")
     if not isinstance(chips, list) or not 1 <= len(chips) <= MAX_CHIPS:
         fail("chips", f"a list of 1 to {MAX_CHIPS} chip serials")
-    if not all(isinstance(s, str) and SERIAL.match(s) for s in chips):
+    if not all(isinstance(s, str) and SERIAL.fullmatch(s) for s in chips):
         fail("chips", "every item must be a chip serial")
     if len(set(chips)) != len(chips):
         fail("chips", "a serial appears twice")
@@ -239,18 +292,41 @@ def _event_payload(event: str, payload: dict) -> dict:
             fail(name, "a non-empty string of at most 128 characters")
         normalised[name] = value
     if "note" in payload:
-        if not isinstance(payload["note"], str) or len(payload["note"]) > 2000:
-            fail("note", "a string of at most 2000 characters")
-        normalised["note"] = payload["note"]
+        fail("note", PUBLIC_NOTE)
     if event in {"shipped", "exported"}:
-        consignee = organisation_by_slug(normalised["consignee"], "consignee")
-        country = normalised.setdefault("destination_country", consignee.country)
-        if not COUNTRY.match(country):
-            fail("destination_country", "ISO 3166-1 alpha-2 code")
-    unknown = set(payload) - set(fields) - {"chips", "note", "timestamp", "nonce"}
+        normalised["destination_country"] = shipment_destination_country(normalised)
+    if event in {"decommissioned", "destroyed"}:
+        if normalised["reason"] not in END_REASONS:
+            fail("reason", f"one of {list(END_REASONS)}")
+        if not EVIDENCE.fullmatch(normalised["evidence"]):
+            fail("evidence", "a reference to the evidence, e.g. sha256:<hex of the destruction certificate>")
+    unknown = set(payload) - set(fields) - {"chips", "timestamp", "nonce"}
     if unknown:
         fail("body", f"unknown fields {sorted(unknown)} for {event}")
     return normalised
+
+
+def shipment_destination_country(payload: dict) -> str:
+    """Where a shipment goes, from registered facts: the named facility of the consignee, else the consignee."""
+    consignee = organisation_by_slug(payload["consignee"], "consignee")
+    country, where = consignee.country, f"consignee {consignee.slug}"
+    if payload.get("destination"):
+        facility = Facility.objects.filter(slug=payload["destination"]).first()
+        if facility is None or facility.owner_id != consignee.pk:
+            fail("destination", f"{payload['destination']!r} is not a registered facility of {consignee.slug}")
+        country, where = facility.country, f"facility {facility.slug}"
+    claimed = payload.get("destination_country")
+    if claimed is not None and claimed != country:
+        fail("destination_country", f"the destination is {country} ({where}); it follows from registered facts")
+    return country
+
+
+def _visible(organisation: Organisation, row: dict) -> bool:
+    """The rule of ``registry.selectors.chips_visible_to``, on a locked row."""
+    if SEES_EVERYTHING & set(organisation.roles):
+        return True
+    parties = ("owner__slug", "possessor__slug", "consignee__slug", "pending_owner__slug", "fab__slug")
+    return organisation.slug in {row[party] for party in parties}
 
 
 def _facts(organisation: Organisation, event: str, payload: dict) -> Facts:
@@ -264,6 +340,7 @@ def _facts(organisation: Organisation, event: str, payload: dict) -> Facts:
         actor=organisation.slug,
         facility_owner=facility.owner.slug if facility else None,
         facility_country=facility.country if facility else None,
+        facility_kind=facility.kind if facility else None,
         consignee_exists=other is None or Organisation.objects.filter(slug=other).exists(),
         actor_country=organisation.country,
     )

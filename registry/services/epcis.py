@@ -14,8 +14,8 @@ from ledger import services as ledger
 
 from .. import selectors
 from ..epcis import CaptureEvent
-from ..models import Chip, Facility, Organisation
-from .chips import chips_fabricate, chips_record_event
+from ..models import Chip, Organisation
+from .chips import chips_fabricate, chips_record_event, shipment_destination_country
 from .common import fail
 
 
@@ -74,11 +74,14 @@ def _lifecycle_event(organisation: Organisation, event: CaptureEvent, countries:
         _check_acting_party(organisation, event.destination, "destinationList")
         return "received", {**payload, **({"facility": event.facility} if event.facility else {})}
     if event.step != "shipping":
-        return {"decommissioning": "decommissioned", "destroying": "destroyed"}[event.step], payload
+        kind = {"decommissioning": "decommissioned", "destroying": "destroyed"}[event.step]
+        return kind, {**payload, "reason": event.reason, "evidence": event.evidence}
     _check_acting_party(organisation, event.source, "sourceList")
     consignee = event.destination.get("possessing_party") or event.destination["owning_party"]
-    country = _destination_country(consignee, event.destination.get("location"))
-    payload.update(consignee=consignee, reference=event.reference, destination_country=country)
+    payload.update(consignee=consignee, reference=event.reference)
+    if event.destination.get("location"):
+        payload["destination"] = event.destination["location"]
+    country = shipment_destination_country(payload)
     abroad = sorted({c for c in countries.values() if c != country})
     if not abroad and not event.export_licence:
         return "shipped", payload
@@ -93,22 +96,13 @@ def _check_acting_party(organisation: Organisation, parties: dict, field_name: s
         fail(field_name, f"possessing_party {named!r} is not the signer {organisation.slug!r}")
 
 
-def _destination_country(consignee: str, location: str | None) -> str:
-    if location:
-        country = Facility.objects.filter(slug=location).values_list("country", flat=True).first()
-        if country is None:
-            fail("destination_country", f"unknown facility {location!r}")
-        return country
-    country = Organisation.objects.filter(slug=consignee).values_list("country", flat=True).first()
-    if country is None:
-        fail("consignee", f"unknown organisation {consignee!r}")
-    return country
-
-
 # Where a service's field lives in the event, so a 400 names the document's path.
 SERVICE_PATHS = {
     "consignee": "destinationList",
     "destination_country": "destinationList",
+    "destination": "destinationList",
+    "reason": "chipledger:reason",
+    "evidence": "chipledger:evidence",
     "reference": "bizTransactionList",
     "export_licence": "chipledger:exportLicence",
     "facility": "bizLocation",

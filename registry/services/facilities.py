@@ -22,13 +22,13 @@ def facility_register(
     actor: str,
     submission: dict | None = None,
 ) -> Facility:
-    if not SLUG.match(slug or ""):
+    if not SLUG.fullmatch(slug or ""):
         fail("slug", "lower-case letters, digits and hyphens, at most 64")
     if Facility.objects.filter(slug=slug).exists():
         fail("slug", f"{slug!r} is taken")
     if kind not in Facility.Kind.values:
         fail("kind", f"one of {Facility.Kind.values}")
-    if not COUNTRY.match(country or ""):
+    if not COUNTRY.fullmatch(country or ""):
         fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
     payload = {"slug": slug, "owner": owner.slug, "kind": kind, "country": country, "location": location}
     entry = ledger.append_entry("facility.registered", payload, actor, submission)
@@ -48,7 +48,7 @@ def chip_model_register(
     memory_bytes: int,
     actor: str,
 ) -> ChipModel:
-    if not SLUG.match(slug or ""):
+    if not SLUG.fullmatch(slug or ""):
         fail("slug", "lower-case letters, digits and hyphens, at most 64")
     if ChipModel.objects.filter(slug=slug).exists():
         fail("slug", f"{slug!r} is taken")

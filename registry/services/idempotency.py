@@ -11,7 +11,15 @@ from .common import fail
 
 
 class IdempotencyConflict(ledger.Conflict):
-    """The Idempotency-Key was used before with a different body (HTTP 409)."""
+    """The Idempotency-Key was used before with a different body, or its first request is still running (HTTP 409)."""
+
+
+def idempotent_in_progress(key: str) -> IdempotencyConflict:
+    """A concurrent retry whose first request holds the nonce but has no answer yet."""
+    return IdempotencyConflict(
+        f"a request with Idempotency-Key {key!r} is in progress: retry later (if this persists, the first request "
+        "was interrupted before answering: re-sign the body with a fresh nonce)"
+    )
 
 
 def idempotent_answer(organisation: Organisation, key: str | None, body: bytes) -> tuple[int, dict] | None:

@@ -19,11 +19,11 @@ from .common import fail, organisation_by_slug
 def organisation_register(
     *, slug: str, legal_name: str, country: str, roles: Sequence[str], actor: str, parent: str | None = None
 ) -> Organisation:
-    if not SLUG.match(slug or ""):
+    if not SLUG.fullmatch(slug or ""):
         fail("slug", "lower-case letters, digits and hyphens, at most 64")
     if Organisation.objects.filter(slug=slug).exists() or slug == SYSTEM:
         fail("slug", f"{slug!r} is taken")
-    if not COUNTRY.match(country or ""):
+    if not COUNTRY.fullmatch(country or ""):
         fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
     unknown = set(roles) - set(Role.values)
     if not roles or unknown:
@@ -84,10 +84,11 @@ def member_add(user, organisation: Organisation) -> Member:
 # --- signed requests ------------------------------------------------------------------
 
 
-def signed_body_accept(organisation: Organisation, header: str | None, body: bytes, data: dict) -> signing.SignedBody:
-    """Check a request's signature, freshness and nonce; record the nonce (call inside the write's transaction).
+def signed_body_check(organisation: Organisation, header: str | None, body: bytes, data: dict) -> signing.SignedBody:
+    """Check a request's signature (by an active key of ``organisation``), timestamp and nonce form; write nothing.
 
-    Raises ``signing.SignatureProblem`` naming the field.
+    Raises ``signing.SignatureProblem`` naming the field. Runs before anything else looks at the request
+    (idempotency answers included), so an unsigned request learns nothing.
     """
     key_id, signature = signing.parse_header(header)
     key = OrganisationKey.objects.filter(key_id=key_id, organisation=organisation).first()
@@ -97,9 +98,24 @@ def signed_body_accept(organisation: Organisation, header: str | None, body: byt
         raise signing.SignatureProblem("signature", f"key {key_id} was revoked at ledger seq {key.revoked_seq}")
     signing.verify(bytes(key.public_key), body, signature)
     stamp, nonce = signing.check_freshness(data)
+    return signing.SignedBody(key_id, body, signature, stamp, nonce)
+
+
+def signed_nonce_consume(organisation: Organisation, signed: signing.SignedBody) -> None:
+    """Spend the nonce of a validly signed request, whatever then becomes of the request.
+
+    Its own (committed) transaction: a request refused later (400, 409) keeps its nonce spent, so a captured
+    refused request cannot be replayed once the world has changed so that it would pass.
+    """
     try:
         with transaction.atomic():
-            ApiNonce.objects.create(organisation=organisation, nonce=nonce)
+            ApiNonce.objects.create(organisation=organisation, nonce=signed.nonce)
     except IntegrityError:
         raise signing.SignatureProblem("nonce", "already used: this request was replayed") from None
-    return signing.SignedBody(key_id, body, signature, stamp, nonce)
+
+
+def signed_body_accept(organisation: Organisation, header: str | None, body: bytes, data: dict) -> signing.SignedBody:
+    """``signed_body_check`` then ``signed_nonce_consume``: for signed writes without an Idempotency-Key."""
+    signed = signed_body_check(organisation, header, body, data)
+    signed_nonce_consume(organisation, signed)
+    return signed

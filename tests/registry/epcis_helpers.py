@@ -1,5 +1,6 @@
 """An EPCIS world and GS1-style documents, shared by the EPCIS capture and query tests."""
 
+from registry import services
 from registry.models import Chip
 from tests.registry.factories import (
     SignedClient,
@@ -25,6 +26,16 @@ def epcis_world() -> dict:
     facility(vendor_a, "wh-vendor-a", kind="warehouse")
     facility(owner_a, "dc-owner-a")
     chip_model(vendor_a)
+    for licence_id in ("TW-EL-1", "TW-EL-9"):  # the regulator recorded these licences for fab-tw's exports
+        services.export_licence_grant(
+            licence_id=licence_id,
+            exporter="fab-tw",
+            consignee="vendor-a",
+            from_country="TW",
+            to_country="US",
+            quantity=1000,
+            expires_on="2099-12-31",
+        )
     clients = [
         SignedClient(*pair)
         for pair in [
@@ -63,6 +74,8 @@ def document(*events):
 
 
 def object_event(epcs, biz_step, action, **members):
+    if biz_step in ("decommissioning", "destroying"):  # a regulator asks why, and for the evidence
+        members = {"chipledger:reason": "end_of_life", "chipledger:evidence": "sha256:" + "ab" * 32, **members}
     return {
         "type": "ObjectEvent",
         "eventTime": "2026-03-01T10:00:00.000Z",

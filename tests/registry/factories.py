@@ -10,11 +10,11 @@ import time
 
 from django.contrib.auth import get_user_model
 from nacl.signing import SigningKey
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from registry import services, signing
-from registry.models import ChipModel, Organisation
+from registry.models import Chip, ChipModel, Facility, Organisation
+from registry.services.tokens import api_token_issue
 
 _serials = itertools.count(1)
 
@@ -65,7 +65,29 @@ def fabricate(fab: Organisation, model: ChipModel, count: int, facility_slug: st
 
 
 def event(org: Organisation, name: str, serials: list[str], **fields):
+    if name == "exported" and fields.get("export_licence"):
+        fields["export_licence"] = licence(org, fields["consignee"], serials, fields.get("destination")).licence_id
+    if name in ("decommissioned", "destroyed"):
+        fields = {"reason": "end_of_life", "evidence": "sha256:" + "ab" * 32, **fields}
     return services.chips_record_event(organisation=org, event=name, payload={"chips": serials, **fields})
+
+
+def licence(exporter: Organisation, consignee: str, serials: list[str], destination: str | None = None):
+    """A licence the regulator recorded for exporting these chips from where they are to the consignee."""
+    to = (
+        Facility.objects.get(slug=destination).country
+        if destination
+        else Organisation.objects.get(slug=consignee).country
+    )
+    return services.export_licence_grant(
+        licence_id=f"EL-{next(_serials):07d}",
+        exporter=exporter.slug,
+        consignee=consignee,
+        from_country=Chip.objects.get(serial=serials[0]).country,
+        to_country=to,
+        quantity=len(serials),
+        expires_on="2099-12-31",
+    )
 
 
 class SignedClient:
@@ -76,7 +98,8 @@ class SignedClient:
         services.member_add(user, org)
         self.org, self.key = org, key
         self.api = APIClient()
-        self.api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+        self.user = user
+        self.api.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user)[1]}")
 
     def body(self, data: dict, timestamp: int | None = None, nonce: str | None = None) -> bytes:
         stamped = {

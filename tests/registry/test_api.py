@@ -9,6 +9,7 @@ from ledger import merkle
 from ledger import selectors as ledger_selectors
 from ledger import services as ledger_services
 from ledger.models import Entry
+from registry import signing
 from registry.models import ApiNonce, Chip, ChipEvent
 from tests.registry.factories import (
     SignedClient,
@@ -145,13 +146,65 @@ def test_idempotency_key_returns_the_first_answer_without_a_second_entry(world):
     assert other.status_code == 409 and ledger_selectors.ledger_size() == size
 
 
-def test_a_rejected_request_does_not_burn_its_nonce(world):
+def test_a_refused_request_spends_its_nonce_so_it_cannot_be_replayed_once_it_would_pass(world):
     client = world["fab"]
     bad = fab_body(world["model"])
-    bad["chips"][1]["model"] = "no-such-model"
+    missing_model = bad["chips"][1]["model"] = "later-model"
     body = client.body(bad, nonce="n" * 20)
     assert client.post(EVENTS + "fabricate", raw=body).status_code == 400
-    assert not ApiNonce.objects.filter(nonce="n" * 20).exists()
+    assert ApiNonce.objects.filter(nonce="n" * 20).exists()
+    chip_model(world["fab"].org, missing_model)  # now the captured request would be accepted
+    replay = client.post(EVENTS + "fabricate", raw=body)
+    assert replay.status_code == 403 and "nonce" in replay.json()
+    assert Chip.objects.count() == 0
+
+
+def test_a_badly_signed_request_spends_no_nonce(world):
+    client = world["fab"]
+    body = client.body(fab_body(world["model"]), nonce="m" * 20)
+    assert client.post(EVENTS + "fabricate", raw=body, key=SigningKey.generate()).status_code == 403
+    assert not ApiNonce.objects.filter(nonce="m" * 20).exists()
+    assert client.post(EVENTS + "fabricate", raw=body).status_code == 201
+
+
+def test_the_signature_is_checked_before_the_idempotency_answer(world):
+    client = world["fab"]
+    body = client.body(fab_body(world["model"]))
+    assert client.post(EVENTS + "fabricate", raw=body, idempotency_key="k-1").status_code == 201
+    unsigned = client.post(EVENTS + "fabricate", raw=body, idempotency_key="k-1", signature="junk")
+    assert unsigned.status_code == 403 and "seq" not in unsigned.json()
+    forged = client.post(EVENTS + "fabricate", raw=body, idempotency_key="k-1", key=SigningKey.generate())
+    assert forged.status_code == 403 and "seq" not in forged.json()
+
+
+def test_a_retried_refusal_gets_the_same_answer(world):
+    client = world["fab"]
+    bad = fab_body(world["model"])
+    bad["chips"][0]["model"] = "no-such-model"
+    body = client.body(bad)
+    first = client.post(EVENTS + "fabricate", raw=body, idempotency_key="k-2")
+    again = client.post(EVENTS + "fabricate", raw=body, idempotency_key="k-2")
+    assert first.status_code == again.status_code == 400
+    assert first.json() == again.json() and "chips[0]" in again.json()
+
+
+def test_a_retry_racing_its_first_request_gets_409_then_the_first_answer(world):
+    """The race: the first request has spent the nonce but not yet answered; the retry must never get 403."""
+    from registry import services
+
+    client = world["fab"]
+    body = client.body(fab_body(world["model"]))
+    import json
+
+    signed = services.signed_body_check(
+        client.org, signing.sign(client.key, body), body, json.loads(body)
+    )  # what the first request did so far
+    services.signed_nonce_consume(client.org, signed)
+    racing = client.post(EVENTS + "fabricate", raw=body, idempotency_key="k-3")
+    assert racing.status_code == 409 and "in progress" in racing.json()["detail"]
+    services.idempotent_answer_record(client.org, "k-3", body, 201, {"seq": 99, "kind": "chip.fabricated"})
+    late = client.post(EVENTS + "fabricate", raw=body, idempotency_key="k-3")
+    assert (late.status_code, late.json()) == (201, {"seq": 99, "kind": "chip.fabricated"})
 
 
 def test_bulk_is_all_or_nothing_with_per_item_errors(world):

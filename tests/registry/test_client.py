@@ -8,6 +8,7 @@ import sys
 import pytest
 from django.conf import settings
 
+from registry import services
 from registry.client import ApiError, RegistryClient
 from registry.models import Chip
 from tests.registry.factories import SignedClient, chip_model, chip_public_key, facility, new_serials, organisation
@@ -21,6 +22,15 @@ def fab(live_server):
     organisation("vendor-a", ["vendor"], "US")
     facility(org, "fab-1", kind="fab")
     chip_model(org, "h100-sxm")
+    services.export_licence_grant(
+        licence_id="EL-1",
+        exporter="fab-tw",
+        consignee="vendor-a",
+        from_country="TW",
+        to_country="US",
+        quantity=100,
+        expires_on="2099-12-31",
+    )
     token = SignedClient(org, key).api._credentials["HTTP_AUTHORIZATION"].split()[1]
     return {"url": live_server.url, "token": token, "key": key}
 

@@ -21,8 +21,8 @@ PAYLOADS = {
     "transfer_cancelled": {},
     "installed": {"facility": "dc-1"},
     "removed": {},
-    "decommissioned": {},
-    "destroyed": {},
+    "decommissioned": {"reason": "failed", "evidence": "RMA-1"},
+    "destroyed": {"reason": "end_of_life", "evidence": "sha256:" + "ab" * 32},
     "reported_lost": {},
     "reported_stolen": {},
     "found": {},
@@ -52,7 +52,7 @@ def prepared(event: str, status: Status) -> ChipState:
 
 
 def facts(actor: str) -> Facts:
-    return Facts(actor=actor, facility_owner=actor, facility_country="US")
+    return Facts(actor=actor, facility_owner=actor, facility_country="US", facility_kind="datacentre")
 
 
 CASES = [(event, status) for event in RULES for status in Status]
@@ -128,8 +128,27 @@ def test_install_needs_a_facility_of_the_possessor():
         apply_chip_event(chip(Status.IN_STOCK), "installed", facts(VENDOR), {})
     with pytest.raises(LifecycleError, match="does not belong"):
         apply_chip_event(
-            chip(Status.IN_STOCK), "installed", Facts(actor=VENDOR, facility_owner=OTHER), {"facility": "x"}
+            chip(Status.IN_STOCK),
+            "installed",
+            Facts(actor=VENDOR, facility_owner=OTHER, facility_kind="datacentre"),
+            {"facility": "x"},
         )
+
+
+@pytest.mark.parametrize("kind", ["warehouse", "fab", "packaging", None])
+def test_chips_are_installed_only_in_a_data_centre(kind):
+    where = Facts(actor=VENDOR, facility_owner=VENDOR, facility_country="US", facility_kind=kind)
+    with pytest.raises(LifecycleError, match="only in a data centre"):
+        apply_chip_event(chip(Status.IN_STOCK), "installed", where, {"facility": "wh-1"})
+
+
+@pytest.mark.parametrize("event", ["decommissioned", "destroyed"])
+@pytest.mark.parametrize("missing", ["reason", "evidence"])
+def test_taking_a_chip_out_of_use_needs_a_reason_and_evidence(event, missing):
+    state = chip(Status.INSTALLED)
+    payload = {k: v for k, v in PAYLOADS[event].items() if k != missing}
+    with pytest.raises(LifecycleError, match="reason and an evidence reference"):
+        apply_chip_event(state, event, facts(VENDOR), payload)
 
 
 def test_a_chip_is_packaged_once():

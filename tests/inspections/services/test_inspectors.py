@@ -1,26 +1,57 @@
 """The inspector's workflow: own tasks only, chip identity by challenge, snapshot logs, findings, alerts."""
 
 import base64
+import json
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 from nacl.signing import SigningKey
-from rest_framework.test import APIClient
 
 from inspections.models import Alert, Campaign, Finding, IdentityChallenge, InspectionTask, Snapshot
 from inspections.tasks import check_snapshot_log
 from ledger.models import Entry
+from registry import signing
 from registry.models import Chip
 from tests.registry.factories import SignedClient
 
 pytestmark = pytest.mark.django_db
 
 
-def inspector(slug: str) -> APIClient:
+class Inspector(SignedClient):
+    """An inspection body's client: its token, and its registered key signing every write."""
+
+    def post(self, path, data=None, format=None, **options):
+        return super().post(path, data, **options)
+
+
+def inspector(slug: str) -> Inspector:
+    from registry import services
     from registry.models import Organisation
 
-    return SignedClient(Organisation.objects.get(slug=slug), SigningKey.generate()).api
+    organisation, key = Organisation.objects.get(slug=slug), SigningKey.generate()
+    services.organisation_key_register(organisation=organisation, public_key=bytes(key.verify_key), actor="regulator")
+    return Inspector(organisation, key)
+
+
+@pytest.mark.parametrize("action", ["accept", "challenge", "identity", "snapshot-log", "finding"])
+def test_token_only_inspector_writes_are_refused_and_write_nothing(draw, action):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    size, challenges = Entry.objects.count(), IdentityChallenge.objects.count()
+    body = {"challenge": "0" * 64, "signature": "AA==", "log": "x", "chip_found": False}
+    unsigned = client.api.post(f"/api/inspections/tasks/{task.pk}/{action}", body, format="json")
+    assert unsigned.status_code == 403 and "signature" in unsigned.json()
+    forged = client.post(f"/api/inspections/tasks/{task.pk}/{action}", body, key=SigningKey.generate())
+    assert forged.status_code == 403 and "not registered" in forged.json()["signature"][0]
+    assert (Entry.objects.count(), IdentityChallenge.objects.count()) == (size, challenges)
+    assert not Alert.objects.exists()
+
+
+def test_inspector_writes_are_on_the_ledger_with_the_bodys_signature(draw):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    assert client.post(f"/api/inspections/tasks/{task.pk}/accept").status_code == 200
+    entry = Entry.objects.get(kind="inspection.accepted")
+    assert json.loads(bytes(entry.leaf))["submission"]["key"] == signing.key_id_for(bytes(client.key.verify_key))
 
 
 def a_task(body: str) -> InspectionTask:
@@ -55,7 +86,7 @@ def identity(client, task, key, tamper=None):
         challenge, signature = tamper(challenge, signature)
     return challenge, client.post(
         f"/api/inspections/tasks/{task.pk}/identity",
-        {"nonce": challenge["nonce"], "signature": base64.b64encode(signature).decode()},
+        {"challenge": challenge["nonce"], "signature": base64.b64encode(signature).decode()},
         format="json",
     ).json()
 
@@ -80,7 +111,7 @@ def test_a_bad_identity_answer_is_a_failed_check_and_an_alert(draw, case):
         signature = key.sign(challenge["message"].encode()).signature
         outcome = client.post(
             f"/api/inspections/tasks/{task.pk}/identity",
-            {"nonce": challenge["nonce"], "signature": base64.b64encode(signature).decode()},
+            {"challenge": challenge["nonce"], "signature": base64.b64encode(signature).decode()},
             format="json",
         ).json()
     elif case == "expired":

@@ -1,0 +1,61 @@
+"""The regulator's admin roles as explicit permission sets (Django groups), kept in step after every migrate.
+
+Nothing is granted by pattern ("every view permission"): a model added later is in no role until it is listed
+here. Secrets are in no read role: API tokens, request nonces and idempotency answers, identity-challenge nonces,
+campaign seeds before their reveal, users, groups and sessions.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import Group, Permission
+
+AUDITOR = "auditor"
+REGULATOR_STAFF = "regulator staff"
+
+WORLD = {  # app label -> models whose rows are world state (mostly on the public ledger anyway)
+    "ledger": ["entry", "checkpoint", "witness", "cosignature"],
+    "registry": ["organisation", "organisationkey", "facility", "chipmodel", "chip", "chipevent", "exportlicence"],
+    "inspections": [
+        "campaign",
+        "draw",
+        "inspectiontask",
+        "inspectionbody",
+        "alert",
+        "finding",
+        "snapshotlog",
+        "snapshot",
+        "claim",
+    ],
+}
+AUDITOR_PERMISSIONS = [(app, f"view_{model}") for app, models in WORLD.items() for model in models]
+REGULATOR_STAFF_PERMISSIONS = [
+    *AUDITOR_PERMISSIONS,
+    ("registry", "add_organisation"),
+    ("registry", "view_member"),
+    ("registry", "add_member"),
+    ("registry", "change_member"),
+    ("registry", "view_apitoken"),  # the admin lists prefixes and owners, never a token
+    ("registry", "change_apitoken"),  # revoke
+    ("inspections", "add_campaign"),
+    ("inspections", "add_inspectionbody"),
+    ("ledger", "add_witness"),
+]
+ROLES = {AUDITOR: AUDITOR_PERMISSIONS, REGULATOR_STAFF: REGULATOR_STAFF_PERMISSIONS}
+
+
+def roles_sync(**_signal) -> None:
+    """Create or reset each role's group to exactly its listed permissions (those that exist yet)."""
+    for name, wanted in ROLES.items():
+        group, _ = Group.objects.get_or_create(name=name)
+        found = [
+            p
+            for p in Permission.objects.filter(codename__in={code for _, code in wanted}).select_related("content_type")
+            if (p.content_type.app_label, p.codename) in set(wanted)
+        ]
+        group.permissions.set(found)
+
+
+def role_grant(user, role: str) -> None:
+    """Give a staff user one role (and only that one)."""
+    user.groups.set([Group.objects.get(name=role)])
+    user.user_permissions.clear()
