@@ -106,6 +106,7 @@ class Alert(models.Model):
         UNASSIGNED = "unassigned"
         UNANSWERED = "unanswered"
         CLAIM_FAILED = "claim_failed"
+        UNRECORDED_USE = "unrecorded_use", "chip used off the record"
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="alerts")

@@ -27,7 +27,6 @@ from . import services
 from .models import Organisation
 
 PASSWORD_FILE = "demo-password"
-KEY_DIR = "demo-keys"
 GIB = 2**30
 
 ORGANISATIONS = [
@@ -127,7 +126,7 @@ def _organisation(slug: str, name: str, country: str, roles: list[str]) -> Organ
     org = services.organisation_register(slug=slug, legal_name=name, country=country, roles=roles, actor="regulator")
     key = SigningKey.generate()
     services.organisation_key_register(organisation=org, public_key=bytes(key.verify_key), actor="regulator")
-    folder = settings.VAR_DIR / KEY_DIR
+    folder = settings.DEMO_KEY_DIR
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{slug}.key"
     path.write_text(base64.b64encode(bytes(key)).decode() + "\n")
