@@ -310,8 +310,9 @@ def diverted(world: World) -> Outcome:
     out.tell("vendor-us exported 4 chips under licence to front-ae, a front company in AE")
     front = Organisation.objects.get(slug="front-ae")
     met, evidence = _refused(lambda: world.event("front-ae", "shipped", chips[:2], consignee="buyer-cn", reference="X"))
-    out.expect("a shipment AE to CN without an export licence is refused", met, evidence)
+    out.expect("a shipment AE to CN without an export licence is refused", met and "export" in evidence, evidence)
     document = {
+        "@context": ["https://ref.gs1.org/standards/epcis/2.0.0/epcis-context.jsonld"],
         "type": "EPCISDocument",
         "schemaVersion": "2.0",
         "creationDate": "2026-03-01T12:00:00Z",
@@ -333,7 +334,7 @@ def diverted(world: World) -> Outcome:
     met, evidence = _refused(
         lambda: registry.epcis_capture(organisation=front, events=epcis.parse_document(document), submission=None)
     )
-    out.expect("the same move through EPCIS (no licence) is refused", met, evidence)
+    out.expect("the same move through EPCIS (no licence) is refused", met and "export" in evidence, evidence)
     out.tell("front-ae tried to move them on to buyer-cn in CN without a licence, by the API and by EPCIS")
     # Declared for a domestic delivery in AE, received at a facility in CN: the receipt must raise an alert.
     world.event("front-ae", "shipped", chips[:2], consignee="buyer-cn", reference="Y", destination_country="AE")
