@@ -92,6 +92,13 @@ class ChipStore:
             chip.counter, chip.prev = 0, ZERO
         return chip
 
+    def _last_time(self, serial: str) -> datetime:
+        """When the chip last logged (its clock never runs backwards: the checker calls that a rollback)."""
+        lines = [line for line in self.export(serial).splitlines() if line.strip()]
+        if not lines:
+            return datetime.min.replace(tzinfo=UTC)
+        return datetime.fromisoformat(parse_record(lines[-1])["time"].replace("Z", "+00:00"))
+
     def append(self, serial: str, lines: list[str]) -> None:
         if lines:
             with self._path(serial, ".log").open("a") as handle:
@@ -101,7 +108,7 @@ class ChipStore:
         """The prover trains on these chips: run the recorder with the chips' own firmware; their logs grow."""
         from .recorder import Recorder  # torch only when training
 
-        start = datetime.now(UTC).replace(microsecond=0)
+        start = max([datetime.now(UTC).replace(microsecond=0)] + [self._last_time(s) for s in serials])
         made: list[Firmware] = []
 
         def firmware(layout, seed, rate):
