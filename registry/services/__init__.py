@@ -19,6 +19,7 @@ from .idempotency import IdempotencyConflict, idempotent_answer, idempotent_answ
 from .organisations import (
     member_add,
     organisation_key_register,
+    organisation_key_replace,
     organisation_key_revoke,
     organisation_register,
     signed_body_accept,
@@ -42,6 +43,7 @@ __all__ = [
     "idempotent_answer_record",
     "member_add",
     "organisation_key_register",
+    "organisation_key_replace",
     "organisation_key_revoke",
     "organisation_register",
     "signed_body_accept",
