@@ -35,8 +35,9 @@ run: setup
 	@echo ""
 	PORT=$(PORT) DJANGO_HTTPS=0 $(VENV)/bin/honcho start --no-prefix -f Procfile 2>&1 || true
 
+# Tests keep every file of their own under var/test (database, broker, keys): a running `make run` is never touched.
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	CHIPLEDGER_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install
 	$(PY) bench/ledger.py

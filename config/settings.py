@@ -140,6 +140,8 @@ else:
         "control_folder": str(_control),  # broadcast (pidbox) exchanges; default is the cwd
     }
     CELERY_RESULT_BACKEND = f"file://{_results}"
+# The queue tasks are sent to and workers consume; a scenario run uses one of its own (scenarios.runner).
+CELERY_TASK_DEFAULT_QUEUE = env("CELERY_DEFAULT_QUEUE", default="celery")
 CELERY_RESULT_EXPIRES = timedelta(days=1)  # task outcomes that matter land on the ledger
 # A task is acknowledged when it finishes, and a pool child that dies running it (kill -9, out of memory)
 # hands the message back at once instead of acknowledging it: the work is redelivered, never lost.
@@ -177,6 +179,13 @@ LEDGER_KEY_FILE = Path(env("LEDGER_KEY_FILE", default=str(VAR_DIR / "ledger-sign
 LEDGER_MAX_PAGE = env.int("LEDGER_MAX_PAGE", default=1000)
 # Cosignatures timestamped further than this in the future are refused.
 LEDGER_COSIGNATURE_MAX_SKEW = env.int("LEDGER_COSIGNATURE_MAX_SKEW", default=600)
+
+# --- Keys kept outside the database -----------------------------------------------
+# Demo organisations' signing keys, and the simulated chips' keys and firmware logs (replay.chipsim).
+# Tests point both at a temporary folder (tests/conftest.py), never at a running demo's.
+DEMO_KEY_DIR = Path(env("DEMO_KEY_DIR", default=str(VAR_DIR / "demo-keys")))
+CHIP_KEY_DIR = Path(env("CHIP_KEY_DIR", default=str(VAR_DIR / "chip-keys")))
+DEMO_TOKEN_DIR = Path(env("DEMO_TOKEN_DIR", default=str(VAR_DIR / "demo-tokens")))  # the demo's API tokens
 
 # --- Replay verification -------------------------------------------------------
 # Directories under which provers' transcripts may be read by path (e.g. a share they export).

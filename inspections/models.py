@@ -110,6 +110,7 @@ class Alert(models.Model):
         VERIFIER_FAILED = "verifier_failed"
         DIVERTED = "diverted"  # chips received in another country than they were consigned to
         LIFECYCLE = "lifecycle"  # chips decommissioned or destroyed: the regulator checks reason and evidence
+        UNRECORDED_USE = "unrecorded_use", "chip used off the record"
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="alerts")

@@ -45,6 +45,17 @@ def snapshot_log_check(text: str, public_key: bytes, serial: str) -> tuple[list[
     return problems, records
 
 
+def log_serials(text: str) -> set[str]:
+    """The chip serials a firmware log's well-formed lines name (an inspector may upload another chip's log)."""
+    serials = set()
+    for line in text.splitlines():
+        try:
+            serials.add(parse_record(line)["serial"])
+        except ValueError:
+            continue
+    return serials
+
+
 def claim_check(location: str, request: dict, rule_flops: float, scratch: Path) -> dict:
     """The verifier's verdict on one claim (``request``: the contract's claims file); raises ``VerifierFailed``.
 

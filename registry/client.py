@@ -5,6 +5,8 @@
     python -m registry.client ... chip A000100
     python -m registry.client ... chips --status in_stock --owner vendor-a
     python -m registry.client ... fabricate chips.json          # [{"serial", "model", "public_key", "facility"}]
+    python -m registry.client ... post /api/inspections/claims claims.json     # any signed write: a JSON object
+    python -m registry.client ... get /api/inspections/claims/7
 
 The key file holds the base64 32-byte Ed25519 seed of a key registered to your organisation.
 Exit status: 0 on success, 1 if the server refused (its JSON answer is printed), 2 on usage or network errors.
@@ -110,6 +112,12 @@ def parser() -> argparse.ArgumentParser:
     event.add_argument("--field", action="append", default=[], help="name=value, e.g. consignee=owner-a")
     fabricate = commands.add_parser("fabricate", help="register fabricated chips from a JSON file")
     fabricate.add_argument("file")
+    post = commands.add_parser(
+        "post", help="a signed POST of a JSON file's object, e.g. claims to /api/inspections/claims"
+    )
+    post.add_argument("path")
+    post.add_argument("file")
+    commands.add_parser("get", help="GET a path, e.g. /api/inspections/claims/7").add_argument("path")
     commands.add_parser("chip", help="a chip with its history and proofs").add_argument("serial")
     chips = commands.add_parser("chips", help="list chips you may see")
     for name in ("owner", "possessor", "model", "status", "facility", "country"):
@@ -126,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
             answer = client.event(args.name, serials, args.idempotency_key, **_fields(args.field))
         elif args.command == "fabricate":
             answer = client.fabricate(json.loads(Path(args.file).read_text()), args.idempotency_key)
+        elif args.command == "post":
+            answer = client.post(args.path, json.loads(Path(args.file).read_text()), args.idempotency_key)
+        elif args.command == "get":
+            answer = client.get(args.path)
         elif args.command == "chip":
             answer = client.chip(args.serial)
         else:

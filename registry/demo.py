@@ -28,8 +28,6 @@ from .services.roles import AUDITOR, REGULATOR_STAFF, role_grant
 from .services.tokens import api_token_issue, api_token_revoke, api_token_user
 
 PASSWORD_FILE = "demo-password"
-KEY_DIR = "demo-keys"
-TOKEN_DIR = "demo-tokens"
 GIB = 2**30
 
 ORGANISATIONS = [
@@ -130,7 +128,7 @@ def _organisation(slug: str, name: str, country: str, roles: list[str]) -> Organ
     org = services.organisation_register(slug=slug, legal_name=name, country=country, roles=roles, actor="regulator")
     key = SigningKey.generate()
     services.organisation_key_register(organisation=org, public_key=bytes(key.verify_key), actor="regulator")
-    folder = settings.VAR_DIR / KEY_DIR
+    folder = settings.DEMO_KEY_DIR
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{slug}.key"
     path.write_text(base64.b64encode(bytes(key)).decode() + "\n")
@@ -249,7 +247,7 @@ def _user(username: str, organisation: str, role: str, staff: bool, superuser: b
 
 def _demo_token(user) -> str:
     """The database keeps only the token's hash; the demo keeps the token in var/ (like its keys) to print it."""
-    path = settings.VAR_DIR / TOKEN_DIR / user.username
+    path = settings.DEMO_TOKEN_DIR / user.username
     if path.exists():
         token = path.read_text().strip()
         if api_token_user(token) == user:

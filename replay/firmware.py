@@ -109,9 +109,18 @@ class Chip:
 class Firmware:
     """All chips of a shard layout; `tick(step)` says which chips snapshot after that step."""
 
-    def __init__(self, layout: list[dict], seed: int, rate: float, step_seconds: float = 60.0):
-        self.chips = [Chip(s["serial"], i, chip_key(seed, s["serial"])) for i, s in enumerate(layout)]
-        self.rng = random.Random(seed)
+    def __init__(
+        self,
+        layout: list[dict],
+        seed: int,
+        rate: float,
+        step_seconds: float = 60.0,
+        chips: list[Chip] | None = None,
+        start: datetime = EPOCH,
+    ):
+        # `chips`: real firmware state (keys, counters) of the layout's chips, in layout order (replay.chipsim).
+        self.chips = chips or [Chip(s["serial"], i, chip_key(seed, s["serial"])) for i, s in enumerate(layout)]
+        self.rng, self.start = random.Random(seed), start
         self.p = 1.0 - math.exp(-rate)  # P(at least one Poisson event during a step)
         self.step_seconds = step_seconds
         self.lines: list[str] = []
@@ -121,7 +130,7 @@ class Firmware:
         out = []
         for chip in self.chips:
             if self.rng.random() < self.p:
-                line = chip.snapshot(EPOCH + timedelta(seconds=step * self.step_seconds), hashes[chip.shard])
+                line = chip.snapshot(self.start + timedelta(seconds=step * self.step_seconds), hashes[chip.shard])
                 self.lines.append(line)
                 out.append((chip, json.loads(line)))
         return out

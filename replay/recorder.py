@@ -61,6 +61,8 @@ class Recorder:
         snapshot_rate: float = 0.05,
         progress: bool = False,
         batches=None,
+        serials: list[str] | None = None,
+        firmware=None,
     ):
         self.out, self.arch, self.steps, self.seed = Path(out), arch, steps, seed
         self.config = config or models.DEFAULTS[arch]
@@ -72,7 +74,9 @@ class Recorder:
             snapshot_rate,
             progress,
         )
-        self.serials = [f"SIM-{seed:04d}-{i:03d}" for i in range(chips)]
+        self.serials = serials or [f"SIM-{seed:04d}-{i:03d}" for i in range(chips)]
+        # firmware(layout, seed, rate) -> Firmware: the chips' own firmware (replay.chipsim); default simulated.
+        self.firmware = firmware or Firmware
         self.batches = batches or data.Batches(arch, self.config, self.batch, seed)
         self.step_seconds: list[float] = []  # the prover's time per training step (for benchmarks)
 
@@ -90,7 +94,7 @@ class Recorder:
         model = models.build(self.arch, self.config)
         state = initial_state(models.init_params(self.arch, self.config, self.seed), self.optimizer)
         layout = hashing.shard_layout(sum(p.numel() for p in state.params.values()), self.serials)
-        firmware = Firmware(layout, self.seed, self.rate)
+        firmware = self.firmware(layout, self.seed, self.rate)
         stops = checkpoint_steps(self.steps, self.interval)
         records, checkpoints, segments, segment, claims = [], {}, {}, [], []
         checkpoints["0"] = write_checkpoint(out, state)

@@ -13,6 +13,15 @@ append_only_migration = importlib.import_module("ledger.migrations.0002_sqlite_a
 TRANSACTIONAL_FIXTURES = {"transactional_db", "live_server"}
 
 
+@pytest.fixture(autouse=True)
+def _own_key_folders(settings, tmp_path_factory):
+    """Tests keep demo and chip keys in folders of their own: a running `make run` keeps its var/ keys."""
+    folder = tmp_path_factory.mktemp("keys")
+    settings.DEMO_KEY_DIR = folder / "demo-keys"
+    settings.CHIP_KEY_DIR = folder / "chip-keys"
+    settings.DEMO_TOKEN_DIR = folder / "demo-tokens"
+
+
 def _test_is_transactional(request) -> bool:
     marker = request.node.get_closest_marker("django_db")
     return bool(marker and marker.kwargs.get("transaction")) or bool(TRANSACTIONAL_FIXTURES & set(request.fixturenames))

@@ -35,7 +35,7 @@ def test_ledger_key_prints_the_verifier_key():
 
 
 def test_ledger_checkpoint_signs_and_prints_the_note():
-    run("seed_demo", "--password", "demo-pass-123", "--chips", "50")
+    run("seed_demo", "--password", "demo-pass-123", "--chips", "50", "--no-chain")
     text = run("ledger_checkpoint")
     body = note.verify_note(text, note.parse_verifier_key(keys.verifier_key()))
     assert (
@@ -44,8 +44,8 @@ def test_ledger_checkpoint_signs_and_prints_the_note():
 
 
 def test_seed_demo_is_idempotent_and_prints_logins():
-    first = run("seed_demo", "--password", "demo-pass-123", "--chips", "50")
-    second = run("seed_demo", "--password", "demo-pass-123", "--chips", "50")
+    first = run("seed_demo", "--password", "demo-pass-123", "--chips", "50", "--no-chain")
+    second = run("seed_demo", "--password", "demo-pass-123", "--chips", "50", "--no-chain")
     assert "regulator" in first and "demo-pass-123" in first and first == second
     assert Chip.objects.count() == 50 and Chip.objects.filter(status="lost").count() == 1
     assert Entry.objects.filter(kind="ledger.opened").count() == 1

@@ -19,11 +19,12 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
 from ledger import services as ledger
+from registry.lifecycle import Status
 from registry.models import Organisation
 
 from .. import queue, verification
 from ..models import Alert, Finding, IdentityChallenge, InspectionTask, Snapshot, SnapshotLog
-from .alerts import alert_raise
+from .alerts import CLOSED, alert_act, alert_raise
 from .campaigns import campaign_create
 from .validation import fail as _fail
 
@@ -57,8 +58,13 @@ def identity_message(serial: str, nonce: str) -> bytes:
 
 @transaction.atomic
 def identity_challenge_issue(task: InspectionTask, body: Organisation) -> IdentityChallenge:
+    """A fresh challenge; an inspector may ask again (a mistyped answer) until the task is done or past due."""
     _own_task(task, body)
     now = timezone.now()
+    if task.status == InspectionTask.Status.DONE:
+        _fail("status", "the task is done: its findings are recorded")
+    if now.date() > task.due_on:
+        _fail("status", f"the task was due {task.due_on}: identity checks are closed")
     return IdentityChallenge.objects.create(
         task=task, nonce=secrets.token_hex(32), issued_at=now, expires_at=now + timedelta(seconds=CHALLENGE_SECONDS)
     )
@@ -82,7 +88,16 @@ def identity_answer_check(
     ledger.append_entry("inspection.identity_checked", outcome, body.slug, submission)
     if reason is not None:
         alert_raise(Alert.Kind.IDENTITY_FAILED, task.prover, f"{task.chip.serial}: {reason}", task.chip, task)
+    else:
+        _supersede_identity_alerts(task, body, nonce)
     return outcome
+
+
+def _supersede_identity_alerts(task: InspectionTask, body: Organisation, nonce: str) -> None:
+    """A retry that passes closes the task's open identity alerts: the failure was the inspector's mistake."""
+    for alert in Alert.objects.filter(task=task, kind=Alert.Kind.IDENTITY_FAILED).exclude(state__in=CLOSED):
+        reason = f"the identity check of {task.chip.serial} was retried within the deadline and passed (nonce {nonce})"
+        alert_act(alert, action="supersede", by=body.slug, reason=reason, actor=body.slug)
 
 
 def _identity_problem(task: InspectionTask, challenge: IdentityChallenge | None, signature: str) -> str | None:
@@ -111,6 +126,9 @@ def snapshot_log_upload(task: InspectionTask, body: Organisation, text: str) -> 
         _fail("log", "is empty")
     if "\x00" in text:
         _fail("log", "contains NUL characters (a firmware log is JSON lines text)")
+    named = verification.log_serials(text)
+    if len(named) == 1 and task.chip.serial not in named:  # the wrong file, not forged lines: say whose it is
+        _fail("log", f"log belongs to chip {named.pop()}, not {task.chip.serial}: upload {task.chip.serial}'s log")
     log = SnapshotLog.objects.create(task=task, text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
     queue.enqueue_log_check(log.pk)
     return log
@@ -182,6 +200,12 @@ def snapshot_log_record(log: SnapshotLog, problems: list[dict], records: list[di
     if problems:
         summary = "; ".join(f"{_where(p)}: {p['kind']} ({p['detail']})" for p in problems[:5])
         alert_raise(Alert.Kind.LOG_PROBLEMS, task.prover, f"{chip.serial}: {summary}", chip, task)
+    if records and chip.status == Status.IN_TRANSIT:
+        detail = (
+            f"{chip.serial} logged {len(records)} training snapshot(s) while the registry has it in transit to "
+            f"{chip.consignee.slug if chip.consignee else 'nobody'}: its receipt was never recorded"
+        )
+        alert_raise(Alert.Kind.UNRECORDED_USE, task.prover, detail, chip, task)
     return log
 
 

@@ -20,6 +20,7 @@ from .licences import export_licence_grant
 from .organisations import (
     member_add,
     organisation_key_register,
+    organisation_key_replace,
     organisation_key_revoke,
     organisation_register,
     signed_body_accept,
@@ -47,6 +48,7 @@ __all__ = [
     "idempotent_in_progress",
     "member_add",
     "organisation_key_register",
+    "organisation_key_replace",
     "organisation_key_revoke",
     "organisation_register",
     "signed_body_accept",

@@ -76,6 +76,41 @@ def organisation_key_revoke(
     return key
 
 
+MAX_REASON = 2000
+
+
+@transaction.atomic
+def organisation_key_replace(
+    *, organisation: Organisation, public_key: bytes, reason: str, actor: str = "regulator"
+) -> OrganisationKey:
+    """The regulator registers a replacement for an organisation that lost its key: every active key is revoked
+    and the new one registered, each entry carrying the reason (the organisation cannot sign for itself any more)."""
+    reason = reason.strip() if isinstance(reason, str) else ""
+    if not reason or "\x00" in reason or len(reason) > MAX_REASON:
+        fail("reason", f"say why the key is replaced (1 to {MAX_REASON} characters, no NUL)")
+    if len(public_key) != 32:
+        fail("public_key", "an Ed25519 public key is 32 bytes")
+    key_id = signing.key_id_for(public_key)
+    if OrganisationKey.objects.filter(key_id=key_id).exists():
+        fail("public_key", "this key is already registered")
+    lost = list(OrganisationKey.objects.select_for_update().filter(organisation=organisation, revoked_seq=None))
+    for old in lost:
+        payload = {"org": organisation.slug, "key_id": old.key_id, "reason": reason}
+        old.revoked_seq = ledger.append_entry("org.key_revoked", payload, actor).seq
+        old.save(update_fields=["revoked_seq"])
+    payload = {
+        "org": organisation.slug,
+        "key_id": key_id,
+        "public_key": base64.b64encode(public_key).decode(),
+        "replaces": sorted(old.key_id for old in lost),
+        "reason": reason,
+    }
+    entry = ledger.append_entry("org.key_registered", payload, actor)
+    return OrganisationKey.objects.create(
+        organisation=organisation, key_id=key_id, public_key=public_key, registered_seq=entry.seq
+    )
+
+
 def member_add(user, organisation: Organisation) -> Member:
     member, _ = Member.objects.update_or_create(user=user, defaults={"organisation": organisation})
     return member

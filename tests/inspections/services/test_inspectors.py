@@ -224,3 +224,50 @@ def test_a_finding_needs_an_accepted_task_and_valid_fields(draw):
         format="json",
     )
     assert refused.status_code == 201 and Alert.objects.filter(kind="refused").exists()
+
+
+def test_a_failed_identity_check_can_be_retried_and_its_alert_is_superseded(draw):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    key = with_chip_key(task)
+    _, mistyped = identity(client, task, SigningKey.generate())
+    assert mistyped["passed"] is False
+    _, retried = identity(client, task, key)
+    assert retried["passed"] is True
+    alert = Alert.objects.get(kind="identity_failed", task=task)
+    assert alert.state == Alert.State.SUPERSEDED
+    action = alert.actions.get()
+    assert action.action == "supersede" and "retried within the deadline" in action.reason
+    assert Entry.objects.filter(kind="alert.updated", payload__alert=alert.raised_seq).exists()
+
+
+@pytest.mark.parametrize("closed", ["past_due", "done"])
+def test_no_identity_retry_after_the_deadline_or_the_findings(draw, closed):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    if closed == "past_due":
+        InspectionTask.objects.filter(pk=task.pk).update(due_on=timezone.now().date() - timedelta(days=1))
+    else:
+        client.post(f"/api/inspections/tasks/{task.pk}/accept")
+        client.post(f"/api/inspections/tasks/{task.pk}/finding", {"chip_found": True}, format="json")
+    response = client.post(f"/api/inspections/tasks/{task.pk}/challenge")
+    assert response.status_code == 400 and "status" in response.json()
+    assert not IdentityChallenge.objects.filter(task=task).exists()
+
+
+def test_a_log_of_another_chip_is_named_as_such_and_not_stored(draw):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    other = InspectionTask.objects.exclude(chip=task.chip).first().chip
+    response = upload(client, task, firmware_log(SigningKey.generate(), other.serial, 2))
+    assert response.status_code == 400
+    assert f"log belongs to chip {other.serial}" in str(response.json()["log"])
+    assert not task.snapshot_logs.exists() and not Alert.objects.filter(kind="log_problems").exists()
+
+
+def test_training_on_a_chip_the_registry_has_in_transit_is_alerted(draw, django_capture_on_commit_callbacks):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    key = with_chip_key(task)
+    Chip.objects.filter(pk=task.chip_id).update(status="in_transit")
+    with django_capture_on_commit_callbacks(execute=False):
+        log_id = upload(client, task, firmware_log(key, task.chip.serial, 2)).json()["id"]
+    assert check_snapshot_log(log_id) == "intact"
+    alert = Alert.objects.get(kind="unrecorded_use", chip=task.chip)
+    assert "in transit" in alert.detail and "receipt was never recorded" in alert.detail

@@ -1,0 +1,192 @@
+"""The chips' side of the story: a simulator of chip firmware that holds real keys (no Django).
+
+A chip makes its Ed25519 key at fabrication and never lets it go; here each simulated chip keeps
+its key and its signed snapshot log in one folder (``var/chip-keys/`` in the demo — never in the
+database the regulator's server reads):
+
+    <dir>/<serial>.key   base64 32-byte Ed25519 seed (mode 0600)
+    <dir>/<serial>.log   the chip's firmware log, one signed record a line (replay.firmware format)
+
+What the chip does, and what an inspector or a prover asks of it:
+
+    python -m replay.chipsim --dir var/chip-keys make P000001 P000002     # keys; prints public keys (JSON)
+    python -m replay.chipsim --dir var/chip-keys answer P000001 NONCE     # sign the portal's challenge
+    python -m replay.chipsim --dir var/chip-keys export P000001 > log     # the log, as an inspector reads it
+    python -m replay.chipsim --dir var/chip-keys train --chips P000001,P000002 --out DIR [--arch mlp --steps 30]
+    python -m replay.chipsim claims DIR --serials P000001 --run RUN       # the prover's claims body (JSON)
+
+``train`` runs the replay recorder on those chips: while the prover trains, each chip logs
+Poisson-timed hashes of its weight shard, signed with its own key, and the counters carry on from
+the chip's earlier runs. The transcript goes to DIR (its ``claims.json`` names, for each snapshot,
+the step that produced it: the prover's answers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from nacl.signing import SigningKey
+
+from .firmware import ZERO, Chip, Firmware, parse_record, public_key_b64, record_hash
+
+SERIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def identity_message(serial: str, nonce: str) -> bytes:
+    """What the chip signs for an inspector's challenge (the server checks the same bytes)."""
+    return f"chipledger identity challenge v1\n{serial}\n{nonce}\n".encode()
+
+
+class ChipStore:
+    """The simulated chips kept in one folder: their keys and their logs."""
+
+    def __init__(self, folder):
+        self.folder = Path(folder)
+
+    def _path(self, serial: str, suffix: str) -> Path:
+        if not SERIAL.fullmatch(serial):
+            raise ValueError(f"not a chip serial: {serial!r}")
+        return self.folder / f"{serial}{suffix}"
+
+    def make(self, serial: str) -> str:
+        """Make the chip's key (once; an existing chip keeps its key). Returns its base64 public key."""
+        path = self._path(serial, ".key")
+        if not path.exists():
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(base64.b64encode(bytes(SigningKey.generate())).decode() + "\n")
+        return public_key_b64(self.key(serial))
+
+    def key(self, serial: str) -> SigningKey:
+        path = self._path(serial, ".key")
+        if not path.exists():
+            raise ValueError(f"no chip {serial} in {self.folder}")
+        return SigningKey(base64.b64decode(path.read_text().strip(), validate=True))
+
+    def answer(self, serial: str, nonce: str) -> str:
+        """The chip's signature over an identity challenge, base64."""
+        return base64.b64encode(self.key(serial).sign(identity_message(serial, nonce)).signature).decode()
+
+    def export(self, serial: str) -> str:
+        """The chip's whole log, as the firmware hands it to an inspector ("" if it never logged)."""
+        self.key(serial)  # an unknown chip is an error, not an empty log
+        path = self._path(serial, ".log")
+        return path.read_text() if path.exists() else ""
+
+    def firmware_chip(self, serial: str, shard: int) -> Chip:
+        """The chip's firmware state for a run where it holds ``shard``: its counter goes on from its log."""
+        chip = Chip(serial, shard, self.key(serial))
+        lines = [line for line in self.export(serial).splitlines() if line.strip()]
+        if lines:
+            last = parse_record(lines[-1])
+            chip.counter, chip.prev = last["counter"] + 1, record_hash(last)
+        else:
+            chip.counter, chip.prev = 0, ZERO
+        return chip
+
+    def _last_time(self, serial: str) -> datetime:
+        """When the chip last logged (its clock never runs backwards: the checker calls that a rollback)."""
+        lines = [line for line in self.export(serial).splitlines() if line.strip()]
+        if not lines:
+            return datetime.min.replace(tzinfo=UTC)
+        return datetime.fromisoformat(parse_record(lines[-1])["time"].replace("Z", "+00:00"))
+
+    def append(self, serial: str, lines: list[str]) -> None:
+        if lines:
+            with self._path(serial, ".log").open("a") as handle:
+                handle.write("".join(line + "\n" for line in lines))
+
+    def train(self, serials: list[str], out, *, arch: str = "mlp", steps: int = 30, **recorder_options) -> Path:
+        """The prover trains on these chips: run the recorder with the chips' own firmware; their logs grow."""
+        from .recorder import Recorder  # torch only when training
+
+        start = max([datetime.now(UTC).replace(microsecond=0)] + [self._last_time(s) for s in serials])
+        made: list[Firmware] = []
+
+        def firmware(layout, seed, rate):
+            chips = [self.firmware_chip(item["serial"], shard) for shard, item in enumerate(layout)]
+            made.append(Firmware(layout, seed, rate, chips=chips, start=start))
+            return made[-1]
+
+        out = Recorder(out, arch, steps=steps, serials=serials, firmware=firmware, **recorder_options).run()
+        for serial in serials:
+            self.append(serial, [line for line in made[0].lines if json.loads(line)["serial"] == serial])
+        return out
+
+
+def claims_body(transcript, serials: list[str], run: str, location: str | None = None) -> dict:
+    """The prover's answer to the snapshots an inspector read off ``serials``: the API's claims body."""
+    transcript = Path(transcript)
+    recorded = json.loads((transcript / "claims.json").read_text())
+    wanted = set(serials)
+    return {
+        "claims": [
+            {
+                "serial": claim["serial"],
+                "counter": claim["counter"],
+                "run": run,
+                "step": claim["step"],
+                "manifest": recorded["manifest"],
+                "location": location or str(transcript.resolve()),
+            }
+            for claim in recorded["claims"]
+            if claim["serial"] in wanted
+        ]
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m replay.chipsim", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--dir", type=Path, default=Path("var/chip-keys"), help="where the chips' keys and logs are")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("make", help="make chips' keys; print their public keys").add_argument("serials", nargs="+")
+    answer = sub.add_parser("answer", help="sign an inspector's identity challenge")
+    answer.add_argument("serial")
+    answer.add_argument("nonce")
+    sub.add_parser("export", help="print the chip's signed snapshot log").add_argument("serial")
+    train = sub.add_parser("train", help="train on these chips; they log snapshots")
+    train.add_argument("--chips", required=True, help="comma-separated serials")
+    train.add_argument("--out", type=Path, required=True)
+    train.add_argument("--arch", default="mlp")
+    train.add_argument("--steps", type=int, default=30)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--snapshot-rate", type=float, default=0.05, help="snapshots per chip per step (Poisson)")
+    claims = sub.add_parser("claims", help="the claims body answering the snapshots read off these chips")
+    claims.add_argument("transcript", type=Path)
+    claims.add_argument("--serials", required=True, help="comma-separated serials the inspector read")
+    claims.add_argument("--run", required=True, help="your name for the training run")
+    claims.add_argument("--location", help="where the verifier reads the transcript (default: its path)")
+    args = p.parse_args(argv)
+    store = ChipStore(args.dir)
+    try:
+        if args.cmd == "make":
+            print(json.dumps({serial: store.make(serial) for serial in args.serials}, indent=1))
+        elif args.cmd == "answer":
+            print(store.answer(args.serial, args.nonce))
+        elif args.cmd == "export":
+            sys.stdout.write(store.export(args.serial))
+        elif args.cmd == "train":
+            serials = [s for s in args.chips.split(",") if s]
+            options = {"seed": args.seed, "snapshot_rate": args.snapshot_rate}
+            print(store.train(serials, args.out, arch=args.arch, steps=args.steps, **options))
+        else:
+            serials = [s for s in args.serials.split(",") if s]
+            print(json.dumps(claims_body(args.transcript, serials, args.run, args.location), indent=1))
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

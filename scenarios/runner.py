@@ -1,0 +1,138 @@
+"""Run a scenario from an empty database, with a real Celery worker, and say what happened.
+
+``manage.py run_scenario NAME`` never touches the configured database or var/: it makes a
+throwaway world and runs the scenario in a child process pointed at it —
+
+* a fresh database: a SQLite file in a temporary folder, or, when DATABASE_URL is PostgreSQL, a new
+  database ``scenario_<random>`` on the same server, dropped afterwards;
+* a fresh VAR_DIR in that folder (ledger key, chip keys, transcripts, the filesystem broker);
+* a Celery worker of its own on a queue of its own (Redis when REDIS_URL is set, else kombu's
+  filesystem broker in the fresh VAR_DIR).
+
+The child (``run_scenario NAME --here``) migrates, refuses a ledger that is not empty, starts the
+worker, runs the scenario and prints the summary. Exit status: 0 when the system reached the
+expected verdict, 1 when it did not, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+
+from ledger import selectors
+
+from .cases import SCENARIOS, Outcome
+from .world import World
+
+CHILD_SECONDS = 300  # a stuck scenario ends; the issue's budget is two minutes
+
+
+def run_fresh(name: str, *, keep: bool = False, stdout=sys.stdout) -> int:
+    """Parent: make the throwaway database and folder, run the scenario in a child pointed at them."""
+    folder = Path(tempfile.mkdtemp(prefix=f"scenario-{name}-"))
+    database, drop = _fresh_database(folder)
+    env = {
+        **os.environ,
+        "DATABASE_URL": database,
+        "CHIPLEDGER_VAR_DIR": str(folder / "var"),
+        "CELERY_DEFAULT_QUEUE": f"scenario-{secrets.token_hex(6)}",
+        "DEMO_KEY_DIR": str(folder / "var" / "demo-keys"),
+        "CHIP_KEY_DIR": str(folder / "var" / "chip-keys"),
+        "TRANSCRIPT_ROOTS": str(folder / "var" / "transcripts"),
+        "LEDGER_SIGNING_KEY": "",
+        "LEDGER_KEY_FILE": str(folder / "var" / "ledger-signing.key"),
+    }
+    command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "run_scenario", name, "--here"]
+    try:
+        done = subprocess.run(command, env=env, cwd=settings.BASE_DIR, timeout=CHILD_SECONDS, check=False)
+        return done.returncode
+    except subprocess.TimeoutExpired:
+        stdout.write(f"FAIL {name}: did not finish within {CHILD_SECONDS} s\n")
+        return 1
+    finally:
+        drop()
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            stdout.write(f"kept {folder} ({database})\n")
+
+
+def _fresh_database(folder: Path):
+    """(DATABASE_URL of a new, empty database, a function that drops it)."""
+    if connection.vendor != "postgresql":
+        return f"sqlite:///{folder / 'scenario.sqlite3'}", lambda: None
+    name = f"scenario_{secrets.token_hex(6)}"
+    params = connection.settings_dict
+    user, host, port = params.get("USER") or "postgres", params.get("HOST") or "127.0.0.1", params.get("PORT") or 5432
+    password = f":{params['PASSWORD']}" if params.get("PASSWORD") else ""
+    with connection.cursor() as cursor:  # CREATE DATABASE runs outside a transaction: autocommit here
+        cursor.execute(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    return f"postgres://{user}{password}@{host}:{port}/{name}", drop
+
+
+def run_here(name: str, *, stdout=sys.stdout) -> int:
+    """Child: on this (empty) database, with a worker of its own, run the scenario and print the summary."""
+    scenario = SCENARIOS[name]
+    started = time.monotonic()
+    call_command("migrate", verbosity=0, interactive=False)
+    if selectors.ledger_size():
+        stdout.write(f"refused: the ledger of {connection.settings_dict['NAME']} is not empty; scenarios start empty\n")
+        return 2
+    worker = _start_worker()
+    try:
+        outcome = scenario.run(World())
+    except Exception as error:  # a scenario that breaks is a failed scenario, with its reason
+        outcome = Outcome()
+        outcome.expect("the scenario runs to its end", False, f"{type(error).__name__}: {error}")
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    _print(name, scenario.summary, outcome, time.monotonic() - started, stdout)
+    return 0 if outcome.passed else 1
+
+
+def _start_worker() -> subprocess.Popen:
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "worker",
+        "--pool=solo",
+        "-Q",
+        settings.CELERY_TASK_DEFAULT_QUEUE,
+        "--without-heartbeat",
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel=WARNING",
+    ]
+    log = (settings.VAR_DIR / "worker.log").open("w")  # with --keep, the worker's log stays for a look
+    return subprocess.Popen(command, cwd=settings.BASE_DIR, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _print(name: str, summary: str, outcome: Outcome, seconds: float, stdout) -> None:
+    verdict = "PASS" if outcome.passed else "FAIL"
+    stdout.write(f"{verdict} {name}: {summary} ({seconds:.0f} s, ledger entries {selectors.ledger_size()})\n")
+    for line in outcome.story:
+        stdout.write(f"  - {line}\n")
+    for what, met, evidence in outcome.checks:
+        stdout.write(f"  [{'ok' if met else 'NOT MET'}] {what}\n")
+        if evidence:
+            stdout.write(f"        {evidence[:400]}\n")
+    stdout.flush()

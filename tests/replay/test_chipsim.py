@@ -1,0 +1,74 @@
+"""The chip simulator: keys that never leave its folder, identity answers, logs that carry on across runs."""
+
+import base64
+import json
+import stat
+
+import pytest
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
+
+from replay import chipsim
+from replay.firmware import verify_log
+
+
+def test_a_chip_makes_its_key_once_and_keeps_it_private(tmp_path):
+    store = chipsim.ChipStore(tmp_path)
+    public = store.make("P0001")
+    assert store.make("P0001") == public  # an existing chip keeps its key
+    assert stat.S_IMODE((tmp_path / "P0001.key").stat().st_mode) == 0o600
+    assert base64.b64decode(public) == bytes(store.key("P0001").verify_key)
+
+
+def test_the_answer_verifies_under_the_chip_key_and_only_for_its_serial_and_nonce(tmp_path):
+    store = chipsim.ChipStore(tmp_path)
+    key = VerifyKey(base64.b64decode(store.make("P0001")))
+    signature = base64.b64decode(store.answer("P0001", "ab" * 32))
+    key.verify(chipsim.identity_message("P0001", "ab" * 32), signature)
+    with pytest.raises(BadSignatureError):
+        key.verify(chipsim.identity_message("P0001", "cd" * 32), signature)
+
+
+def test_the_identity_message_is_the_one_the_server_checks():
+    from inspections.services.inspectors import identity_message
+
+    assert chipsim.identity_message("A000001", "00ff") == identity_message("A000001", "00ff")
+
+
+@pytest.mark.parametrize("serial", ["../etc/passwd", "", "a/b", "x" * 65, "P1\n"])
+def test_a_serial_that_is_not_one_is_refused(tmp_path, serial):
+    with pytest.raises(ValueError):
+        chipsim.ChipStore(tmp_path).make(serial)
+
+
+def test_an_unknown_chip_has_no_log_to_export(tmp_path):
+    with pytest.raises(ValueError, match="no chip"):
+        chipsim.ChipStore(tmp_path).export("P0404")
+
+
+def test_training_twice_logs_one_intact_chain_per_chip(tmp_path):
+    store = chipsim.ChipStore(tmp_path / "chips")
+    serials = ["P0001", "P0002"]
+    keys = {s: store.make(s) for s in serials}
+    first = store.train(serials, tmp_path / "run-1", steps=6, seed=1, snapshot_rate=0.5)
+    store.train(serials, tmp_path / "run-2", steps=6, seed=2, snapshot_rate=0.5)
+    for serial in serials:
+        lines = store.export(serial).splitlines()
+        assert len(lines) >= 2
+        assert verify_log(lines, keys[serial], serial=serial) == []
+        assert [json.loads(line)["counter"] for line in lines] == list(range(len(lines)))
+    claimed = chipsim.claims_body(first, ["P0001"], "run-1")["claims"]
+    recorded = json.loads((first / "claims.json").read_text())
+    assert {(c["serial"], c["counter"], c["step"]) for c in claimed} == {
+        (c["serial"], c["counter"], c["step"]) for c in recorded["claims"] if c["serial"] == "P0001"
+    }
+    assert all(c["manifest"] == recorded["manifest"] and c["run"] == "run-1" for c in claimed)
+
+
+def test_the_command_line_answers_and_exports(tmp_path, capsys):
+    assert chipsim.main(["--dir", str(tmp_path), "make", "P0001"]) == 0
+    public = json.loads(capsys.readouterr().out)["P0001"]
+    assert chipsim.main(["--dir", str(tmp_path), "answer", "P0001", "00ff"]) == 0
+    signature = base64.b64decode(capsys.readouterr().out.strip())
+    VerifyKey(base64.b64decode(public)).verify(chipsim.identity_message("P0001", "00ff"), signature)
+    assert chipsim.main(["--dir", str(tmp_path), "export", "P0404"]) == 2
