@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "ledger",
     "registry",
     "inspections",
+    "desk",
 ]
 
 MIDDLEWARE = [
@@ -60,6 +61,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "desk.middleware.RegulatorTimeZone",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -139,6 +141,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "inspections.tasks.sweep",
         "schedule": timedelta(seconds=env.int("INSPECTIONS_SWEEP_INTERVAL", default=3600)),
     },
+    "desk-figures": {
+        "task": "desk.tasks.refresh_figures",
+        "schedule": timedelta(seconds=env.int("DESK_FIGURES_INTERVAL", default=300)),
+    },
     "inspections-draw": {
         "task": "inspections.tasks.draw_due_campaigns",
         "schedule": timedelta(seconds=env.int("INSPECTIONS_DRAW_INTERVAL", default=3600)),
@@ -154,6 +160,10 @@ LEDGER_KEY_FILE = Path(env("LEDGER_KEY_FILE", default=str(VAR_DIR / "ledger-sign
 LEDGER_MAX_PAGE = env.int("LEDGER_MAX_PAGE", default=1000)
 # Cosignatures timestamped further than this in the future are refused.
 LEDGER_COSIGNATURE_MAX_SKEW = env.int("LEDGER_COSIGNATURE_MAX_SKEW", default=600)
+
+# --- Regulator's desk (admin) --------------------------------------------------
+REGULATOR_TIME_ZONE = env("REGULATOR_TIME_ZONE", default="UTC")  # dates in the admin are shown in this zone
+DESK_JOB_QUEUE = env("DESK_JOB_QUEUE", default="celery")  # the Celery queue of long admin jobs
 
 # --- Replay verification -------------------------------------------------------
 # Directories under which provers' transcripts may be read by path (e.g. a share they export).
@@ -171,6 +181,7 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)
 STORAGES = {
