@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+from datetime import UTC, datetime, timedelta
 
 import matplotlib
 
@@ -32,8 +33,10 @@ def bars(rows: list[list], title: str) -> str:
     return _svg(figure)
 
 
-def lines(series: dict[str, list[tuple]], title: str) -> str:
+def lines(series: dict[str, list[tuple]], title: str, days: int) -> str:
     figure, axes = plt.subplots(figsize=SIZE)
+    today = datetime.now(UTC).date()
+    axes.set_xlim(today - timedelta(days=days), today + timedelta(days=1))
     for name, points in series.items():
         if points:
             axes.plot([day for day, _ in points], [n for _, n in points], marker=".", label=name)

@@ -85,7 +85,6 @@ def dashboard(request):
         figures_at=oldest,
         inspections=selectors.inspections_state(),
         ledger=selectors.ledger_state(),
-        app_list=admin.site.get_app_list(request),
         can_act=request.user.has_perm("desk.add_job"),
     )
     return render(request, "admin/desk/dashboard.html", context)
