@@ -14,9 +14,6 @@ class JobAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
-    def has_add_permission(self, request):
-        return False  # tokens are issued by the API's own flow, never shown here
-
     def has_change_permission(self, request, obj=None):
         return False
 
@@ -41,6 +38,9 @@ class SecretlessTokenAdmin(admin.ModelAdmin):
 
     def has_module_permission(self, request):
         return self.has_view_permission(request)
+
+    def has_add_permission(self, request):
+        return False  # tokens are issued by the API's own flow, never shown here
 
     def has_add_permission(self, request):
         return False  # tokens are issued by the API's own flow, never shown here
