@@ -42,8 +42,5 @@ class SecretlessTokenAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False  # tokens are issued by the API's own flow, never shown here
 
-    def has_add_permission(self, request):
-        return False  # tokens are issued by the API's own flow, never shown here
-
     def has_change_permission(self, request, obj=None):
         return False
