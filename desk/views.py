@@ -9,6 +9,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import lookup_field
 from django.contrib.auth import login as auth_login
 from django.contrib.auth.forms import AuthenticationForm
+from django.core.cache import cache
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -27,6 +28,7 @@ from .services import jobs
 from .severity import SEVERITY
 
 CURVE_POINTS = 40
+CHART_SECONDS = 60
 
 
 def _context(request, title: str, **extra) -> dict:
@@ -65,17 +67,13 @@ def dashboard(request):
     stored = selectors.figures()
     campaigns = stored["open_campaigns"].data if "open_campaigns" in stored else []
     chosen = _chosen_campaign(request, campaigns)
-    charts = {
-        "Chips by country": plots.bars(stored["chips_by_country"].data, "Chips by country"),
-        "Chips by owner": plots.bars(stored["chips_by_owner"].data, "Chips by owner"),
-        "Chips by model": plots.bars(stored["chips_by_model"].data, "Chips by model"),
-        "Transfers and exports": plots.lines(
-            selectors.series(), f"Entries per day (last {selectors.SERIES_DAYS} days)"
-        ),
-    }
-    if chosen:
-        charts[f"Detection probability: {chosen['slug']}"] = _curve_chart(chosen)
     oldest = min(figure.computed_at for figure in stored.values())
+    # matplotlib takes ~0.2 s a chart: the rendered SVGs are kept for CHART_SECONDS (stated on the page).
+    key = f"desk:charts:{oldest.isoformat()}:{chosen['slug'] if chosen else ''}"
+    charts = cache.get(key)
+    if charts is None:
+        charts = _charts(stored, chosen)
+        cache.set(key, charts, CHART_SECONDS)
     context = _context(
         request,
         "Regulator's desk",
@@ -88,6 +86,20 @@ def dashboard(request):
         can_act=request.user.has_perm("desk.add_job"),
     )
     return render(request, "admin/desk/dashboard.html", context)
+
+
+def _charts(stored: dict, chosen: dict | None) -> dict[str, str]:
+    charts = {
+        "Chips by country": plots.bars(stored["chips_by_country"].data, "Chips by country"),
+        "Chips by owner": plots.bars(stored["chips_by_owner"].data, "Chips by owner"),
+        "Chips by model": plots.bars(stored["chips_by_model"].data, "Chips by model"),
+        "Transfers and exports": plots.lines(
+            selectors.series(), f"Entries per day (last {selectors.SERIES_DAYS} days)", selectors.SERIES_DAYS
+        ),
+    }
+    if chosen:
+        charts[f"Detection probability: {chosen['slug']}"] = _curve_chart(chosen)
+    return charts
 
 
 def _chosen_campaign(request, campaigns: list[dict]) -> dict | None:
