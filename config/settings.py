@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "ledger",
     "registry",
     "inspections",
+    "desk",
 ]
 
 MIDDLEWARE = [
@@ -62,6 +63,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "config.middleware.LedgerFaultMiddleware",
+    "desk.middleware.RegulatorTimeZone",
 ]
 
 # Per-endpoint body limits live in config/bodies.py (BODY_LIMITS); Django's own cap must not undercut the
@@ -164,6 +166,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "inspections.tasks.sweep_pending",
         "schedule": timedelta(seconds=env.int("INSPECTIONS_PENDING_SWEEP_INTERVAL", default=300)),
     },
+    "desk-figures": {
+        "task": "desk.tasks.refresh_figures",
+        "schedule": timedelta(seconds=env.int("DESK_FIGURES_INTERVAL", default=300)),
+    },
     "inspections-draw": {
         "task": "inspections.tasks.draw_due_campaigns",
         "schedule": timedelta(seconds=env.int("INSPECTIONS_DRAW_INTERVAL", default=3600)),
@@ -186,6 +192,10 @@ LEDGER_COSIGNATURE_MAX_SKEW = env.int("LEDGER_COSIGNATURE_MAX_SKEW", default=600
 DEMO_KEY_DIR = Path(env("DEMO_KEY_DIR", default=str(VAR_DIR / "demo-keys")))
 CHIP_KEY_DIR = Path(env("CHIP_KEY_DIR", default=str(VAR_DIR / "chip-keys")))
 DEMO_TOKEN_DIR = Path(env("DEMO_TOKEN_DIR", default=str(VAR_DIR / "demo-tokens")))  # the demo's API tokens
+
+# --- Regulator's desk (admin) --------------------------------------------------
+REGULATOR_TIME_ZONE = env("REGULATOR_TIME_ZONE", default="UTC")  # dates in the admin are shown in this zone
+DESK_JOB_QUEUE = env("DESK_JOB_QUEUE", default="celery")  # the Celery queue of long admin jobs
 
 # --- Replay verification -------------------------------------------------------
 # Directories under which provers' transcripts may be read by path (e.g. a share they export).
@@ -221,6 +231,7 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)
 STORAGES = {

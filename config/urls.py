@@ -4,9 +4,14 @@ from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.health import healthz
+from desk import views as desk_views
 
 urlpatterns = [
     path("", TemplateView.as_view(template_name="home.html"), name="home"),
+    # The desk's pages and its login/home take precedence over the stock admin's.
+    path("admin/", admin.site.admin_view(desk_views.dashboard), name="desk-home"),
+    path("admin/login/", desk_views.login, name="desk-login"),
+    path("admin/", include("desk.urls")),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("portal/", include("inspections.portal_urls")),

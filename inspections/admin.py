@@ -5,9 +5,11 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import redirect, render
-from django.urls import path
-from django.utils.html import format_html_join
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
 
+from desk.severity import SEVERITIES, SEVERITY, kinds_of_severity
+from desk.units import flops
 from ledger.admin import ReadOnlyAdmin
 from registry.models import Organisation, Role
 
@@ -47,7 +49,7 @@ class CampaignAdmin(ReadOnlyAdmin):
     list_display = (
         "slug",
         "country",
-        "rule_flops",
+        "rule",
         "detection_probability",
         "period_days",
         "model",
@@ -57,6 +59,10 @@ class CampaignAdmin(ReadOnlyAdmin):
     )
     readonly_fields = ("plan",)
     filter_horizontal = ()
+
+    @admin.display(description="rule (H)", ordering="rule_flops")
+    def rule(self, campaign):
+        return flops(campaign.rule_flops)
 
     @admin.display(description="plan per period: paper / exact samples (detection)")
     def plan(self, campaign):
@@ -98,8 +104,17 @@ class CampaignAdmin(ReadOnlyAdmin):
 
 @admin.register(Draw)
 class DrawAdmin(ReadOnlyAdmin):
-    list_display = ("campaign", "period", "checkpoint_size", "drawn_seq", "drawn_at")
+    list_display = ("draw_page", "period", "checkpoint_size", "drawn_seq", "drawn_at")
+    list_display_links = None
+    list_select_related = ("campaign",)
     exclude = ("checkpoint_root",)
+
+    @admin.display(description="draw")
+    def draw_page(self, draw):
+        return format_html('<a href="{}">{}</a>', reverse("desk:draw", args=[draw.pk]), draw)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        return redirect("desk:draw", object_id) if object_id.isdigit() else super().change_view(request, object_id)
 
 
 @admin.register(InspectionTask)
@@ -110,11 +125,39 @@ class InspectionTaskAdmin(ReadOnlyAdmin):
     list_select_related = ("chip", "prover", "inspection_body")
 
 
+class SeverityFilter(admin.SimpleListFilter):
+    title = "severity"
+    parameter_name = "severity"
+
+    def lookups(self, request, model_admin):
+        return [(level, level) for level in SEVERITIES]
+
+    def queryset(self, request, queryset):
+        if self.value() in SEVERITIES:
+            return queryset.filter(kind__in=kinds_of_severity(self.value()))
+        return queryset
+
+
 @admin.register(Alert)
 class AlertAdmin(ReadOnlyAdmin):
-    list_display = ("raised_at", "kind", "prover", "chip", "detail")
-    list_filter = ("kind", "prover")
+    """The alerts inbox: filter by state, severity and prover; each alert opens on the desk's triage page."""
+
+    list_display = ("alert_page", "raised_at", "state", "severity", "prover", "chip", "assignee", "detail")
+    list_display_links = None
+    list_filter = ("state", SeverityFilter, "kind", "prover")
     list_select_related = ("prover", "chip")
+    search_fields = ("=chip__serial", "=assignee")
+
+    @admin.display(description="alert")
+    def alert_page(self, alert):
+        return format_html('<a href="{}">{} #{}</a>', reverse("desk:alert", args=[alert.pk]), alert.kind, alert.pk)
+
+    @admin.display(description="severity")
+    def severity(self, alert):
+        return SEVERITY.get(alert.kind, "low")
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        return redirect("desk:alert", object_id) if object_id.isdigit() else super().change_view(request, object_id)
 
 
 @admin.register(Claim)

@@ -60,6 +60,9 @@ class Draw(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["campaign", "period"], name="one_draw_per_period")]
 
+    def __str__(self) -> str:
+        return f"{self.campaign.slug} period {self.period}"
+
 
 class InspectionTask(models.Model):
     class Status(models.TextChoices):
@@ -80,6 +83,9 @@ class InspectionTask(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["draw", "chip"], name="one_task_per_chip_and_draw")]
+
+    def __str__(self) -> str:
+        return f"inspect {self.chip.serial} (due {self.due_on})"
 
 
 class InspectionBody(models.Model):
@@ -135,6 +141,9 @@ class Alert(models.Model):
         ordering = ["-raised_seq"]
         indexes = [models.Index(fields=["state", "-raised_seq"], name="alert_state_recent")]
 
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()}: {self.prover.slug} (#{self.raised_seq}, {self.state})"
+
 
 class AlertAction(models.Model):
     """One triage step on an alert (``alert.updated``): who did what and why, in ledger order."""
@@ -150,6 +159,9 @@ class AlertAction(models.Model):
 
     class Meta:
         ordering = ["seq"]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.by} (#{self.seq})"
 
 
 class IdentityChallenge(models.Model):
@@ -180,6 +192,9 @@ class SnapshotLog(models.Model):
     queued_at = models.DateTimeField(default=timezone.now, help_text="last sent to the worker (the pending sweep)")
     attempts = models.PositiveSmallIntegerField(default=0, help_text="times a worker started on it")
 
+    def __str__(self) -> str:
+        return f"log {self.sha256[:12]} ({self.status})"
+
 
 class Snapshot(models.Model):
     """An authentic snapshot hash read off a chip: the prover must answer it with a claim."""
@@ -195,6 +210,9 @@ class Snapshot(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["chip", "counter"], name="one_snapshot_per_chip_counter")]
 
+    def __str__(self) -> str:
+        return f"{self.chip.serial} snapshot {self.counter}"
+
 
 class Finding(models.Model):
     """What the inspector found at the chip (recorded on the ledger as ``inspection.finding``)."""
@@ -208,6 +226,9 @@ class Finding(models.Model):
     photo_hashes = models.JSONField(default=list)
     notes = models.TextField(blank=True)
     recorded_seq = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"finding on {self.task.chip.serial} (#{self.recorded_seq})"
 
 
 class Claim(models.Model):
@@ -242,3 +263,6 @@ class Claim(models.Model):
     retry_at = models.DateTimeField(null=True, blank=True, help_text="when an errored claim is verified again")
     queued_at = models.DateTimeField(default=timezone.now, help_text="last sent to the worker (the pending sweep)")
     attempts = models.PositiveSmallIntegerField(default=0, help_text="times a worker started on it")
+
+    def __str__(self) -> str:
+        return f"{self.prover.slug} {self.run} step {self.step} ({self.result})"

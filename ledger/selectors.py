@@ -182,3 +182,8 @@ def checkpoint_count() -> int:
 def entry_leaf_hash(seq: int) -> bytes | None:
     found = Entry.objects.filter(seq=seq).values_list("hash", flat=True).first()
     return None if found is None else bytes(found)
+
+
+def checkpoint_cosigners(checkpoint: Checkpoint) -> list[str]:
+    """Names of the witnesses that cosigned this checkpoint."""
+    return list(checkpoint.cosignatures.order_by("witness__name").values_list("witness__name", flat=True))

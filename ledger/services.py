@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time as time_module
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -36,6 +36,16 @@ SUBMISSION_KEYS = {"key", "body", "sig"}
 LEDGER_LOCK_ID = 0x6368_6970_6C65_6467 & 0x7FFF_FFFF_FFFF_FFFF  # "chipledg"
 # 10,000-entry batches must fit one transaction; bound them so a caller cannot exhaust memory.
 MAX_BATCH = 100_000
+
+
+# Called with each appended batch inside the append's transaction: apps that keep an index of
+# entries (the desk's "entries about X") register here, so ledger imports none of them.
+APPEND_LISTENERS: list[Callable[[list[Entry]], None]] = []
+
+
+def append_listener_add(listener: Callable[[list[Entry]], None]) -> None:
+    if listener not in APPEND_LISTENERS:
+        APPEND_LISTENERS.append(listener)
 
 
 # What append_entry returns: read its seq, time, kind, actor and payload (apps never import ledger.models).
@@ -80,6 +90,8 @@ def append_entries(entries: Sequence[NewEntry]) -> list[Entry]:
         _, nodes = merkle.append_leaves(frontier, size, [bytes(row.hash) for row in rows])
         insert_rows(Entry._meta.db_table, ENTRY_COLUMNS, [_entry_values(row) for row in rows])
         insert_rows(TreeNode._meta.db_table, ("level", "index", "hash"), nodes)
+        for listener in APPEND_LISTENERS:
+            listener(rows)
         if size == 0:
             checkpoint_sign()  # the first entry is signed for at once: a non-empty log always has a checkpoint
     return rows

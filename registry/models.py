@@ -120,7 +120,12 @@ class Chip(models.Model):
     updated_seq = models.BigIntegerField()
 
     class Meta:
-        indexes = [models.Index(fields=["owner", "status"]), models.Index(fields=["possessor"])]
+        indexes = [
+            models.Index(fields=["owner", "status"]),
+            models.Index(fields=["possessor"]),
+            # serial LIKE 'prefix%' on PostgreSQL needs pattern ops (the unique index is collation-ordered)
+            models.Index(fields=["serial"], name="chip_serial_prefix", opclasses=["varchar_pattern_ops"]),
+        ]
 
     def __str__(self) -> str:
         return self.serial
@@ -137,6 +142,9 @@ class ChipEvent(models.Model):
     class Meta:
         ordering = ["seq"]
         constraints = [models.UniqueConstraint(fields=["chip", "seq"], name="one_event_per_chip_and_entry")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} by {self.actor} (#{self.seq})"
 
 
 class ApiNonce(models.Model):

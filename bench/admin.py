@@ -1,0 +1,264 @@
+"""Regulator's desk benchmark (issue 13): server-side render time of the admin at national scale.
+
+    .venv/bin/python bench/admin.py                                  # 10^6 chips, 3x10^6 ledger entries
+    .venv/bin/python bench/admin.py --chips 200000 --entries 600000  # what fits ~10 minutes on 2 cores
+
+Loads the chips (and two events each) with COPY, and the ledger through ``append_entries`` (real
+hashes, tree nodes and the desk's entry index, 10,000 entries per batch). Then, for each change list,
+the chip page and the dashboard, the p50 of a server-side render (Django test client, no HTTP) against
+the p50 of a plain SELECT of the same page of rows, in the same run. The database chipledger_abench is
+dropped and recreated (BENCH_PG, default postgres://postgres@127.0.0.1:5432).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+RUNS = 25
+BATCH = 10_000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chips", type=int, default=1_000_000)
+    parser.add_argument("--entries", type=int, default=3_000_000)
+    parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner:
+        return run(args.chips, args.entries)
+    import psycopg
+
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS chipledger_abench")
+        conn.execute("CREATE DATABASE chipledger_abench")
+    env = {**os.environ, "DATABASE_URL": f"{PG}/chipledger_abench", "DJANGO_SETTINGS_MODULE": "config.settings"}
+    env.pop("REDIS_URL", None)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    command = [sys.executable, __file__, "--inner", "--chips", str(args.chips), "--entries", str(args.entries)]
+    subprocess.run(command, cwd=ROOT, env=env, check=True)
+
+
+def run(chips: int, entries: int) -> None:
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    began = time.perf_counter()
+    world = make_world()
+    grow_ledger(entries)
+    load_chips(world, chips)
+    from django.db import connection
+
+    from desk.services.figures import figures_refresh
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    figures_at = time.perf_counter()
+    figures_refresh()
+    refresh = time.perf_counter() - figures_at
+    print(f"  loaded in {time.perf_counter() - began:.0f} s; figures refresh {refresh:.1f} s", file=sys.stderr)
+    report(chips, entries, measure(world), refresh)
+
+
+def make_world() -> dict:
+    from django.contrib.auth import get_user_model
+
+    from inspections.demo import seed_inspections
+    from registry.demo import seed_demo
+
+    seed_demo("bench-pass-123", chips=60)
+    seed_inspections()
+    user = get_user_model().objects.get(username="regulator")
+    from registry.models import ChipModel, Facility, Organisation
+
+    return {
+        "user": user,
+        "owners": list(Organisation.objects.filter(slug__startswith="owner-").values_list("id", flat=True)),
+        "fab": Organisation.objects.get(slug="fab-tw").id,
+        "models": list(ChipModel.objects.values_list("id", flat=True)),
+        "facilities": list(Facility.objects.values_list("id", flat=True)),
+    }
+
+
+def grow_ledger(size: int) -> None:
+    from ledger import selectors, services
+    from ledger.services import NewEntry
+
+    current = selectors.ledger_size()
+    while current < size:
+        count = min(BATCH, size - current)
+        services.append_entries(
+            [
+                NewEntry(
+                    "chip.shipped", {"chips": [f"B{n:09d}"], "consignee": "owner-b", "reference": "PO-1"}, "vendor-a"
+                )
+                for n in range(current, current + count)
+            ]
+        )
+        current += count
+        if current % 200_000 < BATCH:
+            print(f"  ledger: {current:,} entries", file=sys.stderr)
+    services.checkpoint_sign()
+
+
+def load_chips(world: dict, total: int) -> None:
+    from django.db import transaction
+
+    from ledger.bulk import insert_rows
+    from registry.models import Chip, ChipEvent
+
+    columns = (
+        "serial", "model_id", "fab_id", "public_key", "owner_id", "possessor_id", "country", "status",
+        "status_before_missing", "packaged", "fabricated_seq", "updated_seq", "facility_id",
+    )  # fmt: skip
+    statuses, countries = ["installed", "in_stock", "in_transit", "packaged"], ["US", "NL", "DE", "AE", "TW", "JP"]
+    key = secrets.token_bytes(32)
+    first = Chip.objects.count()
+    for start in range(0, total, 50_000):
+        rows = []
+        for n in range(start, min(start + 50_000, total)):
+            owner = world["owners"][n % len(world["owners"])]
+            rows.append(
+                (f"S{n:09d}", world["models"][n % len(world["models"])], world["fab"], key, owner, owner,
+                 countries[n % 6], statuses[n % 4], "", True, 1 + n % 1000, 2 + n % 1000,
+                 world["facilities"][n % len(world["facilities"])])
+            )  # fmt: skip
+        with transaction.atomic():
+            insert_rows(Chip._meta.db_table, columns, rows)
+        print(f"  chips: {start + len(rows):,}", file=sys.stderr)
+    ids = Chip.objects.filter(serial__startswith="S").order_by("id").values_list("id", flat=True)
+    batch = []
+    for n, chip_id in enumerate(ids.iterator(chunk_size=50_000)):
+        batch += [
+            (chip_id, 1 + n % 1000, "chip.fabricated", "fab-tw"),
+            (chip_id, 2 + n % 1000, "chip.shipped", "fab-tw"),
+        ]
+        if len(batch) >= 100_000:
+            insert_rows(ChipEvent._meta.db_table, ("chip_id", "seq", "kind", "actor"), batch)
+            batch = []
+    insert_rows(ChipEvent._meta.db_table, ("chip_id", "seq", "kind", "actor"), batch)
+    print(f"  chips in table: {Chip.objects.count() - first:,} loaded", file=sys.stderr)
+
+
+def p50(fn) -> float:
+    fn()  # warm
+    samples = []
+    for _ in range(RUNS):
+        began = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - began) * 1000)
+    return statistics.median(samples)
+
+
+def measure(world: dict) -> list[tuple]:
+    from django.db import connection
+    from django.test import Client
+
+    client = Client()
+    client.force_login(world["user"])
+
+    def get(path):
+        def fetch():
+            response = client.get(path)
+            assert response.status_code == 200, (path, response.status_code)
+
+        return fetch
+
+    def select(sql, params=()):
+        def fetch():
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                cursor.fetchall()
+
+        return fetch
+
+    from registry.models import Chip
+
+    serial = (
+        Chip.objects.filter(serial__startswith="S")
+        .order_by("serial")
+        .values_list("serial", flat=True)[Chip.objects.filter(serial__startswith="S").count() // 2]
+    )
+    page = "SELECT * FROM {} ORDER BY {} LIMIT 50"
+    chip_join = (
+        "SELECT c.*, m.name, o.slug, p.slug, f.slug FROM registry_chip c JOIN registry_chipmodel m ON m.id = c.model_id "
+        "JOIN registry_organisation o ON o.id = c.owner_id JOIN registry_organisation p ON p.id = c.possessor_id "
+        "LEFT JOIN registry_facility f ON f.id = c.facility_id "
+    )
+    cases = [
+        ("chips change list", "/admin/registry/chip/", select(chip_join + "ORDER BY c.id DESC LIMIT 50")),
+        (
+            "chips filtered (status=installed)",
+            "/admin/registry/chip/?status__exact=installed",
+            select(chip_join + "WHERE c.status = 'installed' ORDER BY c.id DESC LIMIT 50"),
+        ),
+        (
+            "chips search by serial prefix",
+            f"/admin/registry/chip/?q={serial[:-2]}",
+            select(chip_join + "WHERE c.serial LIKE %s ORDER BY c.id DESC LIMIT 50", [serial[:-2] + "%"]),
+        ),
+        ("ledger entries change list", "/admin/ledger/entry/", select(page.format("ledger_entry", "seq DESC"))),
+        (
+            "alerts change list",
+            "/admin/inspections/alert/",
+            select(page.format("inspections_alert", "raised_seq DESC")),
+        ),
+        (
+            "inspection tasks change list",
+            "/admin/inspections/inspectiontask/",
+            select(page.format("inspections_inspectiontask", "id DESC")),
+        ),
+        (
+            "organisations change list",
+            "/admin/registry/organisation/",
+            select(page.format("registry_organisation", "slug")),
+        ),
+        (
+            "chip page (timeline)",
+            f"/admin/desk/chip/{serial}/",
+            select(
+                "SELECT * FROM registry_chipevent WHERE chip_id = (SELECT id FROM registry_chip WHERE serial = %s)",
+                [serial],
+            ),
+        ),
+        ("dashboard", "/admin/", select(page.format("registry_chip", "id DESC"))),
+        ("dashboard, plots redrawn (once a minute)", "/admin/", select(page.format("registry_chip", "id DESC"))),
+    ]
+    results = []
+    from django.core.cache import cache
+
+    def cold(path):
+        def fetch():
+            cache.clear()
+            get(path)()
+
+        return fetch
+
+    for name, path, baseline in cases:
+        render = cold(path) if "redrawn" in name else get(path)
+        results.append((name, path, p50(render), p50(baseline)))
+        print(f"  {name}: {results[-1][2]:.1f} ms (SELECT {results[-1][3]:.2f} ms)", file=sys.stderr)
+    return results
+
+
+def report(chips: int, entries: int, results: list[tuple], refresh: float) -> None:
+    print(f"\nScale: {chips:,} chips (+60 demo), {entries:,} ledger entries; p50 of {RUNS} renders")
+    print(f"Dashboard figures refresh (beat task, not per request): {refresh:.1f} s\n")
+    print("| page | p50 render | p50 plain SELECT of the page | ratio | < 300 ms |")
+    print("|---|---|---|---|---|")
+    for name, _path, render, baseline in results:
+        ok = "yes" if render < 300 else "NO"
+        print(f"| {name} | {render:.1f} ms | {baseline:.2f} ms | {render / max(baseline, 0.001):.0f}x | {ok} |")
+
+
+if __name__ == "__main__":
+    main()

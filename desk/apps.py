@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class DeskConfig(AppConfig):
+    """The regulator's desk: dashboard, chip pages, search index, alert triage, long jobs."""
+
+    name = "desk"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from ledger import services as ledger
+
+        from .services import index
+
+        ledger.append_listener_add(index.entries_indexed)

@@ -1,0 +1,71 @@
+"""Dashboard plots: matplotlib (Agg) to inline SVG, server-side — no JavaScript chart library, no CDN."""
+
+from __future__ import annotations
+
+import io
+import math
+from datetime import UTC, datetime, timedelta
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.ticker import EngFormatter
+
+plt.rcParams.update({"font.size": 9, "svg.fonttype": "none", "axes.spines.top": False, "axes.spines.right": False})
+SIZE = (5.2, 2.6)
+
+
+def _svg(figure) -> str:
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight")
+    plt.close(figure)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]  # drop the XML prolog and doctype: the SVG is inlined in HTML
+
+
+def bars(rows: list[list], title: str) -> str:
+    figure, axes = plt.subplots(figsize=SIZE)
+    labels = [str(label) for label, _ in rows][::-1]
+    axes.barh(labels, [n for _, n in rows][::-1], color="#417690")
+    axes.xaxis.set_major_formatter(EngFormatter())
+    axes.set_title(title, loc="left")
+    return _svg(figure)
+
+
+def lines(series: dict[str, list[tuple]], title: str, days: int) -> str:
+    figure, axes = plt.subplots(figsize=SIZE)
+    today = datetime.now(UTC).date()
+    axes.set_xlim(today - timedelta(days=days), today + timedelta(days=1))
+    for name, points in series.items():
+        if points:
+            axes.plot([day for day, _ in points], [n for _, n in points], marker=".", label=name)
+    axes.set_title(title, loc="left")
+    axes.yaxis.set_major_formatter(EngFormatter())
+    if any(series.values()):
+        axes.legend(frameon=False)
+    else:
+        axes.text(0.5, 0.5, "no entries in this window", ha="center", transform=axes.transAxes)
+    figure.autofmt_xdate()
+    return _svg(figure)
+
+
+def detection_curve(
+    curves: dict[str, list[tuple[int, float]]], target: float, planned: dict[str, int], title: str
+) -> str:
+    """Detection probability over samples per period, one line per model, with the target and the plan marked."""
+    figure, axes = plt.subplots(figsize=SIZE)
+    for name, points in curves.items():
+        if points:
+            axes.plot([s for s, _ in points], [p for _, p in points], label=name)
+    axes.axhline(target, color="grey", linestyle="--", linewidth=0.8, label=f"target {target:g}")
+    for name, samples in planned.items():
+        if samples is not None and math.isfinite(samples):
+            axes.axvline(samples, linestyle=":", linewidth=0.8, color="#ba2121")
+            axes.annotate(f"{name}: {samples}", (samples, 0.05), fontsize=7, rotation=90)
+    axes.set_ylim(0, 1.02)
+    axes.set_xlabel("samples per period")
+    axes.set_ylabel("P(detect run)")
+    axes.set_title(title, loc="left")
+    axes.legend(frameon=False, loc="lower right")
+    return _svg(figure)

@@ -1,0 +1,146 @@
+"""Reads behind the regulator's desk: dashboard figures, chip timelines, search. Bounded per request."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import date, timedelta
+
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from inspections.models import Alert, Claim, Draw, InspectionTask
+from ledger import selectors as ledger
+from registry.models import Chip, ChipEvent, Facility, Organisation
+
+from .models import EntrySubject, Figure, Job, KindDay
+from .services.figures import figures_refresh
+from .severity import SEVERITIES, SEVERITY
+
+SERIES_KINDS = {"transfers": ("chip.transfer_accepted",), "exports": ("chip.exported",), "shipments": ("chip.shipped",)}
+SERIES_DAYS = 90
+SEARCH_LIMIT = 20
+
+
+def figures() -> dict[str, Figure]:
+    """The stored aggregates (computed once here on a cold start only)."""
+    found = {figure.name: figure for figure in Figure.objects.all()}
+    if not found:
+        figures_refresh()
+        found = {figure.name: figure for figure in Figure.objects.all()}
+    return found
+
+
+def series(days: int = SERIES_DAYS) -> dict[str, list[tuple[date, int]]]:
+    """Entries per day of each series' kinds over the last ``days`` days (from the counter table)."""
+    since = timezone.now().date() - timedelta(days=days)
+    wanted = {kind: name for name, kinds in SERIES_KINDS.items() for kind in kinds}
+    rows = KindDay.objects.filter(day__gte=since, kind__in=wanted).values_list("day", "kind", "count")
+    out: dict[str, dict[date, int]] = {name: defaultdict(int) for name in SERIES_KINDS}
+    for day, kind, n in rows:
+        out[wanted[kind]][day] += n
+    return {name: sorted(points.items()) for name, points in out.items()}
+
+
+def ledger_state() -> dict:
+    checkpoint = ledger.checkpoint_latest()
+    sweep = Job.objects.filter(kind=Job.Kind.INTEGRITY_SWEEP).exclude(state__in=["queued", "running"]).first()
+    running = Job.objects.filter(kind=Job.Kind.INTEGRITY_SWEEP, state__in=["queued", "running"]).first()
+    return {
+        "size": ledger.ledger_size(),
+        "checkpoint": checkpoint,
+        "cosignatures": ledger.checkpoint_cosigners(checkpoint) if checkpoint else [],
+        "last_sweep": sweep,
+        "running_sweep": running,
+    }
+
+
+def inspections_state() -> dict:
+    today = timezone.now().date()
+    by_status = dict(InspectionTask.objects.values_list("status").annotate(n=Count("id")).order_by())
+    overdue = InspectionTask.objects.filter(
+        Q(status=InspectionTask.Status.OVERDUE) | Q(status__in=["assigned", "accepted"], due_on__lt=today)
+    ).count()
+    alerts = defaultdict(lambda: defaultdict(int))
+    for kind, state, n in Alert.objects.values_list("kind", "state").annotate(n=Count("id")).order_by():
+        alerts[SEVERITY.get(kind, "low")][state] += n
+    verdicts = dict(Claim.objects.values_list("result").annotate(n=Count("id")).order_by())
+    return {
+        "tasks_by_status": by_status,
+        "overdue": overdue,
+        "alerts": {s: dict(alerts[s]) for s in SEVERITIES},
+        "alert_states": [state for state, _ in Alert.State.choices],
+        "verdicts": verdicts,
+    }
+
+
+# --- chip page ------------------------------------------------------------------------------------
+
+
+def chip_timeline(chip: Chip) -> list[dict]:
+    """Every ledger entry about the chip, oldest first: its own events, draws, findings and alerts about it."""
+    seqs = set(ChipEvent.objects.filter(chip=chip).values_list("seq", flat=True))
+    tasks = list(InspectionTask.objects.filter(chip=chip).select_related("draw", "finding"))
+    seqs.update(task.assigned_seq for task in tasks)
+    seqs.update(task.finding.recorded_seq for task in tasks if hasattr(task, "finding"))
+    seqs.update(Alert.objects.filter(chip=chip).values_list("raised_seq", flat=True))
+    facilities = {}
+    rows = []
+    for entry in ledger.entries_at(sorted(seqs)):
+        rows.append({**entry, **_about(chip.serial, entry["kind"], entry["payload"])})
+        if rows[-1].get("facility"):
+            facilities[rows[-1]["facility"]] = None
+    places = {f.slug: f for f in Facility.objects.filter(slug__in=facilities)}
+    for row in rows:
+        place = places.get(row.get("facility") or "")
+        row["place"] = place.location if place else ""
+        row["country"] = row.get("country") or (place.country if place else "")
+        row.pop("payload", None)  # bulk entries list thousands of chips: keep only this chip's part
+    return rows
+
+
+def _about(serial: str, kind: str, payload: dict) -> dict:
+    """This chip's counterparty, facility and country in an entry's payload."""
+    item = payload
+    if kind == "chip.fabricated":
+        item = next((c for c in payload.get("chips", []) if c.get("serial") == serial), {})
+    counterparty = payload.get("consignee") or payload.get("to_owner") or payload.get("prover") or ""
+    country = payload.get("country") or payload.get("destination_country") or ""
+    return {"counterparty": counterparty, "facility": item.get("facility") or "", "country": country}
+
+
+# --- search ---------------------------------------------------------------------------------------
+
+
+def search(query: str) -> dict:
+    """Chips by serial prefix, organisations and facilities by slug/name prefix, entries about an organisation."""
+    query = query.strip()
+    if not query or "\x00" in query:
+        return {"chips": [], "organisations": [], "facilities": [], "entries": []}
+    chips = list(
+        Chip.objects.filter(serial__startswith=query).select_related("owner", "model").order_by("serial")[:SEARCH_LIMIT]
+    )
+    organisations = list(
+        Organisation.objects.filter(Q(slug__startswith=query.lower()) | Q(legal_name__istartswith=query))[:SEARCH_LIMIT]
+    )
+    facilities = list(Facility.objects.filter(slug__startswith=query.lower()).select_related("owner")[:SEARCH_LIMIT])
+    entries = []
+    if organisations:
+        subjects = [f"org:{org.slug}" for org in organisations[:3]]
+        seqs = EntrySubject.objects.filter(subject__in=subjects).order_by("-seq").values_list("seq", flat=True)[:50]
+        entries = [{k: e[k] for k in ("seq", "time", "kind", "actor")} for e in ledger.entries_at(list(seqs))][::-1]
+    return {"chips": chips, "organisations": organisations, "facilities": facilities, "entries": entries}
+
+
+def draw_detail(draw: Draw) -> dict:
+    """What the draw's ledger entries say: commitment, checkpoint, revealed seed, drawn chips per prover."""
+    drawn = ledger.entries_at([draw.drawn_seq])
+    payload = drawn[0]["payload"] if drawn else {}
+    committed = ledger.first_entry("campaign.seed_committed", campaign=draw.campaign.slug, period=draw.period)
+    return {
+        "commitment": committed["payload"]["commitment"] if committed else "",
+        "committed_seq": committed["seq"] if committed else None,
+        "seed": payload.get("seed", ""),
+        "checkpoint": payload.get("checkpoint", {}),
+        "provers": payload.get("provers", {}),
+        "jobs": Job.objects.filter(kind=Job.Kind.DRAW_AUDIT, params__draw=draw.pk)[:5],
+    }

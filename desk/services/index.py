@@ -1,0 +1,71 @@
+"""The desk's index of ledger entries, written in the same transaction as each append.
+
+Which organisations an entry concerns is read from its actor and its payload's top-level
+fields alone (a pure function), so the rebuild (``desk.rebuild``) derives the same rows
+from the ledger. Per-day counts by kind feed the dashboard's time series.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from django.db import connection
+
+from ..models import EntrySubject, KindDay
+
+# Payload fields that name an organisation (a slug, or a list/dict of slugs for "provers").
+ORG_FIELDS = ("org", "organisation", "owner", "to_owner", "consignee", "prover", "vendor", "parent", "owner_org")
+NOT_ORGANISATIONS = {"system", ""}
+
+
+def subjects(kind: str, actor: str, payload: dict) -> set[str]:
+    """``org:<slug>`` for every organisation this entry is about."""
+    found = {actor}
+    if kind == "org.registered":
+        found.add(payload.get("slug"))
+    for name in ORG_FIELDS:
+        found.add(payload.get(name))
+    provers = payload.get("provers")
+    if isinstance(provers, list | dict):
+        found.update(provers)
+    return {f"org:{slug}" for slug in found if isinstance(slug, str) and slug not in NOT_ORGANISATIONS}
+
+
+def rows_for(entries: Iterable) -> tuple[list[tuple], Counter]:
+    """(subject rows, counts by (day, kind)) for appended entries (objects with seq, time, kind, actor, payload)."""
+    rows, counts = [], Counter()
+    for entry in entries:
+        rows.extend((subject, entry.seq, entry.kind) for subject in subjects(entry.kind, entry.actor, entry.payload))
+        counts[(_day(entry.time), entry.kind)] += 1
+    return rows, counts
+
+
+def entries_indexed(entries: list) -> None:
+    """Listener of ``ledger.services.append_entries``: index the batch (runs inside its transaction)."""
+    rows, counts = rows_for(entries)
+    if rows:
+        EntrySubject.objects.bulk_create([EntrySubject(subject=s, seq=q, kind=k) for s, q, k in rows])
+    counts_add(counts)
+
+
+def counts_add(counts: Counter) -> None:
+    """Upsert per-day counts: one statement (appends are serialised by the ledger's lock)."""
+    if not counts:
+        return
+    table = KindDay._meta.db_table
+    marks = ", ".join(["(%s, %s, %s)"] * len(counts))
+    values = [v for (day, kind), n in sorted(counts.items()) for v in (day, kind, n)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (day, kind, count) VALUES {marks} "
+            f"ON CONFLICT (day, kind) DO UPDATE SET count = {table}.count + excluded.count",
+            values,
+        )
+
+
+def _day(when) -> str:
+    if isinstance(when, str):
+        when = datetime.fromisoformat(when.replace("Z", "+00:00"))
+    return when.astimezone(UTC).date().isoformat()

@@ -1,0 +1,83 @@
+"""Long work started from the admin: recorded as a ``Job``, run by a Celery worker, progress on the row."""
+
+from __future__ import annotations
+
+from celery import current_app
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from inspections.audit import audit_draw
+from inspections.models import Draw
+from ledger.chain import LedgerFault
+from ledger.integrity import verify_stored_ledger
+from ledger.selectors import ledger_size
+
+from ..models import Job
+
+
+def job_start(kind: str, params: dict, by: str) -> Job:
+    """Record the job and hand it to a worker once the row is committed."""
+    if kind not in Job.Kind.values:
+        raise ValidationError({"kind": f"must be one of {Job.Kind.values}"})
+    if kind == Job.Kind.DRAW_AUDIT and not Draw.objects.filter(pk=params.get("draw")).exists():
+        raise ValidationError({"draw": "no such draw"})
+    job = Job.objects.create(kind=kind, params=params, started_by=by)
+    queue = settings.DESK_JOB_QUEUE
+    # By name: desk.tasks imports this module, not the other way round.
+    transaction.on_commit(lambda: current_app.send_task("desk.tasks.run_job", (job.pk,), queue=queue))
+    return job
+
+
+def _progress(job: Job, progress: float, message: str) -> None:
+    Job.objects.filter(pk=job.pk).update(progress=min(max(progress, 0.0), 1.0), message=message[:255])
+
+
+def job_run(job_id: int) -> str:
+    """Run a queued job to its end; its outcome (or the error) is kept on the row."""
+    job = Job.objects.get(pk=job_id)
+    if job.state in (Job.State.DONE, Job.State.FAILED):
+        return job.state  # a redelivered message (acks_late) does not run it twice
+    Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING, message="started")
+    try:
+        result = RUNNERS[job.kind](job)
+    except Exception as error:  # the job's failure is its result; the worker stays up
+        Job.objects.filter(pk=job.pk).update(
+            state=Job.State.FAILED, message=f"{type(error).__name__}: {error}"[:255], finished_at=timezone.now()
+        )
+        return Job.State.FAILED
+    Job.objects.filter(pk=job.pk).update(
+        state=Job.State.DONE,
+        progress=1.0,
+        result=result,
+        message=result.get("summary", "")[:255],
+        finished_at=timezone.now(),
+    )
+    return Job.State.DONE
+
+
+def _draw_audit(job: Job) -> dict:
+    draw = Draw.objects.select_related("campaign").get(pk=job.params["draw"])
+    _progress(job, 0.1, f"replaying the ledger up to the draw of {draw.campaign.slug} period {draw.period}")
+    audit = audit_draw(draw.campaign.slug, draw.period)
+    summary = "the draw matches its recomputation from the ledger" if audit.matches else "; ".join(audit.problems)
+    return {"matches": audit.matches, "problems": audit.problems, "provers": audit.provers, "summary": summary}
+
+
+def _integrity_sweep(job: Job) -> dict:
+    total = max(ledger_size(), 1)
+    try:
+        report = verify_stored_ledger(progress=lambda done: _progress(job, done / total, f"{done:,} entries checked"))
+    except LedgerFault as fault:
+        return {"intact": False, "seq": fault.seq, "summary": f"ledger fault at seq {fault.seq}: {fault}"}
+    return {
+        "intact": True,
+        "entries": report.entries,
+        "root": report.root.hex(),
+        "checkpoints": report.checkpoints,
+        "summary": f"OK entries={report.entries} root={report.root.hex()}",
+    }
+
+
+RUNNERS = {Job.Kind.DRAW_AUDIT: _draw_audit, Job.Kind.INTEGRITY_SWEEP: _integrity_sweep}

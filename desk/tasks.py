@@ -1,0 +1,16 @@
+"""Celery tasks of the desk: thin wrappers over its services."""
+
+from celery import shared_task
+
+from .services import figures, jobs
+
+
+@shared_task(name="desk.tasks.run_job", acks_late=True)
+def run_job(job_id: int) -> str:
+    return jobs.job_run(job_id)
+
+
+@shared_task(name="desk.tasks.refresh_figures")
+def refresh_figures() -> list[str]:
+    """Beat: recompute the dashboard's aggregates over the big tables."""
+    return figures.figures_refresh()

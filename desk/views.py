@@ -1,0 +1,298 @@
+"""The regulator's desk pages inside the admin. Thin: read through selectors, act through services."""
+
+from __future__ import annotations
+
+import csv
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import lookup_field
+from django.contrib.auth import login as auth_login
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.cache import cache
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from inspections import sampling
+from inspections.models import Alert, Campaign, Draw
+from inspections.services.alerts import ACTIONS, alert_act
+from registry.models import Chip, Role
+from registry.selectors import organisation_of
+
+from . import plots, selectors
+from .models import Job
+from .services import jobs
+from .severity import SEVERITY
+
+CURVE_POINTS = 40
+CHART_SECONDS = 60
+
+
+def _context(request, title: str, **extra) -> dict:
+    return {**admin.site.each_context(request), "title": title, **extra}
+
+
+# --- where each kind of user belongs ------------------------------------------------------------------
+
+
+def home_of(user) -> str:
+    """Staff use the admin; inspectors their portal; vendors and owners the API (its docs)."""
+    if user.is_staff:
+        return reverse("admin:index")
+    organisation = organisation_of(user)
+    if organisation is not None and organisation.has_role(Role.INSPECTION_BODY):
+        return reverse("portal:tasks")
+    return reverse("docs")
+
+
+def login(request):
+    """The admin's login, except that someone who is not staff is signed in and sent where they belong."""
+    if request.user.is_authenticated and not request.user.is_staff:
+        return redirect(home_of(request.user))
+    if request.method == "POST":
+        form = AuthenticationForm(request, data=request.POST)
+        if form.is_valid() and not form.get_user().is_staff:
+            auth_login(request, form.get_user())
+            return redirect(home_of(form.get_user()))
+    return admin.site.login(request)
+
+
+# --- dashboard --------------------------------------------------------------------------------------
+
+
+def dashboard(request):
+    stored = selectors.figures()
+    campaigns = stored["open_campaigns"].data if "open_campaigns" in stored else []
+    chosen = _chosen_campaign(request, campaigns)
+    oldest = min(figure.computed_at for figure in stored.values())
+    # matplotlib takes ~0.2 s a chart: the rendered SVGs are kept for CHART_SECONDS (stated on the page).
+    key = f"desk:charts:{oldest.isoformat()}:{chosen['slug'] if chosen else ''}"
+    charts = cache.get(key)
+    if charts is None:
+        charts = _charts(stored, chosen)
+        cache.set(key, charts, CHART_SECONDS)
+    context = _context(
+        request,
+        "Regulator's desk",
+        charts=charts,
+        campaigns=campaigns,
+        chosen=chosen,
+        figures_at=oldest,
+        inspections=selectors.inspections_state(),
+        ledger=selectors.ledger_state(),
+        can_act=request.user.has_perm("desk.add_job"),
+    )
+    return render(request, "admin/desk/dashboard.html", context)
+
+
+def _charts(stored: dict, chosen: dict | None) -> dict[str, str]:
+    charts = {
+        "Chips by country": plots.bars(stored["chips_by_country"].data, "Chips by country"),
+        "Chips by owner": plots.bars(stored["chips_by_owner"].data, "Chips by owner"),
+        "Chips by model": plots.bars(stored["chips_by_model"].data, "Chips by model"),
+        "Transfers and exports": plots.lines(
+            selectors.series(), f"Entries per day (last {selectors.SERIES_DAYS} days)", selectors.SERIES_DAYS
+        ),
+    }
+    if chosen:
+        charts[f"Detection probability: {chosen['slug']}"] = _curve_chart(chosen)
+    return charts
+
+
+def _chosen_campaign(request, campaigns: list[dict]) -> dict | None:
+    wanted = request.GET.get("campaign")
+    return next((c for c in campaigns if c["slug"] == wanted), campaigns[0] if campaigns else None)
+
+
+def _curve_chart(campaign: dict) -> str:
+    """Detection probability against samples per period for the campaign's largest possible prover."""
+    rows = [(slug, row) for slug, row in campaign["provers"].items() if row.get("impossible") is False]
+    if not rows:
+        return "<p>No prover of this campaign could run the rule's training run.</p>"
+    slug, row = max(rows, key=lambda item: item[1]["chips"])
+    params = Campaign.objects.get(pk=campaign["pk"])
+    planned = {m: row.get(m, {}).get("samples_per_period") for m in ("paper", "exact")}
+    top = max([10, *(2 * n for n in planned.values() if n)])
+    top = min(top, row["chips"])
+    step = max(1, top // CURVE_POINTS)
+    curves = {}
+    for model, exact in (("paper", False), ("exact", True)):
+        points = []
+        for samples in range(1, top + 1, step):
+            try:
+                p = sampling.detection_probability(
+                    samples,
+                    params.rule_flops,
+                    row["chips"],
+                    snapshot_rate=params.snapshot_rate,
+                    period_days=params.period_days,
+                    run_days=params.run_days,
+                    flops_per_chip_second=row.get("peak") or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND,
+                    exact=exact,
+                )
+            except sampling.PlanError:
+                break
+            points.append((samples, p))
+        curves[model] = points
+    title = f"{campaign['slug']}: prover {slug} ({row['chips']:,} chips)"
+    return plots.detection_curve(curves, campaign["target"], planned, title)
+
+
+@require_POST
+def sweep_start(request):
+    if not request.user.has_perm("desk.add_job"):
+        raise PermissionDenied
+    job = jobs.job_start(Job.Kind.INTEGRITY_SWEEP, {}, request.user.get_username())
+    messages.info(request, f"Integrity sweep started (job {job.pk}).")
+    return redirect(reverse("desk:job", args=[job.pk]))
+
+
+# --- chip page --------------------------------------------------------------------------------------
+
+
+def chip_page(request, serial: str):
+    chip = get_object_or_404(Chip.objects.select_related("model", "owner", "possessor", "facility"), serial=serial)
+    context = _context(request, f"Chip {chip.serial}", chip=chip, timeline=selectors.chip_timeline(chip))
+    return render(request, "admin/desk/chip.html", context)
+
+
+# --- search -----------------------------------------------------------------------------------------
+
+
+def search(request):
+    query = request.GET.get("q", "")[:100]
+    results = selectors.search(query)
+    if len(results["chips"]) == 1 and results["chips"][0].serial == query.strip():
+        return redirect(reverse("desk:chip", args=[query.strip()]))
+    return render(request, "admin/desk/search.html", _context(request, f"Search: {query}", q=query, **results))
+
+
+# --- alerts -----------------------------------------------------------------------------------------
+
+
+class TriageForm(forms.Form):
+    action = forms.ChoiceField(choices=[(a, a.replace("_", " ")) for a in ACTIONS])
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=2000)
+    assignee = forms.CharField(required=False, max_length=150, help_text="username, to assign")
+
+
+def alert_page(request, pk: int):
+    alert = get_object_or_404(Alert.objects.select_related("prover", "chip", "task"), pk=pk)
+    can_act = request.user.has_perm("inspections.change_alert")
+    form = TriageForm(request.POST or None)
+    if request.method == "POST":
+        if not can_act:
+            raise PermissionDenied
+        if form.is_valid():
+            try:
+                alert_act(alert, by=request.user.get_username(), **form.cleaned_data)
+            except ValidationError as error:
+                for field, reasons in error.message_dict.items():
+                    form.add_error(field if field in form.fields else None, reasons)
+            else:
+                messages.success(request, f"{form.cleaned_data['action'].replace('_', ' ')}: recorded on the ledger.")
+                return redirect(reverse("desk:alert", args=[alert.pk]))
+    context = _context(
+        request,
+        f"Alert: {alert.get_kind_display()} — {alert.prover.slug}",
+        alert=alert,
+        severity=SEVERITY.get(alert.kind, "low"),
+        actions=alert.actions.all(),
+        form=form,
+        can_act=can_act,
+    )
+    return render(request, "admin/desk/alert.html", context)
+
+
+# --- draws and jobs ---------------------------------------------------------------------------------
+
+
+def draw_page(request, pk: int):
+    draw = get_object_or_404(Draw.objects.select_related("campaign"), pk=pk)
+    if request.method == "POST":
+        if not request.user.has_perm("desk.add_job"):
+            raise PermissionDenied
+        job = jobs.job_start(Job.Kind.DRAW_AUDIT, {"draw": draw.pk}, request.user.get_username())
+        return redirect(reverse("desk:draw", args=[draw.pk]) + f"?job={job.pk}")
+    detail = selectors.draw_detail(draw)
+    tasks = draw.tasks.select_related("chip", "prover", "inspection_body").order_by("prover__slug", "chip__serial")[
+        :500
+    ]
+    context = _context(
+        request,
+        f"Draw: {draw.campaign.slug}, period {draw.period}",
+        draw=draw,
+        detail=detail,
+        tasks=tasks,
+        can_act=request.user.has_perm("desk.add_job"),
+        watch=request.GET.get("job", ""),
+    )
+    return render(request, "admin/desk/draw.html", context)
+
+
+def job_page(request, pk: int):
+    job = get_object_or_404(Job, pk=pk)
+    if request.GET.get("format") == "json":
+        return JsonResponse(
+            {"state": job.state, "progress": job.progress, "message": job.message, "result": job.result}
+        )
+    return render(request, "admin/desk/job.html", _context(request, str(job), job=job))
+
+
+# --- exports ----------------------------------------------------------------------------------------
+
+
+def changelist_csv(request, app_label: str, model_name: str):
+    """The change list as the regulator filtered it, as CSV (its list columns, every page, streamed)."""
+    model_admin = next(
+        (
+            ma
+            for m, ma in admin.site._registry.items()
+            if (m._meta.app_label, m._meta.model_name) == (app_label, model_name)
+        ),
+        None,
+    )
+    if model_admin is None or not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    params = request.GET.copy()
+    request.GET = params
+    changelist = model_admin.get_changelist_instance(request)
+    columns = [c for c in changelist.list_display if c != "action_checkbox"]
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{app_label}-{model_name}.csv"'
+    writer = csv.writer(response)
+    writer.writerow(columns)
+    for obj in changelist.queryset.iterator(chunk_size=2000):
+        row = []
+        for name in columns:
+            try:
+                _, _, value = lookup_field(name, obj, model_admin)
+            except Exception:  # a column that cannot be read for this row stays empty
+                value = ""
+            row.append(_csv_cell(value))
+        writer.writerow(row)
+    return response
+
+
+def _csv_cell(value) -> str:
+    text = "" if value is None else str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text  # no formula injection in spreadsheets
+
+
+def crosstab_csv(request):
+    """Chips by prover (owner) and country, as CSV."""
+    if not request.user.has_perm("registry.view_chip"):
+        raise PermissionDenied
+    table = selectors.figures()["prover_country"].data
+    countries = sorted({country for row in table.values() for country in row})
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="prover-by-country.csv"'
+    writer = csv.writer(response)
+    writer.writerow(["prover", *countries, "total"])
+    for prover in sorted(table):
+        row = table[prover]
+        writer.writerow([prover, *(row.get(c, 0) for c in countries), sum(row.values())])
+    return response

@@ -1,0 +1,135 @@
+// Verify a chip's timeline in the browser, trusting only the log's public key (pinned here on first use).
+// For each entry: fetch its leaf and an RFC 9162 inclusion proof from the public ledger API, recompute
+// SHA-256(0x00 || leaf), fold the proof to a root, and compare it with the root of the signed checkpoint,
+// whose C2SP signed-note signature is checked with Ed25519 (WebCrypto).
+"use strict";
+(function () {
+  const API = "/api/ledger/";
+  const enc = new TextEncoder();
+  const b64 = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
+  const hex = (u) => Array.from(u, (b) => b.toString(16).padStart(2, "0")).join("");
+  const equal = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+  const sha256 = async (...parts) => {
+    const all = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+    let at = 0;
+    for (const p of parts) { all.set(p, at); at += p.length; }
+    return new Uint8Array(await crypto.subtle.digest("SHA-256", all));
+  };
+  const ZERO = Uint8Array.of(0), ONE = Uint8Array.of(1);
+
+  async function text(path) {
+    const r = await fetch(API + path, { credentials: "omit" });
+    if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+    return r.text();
+  }
+
+  // "<origin>+<hex keyid>+<base64(0x01 || pubkey)>" -> {name, keyId, publicKey}
+  function parseVerifierKey(line) {
+    const parts = line.trim().split("+");
+    if (parts.length !== 3) throw new Error("verifier key is malformed");
+    const raw = b64(parts[2]);
+    if (raw.length !== 33 || raw[0] !== 1) throw new Error("verifier key is not Ed25519");
+    return { name: parts[0], keyId: parts[1], publicKey: raw.slice(1) };
+  }
+
+  async function pinnedKey() {
+    const served = (await text("key")).trim();
+    const pinned = localStorage.getItem("chipledger.verifierKey");
+    if (pinned && pinned !== served) throw new Error("the server's log key differs from the one pinned in this browser");
+    if (!pinned) localStorage.setItem("chipledger.verifierKey", served);
+    return parseVerifierKey(served);
+  }
+
+  // C2SP signed note: body lines, a blank line, then "— <name> <base64(keyid4 || sig64)>" lines.
+  async function openCheckpoint(note, key) {
+    const split = note.indexOf("\n\n");
+    if (split < 0) throw new Error("checkpoint is not a signed note");
+    const body = note.slice(0, split + 1);
+    const keyId = await sha256(enc.encode(key.name + "\n"), ONE, key.publicKey);
+    const cryptoKey = await crypto.subtle.importKey("raw", key.publicKey, { name: "Ed25519" }, false, ["verify"]);
+    let signed = false;
+    for (const line of note.slice(split + 2).split("\n")) {
+      const m = line.match(/^\u2014 (\S+) (\S+)$/);
+      if (!m || m[1] !== key.name) continue;
+      const blob = b64(m[2]);
+      if (blob.length !== 68 || !equal(blob.slice(0, 4), keyId.slice(0, 4))) continue;
+      if (await crypto.subtle.verify({ name: "Ed25519" }, cryptoKey, blob.slice(4), enc.encode(body))) signed = true;
+    }
+    if (!signed) throw new Error("checkpoint signature does not verify with the log's key");
+    const lines = body.split("\n");
+    if (lines[0] !== key.name) throw new Error("checkpoint origin is not the log's");
+    return { size: Number(lines[1]), root: b64(lines[2]) };
+  }
+
+  // RFC 9162 section 2.1.3.2: fold an inclusion proof to a root.
+  async function rootFromProof(index, size, leafHash, proof) {
+    if (index >= size) throw new Error("index beyond tree size");
+    let fn = index, sn = size - 1, r = leafHash;
+    for (const p of proof) {
+      if (sn === 0) throw new Error("proof is too long");
+      if (fn % 2 === 1 || fn === sn) {
+        r = await sha256(ONE, p, r);
+        if (fn % 2 === 0) { while (fn % 2 === 0 && fn !== 0) { fn = Math.floor(fn / 2); sn = Math.floor(sn / 2); } }
+      } else {
+        r = await sha256(ONE, r, p);
+      }
+      fn = Math.floor(fn / 2); sn = Math.floor(sn / 2);
+    }
+    if (sn !== 0) throw new Error("proof is too short");
+    return r;
+  }
+
+  async function verifyRow(row, checkpoint) {
+    const seq = Number(row.dataset.seq);
+    if (seq >= checkpoint.size) return { ok: null, why: "not yet in a signed checkpoint" };
+    const page = JSON.parse(await text(`entries?start=${seq}&end=${seq + 1}`));
+    const leaf = b64(page.entries[0].leaf);
+    const parsed = JSON.parse(new TextDecoder().decode(leaf));
+    if (parsed.seq !== seq || parsed.kind !== row.dataset.kind || parsed.actor !== row.dataset.actor)
+      return { ok: false, why: "the leaf does not say what this page shows" };
+    const leafHash = await sha256(ZERO, leaf);
+    const proof = JSON.parse(await text(`proof/inclusion?index=${seq}&size=${checkpoint.size}`));
+    const root = await rootFromProof(seq, checkpoint.size, leafHash, proof.hashes.map(b64));
+    if (!equal(root, checkpoint.root)) return { ok: false, why: "inclusion proof does not lead to the signed root" };
+    return { ok: true, why: `leaf ${hex(leafHash).slice(0, 12)}… included in checkpoint ${checkpoint.size}` };
+  }
+
+  function mark(cell, ok, why) {
+    cell.textContent = (ok === true ? "\u2714 verified: " : ok === false ? "\u2718 FAILED: " : "\u2013 ") + why;
+    cell.className = "verify-cell " + (ok === true ? "verify-ok" : ok === false ? "verify-bad" : "");
+  }
+
+  async function verifyAll() {
+    const summary = document.getElementById("verify-summary");
+    summary.hidden = false;
+    summary.className = "";
+    summary.textContent = "verifying…";
+    const rows = Array.from(document.querySelectorAll("#timeline tbody tr"));
+    let failed = 0, passed = 0;
+    try {
+      if (!window.crypto || !crypto.subtle) throw new Error("this page needs a secure context (HTTPS) for WebCrypto");
+      const key = await pinnedKey();
+      const checkpoint = await openCheckpoint(await text("checkpoint"), key);
+      for (const row of rows) {
+        const cell = row.querySelector(".verify-cell");
+        let result;
+        try { result = await verifyRow(row, checkpoint); } catch (e) { result = { ok: false, why: e.message }; }
+        mark(cell, result.ok, result.why);
+        if (result.ok === false) failed++; else if (result.ok) passed++;
+      }
+      summary.textContent = failed
+        ? `FAILED: ${failed} of ${rows.length} entries do not verify against checkpoint ${checkpoint.size}`
+        : `OK: ${passed} entries verified against checkpoint ${checkpoint.size} signed by ${key.name}`;
+      summary.className = failed ? "verify-bad" : "verify-ok";
+    } catch (e) {
+      summary.textContent = "FAILED: " + e.message;
+      summary.className = "verify-bad";
+    }
+    summary.dataset.done = failed ? "fail" : "pass";
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const button = document.getElementById("verify-all");
+    if (button) button.addEventListener("click", verifyAll);
+  });
+})();

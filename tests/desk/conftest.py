@@ -1,0 +1,29 @@
+import pytest
+from django.contrib.auth import get_user_model
+
+from inspections.demo import seed_inspections
+from inspections.models import InspectionTask
+from inspections.services.alerts import alert_raise
+from registry.demo import seed_demo
+
+
+@pytest.fixture
+def world():
+    """The demo world (60 chips, a campaign drawn) with one alert about a drawn chip."""
+    seed_demo("demo-pass-123", chips=60)
+    seed_inspections()
+    task = InspectionTask.objects.select_related("chip", "prover").order_by("pk").first()
+    alert = alert_raise("overdue", task.prover, "inspection overdue", chip=task.chip, task=task)
+    return {"task": task, "alert": alert, "users": get_user_model().objects}
+
+
+@pytest.fixture
+def regulator(client, world):
+    client.force_login(world["users"].get(username="regulator"))
+    return client
+
+
+@pytest.fixture
+def auditor(client, world):
+    client.force_login(world["users"].get(username="auditor"))
+    return client

@@ -1,0 +1,150 @@
+"""The regulator's desk in a real browser: Playwright driving Debian's Chromium against the live server.
+
+Needs /usr/bin/chromium (``apt-get install -y chromium``); never downloads a browser. Screenshots of the
+dashboard, a chip page and an alert land in var/screenshots/ (CI artefacts).
+"""
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from inspections.models import Draw
+from ledger import services as ledger
+from registry.models import Chip
+from tests.helpers import subprocess_database_url
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--headless=new",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SHOTS = Path(settings.BASE_DIR) / "var" / "screenshots"
+WAIT_MS = 60_000
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium: apt-get install -y chromium"),
+]
+
+
+@pytest.fixture
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop in this thread
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def job_worker(settings):
+    """A Celery worker on a queue of its own, taking the desk's jobs."""
+    queue = f"test-desk-{uuid.uuid4().hex[:12]}"
+    settings.DESK_JOB_QUEUE = queue
+    env = {**os.environ, "DATABASE_URL": subprocess_database_url()}
+    command = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "-Q", queue]
+    command += ["--without-heartbeat", "--without-gossip", "--without-mingle", "--loglevel=WARNING"]
+    process = subprocess.Popen(command, env=env, cwd=settings.BASE_DIR)
+    yield queue
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def _login(browser, live_server, username: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(WAIT_MS)
+    page.goto(f"{live_server.url}/admin/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", "demo-pass-123")
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{live_server.url}/admin/")
+    return page
+
+
+def test_a_regulator_works_the_desk(browser, live_server, world, job_worker):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    ledger.checkpoint_sign()  # the chip's entries must be covered by a signed checkpoint
+    page = _login(browser, live_server, "regulator")
+
+    # The dashboard and its plots.
+    assert page.locator("#desk-plots svg").count() >= 5
+    page.screenshot(path=str(SHOTS / "dashboard.png"), full_page=True)
+
+    # Find a drawn chip by its serial; open its timeline; verify it in the browser.
+    serial = world["task"].chip.serial
+    page.fill("input[name=q]", serial)
+    page.press("input[name=q]", "Enter")
+    page.wait_for_url(f"**/admin/desk/chip/{serial}/")
+    rows = page.locator("#timeline tbody tr")
+    assert rows.count() >= 3 and "chip.fabricated" in page.inner_text("#timeline")
+    page.click("#verify-all")
+    page.wait_for_selector("#verify-summary[data-done]")
+    assert page.inner_text("#verify-summary").startswith("OK:"), page.inner_text("#verify-summary")
+    assert page.locator(".verify-bad").count() == 0
+    page.screenshot(path=str(SHOTS / "chip.png"), full_page=True)
+
+    # The server (or a proxy) lies about a proof: the check fails visibly.
+    def tampered(route):
+        response = route.fetch()
+        body = response.json()
+        if body["hashes"]:
+            body["hashes"][0] = ("A" if body["hashes"][0][0] != "A" else "B") + body["hashes"][0][1:]
+        route.fulfill(response=response, json=body)
+
+    page.route("**/api/ledger/proof/inclusion*", tampered)
+    page.click("#verify-all")
+    page.wait_for_selector("#verify-summary[data-done=fail]")
+    assert "FAILED" in page.inner_text("#verify-summary")
+    assert page.locator(".verify-bad").count() >= 1
+    page.unroute("**/api/ledger/proof/inclusion*")
+
+    # Triage the alert.
+    alert = world["alert"]
+    page.goto(f"{live_server.url}/admin/inspections/alert/?state=open")
+    page.click(f"a[href='/admin/desk/alert/{alert.pk}/']")
+    page.select_option("#id_action", "assign")
+    page.fill("#id_assignee", "auditor")
+    page.fill("#id_reason", "please look at this")
+    page.click("input[type=submit][value='Record on the ledger']")
+    page.wait_for_selector("#alert-history >> text=please look at this")
+    page.select_option("#id_action", "acknowledge")
+    page.click("input[type=submit][value='Record on the ledger']")
+    page.wait_for_selector("#alert-state >> text=acknowledged")
+    page.screenshot(path=str(SHOTS / "alert.png"), full_page=True)
+
+    # Start a draw audit and watch it finish (a real Celery worker runs it).
+    draw = Draw.objects.get()
+    page.goto(f"{live_server.url}/admin/desk/draw/{draw.pk}/")
+    page.click("#start-audit")
+    page.wait_for_selector("#audits tr.job[data-state=done]", timeout=120_000)
+    assert "matches its recomputation" in page.inner_text("#audits")
+
+
+def test_an_auditor_finds_nothing_to_change_and_no_secret(browser, live_server, world):
+    page = _login(browser, live_server, "auditor")
+    home = page.content()
+    assert "Run a full integrity sweep" not in home
+    for path in ("/admin/registry/chip/", "/admin/inspections/campaign/", "/admin/ledger/entry/"):
+        page.goto(live_server.url + path)
+        assert page.locator("a.addlink").count() == 0, path
+    page.goto(f"{live_server.url}/admin/desk/alert/{world['alert'].pk}/")
+    assert page.locator("#id_action").count() == 0
+    page.goto(f"{live_server.url}/admin/desk/draw/{Draw.objects.get().pk}/")
+    assert page.locator("#start-audit").count() == 0
+    chip = Chip.objects.order_by("serial").first()
+    page.goto(f"{live_server.url}/admin/desk/chip/{chip.serial}/")
+    # Nothing secret anywhere it can reach: no API tokens, no unrevealed seeds, no signing keys.
+    page.goto(f"{live_server.url}/admin/")
+    assert "Tokens" not in page.inner_text("#content") and "seed" not in page.inner_text("#content").lower()
+    assert page.goto(f"{live_server.url}/admin/authtoken/tokenproxy/").status in (403, 404)

@@ -1,0 +1,134 @@
+"""The regulator's desk through Django's test client: pages render, act through services, refuse the auditor."""
+
+import pytest
+from django.urls import reverse
+
+from desk.models import EntrySubject, Job
+from desk.rebuild import differences
+from desk.services.jobs import job_run, job_start
+from inspections.models import Alert, Draw
+from ledger.models import Entry
+from registry.models import Chip
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_dashboard_is_the_admin_home_with_plots_and_figures(regulator):
+    html = regulator.get("/admin/").content.decode()
+    assert html.count("<svg") >= 5  # chips by country, owner, model; the time series; the detection curve
+    assert "frontier-runs-2026" in html and "Open campaigns" in html
+    assert "Run a full integrity sweep" in html and "Chips by country" in html
+
+
+def test_the_dashboard_does_not_group_the_chips_per_request(regulator, django_assert_max_num_queries):
+    regulator.get("/admin/")  # cold start: the figures are computed once
+    with django_assert_max_num_queries(25):
+        html = regulator.get("/admin/").content.decode()
+    assert "<svg" in html
+
+
+def test_a_serial_search_opens_the_chip_page_with_its_timeline(regulator):
+    chip = Chip.objects.order_by("serial").first()
+    response = regulator.get(reverse("desk:search"), {"q": chip.serial})
+    assert response.status_code == 302 and response.url == reverse("desk:chip", args=[chip.serial])
+    html = regulator.get(response.url).content.decode()
+    assert "chip.fabricated" in html and "Verify in this browser" in html and chip.owner.slug in html
+    prefix = regulator.get(reverse("desk:search"), {"q": chip.serial[:-1]}).content.decode()
+    assert chip.serial in prefix
+
+
+def test_search_finds_ledger_entries_about_an_organisation(regulator):
+    html = regulator.get(reverse("desk:search"), {"q": "owner-a"}).content.decode()
+    assert "org.registered" in html and "campaign.created" in html
+    assert regulator.get(reverse("desk:search"), {"q": "\x00"}).status_code == 200
+
+
+def test_a_drawn_chip_timeline_shows_its_draw_and_alert(regulator, world):
+    html = regulator.get(reverse("desk:chip", args=[world["task"].chip.serial])).content.decode()
+    assert "campaign.drawn" in html and "alert.raised" in html
+
+
+def test_triage_records_who_and_why_on_the_ledger(regulator, world):
+    alert = world["alert"]
+    url = reverse("desk:alert", args=[alert.pk])
+    refused = regulator.post(url, {"action": "resolve", "reason": ""})
+    assert refused.status_code == 200 and "say why" in refused.content.decode()
+    response = regulator.post(url, {"action": "resolve", "reason": "inspected on the 3rd"})
+    assert response.status_code == 302
+    alert.refresh_from_db()
+    assert alert.state == Alert.State.RESOLVED
+    entry = Entry.objects.get(seq=alert.updated_seq)
+    assert entry.payload["by"] == "regulator" and entry.payload["reason"] == "inspected on the 3rd"
+
+
+def test_the_alert_inbox_filters_by_severity_and_state(regulator):
+    medium = regulator.get("/admin/inspections/alert/", {"severity": "medium", "state": "open"}).content.decode()
+    assert "overdue #" in medium
+    high = regulator.get("/admin/inspections/alert/", {"severity": "high"}).content.decode()
+    assert "overdue #" not in high
+
+
+def test_the_auditor_reads_but_cannot_act(auditor, world):
+    alert, draw = world["alert"], Draw.objects.get()
+    assert auditor.get(reverse("desk:alert", args=[alert.pk])).status_code == 200
+    assert auditor.post(reverse("desk:alert", args=[alert.pk]), {"action": "acknowledge"}).status_code == 403
+    assert auditor.post(reverse("desk:draw", args=[draw.pk])).status_code == 403
+    assert auditor.post(reverse("desk:sweep")).status_code == 403
+    assert not Job.objects.exists()
+    html = auditor.get(reverse("desk:draw", args=[draw.pk])).content.decode()
+    assert "Audit this draw" not in html
+
+
+def test_a_vendor_at_the_admin_login_is_sent_to_the_api_docs(client, world):
+    response = client.post("/admin/login/", {"username": "vendor-a", "password": "demo-pass-123"})
+    assert response.status_code == 302 and response.url == reverse("docs")
+    assert client.get("/admin/login/").url == reverse("docs")
+    inspector = client.__class__()
+    response = inspector.post("/admin/login/", {"username": "inspector-a", "password": "demo-pass-123"})
+    assert response.url == reverse("portal:tasks")
+    wrong = client.__class__().post("/admin/login/", {"username": "vendor-a", "password": "nope"})
+    assert wrong.status_code == 200
+
+
+def test_a_draw_audit_job_recomputes_the_draw(regulator, django_capture_on_commit_callbacks):
+    draw = Draw.objects.get()
+    with django_capture_on_commit_callbacks(execute=False):
+        response = regulator.post(reverse("desk:draw", args=[draw.pk]))
+    assert response.status_code == 302
+    job = Job.objects.get()
+    assert job.state == Job.State.QUEUED and job.started_by == "regulator"
+    assert job_run(job.pk) == Job.State.DONE
+    job.refresh_from_db()
+    assert job.result["matches"] is True and job.progress == 1.0
+    status = regulator.get(reverse("desk:job", args=[job.pk]), {"format": "json"}).json()
+    assert status["state"] == "done"
+
+
+def test_an_integrity_sweep_job_reports_the_ledger_intact(world, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        job = job_start(Job.Kind.INTEGRITY_SWEEP, {}, "regulator")
+    job_run(job.pk)
+    job.refresh_from_db()
+    assert job.result["intact"] is True and job.result["entries"] == Entry.objects.count()
+
+
+def test_the_entry_index_is_kept_on_append_and_matches_its_rebuild(world):
+    assert EntrySubject.objects.filter(subject="org:owner-a").exists()
+    assert differences() == []
+    EntrySubject.objects.filter(subject="org:owner-a").delete()
+    assert any("org:owner-a" in line for line in differences())
+
+
+def test_change_lists_export_as_csv_without_formulas(regulator):
+    response = regulator.get("/admin/desk/export/registry/chip.csv", {"status": "installed"})
+    lines = response.content.decode().splitlines()
+    assert response.status_code == 200 and lines[0].startswith("chip_page,model,status")
+    assert all(",installed," in line for line in lines[1:]) and len(lines) > 1
+    crosstab = regulator.get(reverse("desk:crosstab")).content.decode().splitlines()
+    assert crosstab[0].startswith("prover,") and any(line.startswith("owner-a,") for line in crosstab)
+
+
+def test_admin_lists_read_as_titles_and_engineering_units(regulator):
+    html = regulator.get("/admin/registry/chipmodel/").content.decode()
+    assert "989 TFLOP/s" in html and "80 GiB" in html
+    assert "object (" not in regulator.get("/admin/inspections/alert/").content.decode()
