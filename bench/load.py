@@ -107,9 +107,9 @@ def run(seconds: int, workers: int, env: dict) -> None:
 def make_world() -> list[dict]:
     from django.contrib.auth import get_user_model
     from nacl.signing import SigningKey
-    from rest_framework.authtoken.models import Token
 
     from registry import services
+    from registry.services.tokens import api_token_issue
 
     vendor = services.organisation_register(
         slug="vendor-a", legal_name="Vendor A", country="US", roles=["vendor"], actor="regulator"
@@ -132,7 +132,7 @@ def make_world() -> list[dict]:
         user = get_user_model().objects.create_user(username=f"load-{slug}")
         services.member_add(user, org)
         services.facility_register(owner=org, slug=f"{slug}-site", kind="fab", country="TW", actor=slug)
-        world.append({"slug": slug, "key": key, "token": Token.objects.create(user=user).key})
+        world.append({"slug": slug, "key": key, "token": api_token_issue(user, "load")[1]})
     return world
 
 

@@ -242,10 +242,10 @@ def _user(username: str, organisation: str, role: str, staff: bool, superuser: b
     if staff and not superuser:
         role_grant(user, AUDITOR if username == "auditor" else REGULATOR_STAFF)
     services.member_add(user, Organisation.objects.get(slug=organisation))
-    return DemoLogin(username, role, _demo_token(user))
+    return DemoLogin(username, role, demo_token(user))
 
 
-def _demo_token(user) -> str:
+def demo_token(user) -> str:
     """The database keeps only the token's hash; the demo keeps the token in var/ (like its keys) to print it."""
     path = settings.DEMO_TOKEN_DIR / user.username
     if path.exists():

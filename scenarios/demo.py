@@ -17,11 +17,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 from nacl.signing import SigningKey
-from rest_framework.authtoken.models import Token
 
 from inspections.models import InspectionTask, SnapshotLog
 from inspections.services import campaigns, inspectors
 from registry import services
+from registry.demo import demo_token
 from registry.models import Organisation
 
 from .world import World
@@ -35,7 +35,10 @@ def seed_chain(password: str) -> list[tuple[str, str, str]]:
     world = World()
     if not Organisation.objects.filter(slug="lab-honest").exists():
         _build(world, password)
-    return [(slug, f"{name} (a prover): API client", Token.objects.get(user__username=slug).key) for slug, name in LABS]
+    return [
+        (slug, f"{name} (a prover): API client", demo_token(get_user_model().objects.get(username=slug)))
+        for slug, name in LABS
+    ]
 
 
 def _build(world: World, password: str) -> None:
@@ -78,7 +81,7 @@ def _lab(world: World, slug: str, name: str, password: str) -> None:
     user.set_password(password)
     user.save()
     services.member_add(user, org)
-    world.tokens[slug] = Token.objects.get_or_create(user=user)[0].key
+    world.tokens[slug] = demo_token(user)
 
 
 def _demo_key(slug: str) -> SigningKey:

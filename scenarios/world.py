@@ -20,13 +20,13 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 from nacl.signing import SigningKey
-from rest_framework.authtoken.models import Token
 
 from inspections.models import Alert, Campaign, Claim, InspectionTask, Snapshot, SnapshotLog
 from inspections.services import bodies, campaigns, inspectors
 from ledger import services as ledger
 from registry import services, signing
 from registry.models import Organisation
+from registry.services.tokens import api_token_issue
 from replay.chipsim import ChipStore
 
 H100_FLOPS = 989.4e12
@@ -55,7 +55,7 @@ class World:
         )
         user, _ = get_user_model().objects.get_or_create(username=f"{slug}-api")
         services.member_add(user, org)
-        self.tokens[slug] = Token.objects.get_or_create(user=user)[0].key
+        self.tokens[slug] = api_token_issue(user, "scenario")[1]
         kind = {"fab": "fab", "vendor": "warehouse"}.get(roles[0], "datacentre")
         if datacentre or kind != "datacentre":
             services.facility_register(

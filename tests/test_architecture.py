@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("ledger", "registry", "inspections", "replay", "config", "desk")
+APPS = ("ledger", "registry", "inspections", "replay", "config", "desk", "scenarios")
 LEDGER_TABLES = re.compile(r"\bledger_(entry|treenode|checkpoint|witness|cosignature)\b")
 
 
@@ -40,7 +40,7 @@ def _module_name(path: Path) -> str:
 
 def test_only_the_ledger_reads_its_models_and_tables():
     offenders = []
-    for path, text in _sources("registry", "inspections", "replay", "config", "desk"):
+    for path, text in _sources("registry", "inspections", "replay", "config", "desk", "scenarios"):
         imported = _imported_modules(ast.parse(text), _module_name(path))
         if "ledger.models" in imported or LEDGER_TABLES.search(text):
             offenders.append(str(path.relative_to(ROOT)))

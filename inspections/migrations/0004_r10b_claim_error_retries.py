@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("inspections", "0002_campaign_model_and_body_registration"),
+        ("inspections", "0003_alert_triage"),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("inspections", "0002_campaign_model_and_body_registration"),
+        ("inspections", "0004_r10b_claim_error_retries"),
     ]
 
     operations = [
