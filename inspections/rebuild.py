@@ -40,6 +40,7 @@ from django.core.exceptions import ValidationError
 from ledger import selectors as ledger
 from ledger.services import format_time
 from registry import rebuild as registry_rebuild
+from registry import world as registry_world
 from registry.lifecycle import LifecycleError
 
 from .models import (
@@ -93,7 +94,7 @@ class ReplayError(LifecycleError):
 
 @dataclass
 class World:
-    registry: registry_rebuild.Scratch = field(default_factory=registry_rebuild.Scratch)
+    registry: registry_world.Scratch = field(default_factory=registry_world.Scratch)
     task_ids: dict[int, TaskKey] = field(default_factory=dict)  # live id -> natural key, to read ids in payloads
     bodies: dict[str, dict] = field(default_factory=dict)
     campaigns: dict[str, dict] = field(default_factory=dict)
@@ -114,7 +115,7 @@ def rebuild(size: int | None = None) -> World:
     for seq, leaf in ledger.leaves(0, size):
         entry = json.loads(leaf)
         kind, actor, payload = entry["kind"], entry["actor"], entry["payload"]
-        registry_rebuild.apply(world.registry, seq, kind, actor, payload)
+        registry_world.apply(world.registry, seq, kind, actor, payload)
         try:
             apply(world, seq, entry["time"], kind, actor, payload)
         except (KeyError, TypeError, ValueError) as error:

@@ -106,8 +106,10 @@ def check_cosignatures(text: str, witnesses: list[note.Verifier]) -> list[Witnes
     return results
 
 
-def check_entry(seq: int, entry: dict, chain: ChainVerifier) -> bytes:
-    """Feed one served entry to the chain; check the served metadata against the leaf itself."""
+def check_entry(seq: int, entry: dict, chain: ChainVerifier) -> tuple[bytes, dict]:
+    """Feed one served entry to the chain; check the served metadata against the leaf itself.
+
+    Returns (leaf hash, the parsed leaf)."""
     if entry.get("seq") != seq:
         raise LedgerFault(seq, f"served seq {entry.get('seq')!r} where {seq} was expected")
     try:
@@ -122,7 +124,7 @@ def check_entry(seq: int, entry: dict, chain: ChainVerifier) -> bytes:
             continue  # the summary fields are a convenience; the leaf is what is signed for
         if entry[name] != parsed.get(name):
             raise LedgerFault(seq, f"served {name} {entry[name]!r} differs from the leaf's {parsed.get(name)!r}")
-    return leaf_hash
+    return leaf_hash, parsed
 
 
 def verify_log(
@@ -161,7 +163,7 @@ def verify_log(
 
     chain = ChainVerifier()
     for seq, entry in client.iter_entries(0, size):
-        leaf_hash = check_entry(seq, entry, chain)
+        leaf_hash, _ = check_entry(seq, entry, chain)
         if seq == inclusion_index:
             inclusion_hash = leaf_hash
         if seq + 1 == consistency_first:

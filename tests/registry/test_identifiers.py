@@ -4,7 +4,6 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from inspections.services.validation import country_clean
-from inspections.transcripts import STEP_KEY
 from ledger.services import ACTOR_PATTERN, KIND_PATTERN
 from registry import epcis, signing
 from registry.identifiers import COUNTRY, SERIAL, SLUG
@@ -14,7 +13,6 @@ GOOD = {
     COUNTRY: "NL",
     SLUG: "owner-a",
     signing.NONCE_PATTERN: "3f2b9c0e5a7d4e11",
-    STEP_KEY: "42",
     KIND_PATTERN: "chip.shipped",
     ACTOR_PATTERN: "vendor-a",
     epcis.TZ_OFFSET: "+01:00",
