@@ -18,7 +18,7 @@ from .models import ARCHS
 from .recorder import Recorder
 from .verifier import Budget, verify
 
-EXIT = {"verified": 0, "rejected": 1, "malformed": 2}
+EXIT = {"verified": 0, "rejected": 1, "malformed": 2, "error": 3}
 
 
 def main(argv: list[str] | None = None) -> int:
