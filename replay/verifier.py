@@ -40,6 +40,7 @@ from .bisect import dispute
 from .engine import Budget, BudgetExhausted, Mismatch, Replayer
 from .fenv import float_environment_problem
 from .firmware import parse_record, verify_log
+from .screen import screen_or_reason
 from .train import initial_state
 from .trajectory import trajectory_checks
 from .transcript import CommitmentMismatch, MalformedTranscript, Transcript
@@ -212,7 +213,14 @@ def verify(
 ) -> Verdict:
     """Verify a transcript directory against claims (a dict or a path to claims.json). See the module docstring."""
     budget, rules = budget or Budget(), {**DEFAULT_RULES, **(rules or {})}
-    report = {"checks": {}, "claims": [], "segments": [], "threads": torch.get_num_threads(), "device": str(device)}
+    report = {
+        "checks": {},
+        "claims": [],
+        "segments": [],
+        "screen": None,
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+    }
     reasons: list[str] = []
     started = time.monotonic()
     problem = float_environment_problem()
@@ -242,6 +250,11 @@ def verify(
         replayer = Replayer(tr, budget, device, started)
         try:
             reasons += _whole_transcript_checks(tr, report, tick)
+            report["checks"]["screen"], why = screen_or_reason(tr, tick)  # reported, not a reason: see screen.py
+            report["screen"] = report["checks"]["screen"] and {
+                k: report["checks"]["screen"][k] for k in ("checked", "flagged")
+            }
+            reasons += why
             reasons += _replay_claims(tr, replayer, claim_list, report)
             reasons += _replay_segments(tr, replayer, budget, nonce, report, store)
         except BudgetExhausted as e:
