@@ -13,6 +13,9 @@ whole transcript with only that checkpoint replaced:
   * interpolated: the midpoint of its two honest neighbours plus Gaussian noise of 1% of their
     distance per coordinate.
 Detection rate = forged checkpoints flagged / forged checkpoints. Prints a markdown table.
+
+Row "mlp-memorize": the MLP on a pool of 4,096 random inputs with random labels (Recorder's
+`batches`), where everything learnable is memorisation: the case the screen's signature is made for.
 """
 
 from __future__ import annotations
@@ -36,6 +39,23 @@ from replay.train import State, initial_state, train_step  # noqa: E402
 from replay.transcript import Transcript  # noqa: E402
 
 
+class Memorize:
+    """Batches from a fixed pool of random inputs with uniformly random labels (pure memorisation)."""
+
+    def __init__(self, cfg: dict, batch: int, seed: int):
+        gen = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(4096, cfg["sizes"][0], generator=gen)
+        self.y = torch.randint(0, cfg["sizes"][-1], (4096,), generator=gen)
+        self.batch, self.seed = batch, seed
+
+    def __call__(self, t: int) -> dict:
+        idx = torch.randint(0, 4096, (self.batch,), generator=torch.Generator().manual_seed(self.seed * 100_003 + t))
+        return {"x": self.x[idx].contiguous(), "y": self.y[idx].contiguous()}
+
+
+ROWS = {"mlp": "mlp", "cnn": "cnn", "gpt": "gpt", "mlp-memorize": "mlp"}
+
+
 class Forged:
     """A transcript with one checkpoint's parameters replaced (in memory: the screen reads only these)."""
 
@@ -50,10 +70,17 @@ class Forged:
         return State(step, self.params, state.buffers) if step == self.step else state
 
 
-def trained_elsewhere(arch: str, steps: int, seed: int) -> dict:
+def batches_for(row: str, seed: int):
+    arch = ROWS[row]
+    cfg, b = models.DEFAULTS[arch], DEFAULT_BATCH[arch]
+    return Memorize(cfg, b, seed) if row == "mlp-memorize" else Batches(arch, cfg, b, seed)
+
+
+def trained_elsewhere(row: str, steps: int, seed: int) -> dict:
     """Parameters after `steps` float32 steps on another data seed, from the same initialisation."""
+    arch = ROWS[row]
     cfg, opt = models.DEFAULTS[arch], DEFAULT_OPTIMIZER[arch]
-    model, batches = models.build(arch, cfg), Batches(arch, cfg, DEFAULT_BATCH[arch], 10_000 + seed)
+    model, batches = models.build(arch, cfg), batches_for(row, 10_000 + seed)
     state = initial_state(models.init_params(arch, cfg, seed), opt)
     for t in range(steps):
         state, _ = train_step(model, state, batches(t), opt, "float32")
@@ -74,7 +101,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--interval", type=int, default=4)
-    p.add_argument("--arch", nargs="*", default=["mlp", "cnn", "gpt"])
+    p.add_argument("--arch", nargs="*", default=list(ROWS), choices=list(ROWS))
     args = p.parse_args()
     torch.set_num_threads(1)
     print(f"Z_FLAG = {Z_FLAG}; {args.seeds} seeds x {args.steps} steps, checkpoint every {args.interval}\n")
@@ -89,7 +116,14 @@ def main() -> None:
         started = time.perf_counter()
         for seed in range(args.seeds):
             with tempfile.TemporaryDirectory() as d:
-                Recorder(Path(d) / "t", arch, steps=args.steps, seed=seed, checkpoint_interval=args.interval).run()
+                Recorder(
+                    Path(d) / "t",
+                    ROWS[arch],
+                    steps=args.steps,
+                    seed=seed,
+                    checkpoint_interval=args.interval,
+                    batches=batches_for(arch, seed),
+                ).run()
                 tr = Transcript(Path(d) / "t")
                 r = screen(tr)
                 checked, alarms = checked + r["checked"], alarms + len(r["flagged"])
