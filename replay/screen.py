@@ -67,6 +67,8 @@ def welch_z(d: torch.Tensor, e: torch.Tensor) -> float:
     var = (float(d.var()) if d.numel() > 1 else 0.0) / d.numel() + (
         float(e.var()) if e.numel() > 1 else 0.0
     ) / e.numel()
+    if math.isnan(diff) or math.isnan(var):
+        return math.nan  # non-finite losses: flagged
     if var > 0:
         return diff / math.sqrt(var)
     return math.copysign(math.inf, diff) if diff else 0.0

@@ -84,6 +84,9 @@ def trajectory_checks(tr, report: dict, tick) -> list[str]:
         except CommitmentMismatch as e:
             reasons.append(str(e))
             break
+        if not np.isfinite(flat).all():  # no honest run gets here: its losses would not be finite
+            reasons.append(f"the checkpoint at step {c} holds non-finite parameters")
+            break
         flats = [*flats[-2:], flat]
         if len(flats) < 2:
             continue

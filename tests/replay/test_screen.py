@@ -39,6 +39,7 @@ def test_welch_z_signs_and_degenerate_samples():
     assert welch_z(d, e) > Z_FLAG and welch_z(e, d) < -Z_FLAG
     assert welch_z(torch.ones(3), torch.zeros(3)) == math.inf
     assert welch_z(torch.ones(3), torch.ones(3)) == 0.0
+    assert math.isnan(welch_z(torch.tensor([math.nan, 1.0]), torch.zeros(2)))  # NaN flags (not z >= Z_FLAG)
 
 
 def test_screen_flags_a_checkpoint_that_did_not_learn_its_batches(transcripts):

@@ -110,3 +110,13 @@ def test_whole_transcript_checks_memory_does_not_grow_with_checkpoints():
     would add 300 MiB. Streaming holds three float32 copies whatever the count."""
     few, many = peak_growth_kib(4), peak_growth_kib(64)
     assert many - few < 40 * 1024, (few, many)
+
+
+def test_non_finite_checkpoint_is_a_reason_not_a_crash(transcripts, tmp_path):
+    from .helpers import copy, edit_checkpoint
+
+    d = copy(transcripts["mlp", "det64"], tmp_path / "t")
+    edit_checkpoint(d, 8, lambda t: t["param:layers.0.bias"].fill_(float("nan")))
+    v = verdict(d, segments=0)
+    assert v.verdict == "rejected"
+    assert "the checkpoint at step 8 holds non-finite parameters" in v.reasons, v.reasons
