@@ -12,13 +12,22 @@ Per architecture (the CLI's default configs and batch sizes):
     hash the shard) / the prover's time for the same steps (deterministic steps, recording and
     encoding the logs), both on this machine and thread count, timed alternately, the minimum of
     each, median over the segments (goal <= 1.2).
-Prints a markdown table.
+Prints a markdown table; then a second one (issue 10), per architecture plus a 17M-parameter MLP:
+  * verifier peak memory for one claim (a whole `verify`: manifest, whole-run checks, screen, the
+    claim's replay and 2 random segments) / the prover's peak for the same steps (load the segment's
+    checkpoint and batches, train them deterministically, recording and encoding the logs); each in
+    its own process, resident peak (ru_maxrss) above the same process's peak right after imports
+    (goal <= 1.5);
+  * the screen's time per checked checkpoint (reading checkpoints and segments included) / one
+    deterministic training step of the prover (median of the recording's steps) (goal <= 0.5).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +42,7 @@ from replay import hashing, models, ops  # noqa: E402
 from replay.data import Batches  # noqa: E402
 from replay.determinism import Rounder, encode_log  # noqa: E402
 from replay.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER, Recorder  # noqa: E402
+from replay.screen import screen  # noqa: E402
 from replay.train import initial_state, train_step  # noqa: E402
 from replay.transcript import Transcript, checkpoint_path  # noqa: E402
 from replay.verifier import Budget, Replayer  # noqa: E402
@@ -121,6 +131,98 @@ def log_and_verify(arch: str, cfg: dict, batch_size: int, steps: int, out: Path,
     }
 
 
+# issue 10: memory and screen rows (config, batch); the MLP is near the 20M-parameter cap
+MEMORY_ROWS = {
+    "mlp": ("mlp", None, None),
+    "cnn": ("cnn", None, None),
+    "gpt": ("gpt", None, None),
+    "gpt-256": ROWS["gpt-256"],
+    "mlp-17m": ("mlp", {"sizes": [512, 3072, 3072, 2048, 10]}, 64),
+}
+
+PEAK = """
+import json, resource, sys
+sys.path.insert(0, sys.argv[1])
+import torch
+torch.set_num_threads(int(sys.argv[4]))
+from replay import models, verify, Budget
+from replay.determinism import Rounder, encode_log
+from replay.train import train_step
+from replay.transcript import Transcript
+import os
+rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+base = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")  # resident now
+d, start = sys.argv[2], int(sys.argv[3])
+if sys.argv[5] == "prover":
+    tr = Transcript(d)
+    model, state = models.build(tr.arch, tr.config), tr.checkpoint(start)
+    for _, batch, _ in tr.segment(start):
+        rounder = Rounder("record")
+        state, _ = train_step(model, state, batch, tr.manifest["optimizer"], "det64", rounder)
+        encode_log(rounder.entries)
+    ok = True
+else:
+    v = verify(d, json.loads(sys.argv[6]), Budget(max_seconds=1e9, segments=2), nonce=bytes(16))
+    ok = v.verdict == "verified"
+print(json.dumps({"base": base, "peak": rss(), "ok": ok}))
+"""
+
+
+def peak_bytes(d: Path, start: int, threads: int, who: str, claims: dict | None = None) -> dict:
+    args = [sys.executable, "-c", PEAK, str(ROOT), str(d), str(start), str(threads), who, json.dumps(claims)]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-2000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def memory_and_screen(arch: str, cfg: dict, batch_size: int, steps: int, out: Path, threads: int) -> dict:
+    rec = Recorder(out, arch, steps=steps, checkpoint_interval=10, config=cfg, batch=batch_size)
+    rec.run()
+    tr = Transcript(out)
+    start, end = tr.checkpoints[-2], tr.checkpoints[-1]  # one claim: shard 0 at the last checkpoint
+    h = hashing.shard_hashes(tr.checkpoint(end).params, tr.layout)[0]
+    claim = {"serial": tr.layout[0]["serial"], "counter": 0, "shard": 0, "hash": h, "step": end}
+    verifier = peak_bytes(out, start, threads, "verifier", {"manifest": tr.hash, "claims": [claim]})
+    prover = peak_bytes(out, start, threads, "prover")
+    if not verifier["ok"]:
+        raise RuntimeError("the honest transcript did not verify")
+    started = time.perf_counter()
+    r = screen(tr)
+    per_checkpoint = (time.perf_counter() - started) / max(r["checked"], 1)
+    return {
+        "verifier_mib": (verifier["peak"] - verifier["base"]) / 2**20,
+        "prover_mib": (prover["peak"] - prover["base"]) / 2**20,
+        "verifier_total": verifier["peak"] / 2**20,
+        "prover_total": prover["peak"] / 2**20,
+        "screen_s": per_checkpoint,
+        "step_s": statistics.median(rec.step_seconds),
+        "checked": r["checked"],
+    }
+
+
+def memory_table(rows: list[str], threads: int) -> None:
+    print(
+        "\n| arch | params | verifier peak MiB (total) | prover peak MiB (total) | verifier/prover (goal <= 1.5) "
+        "| screen per checkpoint | det64 step | screen/step (goal <= 0.5) |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        arch, cfg, batch_size = MEMORY_ROWS[row]
+        cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
+        with tempfile.TemporaryDirectory() as d:
+            r = memory_and_screen(arch, cfg, batch_size, 20, Path(d) / arch, threads)
+        n = sum(p.numel() for p in models.init_params(arch, cfg, 0).values())
+        # below ~8 MiB of work the peak is the interpreter's own (imports): no meaningful ratio
+        ratio = f"{r['verifier_mib'] / r['prover_mib']:.2f}" if r["prover_mib"] > 8 else "n/a (tiny)"
+        print(
+            f"| {row} | {n:,} | {r['verifier_mib']:.0f} ({r['verifier_total']:.0f}) | {r['prover_mib']:.0f} "
+            f"({r['prover_total']:.0f}) | {ratio} | {r['screen_s'] * 1e3:.1f} ms "
+            f"| {r['step_s'] * 1e3:.1f} ms | {r['screen_s'] / r['step_s']:.2f} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=1)
@@ -129,12 +231,17 @@ def main() -> None:
     )
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--arch", nargs="*", default=list(ROWS), choices=list(ROWS))
+    p.add_argument("--memory", nargs="*", default=list(MEMORY_ROWS), choices=list(MEMORY_ROWS))
+    p.add_argument("--memory-only", action="store_true", help="only the memory and screen table (issue 10)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU capability "
         f"{torch.backends.cpu.get_cpu_capability()}\n"
     )
+    if args.memory_only:
+        memory_table(args.memory, args.threads)
+        return
     print(
         "| arch | params | det64 step | float32 step | det/plain (goal <= 2.0) | float64 step | float64/plain "
         "| log B/step (max) | checkpoint B | log/checkpoint (goal <= 1%) | verify/prover (goal <= 1.2) |"
@@ -164,6 +271,7 @@ def main() -> None:
             f"{r['verify_ratio']:.2f} |",
             flush=True,
         )
+    memory_table(args.memory, args.threads)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ WIDE = 8.0  # prover writes all 32 bits when v +- WIDE * err holds more than two
 SLOTS = 16  # rounding points per op (key = op_id * SLOTS + slot)
 LOG_VERSION = 1
 REL_WINDOW = 2.0**-24  # a logged entry's window (DECODE * err) relative to the point's max |value|
-MAX_LOG_ENTRIES = 1 << 22
+MAX_LOG_ENTRIES = 1 << 20  # per step; honest: ~6,000 at 0.3M parameters (see docs/replay-limits.md)
 
 
 class LogMismatch(Exception):
@@ -276,6 +276,25 @@ def _gather(t: torch.Tensor, idx: torch.Tensor, shape) -> torch.Tensor:
     return t.expand(shape)[unravel(idx, shape)]
 
 
+CHUNK_TERMS = 1 << 22  # float64 elements a bound's exact refinement may gather at once (32 MiB)
+
+
+def in_chunks(fn, idx: torch.Tensor, terms: int) -> torch.Tensor:
+    """fn(idx) over slices of idx small enough that slice * terms <= CHUNK_TERMS: the same values,
+    in bounded memory however many entries a log names."""
+    step = max(1, CHUNK_TERMS // max(terms, 1))
+    if idx.numel() <= step:
+        return fn(idx)
+    return torch.cat([fn(idx[i : i + step]) for i in range(0, idx.numel(), step)])
+
+
+def entry_cap(n: int) -> int:
+    """Most log entries one rounding point of n outputs may carry. Honest runs reach a third of a
+    point whose exact value is 0 (an attention key bias's gradient: 257 of 768) and 1,891 of
+    524,288 at a large product (docs/replay-limits.md)."""
+    return 256 + n // 2
+
+
 def full_bound(err, shape) -> Bound:
     """A bound given as a tensor broadcastable to the output's shape, or a zero-argument callable
     giving one: formed only when needed (always when recording; in a replay only at a point the
@@ -343,13 +362,19 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
         e = norm_a()[(*ba, i)] * norm_b()[(*bb, j)] * g
         return e + bias_at(i, j) if babs is not None else e
 
-    def at(idx):
+    def at(idx):  # a few at a time: one entry's terms are k products (a crafted log names many entries)
+        return in_chunks(exact, idx, k)
+
+    def exact(idx):
         ba, bb, i, j = coords(idx)
         e = None
         if a.dim() == b.dim() == 2 and idx.numel() > 64:  # many: perhaps their rows x columns as one small matmul
             rows_i, inv_i = torch.unique(i, return_inverse=True)
             cols_j, inv_j = torch.unique(j, return_inverse=True)
-            if rows_i.numel() * cols_j.numel() <= 8 * idx.numel() + 4096:
+            if (
+                rows_i.numel() * cols_j.numel() <= 8 * idx.numel() + 4096
+                and (rows_i.numel() + cols_j.numel()) * k <= CHUNK_TERMS
+            ):
                 # |.| terms: exact zeros stay zero; the matmul's own error gamma(K) is absorbed by SAFETY's slack
                 e = (a[rows_i].abs() @ b[:, cols_j].abs())[inv_i, inv_j] * g
         if e is None:
@@ -547,6 +572,11 @@ class Rounder:
         A handful of entries per point: decided on Python floats and ints, whose arithmetic and
         float32 packing are the same IEEE operations as torch's (one gather, one scatter, the bound)."""
         idx_list, codes = self.entries.pop(key)
+        if len(idx_list) > entry_cap(r.numel()):
+            raise LogMismatch(
+                f"rounding point {self.name(key)}: {len(idx_list)} log entries, more than the "
+                f"{entry_cap(r.numel())} allowed for its {r.numel()} outputs"
+            )
         if idx_list[-1] >= r.numel() or bound.max == 0:
             if self.lenient:
                 return r

@@ -20,7 +20,21 @@ import torch
 import torch.nn.functional as F
 
 from . import native
-from .determinism import EXP_ERR, SAFETY, SLOTS, WIDE, Bound, U, active, dot_bound, full_bound, gamma, norms, unravel
+from .determinism import (
+    EXP_ERR,
+    SAFETY,
+    SLOTS,
+    WIDE,
+    Bound,
+    U,
+    active,
+    dot_bound,
+    full_bound,
+    gamma,
+    in_chunks,
+    norms,
+    unravel,
+)
 
 
 def _mean_bound(t: torch.Tensor, n: int):
@@ -271,9 +285,12 @@ def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor) -> Bound:
         (o, k), (ng, nc) = unravel(idx, shape), parts()
         return ng[o] * nc[k] * gm
 
-    def at(idx):
+    def exact(idx):
         o, k = unravel(idx, shape)
         return (g[:, o, :].abs() * cols[:, k, :].abs()).sum((0, 2)) * gm
+
+    def at(idx):
+        return in_chunks(exact, idx, g.shape[0] * g.shape[2])
 
     def coarse():
         ng, nc = parts()

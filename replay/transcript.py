@@ -31,7 +31,6 @@ import hashlib
 import json
 import math
 import os
-import stat
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +38,7 @@ import safetensors.torch
 import torch
 from safetensors.torch import load as load_safetensors_bytes
 
-from . import dataset, models
+from . import dataset, limits, models, safeio
 from .train import OPTIMIZERS, State
 
 FORMAT = "chipledger-replay/1"
@@ -131,20 +130,31 @@ def write_manifest(root: Path, manifest: dict) -> str:
 # --------------------------------------------------------------------------- reading (the verifier)
 
 
-def read_file(path: Path, max_bytes: int) -> bytes:
-    """A regular file's bytes, refusing anything larger than max_bytes before reading it."""
+def read_file(path: Path, max_bytes: int, root: Path | None = None) -> bytes:
+    """A regular file's bytes, refusing anything larger than max_bytes before reading it.
+
+    With `root`, path must lie inside it and no component below root may be a symbolic link or
+    anything but a directory / regular file (safeio.open_inside): a link out of the transcript could
+    make the verifier hash a host file, and its verdict an oracle on that file. Reasons name only
+    the path inside the transcript.
+    """
+    path = Path(path)
+    root = Path(root) if root is not None else path.parent
     try:
-        st = os.stat(path)
-    except OSError:
-        raise MalformedTranscript(f"{path.name}: missing") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise MalformedTranscript(f"{path.name}: not a regular file")
-    if st.st_size > max_bytes:
-        raise MalformedTranscript(f"{path.name}: {st.st_size} bytes, more than the {max_bytes} allowed")
-    with open(path, "rb") as f:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        raise MalformedTranscript(f"{path.name}: outside the transcript") from None
+    try:
+        fd = safeio.open_inside(root, rel)
+    except safeio.Refused as e:
+        raise MalformedTranscript(str(e)) from None
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > max_bytes:
+            raise MalformedTranscript(f"{rel}: {size} bytes, more than the {max_bytes} allowed")
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise MalformedTranscript(f"{path.name}: larger than {max_bytes} bytes")
+        raise MalformedTranscript(f"{rel}: larger than {max_bytes} bytes")
     return data
 
 
@@ -342,6 +352,9 @@ def validate_manifest(m) -> dict:
     for k in ("x", "y"):
         if [b[k]["dtype"], b[k]["shape"]] != [spec[k][0], spec[k][1]]:
             raise MalformedTranscript(f"batch.{k} must be {spec[k][0]} of shape {spec[k][1]} for this architecture")
+    too_big = limits.step_limits(m["arch"], m["config"], spec)
+    if too_big:
+        raise MalformedTranscript(too_big)
 
     n_params = sum(math.prod(s) for s in shapes.values())
     shards = m["shards"]
@@ -381,7 +394,7 @@ class Transcript:
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        data = read_file(self.root / "manifest.json", MAX_MANIFEST_BYTES)
+        data = read_file(self.root / "manifest.json", MAX_MANIFEST_BYTES, self.root)
         try:
             m = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as e:
@@ -406,7 +419,7 @@ class Transcript:
         return min(c for c in self.checkpoints if c > step)
 
     def _committed(self, path: Path, want: str, max_bytes: int) -> bytes:
-        data = read_file(path, max_bytes)
+        data = read_file(path, max_bytes, self.root)
         if sha256(data) != want:
             raise CommitmentMismatch(f"{path.parent.name}/{path.name} does not match the manifest's commitment")
         return data

@@ -87,3 +87,30 @@ def edit_checkpoint(d: Path, step: int, fn, *, recommit: bool = True) -> None:
 
 def claims(d: Path) -> dict:
     return json.loads((d / "claims.json").read_text())
+
+
+class ManyCheckpoints:
+    """A stand-in transcript with n checkpoints of a wide MLP, made up on the fly (nothing on disk): for
+    measuring what the whole-transcript checks hold in memory as the number of checkpoints grows."""
+
+    def __init__(self, n: int, sizes=(64, 2048, 256, 4)):
+        from replay import models
+        from replay.train import initial_state
+
+        self.arch, self.config, self.steps = "mlp", {"sizes": list(sizes)}, n
+        sgd = {"kind": "sgd", "lr": {"kind": "constant", "lr": 0.01}, "momentum": 0.0, "weight_decay": 0.0}
+        self.manifest = {"seed": 0, "optimizer": sgd, "records": [{"loss": 2.0 - t / n} for t in range(n)]}
+        self.checkpoints = list(range(n + 1))
+        self.init = initial_state(models.init_params(self.arch, self.config, 0), sgd)
+
+    def segment(self, start: int) -> list:
+        return []
+
+    def checkpoint(self, step: int):
+        from replay.train import State
+
+        if step == 0:
+            return self.init
+        gen = torch.Generator().manual_seed(step)
+        params = {k: v + torch.randn(v.shape, generator=gen) * 1e-3 for k, v in self.init.params.items()}
+        return State(step, params, {"momentum": {k: torch.zeros_like(v) for k, v in params.items()}})

@@ -1,0 +1,66 @@
+"""Open a file inside a directory without following links out of it.
+
+    fd = open_inside(root, "checkpoints/00000010.safetensors")
+
+Walks the path one component at a time from a descriptor of `root` (openat with O_NOFOLLOW), so no
+component below root can be a symbolic link, and a link swapped in between a check and the open
+is refused too (no check-then-use race). The file itself must be a regular file (a FIFO would
+block, a device would never end); it is opened with O_NONBLOCK so that a FIFO is refused, not
+waited on. Root itself is the verifier's choice and may be a link. Reasons name only the path
+inside root: never the target of a link or anything read from outside.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+class Refused(Exception):
+    """The path does not name a regular file inside root; the message names only the relative path."""
+
+
+def _why(dfd: int, part: str, rel: str, err: OSError) -> Refused:
+    try:
+        st = os.lstat(part, dir_fd=dfd)
+    except OSError:
+        return Refused(f"{rel}: missing")
+    if stat.S_ISLNK(st.st_mode):
+        return Refused(f"{rel}: a symbolic link (transcript files must be regular files inside the transcript)")
+    if err.errno in (errno.ENOTDIR, errno.ELOOP):
+        return Refused(f"{rel}: not a regular file inside the transcript")
+    return Refused(f"{rel}: not readable ({errno.errorcode.get(err.errno, 'error')})")
+
+
+def open_inside(root: Path, rel: str) -> int:
+    """A read-only descriptor of the regular file root/rel; raises Refused."""
+    parts = rel.split("/")
+    if not rel or any(p in ("", ".", "..") for p in parts):
+        raise Refused(f"{rel}: not a plain path inside the transcript")
+    try:
+        dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | CLOEXEC)
+    except OSError:
+        raise Refused("the transcript directory is missing or not a directory") from None
+    try:
+        for part in parts[:-1]:
+            try:
+                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | CLOEXEC, dir_fd=dfd)
+            except OSError as e:
+                raise _why(dfd, part, rel, e) from None
+            os.close(dfd)
+            dfd = nfd
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK | CLOEXEC, dir_fd=dfd)
+        except OSError as e:
+            raise _why(dfd, parts[-1], rel, e) from None
+    finally:
+        os.close(dfd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Refused(f"{rel}: not a regular file")
+    return fd

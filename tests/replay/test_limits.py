@@ -1,0 +1,208 @@
+"""Hostile transcripts cannot hurt the worker: step cost bounded before running, rounding logs capped
+and their bounds computed in bounded memory, no link followed out of the transcript, and no
+verification on a CPU that flushes subnormals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay import Budget, limits, verify
+from replay.__main__ import main
+from replay.determinism import decode_log, encode_log, entry_cap, in_chunks
+from replay.transcript import MalformedTranscript, checkpoint_path, segment_path, validate_manifest
+
+from .helpers import copy, edit_segment, manifest, save_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def mlp(transcripts, tmp_path):
+    return copy(transcripts["mlp", "det64"], tmp_path / "t")
+
+
+def run(d: Path, segments: int = 100):
+    return verify(d, d / "claims.json", Budget(segments=segments))
+
+
+# --------------------------------------------------------------------------- step cost, before running
+
+
+def test_allow_listed_gpt_with_huge_activations_is_malformed_naming_the_field(transcripts):
+    """block 1024, batch 4096: every config bound holds, one step needs ~10^11 attention scores."""
+    m = manifest(transcripts["gpt", "det64"])
+    m["config"]["block"] = 1024
+    m["batch"] = {"x": {"dtype": "int64", "shape": [4096, 1024]}, "y": {"dtype": "int64", "shape": [4096, 1024]}}
+    with pytest.raises(MalformedTranscript) as e:
+        validate_manifest(m)
+    assert "batch.x.shape [4096, 1024]" in e.value.reason and "GiB of activations" in e.value.reason
+
+
+def test_huge_activations_are_refused_by_verify_before_anything_runs(transcripts, tmp_path):
+    d = copy(transcripts["gpt", "det64"], tmp_path / "g")
+    m = manifest(d)
+    m["config"]["block"] = 1024
+    m["batch"] = {"x": {"dtype": "int64", "shape": [4096, 1024]}, "y": {"dtype": "int64", "shape": [4096, 1024]}}
+    save_manifest(d, m)
+    v = run(d)
+    assert v.verdict == "malformed" and "batch.x.shape" in v.reasons[0], v.reasons
+
+
+def test_flops_per_step_above_the_limit_are_refused(transcripts, monkeypatch):
+    m = manifest(transcripts["mlp", "det64"])
+    monkeypatch.setattr(limits, "MAX_STEP_FLOPS", 1e5)
+    with pytest.raises(MalformedTranscript) as e:
+        validate_manifest(m)
+    assert "batch.x.shape" in e.value.reason and "FLOPs per training step" in e.value.reason
+
+
+def test_bundled_examples_are_within_the_limits():
+    from replay import models
+    from replay.recorder import DEFAULT_BATCH
+
+    for arch in ("mlp", "cnn", "gpt"):
+        spec = models.batch_spec(arch, models.DEFAULTS[arch], DEFAULT_BATCH[arch])
+        assert limits.step_limits(arch, models.DEFAULTS[arch], spec) is None
+
+
+# --------------------------------------------------------------------------- rounding logs
+
+
+def test_log_entries_beyond_a_points_cap_are_rejected(mlp):
+    """A prover floods one rounding point with entries: rejected for the count, before any bound is formed."""
+
+    def flood(tensors):
+        entries = decode_log(bytes(tensors["log:5"].numpy()))
+        key = min(entries) if entries else 0
+        entries[key] = (list(range(2000)), [False] * 2000)
+        tensors["log:5"] = torch.frombuffer(bytearray(encode_log(entries)), dtype=torch.uint8)
+
+    edit_segment(mlp, 4, flood, recommit="file")
+    v = run(mlp)
+    assert v.verdict == "rejected"
+    assert any("log entries, more than the" in r and "allowed" in r for r in v.reasons), v.reasons
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(0, 5000), terms=st.integers(1, 1 << 23), chunk=st.sampled_from([1, 7, 1024, 1 << 22]))
+def test_bounds_in_chunks_are_the_same_values(n, terms, chunk):
+    import replay.determinism as det
+
+    before = det.CHUNK_TERMS
+    det.CHUNK_TERMS = chunk
+    try:
+        idx = torch.arange(n)
+        seen = []
+
+        def fn(i):
+            seen.append(i.numel())
+            return i.double() * 2
+
+        out = in_chunks(fn, idx, terms)
+        assert torch.equal(out, idx.double() * 2)
+        assert max(seen) <= max(1, chunk // terms)
+    finally:
+        det.CHUNK_TERMS = before
+
+
+def test_entry_cap_covers_the_honest_maximum():
+    """Measured on honest runs (docs/replay-limits.md): 65 entries at a point of 192 outputs, 257 of
+    768 (a third: the key bias's gradient, exactly 0 in exact arithmetic), 1,891 of 524,288."""
+    assert entry_cap(192) >= 65 and entry_cap(768) >= 257 and entry_cap(524288) >= 1891
+    assert all(entry_cap(3 * c) >= c for c in range(1, 1025))
+    assert entry_cap(1 << 20) < 1 << 20
+
+
+BOUND_MEMORY = """
+import json, resource, sys, torch
+sys.path.insert(0, sys.argv[1])
+from replay.determinism import dot_bound
+torch.manual_seed(0)
+a, b = torch.randn(4096, 1024, dtype=torch.float64), torch.randn(1024, 4096, dtype=torch.float64)
+idx = torch.randperm(4096 * 4096)[:40000]
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+e = dot_bound(a, b).at(idx)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+i, j = idx // 4096, idx % 4096
+ref = (a[i[:50]].abs() * b[:, j[:50]].T.abs()).sum(-1)
+print(json.dumps({"growth_mib": (peak - base) / 1024, "close": bool(torch.allclose(e[:50], ref * e[0] / ref[0]))}))
+"""
+
+
+def test_exact_bounds_of_many_log_entries_stay_in_bounded_memory():
+    """40,000 scattered entries at a K = 1024 product: gathering their rows at once takes ~1 GiB."""
+    proc = subprocess.run(
+        [sys.executable, "-c", BOUND_MEMORY, str(ROOT)], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["close"] and out["growth_mib"] < 256, out
+
+
+# --------------------------------------------------------------------------- links out of the transcript
+
+
+def test_symlinked_checkpoint_with_its_hash_committed_is_refused_naming_only_the_path(mlp, tmp_path):
+    """The oracle: a link to a host file whose hash the prover committed. Refused outright, whatever it holds."""
+    host = tmp_path / "host-secret.bin"
+    path = checkpoint_path(mlp, 4)
+    host.write_bytes(path.read_bytes())  # the committed hash matches the host file
+    path.unlink()
+    path.symlink_to(host)
+    v = run(mlp)
+    assert v.verdict == "malformed", v.reasons
+    assert v.reasons == [
+        "checkpoints/00000004.safetensors: a symbolic link (transcript files must be regular files inside the transcript)"
+    ]
+    assert "host-secret" not in json.dumps(v.to_json())
+
+
+def test_symlinked_directory_is_refused(mlp, tmp_path):
+    outside = tmp_path / "elsewhere"
+    (mlp / "segments").rename(outside)
+    (mlp / "segments").symlink_to(outside)
+    v = run(mlp)
+    assert v.verdict == "malformed" and v.reasons[0].startswith("segments/00000000.safetensors: a symbolic link")
+    assert "elsewhere" not in json.dumps(v.to_json())
+
+
+def test_symlinked_manifest_is_refused(mlp, tmp_path):
+    outside = tmp_path / "m.json"
+    (mlp / "manifest.json").rename(outside)
+    (mlp / "manifest.json").symlink_to(outside)
+    v = run(mlp)
+    assert v.verdict == "malformed" and v.reasons[0].startswith("manifest.json: a symbolic link")
+
+
+def test_fifo_in_place_of_a_segment_is_refused_without_blocking(mlp):
+    path = segment_path(mlp, 4)
+    path.unlink()
+    os.mkfifo(path)
+    v = run(mlp)
+    assert v.verdict == "malformed" and v.reasons[0] == "segments/00000004.safetensors: not a regular file"
+
+
+# --------------------------------------------------------------------------- flush-to-zero
+
+
+def test_flush_to_zero_gives_verdict_error_and_exit_3(mlp, capsys):
+    torch.set_flush_denormal(True)
+    try:
+        if not torch.set_flush_denormal(True):
+            pytest.skip("this CPU has no flush-to-zero mode")
+        v = run(mlp)
+        code = main(["verify", str(mlp), "--claims", str(mlp / "claims.json"), "--json", "--nonce", "00" * 16])
+    finally:
+        torch.set_flush_denormal(False)
+    assert v.verdict == "error" and "denormals-are-zero" in v.reasons[0], v.reasons
+    assert code == 3 and json.loads(capsys.readouterr().out)["verdict"] == "error"
+    assert run(mlp).verdict == "verified"
