@@ -37,7 +37,8 @@ VERSION = 1
 DERIVED = {Entry, TreeNode}  # rebuilt from the leaves on import
 # Rows that belong to the framework or to a session, not to the regulator's world.
 SKIPPED_APPS = {"contenttypes", "sessions", "admin", "messages", "staticfiles"}
-SKIPPED_MODELS = {"auth.permission"}  # created by migrate; referenced by natural key
+# Created by migrate (permissions; the admin roles of registry.services.roles); users name them by natural key.
+SKIPPED_MODELS = {"auth.permission", "auth.group"}
 BATCH = 5000
 
 

@@ -214,13 +214,14 @@ def _sell(orgs, vendor: str, owner: str, serials: list[str], datacentre: str, ex
 
 def _event(orgs, actor: str, event: str, serials: list[str], **fields) -> None:
     if fields.get("export_licence") and serials:  # the regulator records the licence the export cites
-        _licence(actor, fields["export_licence"], fields["consignee"], serials)
+        licence_record(actor, fields["export_licence"], fields["consignee"], serials)
     for start in range(0, len(serials), services.MAX_CHIPS):
         payload = {"chips": serials[start : start + services.MAX_CHIPS], **fields}
         services.chips_record_event(organisation=orgs[actor], event=event, payload=payload)
 
 
-def _licence(exporter: str, licence_id: str, consignee: str, serials: list[str]) -> None:
+def licence_record(exporter: str, licence_id: str, consignee: str, serials: list[str]) -> None:
+    """As the regulator would before the export that cites it: a licence for exactly these chips, once."""
     if ExportLicence.objects.filter(licence_id=licence_id).exists():
         return
     services.export_licence_grant(

@@ -100,7 +100,9 @@ def _buy(world: World, owner: str, lot: str) -> list[str]:
         for s in serials
     ]
     services.chips_fabricate(organisation=Organisation.objects.get(slug="fab-tw"), chips=items)
-    world.event("fab-tw", "exported", serials, consignee="vendor-a", reference="PO-LABS", export_licence="TW-EL-0009")
+    world.event(
+        "fab-tw", "exported", serials, consignee="vendor-a", reference="PO-LABS", export_licence=f"TW-EL-LABS-{lot}"
+    )
     world.event("vendor-a", "received", serials, facility="wh-vendor-a-nj")
     world.event("fab-tw", "transfer_offered", serials, to_owner="vendor-a")
     world.event("vendor-a", "transfer_accepted", serials)

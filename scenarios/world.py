@@ -25,6 +25,7 @@ from inspections.models import Alert, Campaign, Claim, InspectionTask, Snapshot,
 from inspections.services import bodies, campaigns, inspectors
 from ledger import services as ledger
 from registry import services, signing
+from registry.demo import licence_record
 from registry.models import Organisation
 from registry.services.tokens import api_token_issue
 from replay.chipsim import ChipStore
@@ -83,6 +84,8 @@ class World:
         )
 
     def event(self, actor: str, event: str, serials: list[str], **fields):
+        if fields.get("export_licence"):  # the regulator records the licence an honest export cites
+            licence_record(actor, fields["export_licence"], fields["consignee"], serials)
         return services.chips_record_event(
             organisation=Organisation.objects.get(slug=actor), event=event, payload={"chips": serials, **fields}
         )
@@ -97,7 +100,9 @@ class World:
             for s in serials
         ]
         services.chips_fabricate(organisation=Organisation.objects.get(slug="fab-tw"), chips=items)
-        self.event("fab-tw", "exported", serials, consignee="vendor-us", reference="PO-V", export_licence="TW-EL-1")
+        self.event(
+            "fab-tw", "exported", serials, consignee="vendor-us", reference="PO-V", export_licence=f"TW-EL-{self.lot}"
+        )
         self.event("vendor-us", "received", serials, facility="wa-vendor-us")
         self.event("fab-tw", "transfer_offered", serials, to_owner="vendor-us")
         self.event("vendor-us", "transfer_accepted", serials)

@@ -154,6 +154,7 @@ TABLE = [
     ),
     ("get", "api/schema/", "/api/schema/", None, PUBLIC),
     ("get", "api/docs/", "/api/docs/", None, PUBLIC),
+    ("get", "", "/", None, PUBLIC),  # the landing page: what the system is and where each user goes
 ]
 # The state of owner A's chip: the regulator, the auditor and inspection bodies see every chip (GET as POST).
 SECRET_WORDS = ("installed", "in_stock", "dc-owner-a")
