@@ -312,7 +312,7 @@ def diverted(world: World) -> Outcome:
     out.tell("vendor-us exported 4 chips under a licence for AE to front-ae, a front company in AE")
     # Licensed for AE, two are received at the front's own data centre in CN: the receipt must raise an alert.
     world.event("front-ae", "received", chips[:2], facility="da-front-ae-cn")
-    flagged = [a for a in world.alerts() if a.kind == Alert.Kind.DIVERTED and a.chip and a.chip.serial in chips[:2]]
+    flagged = [a for a in world.alerts(Alert.Kind.DIVERTED, "front-ae") if all(c in a.detail for c in chips[:2])]
     out.tell("front-ae received two of them at its data centre in CN")
     out.expect(
         "a receipt in another country than the licence and consignment name raises a 'diverted' alert",
@@ -356,7 +356,7 @@ def diverted(world: World) -> Outcome:
     in_cn = set(Chip.objects.filter(serial__in=chips, country="CN").values_list("serial", flat=True))
     out.expect(
         "every chip the registry places in CN is under a 'diverted' alert",
-        in_cn <= {a.chip.serial for a in flagged},
+        all(any(serial in a.detail for a in flagged) for serial in in_cn),
         str(dict(Chip.objects.filter(serial__in=chips).values_list("serial", "country"))),
     )
     return out
