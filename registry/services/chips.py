@@ -254,6 +254,16 @@ def _notify(event: str, rows: dict[str, dict], after: dict[str, ChipState], entr
                 by_owner[state.owner].append(serial)
         kind = "diverted"
         say = "received in {country} at {facility}, but consigned to {declared} (seq {seq})"
+    elif event in {"reported_lost", "reported_stolen"}:  # at once, not at the next sweep: one alert per chip
+        for serial in after:
+            chip_notice.send(
+                sender=Chip,
+                kind="lost",
+                prover=after[serial].owner,
+                serials=[serial],
+                detail=f"{serial} was {event.replace('_', ' ')} (seq {entry.seq})",
+            )
+        return
     elif event in {"decommissioned", "destroyed"}:
         for serial, state in after.items():
             by_owner[state.owner].append(serial)
@@ -282,11 +292,14 @@ def _event_payload(event: str, payload: dict) -> dict:
         fail("chips", "a serial appears twice")
     normalised = {"chips": chips}
     fields = EVENT_FIELDS.get(event, {})
-    for name, required in fields.items():
+    missing = {
+        name: f"required for {event}" for name, required in fields.items() if required and payload.get(name) is None
+    }
+    if missing:  # every missing field at once, so a client fixes its request in one go
+        raise ValidationError(missing)
+    for name in fields:
         value = payload.get(name)
         if value is None:
-            if required:
-                fail(name, "required")
             continue
         if not isinstance(value, str) or not value or len(value) > 128:
             fail(name, "a non-empty string of at most 128 characters")
