@@ -195,10 +195,11 @@ def _drawn_entries(draws: list[Draw]):
 def achieved_detection(campaign: Campaign, plans: dict, drawn: list[dict]) -> dict[str, float | None]:
     """prover -> probability that a violating run over the drawn periods was caught by the samples drawn.
 
-    For each period drawn, the run-long detection ``D`` of that period's sample (without replacement, the
-    prover's chips then, as the ledger's ``campaign.drawn`` states them) gives the per-period detection
-    ``d = 1 − (1 − D)^(T_m/T)`` (the exact model's ``D = 1 − P_miss^(T/T_m)``); the periods combine as
-    ``1 − Π(1 − d)``. None: the run is impossible for the prover (or its plan failed) in every period drawn.
+    Each period drawn caught the run with ``d = 1 − P_miss(s)``: the sample of ``s`` chips it drew without
+    replacement from the ``C`` the prover held then (as the ledger's ``campaign.drawn`` states them), ``K`` of
+    which the run uses, each logging in the period with probability ``1 − e^(−f·T_m)``
+    (``sampling.period_detection_probability``). Periods miss independently: ``1 − Π(1 − d)``. None: the run
+    is impossible for the prover (or its plan failed) in every period drawn.
     """
     out = {}
     for slug in sorted({s for sample in drawn for s in sample} | set(plans)):
@@ -208,7 +209,7 @@ def achieved_detection(campaign: Campaign, plans: dict, drawn: list[dict]) -> di
             if not row or not row.get("chips") or row.get("plan_error"):
                 continue
             try:
-                run = sampling.detection_probability(
+                caught = sampling.period_detection_probability(
                     len(row.get("drawn", [])),
                     campaign.rule_flops,
                     row["chips"],
@@ -216,13 +217,12 @@ def achieved_detection(campaign: Campaign, plans: dict, drawn: list[dict]) -> di
                     period_days=campaign.period_days,
                     run_days=campaign.run_days,
                     flops_per_chip_second=plans.get(slug, {}).get("peak") or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND,
-                    exact=True,
                 )
             except sampling.PlanError:
                 continue  # impossible for this prover then: nothing to catch
             any_period = True
-            log_miss += campaign.period_days / campaign.run_days * math.log1p(-run) if run < 1 else -math.inf
-        out[slug] = -math.expm1(log_miss) if any_period else None
+            log_miss += math.log1p(-caught) if caught < 1 else -math.inf
+        out[slug] = 0.0 - math.expm1(log_miss) if any_period else None
     return out
 
 
