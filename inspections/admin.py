@@ -148,7 +148,8 @@ def _preview(params: dict) -> dict:
             if row.get("impossible") is False and "samples_per_period" in row.get(model, {})
         )
         cost[model] = {"per_period": per_period, "per_year": round(per_period * periods_per_year)}
-    return {"plans": plans, "cost": cost, "model": params["model"], "params": params}
+    shown = {**params, "rule_flops": flops(params["rule_flops"]), "provers": ", ".join(params["provers"]) or "-"}
+    return {"plans": plans, "cost": cost, "model": params["model"], "params": params, "shown": shown}
 
 
 @admin.register(Draw)
