@@ -45,11 +45,12 @@ class Figure(models.Model):
 
 
 class Job(models.Model):
-    """Long work started from the admin (draw audit, integrity sweep) run by Celery, with progress and result."""
+    """Long work started from the admin (draw audit, integrity sweep, claim re-verification) run by Celery, with progress and result."""
 
     class Kind(models.TextChoices):
         DRAW_AUDIT = "draw_audit", "draw audit"
         INTEGRITY_SWEEP = "integrity_sweep", "ledger integrity sweep"
+        CLAIM_REVERIFY = "claim_reverify", "claim re-verification"
 
     class State(models.TextChoices):
         QUEUED = "queued"

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from datetime import date, timedelta
+from urllib.parse import urlsplit, urlunsplit
 
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from inspections.models import Alert, Claim, Draw, InspectionTask
+from inspections import sampling
+from inspections import selectors as inspections
+from inspections.models import Alert, Campaign, Claim, Draw, Finding, InspectionTask, Snapshot
 from ledger import selectors as ledger
 from registry.models import Chip, ChipEvent, Facility, Organisation
 
@@ -144,3 +148,130 @@ def draw_detail(draw: Draw) -> dict:
         "provers": payload.get("provers", {}),
         "jobs": Job.objects.filter(kind=Job.Kind.DRAW_AUDIT, params__draw=draw.pk)[:5],
     }
+
+
+# --- campaign, task and claim pages ---------------------------------------------------------------
+
+
+def campaign_detail(campaign: Campaign) -> dict:
+    """Plan per prover (the stored figure when it has this campaign, else computed now), chips covered, tasks
+    by state, the detection probability its draws achieved so far, and its draws."""
+    stored = Figure.objects.filter(name="open_campaigns").first()
+    found = next((c for c in (stored.data if stored else []) if c["pk"] == campaign.pk), None)
+    if found is not None:
+        plans, plans_at = found["provers"], stored.computed_at
+    else:
+        peaks = {prover.slug: peak for prover, _, peak in inspections.campaign_targets(campaign)}
+        plans = {slug: {**row, "peak": peaks[slug]} for slug, row in inspections.campaign_plan(campaign).items()}
+        plans_at = timezone.now()
+    draws = list(campaign.draws.order_by("period"))
+    tasks = InspectionTask.objects.filter(draw__campaign=campaign)
+    today = timezone.now().date()
+    late = Q(status=InspectionTask.Status.OVERDUE) | Q(status__in=["assigned", "accepted"], due_on__lt=today)
+    counts = tasks.aggregate(
+        total=Count("id"),
+        done=Count("id", filter=Q(status=InspectionTask.Status.DONE)),
+        overdue=Count("id", filter=late),
+        chips=Count("chip", distinct=True),
+    )
+    counts["open"] = counts["total"] - counts["done"] - counts["overdue"]
+    samples = {draw.drawn_seq: entry["payload"].get("provers", {}) for draw, entry in _drawn_entries(draws)}
+    achieved = achieved_detection(campaign, plans, [samples.get(draw.drawn_seq, {}) for draw in draws])
+    per_draw = dict(tasks.values_list("draw").annotate(n=Count("id")).order_by())
+    return {
+        "plans": plans,
+        "plans_at": plans_at,
+        "tasks": counts,
+        "achieved": achieved,
+        "draws": [{"draw": draw, "tasks": per_draw.get(draw.pk, 0)} for draw in draws],
+    }
+
+
+def _drawn_entries(draws: list[Draw]):
+    by_seq = {entry["seq"]: entry for entry in ledger.entries_at([draw.drawn_seq for draw in draws])}
+    return [(draw, by_seq[draw.drawn_seq]) for draw in draws if draw.drawn_seq in by_seq]
+
+
+def achieved_detection(campaign: Campaign, plans: dict, drawn: list[dict]) -> dict[str, float | None]:
+    """prover -> probability that a violating run over the drawn periods was caught by the samples drawn.
+
+    Each period drawn caught the run with ``d = 1 − P_miss(s)``: the sample of ``s`` chips it drew without
+    replacement from the ``C`` the prover held then (as the ledger's ``campaign.drawn`` states them), ``K`` of
+    which the run uses, each logging in the period with probability ``1 − e^(−f·T_m)``
+    (``sampling.period_detection_probability``). Periods miss independently: ``1 − Π(1 − d)``. None: the run
+    is impossible for the prover (or its plan failed) in every period drawn.
+    """
+    out = {}
+    for slug in sorted({s for sample in drawn for s in sample} | set(plans)):
+        log_miss, any_period = 0.0, False
+        for sample in drawn:
+            row = sample.get(slug)
+            if not row or not row.get("chips") or row.get("plan_error"):
+                continue
+            try:
+                caught = sampling.period_detection_probability(
+                    len(row.get("drawn", [])),
+                    campaign.rule_flops,
+                    row["chips"],
+                    snapshot_rate=campaign.snapshot_rate,
+                    period_days=campaign.period_days,
+                    run_days=campaign.run_days,
+                    flops_per_chip_second=plans.get(slug, {}).get("peak") or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND,
+                )
+            except sampling.PlanError:
+                continue  # impossible for this prover then: nothing to catch
+            any_period = True
+            log_miss += math.log1p(-caught) if caught < 1 else -math.inf
+        out[slug] = 0.0 - math.expm1(log_miss) if any_period else None
+    return out
+
+
+def task_detail(task: InspectionTask) -> dict:
+    """Identity results (the ledger's ``inspection.identity_checked``), log verdicts, snapshots, finding, alerts."""
+    identity = [
+        {k: e[k] for k in ("seq", "time", "actor")}
+        | {"passed": e["payload"].get("passed"), "reason": e["payload"].get("reason")}
+        for e in ledger.entries_of("inspection.identity_checked", limit=TASK_ROWS, task=task.pk)
+    ]
+    logs = list(
+        task.snapshot_logs.order_by("uploaded_at").only(
+            "sha256", "status", "problems", "checked_seq", "uploaded_at", "task_id"
+        )[:TASK_ROWS]
+    )
+    snapshots = list(Snapshot.objects.filter(log__task=task).select_related("claim").order_by("counter")[:TASK_ROWS])
+    return {
+        "identity": identity,
+        "logs": logs,
+        "snapshots": snapshots,
+        "finding": Finding.objects.filter(task=task).first(),
+        "alerts": list(Alert.objects.filter(task=task).order_by("raised_seq")),
+    }
+
+
+TASK_ROWS = 200
+
+
+def claim_detail(claim: Claim) -> dict:
+    """The claim's verdict and reasons, its run's coverage, and the re-verifications started from the desk."""
+    report = claim.report if isinstance(claim.report, dict) else {}
+    return {
+        "report": report,
+        "reasons": [str(r) for r in report.get("reasons") or []] or [r for r in [report.get("error")] if r],
+        "segments_replayed": len(report.get("segments_replayed") or []),
+        "segments_total": report.get("segments_total"),
+        "coverage": inspections.run_coverage(claim.prover, claim.manifest),
+        "location": _without_secrets(claim.location),
+        "jobs": Job.objects.filter(kind=Job.Kind.CLAIM_REVERIFY, params__claim=claim.pk)[:10],
+    }
+
+
+def _without_secrets(location: str) -> str:
+    """A transcript URL may carry credentials (user:password@, a signed query): show scheme, host and path."""
+    parts = urlsplit(location)
+    if not parts.scheme:
+        return location
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a port that is not a number: leave it out
+        port = ""
+    return urlunsplit((parts.scheme, (parts.hostname or "") + port, parts.path, "", ""))

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from inspections import sampling
-from inspections.models import Alert, Campaign, Draw
+from inspections.models import Alert, Campaign, Claim, Draw, InspectionTask
 from inspections.services.alerts import ACTIONS, alert_act
 from registry.models import Chip, Role
 from registry.selectors import organisation_of
@@ -231,6 +231,44 @@ def draw_page(request, pk: int):
         watch=request.GET.get("job", ""),
     )
     return render(request, "admin/desk/draw.html", context)
+
+
+def campaign_page(request, slug: str):
+    campaign = get_object_or_404(Campaign, slug=slug)
+    detail = selectors.campaign_detail(campaign)
+    achieved = [value for value in detail["achieved"].values() if value is not None]
+    context = _context(
+        request,
+        f"Campaign {campaign.slug}",
+        campaign=campaign,
+        detail=detail,
+        weakest=min(achieved) if achieved else None,
+        provers=", ".join(p.slug for p in campaign.provers.order_by("slug")) or f"every holder in {campaign.country}",
+    )
+    return render(request, "admin/desk/campaign.html", context)
+
+
+def task_page(request, pk: int):
+    task = get_object_or_404(
+        InspectionTask.objects.select_related("chip", "prover", "inspection_body", "draw__campaign"), pk=pk
+    )
+    context = _context(request, f"Task #{task.pk}: {task}", task=task, detail=selectors.task_detail(task))
+    return render(request, "admin/desk/task.html", context)
+
+
+def claim_page(request, pk: int):
+    claim = get_object_or_404(Claim.objects.select_related("prover", "snapshot__chip", "snapshot__log"), pk=pk)
+    can_act = request.user.has_perm("desk.add_job")
+    if request.method == "POST":
+        if not can_act:
+            raise PermissionDenied
+        job = jobs.job_start(Job.Kind.CLAIM_REVERIFY, {"claim": claim.pk}, request.user.get_username())
+        messages.info(request, f"Re-verification started (job {job.pk}).")
+        return redirect(reverse("desk:claim", args=[claim.pk]))
+    context = _context(
+        request, f"Claim #{claim.pk}: {claim}", claim=claim, detail=selectors.claim_detail(claim), can_act=can_act
+    )
+    return render(request, "admin/desk/claim.html", context)
 
 
 def job_page(request, pk: int):

@@ -16,16 +16,17 @@ from registry.models import Organisation, Role
 from . import selectors
 from .models import Alert, Campaign, Claim, Draw, InspectionBody, InspectionTask
 from .planning import DEFAULT_MODEL, MODELS
+from .sampling import DAYS_PER_YEAR
 from .services import bodies, campaigns
 
 
 class CampaignAddForm(forms.Form):
     slug = forms.SlugField(max_length=64)
     provers = forms.ModelMultipleChoiceField(
-        Organisation.objects.order_by("slug"),
+        Organisation.objects.none(),
         required=False,
         to_field_name="slug",
-        help_text="or leave empty and name a country",
+        help_text="owners/operators holding chips; or leave empty and name a country",
     )
     country = forms.CharField(max_length=2, required=False, help_text="target every holder of chips in this country")
     rule_flops = forms.FloatField(help_text="H: training compute the rule forbids, e.g. 1e25")
@@ -43,11 +44,27 @@ class CampaignAddForm(forms.Form):
         help_text="paper: with replacement (Shavit 2023); exact: without replacement",
     )
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["provers"].queryset = selectors.prover_candidates()
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        fields = {**data, "provers": [org.slug for org in data["provers"]]}
+        try:  # the service's own checks: a refusal shows on the form, and the preview shows only what would pass
+            self.params = campaigns.campaign_clean(**fields)
+        except ValidationError as error:
+            for field, reasons in error.message_dict.items():
+                self.add_error(field if field in self.fields else None, reasons)
+        return data
+
 
 @admin.register(Campaign)
 class CampaignAdmin(ReadOnlyAdmin):
     list_display = (
-        "slug",
+        "campaign_page",
         "country",
         "rule",
         "detection_probability",
@@ -57,8 +74,19 @@ class CampaignAdmin(ReadOnlyAdmin):
         "starts_on",
         "ends_on",
     )
+    list_display_links = None
     readonly_fields = ("plan",)
     filter_horizontal = ()
+
+    @admin.display(description="campaign", ordering="slug")
+    def campaign_page(self, campaign):
+        return format_html('<a href="{}">{}</a>', reverse("desk:campaign", args=[campaign.slug]), campaign.slug)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        campaign = Campaign.objects.filter(pk=object_id).first() if object_id.isdigit() else None
+        if campaign is not None:
+            return redirect("desk:campaign", campaign.slug)
+        return super().change_view(request, object_id)
 
     @admin.display(description="rule (H)", ordering="rule_flops")
     def rule(self, campaign):
@@ -79,27 +107,49 @@ class CampaignAdmin(ReadOnlyAdmin):
         return request.user.has_perm("inspections.add_campaign")
 
     def add_view(self, request, form_url="", extra_context=None):
+        """Two steps: "Preview" shows the plan and its cost and writes nothing; "Create" puts it on the ledger."""
         if not self.has_add_permission(request):
             raise PermissionDenied
         form = CampaignAddForm(request.POST or None)
-        if request.method == "POST" and form.is_valid():
-            data = dict(form.cleaned_data)
-            data["provers"] = [org.slug for org in data["provers"]]
-            try:
-                campaign = campaigns.campaign_create(**data, actor="regulator")
-            except ValidationError as error:
-                for field, reasons in error.message_dict.items():
-                    form.add_error(field if field in form.fields else None, reasons)
+        preview, step = None, request.POST.get("step", "preview")
+        if request.method == "POST" and step != "edit" and form.is_valid():
+            if step == "create":
+                data = {**form.cleaned_data, "provers": [org.slug for org in form.cleaned_data["provers"]]}
+                try:
+                    campaign = campaigns.campaign_create(**data, actor="regulator")
+                except ValidationError as error:
+                    for field, reasons in error.message_dict.items():
+                        form.add_error(field if field in form.fields else None, reasons)
+                else:
+                    message = f"Campaign {campaign.slug} created at ledger seq {campaign.created_seq}."
+                    self.message_user(request, message)
+                    return redirect("desk:campaign", campaign.slug)
             else:
-                self.message_user(request, f"Campaign {campaign.slug} created at ledger seq {campaign.created_seq}.")
-                return redirect("admin:inspections_campaign_changelist")
+                preview = _preview(form.params)
         context = {
             **self.admin_site.each_context(request),
-            "title": "Start a campaign",
+            "title": "Start a campaign: preview" if preview else "Start a campaign",
             "form": form,
+            "preview": preview,
             "opts": self.model._meta,
         }
         return render(request, "admin/inspections/campaign_add.html", context)
+
+
+def _preview(params: dict) -> dict:
+    """The plan a campaign would start with, and what it costs in inspections per period and per year."""
+    plans = selectors.campaign_preview(params)
+    periods_per_year = DAYS_PER_YEAR / params["period_days"]
+    cost = {}
+    for model in MODELS:
+        per_period = sum(
+            min(row[model]["samples_per_period"], row["chips"])
+            for row in plans.values()
+            if row.get("impossible") is False and "samples_per_period" in row.get(model, {})
+        )
+        cost[model] = {"per_period": per_period, "per_year": round(per_period * periods_per_year)}
+    shown = {**params, "rule_flops": flops(params["rule_flops"]), "provers": ", ".join(params["provers"]) or "-"}
+    return {"plans": plans, "cost": cost, "model": params["model"], "params": params, "shown": shown}
 
 
 @admin.register(Draw)
@@ -119,10 +169,18 @@ class DrawAdmin(ReadOnlyAdmin):
 
 @admin.register(InspectionTask)
 class InspectionTaskAdmin(ReadOnlyAdmin):
-    list_display = ("chip", "prover", "inspection_body", "due_on", "status")
+    list_display = ("task_page", "chip", "prover", "inspection_body", "due_on", "status")
+    list_display_links = None
     list_filter = ("status", "inspection_body", "prover")
     search_fields = ("=chip__serial",)
     list_select_related = ("chip", "prover", "inspection_body")
+
+    @admin.display(description="task", ordering="pk")
+    def task_page(self, task):
+        return format_html('<a href="{}">task #{}</a>', reverse("desk:task", args=[task.pk]), task.pk)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        return redirect("desk:task", object_id) if object_id.isdigit() else super().change_view(request, object_id)
 
 
 class SeverityFilter(admin.SimpleListFilter):
@@ -162,10 +220,28 @@ class AlertAdmin(ReadOnlyAdmin):
 
 @admin.register(Claim)
 class ClaimAdmin(ReadOnlyAdmin):
-    list_display = ("snapshot", "prover", "run", "step", "result", "mismatch_step", "failures", "run_coverage")
+    list_display = (
+        "claim_page",
+        "snapshot",
+        "prover",
+        "run",
+        "step",
+        "result",
+        "mismatch_step",
+        "failures",
+        "run_coverage",
+    )
+    list_display_links = None
     list_filter = ("result", "prover")
     list_select_related = ("prover", "snapshot__chip")
     readonly_fields = ("run_coverage",)
+
+    @admin.display(description="claim", ordering="pk")
+    def claim_page(self, claim):
+        return format_html('<a href="{}">claim #{}</a>', reverse("desk:claim", args=[claim.pk]), claim.pk)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        return redirect("desk:claim", object_id) if object_id.isdigit() else super().change_view(request, object_id)
 
     @admin.display(description="run coverage (one fabricated segment caught)")
     def run_coverage(self, claim):

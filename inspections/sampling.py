@@ -70,6 +70,7 @@ __all__ = [  # what the app uses: campaigns' plans (planning.py) and manage.py p
     "PlanError",
     "UnattainableTarget",
     "detection_probability",
+    "period_detection_probability",
     "plan",
 ]
 
@@ -458,6 +459,24 @@ def detection_probability(
     if model.impossible:
         raise ImpossibleRun(model.chips_needed, model.chips)
     return _run_detection(model, _sample_count(model, samples_per_period, exact), exact)
+
+
+def period_detection_probability(
+    samples: int,
+    flops: Number | str,
+    chips: int,
+    snapshot_rate: Number = DEFAULT_SNAPSHOT_RATE,
+    period_days: Number = DEFAULT_PERIOD_DAYS,
+    run_days: Number = DEFAULT_RUN_DAYS,
+    flops_per_chip_second: Number = DEFAULT_FLOPS_PER_CHIP_SECOND,
+) -> float:
+    """Probability that one period's sample of ``samples`` chips, drawn without replacement as draws are,
+    catches the run: ``1 − P_miss(s)`` (the exact model, one period). Raises :class:`ImpossibleRun`."""
+    model = _model(flops, chips, snapshot_rate, period_days, run_days, flops_per_chip_second)
+    if model.impossible:
+        raise ImpossibleRun(model.chips_needed, model.chips)
+    samples = _sample_count(model, samples, exact=True)
+    return 0.0 - math.expm1(_log_period_miss(model.chips, model.chips_needed, samples, model.snapshots))
 
 
 def plan(

@@ -3,9 +3,9 @@
 from collections import Counter
 
 from django.conf import settings
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 
-from registry.models import Chip, Organisation
+from registry.models import Chip, Organisation, Role
 from registry.selectors import SEES_EVERYTHING
 
 from .models import Campaign, Claim, InspectionTask, SnapshotLog
@@ -39,25 +39,31 @@ def claim_of(organisation: Organisation | None, claim_id: int) -> Claim | None:
 
 
 def campaign_targets(campaign: Campaign) -> list[tuple[Organisation, int, float | None]]:
-    """The campaign's provers with their eligible chip counts and fastest model, in one grouped scan.
+    """The campaign's provers with their eligible chip counts and fastest model, in one grouped scan."""
+    return targets_of(campaign.country, [] if campaign.country else list(campaign.provers.all()))
+
+
+def targets_of(country: str, provers: list[Organisation]) -> list[tuple[Organisation, int, float | None]]:
+    """Provers (named, or every owner of eligible chips in ``country``) with their eligible chip counts and
+    fastest model.
 
     A country campaign targets every owner of eligible chips located there (a country may
     hold 10^7 chips: one pass over them, not one per prover); the plan counts all the prover's chips.
     """
     eligible = Chip.objects.filter(status__in=ELIGIBLE)
-    if campaign.country:
+    if country:
         rows = (
             eligible.values("owner")
             .annotate(
                 count=Count("id"),
                 peak=Max("model__peak_flops_16bit"),
-                here=Count("id", filter=Q(country=campaign.country)),
+                here=Count("id", filter=Q(country=country)),
             )
             .filter(here__gt=0)
         )
         provers = list(Organisation.objects.filter(pk__in=[row["owner"] for row in rows]).order_by("slug"))
     else:
-        provers = list(campaign.provers.order_by("slug"))
+        provers = sorted(provers, key=lambda prover: prover.slug)
         rows = (
             eligible.filter(owner__in=provers)
             .values("owner")
@@ -67,6 +73,35 @@ def campaign_targets(campaign: Campaign) -> list[tuple[Organisation, int, float 
     return [
         (prover, found.get(prover.pk, {}).get("count", 0), found.get(prover.pk, {}).get("peak")) for prover in provers
     ]
+
+
+def prover_candidates() -> QuerySet[Organisation]:
+    """Organisations a campaign can name as provers: owners/operators holding chips a draw would count."""
+    holds = Exists(Chip.objects.filter(owner=OuterRef("pk"), status__in=ELIGIBLE))
+    owners = [org.pk for org in Organisation.objects.only("pk", "roles") if org.has_role(Role.OWNER)]
+    return Organisation.objects.filter(holds, pk__in=owners).order_by("slug")
+
+
+def campaign_preview(params: dict) -> dict[str, dict]:
+    """prover slug -> both plans for a campaign not yet created (``services.campaigns.campaign_clean``'s
+    payload): what creating it would ask of each prover today. Reads only."""
+    campaign = Campaign(**{k: v for k, v in params.items() if k in PLAN_FIELDS})
+    provers = list(Organisation.objects.filter(slug__in=params["provers"]))
+    return {
+        prover.slug: prover_plan(campaign, count, peak) for prover, count, peak in targets_of(campaign.country, provers)
+    }
+
+
+PLAN_FIELDS = (
+    "slug",
+    "country",
+    "rule_flops",
+    "detection_probability",
+    "snapshot_rate",
+    "period_days",
+    "run_days",
+    "model",
+)
 
 
 def campaign_plan(campaign: Campaign) -> dict[str, dict]:

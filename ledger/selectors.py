@@ -85,6 +85,12 @@ def first_entry(kind: str, **payload_match) -> dict | None:
     return Entry.objects.filter(kind=kind, **lookups).order_by("seq").values(*ENTRY_FIELDS).first()
 
 
+def entries_of(kind: str, limit: int = 100, **payload_match) -> list[dict]:
+    """The earliest ``limit`` entries of ``kind`` whose payload has these top-level values, in seq order."""
+    lookups = {f"payload__{key}": value for key, value in payload_match.items()}
+    return list(Entry.objects.filter(kind=kind, **lookups).order_by("seq").values(*ENTRY_FIELDS)[:limit])
+
+
 def entries_at(seqs: Iterable[int]) -> list[dict]:
     """The entries with these seqs (ints, or a query of a ``seq`` column), in seq order: seq, time, kind, actor, payload."""
     return list(Entry.objects.filter(seq__in=seqs).order_by("seq").values(*ENTRY_FIELDS))

@@ -9,7 +9,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from inspections.audit import audit_draw
-from inspections.models import Draw
+from inspections.models import Claim, Draw
+from inspections.services.claims import claim_reverify
 from ledger.chain import LedgerFault
 from ledger.integrity import verify_stored_ledger
 from ledger.selectors import ledger_size
@@ -23,6 +24,8 @@ def job_start(kind: str, params: dict, by: str) -> Job:
         raise ValidationError({"kind": f"must be one of {Job.Kind.values}"})
     if kind == Job.Kind.DRAW_AUDIT and not Draw.objects.filter(pk=params.get("draw")).exists():
         raise ValidationError({"draw": "no such draw"})
+    if kind == Job.Kind.CLAIM_REVERIFY and not Claim.objects.filter(pk=params.get("claim")).exists():
+        raise ValidationError({"claim": "no such claim"})
     job = Job.objects.create(kind=kind, params=params, started_by=by)
     queue = settings.DESK_JOB_QUEUE
     # By name: desk.tasks imports this module, not the other way round.
@@ -80,4 +83,21 @@ def _integrity_sweep(job: Job) -> dict:
     }
 
 
-RUNNERS = {Job.Kind.DRAW_AUDIT: _draw_audit, Job.Kind.INTEGRITY_SWEEP: _integrity_sweep}
+def _claim_reverify(job: Job) -> dict:
+    _progress(job, 0.1, f"replaying the transcript of claim {job.params['claim']}")
+    outcome = claim_reverify(job.params["claim"])
+    if outcome["recorded"]:
+        summary = f"verified again: {outcome['result']}, recorded on the ledger (entry #{outcome['result_seq']})"
+    elif outcome.get("agrees") is None:
+        summary = f"not recorded: {outcome['result']} ({'; '.join(outcome['reasons'])[:150]})"
+    else:
+        agrees = "agrees with" if outcome["agrees"] else "DIFFERS from"
+        summary = f"replayed again: {outcome['result']}, {agrees} the recorded {outcome['recorded_result']}"
+    return {**outcome, "summary": summary}
+
+
+RUNNERS = {
+    Job.Kind.DRAW_AUDIT: _draw_audit,
+    Job.Kind.INTEGRITY_SWEEP: _integrity_sweep,
+    Job.Kind.CLAIM_REVERIFY: _claim_reverify,
+}

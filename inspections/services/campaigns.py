@@ -27,8 +27,7 @@ from .validation import fail as _fail
 TASK_DAYS = 14  # an inspection is due this many days after the draw
 
 
-@transaction.atomic
-def campaign_create(
+def campaign_clean(
     *,
     slug: str,
     rule_flops: float,
@@ -41,16 +40,16 @@ def campaign_create(
     run_days: int = 365,
     ends_on: date | None = None,
     model: str = DEFAULT_MODEL,
-    actor: str = "regulator",
-) -> Campaign:
+) -> dict:
+    """The ``campaign.created`` payload, checked; writes nothing (the admin's preview shows its plan first)."""
     country = country_clean(country) if (country or "").strip() else ""
     if Campaign.objects.filter(slug=slug).exists():
         _fail("slug", f"{slug!r} is taken")
     if bool(provers) == bool(country):
         _fail("provers", "name the provers, or a country whose chip holders are all targeted — one of the two")
-    targets = list(Organisation.objects.filter(slug__in=provers))
-    if len(targets) != len(set(provers)):
-        _fail("provers", f"unknown: {sorted(set(provers) - {o.slug for o in targets})}")
+    known = set(Organisation.objects.filter(slug__in=provers).values_list("slug", flat=True))
+    if len(known) != len(set(provers)):
+        _fail("provers", f"unknown: {sorted(set(provers) - known)}")
     if not rule_flops > 0:
         _fail("rule_flops", "must be positive")
     if not 0 < detection_probability < 1:
@@ -59,7 +58,7 @@ def campaign_create(
         _fail("period_days", "must be positive and at most run_days")
     if model not in MODELS:
         _fail("model", f"one of {list(MODELS)}")
-    params = {
+    return {
         "slug": slug,
         "provers": sorted(provers),
         "country": country,
@@ -72,18 +71,22 @@ def campaign_create(
         "ends_on": ends_on.isoformat() if ends_on else None,
         "model": model,
     }
+
+
+@transaction.atomic
+def campaign_create(*, actor: str = "regulator", **fields) -> Campaign:
+    """Put the campaign on the ledger (``campaign.created``) with its first seed's commitment; ``fields`` as
+    ``campaign_clean`` takes them."""
+    params = campaign_clean(**fields)
+    starts_on, ends_on = fields["starts_on"], fields.get("ends_on")
+    targets = list(Organisation.objects.filter(slug__in=params["provers"]))
     entry = ledger.append_entry("campaign.created", params, actor)
+    names = ("slug", "country", "rule_flops", "detection_probability", "snapshot_rate", "period_days", "run_days")
     campaign = Campaign.objects.create(
-        slug=slug,
-        country=country,
-        rule_flops=rule_flops,
-        detection_probability=detection_probability,
-        snapshot_rate=snapshot_rate,
-        period_days=period_days,
-        run_days=run_days,
+        **{name: params[name] for name in names},
         starts_on=starts_on,
         ends_on=ends_on,
-        model=model,
+        model=params["model"],
         created_seq=entry.seq,
     )
     campaign.provers.set(targets)

@@ -26,6 +26,7 @@ WORLD = {  # app label -> models whose rows are world state (mostly on the publi
         "snapshot",
         "claim",
     ],
+    "desk": ["job"],  # long work started from the desk and its result (no secret: a draw or claim id, a verdict)
 }
 AUDITOR_PERMISSIONS = [(app, f"view_{model}") for app, models in WORLD.items() for model in models]
 REGULATOR_STAFF_PERMISSIONS = [
@@ -39,6 +40,8 @@ REGULATOR_STAFF_PERMISSIONS = [
     ("inspections", "add_campaign"),
     ("inspections", "add_inspectionbody"),
     ("ledger", "add_witness"),
+    ("inspections", "change_alert"),  # triage on the desk (each action a ledger entry through alert_act)
+    ("desk", "add_job"),  # draw audits, integrity sweeps and claim re-verifications
 ]
 ROLES = {AUDITOR: AUDITOR_PERMISSIONS, REGULATOR_STAFF: REGULATOR_STAFF_PERMISSIONS}
 

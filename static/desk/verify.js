@@ -25,8 +25,10 @@
 
   // "<origin>+<hex keyid>+<base64(0x01 || pubkey)>" -> {name, keyId, publicKey}
   function parseVerifierKey(line) {
-    const parts = line.trim().split("+");
-    if (parts.length !== 3) throw new Error("verifier key is malformed");
+    // The name holds no "+", the base64 key may: split at the first two only.
+    const text = line.trim(), i = text.indexOf("+"), j = text.indexOf("+", i + 1);
+    if (i < 1 || j < 0) throw new Error("verifier key is malformed");
+    const parts = [text.slice(0, i), text.slice(i + 1, j), text.slice(j + 1)];
     const raw = b64(parts[2]);
     if (raw.length !== 33 || raw[0] !== 1) throw new Error("verifier key is not Ed25519");
     return { name: parts[0], keyId: parts[1], publicKey: raw.slice(1) };

@@ -1,7 +1,7 @@
 """The regulator's desk in a real browser: Playwright driving Debian's Chromium against the live server.
 
 Needs /usr/bin/chromium (``apt-get install -y chromium``); never downloads a browser. Screenshots of the
-dashboard, a chip page and an alert land in var/screenshots/ (CI artefacts).
+dashboard, a chip page, an alert, a campaign and a campaign's preview land in var/screenshots/ (CI artefacts).
 """
 
 import os
@@ -15,6 +15,8 @@ from django.conf import settings
 
 from inspections.models import Draw
 from ledger import services as ledger
+from ledger.models import Entry
+from ledger.selectors import ledger_size
 from registry.models import Chip
 from tests.helpers import subprocess_database_url
 
@@ -148,3 +150,34 @@ def test_an_auditor_finds_nothing_to_change_and_no_secret(browser, live_server, 
     page.goto(f"{live_server.url}/admin/")
     assert "Tokens" not in page.inner_text("#content") and "seed" not in page.inner_text("#content").lower()
     assert page.goto(f"{live_server.url}/admin/authtoken/tokenproxy/").status in (403, 404)
+
+
+def test_regulator_staff_read_a_campaign_then_preview_and_create_one(browser, live_server, world):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = _login(browser, live_server, "regulator-staff")
+
+    # From the campaign list to the campaign's page: its plan per prover, progress and draws.
+    page.goto(f"{live_server.url}/admin/inspections/campaign/")
+    page.click("a[href='/admin/desk/campaign/frontier-runs-2026/']")
+    page.wait_for_selector("#campaign-plan tr[data-prover=owner-a]")
+    assert "the run is impossible here" in page.inner_text("#campaign-plan tr[data-prover=owner-b]")
+    assert page.inner_text("#achieved") != "-" and page.locator("#campaign-draws a").count() == 1
+    page.screenshot(path=str(SHOTS / "campaign.png"), full_page=True)
+
+    # Start a campaign: the preview shows the plan and cost and writes nothing; Create writes it.
+    size = ledger_size()
+    page.goto(f"{live_server.url}/admin/inspections/campaign/add/")
+    assert page.locator("#id_provers option[value=vendor-a]").count() == 0
+    page.fill("#id_slug", "fleet-2027")
+    page.select_option("#id_provers", ["owner-a", "owner-b"])
+    page.fill("#id_rule_flops", "1e24")
+    page.fill("#id_starts_on", "2027-01-01")
+    page.click("#preview-campaign")
+    page.wait_for_selector("#preview-cost")
+    assert page.locator("#preview-plan tr[data-prover=owner-a]").count() == 1
+    assert "inspections per year" in page.inner_text("#preview-cost").lower() and ledger_size() == size
+    page.screenshot(path=str(SHOTS / "campaign-preview.png"), full_page=True)
+    page.click("#create-campaign")
+    page.wait_for_url("**/admin/desk/campaign/fleet-2027/")
+    assert "created at ledger seq" in page.inner_text("ul.messagelist")
+    assert Entry.objects.filter(kind="campaign.created", payload__slug="fleet-2027").count() == 1

@@ -100,6 +100,7 @@ def test_regulator_starts_a_campaign_in_the_admin(client):
             "period_days": "30",
             "run_days": "365",
             "starts_on": "2027-01-01",
+            "step": "create",
         },
     )
     assert response.status_code == 302
