@@ -141,6 +141,8 @@ def _path(parent: str, key, root: str = "body") -> str:
         return parent or root
     if isinstance(key, int):
         return f"{parent}[{key}]"
+    if not key:  # an empty member name still gets a path a client can read
+        key = '""'
     return f"{parent}.{key}" if parent else key
 
 
