@@ -2,7 +2,6 @@
 goes through the services (and so onto the ledger), via the API or management commands."""
 
 import base64
-import binascii
 
 from django import forms
 from django.contrib import admin
@@ -91,7 +90,7 @@ def _register(data: dict) -> Organisation:
         if data["public_key"]:
             try:
                 key = base64.b64decode(data["public_key"], validate=True)
-            except binascii.Error:
+            except ValueError:  # binascii.Error, or a non-ASCII string
                 raise ValidationError({"public_key": "not base64"}) from None
             services.organisation_key_register(organisation=organisation, public_key=key, actor="regulator")
     return organisation

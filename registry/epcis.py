@@ -56,7 +56,6 @@ Query (``GET /api/epcis/events?epc=``): see ``registry.selectors.chip_object_eve
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import re
 from dataclasses import dataclass, field, replace
@@ -178,8 +177,18 @@ def _slug(value, prefix: str, what: str, path: str) -> str:
     """An organisation or facility named by chipledger URI or bare slug."""
     slug = value[len(prefix) :] if isinstance(value, str) and value.startswith(prefix) else value
     if not isinstance(slug, str) or not SLUG.fullmatch(slug):
-        _fail(path, f"unsupported {what} id {str(value)[:80]!r}: use {prefix}<slug> or a bare {what} slug")
+        _fail(path, f"unsupported {what} id {_shown(value)}: use {prefix}<slug> or a bare {what} slug")
     return slug
+
+
+def _shown(value) -> str:
+    """A sender's value in an error message, at most 80 characters: a 5,000-digit number or a list nested
+    10,000 deep has no repr (ValueError, RecursionError), so such values are named by their type."""
+    if isinstance(value, str):
+        return repr(value[:80])
+    if value is None or isinstance(value, bool | float) or (isinstance(value, int) and abs(value) < 10**60):
+        return repr(value)
+    return f"a {type(value).__name__}"
 
 
 def _cbv_word(value, vocabulary: str, path: str) -> str:
@@ -221,9 +230,9 @@ def _check_header(data: dict) -> list:
     if not GS1_CONTEXTS & {c for c in contexts if isinstance(c, str)}:
         _fail("@context", f"must include the EPCIS 2.0 JSON-LD context {GS1_CONTEXT}")
     if data.get("type") != "EPCISDocument":
-        _fail("type", f"must be 'EPCISDocument', not {data.get('type')!r}")
+        _fail("type", f"must be 'EPCISDocument', not {_shown(data.get('type'))}")
     if data.get("schemaVersion") != "2.0":
-        _fail("schemaVersion", f"must be '2.0' (EPCIS 2.0), not {data.get('schemaVersion')!r}")
+        _fail("schemaVersion", f"must be '2.0' (EPCIS 2.0), not {_shown(data.get('schemaVersion'))}")
     _datetime(data.get("creationDate"), "creationDate")
     body = data.get("epcisBody")
     events = body.get("eventList") if isinstance(body, dict) else None
@@ -245,7 +254,7 @@ def parse_event(raw, path: str) -> CaptureEvent:
     if not isinstance(raw, dict):
         _fail(path, "must be an event object")
     if raw.get("type") != "ObjectEvent":
-        _fail(f"{path}.type", f"unsupported: {raw.get('type')!r}; only ObjectEvent maps onto the chip lifecycle")
+        _fail(f"{path}.type", f"unsupported: {_shown(raw.get('type'))}; only ObjectEvent maps onto the chip lifecycle")
     _check_members(raw, path)
     _datetime(raw.get("eventTime"), f"{path}.eventTime")
     if not isinstance(raw.get("eventTimeZoneOffset"), str) or not TZ_OFFSET.fullmatch(raw["eventTimeZoneOffset"]):
@@ -254,7 +263,7 @@ def parse_event(raw, path: str) -> CaptureEvent:
     if step not in STEPS:
         _fail(f"{path}.bizStep", f"unsupported: {raw['bizStep']!r}; one of {sorted(STEPS)}")
     if raw.get("action") != STEPS[step]:
-        _fail(f"{path}.action", f"{step} is captured with action {STEPS[step]}, not {raw.get('action')!r}")
+        _fail(f"{path}.action", f"{step} is captured with action {STEPS[step]}, not {_shown(raw.get('action'))}")
     epcs = _epc_list(raw.get("epcList"), f"{path}.epcList")
     event = CaptureEvent(
         path=path,
@@ -297,8 +306,13 @@ def _event_id(raw: dict, path: str) -> str:
     if "eventID" not in raw:
         try:
             return event_hash_id(raw)
-        except (rfc8785.CanonicalizationError, TypeError) as error:
-            _fail(path, f"cannot be canonicalised to hash an eventID: {error}; send an eventID")
+        except RecursionError:
+            _fail(path, "nests too deeply to hash an eventID; send an eventID")
+        except (rfc8785.CanonicalizationError, TypeError, ValueError) as error:  # a giant int: ValueError
+            reason = (
+                str(error)[:120] if not isinstance(error, rfc8785.IntegerDomainError) else "an integer beyond ±2^53"
+            )
+            _fail(path, f"cannot be canonicalised to hash an eventID: {reason}; send an eventID")
     if not isinstance(raw["eventID"], str) or not EVENT_ID.fullmatch(raw["eventID"]):
         _fail(f"{path}.eventID", "must be a URI, e.g. ni:///sha-256;<hex>?ver=CBV2.0 or urn:uuid:<uuid>")
     return raw["eventID"]
@@ -389,7 +403,7 @@ def _with_ilmd(event: CaptureEvent, raw: dict, epcs: dict[str, str], path: str) 
 def _is_public_key(value) -> bool:
     try:
         return isinstance(value, str) and len(base64.b64decode(value, validate=True)) == 32
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or a non-ASCII string
         return False
 
 

@@ -9,7 +9,6 @@ a captured request cannot be replayed. The ledger keeps body and signature.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import re
 import time
@@ -61,7 +60,7 @@ def parse_header(value: str | None) -> tuple[str, bytes]:
         raise SignatureProblem("signature", "header must be '<16 hex key id>:<base64 signature>'")
     try:
         signature = base64.b64decode(encoded, validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or a non-ASCII header
         raise SignatureProblem("signature", "signature is not base64") from None
     if len(signature) != 64:
         raise SignatureProblem("signature", "an Ed25519 signature is 64 bytes")

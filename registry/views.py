@@ -5,7 +5,6 @@ body by a key of the caller's organisation (who vouches for it), DESIGN §4.
 """
 
 import base64
-import binascii
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -249,7 +248,7 @@ def _text(data: dict, name: str, max_length: int, default: str | None = None) ->
 def _decode_key(value) -> bytes:
     try:
         return base64.b64decode(value or "", validate=True)
-    except (binascii.Error, TypeError):
+    except (ValueError, TypeError):  # binascii.Error, or a non-ASCII string
         raise ValidationError({"public_key": "base64 of a 32-byte Ed25519 public key"}) from None
 
 

@@ -108,3 +108,23 @@ def test_json_parser_errors_name_the_field_on_drf_views(fab):
         "/api/ledger/cosignatures", json.dumps({"checkpoint": 1e400}), content_type="application/json"
     )
     assert response.status_code == 400 and "checkpoint" in response.json()
+
+
+@pytest.mark.parametrize(
+    "path, body, field",
+    [
+        ("/api/registry/chips/events/fabricate", {"chips": [chip(public_key="é" * 44)]}, "chips[0].public_key"),
+        ("/api/registry/keys", {"public_key": "é" * 44}, "public_key"),
+    ],
+)
+def test_non_ascii_base64_is_a_400_naming_the_field(fab, path, body, field):
+    """base64 of a non-ASCII string raises ValueError, not binascii.Error (found by the EPCIS property tests)."""
+    before = Entry.objects.count()
+    response = fab.post(path, body)
+    assert response.status_code == 400 and field in response.json(), response.content
+    assert Entry.objects.count() == before
+
+
+def test_a_non_ascii_signature_header_is_refused_naming_the_signature(fab):
+    response = fab.post("/api/registry/facilities", {"slug": "wh-1", "kind": "warehouse"}, signature="0" * 16 + ":é")
+    assert response.status_code in (400, 403) and "signature" in response.json(), response.content

@@ -120,7 +120,11 @@ def _identity_problem(task: InspectionTask, challenge: IdentityChallenge | None,
 def snapshot_log_upload(task: InspectionTask, body: Organisation, text: str) -> SnapshotLog:
     """Store the log; a Celery task checks it after commit (the checker lives in replay)."""
     _own_task(task, body)
-    if len(text.encode()) > MAX_LOG_BYTES:
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 text, and PostgreSQL cannot store it
+        _fail("log", "is not UTF-8 text (it contains a lone surrogate)")
+    if size > MAX_LOG_BYTES:
         _fail("log", f"at most {MAX_LOG_BYTES} bytes")
     if not text.strip():
         _fail("log", "is empty")

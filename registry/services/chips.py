@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import re
+import unicodedata
 from collections import defaultdict
 
 from django.core.exceptions import ValidationError
@@ -172,7 +172,7 @@ def _is_public_key(value) -> bool:
         return False
     try:
         return len(base64.b64decode(value, validate=True)) == 32
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or a non-ASCII string
         return False
 
 
@@ -303,6 +303,8 @@ def _event_payload(event: str, payload: dict) -> dict:
             continue
         if not isinstance(value, str) or not value or len(value) > 128:
             fail(name, "a non-empty string of at most 128 characters")
+        if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in value):  # NUL, newlines, lone surrogates
+            fail(name, "must not contain control characters or lone surrogates")
         normalised[name] = value
     if "note" in payload:
         fail("note", PUBLIC_NOTE)
