@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from django.db import connection
@@ -38,3 +39,16 @@ def append_writer(worker: int, count: int) -> None:
 
     for n in range(count):
         services.append_entry("test.concurrent", {"worker": worker, "n": n}, f"writer-{worker}")
+
+
+def wait_for(condition, timeout: float = 90, what: str = "condition"):
+    """Poll ``condition`` until it is truthy and return its value; fail after ``timeout`` seconds.
+
+    For tests that wait on another process (a worker, gunicorn, a database backend): the wait is on a
+    condition with a deadline, never a fixed sleep, and the poll interval only keeps it off the CPU.
+    """
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return result

@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from contextlib import contextmanager
 
@@ -27,7 +26,7 @@ from inspections.models import Draw
 from inspections.services import campaigns
 from ledger import selectors as ledger_selectors
 from ledger.services import LEDGER_LOCK_ID
-from tests.helpers import requires_postgres, subprocess_database_url
+from tests.helpers import requires_postgres, subprocess_database_url, wait_for
 from tests.inspections.factories import H100, YEAR, make_provers
 
 pytestmark = [
@@ -38,14 +37,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 DRAW_TASK = "inspections.tasks.draw_due_campaigns"
-
-
-def wait_for(condition, timeout=60, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return result
 
 
 class RedisServer:

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
@@ -18,7 +17,7 @@ from inspections.models import SnapshotLog
 from inspections.services import inspectors
 from inspections.tasks import check_snapshot_log
 from ledger.models import Entry
-from tests.helpers import requires_postgres, subprocess_database_url
+from tests.helpers import requires_postgres, subprocess_database_url, wait_for
 from tests.inspections.services.test_inspectors import a_task, firmware_log, with_chip_key
 
 pytestmark = [
@@ -36,13 +35,6 @@ def start_worker(queue: str, fault_dir, pool: str) -> subprocess.Popen:
     command = [sys.executable, "-c", code, "-A", "config", "worker", f"--pool={pool}", "--concurrency=1"]
     command += ["-Q", queue, "--without-heartbeat", "--without-gossip", "--without-mingle", "--loglevel=WARNING"]
     return subprocess.Popen(command, env=env, cwd=settings.BASE_DIR)
-
-
-def wait_for(condition, timeout=90):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
 
 
 @pytest.fixture

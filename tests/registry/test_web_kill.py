@@ -34,20 +34,12 @@ from ledger.services import LEDGER_LOCK_ID
 from registry import services, signing
 from registry.models import Chip
 from registry.services.tokens import api_token_issue
-from tests.helpers import requires_postgres, subprocess_database_url
+from tests.helpers import requires_postgres, subprocess_database_url, wait_for
 from tests.registry.factories import chip_model, chip_public_key, facility, new_serials, organisation
 
 pytestmark = [pytest.mark.postgres, requires_postgres, pytest.mark.django_db(transaction=True)]
 CHIPS = 10_000
 FABRICATE = "/api/registry/chips/events/fabricate"
-
-
-def wait_for(condition, timeout=120, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return result
 
 
 def free_port() -> int:
