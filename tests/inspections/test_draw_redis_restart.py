@@ -91,6 +91,16 @@ def worker(redis_server, tmp_path):
         process.wait(timeout=30)
 
 
+@pytest.fixture
+def app(redis_server):
+    """A client of the test's broker. Not the current app: later tests' tasks must keep to the leg's Redis."""
+    client = Celery("redis-restart-test", broker=redis_server.url, backend=redis_server.url, set_as_current=False)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
 @contextmanager
 def ledger_lock():
     """The ledger's write lock, held by the test in a connection of its own; yields (connection, release).
@@ -125,12 +135,11 @@ def drawn_entries(slug: str) -> int:
     return sum(1 for e in entries if e["kind"] == "campaign.drawn" and e["payload"]["campaign"] == slug)
 
 
-def test_a_redis_restart_during_a_draw_leaves_exactly_one_draw(redis_server, worker):
+def test_a_redis_restart_during_a_draw_leaves_exactly_one_draw(redis_server, worker, app):
     make_provers()
     campaigns.campaign_create(
         slug="restart", provers=["owner-a"], rule_flops=20 * H100 * YEAR, starts_on=timezone.now().date()
     )
-    app = Celery("redis-restart-test", broker=redis_server.url, backend=redis_server.url)
     with ledger_lock() as (conn, release):
         app.send_task(DRAW_TASK, queue=worker)
         wait_for(lambda: someone_waits_for_the_lock(conn), what="the draw to wait inside its transaction")
