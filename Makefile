@@ -4,6 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PORT   ?= 8000
 STAMP  := $(VENV)/.installed
+TEST_VAR_DIR ?= $(CURDIR)/var/test
 
 .PHONY: run test install setup bench clean
 
@@ -36,8 +37,9 @@ run: setup
 	PORT=$(PORT) DJANGO_HTTPS=0 $(VENV)/bin/honcho start --no-prefix -f Procfile 2>&1 || true
 
 # Tests keep every file of their own under var/test (database, broker, keys): a running `make run` is never touched.
+# TEST_VAR_DIR moves them (CI runs its two legs side by side, each in a folder of its own).
 test: install
-	CHIPLEDGER_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest $(PYTEST_ARGS)
+	CHIPLEDGER_VAR_DIR=$(TEST_VAR_DIR) $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install
 	$(PY) bench/ledger.py

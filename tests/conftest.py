@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 
 import pgtrigger
 import pytest
@@ -69,3 +70,26 @@ def pytest_runtest_setup(item):
     """``@pytest.mark.postgres``: runs in the PostgreSQL leg only (as tests.helpers.requires_postgres)."""
     if item.get_closest_marker("postgres") and connection.vendor != "postgresql":
         pytest.skip("PostgreSQL leg only (set DATABASE_URL)")
+
+
+DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_setup", "client", "admin_client", "admin_user"}
+
+
+def _uses_services(item) -> bool:
+    """Whether a test may touch the leg's database or broker (a test without one cannot: pytest-django blocks it)."""
+    if item.get_closest_marker("django_db") or item.get_closest_marker("postgres"):
+        return True
+    return bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(config, items):
+    """``CHIPLEDGER_PURE_TESTS=skip``: leave out the tests that touch no database or broker.
+
+    CI runs them once, in the SQLite leg; the PostgreSQL + Redis leg runs only what the services can change.
+    """
+    if os.environ.get("CHIPLEDGER_PURE_TESTS") != "skip":
+        return
+    pure = [item for item in items if not _uses_services(item)]
+    if pure:
+        config.hook.pytest_deselected(items=pure)
+        items[:] = [item for item in items if _uses_services(item)]
