@@ -8,9 +8,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from inspections.audit import audit_draw
 from inspections.models import Claim, Draw
 from inspections.services.claims import claim_reverify
+from inspections.stored_draw_audit import audit_draw
 from ledger.chain import LedgerFault
 from ledger.integrity import verify_stored_ledger
 from ledger.selectors import ledger_size

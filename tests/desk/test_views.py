@@ -4,7 +4,7 @@ import pytest
 from django.urls import reverse
 
 from desk.models import EntrySubject, Job
-from desk.rebuild import differences
+from desk.rebuild_index import differences
 from desk.services.jobs import job_run, job_start
 from inspections.models import Alert, Draw
 from ledger.models import Entry

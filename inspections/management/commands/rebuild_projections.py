@@ -2,8 +2,8 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from desk import rebuild as desk_rebuild
-from inspections.rebuild import differences, rebuild
+from desk import rebuild_index as desk_rebuild
+from inspections.rebuild_inspections import differences, rebuild
 from registry.lifecycle import LifecycleError
 
 LIMIT = 50
