@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "registry",
     "inspections",
     "desk",
+    "scenarios",  # the simulated outside world: seed_demo and run_scenario; nothing imports it
 ]
 
 MIDDLEWARE = [

@@ -13,12 +13,12 @@ from django.utils import timezone
 from inspections import sampling
 from inspections import selectors as inspections
 from inspections.models import Alert, Campaign, Claim, Draw, Finding, InspectionTask, Snapshot
+from inspections.severity import SEVERITIES, SEVERITY
 from ledger import selectors as ledger
 from registry.models import Chip, ChipEvent, Facility, Organisation
 
 from .models import EntrySubject, Figure, Job, KindDay
 from .services.figures import figures_refresh
-from .severity import SEVERITIES, SEVERITY
 
 SERIES_KINDS = {"transfers": ("chip.transfer_accepted",), "exports": ("chip.exported",), "shipments": ("chip.shipped",)}
 SERIES_DAYS = 90

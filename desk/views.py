@@ -19,13 +19,13 @@ from django.views.decorators.http import require_POST
 from inspections import sampling
 from inspections.models import Alert, Campaign, Claim, Draw, InspectionTask
 from inspections.services.alerts import ACTIONS, alert_act
+from inspections.severity import SEVERITY
 from registry.models import Chip, Role
 from registry.selectors import organisation_of
 
 from . import plots, selectors
 from .models import Job
 from .services import jobs
-from .severity import SEVERITY
 
 CURVE_POINTS = 40
 CHART_SECONDS = 60

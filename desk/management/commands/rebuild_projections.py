@@ -1,3 +1,9 @@
+"""`manage.py rebuild_projections`: every app's projection rebuilt from the ledger alone and compared.
+
+It lives in the desk, the one app that may import every other: the inspections rebuild (one pass over
+the ledger that also feeds the registry's) and the desk's own entry index.
+"""
+
 import sys
 
 from django.core.management.base import BaseCommand
