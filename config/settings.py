@@ -64,7 +64,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "config.middleware.LedgerFaultMiddleware",
-    "desk.middleware.RegulatorTimeZone",
+    "desk.regulator_time_zone.RegulatorTimeZone",
 ]
 
 # Per-endpoint body limits live in api/request_bodies.py (BODY_LIMITS); Django's own cap must not undercut the
@@ -287,7 +287,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "config.schema.document_error_responses",
+        "api.openapi.document_error_responses",
     ],
     "ENUM_NAME_OVERRIDES": {
         "ChipStatusEnum": "registry.models.CHIP_STATUS_CHOICES",
