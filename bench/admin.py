@@ -72,8 +72,8 @@ def run(chips: int, entries: int) -> None:
 def make_world() -> dict:
     from django.contrib.auth import get_user_model
 
-    from inspections.demo import seed_inspections
-    from registry.demo import seed_demo
+    from inspections.demo_campaign import seed_inspections
+    from registry.demo_registry import seed_demo
 
     seed_demo("bench-pass-123", chips=60)
     seed_inspections()

@@ -50,10 +50,11 @@ INSTALLED_APPS = [
     "registry",
     "inspections",
     "desk",
+    "scenarios",  # the simulated outside world: seed_demo and run_scenario; nothing imports it
 ]
 
 MIDDLEWARE = [
-    "config.bodies.BodyLimitMiddleware",  # first: refuse an oversized body before anything reads it
+    "api.request_bodies.BodyLimitMiddleware",  # first: refuse an oversized body before anything reads it
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -63,10 +64,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "config.middleware.LedgerFaultMiddleware",
-    "desk.middleware.RegulatorTimeZone",
+    "desk.regulator_time_zone.RegulatorTimeZone",
 ]
 
-# Per-endpoint body limits live in config/bodies.py (BODY_LIMITS); Django's own cap must not undercut the
+# Per-endpoint body limits live in api/request_bodies.py (BODY_LIMITS); Django's own cap must not undercut the
 # largest of them (the 5 MiB snapshot log, JSON-escaped). Uploaded files beyond 2.5 MiB go to a temp file.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 11 * 2**20
 
@@ -269,13 +270,13 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PARSER_CLASSES": [
-        "config.bodies.StrictJSONParser",
+        "api.request_bodies.StrictJSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_THROTTLE_RATES": {"organisation": env("API_RATE_PER_ORGANISATION", default="1200/min")},
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "EXCEPTION_HANDLER": "config.exceptions.exception_handler",
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "chipledger API",
@@ -286,7 +287,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "config.schema.document_error_responses",
+        "api.openapi.document_error_responses",
     ],
     "ENUM_NAME_OVERRIDES": {
         "ChipStatusEnum": "registry.models.CHIP_STATUS_CHOICES",

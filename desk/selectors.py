@@ -1,4 +1,5 @@
-"""Reads behind the regulator's desk: dashboard figures, chip timelines, search. Bounded per request."""
+"""Reads behind the regulator's desk: dashboard figures and curves, the objects of its pages, chip timelines,
+search. Bounded per request. The desk's views read through these only."""
 
 from __future__ import annotations
 
@@ -13,16 +14,19 @@ from django.utils import timezone
 from inspections import sampling
 from inspections import selectors as inspections
 from inspections.models import Alert, Campaign, Claim, Draw, Finding, InspectionTask, Snapshot
+from inspections.severity import SEVERITIES, SEVERITY
 from ledger import selectors as ledger
-from registry.models import Chip, ChipEvent, Facility, Organisation
+from registry.models import Chip, ChipEvent, Facility, Organisation, Role
+from registry.selectors import organisation_of
 
 from .models import EntrySubject, Figure, Job, KindDay
 from .services.figures import figures_refresh
-from .severity import SEVERITIES, SEVERITY
 
 SERIES_KINDS = {"transfers": ("chip.transfer_accepted",), "exports": ("chip.exported",), "shipments": ("chip.shipped",)}
 SERIES_DAYS = 90
 SEARCH_LIMIT = 20
+CURVE_POINTS = 40
+DRAW_TASK_ROWS = 500
 
 
 def figures() -> dict[str, Figure]:
@@ -75,6 +79,100 @@ def inspections_state() -> dict:
         "alert_states": [state for state, _ in Alert.State.choices],
         "verdicts": verdicts,
     }
+
+
+def detection_curves(campaign: dict) -> dict | None:
+    """Detection probability against samples per period, paper and exact, for the campaign's largest prover.
+
+    ``campaign`` is one row of the stored ``open_campaigns`` figure. None: no prover of the campaign could run
+    the rule's training run (its plan is impossible for each).
+    """
+    rows = [(slug, row) for slug, row in campaign["provers"].items() if row.get("impossible") is False]
+    if not rows:
+        return None
+    slug, row = max(rows, key=lambda item: item[1]["chips"])
+    params = Campaign.objects.get(pk=campaign["pk"])
+    planned = {m: row.get(m, {}).get("samples_per_period") for m in ("paper", "exact")}
+    top = max([10, *(2 * n for n in planned.values() if n)])
+    top = min(top, row["chips"])
+    step = max(1, top // CURVE_POINTS)
+    curves = {}
+    for model, exact in (("paper", False), ("exact", True)):
+        points = []
+        for samples in range(1, top + 1, step):
+            try:
+                p = sampling.detection_probability(
+                    samples,
+                    params.rule_flops,
+                    row["chips"],
+                    snapshot_rate=params.snapshot_rate,
+                    period_days=params.period_days,
+                    run_days=params.run_days,
+                    flops_per_chip_second=row.get("peak") or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND,
+                    exact=exact,
+                )
+            except sampling.PlanError:
+                break
+            points.append((samples, p))
+        curves[model] = points
+    return {"prover": slug, "chips": row["chips"], "curves": curves, "planned": planned}
+
+
+def is_inspector(user) -> bool:
+    """Whether the user belongs to an inspection body (whose home is the portal)."""
+    organisation = organisation_of(user)
+    return organisation is not None and organisation.has_role(Role.INSPECTION_BODY)
+
+
+# --- the objects of the pages (None: no such object) -------------------------------------------------
+
+
+def chip_of_page(serial: str) -> Chip | None:
+    return Chip.objects.select_related("model", "owner", "possessor", "facility").filter(serial=serial).first()
+
+
+def alert_of_page(pk: int) -> Alert | None:
+    return Alert.objects.select_related("prover", "chip", "task").filter(pk=pk).first()
+
+
+def draw_of_page(pk: int) -> Draw | None:
+    return Draw.objects.select_related("campaign").filter(pk=pk).first()
+
+
+def campaign_of_page(slug: str) -> Campaign | None:
+    return Campaign.objects.filter(slug=slug).first()
+
+
+def task_of_page(pk: int) -> InspectionTask | None:
+    return (
+        InspectionTask.objects.select_related("chip", "prover", "inspection_body", "draw__campaign")
+        .filter(pk=pk)
+        .first()
+    )
+
+
+def claim_of_page(pk: int) -> Claim | None:
+    return Claim.objects.select_related("prover", "snapshot__chip", "snapshot__log").filter(pk=pk).first()
+
+
+def job_of_page(pk: int) -> Job | None:
+    return Job.objects.filter(pk=pk).first()
+
+
+def alert_detail(alert: Alert) -> dict:
+    """The alert's severity and its triage actions, oldest first."""
+    return {"severity": SEVERITY.get(alert.kind, "low"), "actions": alert.actions.all()}
+
+
+def draw_tasks(draw: Draw) -> list[InspectionTask]:
+    """The draw's tasks by prover and chip (the first ``DRAW_TASK_ROWS``)."""
+    tasks = draw.tasks.select_related("chip", "prover", "inspection_body").order_by("prover__slug", "chip__serial")
+    return list(tasks[:DRAW_TASK_ROWS])
+
+
+def campaign_provers(campaign: Campaign) -> list[str]:
+    """The slugs of the campaign's named provers; empty: every holder in its country."""
+    return list(campaign.provers.order_by("slug").values_list("slug", flat=True))
 
 
 # --- chip page ------------------------------------------------------------------------------------

@@ -11,28 +11,27 @@ from django.contrib.auth import login as auth_login
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from inspections import sampling
-from inspections.models import Alert, Campaign, Claim, Draw, InspectionTask
-from inspections.services.alerts import ACTIONS, alert_act
-from registry.models import Chip, Role
-from registry.selectors import organisation_of
-
 from . import plots, selectors
 from .models import Job
-from .services import jobs
-from .severity import SEVERITY
+from .services import jobs, triage
 
-CURVE_POINTS = 40
 CHART_SECONDS = 60
 
 
 def _context(request, title: str, **extra) -> dict:
     return {**admin.site.each_context(request), "title": title, **extra}
+
+
+def _found(page_object):
+    """The page's object, or a 404: a missing object is not an error of the page."""
+    if page_object is None:
+        raise Http404("no such object")
+    return page_object
 
 
 # --- where each kind of user belongs ------------------------------------------------------------------
@@ -42,8 +41,7 @@ def home_of(user) -> str:
     """Staff use the admin; inspectors their portal; vendors and owners the API (its docs)."""
     if user.is_staff:
         return reverse("admin:index")
-    organisation = organisation_of(user)
-    if organisation is not None and organisation.has_role(Role.INSPECTION_BODY):
+    if selectors.is_inspector(user):
         return reverse("portal:tasks")
     return reverse("docs")
 
@@ -109,36 +107,11 @@ def _chosen_campaign(request, campaigns: list[dict]) -> dict | None:
 
 def _curve_chart(campaign: dict) -> str:
     """Detection probability against samples per period for the campaign's largest possible prover."""
-    rows = [(slug, row) for slug, row in campaign["provers"].items() if row.get("impossible") is False]
-    if not rows:
+    found = selectors.detection_curves(campaign)
+    if found is None:
         return "<p>No prover of this campaign could run the rule's training run.</p>"
-    slug, row = max(rows, key=lambda item: item[1]["chips"])
-    params = Campaign.objects.get(pk=campaign["pk"])
-    planned = {m: row.get(m, {}).get("samples_per_period") for m in ("paper", "exact")}
-    top = max([10, *(2 * n for n in planned.values() if n)])
-    top = min(top, row["chips"])
-    step = max(1, top // CURVE_POINTS)
-    curves = {}
-    for model, exact in (("paper", False), ("exact", True)):
-        points = []
-        for samples in range(1, top + 1, step):
-            try:
-                p = sampling.detection_probability(
-                    samples,
-                    params.rule_flops,
-                    row["chips"],
-                    snapshot_rate=params.snapshot_rate,
-                    period_days=params.period_days,
-                    run_days=params.run_days,
-                    flops_per_chip_second=row.get("peak") or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND,
-                    exact=exact,
-                )
-            except sampling.PlanError:
-                break
-            points.append((samples, p))
-        curves[model] = points
-    title = f"{campaign['slug']}: prover {slug} ({row['chips']:,} chips)"
-    return plots.detection_curve(curves, campaign["target"], planned, title)
+    title = f"{campaign['slug']}: prover {found['prover']} ({found['chips']:,} chips)"
+    return plots.detection_curve(found["curves"], campaign["target"], found["planned"], title)
 
 
 @require_POST
@@ -154,7 +127,7 @@ def sweep_start(request):
 
 
 def chip_page(request, serial: str):
-    chip = get_object_or_404(Chip.objects.select_related("model", "owner", "possessor", "facility"), serial=serial)
+    chip = _found(selectors.chip_of_page(serial))
     context = _context(request, f"Chip {chip.serial}", chip=chip, timeline=selectors.chip_timeline(chip))
     return render(request, "admin/desk/chip.html", context)
 
@@ -174,13 +147,13 @@ def search(request):
 
 
 class TriageForm(forms.Form):
-    action = forms.ChoiceField(choices=[(a, a.replace("_", " ")) for a in ACTIONS])
+    action = forms.ChoiceField(choices=[(a, a.replace("_", " ")) for a in triage.TRIAGE_ACTIONS])
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=2000)
     assignee = forms.CharField(required=False, max_length=150, help_text="username, to assign")
 
 
 def alert_page(request, pk: int):
-    alert = get_object_or_404(Alert.objects.select_related("prover", "chip", "task"), pk=pk)
+    alert = _found(selectors.alert_of_page(pk))
     can_act = request.user.has_perm("inspections.change_alert")
     form = TriageForm(request.POST or None)
     if request.method == "POST":
@@ -188,7 +161,7 @@ def alert_page(request, pk: int):
             raise PermissionDenied
         if form.is_valid():
             try:
-                alert_act(alert, by=request.user.get_username(), **form.cleaned_data)
+                triage.alert_triage(alert, by=request.user.get_username(), **form.cleaned_data)
             except ValidationError as error:
                 for field, reasons in error.message_dict.items():
                     form.add_error(field if field in form.fields else None, reasons)
@@ -199,8 +172,7 @@ def alert_page(request, pk: int):
         request,
         f"Alert: {alert.get_kind_display()} — {alert.prover.slug}",
         alert=alert,
-        severity=SEVERITY.get(alert.kind, "low"),
-        actions=alert.actions.all(),
+        **selectors.alert_detail(alert),
         form=form,
         can_act=can_act,
     )
@@ -211,22 +183,18 @@ def alert_page(request, pk: int):
 
 
 def draw_page(request, pk: int):
-    draw = get_object_or_404(Draw.objects.select_related("campaign"), pk=pk)
+    draw = _found(selectors.draw_of_page(pk))
     if request.method == "POST":
         if not request.user.has_perm("desk.add_job"):
             raise PermissionDenied
         job = jobs.job_start(Job.Kind.DRAW_AUDIT, {"draw": draw.pk}, request.user.get_username())
         return redirect(reverse("desk:draw", args=[draw.pk]) + f"?job={job.pk}")
-    detail = selectors.draw_detail(draw)
-    tasks = draw.tasks.select_related("chip", "prover", "inspection_body").order_by("prover__slug", "chip__serial")[
-        :500
-    ]
     context = _context(
         request,
         f"Draw: {draw.campaign.slug}, period {draw.period}",
         draw=draw,
-        detail=detail,
-        tasks=tasks,
+        detail=selectors.draw_detail(draw),
+        tasks=selectors.draw_tasks(draw),
         can_act=request.user.has_perm("desk.add_job"),
         watch=request.GET.get("job", ""),
     )
@@ -234,7 +202,7 @@ def draw_page(request, pk: int):
 
 
 def campaign_page(request, slug: str):
-    campaign = get_object_or_404(Campaign, slug=slug)
+    campaign = _found(selectors.campaign_of_page(slug))
     detail = selectors.campaign_detail(campaign)
     achieved = [value for value in detail["achieved"].values() if value is not None]
     context = _context(
@@ -243,21 +211,19 @@ def campaign_page(request, slug: str):
         campaign=campaign,
         detail=detail,
         weakest=min(achieved) if achieved else None,
-        provers=", ".join(p.slug for p in campaign.provers.order_by("slug")) or f"every holder in {campaign.country}",
+        provers=", ".join(selectors.campaign_provers(campaign)) or f"every holder in {campaign.country}",
     )
     return render(request, "admin/desk/campaign.html", context)
 
 
 def task_page(request, pk: int):
-    task = get_object_or_404(
-        InspectionTask.objects.select_related("chip", "prover", "inspection_body", "draw__campaign"), pk=pk
-    )
+    task = _found(selectors.task_of_page(pk))
     context = _context(request, f"Task #{task.pk}: {task}", task=task, detail=selectors.task_detail(task))
     return render(request, "admin/desk/task.html", context)
 
 
 def claim_page(request, pk: int):
-    claim = get_object_or_404(Claim.objects.select_related("prover", "snapshot__chip", "snapshot__log"), pk=pk)
+    claim = _found(selectors.claim_of_page(pk))
     can_act = request.user.has_perm("desk.add_job")
     if request.method == "POST":
         if not can_act:
@@ -272,7 +238,7 @@ def claim_page(request, pk: int):
 
 
 def job_page(request, pk: int):
-    job = get_object_or_404(Job, pk=pk)
+    job = _found(selectors.job_of_page(pk))
     if request.GET.get("format") == "json":
         return JsonResponse(
             {"state": job.state, "progress": job.progress, "message": job.message, "result": job.result}

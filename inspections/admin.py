@@ -8,16 +8,16 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from desk.severity import SEVERITIES, SEVERITY, kinds_of_severity
-from desk.units import flops
 from ledger.admin import ReadOnlyAdmin
 from registry.models import Organisation, Role
+from rules.units import flops
 
 from . import selectors
 from .models import Alert, Campaign, Claim, Draw, InspectionBody, InspectionTask
 from .planning import DEFAULT_MODEL, MODELS
 from .sampling import DAYS_PER_YEAR
 from .services import bodies, campaigns
+from .severity import SEVERITIES, SEVERITY, kinds_of_severity
 
 
 class CampaignAddForm(forms.Form):

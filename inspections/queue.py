@@ -1,6 +1,7 @@
-"""Work handed to the Celery worker after the transaction commits.
+"""Work handed to the Celery worker after the transaction commits: the one queueing helper of the project.
 
-Tasks are sent by name, so services never import the task module (which imports them).
+Tasks are sent by name, so services never import the task module (which imports them). The inspections
+services queue log checks and claim verifications here; the desk queues its jobs through ``enqueue_after_commit``.
 """
 
 from __future__ import annotations
@@ -12,15 +13,17 @@ CHECK_SNAPSHOT_LOG = "inspections.tasks.check_snapshot_log"
 VERIFY_CLAIM = "inspections.tasks.verify_claim"
 
 
-def _enqueue(name: str, *args, countdown: float | None = None) -> None:
-    later = {} if countdown is None else {"countdown": countdown}
-    transaction.on_commit(lambda: current_app.send_task(name, args=args, **later))
+def enqueue_after_commit(name: str, *args, countdown: float | None = None, queue: str | None = None) -> None:
+    """Send the task ``name`` once the current transaction commits (never for a rolled-back one); ``countdown``
+    seconds later, on ``queue`` (else the default queue)."""
+    options = {key: value for key, value in (("countdown", countdown), ("queue", queue)) if value is not None}
+    transaction.on_commit(lambda: current_app.send_task(name, args=args, **options))
 
 
 def enqueue_log_check(log_id: int) -> None:
-    _enqueue(CHECK_SNAPSHOT_LOG, log_id)
+    enqueue_after_commit(CHECK_SNAPSHOT_LOG, log_id)
 
 
 def enqueue_claim_verification(claim_id: int, countdown: float | None = None) -> None:
     """Verify a claim now, or (a retry after the verifier failed) ``countdown`` seconds from now."""
-    _enqueue(VERIFY_CLAIM, claim_id, countdown=countdown)
+    enqueue_after_commit(VERIFY_CLAIM, claim_id, countdown=countdown)

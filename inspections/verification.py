@@ -25,7 +25,7 @@ from django.conf import settings
 
 from replay.firmware import parse_record, verify_log
 
-from . import transcripts
+from . import transcript_location as transcripts
 
 log = logging.getLogger(__name__)
 EXITS = {0: "verified", 1: "rejected", 2: "malformed"}

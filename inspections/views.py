@@ -1,9 +1,11 @@
 """Inspector API (DESIGN §5): thin views over inspections.services, for inspection bodies only.
 
 Reads need the body's API token; every write (accept, challenge, identity, snapshot log, finding) is also a
-signed write by a key registered to the inspection body, like a vendor's (``registry.views.SignedWriteView``):
-a token alone, which an attacker could lift, writes nothing. The portal's writes are session-bound with CSRF.
+signed write by a key registered to the inspection body, like a vendor's (``api.signed_writes``): a token
+alone, which an attacker could lift, writes nothing. The portal's writes are session-bound with CSRF.
 """
+
+from functools import partial
 
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -13,11 +15,11 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.bodies import StrictJSONParser
-from registry.models import Role
+from api.endpoints import SIGNED_PARAMETERS, SIGNED_WRITE_ERRORS, caller_organisation, signed_write_response
+from api.request_bodies import StrictJSONParser
+from api.throttles import OrganisationRateThrottle
+from registry.models import Organisation, Role
 from registry.selectors import organisation_of
-from registry.throttles import OrganisationRateThrottle
-from registry.views import SIGNED_PARAMETERS, SIGNED_WRITE_ERRORS, SignedWriteView
 
 from . import selectors
 from .models import InspectionTask
@@ -61,17 +63,22 @@ class TaskListView(InspectorView):
         return Response(TaskOut(selectors.tasks_of(self.body(request)), many=True).data)
 
 
-class InspectorWriteView(SignedWriteView):
-    """A signed write of an inspection body about one of its tasks; the body's other fields go to the service."""
+class InspectorWriteView(APIView):
+    """A signed write of an inspection body about one of its tasks; the body's other fields go to ``act``."""
 
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [OrganisationRateThrottle]
     parser_classes = [StrictJSONParser]
     success_status = status.HTTP_200_OK
 
-    def authorise(self, organisation) -> None:
-        if not organisation.has_role(Role.INSPECTION_BODY):
+    def write(self, request, task_id: int):
+        organisation = caller_organisation(request)
+        if not organisation.has_role(Role.INSPECTION_BODY):  # refused before any signature work
             raise PermissionDenied({"user": ["is not a member of an inspection body"]})
+        perform = partial(self.task_act, organisation, task_id)
+        return signed_write_response(request, organisation, perform, self.success_status)
 
-    def perform(self, organisation, data, submission, task_id: int) -> dict:
+    def task_act(self, organisation: Organisation, task_id: int, data: dict, submission: dict) -> dict:
         task = selectors.task_of(organisation, task_id)
         if task is None:  # another body's task does not exist for this one
             raise Http404("no such task")
@@ -93,7 +100,7 @@ class TaskAcceptView(InspectorWriteView):
         description=INSPECTOR_WRITE_NOTE,
     )
     def post(self, request, task_id: int):
-        return super().post(request, task_id=task_id)
+        return self.write(request, task_id)
 
     def act(self, task, fields, submission) -> dict:
         return TaskOut(inspectors.task_accept(task, task.inspection_body, submission)).data
@@ -124,7 +131,7 @@ class ChallengeView(InspectorWriteView):
         description=INSPECTOR_WRITE_NOTE,
     )
     def post(self, request, task_id: int):
-        return super().post(request, task_id=task_id)
+        return self.write(request, task_id)
 
     def act(self, task, fields, submission) -> dict:
         challenge = inspectors.identity_challenge_issue(task, task.inspection_body)
@@ -147,7 +154,7 @@ class IdentityView(InspectorWriteView):
         description=INSPECTOR_WRITE_NOTE,
     )
     def post(self, request, task_id: int):
-        return super().post(request, task_id=task_id)
+        return self.write(request, task_id)
 
     def act(self, task, fields, submission) -> dict:
         answer = IdentityIn(data=fields)
@@ -176,7 +183,7 @@ class SnapshotLogView(InspectorWriteView):
         description=INSPECTOR_WRITE_NOTE,
     )
     def post(self, request, task_id: int):
-        return super().post(request, task_id=task_id)
+        return self.write(request, task_id)
 
     def act(self, task, fields, submission) -> dict:
         upload = LogIn(data=fields)
@@ -205,15 +212,18 @@ class FindingView(InspectorWriteView):
         description=INSPECTOR_WRITE_NOTE,
     )
     def post(self, request, task_id: int):
-        return super().post(request, task_id=task_id)
+        return self.write(request, task_id)
 
     def act(self, task, fields, submission) -> dict:
         finding = inspectors.finding_submit(task, task.inspection_body, fields, submission)
         return {"task": task.pk, "recorded_seq": finding.recorded_seq}
 
 
-class ClaimsView(SignedWriteView):
+class ClaimsView(APIView):
     """Provers answer their chips' logged snapshots (a signed write, like every prover write)."""
+
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [OrganisationRateThrottle]
 
     @extend_schema(
         summary="Answer logged snapshots: run, step and transcript (manifest hash and location) for each",
@@ -224,11 +234,13 @@ class ClaimsView(SignedWriteView):
         responses=SIGNED_WRITE_ERRORS,
     )
     def post(self, request):
-        return super().post(request)
+        organisation = caller_organisation(request)
+        return signed_write_response(request, organisation, partial(_claims_submit, organisation))
 
-    def perform(self, organisation, data, submission) -> dict:
-        rows = claims.claims_submit(prover=organisation, claims=data.get("claims"), submission=submission)
-        return {"seq": rows[0].claimed_seq, "kind": "claim.submitted", "claims": [row.pk for row in rows]}
+
+def _claims_submit(prover: Organisation, data: dict, submission: dict) -> dict:
+    rows = claims.claims_submit(prover=prover, claims=data.get("claims"), submission=submission)
+    return {"seq": rows[0].claimed_seq, "kind": "claim.submitted", "claims": [row.pk for row in rows]}
 
 
 class ClaimStatusView(APIView):

@@ -11,8 +11,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.html import format_html
 
-from desk.units import flop_rate, size_bytes
 from ledger.admin import ReadOnlyAdmin
+from rules.units import flop_rate, size_bytes
 
 from . import services
 from .models import ApiToken, Chip, ChipEvent, ChipModel, Facility, Member, Organisation, OrganisationKey, Role

@@ -4,12 +4,14 @@
 from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.endpoints import SIGNED_PARAMETERS, SIGNED_WRITE_ERRORS, caller_organisation, signed_write_response
+from api.throttles import OrganisationRateThrottle
+
 from . import epcis, selectors, services
-from .throttles import OrganisationRateThrottle
-from .views import SIGNED_PARAMETERS, SIGNED_WRITE_ERRORS, SignedWriteView, caller_organisation
 
 SGTIN = "urn:epc:id:sgtin:0614141.812345.H100-0000001"
 EXAMPLE_DOCUMENT = {
@@ -68,7 +70,10 @@ CAPTURED_EXAMPLE = {
 }
 
 
-class CaptureView(SignedWriteView):
+class CaptureView(APIView):
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [OrganisationRateThrottle]
+
     @extend_schema(
         operation_id="epcis_capture",
         summary="Capture a GS1 EPCIS 2.0 EPCISDocument onto the chip lifecycle, all or nothing",
@@ -109,11 +114,14 @@ class CaptureView(SignedWriteView):
         examples=[OpenApiExample("commission and export", value=EXAMPLE_DOCUMENT, request_only=True)],
     )
     def post(self, request):
-        return super().post(request)
+        organisation = caller_organisation(request)
 
-    def perform(self, organisation, data, submission) -> dict:
-        events = epcis.parse_document(data)
-        return services.epcis_capture(organisation=organisation, events=events, submission=submission)
+        def capture(data: dict, submission: dict) -> dict:
+            return services.epcis_capture(
+                organisation=organisation, events=epcis.parse_document(data), submission=submission
+            )
+
+        return signed_write_response(request, organisation, capture)
 
 
 class EventQueryView(APIView):

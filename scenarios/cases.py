@@ -25,7 +25,7 @@ from registry.models import Chip
 from replay.firmware import canonical
 from replay.transcript import checkpoint_path, sha256, write_manifest
 
-from .world import World
+from .actors import World
 
 
 @dataclass

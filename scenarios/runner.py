@@ -31,8 +31,8 @@ from django.db import connection
 
 from ledger import selectors
 
+from .actors import World
 from .cases import SCENARIOS, Outcome
-from .world import World
 
 CHILD_SECONDS = 300  # a stuck scenario ends; the budget is two minutes
 

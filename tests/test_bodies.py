@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as hst
 
-from config import bodies
+from api import request_bodies as bodies
 from inspections.services.inspectors import MAX_LOG_BYTES
 from registry.identifiers import MAX_CHIPS
 

@@ -1,7 +1,7 @@
 """The desk's index of ledger entries, written in the same transaction as each append.
 
 Which organisations an entry concerns is read from its actor and its payload's top-level
-fields alone (a pure function), so the rebuild (``desk.rebuild``) derives the same rows
+fields alone (a pure function), so the rebuild (``desk.rebuild_index``) derives the same rows
 from the ledger. Per-day counts by kind feed the dashboard's time series.
 """
 

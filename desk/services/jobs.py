@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from celery import current_app
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
 from django.utils import timezone
 
-from inspections.audit import audit_draw
 from inspections.models import Claim, Draw
+from inspections.queue import enqueue_after_commit
 from inspections.services.claims import claim_reverify
+from inspections.stored_draw_audit import audit_draw
 from ledger.chain import LedgerFault
 from ledger.integrity import verify_stored_ledger
 from ledger.selectors import ledger_size
 
 from ..models import Job
+
+RUN_JOB = "desk.tasks.run_job"  # by name: desk.tasks imports this module, not the other way round
 
 
 def job_start(kind: str, params: dict, by: str) -> Job:
@@ -27,9 +28,7 @@ def job_start(kind: str, params: dict, by: str) -> Job:
     if kind == Job.Kind.CLAIM_REVERIFY and not Claim.objects.filter(pk=params.get("claim")).exists():
         raise ValidationError({"claim": "no such claim"})
     job = Job.objects.create(kind=kind, params=params, started_by=by)
-    queue = settings.DESK_JOB_QUEUE
-    # By name: desk.tasks imports this module, not the other way round.
-    transaction.on_commit(lambda: current_app.send_task("desk.tasks.run_job", (job.pk,), queue=queue))
+    enqueue_after_commit(RUN_JOB, job.pk, queue=settings.DESK_JOB_QUEUE)
     return job
 
 

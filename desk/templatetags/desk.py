@@ -1,6 +1,6 @@
 from django import template
 
-from .. import units
+from rules import units
 
 register = template.Library()
 register.filter("flops", units.flops)

@@ -1,10 +1,10 @@
 import pytest
 from django.contrib.auth import get_user_model
 
-from inspections.demo import seed_inspections
+from inspections.demo_campaign import seed_inspections
 from inspections.models import InspectionTask
 from inspections.services.alerts import alert_raise
-from registry.demo import seed_demo
+from registry.demo_registry import seed_demo
 
 
 @pytest.fixture

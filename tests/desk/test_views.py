@@ -3,9 +3,12 @@
 import pytest
 from django.urls import reverse
 
+from desk import selectors, tasks
 from desk.models import EntrySubject, Job
-from desk.rebuild import differences
+from desk.rebuild_index import differences
+from desk.services import jobs
 from desk.services.jobs import job_run, job_start
+from inspections import queue
 from inspections.models import Alert, Draw
 from ledger.models import Entry
 from registry.models import Chip
@@ -110,6 +113,40 @@ def test_an_integrity_sweep_job_reports_the_ledger_intact(world, django_capture_
     job_run(job.pk)
     job.refresh_from_db()
     assert job.result["intact"] is True and job.result["entries"] == Entry.objects.count()
+
+
+def test_a_job_is_queued_after_commit_by_name_through_the_one_queueing_helper(
+    world, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.DESK_JOB_QUEUE = "desk-jobs"
+    sent = []
+    fake = type("App", (), {"send_task": lambda self, name, args, **options: sent.append((name, args, options))})()
+    monkeypatch.setattr(queue, "current_app", fake)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        job = job_start(Job.Kind.INTEGRITY_SWEEP, {}, "regulator")
+    assert sent == [] and len(callbacks) == 1  # nothing leaves before the row is committed
+    callbacks[0]()
+    assert sent == [(jobs.RUN_JOB, (job.pk,), {"queue": "desk-jobs"})]
+    assert tasks.run_job.name == jobs.RUN_JOB
+
+
+def test_the_detection_curve_of_a_campaign_crosses_its_target_at_the_planned_samples(world):
+    campaign = selectors.figures()["open_campaigns"].data[0]
+    found = selectors.detection_curves(campaign)
+    assert found is not None and found["chips"] == campaign["provers"][found["prover"]]["chips"]
+    for model, points in found["curves"].items():
+        probabilities = [p for _, p in points]
+        assert probabilities == sorted(probabilities) and probabilities[0] > 0 and probabilities[-1] <= 1
+        planned = found["planned"][model]
+        below = [p for s, p in points if s < planned - 1]
+        at_or_above = [p for s, p in points if s >= planned]
+        assert all(p < campaign["target"] for p in below), model
+        assert all(p >= campaign["target"] for p in at_or_above), model
+    impossible = {
+        **campaign,
+        "provers": {slug: {**row, "impossible": True} for slug, row in campaign["provers"].items()},
+    }
+    assert selectors.detection_curves(impossible) is None
 
 
 def test_the_entry_index_is_kept_on_append_and_matches_its_rebuild(world):

@@ -3,10 +3,10 @@
 import pytest
 from django.contrib.auth import get_user_model
 
-from inspections.demo import seed_inspections
+from inspections.demo_campaign import seed_inspections
 from inspections.models import InspectionBody
 from ledger.models import Entry
-from registry.demo import seed_demo
+from registry.demo_registry import seed_demo
 
 pytestmark = pytest.mark.django_db
 

@@ -6,10 +6,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from nacl.signing import SigningKey
 
-from inspections.demo import seed_inspections
+from inspections.demo_campaign import seed_inspections
 from inspections.models import InspectionTask
 from ledger.models import Entry
-from registry.demo import seed_demo
+from registry.demo_registry import seed_demo
 from registry.models import Chip
 
 pytestmark = pytest.mark.django_db

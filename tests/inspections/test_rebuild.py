@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from inspections import rebuild
+from inspections import rebuild_inspections as rebuild
 from inspections.models import Alert, Claim, Finding, InspectionTask, SnapshotLog
 from inspections.services import campaigns, inspectors, sweeps
 from inspections.services import claims as claim_services

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from nacl.signing import SigningKey
 
 from ledger.models import Entry
-from registry.demo import seed_demo
+from registry.demo_registry import seed_demo
 from registry.models import Organisation
 
 pytestmark = pytest.mark.django_db

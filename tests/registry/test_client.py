@@ -1,4 +1,4 @@
-"""registry.client against the real app over HTTP: the README's examples run."""
+"""registry.api_client against the real app over HTTP: the README's examples run."""
 
 import base64
 import json
@@ -9,7 +9,7 @@ import pytest
 from django.conf import settings
 
 from registry import services
-from registry.client import ApiError, RegistryClient
+from registry.api_client import ApiError, RegistryClient
 from registry.models import Chip
 from tests.registry.factories import SignedClient, chip_model, chip_public_key, facility, new_serials, organisation
 
@@ -56,7 +56,7 @@ def test_cli_runs_without_django(fab, tmp_path):
     base = [
         sys.executable,
         "-m",
-        "registry.client",
+        "registry.api_client",
         "--url",
         fab["url"],
         "--token",

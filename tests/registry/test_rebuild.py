@@ -6,7 +6,7 @@ import io
 import pytest
 from django.core.management import call_command
 
-from registry.demo import seed_demo
+from registry.demo_registry import seed_demo
 from registry.models import Chip, ChipEvent, Facility
 
 pytestmark = pytest.mark.django_db

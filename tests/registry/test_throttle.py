@@ -4,7 +4,7 @@ import secrets
 
 import pytest
 
-from registry.throttles import OrganisationRateThrottle
+from api.throttles import OrganisationRateThrottle
 from tests.registry.factories import SignedClient, organisation
 
 pytestmark = pytest.mark.django_db

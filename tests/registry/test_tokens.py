@@ -5,7 +5,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from registry.demo import seed_demo
+from registry.demo_registry import seed_demo
 from registry.models import ApiToken
 from registry.services.roles import AUDITOR, REGULATOR_STAFF
 from registry.services.tokens import api_token_issue, api_token_revoke, token_digest

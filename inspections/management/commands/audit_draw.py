@@ -2,8 +2,8 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from inspections.audit import audit_draw
 from inspections.drawcheck import MATCH, MISMATCH
+from inspections.stored_draw_audit import audit_draw
 
 
 class Command(BaseCommand):

@@ -9,10 +9,10 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from inspections import draws
-from inspections.audit import audit_draw
 from inspections.models import CampaignSeed, Draw, InspectionTask
 from inspections.planning import campaign_period
 from inspections.services import campaigns
+from inspections.stored_draw_audit import audit_draw
 from inspections.tasks import draw_due_campaigns
 from ledger import services as ledger_services
 from ledger.models import Entry

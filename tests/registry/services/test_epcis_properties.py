@@ -3,7 +3,7 @@ another exception, and nothing written on a refusal.
 
 Each example mutates a valid document (commissioning, an export, a receipt; tests/registry/epcis_helpers.py) at
 a random path: wrong types, members missing or extra, huge numbers, NaN, NUL, lone surrogates, deep nesting,
-Unicode look-alikes, trailing newlines. The documents skip the HTTP parser (config/bodies.py), which would
+Unicode look-alikes, trailing newlines. The documents skip the HTTP parser (api/request_bodies.py), which would
 refuse some of these values first: the services must hold on their own.
 """
 

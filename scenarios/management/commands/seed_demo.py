@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from inspections.demo import seed_inspections
-from registry.demo import DemoLogin, demo_password, seed_demo
-from scenarios.demo import seed_chain
+from inspections.demo_campaign import seed_inspections
+from registry.demo_registry import DemoLogin, demo_password, seed_demo
+from scenarios.demo_chain import seed_chain
 
 
 class Command(BaseCommand):

@@ -25,7 +25,7 @@ from inspections.models import Alert, Campaign, Claim, InspectionTask, Snapshot,
 from inspections.services import bodies, campaigns, inspectors
 from ledger import services as ledger
 from registry import services, signing
-from registry.demo import licence_record
+from registry.demo_registry import licence_record
 from registry.models import Organisation
 from registry.services.tokens import api_token_issue
 from replay.chipsim import ChipStore

@@ -7,7 +7,7 @@ The check itself is pure (``inspections.drawcheck``), shared with the standalone
 from __future__ import annotations
 
 from ledger import selectors as ledger
-from registry.rebuild import rebuild
+from registry.rebuild_registry import rebuild
 
 from .drawcheck import Audit, DrawRecords, check_draw, not_drawn
 

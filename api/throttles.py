@@ -1,6 +1,6 @@
 from rest_framework.throttling import SimpleRateThrottle
 
-from .selectors import organisation_of
+from registry.selectors import organisation_of
 
 
 class OrganisationRateThrottle(SimpleRateThrottle):

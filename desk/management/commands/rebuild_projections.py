@@ -1,9 +1,15 @@
+"""`manage.py rebuild_projections`: every app's projection rebuilt from the ledger alone and compared.
+
+It lives in the desk, the one app that may import every other: the inspections rebuild (one pass over
+the ledger that also feeds the registry's) and the desk's own entry index.
+"""
+
 import sys
 
 from django.core.management.base import BaseCommand
 
-from desk import rebuild as desk_rebuild
-from inspections.rebuild import differences, rebuild
+from desk import rebuild_index as desk_rebuild
+from inspections.rebuild_inspections import differences, rebuild
 from registry.lifecycle import LifecycleError
 
 LIMIT = 50

@@ -1,12 +1,12 @@
 """A small client for vendors and owners: signs each request body and sends it. No Django needed.
 
-    python -m registry.client --url http://127.0.0.1:8000 --token TOKEN --key-file var/demo-keys/vendor-a.key \\
+    python -m registry.api_client --url http://127.0.0.1:8000 --token TOKEN --key-file var/demo-keys/vendor-a.key \\
         event ship --chips A000100,A000101 --field consignee=owner-a --field reference=PO-2026-0042
-    python -m registry.client ... chip A000100
-    python -m registry.client ... chips --status in_stock --owner vendor-a
-    python -m registry.client ... fabricate chips.json          # [{"serial", "model", "public_key", "facility"}]
-    python -m registry.client ... post /api/inspections/claims claims.json     # any signed write: a JSON object
-    python -m registry.client ... get /api/inspections/claims/7
+    python -m registry.api_client ... chip A000100
+    python -m registry.api_client ... chips --status in_stock --owner vendor-a
+    python -m registry.api_client ... fabricate chips.json          # [{"serial", "model", "public_key", "facility"}]
+    python -m registry.api_client ... post /api/inspections/claims claims.json     # any signed write: a JSON object
+    python -m registry.api_client ... get /api/inspections/claims/7
 
 The key file holds the base64 32-byte Ed25519 seed of a key registered to your organisation.
 Exit status: 0 on success, 1 if the server refused (its JSON answer is printed), 2 on usage or network errors.
@@ -99,7 +99,7 @@ def _fields(pairs: list[str]) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(
-        prog="python -m registry.client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m registry.api_client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     main.add_argument("--url", required=True)
     main.add_argument("--token", required=True, help="your API token")

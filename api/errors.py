@@ -1,4 +1,4 @@
-"""DRF error wiring: service-layer errors become clear 4xx bodies naming the field.
+"""The API's errors: service-layer errors become clear 4xx bodies naming the field.
 
 Also the safety net of the database's own refusals: a unique constraint lost to a concurrent request is a
 409 naming the column (two fabrications of one serial, two registrations of one slug), a value a column
@@ -34,16 +34,28 @@ def unique_violation_fields(error: IntegrityError) -> list[str] | None:
     return [column.removesuffix("_id") for column in columns]
 
 
-def exception_handler(exc, context):
+def refusal(exc: DjangoValidationError | Conflict) -> tuple[int, dict]:
+    """The status and body of a write the services refused: a field's reasons (400) or a conflict (409).
+
+    One mapping for the exception handler and for the refusals a signed write keeps for its Idempotency-Key.
+    """
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
-        return Response(detail, status=status.HTTP_400_BAD_REQUEST)
+        return status.HTTP_400_BAD_REQUEST, detail
+    return status.HTTP_409_CONFLICT, {"detail": str(exc)}
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, DjangoValidationError):
+        code, detail = refusal(exc)
+        return Response(detail, status=code)
     if isinstance(exc, SignatureProblem):
         return Response({exc.field: [exc.reason]}, status=status.HTTP_403_FORBIDDEN)
     if isinstance(exc, LedgerFault):  # the log does not extend its own signed checkpoint: no write is safe
         return Response({"detail": f"the ledger refuses writes: {exc}"}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
     if isinstance(exc, Conflict):
-        return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        code, detail = refusal(exc)
+        return Response(detail, status=code)
     if isinstance(exc, IntegrityError) and (fields := unique_violation_fields(exc)):
         reason = "already exists (taken by a concurrent request); nothing was written"
         return Response({field: [reason] for field in fields}, status=status.HTTP_409_CONFLICT)

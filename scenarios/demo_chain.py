@@ -21,10 +21,10 @@ from nacl.signing import SigningKey
 from inspections.models import InspectionTask, SnapshotLog
 from inspections.services import campaigns, inspectors
 from registry import services
-from registry.demo import demo_token
+from registry.demo_registry import demo_token
 from registry.models import Organisation
 
-from .world import World
+from .actors import World
 
 LABS = [("lab-honest", "Honest Labs Inc."), ("lab-cheat", "Corner-Cutting Labs Inc.")]
 CAMPAIGN = "chain-demo"

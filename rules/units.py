@@ -1,4 +1,4 @@
-"""Readable numbers: FLOPs and bytes in engineering units."""
+"""Readable numbers: FLOPs and bytes in engineering units (pure; the admins and the desk pages share it)."""
 
 from __future__ import annotations
 

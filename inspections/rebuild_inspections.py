@@ -1,4 +1,4 @@
-"""Rebuild the inspections tables (and, through ``registry.rebuild``, the registry's) from the ledger alone.
+"""Rebuild the inspections tables (and, through ``registry.rebuild_registry``, the registry's) from the ledger alone.
 
 One pass over the ledger's leaves feeds each entry to the registry's replay and to this
 module's, into scratch worlds held in memory (never the live tables); then every live
@@ -39,7 +39,7 @@ from django.core.exceptions import ValidationError
 
 from ledger import selectors as ledger
 from ledger.services import format_time
-from registry import rebuild as registry_rebuild
+from registry import rebuild_registry as registry_rebuild
 from registry import world as registry_world
 from registry.lifecycle import LifecycleError
 

@@ -1,0 +1,87 @@
+"""The signed-write protocol (docs/security.md): one service that every signed write of every app goes through.
+
+Order: signature and freshness first (nothing else is looked at for a bad one), then the Idempotency-Key's
+earlier answer, then the nonce is spent for good, then the write and its answer in one transaction. A refused
+write (400, 409) is answered like an accepted one: with a key, its answer is kept and a retry gets it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from ledger import services as ledger_services
+from registry import services, signing
+from registry.models import Organisation
+
+from . import errors, request_bodies
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+# The write itself: (the body's JSON object, the submission the ledger keeps) -> the answer's JSON object.
+Perform = Callable[[dict, dict], dict]
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    data: dict
+
+
+def signed_write_handle(
+    organisation: Organisation, body: bytes, headers: Mapping[str, str], perform: Perform, success_status: int = 201
+) -> Answer:
+    """Check ``body`` (the exact bytes signed) and its headers, then ``perform`` the write once.
+
+    Raises what the API answers without keeping it: a body that is not a JSON object (400), a bad signature,
+    stale timestamp or spent nonce (403), and whatever ``perform`` raises besides a refusal (404, 403, ...).
+    """
+    data = json_object(body)
+    signed = services.signed_body_check(organisation, headers.get(signing.HEADER), body, data)
+    key = headers.get(IDEMPOTENCY_HEADER)
+    earlier = services.idempotent_answer(organisation, key, body)
+    if earlier is None:
+        earlier = _nonce_spend(organisation, signed, key, body)
+    if earlier is not None:
+        return Answer(*earlier)
+    try:
+        with transaction.atomic():
+            answer = perform(data, signed.submission())
+            services.idempotent_answer_record(organisation, key, body, success_status, answer)
+    except IntegrityError:
+        earlier = services.idempotent_answer(organisation, key, body)  # the same key with another body won
+        if earlier is None:
+            raise
+        return Answer(*earlier)
+    except (ValidationError, ledger_services.Conflict) as error:
+        refused = Answer(*errors.refusal(error))
+        services.idempotent_answer_record(organisation, key, body, refused.status, refused.data)
+        return refused
+    return Answer(success_status, answer)
+
+
+def _nonce_spend(organisation: Organisation, signed, key: str | None, body: bytes) -> tuple[int, dict] | None:
+    """Spend the nonce; a concurrent retry of the same body (same nonce) gets the first answer or a 409."""
+    try:
+        services.signed_nonce_consume(organisation, signed)
+    except signing.SignatureProblem:
+        if not key:
+            raise
+        earlier = services.idempotent_answer(organisation, key, body)
+        if earlier is None:
+            raise services.idempotent_in_progress(key) from None
+        return earlier
+    return None
+
+
+def json_object(body: bytes) -> dict:
+    """The body as a JSON object, parsed strictly (``request_bodies.loads``), or a 400 naming the field."""
+    try:
+        data = request_bodies.loads(body)
+    except request_bodies.BodyProblem as problem:
+        raise ValidationError({problem.field: problem.reason}) from None
+    if not isinstance(data, dict):
+        raise ValidationError({"body": "must be a JSON object"})
+    return data

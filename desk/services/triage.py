@@ -1,0 +1,13 @@
+"""Alert triage from the desk's alert page: the inspections service that records each action on the ledger."""
+
+from __future__ import annotations
+
+from inspections.models import Alert
+from inspections.services.alerts import ACTIONS, alert_act
+
+TRIAGE_ACTIONS = tuple(ACTIONS)
+
+
+def alert_triage(alert: Alert, *, by: str, action: str, reason: str = "", assignee: str = "") -> Alert:
+    """One ``alert.updated`` entry by the regulator, ``by`` (a username) acting; a ValidationError names the field."""
+    return alert_act(alert, by=by, action=action, reason=reason, assignee=assignee)
