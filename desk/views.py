@@ -16,11 +16,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from inspections import sampling
 from inspections.models import Alert, Campaign, Claim, Draw, InspectionTask
 from inspections.services.alerts import ACTIONS, alert_act
 from registry.models import Chip, Role
 from registry.selectors import organisation_of
+from rules import sampling_plans
 
 from . import plots, selectors
 from .models import Job
@@ -123,17 +123,17 @@ def _curve_chart(campaign: dict) -> str:
         points = []
         for samples in range(1, top + 1, step):
             try:
-                p = sampling.detection_probability(
+                p = sampling_plans.detection_probability(
                     samples,
                     params.rule_flops,
                     row["chips"],
                     snapshot_rate=params.snapshot_rate,
                     period_days=params.period_days,
                     run_days=params.run_days,
-                    flops_per_chip_second=row.get("peak") or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND,
+                    flops_per_chip_second=row.get("peak") or sampling_plans.DEFAULT_FLOPS_PER_CHIP_SECOND,
                     exact=exact,
                 )
-            except sampling.PlanError:
+            except sampling_plans.PlanError:
                 break
             points.append((samples, p))
         curves[model] = points

@@ -12,11 +12,11 @@ from desk.severity import SEVERITIES, SEVERITY, kinds_of_severity
 from desk.units import flops
 from ledger.admin import ReadOnlyAdmin
 from registry.models import Organisation, Role
+from rules.inspection_planning import DEFAULT_MODEL, MODELS
+from rules.sampling_plans import DAYS_PER_YEAR
 
 from . import selectors
 from .models import Alert, Campaign, Claim, Draw, InspectionBody, InspectionTask
-from .planning import DEFAULT_MODEL, MODELS
-from .sampling import DAYS_PER_YEAR
 from .services import bodies, campaigns
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from ledger import selectors as ledger
 from registry.rebuild import rebuild
-
-from .drawcheck import Audit, DrawRecords, check_draw, not_drawn
+from rules.draw_recompute import Audit, DrawRecords, check_draw, not_drawn
 
 
 def audit_draw(campaign: str, period: int) -> Audit:

@@ -7,7 +7,7 @@ import os
 from django.conf import settings
 from nacl.signing import SigningKey
 
-from . import note
+from tlog import note
 
 
 def _load_or_create_seed() -> bytes:

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from . import merkle
+from tlog import merkle
+
 from .models import Checkpoint, Entry
 
 ENTRY_FIELDS = ("seq", "time", "kind", "actor", "payload")

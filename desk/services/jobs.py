@@ -11,9 +11,9 @@ from django.utils import timezone
 from inspections.audit import audit_draw
 from inspections.models import Claim, Draw
 from inspections.services.claims import claim_reverify
-from ledger.chain import LedgerFault
 from ledger.integrity import verify_stored_ledger
 from ledger.selectors import ledger_size
+from tlog.chain import LedgerFault
 
 from ..models import Job
 

@@ -12,9 +12,9 @@ from django.db import transaction
 
 from ledger import services as ledger
 from ledger.bulk import insert_rows
+from rules.chip_lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
+from rules.identifiers import MAX_CHIPS, SERIAL
 
-from ..identifiers import MAX_CHIPS, SERIAL
-from ..lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
 from ..models import Chip, ChipEvent, ChipModel, Facility, Organisation, Role
 from ..selectors import SEES_EVERYTHING
 from ..signals import chip_notice

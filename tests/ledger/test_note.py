@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import note
+from tlog import note
 
 # --- the canonical known answer: golang.org/x/mod/sumdb/note note_test.go ----------
 

@@ -21,10 +21,10 @@ from pathlib import Path
 import nacl.signing
 import pytest
 
-from ledger import merkle, note
-from ledger import verify as verify_tool
-from ledger import witness as witness_tool
-from ledger.witness import Decision, State, decide
+from tlog import log_verifier as verify_tool
+from tlog import log_witness as witness_tool
+from tlog import merkle, note
+from tlog.log_witness import Decision, State, decide
 
 REPO = Path(__file__).resolve().parents[2]
 ORIGIN = "test.example/log"

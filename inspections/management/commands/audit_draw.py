@@ -3,7 +3,7 @@ import sys
 from django.core.management.base import BaseCommand
 
 from inspections.audit import audit_draw
-from inspections.drawcheck import MATCH, MISMATCH
+from rules.draw_recompute import MATCH, MISMATCH
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand
 
 from desk import rebuild as desk_rebuild
 from inspections.rebuild import differences, rebuild
-from registry.lifecycle import LifecycleError
+from rules.chip_lifecycle import LifecycleError
 
 LIMIT = 50
 

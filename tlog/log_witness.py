@@ -1,7 +1,9 @@
 """A witness for a chipledger log, run by another party: no Django, no database.
 
-    python -m ledger.witness --url URL --key-file FILE --state-file FILE [--name NAME]
-                             [--log-key VKEY] [--no-submit] [--print-key]
+    python -m tlog.log_witness --url URL --key-file FILE --state-file FILE [--name NAME]
+                               [--log-key VKEY] [--no-submit] [--print-key]
+
+(``python -m ledger.witness`` runs the same with the same arguments: the command witnesses know.)
 
 Each run fetches the log's latest checkpoint, checks the log's signature with the pinned log key,
 and checks that the checkpoint extends the last one this witness cosigned (same origin, no smaller
@@ -31,8 +33,8 @@ from dataclasses import dataclass
 
 import nacl.signing
 
-from ledger import merkle, note
-from ledger.logclient import DEFAULT_TIMEOUT, FetchError, LogClient
+from tlog import merkle, note
+from tlog.logclient import DEFAULT_TIMEOUT, FetchError, LogClient
 
 EXIT_OK, EXIT_REFUSED, EXIT_ERROR, EXIT_NOT_ACCEPTED = 0, 1, 2, 3
 
@@ -295,9 +297,12 @@ def run_once(
 # Command line
 
 
-def build_parser() -> argparse.ArgumentParser:
+PROG = "python -m tlog.log_witness"  # what --help and usage errors name; the compatibility entry point passes its own
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ledger.witness",
+        prog=prog,
         description="Cosign a chipledger log's checkpoint if it extends the last one cosigned.",
     )
     parser.add_argument("--url", help="base URL of the log, e.g. https://host")
@@ -311,8 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
 
     def say(msg: str) -> None:

@@ -1,7 +1,9 @@
 """Verify a chipledger log from the outside: no Django, no database.
 
-    python -m ledger.verify --url https://ledger.example [--key VKEY] [--witness VKEY ...]
-                            [--quorum K] [--json]
+    python -m tlog.log_verifier --url https://ledger.example [--key VKEY] [--witness VKEY ...]
+                                [--quorum K] [--json]
+
+(``python -m ledger.verify`` runs the same with the same arguments: the command third parties know.)
 
 Fetches the log's verifier key and latest signed checkpoint, checks the log's signature, downloads
 every entry, re-runs the hash chain and the RFC 9162 tree over the served leaf bytes, and compares
@@ -12,8 +14,8 @@ predict, are checked against the log's proof endpoints.
 Exit status: 0 the log checks out; 1 it does not (``FAIL seq=K: reason`` or ``FAIL checkpoint:
 reason`` on stderr); 2 the log could not be fetched (network, HTTP or protocol error).
 
-Only the standard library, PyNaCl and the pure modules ``ledger.merkle``, ``ledger.note`` and
-``ledger.chain`` are imported here; third parties run this without the application.
+Only the standard library, PyNaCl and the pure modules ``tlog.merkle``, ``tlog.note`` and
+``tlog.chain`` are imported here; third parties run this without the application.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ import random
 import sys
 from dataclasses import asdict, dataclass, field
 
-from ledger import merkle, note
-from ledger.chain import ChainVerifier, LedgerFault
-from ledger.logclient import DEFAULT_TIMEOUT, FetchError, LogClient
+from tlog import merkle, note
+from tlog.chain import ChainVerifier, LedgerFault
+from tlog.logclient import DEFAULT_TIMEOUT, FetchError, LogClient
 
 # ---------------------------------------------------------------------------------------------
 # Verification
@@ -200,9 +202,12 @@ def verify_log(
 # Command line
 
 
-def build_parser() -> argparse.ArgumentParser:
+PROG = "python -m tlog.log_verifier"  # what --help and usage errors name; the compatibility entry point passes its own
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ledger.verify",
+        prog=prog,
         description="Verify a chipledger transparency log end to end.",
     )
     parser.add_argument("--url", required=True, help="base URL of the log, e.g. https://host")
@@ -215,8 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
     if args.quorum < 0 or args.quorum > len(args.witness):
         print(f"error: --quorum {args.quorum} needs that many --witness keys", file=sys.stderr)
         return 2

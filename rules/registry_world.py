@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .lifecycle import ChipState, Facts, LifecycleError, apply_chip_event, fabricate
+from rules.chip_lifecycle import ChipState, Facts, LifecycleError, apply_chip_event, fabricate
 
 
 @dataclass

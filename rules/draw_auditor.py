@@ -1,6 +1,8 @@
 """Audit an inspection draw from a chipledger log's public API: no Django, no database.
 
-    python -m inspections.drawaudit --url URL --campaign SLUG --period N [--key VKEY] [--json]
+    python -m rules.draw_auditor --url URL --campaign SLUG --period N [--key VKEY] [--json]
+
+(``python -m inspections.drawaudit`` runs the same with the same arguments.)
 
 Checks the log's signed checkpoint, reads every entry up to it through the hash chain, finds the
 campaign's creation, the period's seed commitment and its draw, then replays the registry's
@@ -9,7 +11,7 @@ proof) and recomputes every prover's sample (docs/draws.md).
 
 Exit status: 0 the draw matches its recomputation; 1 it does not (``MISMATCH reason``); 2 the log
 could not be read or does not verify; 3 the period is not drawn yet, or there is no such campaign.
-Imports only the standard library, PyNaCl and pure modules of ``ledger``, ``registry`` and ``inspections``.
+Imports only the standard library, PyNaCl and the pure packages ``tlog`` and ``rules``.
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ import argparse
 import json
 import sys
 
-from ledger import merkle, note
-from ledger.chain import ChainVerifier, LedgerFault
-from ledger.logclient import DEFAULT_TIMEOUT, FetchError, LogClient
-from ledger.verify import check_checkpoint, check_entry, parse_key
-from registry.world import Scratch, apply
-
-from .drawcheck import MATCH, MISMATCH, Audit, DrawRecords, check_draw
+from rules.draw_recompute import MATCH, MISMATCH, Audit, DrawRecords, check_draw
+from rules.registry_world import Scratch, apply
+from tlog import merkle, note
+from tlog.chain import ChainVerifier, LedgerFault
+from tlog.log_verifier import check_checkpoint, check_entry, parse_key
+from tlog.logclient import DEFAULT_TIMEOUT, FetchError, LogClient
 
 
 def audit_from_log(client: LogClient, campaign: str, period: int, pinned_key: str | None = None) -> Audit:
@@ -64,8 +65,11 @@ def _world_at(client: LogClient, size: int) -> tuple[Scratch, bytes]:
     return world, chain.root()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m inspections.drawaudit", description=__doc__.split("\n\n")[0])
+PROG = "python -m rules.draw_auditor"  # what --help and usage errors name; the compatibility entry point passes its own
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", required=True, help="base URL of the log, e.g. https://host")
     parser.add_argument("--campaign", required=True)
     parser.add_argument("--period", required=True, type=int)
@@ -75,8 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
     try:
         audit = audit_from_log(LogClient(args.url, timeout=args.timeout), args.campaign, args.period, args.key)
     except ValueError as error:  # not an http(s) URL

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ledger.chain import LedgerFault
+from tlog.chain import LedgerFault
 
 DEFAULT_TIMEOUT = 30.0
 # Response size limits, in bytes. A page holds at most 1000 entries; leaves carrying signed
