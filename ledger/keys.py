@@ -1,4 +1,4 @@
-"""The log's Ed25519 signing key: a setting, never code (DESIGN §3)."""
+"""The log's Ed25519 signing key: a setting, never code (docs/ledger.md, Checkpoints)."""
 
 import base64
 import functools

@@ -2,7 +2,7 @@
 
 Every write takes the ledger's write lock inside the caller's transaction, so
 a projection written in the same ``transaction.atomic()`` block commits or
-rolls back together with its entries (DESIGN §1).
+rolls back together with its entries (docs/ARCHITECTURE.md, The flow).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Capture (``POST /api/epcis/capture``)
 - The body is a JSON-LD ``EPCISDocument``: ``@context`` including the GS1 EPCIS 2.0 context,
   ``type: "EPCISDocument"``, ``schemaVersion: "2.0"``, ``creationDate`` and ``epcisBody.eventList``
   (1 to 100 events, at most 10,000 EPCs in all). Like every write it is signed over its exact bytes
-  (DESIGN §4), so the document carries the replay fields as top-level extension members:
+  (docs/security.md, Signed writes), so the document carries the replay fields as top-level extension members:
   ``timestamp`` (Unix seconds) and ``nonce``.
 - Only ObjectEvents. Each event is one lifecycle event, so one ledger entry carrying the whole signed
   document; a document is applied in order, all or nothing::
@@ -75,7 +75,7 @@ GS1_CONTEXT = "https://ref.gs1.org/standards/epcis/2.0.0/epcis-context.jsonld"
 GS1_CONTEXTS = {GS1_CONTEXT, "https://ref.gs1.org/standards/epcis/epcis-context.jsonld"}
 CONTEXT = [GS1_CONTEXT, {EXTENSION: BASE + "epcis/"}]
 CBV = "https://ref.gs1.org/cbv/"
-# Every entry carries the whole signed document (DESIGN §3 submission): bound events x body size.
+# Every entry carries the whole signed document (docs/ledger.md, Entries: submission): bound events x body size.
 MAX_EVENTS = 100
 MAX_EPCS = MAX_CHIPS
 

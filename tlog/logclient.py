@@ -1,4 +1,4 @@
-"""A client for a chipledger log's public HTTP API (DESIGN §3): no Django, no database.
+"""A client for a chipledger log's public HTTP API (docs/ledger.md, Endpoints): no Django, no database.
 
 Used by ``python -m ledger.verify`` and ``python -m ledger.witness``. Timeouts and bounded
 response sizes throughout: the log is not trusted to behave.

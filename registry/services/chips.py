@@ -208,7 +208,7 @@ def chips_record_event(
     submission: dict | None = None,
     epcis: dict | None = None,
 ) -> ledger.AppendedEntry:
-    """Record one lifecycle event for a set of chips, all or nothing (DESIGN §1). ``epcis``: see chips_fabricate."""
+    """Record one lifecycle event for a set of chips, all or nothing (docs/ARCHITECTURE.md, The flow). ``epcis``: see chips_fabricate."""
     if event not in RULES:
         fail("event", f"one of {sorted(RULES)}")
     normalised = _event_payload(event, payload)

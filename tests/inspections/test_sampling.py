@@ -1,4 +1,4 @@
-"""Inspection sampling plans (DESIGN §5; Shavit 2023 §3.2): hand-worked values, limits, properties."""
+"""Inspection sampling plans (docs/draws.md, How many chips; Shavit 2023 §3.2): hand-worked values, limits, properties."""
 
 import itertools
 import math

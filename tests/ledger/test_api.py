@@ -1,4 +1,4 @@
-"""The public read API of DESIGN §3, and its 400s."""
+"""The public read API of docs/ledger.md (Endpoints), and its 400s."""
 
 import base64
 import time

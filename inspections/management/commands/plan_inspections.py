@@ -1,4 +1,4 @@
-"""`manage.py plan_inspections`: how many chips to inspect to catch a run of H FLOPs (DESIGN §5)."""
+"""`manage.py plan_inspections`: how many chips to inspect to catch a run of H FLOPs (docs/draws.md, How many chips)."""
 
 import argparse
 import json
