@@ -1,7 +1,7 @@
 """Recompute a past draw from the stored ledger (``manage.py audit_draw``). Read-only.
 
-The check itself is pure (``inspections.drawcheck``), shared with the standalone
-``python -m inspections.drawaudit`` that anyone runs against the public API.
+The check itself is pure (``rules.draw_recompute``), shared with the standalone
+``python -m rules.draw_auditor`` (or ``inspections.drawaudit``) that anyone runs against the public API.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def chip_history(chip: Chip) -> list[dict]:
 
 
 def chip_object_events(chip: Chip, epc: str) -> list[dict]:
-    """The chip's ledger history as EPCIS ObjectEvents (``registry.epcis.object_event``), one per entry in ledger order.
+    """The chip's ledger history as EPCIS ObjectEvents (``rules.epcis_format.object_event``), one per entry in ledger order.
 
     eventTime and recordTime are the entry's ledger time; bizStep/action/disposition follow KIND_STEPS;
     eventID is the captured one for entries that came through EPCIS; parties, reference, facility and

@@ -1,6 +1,6 @@
 """Recompute a draw from ledger entries alone: pure functions, no Django, no database (docs/draws.md).
 
-``audit_draw`` (``manage.py audit_draw``) feeds it the stored ledger; ``python -m inspections.drawaudit``
+``audit_draw`` (``manage.py audit_draw``) feeds it the stored ledger; ``python -m rules.draw_auditor``
 feeds it entries fetched from the public API and checked against the log's signed checkpoint.
 """
 

@@ -1,4 +1,4 @@
-"""ledger.chain: leaf bytes and the streaming chain verifier."""
+"""tlog.chain: leaf bytes and the streaming chain verifier."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""ledger.merkle against the naive RFC 9162 reference and published vectors."""
+"""tlog.merkle against the naive RFC 9162 reference and published vectors."""
 
 import hashlib
 from functools import cache
