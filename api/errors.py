@@ -13,9 +13,9 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ledger.chain import LedgerFault
 from ledger.services import Conflict
 from registry.signing import SignatureProblem
+from tlog.chain import LedgerFault
 
 # PostgreSQL: 'Key (serial)=(X) already exists.'; SQLite: 'UNIQUE constraint failed: registry_chip.serial'
 _PG_KEY = re.compile(r"Key \(([^)]*)\)=")

@@ -24,7 +24,7 @@ BODY_LIMITS = [
     (re.compile(r"/api/inspections/tasks/\d+/snapshot-log"), 10 * MIB + 64 * KIB),
     # the portal's upload form: the 5 MiB file as is, plus the form's other fields
     (re.compile(r"/portal/tasks/\d+/"), 5 * MIB + 64 * KIB),
-    # 10,000 chips a request (registry.identifiers.MAX_CHIPS), ~300 bytes each at most when fabricated
+    # 10,000 chips a request (rules.identifiers.MAX_CHIPS), ~300 bytes each at most when fabricated
     (re.compile(r"/api/registry/chips/events/"), 8 * MIB),
     # 10,000 EPCs with their public keys, in at most 100 events
     (re.compile(r"/api/epcis/capture"), 8 * MIB),

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/fixed_order_gemm.py
 
-The deterministic mode of replay/ computes in float64 and logs close calls (DESIGN §6). Its cost
+The deterministic mode of replay/ computes in float64 and logs close calls (docs/transcripts.md, The rounding log). Its cost
 on CPUs is bounded below by float64 GEMM, ~2x float32 here. The alternative the brief names is
 RepOps: fix the order of floating-point operations, so float32 itself gives the same bits
 everywhere. `fixed_order_gemm.c` is such a GEMM (see its header). This script checks that its bits

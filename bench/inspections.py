@@ -108,8 +108,8 @@ def draw_timings(provers, per_prover: int) -> dict:
     from django.db import connection
     from django.utils import timezone as django_tz
 
-    from inspections.planning import ELIGIBLE
     from inspections.services import campaigns as services
+    from rules.inspection_planning import ELIGIBLE
 
     today = django_tz.now().date()
     one = services.campaign_create(slug="one-prover", provers=[provers[0].slug], rule_flops=1e26, starts_on=today)

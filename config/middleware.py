@@ -2,7 +2,7 @@
 
 from django.http import JsonResponse
 
-from ledger.chain import LedgerFault
+from tlog.chain import LedgerFault
 
 
 class LedgerFaultMiddleware:

@@ -11,13 +11,13 @@ from urllib.parse import urlsplit, urlunsplit
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from inspections import sampling
 from inspections import selectors as inspections
 from inspections.models import Alert, Campaign, Claim, Draw, Finding, InspectionTask, Snapshot
 from inspections.severity import SEVERITIES, SEVERITY
 from ledger import selectors as ledger
 from registry.models import Chip, ChipEvent, Facility, Organisation, Role
 from registry.selectors import organisation_of
+from rules import sampling_plans
 
 from .models import EntrySubject, Figure, Job, KindDay
 from .services.figures import figures_refresh
@@ -101,17 +101,17 @@ def detection_curves(campaign: dict) -> dict | None:
         points = []
         for samples in range(1, top + 1, step):
             try:
-                p = sampling.detection_probability(
+                p = sampling_plans.detection_probability(
                     samples,
                     params.rule_flops,
                     row["chips"],
                     snapshot_rate=params.snapshot_rate,
                     period_days=params.period_days,
                     run_days=params.run_days,
-                    flops_per_chip_second=row.get("peak") or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND,
+                    flops_per_chip_second=row.get("peak") or sampling_plans.DEFAULT_FLOPS_PER_CHIP_SECOND,
                     exact=exact,
                 )
-            except sampling.PlanError:
+            except sampling_plans.PlanError:
                 break
             points.append((samples, p))
         curves[model] = points
@@ -296,7 +296,7 @@ def achieved_detection(campaign: Campaign, plans: dict, drawn: list[dict]) -> di
     Each period drawn caught the run with ``d = 1 − P_miss(s)``: the sample of ``s`` chips it drew without
     replacement from the ``C`` the prover held then (as the ledger's ``campaign.drawn`` states them), ``K`` of
     which the run uses, each logging in the period with probability ``1 − e^(−f·T_m)``
-    (``sampling.period_detection_probability``). Periods miss independently: ``1 − Π(1 − d)``. None: the run
+    (``sampling_plans.period_detection_probability``). Periods miss independently: ``1 − Π(1 − d)``. None: the run
     is impossible for the prover (or its plan failed) in every period drawn.
     """
     out = {}
@@ -307,16 +307,17 @@ def achieved_detection(campaign: Campaign, plans: dict, drawn: list[dict]) -> di
             if not row or not row.get("chips") or row.get("plan_error"):
                 continue
             try:
-                caught = sampling.period_detection_probability(
+                caught = sampling_plans.period_detection_probability(
                     len(row.get("drawn", [])),
                     campaign.rule_flops,
                     row["chips"],
                     snapshot_rate=campaign.snapshot_rate,
                     period_days=campaign.period_days,
                     run_days=campaign.run_days,
-                    flops_per_chip_second=plans.get(slug, {}).get("peak") or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND,
+                    flops_per_chip_second=plans.get(slug, {}).get("peak")
+                    or sampling_plans.DEFAULT_FLOPS_PER_CHIP_SECOND,
                 )
-            except sampling.PlanError:
+            except sampling_plans.PlanError:
                 continue  # impossible for this prover then: nothing to catch
             any_period = True
             log_miss += math.log1p(-caught) if caught < 1 else -math.inf

@@ -10,12 +10,12 @@ from django.utils.html import format_html, format_html_join
 
 from ledger.admin import ReadOnlyAdmin
 from registry.models import Organisation, Role
+from rules.inspection_planning import DEFAULT_MODEL, MODELS
+from rules.sampling_plans import DAYS_PER_YEAR
 from rules.units import flops
 
 from . import selectors
 from .models import Alert, Campaign, Claim, Draw, InspectionBody, InspectionTask
-from .planning import DEFAULT_MODEL, MODELS
-from .sampling import DAYS_PER_YEAR
 from .services import bodies, campaigns
 from .severity import SEVERITIES, SEVERITY, kinds_of_severity
 

@@ -12,7 +12,7 @@ from registry.models import Chip, Organisation
 
 
 class Campaign(models.Model):
-    """A regulator's standing order to sample provers' chips against one rule (DESIGN §5)."""
+    """A regulator's standing order to sample provers' chips against one rule (docs/draws.md)."""
 
     slug = models.SlugField(max_length=64, unique=True)
     provers = models.ManyToManyField(Organisation, blank=True, related_name="campaigns")

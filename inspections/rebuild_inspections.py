@@ -40,8 +40,8 @@ from django.core.exceptions import ValidationError
 from ledger import selectors as ledger
 from ledger.services import format_time
 from registry import rebuild_registry as registry_rebuild
-from registry import world as registry_world
-from registry.lifecycle import LifecycleError
+from rules import registry_world
+from rules.chip_lifecycle import LifecycleError
 
 from .models import (
     Alert,

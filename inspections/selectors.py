@@ -7,9 +7,9 @@ from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 
 from registry.models import Chip, Organisation, Role
 from registry.selectors import SEES_EVERYTHING
+from rules.inspection_planning import ELIGIBLE, prover_plan
 
 from .models import Campaign, Claim, InspectionTask, SnapshotLog
-from .planning import ELIGIBLE, prover_plan
 
 
 def tasks_of(body: Organisation) -> QuerySet[InspectionTask]:

@@ -1,15 +1,14 @@
 """Recompute a past draw from the stored ledger (``manage.py audit_draw``). Read-only.
 
-The check itself is pure (``inspections.drawcheck``), shared with the standalone
-``python -m inspections.drawaudit`` that anyone runs against the public API.
+The check itself is pure (``rules.draw_recompute``), shared with the standalone
+``python -m rules.draw_auditor`` (or ``inspections.drawaudit``) that anyone runs against the public API.
 """
 
 from __future__ import annotations
 
 from ledger import selectors as ledger
 from registry.rebuild_registry import rebuild
-
-from .drawcheck import Audit, DrawRecords, check_draw, not_drawn
+from rules.draw_recompute import Audit, DrawRecords, check_draw, not_drawn
 
 
 def audit_draw(campaign: str, period: int) -> Audit:

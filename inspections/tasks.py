@@ -1,4 +1,4 @@
-"""Celery tasks of the inspections app: thin wrappers over services (DESIGN §2, §7)."""
+"""Celery tasks of the inspections app: thin wrappers over services (docs/ARCHITECTURE.md, Writes and reads)."""
 
 from celery import shared_task
 from django.utils import timezone

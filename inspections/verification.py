@@ -1,4 +1,4 @@
-"""Everything on the Django side that touches ``replay`` (DESIGN §2): no other module imports it.
+"""Everything on the Django side that touches ``replay`` (docs/ARCHITECTURE.md, Parts): no other module imports it.
 
 * Snapshot logs are checked in-process with replay's pure, torch-free firmware checker.
 * Claims are verified by the verifier CLI (setting ``REPLAY_VERIFIER_COMMAND``, by default

@@ -1,4 +1,4 @@
-"""Inspector API (DESIGN §5): thin views over inspections.services, for inspection bodies only.
+"""Inspector API (docs/draws.md; the workflow in docs/scenarios.md, Inspector walkthrough): thin views over inspections.services, for inspection bodies only.
 
 Reads need the body's API token; every write (accept, challenge, identity, snapshot log, finding) is also a
 signed write by a key registered to the inspection body, like a vendor's (``api.signed_writes``): a token

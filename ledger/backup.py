@@ -27,7 +27,9 @@ from django.core.management.color import no_style
 from django.db import connection, transaction
 from django.db.models import Model
 
-from . import chain, integrity, keys, merkle, selectors
+from tlog import chain, merkle
+
+from . import integrity, keys, selectors
 from .bulk import insert_rows
 from .models import Entry, TreeNode
 from .services import ENTRY_COLUMNS

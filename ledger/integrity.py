@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import orjson
 from django.db import connection
 
-from . import chain, keys, note, selectors
-from .chain import LedgerFault
+from tlog import chain, note
+from tlog.chain import LedgerFault
+
+from . import keys, selectors
 from .models import Checkpoint
 
 CHUNK = 10_000

@@ -1,4 +1,4 @@
-"""The log's Ed25519 signing key: a setting, never code (DESIGN §3)."""
+"""The log's Ed25519 signing key: a setting, never code (docs/ledger.md, Checkpoints)."""
 
 import base64
 import functools
@@ -7,7 +7,7 @@ import os
 from django.conf import settings
 from nacl.signing import SigningKey
 
-from . import note
+from tlog import note
 
 
 def _load_or_create_seed() -> bytes:

@@ -1,6 +1,6 @@
 """The one read API of the ledger: entries, leaves, tree nodes, roots, proofs, checkpoints.
 
-Apps outside ``ledger`` read the ledger only through this module (DESIGN §2): it
+Apps outside ``ledger`` read the ledger only through this module (docs/ARCHITECTURE.md, Parts): it
 is the only place that names the ledger's tables. Proofs read O(log n) rows.
 """
 
@@ -11,7 +11,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from . import merkle
+from tlog import merkle
+
 from .models import Checkpoint, Entry
 
 ENTRY_FIELDS = ("seq", "time", "kind", "actor", "payload")

@@ -1,4 +1,4 @@
-"""Explicit input/output serializers of the ledger API (DESIGN §3 shapes)."""
+"""Explicit input/output serializers of the ledger API (the shapes of docs/ledger.md, Endpoints)."""
 
 import base64
 

@@ -2,7 +2,7 @@
 
 Every write takes the ledger's write lock inside the caller's transaction, so
 a projection written in the same ``transaction.atomic()`` block commits or
-rolls back together with its entries (DESIGN §1).
+rolls back together with its entries (docs/ARCHITECTURE.md, The flow).
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from django.db import connection, transaction
 from django.db.models.base import ModelState
 from django.utils import timezone
 
-from . import chain, keys, merkle, note, selectors
+from tlog import chain, merkle, note
+from tlog.chain import LedgerFault, format_time  # format_time: the leaf's time text, used by the apps too
+
+from . import keys, selectors
 from .bulk import insert_rows
-from .chain import LedgerFault
 from .models import Checkpoint, Cosignature, Entry, TreeNode, Witness
 from .selectors import frontier_hashes
 
@@ -179,11 +181,6 @@ def _head() -> tuple[int, bytes, datetime | None]:
     if when.tzinfo is None:  # SQLite stores naive UTC
         when = when.replace(tzinfo=UTC)
     return seq + 1, bytes(digest), when
-
-
-def format_time(when: datetime) -> str:
-    """RFC 3339 UTC with microseconds: the exact text in the leaf."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _build_rows(entries: Sequence[NewEntry], size: int, prev_hash: bytes, when: datetime) -> list[Entry]:

@@ -1,4 +1,4 @@
-"""The ledger's public HTTP API (DESIGN §3). Thin: parse, call a selector/service, render."""
+"""The ledger's public HTTP API (docs/ledger.md, Endpoints). Thin: parse, call a selector/service, render."""
 
 from django.conf import settings
 from drf_spectacular.utils import extend_schema

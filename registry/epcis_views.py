@@ -1,4 +1,4 @@
-"""EPCIS 2.0 capture and query endpoints. Thin: the mapping lives in ``registry.epcis`` (pure), the write in
+"""EPCIS 2.0 capture and query endpoints. Thin: the mapping lives in ``rules.epcis_format`` (pure), the write in
 ``registry.services.epcis``, the read in ``registry.selectors``."""
 
 from django.http import Http404
@@ -10,12 +10,13 @@ from rest_framework.views import APIView
 
 from api.endpoints import SIGNED_PARAMETERS, SIGNED_WRITE_ERRORS, caller_organisation, signed_write_response
 from api.throttles import OrganisationRateThrottle
+from rules import epcis_format
 
-from . import epcis, selectors, services
+from . import selectors, services
 
 SGTIN = "urn:epc:id:sgtin:0614141.812345.H100-0000001"
 EXAMPLE_DOCUMENT = {
-    "@context": epcis.CONTEXT,
+    "@context": epcis_format.CONTEXT,
     "type": "EPCISDocument",
     "schemaVersion": "2.0",
     "creationDate": "2026-03-01T12:00:00Z",
@@ -31,7 +32,7 @@ EXAMPLE_DOCUMENT = {
                 "epcList": [SGTIN],
                 "action": "ADD",
                 "bizStep": "commissioning",
-                "bizLocation": {"id": epcis.FACILITY_URI + "fab-tw-1"},
+                "bizLocation": {"id": epcis_format.FACILITY_URI + "fab-tw-1"},
                 "ilmd": {
                     "chipledger:model": "h100-sxm",
                     "chipledger:publicKeys": {SGTIN: "O2onvM62pC1io6jQKm8Nc2UyFXcd4kOmOsBIoYtZ2ik="},
@@ -45,10 +46,10 @@ EXAMPLE_DOCUMENT = {
                 "action": "OBSERVE",
                 "bizStep": "https://ref.gs1.org/cbv/BizStep-shipping",
                 "disposition": "in_transit",
-                "readPoint": {"id": epcis.FACILITY_URI + "fab-tw-1"},
+                "readPoint": {"id": epcis_format.FACILITY_URI + "fab-tw-1"},
                 "bizTransactionList": [{"type": "po", "bizTransaction": "urn:epcglobal:cbv:bt:0614141000005:PO-42"}],
-                "sourceList": [{"type": "possessing_party", "source": epcis.ORG_URI + "fab-tw"}],
-                "destinationList": [{"type": "possessing_party", "destination": epcis.ORG_URI + "vendor-a"}],
+                "sourceList": [{"type": "possessing_party", "source": epcis_format.ORG_URI + "fab-tw"}],
+                "destinationList": [{"type": "possessing_party", "destination": epcis_format.ORG_URI + "vendor-a"}],
                 "chipledger:exportLicence": "TW-EL-2026-0042",
             },
         ]
@@ -82,11 +83,11 @@ class CaptureView(APIView):
             "destroying (DELETE) become one ledger entry each, in order. The document is the signed body: it "
             "carries top-level `timestamp` (Unix seconds) and `nonce`. Chips: SGTIN EPC URI or GS1 Digital Link "
             "(the serial component is the chip serial); organisations and facilities: "
-            f"`{epcis.ORG_URI}<slug>` / `{epcis.FACILITY_URI}<slug>` or bare slugs. Commissioning needs "
+            f"`{epcis_format.ORG_URI}<slug>` / `{epcis_format.FACILITY_URI}<slug>` or bare slugs. Commissioning needs "
             "`ilmd.chipledger:model` and `ilmd.chipledger:publicKeys` {epc: base64 Ed25519 key}; a cross-border "
             "shipment needs `chipledger:exportLicence`. Events whose `eventID` (or, without one, the SHA-256 of "
             "the event's RFC 8785 canonical JSON) was captured before are skipped and reported as `duplicate`. "
-            "Full mapping: registry/epcis.py."
+            "Full mapping: rules/epcis_format.py."
         ),
         parameters=SIGNED_PARAMETERS,
         request={"application/ld+json": dict, "application/json": dict},
@@ -117,9 +118,8 @@ class CaptureView(APIView):
         organisation = caller_organisation(request)
 
         def capture(data: dict, submission: dict) -> dict:
-            return services.epcis_capture(
-                organisation=organisation, events=epcis.parse_document(data), submission=submission
-            )
+            events = services.epcis_document_parse(data)
+            return services.epcis_capture(organisation=organisation, events=events, submission=submission)
 
         return signed_write_response(request, organisation, capture)
 
@@ -146,7 +146,7 @@ class EventQueryView(APIView):
                     OpenApiExample(
                         "history",
                         value={
-                            "@context": epcis.CONTEXT,
+                            "@context": epcis_format.CONTEXT,
                             "type": "EPCISQueryDocument",
                             "schemaVersion": "2.0",
                             "creationDate": "2026-03-02T08:00:00.000000Z",
@@ -164,7 +164,7 @@ class EventQueryView(APIView):
                                                 "action": "ADD",
                                                 "bizStep": "commissioning",
                                                 "disposition": "active",
-                                                "bizLocation": {"id": epcis.FACILITY_URI + "fab-tw-1"},
+                                                "bizLocation": {"id": epcis_format.FACILITY_URI + "fab-tw-1"},
                                                 "chipledger:seq": 811,
                                                 "chipledger:kind": "chip.fabricated",
                                                 "chipledger:actor": "fab-tw",
@@ -183,8 +183,8 @@ class EventQueryView(APIView):
     )
     def get(self, request):
         epc = request.query_params.get("epc")
-        serial = epcis.query_serial(epc)
+        serial = services.epcis_query_serial(epc)
         chip = selectors.chips_visible_to(caller_organisation(request)).filter(serial=serial).first()
         if chip is None:  # 404, not 403: others' chips do not exist for the caller
             raise Http404("no such chip")
-        return Response(epcis.query_document(selectors.chip_object_events(chip, epc), timezone.now()))
+        return Response(epcis_format.query_document(selectors.chip_object_events(chip, epc), timezone.now()))

@@ -9,7 +9,7 @@ is rebuilt from the ledger by ``manage.py rebuild_projections``. Only
 from django.conf import settings
 from django.db import models
 
-from .lifecycle import Status
+from rules.chip_lifecycle import Status
 
 CHIP_STATUS_CHOICES = [(status.value, status.value) for status in Status]
 

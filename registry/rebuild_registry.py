@@ -14,10 +14,10 @@ from collections import defaultdict
 from dataclasses import asdict
 
 from ledger import selectors as ledger
+from rules.chip_lifecycle import ChipState, Status
+from rules.registry_world import Scratch, apply
 
-from .lifecycle import ChipState, Status
 from .models import Chip, ChipEvent, ChipModel, ExportLicence, Facility, Organisation, OrganisationKey
-from .world import Scratch, apply
 
 
 def rebuild(size: int | None = None) -> Scratch:

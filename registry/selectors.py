@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.db.models import Q, QuerySet
 
 from ledger import selectors as ledger_selectors
+from rules import epcis_format
 
-from . import epcis
 from .models import Chip, ChipEvent, Member, Organisation, Role
 
 SEES_EVERYTHING = {Role.REGULATOR, Role.INSPECTION_BODY}
@@ -49,7 +49,7 @@ def chip_history(chip: Chip) -> list[dict]:
 
 
 def chip_object_events(chip: Chip, epc: str) -> list[dict]:
-    """The chip's ledger history as EPCIS ObjectEvents (``registry.epcis.object_event``), one per entry in ledger order.
+    """The chip's ledger history as EPCIS ObjectEvents (``rules.epcis_format.object_event``), one per entry in ledger order.
 
     eventTime and recordTime are the entry's ledger time; bizStep/action/disposition follow KIND_STEPS;
     eventID is the captured one for entries that came through EPCIS; parties, reference, facility and
@@ -57,8 +57,8 @@ def chip_object_events(chip: Chip, epc: str) -> list[dict]:
     the chip as the caller named it (a bare serial becomes ``https://chipledger.example/chip/<serial>``).
     """
     entries = ledger_selectors.entries_at(ChipEvent.objects.filter(chip=chip).values("seq"))
-    name = epc if ":" in epc else epcis.CHIP_URI + epc
-    return [epcis.object_event(entry, chip.serial, name) for entry in entries]
+    name = epc if ":" in epc else epcis_format.CHIP_URI + epc
+    return [epcis_format.object_event(entry, chip.serial, name) for entry in entries]
 
 
 def captured_event_ids(organisation: Organisation, serials) -> set[str]:

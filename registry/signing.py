@@ -1,4 +1,4 @@
-"""Signed submissions: who vouches for a request body (DESIGN §4).
+"""Signed submissions: who vouches for a request body (docs/security.md, Signed writes).
 
 A write carries ``X-Chipledger-Signature: <key id>:<base64 Ed25519 signature>``
 over the exact body bytes, made with a key registered to the caller's
@@ -40,7 +40,7 @@ class SignedBody:
     nonce: str
 
     def submission(self) -> dict:
-        """The ledger's record of who said what (DESIGN §3 ``submission``)."""
+        """The ledger's record of who said what (docs/ledger.md, Entries: ``submission``)."""
         return {
             "key": self.key_id,
             "body": base64.b64encode(self.body).decode(),

@@ -1,7 +1,7 @@
 """Vendor and owner API. Thin: authenticate, hand the signed write to ``api.signed_writes``, render.
 
 Writes need both a user token (who is calling) and a signature over the exact
-body by a key of the caller's organisation (who vouches for it), DESIGN §4.
+body by a key of the caller's organisation (who vouches for it), docs/security.md, Signed writes.
 """
 
 import base64

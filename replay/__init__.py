@@ -1,4 +1,4 @@
-"""Deterministic training replay (PyTorch, never Django). See DESIGN §6.
+"""Deterministic training replay (PyTorch, never Django). See docs/transcripts.md.
 
 On CPU its hot loops run in an optional C kernel (native.py); without it, the same bits from torch.
 

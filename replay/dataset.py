@@ -13,8 +13,8 @@ v >= 2^64 - (2^64 mod size) (rejection: no index is favoured). Indices are drawn
 order, until the batch is full. The transcript carries, for each step, the examples and an inclusion
 proof of each (the hashes of RFC 9162's PATH, leaf sibling first, concatenated).
 
-The tree math is RFC 9162 §2.1 as in ledger/merkle.py, repeated here (a few lines) because replay
-must not import the ledger (DESIGN §2: replay depends on no Django app).
+The tree math is RFC 9162 §2.1 from ``tlog.merkle``, the same as the ledger's (replay may import the
+pure ``tlog``, never a Django app: docs/ARCHITECTURE.md, Parts).
 """
 
 from __future__ import annotations
@@ -24,18 +24,20 @@ import hashlib
 import numpy as np
 import torch
 
+from tlog.merkle import (
+    fold_range,
+    frontier_nodes,
+    hashes_for_ranges,
+    inclusion_ranges,
+    leaf_hash,
+    node_hash,
+    verify_inclusion,
+)
+
 DOMAIN = b"chipledger-batch/1"
 MAX_SIZE = 1 << 40
 MAX_INPUT = 65536.0  # |x_range| cap: the steering construction needs inputs near 2^64 (docs/transcripts.md)
 HASH = 32
-
-
-def leaf_hash(data: bytes) -> bytes:
-    return hashlib.sha256(b"\x00" + data).digest()
-
-
-def node_hash(left: bytes, right: bytes) -> bytes:
-    return hashlib.sha256(b"\x01" + left + right).digest()
 
 
 def example_bytes(x: torch.Tensor, y: torch.Tensor) -> bytes:
@@ -66,62 +68,30 @@ def sample(seed: int, root: bytes, step: int, batch: int, size: int) -> list[int
 
 def path_length(index: int, size: int) -> int:
     """Number of hashes in RFC 9162's PATH(index, D[0:size])."""
-    n, lo, hi = 0, 0, size
-    while hi - lo > 1:
-        k = 1 << ((hi - lo - 1).bit_length() - 1)
-        lo, hi = (lo, lo + k) if index < lo + k else (lo + k, hi)
-        n += 1
-    return n
-
-
-def verify_inclusion(leaf: bytes, index: int, size: int, proof: list[bytes], root: bytes) -> bool:
-    """RFC 9162 §2.1.3.2 (the same algorithm as ledger/merkle.py's)."""
-    if not 0 <= index < size or len(root) != HASH or any(len(p) != HASH for p in proof):
-        return False
-    fn, sn, r = index, size - 1, leaf
-    for p in proof:
-        if sn == 0:
-            return False
-        if fn & 1 or fn == sn:
-            r = node_hash(p, r)
-            if not fn & 1:
-                while fn and not fn & 1:
-                    fn >>= 1
-                    sn >>= 1
-        else:
-            r = node_hash(r, p)
-        fn >>= 1
-        sn >>= 1
-    return sn == 0 and r == root
+    return len(inclusion_ranges(index, size))
 
 
 class Tree:
-    """The prover's whole tree over leaf hashes: RFC 9162's tree is the pairwise tree in which an odd
-    last node moves up a level unchanged, so levels give the root and every PATH."""
+    """The prover's whole tree: the hash of every perfect subtree, level by level, looked up by node id
+    (level, index); ``tlog.merkle`` assembles the root and any PATH from them, as the ledger does from its
+    stored nodes."""
 
     def __init__(self, leaves: list[bytes]):
         if not leaves:
             raise ValueError("a dataset needs at least one example")
+        self.size = len(leaves)
         self.levels = [list(leaves)]
         while len(self.levels[-1]) > 1:
             lv = self.levels[-1]
-            up = [node_hash(lv[i], lv[i + 1]) for i in range(0, len(lv) - 1, 2)]
-            if len(lv) % 2:
-                up.append(lv[-1])
-            self.levels.append(up)
+            self.levels.append([node_hash(lv[i], lv[i + 1]) for i in range(0, len(lv) - 1, 2)])
+        self.root = fold_range([self[node] for node in frontier_nodes(self.size)])
 
-    @property
-    def root(self) -> bytes:
-        return self.levels[-1][0]
+    def __getitem__(self, node: tuple[int, int]) -> bytes:
+        level, index = node
+        return self.levels[level][index]
 
     def proof(self, index: int) -> list[bytes]:
-        out = []
-        for lv in self.levels[:-1]:
-            sib = index ^ 1
-            if sib < len(lv):
-                out.append(lv[sib])
-            index >>= 1
-        return out
+        return hashes_for_ranges(inclusion_ranges(index, self.size), self)
 
 
 class Committed:

@@ -1,4 +1,4 @@
-"""Snapshot hashes: what a chip's firmware logs and the verifier recomputes (DESIGN §6).
+"""Snapshot hashes: what a chip's firmware logs and the verifier recomputes (docs/transcripts.md, The transcript).
 
 The parameters, flattened in state_dict order into one float32 vector, are split over the chips
 of the shard layout in contiguous, equal-ish slices: shard i is [i*P//n, (i+1)*P//n). A chip's

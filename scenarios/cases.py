@@ -19,7 +19,6 @@ from nacl.signing import SigningKey
 
 from inspections.models import Alert, Claim
 from inspections.services import sweeps
-from registry import epcis
 from registry import services as registry
 from registry.models import Chip
 from replay.firmware import canonical
@@ -343,7 +342,9 @@ def diverted(world: World) -> Outcome:
         },
     }
     met, evidence = _refused(
-        lambda: registry.epcis_capture(organisation=front, events=epcis.parse_document(document), submission=None)
+        lambda: registry.epcis_capture(
+            organisation=front, events=registry.epcis_document_parse(document), submission=None
+        )
     )
     out.expect("the same move through EPCIS (no licence) is refused", met and "export" in evidence, evidence)
     out.tell("front-ae tried to move the other two on to buyer-cn in CN without a licence, by the API and by EPCIS")

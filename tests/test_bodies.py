@@ -12,7 +12,7 @@ from hypothesis import strategies as hst
 
 from api import request_bodies as bodies
 from inspections.services.inspectors import MAX_LOG_BYTES
-from registry.identifiers import MAX_CHIPS
+from rules.identifiers import MAX_CHIPS
 
 
 @pytest.mark.parametrize(

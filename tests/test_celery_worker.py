@@ -8,11 +8,11 @@ import uuid
 import pytest
 from django.conf import settings
 
-from ledger import merkle
 from ledger.models import Checkpoint
 from ledger.tasks import checkpoint_if_grown
 from tests.factories import append_sample_entries
 from tests.helpers import subprocess_database_url
+from tlog import merkle
 
 
 @pytest.fixture

@@ -8,9 +8,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from nacl.signing import SigningKey
 
-from ledger import keys, note, selectors
+from ledger import keys, selectors
 from ledger.models import Checkpoint, Entry, Witness
 from registry.models import Chip
+from tlog import note
 
 pytestmark = pytest.mark.django_db
 

@@ -10,9 +10,9 @@ from django.db.models import Count
 from django.utils import timezone
 
 from inspections.models import Campaign
-from inspections.planning import prover_plan
 from inspections.selectors import campaign_targets
 from registry.models import Chip
+from rules.inspection_planning import prover_plan
 
 from ..models import Figure
 

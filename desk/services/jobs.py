@@ -10,9 +10,9 @@ from inspections.models import Claim, Draw
 from inspections.queue import enqueue_after_commit
 from inspections.services.claims import claim_reverify
 from inspections.stored_draw_audit import audit_draw
-from ledger.chain import LedgerFault
 from ledger.integrity import verify_stored_ledger
 from ledger.selectors import ledger_size
+from tlog.chain import LedgerFault
 
 from ..models import Job
 

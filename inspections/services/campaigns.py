@@ -16,10 +16,20 @@ from django.utils import timezone
 
 from ledger import services as ledger
 from registry.models import Chip, Organisation
+from rules import draw_ranking
+from rules.inspection_planning import (
+    DEFAULT_MODEL,
+    ELIGIBLE,
+    MODELS,
+    Coverage,
+    Holdings,
+    assign,
+    campaign_period,
+    prover_sample,
+)
 
-from .. import draws, selectors
+from .. import selectors
 from ..models import Alert, Campaign, CampaignSeed, Draw, InspectionBody, InspectionTask
-from ..planning import DEFAULT_MODEL, ELIGIBLE, MODELS, Coverage, Holdings, assign, campaign_period, prover_sample
 from .alerts import alert_raise
 from .validation import country_clean
 from .validation import fail as _fail
@@ -102,8 +112,8 @@ def campaign_seed_commit(campaign: Campaign, period: int, actor: str = "regulato
 
 
 def _commit_seed(campaign: Campaign, period: int, actor: str) -> CampaignSeed:
-    seed = draws.new_seed()
-    commitment = draws.commitment(seed)
+    seed = draw_ranking.new_seed()
+    commitment = draw_ranking.commitment(seed)
     entry = ledger.append_entry(
         "campaign.seed_committed", {"campaign": campaign.slug, "period": period, "commitment": commitment}, actor
     )
@@ -176,22 +186,22 @@ def campaign_draw(campaign: Campaign, period: int, actor: str = "regulator") -> 
 def _ranked_in_database(prover: Organisation, seed: bytes, root: bytes, campaign: str, count: int) -> list[str]:
     """The draw's ranking, computed where the chips are.
 
-    PostgreSQL computes the HMAC from its built-in SHA-256 (RFC 2104 pads from draws.hmac_pads)
+    PostgreSQL computes the HMAC from its built-in SHA-256 (RFC 2104 pads from draw_ranking.hmac_pads)
     and keeps the top N, so ten million chips never leave the database; elsewhere the serials are
-    streamed through draws.draw. Both give the same order: bytea sorts like Python bytes
+    streamed through draw_ranking.draw. Both give the same order: bytea sorts like Python bytes
     (tests/inspections/services/test_campaigns.py checks it on PostgreSQL).
     """
     if connection.vendor == "postgresql":
-        inner, outer = draws.hmac_pads(seed)
+        inner, outer = draw_ranking.hmac_pads(seed)
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT serial FROM registry_chip WHERE owner_id = %s AND status = ANY(%s) "
                 "ORDER BY sha256(%s::bytea || sha256(%s::bytea || convert_to(serial, 'UTF8'))) LIMIT %s",
-                [prover.pk, ELIGIBLE, outer, inner + draws.rank_prefix(root, campaign), count],
+                [prover.pk, ELIGIBLE, outer, inner + draw_ranking.rank_prefix(root, campaign), count],
             )
             return [serial for (serial,) in cursor.fetchall()]
     serials = Chip.objects.filter(owner=prover, status__in=ELIGIBLE).values_list("serial", flat=True)
-    return draws.draw(seed, root, campaign, serials.iterator(chunk_size=20_000), count)
+    return draw_ranking.draw(seed, root, campaign, serials.iterator(chunk_size=20_000), count)
 
 
 def _assign(provers: dict) -> dict[str, str | None]:

@@ -19,8 +19,8 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
 from ledger import services as ledger
-from registry.lifecycle import Status
 from registry.models import Organisation
+from rules.chip_lifecycle import Status
 
 from .. import queue, verification
 from ..models import Alert, Finding, IdentityChallenge, InspectionTask, Snapshot, SnapshotLog

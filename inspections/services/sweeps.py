@@ -6,8 +6,8 @@ from datetime import date
 
 from django.db import transaction
 
-from registry.lifecycle import Status
 from registry.models import Chip
+from rules.chip_lifecycle import Status
 
 from ..models import Alert, InspectionTask, Snapshot
 from .alerts import alert_raise

@@ -11,9 +11,10 @@ The names other apps and the views use are re-exported here, so ``from registry 
 keeps working.
 """
 
-from ..identifiers import COUNTRY, MAX_CHIPS, SERIAL, SLUG, SYSTEM
+from rules.identifiers import COUNTRY, MAX_CHIPS, SERIAL, SLUG, SYSTEM
+
 from .chips import CHIP_EVENTS, EVENT_FIELDS, chips_fabricate, chips_record_event
-from .epcis import epcis_capture
+from .epcis import epcis_capture, epcis_document_parse, epcis_query_serial
 from .facilities import chip_model_register, facility_register
 from .idempotency import IdempotencyConflict, idempotent_answer, idempotent_answer_record, idempotent_in_progress
 from .licences import export_licence_grant
@@ -41,6 +42,8 @@ __all__ = [
     "chips_fabricate",
     "chips_record_event",
     "epcis_capture",
+    "epcis_document_parse",
+    "epcis_query_serial",
     "export_licence_grant",
     "facility_register",
     "idempotent_answer",

@@ -12,9 +12,9 @@ from django.db import transaction
 
 from ledger import services as ledger
 from ledger.bulk import insert_rows
+from rules.chip_lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
+from rules.identifiers import MAX_CHIPS, SERIAL
 
-from ..identifiers import MAX_CHIPS, SERIAL
-from ..lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
 from ..models import Chip, ChipEvent, ChipModel, Facility, Organisation, Role
 from ..selectors import SEES_EVERYTHING
 from ..signals import chip_notice
@@ -208,7 +208,7 @@ def chips_record_event(
     submission: dict | None = None,
     epcis: dict | None = None,
 ) -> ledger.AppendedEntry:
-    """Record one lifecycle event for a set of chips, all or nothing (DESIGN §1). ``epcis``: see chips_fabricate."""
+    """Record one lifecycle event for a set of chips, all or nothing (docs/ARCHITECTURE.md, The flow). ``epcis``: see chips_fabricate."""
     if event not in RULES:
         fail("event", f"one of {sorted(RULES)}")
     normalised = _event_payload(event, payload)

@@ -1,6 +1,7 @@
-"""EPCIS capture: apply a parsed EPCISDocument (``registry.epcis.parse_document``) as lifecycle entries.
+"""EPCIS capture: apply a parsed EPCISDocument (``epcis_document_parse``) as lifecycle entries.
 
-The mapping of events onto the lifecycle is documented in ``registry.epcis``.
+The mapping of events onto the lifecycle is documented in ``rules.epcis_format`` (pure); here its
+refusals become the ValidationError that the API turns into a 400 naming the path.
 """
 
 from __future__ import annotations
@@ -11,12 +12,28 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from ledger import services as ledger
+from rules.epcis_format import CaptureEvent, EpcisInvalid, parse_document, query_serial
 
 from .. import selectors
-from ..epcis import CaptureEvent
 from ..models import Chip, Organisation
 from .chips import chips_fabricate, chips_record_event, shipment_destination_country
 from .common import fail
+
+
+def epcis_document_parse(data) -> list[CaptureEvent]:
+    """The document's events (``rules.epcis_format.parse_document``), or ValidationError naming every bad path."""
+    try:
+        return parse_document(data)
+    except EpcisInvalid as error:
+        raise ValidationError(error.message_dict) from None
+
+
+def epcis_query_serial(epc) -> str:
+    """The chip serial of ``?epc=`` (``rules.epcis_format.query_serial``), or ValidationError on ``epc``."""
+    try:
+        return query_serial(epc)
+    except EpcisInvalid as error:
+        raise ValidationError(error.message_dict) from None
 
 
 @transaction.atomic

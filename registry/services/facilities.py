@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.db import transaction
 
 from ledger import services as ledger
+from rules.identifiers import COUNTRY, SLUG
 
-from ..identifiers import COUNTRY, SLUG
 from ..models import ChipModel, Facility, Organisation
 from .common import fail
 

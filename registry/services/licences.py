@@ -9,8 +9,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger import services as ledger
+from rules.identifiers import COUNTRY
 
-from ..identifiers import COUNTRY
 from ..models import ExportLicence, Organisation
 from .common import fail, organisation_by_slug
 

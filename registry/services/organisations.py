@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from django.db import IntegrityError, transaction
 
 from ledger import services as ledger
+from rules.identifiers import COUNTRY, SLUG, SYSTEM
 
 from .. import signing
-from ..identifiers import COUNTRY, SLUG, SYSTEM
 from ..models import ApiNonce, Member, Organisation, OrganisationKey, Role
 from .common import fail, organisation_by_slug
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from inspections import draws
-from inspections.drawaudit import main
 from inspections.services import campaigns
 from ledger import keys
 from ledger import selectors as ledger_selectors
 from ledger import services as ledger_services
+from rules import draw_ranking
+from rules.draw_auditor import main
 from tests.inspections.factories import H100, YEAR, make_provers
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -71,10 +71,10 @@ def test_a_period_not_drawn_yet_is_not_a_mismatch(live_server, drawn, capsys, ca
 
 def test_a_cherry_picked_draw_is_a_mismatch(live_server, drawn, capsys):
     """The old sample under a new seed (as tests/inspections/services/test_campaigns.py forges it)."""
-    seed = draws.new_seed()
+    seed = draw_ranking.new_seed()
     ledger_services.append_entry(
         "campaign.seed_committed",
-        {"campaign": drawn.slug, "period": 9, "commitment": draws.commitment(seed)},
+        {"campaign": drawn.slug, "period": 9, "commitment": draw_ranking.commitment(seed)},
         "regulator",
     )
     checkpoint = ledger_services.checkpoint_sign()

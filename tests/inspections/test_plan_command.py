@@ -6,7 +6,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from inspections import sampling
+from rules import sampling_plans
 
 
 def run(*args) -> str:
@@ -28,7 +28,7 @@ def test_json_plan_for_a_gpt4_class_run():
         "chips_needed": 318,
         "samples_per_period": 63,
         "samples_per_year": 764,
-        "detection_probability": sampling.plan(10**25, 100_000).detection_probability,
+        "detection_probability": sampling_plans.plan(10**25, 100_000).detection_probability,
     }
     assert output["detection_probability"] == pytest.approx(0.9010392, abs=1e-7)
 
@@ -57,7 +57,7 @@ def test_json_plan_with_every_option():
 
 def test_json_exact_plan():
     output = run_json("--flops", "1e25", "--chips", "1e5", "--exact")
-    expected = sampling.plan(10**25, 100_000, exact=True)
+    expected = sampling_plans.plan(10**25, 100_000, exact=True)
     assert output == expected.as_dict()
     assert output["samples_per_period"] == 63 and output["detection_probability"] >= 0.9
     # a small prover: far fewer inspections without replacement than the paper's formula asks for

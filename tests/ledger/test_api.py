@@ -1,4 +1,4 @@
-"""The public read API of DESIGN §3, and its 400s."""
+"""The public read API of docs/ledger.md (Endpoints), and its 400s."""
 
 import base64
 import time
@@ -9,9 +9,10 @@ from django.test import Client
 from nacl.signing import SigningKey
 from rest_framework.test import APIClient
 
-from ledger import keys, merkle, note, services
+from ledger import keys, services
 from ledger.models import Checkpoint, Cosignature, Entry
 from tests.factories import append_sample_entries
+from tlog import merkle, note
 
 pytestmark = pytest.mark.django_db
 

@@ -6,10 +6,10 @@ from unittest import mock
 
 import pytest
 
-from ledger import merkle
 from ledger.integrity import verify_stored_ledger
 from ledger.models import Entry
 from tests.helpers import append_writer, requires_postgres, subprocess_database_url
+from tlog import merkle
 
 
 def run_writers(processes: int, appends: int) -> None:

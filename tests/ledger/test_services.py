@@ -8,10 +8,11 @@ import rfc8785
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from ledger import merkle, note, selectors, services
-from ledger.chain import LedgerFault
+from ledger import selectors, services
 from ledger.models import Checkpoint, Entry, TreeNode
 from tests.factories import append_sample_entries
+from tlog import merkle, note
+from tlog.chain import LedgerFault
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,5 @@
-"""The outside verifier and witness (``python -m ledger.verify`` / ``ledger.witness``).
+"""The outside verifier and witness (``python -m tlog.log_verifier`` / ``tlog.log_witness``, also run by their
+compatibility names ``python -m ledger.verify`` / ``ledger.witness``, which the end-to-end runs use).
 
 Pure tests of their state and decision logic first; then end-to-end runs against the real app
 served by ``live_server``, with a small HTTP proxy in front of it where a lying log is needed.
@@ -21,10 +22,10 @@ from pathlib import Path
 import nacl.signing
 import pytest
 
-from ledger import merkle, note
-from ledger import verify as verify_tool
-from ledger import witness as witness_tool
-from ledger.witness import Decision, State, decide
+from tlog import log_verifier as verify_tool
+from tlog import log_witness as witness_tool
+from tlog import merkle, note
+from tlog.log_witness import Decision, State, decide
 
 REPO = Path(__file__).resolve().parents[2]
 ORIGIN = "test.example/log"
@@ -63,7 +64,7 @@ def _run_tool(module: str, *args: str) -> subprocess.CompletedProcess:
 
 def test_tools_import_without_django():
     code = (
-        "import ledger.verify, ledger.witness, sys; "
+        "import ledger.verify, ledger.witness, tlog.log_verifier, tlog.log_witness, sys; "
         "assert not any(m.startswith('django') for m in sys.modules), "
         "[m for m in sys.modules if m.startswith('django')]"
     )

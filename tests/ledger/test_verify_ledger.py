@@ -12,9 +12,10 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
-from ledger import keys, merkle, note, services
+from ledger import keys, services
 from ledger.models import Checkpoint, Entry
 from tests.factories import append_sample_entries
+from tlog import merkle, note
 
 pytestmark = pytest.mark.django_db
 SIZE = 40

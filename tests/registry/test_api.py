@@ -5,7 +5,6 @@ import base64
 import pytest
 from nacl.signing import SigningKey
 
-from ledger import merkle
 from ledger import selectors as ledger_selectors
 from ledger import services as ledger_services
 from ledger.models import Entry
@@ -21,6 +20,7 @@ from tests.registry.factories import (
     new_serials,
     organisation,
 )
+from tlog import merkle
 
 pytestmark = pytest.mark.django_db
 EVENTS = "/api/registry/chips/events/"

@@ -5,8 +5,9 @@ from django.core.exceptions import ValidationError
 
 from inspections.services.validation import country_clean
 from ledger.services import ACTOR_PATTERN, KIND_PATTERN
-from registry import epcis, signing
-from registry.identifiers import COUNTRY, SERIAL, SLUG
+from registry import signing
+from rules import epcis_format
+from rules.identifiers import COUNTRY, SERIAL, SLUG
 
 GOOD = {
     SERIAL: "H100-000001",
@@ -15,8 +16,8 @@ GOOD = {
     signing.NONCE_PATTERN: "3f2b9c0e5a7d4e11",
     KIND_PATTERN: "chip.shipped",
     ACTOR_PATTERN: "vendor-a",
-    epcis.TZ_OFFSET: "+01:00",
-    epcis.EVENT_ID: "urn:uuid:1f0b5b7e-2c43-4a8e-9c1e-7a3d52f0e001",
+    epcis_format.TZ_OFFSET: "+01:00",
+    epcis_format.EVENT_ID: "urn:uuid:1f0b5b7e-2c43-4a8e-9c1e-7a3d52f0e001",
 }
 
 
@@ -62,13 +63,13 @@ def test_country_clean_refuses_look_alikes(value):
 )
 def test_epc_with_newline_nul_or_look_alike_is_refused(epc):
     with pytest.raises(ValueError):
-        epcis.chip_serial(epc, bare=True)
+        epcis_format.chip_serial(epc, bare=True)
 
 
 def test_epc_forms_still_parse():
-    assert epcis.chip_serial("urn:epc:id:sgtin:0614141.812345.H100-1") == "H100-1"
-    assert epcis.chip_serial("https://id.gs1.org/01/09506000134352/21/H100-1") == "H100-1"
-    assert epcis.chip_serial("H100-1", bare=True) == "H100-1"
+    assert epcis_format.chip_serial("urn:epc:id:sgtin:0614141.812345.H100-1") == "H100-1"
+    assert epcis_format.chip_serial("https://id.gs1.org/01/09506000134352/21/H100-1") == "H100-1"
+    assert epcis_format.chip_serial("H100-1", bare=True) == "H100-1"
 
 
 @pytest.mark.parametrize("nonce", ["3f2b9c0e5a7d4e11\n", "3f2b9c0e5a7d4e1\x00", "3f2b9c0e5a7d4e1\uff11"])

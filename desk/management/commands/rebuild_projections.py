@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand
 
 from desk import rebuild_index as desk_rebuild
 from inspections.rebuild_inspections import differences, rebuild
-from registry.lifecycle import LifecycleError
+from rules.chip_lifecycle import LifecycleError
 
 LIMIT = 50
 

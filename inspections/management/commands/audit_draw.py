@@ -2,8 +2,8 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from inspections.drawcheck import MATCH, MISMATCH
 from inspections.stored_draw_audit import audit_draw
+from rules.draw_recompute import MATCH, MISMATCH
 
 
 class Command(BaseCommand):

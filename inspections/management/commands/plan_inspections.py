@@ -1,4 +1,4 @@
-"""`manage.py plan_inspections`: how many chips to inspect to catch a run of H FLOPs (DESIGN §5)."""
+"""`manage.py plan_inspections`: how many chips to inspect to catch a run of H FLOPs (docs/draws.md, How many chips)."""
 
 import argparse
 import json
@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from django.core.management.base import BaseCommand, CommandError
 
-from inspections import sampling
+from rules import sampling_plans
 
 FLAGS = {
     "flops": "--flops",
@@ -42,18 +42,23 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--flops", type=_number, required=True, help="the run's total FLOPs (H), e.g. 1e25")
         parser.add_argument("--chips", type=_whole, required=True, help="chips the prover holds (C)")
-        parser.add_argument("--p", type=float, default=sampling.DEFAULT_P, help="target detection probability")
+        parser.add_argument("--p", type=float, default=sampling_plans.DEFAULT_P, help="target detection probability")
         parser.add_argument(
-            "--snapshot-rate", type=float, default=sampling.DEFAULT_SNAPSHOT_RATE, help="snapshots per chip per day (f)"
+            "--snapshot-rate",
+            type=float,
+            default=sampling_plans.DEFAULT_SNAPSHOT_RATE,
+            help="snapshots per chip per day (f)",
         )
         parser.add_argument(
-            "--period-days", type=float, default=sampling.DEFAULT_PERIOD_DAYS, help="monitoring period (T_m)"
+            "--period-days", type=float, default=sampling_plans.DEFAULT_PERIOD_DAYS, help="monitoring period (T_m)"
         )
-        parser.add_argument("--run-days", type=float, default=sampling.DEFAULT_RUN_DAYS, help="the run's length (T)")
+        parser.add_argument(
+            "--run-days", type=float, default=sampling_plans.DEFAULT_RUN_DAYS, help="the run's length (T)"
+        )
         parser.add_argument(
             "--flops-per-chip-second",
             type=float,
-            default=sampling.DEFAULT_FLOPS_PER_CHIP_SECOND,
+            default=sampling_plans.DEFAULT_FLOPS_PER_CHIP_SECOND,
             help="one chip's sustained FLOP/s (a/86,400)",
         )
         parser.add_argument("--exact", action="store_true", help="sample without replacement (hypergeometric)")
@@ -62,8 +67,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         arguments = {name: options[name] for name in FLAGS}
         try:
-            plan = sampling.plan(**arguments, exact=options["exact"])
-        except sampling.PlanError as error:
+            plan = sampling_plans.plan(**arguments, exact=options["exact"])
+        except sampling_plans.PlanError as error:
             raise CommandError(f"{FLAGS.get(error.field, error.field)}: {error.message}") from error
         if options["json"]:
             self.stdout.write(json.dumps(plan.as_dict()))
@@ -71,7 +76,7 @@ class Command(BaseCommand):
             self.stdout.write(self._table(plan, arguments), ending="")
 
     @staticmethod
-    def _table(plan: sampling.Plan, arguments: dict) -> str:
+    def _table(plan: sampling_plans.Plan, arguments: dict) -> str:
         run = f"{float(arguments['flops']):.4g} FLOP over {arguments['run_days']:g} days"
         if plan.impossible:
             return (

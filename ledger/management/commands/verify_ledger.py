@@ -2,8 +2,8 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from ledger.chain import LedgerFault
 from ledger.integrity import verify_stored_ledger
+from tlog.chain import LedgerFault
 
 
 class Command(BaseCommand):

@@ -8,15 +8,15 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from inspections import draws
 from inspections.models import CampaignSeed, Draw, InspectionTask
-from inspections.planning import campaign_period
 from inspections.services import campaigns
 from inspections.stored_draw_audit import audit_draw
 from inspections.tasks import draw_due_campaigns
 from ledger import services as ledger_services
 from ledger.models import Entry
 from registry.models import Chip
+from rules import draw_ranking
+from rules.inspection_planning import campaign_period
 from tests.inspections.factories import H100, YEAR, make_provers
 from tests.registry.factories import event
 
@@ -42,7 +42,7 @@ def test_the_seed_is_committed_before_and_revealed_only_after_the_draw(provers):
     camp = campaign()
     seed = CampaignSeed.objects.get(campaign=camp, period=0)
     committed = Entry.objects.get(kind="campaign.seed_committed")
-    assert committed.payload["commitment"] == draws.commitment(bytes(seed.seed))
+    assert committed.payload["commitment"] == draw_ranking.commitment(bytes(seed.seed))
     assert not Entry.objects.filter(payload__seed=bytes(seed.seed).hex()).exists()  # secret until the draw
     draw = campaigns.campaign_draw(camp, 0)
     drawn = Entry.objects.get(seq=draw.drawn_seq)
@@ -94,10 +94,10 @@ def test_audit_recomputes_the_draw_from_the_ledger(provers):
 def test_audit_catches_a_draw_that_is_not_the_recomputation(provers):
     camp = campaign()
     real = Entry.objects.get(seq=campaigns.campaign_draw(camp, 0).drawn_seq).payload
-    seed = draws.new_seed()
+    seed = draw_ranking.new_seed()
     ledger_services.append_entry(
         "campaign.seed_committed",
-        {"campaign": camp.slug, "period": 9, "commitment": draws.commitment(seed)},
+        {"campaign": camp.slug, "period": 9, "commitment": draw_ranking.commitment(seed)},
         "regulator",
     )
     checkpoint = ledger_services.checkpoint_sign()
@@ -119,7 +119,7 @@ def test_audit_catches_a_seed_that_does_not_match_its_commitment(provers):
     camp = campaign()
     ledger_services.append_entry(
         "campaign.seed_committed",
-        {"campaign": camp.slug, "period": 7, "commitment": draws.commitment(b"x" * 32)},
+        {"campaign": camp.slug, "period": 7, "commitment": draw_ranking.commitment(b"x" * 32)},
         "regulator",
     )
     checkpoint = ledger_services.checkpoint_sign()
@@ -186,16 +186,18 @@ def test_a_missed_period_is_committed_first_and_drawn_on_the_next_run(provers):
 
 
 def test_the_database_ranks_chips_exactly_as_the_python_reference(provers):
-    """On PostgreSQL the draw ranks inside the database (pgcrypto); it must equal draws.draw."""
-    from inspections.planning import ELIGIBLE
+    """On PostgreSQL the draw ranks inside the database (pgcrypto); it must equal draw_ranking.draw."""
     from inspections.services.campaigns import _ranked_in_database
     from registry.models import Organisation
+    from rules.inspection_planning import ELIGIBLE
 
     owner = Organisation.objects.get(slug="owner-a")
     serials = list(Chip.objects.filter(owner=owner, status__in=ELIGIBLE).values_list("serial", flat=True))
     for k in (1, 7, 200):
-        seed, root = draws.new_seed(), draws.new_seed()
-        assert _ranked_in_database(owner, seed, root, "camp-x", k) == draws.draw(seed, root, "camp-x", serials, k)
+        seed, root = draw_ranking.new_seed(), draw_ranking.new_seed()
+        assert _ranked_in_database(owner, seed, root, "camp-x", k) == draw_ranking.draw(
+            seed, root, "camp-x", serials, k
+        )
 
 
 def test_inspectors_get_one_email_per_body_listing_their_chips(

@@ -9,8 +9,9 @@ from django.core.management import call_command
 
 from ledger import selectors as ledger_selectors
 from ledger.models import Entry
-from registry import epcis, selectors, signing
+from registry import selectors, signing
 from registry.models import Chip, ChipEvent
+from rules import epcis_format
 from tests.registry.epcis_helpers import (
     CAPTURE,
     GTIN,
@@ -56,7 +57,7 @@ def test_commissioning_lands_on_the_ledger_with_the_signed_document(world):
     assert answer["captured"] == 1 and answer["eventList"][0]["kind"] == "chip.fabricated"
     entry = Entry.objects.get(seq=answer["eventList"][0]["seq"])
     assert base64.b64decode(json.loads(bytes(entry.leaf))["submission"]["body"]) == body
-    assert entry.payload["epcis"]["event_id"] == epcis.event_hash_id(commission)
+    assert entry.payload["epcis"]["event_id"] == epcis_format.event_hash_id(commission)
     for serial, epc in zip(serials, epcs, strict=True):
         row = chip(serial)
         assert (row.status, row.owner.slug, row.facility.slug, row.model.slug) == (
@@ -157,7 +158,7 @@ def test_a_resent_event_is_skipped_as_duplicate(world):
     assert answer == {
         "captured": 0,
         "duplicates": 2,
-        "eventList": [{"eventID": epcis.event_hash_id(ship), "status": "duplicate"}] * 2,
+        "eventList": [{"eventID": epcis_format.event_hash_id(ship), "status": "duplicate"}] * 2,
     }
     assert ledger_selectors.ledger_size() == size + 1
     assert ChipEvent.objects.filter(chip__serial=serials[0], kind="chip.fabricated").count() == 1

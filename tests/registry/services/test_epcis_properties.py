@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from ledger import selectors as ledger_selectors
 from ledger import services as ledger_services
-from registry import epcis, services
+from registry import services
 from registry.models import Chip, ChipEvent
+from rules import epcis_format
 from tests.registry.epcis_helpers import (
     commissioned,
     commissioning,
@@ -174,7 +175,7 @@ def test_the_unmutated_documents_capture(world):
     for name, (client, doc) in valid_documents(world, stock).items():
         with rolled_back():
             answer = services.epcis_capture(
-                organisation=world[client].org, events=epcis.parse_document(doc), submission=None
+                organisation=world[client].org, events=services.epcis_document_parse(doc), submission=None
             )
             assert answer["captured"] == 1, name
 
@@ -192,7 +193,7 @@ def test_a_mutated_document_is_refused_cleanly_or_captured(world, data):
         before = footprint()
         try:
             answer = services.epcis_capture(
-                organisation=world[client].org, events=epcis.parse_document(doc), submission=None
+                organisation=world[client].org, events=services.epcis_document_parse(doc), submission=None
             )
         except (ValidationError, ledger_services.Conflict) as refused:
             event(f"{name}: refused")
@@ -217,11 +218,11 @@ def test_a_mutated_document_is_refused_cleanly_or_captured(world, data):
 )
 def test_the_parser_answers_any_document_with_events_or_a_validation_error(doc):
     try:
-        events = epcis.parse_document(doc)
+        events = services.epcis_document_parse(doc)
     except ValidationError as refused:
         assert refused.message_dict
         return
-    assert all(isinstance(e, epcis.CaptureEvent) for e in events)
+    assert all(isinstance(e, epcis_format.CaptureEvent) for e in events)
 
 
 @pytest.mark.django_db
@@ -250,6 +251,8 @@ def test_control_characters_in_an_export_are_refused(world, member, value):
     doc = document(shipping([sgtin(s) for s in stock["made"]], "vendor-a", **extra))
     before = footprint()
     with pytest.raises(ValidationError) as refused:
-        services.epcis_capture(organisation=world["fab"].org, events=epcis.parse_document(doc), submission=None)
+        services.epcis_capture(
+            organisation=world["fab"].org, events=services.epcis_document_parse(doc), submission=None
+        )
     assert "control characters" in str(refused.value)
     assert footprint() == before

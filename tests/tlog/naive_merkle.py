@@ -1,6 +1,6 @@
 """Naive RFC 9162 §2.1 reference, written straight from the RFC's recursive definitions.
 
-Deliberately independent of ledger.merkle: its own hashing, its own k, recursion
+Deliberately independent of tlog.merkle: its own hashing, its own k, recursion
 over lists of raw leaves. Slow (O(n) per call) and obviously correct.
 """
 

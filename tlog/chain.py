@@ -1,6 +1,6 @@
 """The ledger's leaves: the one place leaf bytes are made, and their streaming verifier.
 
-Pure, no Django: shared by ``manage.py verify_ledger`` and ``python -m ledger.verify``.
+Pure, no Django: shared by ``manage.py verify_ledger`` and ``python -m tlog.log_verifier``.
 A leaf is the RFC 8785 (JCS) canonical JSON of
 ``{"v":1,"seq":N,"time":…,"kind":…,"actor":…,"payload":{…},"prev":<hex>}`` plus an
 optional ``"submission":{"key","body","sig"}``; ``prev`` chains each leaf to the
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 import rfc8785
 
-from . import merkle
+from tlog import merkle
 
 try:  # orjson is several times faster than json for the million-entry sweep
     import orjson
@@ -36,18 +37,23 @@ _TIME = re.compile(
 # integers within ±2^53 (OPT_STRICT_INTEGER raises beyond) and keys without
 # non-BMP characters (JCS sorts keys by UTF-16 code units, orjson by code
 # points), orjson's sorted compact output is byte-identical to JCS, escapes
-# included (tests/ledger/test_chain.py checks every code point). Leaves without
+# included (tests/tlog/test_chain.py checks every code point). Leaves without
 # floats or non-BMP characters are checked with orjson; others go to rfc8785.
 _ORJSON_OPTS = (orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER) if orjson else 0
 _MAX_SEQ = 2**53  # beyond this JCS cannot tell integers apart
 _NON_BMP = re.compile(rb"[\xf0-\xf4]")  # lead bytes of 4-byte UTF-8 sequences
 
 
+def format_time(when: datetime) -> str:
+    """RFC 3339 UTC with microseconds: the exact text in the leaf."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 class LedgerFault(Exception):
     """The first thing wrong with a ledger: entry ``where`` (a seq) is bad because ``reason``.
 
     ``where`` is a seq, or a word naming what is not an entry ("checkpoint"). The one
-    failure type of every ledger check: the chain, ``verify_ledger`` and ``python -m ledger.verify``.
+    failure type of every ledger check: the chain, ``verify_ledger`` and ``python -m tlog.log_verifier``.
     """
 
     def __init__(self, where: int | str, reason: str):

@@ -1,15 +1,16 @@
 """GS1 EPCIS 2.0 over the chip lifecycle: capture an EPCISDocument as ledger entries, answer a chip's
-history as EPCIS ObjectEvents. This module is the pure part: parsing a document into
-``CaptureEvent``s and rendering ledger entries as ObjectEvents, no ORM, no ledger writes. Applying
-the events is ``registry.services.epcis.epcis_capture``; reading a chip's history is
-``registry.selectors.chip_object_events``.
+history as EPCIS ObjectEvents. This module is the pure part, no Django: parsing a document into
+``CaptureEvent``s and rendering ledger entries as ObjectEvents, no ORM, no ledger writes. A refusal is
+``EpcisInvalid`` naming each bad path; ``registry.services.epcis.epcis_document_parse`` turns it into the
+``ValidationError`` the API answers with a 400. Applying the events is ``registry.services.epcis.epcis_capture``;
+reading a chip's history is ``registry.selectors.chip_object_events``.
 
 Capture (``POST /api/epcis/capture``)
 
 - The body is a JSON-LD ``EPCISDocument``: ``@context`` including the GS1 EPCIS 2.0 context,
   ``type: "EPCISDocument"``, ``schemaVersion: "2.0"``, ``creationDate`` and ``epcisBody.eventList``
   (1 to 100 events, at most 10,000 EPCs in all). Like every write it is signed over its exact bytes
-  (DESIGN §4), so the document carries the replay fields as top-level extension members:
+  (docs/security.md, Signed writes), so the document carries the replay fields as top-level extension members:
   ``timestamp`` (Unix seconds) and ``nonce``.
 - Only ObjectEvents. Each event is one lifecycle event, so one ledger entry carrying the whole signed
   document; a document is applied in order, all or nothing::
@@ -63,11 +64,9 @@ from datetime import datetime
 from urllib.parse import unquote
 
 import rfc8785
-from django.core.exceptions import ValidationError
 
-from ledger.services import format_time
-
-from .identifiers import MAX_CHIPS, SERIAL, SLUG
+from rules.identifiers import MAX_CHIPS, SERIAL, SLUG
+from tlog.chain import format_time
 
 BASE = "https://chipledger.example/"
 ORG_URI, FACILITY_URI, CHIP_URI = BASE + "org/", BASE + "facility/", BASE + "chip/"
@@ -76,7 +75,7 @@ GS1_CONTEXT = "https://ref.gs1.org/standards/epcis/2.0.0/epcis-context.jsonld"
 GS1_CONTEXTS = {GS1_CONTEXT, "https://ref.gs1.org/standards/epcis/epcis-context.jsonld"}
 CONTEXT = [GS1_CONTEXT, {EXTENSION: BASE + "epcis/"}]
 CBV = "https://ref.gs1.org/cbv/"
-# Every entry carries the whole signed document (DESIGN §3 submission): bound events x body size.
+# Every entry carries the whole signed document (docs/ledger.md, Entries: submission): bound events x body size.
 MAX_EVENTS = 100
 MAX_EPCS = MAX_CHIPS
 
@@ -115,8 +114,21 @@ EVENT_ID = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[!-~]{1,250}")
 TZ_OFFSET = re.compile(r"[+-](0[0-9]|1[0-4]):[0-5][0-9]")
 
 
+class EpcisInvalid(Exception):
+    """A document or query the mapping refuses: ``message_dict`` is {path: [reason, ...]} (the shape of
+    Django's ValidationError, which the registry raises from it)."""
+
+    def __init__(self, errors: dict[str, str | list[str]]):
+        self.message_dict = {path: [r] if isinstance(r, str) else list(r) for path, r in errors.items()}
+        super().__init__(self.message_dict)
+
+    @property
+    def messages(self) -> list[str]:
+        return [reason for reasons in self.message_dict.values() for reason in reasons]
+
+
 def _fail(path: str, reason: str):
-    raise ValidationError({path: reason})
+    raise EpcisInvalid({path: reason})
 
 
 @dataclass(frozen=True)
@@ -210,16 +222,16 @@ def event_hash_id(raw: dict) -> str:
 
 
 def parse_document(data: dict) -> list[CaptureEvent]:
-    """The document's events, or ValidationError naming every bad path (one per bad event)."""
+    """The document's events, or EpcisInvalid naming every bad path (one per bad event)."""
     raw_events = _check_header(data)
     events, errors = [], {}
     for index, raw in enumerate(raw_events):
         try:
             events.append(parse_event(raw, f"epcisBody.eventList[{index}]"))
-        except ValidationError as error:
+        except EpcisInvalid as error:
             errors.update(error.message_dict)
     if errors:
-        raise ValidationError(errors)
+        raise EpcisInvalid(errors)
     if sum(len(event.serials) for event in events) > MAX_EPCS:
         _fail("epcisBody.eventList", f"at most {MAX_EPCS} EPCs per document")
     return events
@@ -437,7 +449,7 @@ def query_serial(epc) -> str:
         return chip_serial(epc, bare=True)
     except ValueError as error:
         reason = str(error) if epc else "required: the chip's SGTIN, Digital Link or serial"
-        raise ValidationError({"epc": reason}) from None
+        raise EpcisInvalid({"epc": reason}) from None
 
 
 def object_event(entry: dict, serial: str, epc: str) -> dict:

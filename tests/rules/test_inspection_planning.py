@@ -2,8 +2,8 @@
 
 from types import SimpleNamespace
 
-from inspections import draws, sampling
-from inspections.planning import Coverage, Holdings, assign, prover_plan, prover_sample
+from rules import draw_ranking, sampling_plans
+from rules.inspection_planning import Coverage, Holdings, assign, prover_plan, prover_sample
 
 H100, YEAR = 989e12, 86_400 * 365
 PARAMS = {
@@ -18,7 +18,7 @@ SERIALS = [f"S{n:04d}" for n in range(200)]
 
 
 def holdings() -> Holdings:
-    return Holdings(len(SERIALS), H100, lambda seed, root, slug, k: draws.draw(seed, root, slug, SERIALS, k))
+    return Holdings(len(SERIALS), H100, lambda seed, root, slug, k: draw_ranking.draw(seed, root, slug, SERIALS, k))
 
 
 def test_a_campaign_without_a_model_is_sampled_by_the_papers_plan():
@@ -41,7 +41,7 @@ def test_a_plan_shows_both_models_and_what_the_draw_achieves():
     row = prover_plan(SimpleNamespace(**PARAMS, model="exact"), 200, H100)
     assert (row["paper"]["samples_per_period"], row["exact"]["samples_per_period"]) == (135, 98)
     assert row["exact"]["detection_probability"] >= 0.999 and row["drawn"] == 98
-    assert row["drawn_detection"] == sampling.detection_probability(
+    assert row["drawn_detection"] == sampling_plans.detection_probability(
         98, PARAMS["rule_flops"], 200, period_days=365, flops_per_chip_second=H100, exact=True
     )
     assert prover_plan(SimpleNamespace(**PARAMS), 5, H100)["impossible"] is True

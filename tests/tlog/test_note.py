@@ -1,4 +1,4 @@
-"""ledger.note: signed notes, checkpoints and cosignatures, against fixed vectors."""
+"""tlog.note: signed notes, checkpoints and cosignatures, against fixed vectors."""
 
 import base64
 import hashlib
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import note
+from tlog import note
 
 # --- the canonical known answer: golang.org/x/mod/sumdb/note note_test.go ----------
 
@@ -140,7 +140,7 @@ def test_key_id_and_verifier_key_by_hand():
 def test_checkpoint_note_by_hand():
     assert note.checkpoint_body(ORIGIN, 42, ROOT) == BODY
     signature = bytes.fromhex(SIG_HEX)
-    nacl.signing.VerifyKey(PUB).verify(BODY.encode(), signature)  # independent of ledger.note
+    nacl.signing.VerifyKey(PUB).verify(BODY.encode(), signature)  # independent of tlog.note
     line = "— " + ORIGIN + " " + base64.b64encode(bytes.fromhex("d044c433") + signature).decode() + "\n"
     assert BODY + "\n" + line == NOTE
     assert note.sign_note(BODY, ORIGIN, KEY) == NOTE

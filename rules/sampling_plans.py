@@ -1,4 +1,4 @@
-"""Sampling plans for randomized chip inspections (DESIGN §5; Shavit 2023, §3.2).
+"""Sampling plans for randomized chip inspections (docs/draws.md, How many chips; Shavit 2023, §3.2).
 
 Pure functions, no Django. The model:
 

@@ -11,9 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date
 
-from registry.lifecycle import ACTIVE, Status
-
-from . import sampling
+from rules import sampling_plans
+from rules.chip_lifecycle import ACTIVE, Status
 
 # Chips a prover holds for the purpose of a draw: anything it owns that could be training.
 ELIGIBLE = sorted(s.value for s in ACTIVE | {Status.IN_TRANSIT})
@@ -37,15 +36,15 @@ class Holdings:
     draw: Callable[[bytes, bytes, str, int], list[str]]  # (seed, root, campaign, k) -> the k lowest-ranked serials
 
 
-def _plan(campaign, chips: int, peak_flops: float | None, model: str) -> sampling.Plan:
-    return sampling.plan(
+def _plan(campaign, chips: int, peak_flops: float | None, model: str) -> sampling_plans.Plan:
+    return sampling_plans.plan(
         campaign.rule_flops,
         chips,
         p=campaign.detection_probability,
         snapshot_rate=campaign.snapshot_rate,
         period_days=campaign.period_days,
         run_days=campaign.run_days,
-        flops_per_chip_second=peak_flops or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND,
+        flops_per_chip_second=peak_flops or sampling_plans.DEFAULT_FLOPS_PER_CHIP_SECOND,
         exact=model == "exact",
     )
 
@@ -61,7 +60,7 @@ def prover_sample(campaign, prover: str, holdings: Holdings, seed: bytes, root: 
         return sample
     try:
         plan = _plan(campaign, holdings.count, holdings.peak_flops, getattr(campaign, "model", None) or DEFAULT_MODEL)
-    except sampling.PlanError as error:
+    except sampling_plans.PlanError as error:
         sample["plan_error"] = str(error)  # recorded on the ledger; the regulator sees it in the draw
         return sample
     sample["chips_needed"] = plan.chips_needed
@@ -117,7 +116,7 @@ def prover_plan(campaign, chips: int, peak_flops: float | None) -> dict:
     for model in MODELS:
         try:
             plan = _plan(campaign, chips, peak_flops, model)
-        except sampling.PlanError as error:
+        except sampling_plans.PlanError as error:
             row[model] = {"error": str(error)}
             continue
         row["chips_needed"], row["impossible"] = plan.chips_needed, plan.impossible
@@ -129,14 +128,14 @@ def prover_plan(campaign, chips: int, peak_flops: float | None) -> dict:
     chosen = row.get(row["model"], {})
     if row.get("impossible") is False and "samples_per_period" in chosen:
         row["drawn"] = min(chosen["samples_per_period"], chips)
-        row["drawn_detection"] = sampling.detection_probability(
+        row["drawn_detection"] = sampling_plans.detection_probability(
             row["drawn"],
             campaign.rule_flops,
             chips,
             snapshot_rate=campaign.snapshot_rate,
             period_days=campaign.period_days,
             run_days=campaign.run_days,
-            flops_per_chip_second=peak_flops or sampling.DEFAULT_FLOPS_PER_CHIP_SECOND,
+            flops_per_chip_second=peak_flops or sampling_plans.DEFAULT_FLOPS_PER_CHIP_SECOND,
             exact=True,
         )
     return row

@@ -2,7 +2,7 @@
 
 import pytest
 
-from registry.lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
+from rules.chip_lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
 
 FAB, VENDOR, OWNER, OTHER = "fab-1", "vendor-a", "owner-a", "owner-b"
 

@@ -1,6 +1,6 @@
 """Recompute a draw from ledger entries alone: pure functions, no Django, no database (docs/draws.md).
 
-``audit_draw`` (``manage.py audit_draw``) feeds it the stored ledger; ``python -m inspections.drawaudit``
+``audit_draw`` (``manage.py audit_draw``) feeds it the stored ledger; ``python -m rules.draw_auditor``
 feeds it entries fetched from the public API and checked against the log's signed checkpoint.
 """
 
@@ -11,10 +11,9 @@ import binascii
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from registry.world import Scratch
-
-from . import draws
-from .planning import ELIGIBLE, Holdings, prover_sample
+from rules import draw_ranking
+from rules.inspection_planning import ELIGIBLE, Holdings, prover_sample
+from rules.registry_world import Scratch
 
 MATCH, MISMATCH, NOT_DRAWN, UNKNOWN = "match", "mismatch", "not drawn yet", "no such campaign"
 
@@ -94,7 +93,7 @@ def check_draw(records: DrawRecords, world: Scratch, root_at_size: bytes) -> Aud
         audit.fail("the draw entry has no readable seed or checkpoint")
         return audit
     size = records.checkpoint_size
-    if committed is None or draws.commitment(seed) != committed["payload"].get("commitment"):
+    if committed is None or draw_ranking.commitment(seed) != committed["payload"].get("commitment"):
         audit.fail("the revealed seed does not match its commitment")
     if committed is None or size is None or not committed["seq"] < size <= records.drawn["seq"]:
         audit.fail("the seed was not committed before the checkpoint the draw used")
@@ -120,7 +119,7 @@ def _compare_samples(audit: Audit, params: dict, drawn: dict, seed: bytes, root:
         holdings = Holdings(
             len(chips),
             max(peaks, default=None),
-            lambda seed_, root_, slug, k, serials=serials: draws.draw(seed_, root_, slug, serials, k),
+            lambda seed_, root_, slug, k, serials=serials: draw_ranking.draw(seed_, root_, slug, serials, k),
         )
         expected = prover_sample(campaign, prover, holdings, seed, root)
         audit.provers[prover] = expected

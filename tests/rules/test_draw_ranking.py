@@ -6,14 +6,14 @@ import hmac
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inspections import draws
+from rules import draw_ranking
 
 SERIALS = [f"A{n:06d}" for n in range(500)]
 
 
 def test_draw_is_the_lowest_hmac_ranks_in_order():
     seed, root = bytes(range(32)), bytes(32)
-    drawn = draws.draw(seed, root, "camp-1", SERIALS, 7)
+    drawn = draw_ranking.draw(seed, root, "camp-1", SERIALS, 7)
     by_rank = sorted(SERIALS, key=lambda s: hmac.new(seed, root + b"camp-1\x00" + s.encode(), hashlib.sha256).digest())
     assert drawn == by_rank[:7]
 
@@ -21,33 +21,33 @@ def test_draw_is_the_lowest_hmac_ranks_in_order():
 @settings(max_examples=30, deadline=None)
 @given(seed=st.binary(min_size=32, max_size=32), root=st.binary(min_size=32, max_size=32))
 def test_draw_is_reproducible_and_changes_with_the_seed(seed, root):
-    first = draws.draw(seed, root, "camp-1", SERIALS, 10)
-    assert first == draws.draw(seed, root, "camp-1", list(reversed(SERIALS)), 10)  # order of input irrelevant
-    other = draws.draw(hashlib.sha256(seed).digest(), root, "camp-1", SERIALS, 10)
+    first = draw_ranking.draw(seed, root, "camp-1", SERIALS, 10)
+    assert first == draw_ranking.draw(seed, root, "camp-1", list(reversed(SERIALS)), 10)  # order of input irrelevant
+    other = draw_ranking.draw(hashlib.sha256(seed).digest(), root, "camp-1", SERIALS, 10)
     assert other != first  # 10 of 500: a collision has probability ~1e-20
-    assert draws.draw(seed, hashlib.sha256(root).digest(), "camp-1", SERIALS, 10) != first
-    assert draws.draw(seed, root, "camp-2", SERIALS, 10) != first
+    assert draw_ranking.draw(seed, hashlib.sha256(root).digest(), "camp-1", SERIALS, 10) != first
+    assert draw_ranking.draw(seed, root, "camp-2", SERIALS, 10) != first
 
 
 def test_campaign_and_serial_are_separated():
     seed, root = bytes(32), bytes(32)
-    assert draws.rank(seed, root, "c1", "23") != draws.rank(seed, root, "c12", "3")
+    assert draw_ranking.rank(seed, root, "c1", "23") != draw_ranking.rank(seed, root, "c12", "3")
 
 
 def test_commitment_binds_the_seed():
-    seed = draws.new_seed()
-    assert draws.commitment(seed) == hashlib.sha256(seed).hexdigest()
-    assert draws.commitment(seed[:-1] + bytes([seed[-1] ^ 1])) != draws.commitment(seed)
+    seed = draw_ranking.new_seed()
+    assert draw_ranking.commitment(seed) == hashlib.sha256(seed).hexdigest()
+    assert draw_ranking.commitment(seed[:-1] + bytes([seed[-1] ^ 1])) != draw_ranking.commitment(seed)
 
 
 def test_edge_counts():
-    assert draws.draw(bytes(32), bytes(32), "c", SERIALS, 0) == []
-    assert sorted(draws.draw(bytes(32), bytes(32), "c", SERIALS[:5], 10)) == SERIALS[:5]
+    assert draw_ranking.draw(bytes(32), bytes(32), "c", SERIALS, 0) == []
+    assert sorted(draw_ranking.draw(bytes(32), bytes(32), "c", SERIALS[:5], 10)) == SERIALS[:5]
 
 
 @settings(max_examples=50, deadline=None)
 @given(seed=st.binary(max_size=100), message=st.binary(max_size=200))
 def test_hmac_pads_rebuild_hmac_sha256(seed, message):
-    inner, outer = draws.hmac_pads(seed)
+    inner, outer = draw_ranking.hmac_pads(seed)
     rebuilt = hashlib.sha256(outer + hashlib.sha256(inner + message).digest()).digest()
     assert rebuilt == hmac.new(seed, message, hashlib.sha256).digest()

@@ -1,8 +1,8 @@
 """The registry as a sequence of ledger entries makes it: a pure replay (no Django, no database).
 
-The same lifecycle rules the services use (``registry.lifecycle``) applied to each entry in order. The
-rebuild (``registry.rebuild``) feeds it the stored ledger; the standalone draw audit
-(``python -m inspections.drawaudit``) feeds it entries fetched from the public API.
+The same lifecycle rules the services use (``rules.chip_lifecycle``) applied to each entry in order. The
+rebuild (``registry.rebuild_registry``) feeds it the stored ledger; the standalone draw audit
+(``python -m rules.draw_auditor``) feeds it entries fetched from the public API.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .lifecycle import ChipState, Facts, LifecycleError, apply_chip_event, fabricate
+from rules.chip_lifecycle import ChipState, Facts, LifecycleError, apply_chip_event, fabricate
 
 
 @dataclass

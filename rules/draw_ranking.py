@@ -1,4 +1,4 @@
-"""Verifiable random draws (DESIGN §5): commit H(seed), draw against the ledger's root, reveal the seed.
+"""Verifiable random draws (docs/draws.md): commit H(seed), draw against the ledger's root, reveal the seed.
 
 Pure functions, no Django. A chip's rank is HMAC-SHA256(seed, root ‖ campaign ‖ 0x00 ‖ serial):
 the 0x00 keeps campaign and serial apart ("c1"+"23" vs "c12"+"3"). The drawn sample is the

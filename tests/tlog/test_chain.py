@@ -1,4 +1,4 @@
-"""ledger.chain: leaf bytes and the streaming chain verifier."""
+"""tlog.chain: leaf bytes and the streaming chain verifier."""
 
 import json
 
@@ -10,7 +10,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as hst
 from hypothesis import strategies as st
 
-from ledger import chain, merkle
+from tlog import chain, merkle
 
 TIME = "2025-01-02T03:04:05.123456Z"
 
@@ -399,7 +399,7 @@ _json_values = hst.recursive(
 def test_canonical_leaf_equals_rfc8785_for_any_json_payload(payload):
     import rfc8785
 
-    from ledger.chain import canonical_leaf
+    from tlog.chain import canonical_leaf
 
     envelope = {
         "v": 1,

@@ -1,4 +1,4 @@
-"""ledger.merkle against the naive RFC 9162 reference and published vectors."""
+"""tlog.merkle against the naive RFC 9162 reference and published vectors."""
 
 import hashlib
 from functools import cache
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import merkle
-from tests.ledger import naive_merkle as naive
+from tests.tlog import naive_merkle as naive
+from tlog import merkle
 
 # --- fixtures: one fixed log of N leaves and every node the DB would hold -------
 

@@ -1,4 +1,4 @@
-"""A client for a chipledger log's public HTTP API (DESIGN §3): no Django, no database.
+"""A client for a chipledger log's public HTTP API (docs/ledger.md, Endpoints): no Django, no database.
 
 Used by ``python -m ledger.verify`` and ``python -m ledger.witness``. Timeouts and bounded
 response sizes throughout: the log is not trusted to behave.
@@ -13,7 +13,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ledger.chain import LedgerFault
+from tlog.chain import LedgerFault
 
 DEFAULT_TIMEOUT = 30.0
 # Response size limits, in bytes. A page holds at most 1000 entries; leaves carrying signed

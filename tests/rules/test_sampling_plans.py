@@ -1,4 +1,4 @@
-"""Inspection sampling plans (DESIGN §5; Shavit 2023 §3.2): hand-worked values, limits, properties."""
+"""Inspection sampling plans (docs/draws.md, How many chips; Shavit 2023 §3.2): hand-worked values, limits, properties."""
 
 import itertools
 import math
@@ -10,16 +10,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from inspections import sampling
-from inspections.sampling import (
-    ImpossibleRun,
-    PlanError,
-    UnattainableTarget,
-    detection_probability,
-    plan,
-)
-from inspections.sampling import _exact_period_miss_probability as exact_period_miss_probability
-from inspections.sampling import _required_chips as required_chips
+from rules import sampling_plans
+from rules.sampling_plans import ImpossibleRun, PlanError, UnattainableTarget, detection_probability, plan
+from rules.sampling_plans import _exact_period_miss_probability as exact_period_miss_probability
+from rules.sampling_plans import _required_chips as required_chips
 
 A_DAY = 10**15 * 86_400  # FLOP one chip does in a day at the default 1e15 FLOP/s
 A_YEAR = A_DAY * 365  # 3.1536e22 FLOP: one chip for the default 365-day run
@@ -191,10 +185,10 @@ def test_n_approaching_c():
 
 def test_q_close_to_one_keeps_its_precision():
     # N = C, f·T_m = 30: 1 − q = e^−30 = 9.36e-14 exactly, where 1 − float(q) would be off by ~0.1 %.
-    model = sampling._model(flops_for(100), 100, 1, 30, 365, 1e15)
+    model = sampling_plans._model(flops_for(100), 100, 1, 30, 365, 1e15)
     assert model.log1m_q == pytest.approx(-30, rel=1e-14)
     # and q = 1 − e^−30·… with a few spare chips: 1 − q = (1 − ρ) + ρ·e^−30
-    model = sampling._model(flops_for(99), 100, 1, 30, 365, 1e15)
+    model = sampling_plans._model(flops_for(99), 100, 1, 30, 365, 1e15)
     assert model.log1m_q == pytest.approx(math.log(0.01 + 0.99 * math.exp(-30)), rel=1e-14)
 
 
