@@ -81,10 +81,21 @@ def check_freshness(data: dict, now: float | None = None) -> tuple[int, str]:
         raise SignatureProblem("timestamp", "required: Unix seconds as an integer")
     now = time.time() if now is None else now
     if abs(now - stamp) > MAX_SKEW_SECONDS:
-        raise SignatureProblem("timestamp", f"more than {MAX_SKEW_SECONDS} s from the server's clock")
+        raise SignatureProblem("timestamp", _skew_reason(stamp, int(now)))
     if type(nonce) is not str or not NONCE_PATTERN.fullmatch(nonce):
         raise SignatureProblem("nonce", "required: 16-64 characters of [A-Za-z0-9_-], never reused")
     return stamp, nonce
+
+
+def _skew_reason(stamp: int, now: int) -> str:
+    """Why a timestamp is refused, with the server's time and the unit, so a client can see what it got wrong."""
+    reason = (
+        f"{stamp} is {abs(now - stamp):,} s {'ahead of' if stamp > now else 'behind'} the server's clock "
+        f"({now} Unix seconds); send Unix seconds within {MAX_SKEW_SECONDS} s of it"
+    )
+    if abs(now * 1000 - stamp) <= MAX_SKEW_SECONDS * 1000:
+        reason += " (this looks like milliseconds)"
+    return reason
 
 
 def sign(key: SigningKey, body: bytes) -> str:

@@ -92,7 +92,7 @@ def apply_chip_event(chip: ChipState, event: str, facts: Facts, payload: dict) -
     """The chip after ``event`` (payload as on the ledger), or LifecycleError saying why not."""
     allowed, party = RULES[event]
     if chip.status not in allowed:
-        raise LifecycleError(f"a {chip.status} chip cannot be {event.replace('_', ' ')}")
+        raise LifecycleError(f"a chip that is {chip.status.replace('_', ' ')} cannot be {event.replace('_', ' ')}")
     _check_party(chip, party, facts.actor, event)
     return _TRANSITIONS[event](chip, facts, payload)
 

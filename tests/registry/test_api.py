@@ -1,6 +1,7 @@
 """The vendor/owner API: signatures, replay protection, idempotency, bulk all-or-nothing, permissions."""
 
 import base64
+import time
 
 import pytest
 from nacl.signing import SigningKey
@@ -132,6 +133,18 @@ def test_replayed_request_is_refused(world):
 def test_stale_timestamp_is_refused(world):
     response = world["fab"].post(EVENTS + "fabricate", fab_body(world["model"]), timestamp=1_000_000_000)
     assert response.status_code == 403 and "timestamp" in response.json()
+    reason = response.json()["timestamp"][0]
+    assert "behind the server's clock" in reason and "Unix seconds" in reason and "milliseconds" not in reason
+
+
+def test_a_millisecond_timestamp_is_named_as_such_with_the_servers_time(world):
+    now = int(time.time())
+    response = world["fab"].post(EVENTS + "fabricate", fab_body(world["model"]), timestamp=now * 1000)
+    assert response.status_code == 403
+    reason = response.json()["timestamp"][0]
+    assert "ahead of the server's clock" in reason and "looks like milliseconds" in reason
+    server_time = int(reason.split("(")[1].split()[0])
+    assert abs(server_time - now) <= 5
 
 
 def test_idempotency_key_returns_the_first_answer_without_a_second_entry(world):

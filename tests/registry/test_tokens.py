@@ -36,6 +36,19 @@ def test_a_token_is_stored_only_as_its_hash_and_works_until_revoked():
     assert client.get("/api/registry/chips").status_code == 401
 
 
+@pytest.mark.parametrize("keyword", ["Token", "Bearer", "bearer"])
+def test_a_token_is_accepted_as_token_or_bearer(keyword):
+    _, token = api_token_issue(user_of("owner-a"))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"{keyword} {token}")
+    assert client.get("/api/registry/chips").status_code == 200
+    client.credentials(HTTP_AUTHORIZATION=f"{keyword} not-a-token")
+    response = client.get("/api/registry/chips")
+    assert response.status_code == 401 and "invalid or revoked token" in response.json()["detail"]
+    client.credentials(HTTP_AUTHORIZATION=f"{keyword} {token} extra")
+    assert client.get("/api/registry/chips").status_code == 401
+
+
 def test_the_command_prints_a_token_once_and_revokes_by_prefix(capsys):
     user_of("owner-a")
     call_command("api_token", "issue", "u-owner-a")

@@ -66,8 +66,11 @@ def test_each_event_is_allowed_exactly_in_its_states(event, status):
         after = apply_chip_event(state, event, facts(actor_for(event, state)), PAYLOADS[event])
         assert after != state
     else:
-        with pytest.raises(LifecycleError, match="cannot be"):
+        with pytest.raises(LifecycleError, match="cannot be") as refused:
             apply_chip_event(state, event, facts(actor_for(event, state)), PAYLOADS[event])
+        # Plain words: "a chip that is in stock cannot be installed", never "a in_stock chip".
+        assert str(refused.value).startswith(f"a chip that is {status.replace('_', ' ')} cannot be ")
+        assert "_" not in str(refused.value)
 
 
 @pytest.mark.parametrize("event", list(RULES))
