@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PORT   ?= 8000
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install setup bench clean
+.PHONY: run test install setup bench clean aics-venv
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ run: setup
 # Tests keep every file of their own under var/test (database, broker, keys): a running `make run` is never touched.
 test: install
 	CHIPLEDGER_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest $(PYTEST_ARGS)
+
+# The independent C2SP client the tile tests run (aics-tlog needs Python >= 3.12; tests/ledger/independent_client.py).
+aics-venv: install
+	$(PY) -c "from tests.ledger.independent_client import venv_python; print(venv_python())"
 
 bench: install
 	$(PY) bench/ledger.py

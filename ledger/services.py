@@ -38,6 +38,9 @@ SUBMISSION_KEYS = {"key", "body", "sig"}
 LEDGER_LOCK_ID = 0x6368_6970_6C65_6467 & 0x7FFF_FFFF_FFFF_FFFF  # "chipledg"
 # 10,000-entry batches must fit one transaction; bound them so a caller cannot exhaust memory.
 MAX_BATCH = 100_000
+# C2SP tlog-tiles entry bundles prefix each entry with a big-endian uint16 length, and the spec fixes that
+# format at tile/entries/: a leaf longer than this could not be served there, so it is never written.
+MAX_LEAF_BYTES = 65_535
 
 
 # Called with each appended batch inside the append's transaction: apps that keep an index of
@@ -194,6 +197,13 @@ def _build_rows(entries: Sequence[NewEntry], size: int, prev_hash: bytes, when: 
             )
         except Exception as error:  # rfc8785 raises its own types for non-I-JSON values
             raise ValidationError({f"entries[{offset}].payload": f"not canonicalisable JSON: {error}"}) from error
+        if len(leaf) > MAX_LEAF_BYTES:
+            raise ValidationError(
+                {
+                    f"entries[{offset}]": f"the ledger entry would be {len(leaf)} bytes; at most {MAX_LEAF_BYTES} "
+                    "(a C2SP tlog-tiles entry): send fewer chips, or a smaller body, per request"
+                }
+            )
         digest = merkle.leaf_hash(leaf)
         rows.append(_saved_entry(seq, when, entry.kind, entry.actor, entry.payload, leaf, digest))
         prev_hash = digest

@@ -1,0 +1,166 @@
+"""C2SP tlog-tiles: tile paths, tile geometry and entry bundles. Pure functions, no Django.
+
+A tile at level L, index N holds up to 256 consecutive hashes of the tree's level 8L: hash i is the
+root of the perfect subtree over leaves [(256N + i) << 8L, (256N + i + 1) << 8L), i.e. our node id
+(8L, 256N + i) (``tlog.merkle``). Level-0 tiles hold leaf hashes; ``tile/entries/N`` holds the
+leaves themselves, each prefixed by its big-endian uint16 length. A *partial* tile ``.p/W`` holds
+the first W (1..255) hashes of a tile the tree has not completed.
+
+Index paths are zero-padded 3-digit elements, every one but the last prefixed by ``x``:
+1234067 -> ``x001/x234/067``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+TILE_HEIGHT = 8
+TILE_WIDTH = 1 << TILE_HEIGHT  # 256 hashes
+HASH_SIZE = 32
+MAX_LEVEL = 63
+MAX_ENTRY_BYTES = 0xFFFF  # an entry's length is a uint16
+ENTRIES = "entries"
+
+
+class TilePathError(ValueError):
+    """Not a tile path of C2SP tlog-tiles."""
+
+
+def encode_index(index: int) -> str:
+    if index < 0:
+        raise ValueError(f"tile index must be non-negative, not {index}")
+    groups = []
+    while True:
+        groups.append(f"{index % 1000:03d}")
+        index //= 1000
+        if index == 0:
+            break
+    groups.reverse()
+    return "/".join([f"x{group}" for group in groups[:-1]] + [groups[-1]])
+
+
+def _width_suffix(width: int | None) -> str:
+    if width is None:
+        return ""
+    if not 1 <= width < TILE_WIDTH:
+        raise ValueError(f"a partial tile's width is 1..255, not {width}")
+    return f".p/{width}"
+
+
+def tile_path(level: int, index: int, width: int | None = None) -> str:
+    """``tile/<L>/<N>[.p/<W>]``; width None is a full tile."""
+    if not 0 <= level <= MAX_LEVEL:
+        raise ValueError(f"tile level is 0..63, not {level}")
+    return f"tile/{level}/{encode_index(index)}{_width_suffix(width)}"
+
+
+def bundle_path(index: int, width: int | None = None) -> str:
+    """``tile/entries/<N>[.p/<W>]``."""
+    return f"tile/{ENTRIES}/{encode_index(index)}{_width_suffix(width)}"
+
+
+_LEVEL = r"(?P<level>0|[1-9][0-9]?|entries)"
+_INDEX = r"(?P<index>(?:x[0-9]{3}/)*[0-9]{3})"
+_WIDTH = r"(?:\.p/(?P<width>[1-9][0-9]{0,2}))?"
+_TILE_PATH = re.compile(rf"tile/{_LEVEL}/{_INDEX}{_WIDTH}")
+
+
+def parse_path(path: str) -> tuple[int | None, int, int | None]:
+    """``(level, index, width)`` of a tile path (level None for an entry bundle; width None if full).
+
+    Strict: exactly the encoding ``tile_path``/``bundle_path`` produce, so one resource has one name
+    (no leading zeros beyond the padding, no ``x000/`` prefixes, level 0..63, width 1..255).
+    """
+    match = _TILE_PATH.fullmatch(path)
+    if match is None:
+        raise TilePathError(f"not a tile path: {path[:200]!r}")
+    level_text, index_text, width_text = match.group("level", "index", "width")
+    level = None if level_text == ENTRIES else int(level_text)
+    if level is not None and level > MAX_LEVEL:
+        raise TilePathError(f"tile level is 0..63, not {level}")
+    if index_text.startswith("x000/"):
+        raise TilePathError("tile index has a leading zero group")
+    index = int(index_text.replace("x", "").replace("/", ""))
+    width = None if width_text is None else int(width_text)
+    if width is not None and width >= TILE_WIDTH:
+        raise TilePathError(f"a partial tile's width is 1..255, not {width}")
+    return level, index, width
+
+
+# --- geometry -------------------------------------------------------------------
+
+
+def hashes_at_level(size: int, level: int) -> int:
+    """How many complete hashes a tree of ``size`` leaves has at tile level ``level`` (tree level 8L)."""
+    return size >> (TILE_HEIGHT * level)
+
+
+def tile_width(size: int, level: int, index: int) -> int:
+    """How many hashes tile (level, index) holds in a tree of ``size`` leaves: 256 full, 0 if it does not exist."""
+    available = hashes_at_level(size, level) - index * TILE_WIDTH
+    return max(0, min(TILE_WIDTH, available))
+
+
+def node_range(level: int, index: int, width: int) -> tuple[int, int, int]:
+    """The tree level and the [first, end) node indices at that level that tile (level, index) of ``width`` holds."""
+    first = index * TILE_WIDTH
+    return TILE_HEIGHT * level, first, first + width
+
+
+def tiles_for_size(size: int) -> Iterator[tuple[int, int, int | None]]:
+    """Every tile ``(level, index, width or None if full)`` of a tree of ``size`` leaves, level by level."""
+    level = 0
+    while hashes_at_level(size, level):
+        count = hashes_at_level(size, level)
+        for index in range(count // TILE_WIDTH):
+            yield level, index, None
+        if count % TILE_WIDTH:
+            yield level, count // TILE_WIDTH, count % TILE_WIDTH
+        level += 1
+
+
+def bundles_for_size(size: int) -> Iterator[tuple[int, int | None]]:
+    """Every entry bundle ``(index, width or None if full)`` of a tree of ``size`` leaves."""
+    for index in range(size // TILE_WIDTH):
+        yield index, None
+    if size % TILE_WIDTH:
+        yield size // TILE_WIDTH, size % TILE_WIDTH
+
+
+# --- content --------------------------------------------------------------------
+
+
+def encode_bundle(entries: list[bytes]) -> bytes:
+    """Entries, each prefixed by its big-endian uint16 length."""
+    parts = []
+    for number, entry in enumerate(entries):
+        if len(entry) > MAX_ENTRY_BYTES:
+            raise ValueError(f"entry {number} is {len(entry)} bytes; a tlog-tiles entry is at most {MAX_ENTRY_BYTES}")
+        parts.append(len(entry).to_bytes(2, "big"))
+        parts.append(entry)
+    return b"".join(parts)
+
+
+def decode_bundle(data: bytes) -> list[bytes]:
+    """The entries of a bundle; raises ValueError if it does not split exactly."""
+    entries, position, end = [], 0, len(data)
+    while position < end:
+        if position + 2 > end:
+            raise ValueError("entry bundle ends inside a length prefix")
+        length = int.from_bytes(data[position : position + 2], "big")
+        position += 2
+        if position + length > end:
+            raise ValueError(f"entry bundle's entry {len(entries)} runs past its end")
+        entries.append(data[position : position + length])
+        position += length
+        if len(entries) > TILE_WIDTH:
+            raise ValueError("entry bundle holds more than 256 entries")
+    return entries
+
+
+def split_tile(data: bytes) -> list[bytes]:
+    """The hashes of a tile's bytes; raises ValueError unless it is 1..256 whole hashes."""
+    if not data or len(data) % HASH_SIZE or len(data) > TILE_WIDTH * HASH_SIZE:
+        raise ValueError(f"a tile is 1 to 256 hashes of 32 bytes, not {len(data)} bytes")
+    return [data[i : i + HASH_SIZE] for i in range(0, len(data), HASH_SIZE)]
