@@ -12,6 +12,7 @@ Index paths are zero-padded 3-digit elements, every one but the last prefixed by
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 
@@ -21,6 +22,7 @@ HASH_SIZE = 32
 MAX_LEVEL = 63
 MAX_ENTRY_BYTES = 0xFFFF  # an entry's length is a uint16
 ENTRIES = "entries"
+_sha256 = hashlib.sha256
 
 
 class TilePathError(ValueError):
@@ -164,3 +166,69 @@ def split_tile(data: bytes) -> list[bytes]:
     if not data or len(data) % HASH_SIZE or len(data) > TILE_WIDTH * HASH_SIZE:
         raise ValueError(f"a tile is 1 to 256 hashes of 32 bytes, not {len(data)} bytes")
     return [data[i : i + HASH_SIZE] for i in range(0, len(data), HASH_SIZE)]
+
+
+# --- checking served tiles ------------------------------------------------------------
+
+
+def perfect_root(hashes: list[bytes]) -> bytes:
+    """The root of a perfect subtree whose bottom row is ``hashes`` (a power of two of them)."""
+    row = hashes
+    while len(row) > 1:
+        row = [_sha256(b"\x01" + row[i] + row[i + 1]).digest() for i in range(0, len(row), 2)]
+    return row[0]
+
+
+class TileMismatch(ValueError):
+    """A served tile differs from the hashes recomputed from the entries (``first_leaf``: where it starts)."""
+
+    def __init__(self, path: str, first_leaf: int, position: int):
+        super().__init__(f"{path} differs from the entries' hashes at its hash {position}")
+        self.path, self.first_leaf = path, first_leaf
+
+
+class TileAuditor:
+    """Checks every hash tile of a tree against the leaf hashes of its entry bundles, fed in order.
+
+    ``read_tile(level, index, width)`` returns the served bytes. ``add_bundle`` checks the bundle's level-0
+    tile at once (so a bad leaf is named where it is); each full tile's root goes up a level, and a tile
+    above level 0 is checked when its 256 hashes are known. ``finish()`` checks the right edge above level 0.
+    Cost: one SHA-256 per hash above level 0, i.e. about one per leaf.
+    """
+
+    def __init__(self, read_tile):
+        self.read_tile = read_tile
+        self.pending: list[list[bytes]] = [[]]  # per level, the hashes of the tile being filled
+        self.done: list[int] = [0]  # full tiles checked per level
+        self.tiles_checked = 0
+
+    def add_bundle(self, index: int, leaf_hashes: list[bytes]) -> None:
+        full = len(leaf_hashes) == TILE_WIDTH
+        self._compare(0, index, None if full else len(leaf_hashes), leaf_hashes)
+        if full:
+            self._push(1, perfect_root(leaf_hashes))
+
+    def _push(self, level: int, digest: bytes) -> None:
+        while len(self.pending) <= level:
+            self.pending.append([])
+            self.done.append(0)
+        hashes = self.pending[level]
+        hashes.append(digest)
+        if len(hashes) == TILE_WIDTH:
+            self._compare(level, self.done[level], None, hashes)
+            self.pending[level] = []
+            self.done[level] += 1
+            self._push(level + 1, perfect_root(hashes))
+
+    def _compare(self, level: int, index: int, width: int | None, hashes: list[bytes]) -> None:
+        served = self.read_tile(level, index, width)
+        if served != b"".join(hashes):
+            position = next((i for i in range(len(hashes)) if served[32 * i : 32 * i + 32] != hashes[i]), 0)
+            first_leaf = (index * TILE_WIDTH + position) << (TILE_HEIGHT * level)
+            raise TileMismatch(tile_path(level, index, width), first_leaf, position)
+        self.tiles_checked += 1
+
+    def finish(self) -> None:
+        for level, hashes in enumerate(self.pending):
+            if level and hashes:
+                self._compare(level, self.done[level], len(hashes), hashes)

@@ -1,0 +1,119 @@
+"""Mirrors: any static file server holding a copy of the tiles serves the outside verifiers (docs/ledger.md,
+Mirrors). The copy is made the way docs/ledger.md says, served by Python's http.server, and the log itself
+is unreachable while the verifiers run."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import threading
+import urllib.request
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from ledger import keys, services
+from tests.factories import append_sample_entries
+from tlog import note, tiles
+
+REPO = Path(__file__).resolve().parents[2]
+DEAD_LOG = "http://127.0.0.1:9"  # the discard port: nothing answers
+
+
+def copy_tiles(prefix: str, into: Path) -> int:
+    """Copy the checkpoint and every tile and bundle its tree needs; returns how many files were copied."""
+    with urllib.request.urlopen(prefix + "checkpoint", timeout=30) as answer:
+        checkpoint = answer.read()
+    size = note.parse_checkpoint(note.split_note(checkpoint.decode())[0]).size
+    paths = [tiles.tile_path(*tile) for tile in tiles.tiles_for_size(size)]
+    paths += [tiles.bundle_path(*bundle) for bundle in tiles.bundles_for_size(size)]
+    for path in paths:
+        with urllib.request.urlopen(prefix + path, timeout=30) as answer:
+            (into / path).parent.mkdir(parents=True, exist_ok=True)
+            (into / path).write_bytes(answer.read())
+    (into / "checkpoint").write_bytes(checkpoint)
+    return len(paths) + 1
+
+
+@pytest.fixture
+def static_server():
+    servers = []
+
+    def serve(directory: Path) -> str:
+        handler = functools.partial(QuietHandler, directory=str(directory))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}/"
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def _run(module: str, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO") and k != "DATABASE_URL"}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_verify_works_from_a_static_mirror_of_copied_tiles_alone(live_server, static_server, tmp_path):
+    append_sample_entries(600)
+    checkpoint = services.checkpoint_sign()
+    assert copy_tiles(live_server.url + "/tlog/", tmp_path) == 1 + 4 + 3  # L0: 2 full + 1 partial, L1: 1; 3 bundles
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    first, mirror = static_server(empty), static_server(tmp_path)  # tried in order: the first holds nothing
+    result = _run(
+        "ledger.verify", "--url", DEAD_LOG, "--key", keys.verifier_key(), "--mirror", first, "--mirror", mirror
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"OK entries=600 root={bytes(checkpoint.root).hex()}\n"
+    local = _run("ledger.verify", "--url", DEAD_LOG, "--key", keys.verifier_key(), "--mirror", tmp_path.as_uri())
+    assert local.returncode == 0 and local.stdout == result.stdout, local.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_mirror_with_an_altered_bundle_fails_verification(live_server, static_server, tmp_path):
+    append_sample_entries(300)
+    services.checkpoint_sign()
+    copy_tiles(live_server.url + "/tlog/", tmp_path)
+    bundle = tmp_path / "tile/entries/000"
+    data = bytearray(bundle.read_bytes())
+    data[-5] ^= 1  # inside the last leaf of the bundle
+    bundle.write_bytes(bytes(data))
+    result = _run("ledger.verify", "--url", DEAD_LOG, "--key", keys.verifier_key(), "--mirror", static_server(tmp_path))
+    assert result.returncode == 1 and "FAIL seq=255: tile/0/000 differs" in result.stderr, result.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_verify_without_a_pinned_key_needs_the_log(static_server, tmp_path, live_server):
+    append_sample_entries(3)
+    services.checkpoint_sign()
+    copy_tiles(live_server.url + "/tlog/", tmp_path)
+    result = _run("ledger.verify", "--url", DEAD_LOG, "--mirror", static_server(tmp_path))
+    assert result.returncode == 2 and "cannot reach" in result.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_drawaudit_works_from_a_static_mirror(live_server, static_server, tmp_path):
+    from tests.inspections.test_drawaudit import drawn
+
+    drawn.__wrapped__()
+    copy_tiles(live_server.url + "/tlog/", tmp_path)
+    args = ["--url", DEAD_LOG, "--campaign", "frontier-2026", "--period", "0", "--key", keys.verifier_key()]
+    result = _run("inspections.drawaudit", *args, "--mirror", static_server(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("MATCH campaign=frontier-2026 period=0 provers=2")
