@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PORT   ?= 8000
+WITNESS_NAME ?= localhost/witness
+WITNESS_PORT ?= 8099
 STAMP  := $(VENV)/.installed
 
 .PHONY: run test install setup bench clean aics-venv
@@ -22,6 +24,9 @@ setup: install
 	$(PY) manage.py ledger_open > /dev/null
 	$(PY) manage.py seed_demo
 	$(PY) manage.py ledger_checkpoint > /dev/null
+	@# The demo's own C2SP tlog-witness (Procfile: witness): its key, registered on the ledger once.
+	$(PY) -m ledger.witness --print-key --key-file var/witness.key --name $(WITNESS_NAME) > var/witness.vkey
+	$(PY) manage.py register_witness "$$(cat var/witness.vkey)" 2>/dev/null || echo "witness already registered"
 
 # Web (gunicorn) + Celery worker + Celery beat, in the foreground; Ctrl-C stops all three.
 run: setup
@@ -32,8 +37,10 @@ run: setup
 	@echo "    checkpoint http://127.0.0.1:$(PORT)/api/ledger/checkpoint"
 	@echo "    health     http://127.0.0.1:$(PORT)/healthz"
 	@echo "    verifier   $(PY) -m ledger.verify --url http://127.0.0.1:$(PORT)"
+	@echo "    tiles      http://127.0.0.1:$(PORT)/tlog/checkpoint  (C2SP tlog-tiles; witness on :$(WITNESS_PORT))"
 	@echo ""
-	PORT=$(PORT) DJANGO_HTTPS=0 $(VENV)/bin/honcho start --no-prefix -f Procfile 2>&1 || true
+	PORT=$(PORT) WITNESS_PORT=$(WITNESS_PORT) LEDGER_WITNESS_URLS=$(WITNESS_NAME)=http://127.0.0.1:$(WITNESS_PORT)/ \
+	DJANGO_HTTPS=0 $(VENV)/bin/honcho start --no-prefix -f Procfile 2>&1 || true
 
 # Tests keep every file of their own under var/test (database, broker, keys): a running `make run` is never touched.
 test: install

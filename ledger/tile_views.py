@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 
+from django.conf import settings
 from django.http import HttpResponse, HttpResponseNotModified
 from django.views.decorators.http import require_safe
 
@@ -29,7 +30,7 @@ def _not_found(reason: str) -> HttpResponse:
 
 @require_safe
 def checkpoint(request):
-    latest = selectors.checkpoint_latest()
+    latest = selectors.checkpoint_served(settings.LEDGER_WITNESS_QUORUM)
     if latest is None:
         return _not_found("the log is empty: no checkpoint yet")
     response = HttpResponse(selectors.checkpoint_text(latest), content_type="text/plain; charset=utf-8")
