@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -60,6 +61,13 @@ class LogClient:
         self.timeout = timeout
         self.page_size = page_size
         self.page_limit = page_limit
+
+    @classmethod
+    def mirror_only(cls, mirrors: list[str] | tuple[str, ...], timeout: float = DEFAULT_TIMEOUT) -> LogClient:
+        """A client reading tiles from these mirrors alone (no log: no key, no proof endpoints)."""
+        client = cls("http://unused.invalid", timeout=timeout)
+        client.tile_bases = [_mirror_base(mirror) for mirror in mirrors]
+        return client
 
     def _url(self, path: str, params: dict | None = None) -> str:
         url = f"{self.base}/api/ledger/{path}"
@@ -250,7 +258,10 @@ def _read_file(base: str, path: str, limit: int) -> bytes | None:
     local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(base + path).path))
     try:
         with open(local, "rb") as handle:
-            body = handle.read(limit + 1)
+            size = os.fstat(handle.fileno()).st_size
+            if size > limit:
+                raise FetchError(f"{local}: larger than {limit} bytes")
+            body = handle.read(size + 1)  # read(n) allocates n bytes; a file that grew meanwhile is caught below
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     except OSError as err:
@@ -261,12 +272,23 @@ def _read_file(base: str, path: str, limit: int) -> bytes | None:
 
 
 def _read_limited(resp, limit: int, url: str, truncate: bool = False) -> bytes:
+    # read(n) allocates n bytes up front: ask for no more than the announced length (bundles may be 16 MiB).
+    announced = resp.headers.get("Content-Length", "") if resp.headers is not None else ""
+    if announced.isdigit() and int(announced) < limit:
+        body = resp.read(int(announced) + 1)
+        return body if len(body) <= limit else _too_large(body, limit, url, truncate)
     body = resp.read(limit + 1)
     if len(body) > limit:
         if truncate:
             return body[:limit]
         raise FetchError(f"{url}: response larger than {limit} bytes")
     return body
+
+
+def _too_large(body: bytes, limit: int, url: str, truncate: bool) -> bytes:
+    if truncate:
+        return body[:limit]
+    raise FetchError(f"{url}: response larger than {limit} bytes")
 
 
 def _snippet(body: bytes, n: int = 300) -> str:

@@ -145,19 +145,19 @@ def encode_bundle(entries: list[bytes]) -> bytes:
 
 
 def decode_bundle(data: bytes) -> list[bytes]:
-    """The entries of a bundle; raises ValueError if it does not split exactly."""
-    entries, position, end = [], 0, len(data)
-    while position < end:
-        if position + 2 > end:
+    """The entries of a bundle; raises ValueError if it does not split exactly, or holds more than 256."""
+    entries: list[bytes] = []
+    append, position, end = entries.append, 0, len(data)
+    while position < end:  # the outside verifier's hot loop: kept tight
+        start = position + 2
+        if start > end:
             raise ValueError("entry bundle ends inside a length prefix")
-        length = int.from_bytes(data[position : position + 2], "big")
-        position += 2
-        if position + length > end:
+        position = start + (data[start - 2] << 8 | data[start - 1])
+        if position > end:
             raise ValueError(f"entry bundle's entry {len(entries)} runs past its end")
-        entries.append(data[position : position + length])
-        position += length
-        if len(entries) > TILE_WIDTH:
-            raise ValueError("entry bundle holds more than 256 entries")
+        append(data[start:position])
+    if len(entries) > TILE_WIDTH:
+        raise ValueError("entry bundle holds more than 256 entries")
     return entries
 
 
@@ -202,11 +202,15 @@ class TileAuditor:
         self.done: list[int] = [0]  # full tiles checked per level
         self.tiles_checked = 0
 
-    def add_bundle(self, index: int, leaf_hashes: list[bytes]) -> None:
+    def add_bundle(self, index: int, leaf_hashes: list[bytes]) -> bytes | None:
+        """Check bundle ``index``'s level-0 tile; returns the bundle's subtree root if it is full."""
         full = len(leaf_hashes) == TILE_WIDTH
         self._compare(0, index, None if full else len(leaf_hashes), leaf_hashes)
-        if full:
-            self._push(1, perfect_root(leaf_hashes))
+        if not full:
+            return None
+        root = perfect_root(leaf_hashes)
+        self._push(1, root)
+        return root
 
     def _push(self, level: int, digest: bytes) -> None:
         while len(self.pending) <= level:

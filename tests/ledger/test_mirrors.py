@@ -117,3 +117,23 @@ def test_drawaudit_works_from_a_static_mirror(live_server, static_server, tmp_pa
     result = _run("inspections.drawaudit", *args, "--mirror", static_server(tmp_path))
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("MATCH campaign=frontier-2026 period=0 provers=2")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_tiles_audit_reads_a_local_copy_and_finds_an_altered_level_1_tile(live_server, tmp_path):
+    from tlog.chain import LedgerFault
+    from tlog.log_verifier import audit_tiles
+    from tlog.logclient import LogClient
+
+    append_sample_entries(256 * 3 + 7)
+    checkpoint = services.checkpoint_sign()
+    copy_tiles(live_server.url + "/tlog/", tmp_path)
+    client = LogClient.mirror_only([tmp_path.as_uri()])
+    assert audit_tiles(client, checkpoint.size, bytes(checkpoint.root)) == 4 + 1  # L0: 3 full + 1 partial; L1
+    level1 = tmp_path / "tile/1/000.p/3"
+    data = bytearray(level1.read_bytes())
+    data[40] ^= 1  # the second hash: the root of bundle 1
+    level1.write_bytes(bytes(data))
+    with pytest.raises(LedgerFault) as fault:
+        audit_tiles(client, checkpoint.size, bytes(checkpoint.root))
+    assert fault.value.where == 256 and "tile/1/000.p/3" in fault.value.reason
