@@ -247,7 +247,7 @@ def tile_production(append_per_s: float) -> dict:
     """Producing the tiles of appended entries: every tile and bundle of the last 50,000 entries, read and
     encoded once (what the first mirror fetch of each costs), per entry, against the batched append's time."""
     from ledger import selectors
-    from ledger import tiles as ledger_tiles
+    from ledger import tile_reads as ledger_tiles
     from tlog import tiles
 
     size = selectors.ledger_size()
@@ -270,7 +270,7 @@ def tiles_audit() -> dict:
     import tempfile
 
     from ledger import selectors
-    from ledger import tiles as ledger_tiles
+    from ledger import tile_reads as ledger_tiles
     from tlog import tiles
     from tlog.log_verifier import audit_tiles
     from tlog.logclient import LogClient

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_safe
 
 from tlog import tiles as tile_paths
 
-from . import selectors, tiles
+from . import selectors, tile_reads
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 # A partial tile never changes either, but the log may drop it once the full tile exists (tlog-tiles).
@@ -44,7 +44,7 @@ def tile(request, path: str):
         level, index, width = tile_paths.parse_path("tile/" + path)
     except tile_paths.TilePathError as error:
         return _not_found(str(error))
-    data = tiles.entry_bundle(index, width) if level is None else tiles.tile(level, index, width)
+    data = tile_reads.entry_bundle(index, width) if level is None else tile_reads.tile(level, index, width)
     if data is None:
         return _not_found(f"no such tile in the tree yet: tile/{path}")
     etag = '"' + hashlib.sha256(data).hexdigest() + '"'

@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     if argv[:1] == ["serve"]:  # the C2SP tlog-witness server (tlog/witness_server.py)
         from tlog import witness_server
 
-        return witness_server.main(argv[1:], prog)
+        return witness_server.main(argv[1:], prog, load_or_create_key, witness_verifier_key)
     parser = build_parser(prog)
     args = parser.parse_args(argv)
 

@@ -238,24 +238,24 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str], prog: str) -> int:
-    from tlog.log_witness import WitnessError, load_or_create_key, witness_verifier_key
-
+def main(argv: list[str], prog: str, load_key, verifier_key) -> int:
+    """``load_key(path, name) -> (name, key, created)`` and ``verifier_key(name, key)`` come from
+    ``tlog.log_witness`` (which calls this), so both share one key-file format."""
     args = build_parser(prog).parse_args(argv)
     if not args.log_key:
         print("error: give at least one --log-key", file=sys.stderr)
         return 2
     try:
-        name, key, created = load_or_create_key(args.key_file, args.name)
+        name, key, created = load_key(args.key_file, args.name)
         witness = Witness(name, key, args.log_key, Store(args.state_db))
         host, _, port = args.listen.rpartition(":")
         server = make_server(witness, host or "127.0.0.1", int(port), args.prefix)
-    except (WitnessError, OSError, ValueError, note.NoteError) as err:
+    except Exception as err:  # WitnessError, OSError, ValueError, NoteError: a usage error either way
         print(f"error: {err}", file=sys.stderr)
         return 2
     if created:
         print(f"witness: created key file {args.key_file}; register this witness key with the log:", file=sys.stderr)
-    print(f"witness: {witness_verifier_key(name, key)}", file=sys.stderr)
+    print(f"witness: {verifier_key(name, key)}", file=sys.stderr)
     print(f"witness: listening on http://{args.listen}{args.prefix.rstrip('/')}/add-checkpoint", file=sys.stderr)
     try:
         server.serve_forever()
