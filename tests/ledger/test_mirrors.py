@@ -137,3 +137,19 @@ def test_the_tiles_audit_reads_a_local_copy_and_finds_an_altered_level_1_tile(li
     with pytest.raises(LedgerFault) as fault:
         audit_tiles(client, checkpoint.size, bytes(checkpoint.root))
     assert fault.value.where == 256 and "tile/1/000.p/3" in fault.value.reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_tlog_mirror_copies_audits_and_refreshes_only_what_changed(live_server, static_server, tmp_path):
+    append_sample_entries(600)
+    services.checkpoint_sign()
+    prefix, key = live_server.url + "/tlog/", keys.verifier_key()
+    first = _run("tlog.mirror", "--url", prefix, "--out", str(tmp_path), "--key", key)
+    assert first.returncode == 0 and first.stdout == "OK entries=600 fetched=7\n", first.stderr
+    append_sample_entries(100)
+    checkpoint = services.checkpoint_sign()
+    again = _run("tlog.mirror", "--url", prefix, "--out", str(tmp_path), "--key", key)
+    # only the right edge (full tiles 0/000, 0/001 and their bundles are kept): 0/002.p/188, its bundle, 1/000.p/2
+    assert again.returncode == 0 and again.stdout == "OK entries=700 fetched=3\n", again.stderr
+    result = _run("ledger.verify", "--url", DEAD_LOG, "--key", key, "--mirror", static_server(tmp_path))
+    assert result.stdout == f"OK entries=700 root={bytes(checkpoint.root).hex()}\n", result.stderr
