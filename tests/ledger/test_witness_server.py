@@ -254,3 +254,48 @@ def test_the_served_witness_answers_per_the_spec_and_survives_a_kill(served):
     for thread in racing:
         thread.join()
     assert post(port, "/w/add-checkpoint", body(0, 30))[2] in ("20\n", "21\n")
+
+
+def test_an_independent_log_side_client_gets_cosigned_and_recovers_from_a_409(tmp_path):
+    """aics-witness's WitnessClient (not our code) as the log: our server's answers are what it expects."""
+    import json
+
+    from tests.ledger import independent_client
+
+    served = witness_server.Witness(
+        "witness.example/w1", WITNESS_KEY, [LOG_VKEY], witness_server.Store(str(tmp_path / "w.db"))
+    )
+    server = witness_server.make_server(served, "127.0.0.1", 0, "/w/")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def step(size, fresh=False):
+        olds = range(1, size)
+        proofs = {old: [base64.b64encode(h).decode() for h in proof(old, LEAVES[:size])] for old in olds}
+        return {"note": checkpoint(size), "proofs": proofs, "fresh": fresh}
+
+    url = f"http://127.0.0.1:{server.server_address[1]}/w/"
+    spec = {"url": url, "vkey": WITNESS_VKEY, "steps": [step(5), step(13), step(20, fresh=True), step(3)]}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    try:
+        result = subprocess.run(
+            [
+                independent_client.venv_python(),
+                str(Path(__file__).with_name("aics_feed.py")),
+                str(tmp_path / "spec.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin"},
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 0, result.stderr
+    answers = json.loads(result.stdout)
+    assert [a["ok"] for a in answers] == [True, True, True, False], answers
+    assert "WitnessAhead" in answers[3]["error"] or "ahead" in answers[3]["error"].lower(), answers[3]
+    for size, answer in zip((5, 13, 20), answers, strict=False):
+        signed = note.split_note(checkpoint(size))[0]
+        assert note.verify_note(signed + "\n" + answer["lines"], note.parse_verifier_key(WITNESS_VKEY)) == signed
+    assert served.store.latest(ORIGIN)[0] == 20
