@@ -20,6 +20,7 @@ IMMUTABLE = "public, max-age=31536000, immutable"
 SHORT_LIVED = "public, max-age=60"
 CHECKPOINT_CACHE = "no-cache, max-age=0"
 OCTETS = "application/octet-stream"
+MAX_LEAVES = 2**53  # entry seqs are below 2^53 (I-JSON): no tile starts beyond
 
 
 def _not_found(reason: str) -> HttpResponse:
@@ -44,6 +45,8 @@ def tile(request, path: str):
         level, index, width = tile_paths.parse_path("tile/" + path)
     except tile_paths.TilePathError as error:
         return _not_found(str(error))
+    if index << (tile_paths.TILE_HEIGHT * ((level or 0) + 1)) >= MAX_LEAVES:  # starts past any log (and int64)
+        return _not_found(f"no such tile in the tree yet: tile/{path}")
     data = tile_reads.entry_bundle(index, width) if level is None else tile_reads.tile(level, index, width)
     if data is None:
         return _not_found(f"no such tile in the tree yet: tile/{path}")

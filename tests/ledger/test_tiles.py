@@ -175,6 +175,9 @@ def test_level_0_tiles_and_bundles_are_the_leaf_hashes_and_leaves(client):
         "/tlog/tile/0/2",
         "/tlog/tile/0/x000/002",
         "/tlog/tile/64/000",
+        "/tlog/tile/0/" + tiles.encode_index(2**64),  # beyond int64: 404, not a database error
+        "/tlog/tile/6/x036/028/797/018/963/968",
+        "/tlog/tile/entries/" + tiles.encode_index(2**62),
     ):
         answer = client.get(missing)
         assert answer.status_code == 404 and answer["Cache-Control"] == "no-store", missing
