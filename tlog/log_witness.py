@@ -258,7 +258,7 @@ def run_once(
     state = load_state(state_path)
     vkey, verifier = log_verifier(client, state, log_key, say)
 
-    text = client.checkpoint()
+    text = client.latest_checkpoint()  # not the published one: that may wait for this very cosignature
     try:
         body, checkpoint = note.open_checkpoint(text, verifier)
     except (note.NoteError, ValueError) as err:

@@ -123,6 +123,12 @@ class LogClient:
         except UnicodeDecodeError as err:
             raise FetchError("the checkpoint is not UTF-8") from err
 
+    def latest_checkpoint(self) -> str:
+        """The log's newest signed checkpoint (``/api/ledger/checkpoint``), cosigned or not: what a witness checks.
+
+        ``checkpoint()`` is the one the log publishes, which may wait for its witnesses' quorum."""
+        return self._get_text("checkpoint")
+
     # --- tlog-tiles -----------------------------------------------------------------
 
     def tile_resource(self, path: str, limit: int) -> bytes | None:

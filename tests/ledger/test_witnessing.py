@@ -85,7 +85,7 @@ def test_the_served_checkpoint_follows_the_m_of_n_policy(witness, settings, clie
     append_sample_entries(4)
     newest = services.checkpoint_sign()  # not cosigned yet
     assert client.get("/tlog/checkpoint").content.decode() == selectors.checkpoint_text(cosigned)
-    assert client.get("/api/ledger/checkpoint").content.decode() == selectors.checkpoint_text(cosigned)
+    assert client.get("/api/ledger/checkpoint").content.decode() == selectors.checkpoint_text(newest)  # witnesses
     _statuses()
     assert client.get("/tlog/checkpoint").content.decode() == selectors.checkpoint_text(newest)
     assert newest.size == cosigned.size + 4
@@ -114,3 +114,30 @@ def test_the_beat_asks_the_witnesses(witness, settings):
     services.checkpoint_sign()
     assert tasks.witnesses_cosign_latest() == {NAME: 200}
     assert tasks.witnesses_cosign_latest() == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_a_quorum_a_pull_mode_witness_still_sees_and_cosigns_the_newest_checkpoint(
+    live_server, tmp_path, settings
+):
+    from tlog import log_witness
+    from tlog.logclient import LogClient
+
+    settings.LEDGER_WITNESS_QUORUM = 1
+    key_path = str(tmp_path / "pull.key")
+    name, key, _ = log_witness.load_or_create_key(key_path, "pull.example/w")
+    services.witness_register(log_witness.witness_verifier_key(name, key), actor="regulator")
+    append_sample_entries(3)
+    newest = services.checkpoint_sign()
+    client = LogClient(live_server.url)
+    assert client.checkpoint() == selectors.checkpoint_text(newest)  # nothing cosigned yet: the newest
+    append_sample_entries(2)
+    newer = services.checkpoint_sign()
+    assert note.parse_checkpoint(note.split_note(client.checkpoint())[0]).size == newer.size
+    outcome = log_witness.run_once(client, name, key, str(tmp_path / "state.json"), log_key=keys.verifier_key())
+    assert outcome.status == 201 and outcome.state.size == newer.size
+    append_sample_entries(2)
+    services.checkpoint_sign()  # newer than the cosigned one: the published checkpoint stays the cosigned one
+    assert client.checkpoint() == selectors.checkpoint_text(newer)
+    outcome = log_witness.run_once(client, name, key, str(tmp_path / "state.json"), log_key=keys.verifier_key())
+    assert outcome.status == 201 and outcome.state.size == newer.size + 2
