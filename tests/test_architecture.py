@@ -67,6 +67,13 @@ KNOWN_UPWARD_IMPORTS_FOR_H17B = {
     ("inspections.views", "config.bodies"),
 }
 
+# The outside tools' first `python -m` names, kept for third parties: {compatibility module: the tool it runs}.
+COMPATIBILITY_ENTRY_POINTS = {
+    "ledger.verify": "tlog.log_verifier",
+    "ledger.witness": "tlog.log_witness",
+    "inspections.drawaudit": "rules.draw_auditor",
+}
+
 LEDGER_TABLES = re.compile(r"\bledger_(entry|treenode|checkpoint|witness|cosignature)\b")
 
 # ------------------------------------------------------------------------------------------------ the parser
@@ -262,7 +269,7 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_the_pure_modules_have_names_no_other_module_has():
     """A name says what a module holds, once in the repository (the compatibility entry points aside: they
     carry the old command names on purpose). The apps' own repeated names are h17b's part of issue #17."""
-    compatibility = {"ledger.verify", "ledger.witness", "inspections.drawaudit"}
+    compatibility = set(COMPATIBILITY_ENTRY_POINTS)
     pure = {name.rpartition(".")[2] for name in MODULES if _package(name) in ("tlog", "rules") and "." in name}
     clashes = sorted(
         name
@@ -270,6 +277,15 @@ def test_the_pure_modules_have_names_no_other_module_has():
         if name.rpartition(".")[2] in pure and _package(name) not in ("tlog", "rules") and name not in compatibility
     )
     assert clashes == []
+
+
+def test_the_compatibility_entry_points_only_run_the_tools():
+    """The old `python -m` names stay for third parties, as a few lines calling the pure tool's main."""
+    for name, tool in COMPATIBILITY_ENTRY_POINTS.items():
+        path = MODULES[name]
+        assert imported_names(name, path) == {"sys", f"{tool}.main"}, name
+        assert len(path.read_text().splitlines()) <= 15, name
+        assert f'main(prog="python -m {name}")' in path.read_text(), name
 
 
 # ------------------------------------------------------------------------------------------------ the doc
@@ -305,7 +321,7 @@ def test_the_docs_table_is_this_table():
 
 
 def test_tlog_rules_and_replay_load_no_django():
-    modules = sorted(name for name in MODULES if _package(name) in ("tlog", "rules", "replay"))
+    modules = sorted(n for n in MODULES if _package(n) in ("tlog", "rules", "replay") and not n.endswith("__main__"))
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"

@@ -37,7 +37,7 @@ _TIME = re.compile(
 # integers within ±2^53 (OPT_STRICT_INTEGER raises beyond) and keys without
 # non-BMP characters (JCS sorts keys by UTF-16 code units, orjson by code
 # points), orjson's sorted compact output is byte-identical to JCS, escapes
-# included (tests/ledger/test_chain.py checks every code point). Leaves without
+# included (tests/tlog/test_chain.py checks every code point). Leaves without
 # floats or non-BMP characters are checked with orjson; others go to rfc8785.
 _ORJSON_OPTS = (orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER) if orjson else 0
 _MAX_SEQ = 2**53  # beyond this JCS cannot tell integers apart

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from replay import Budget, dataset, verify
 from replay.data import Batches, bundled
-from tests.ledger import naive_merkle
+from tests.tlog import naive_merkle
 from tlog import merkle
 
 from . import cheats

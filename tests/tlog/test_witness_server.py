@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers import wait_for
-from tests.ledger.naive_merkle import mth, proof
+from tests.tlog.naive_merkle import mth, proof
 from tlog import note, witness_server
 from tlog.log_witness import witness_verifier_key
 
@@ -280,7 +280,7 @@ def test_an_independent_log_side_client_gets_cosigned_and_recovers_from_a_409(tm
         result = subprocess.run(
             [
                 independent_client.venv_python(),
-                str(Path(__file__).with_name("aics_feed.py")),
+                str(independent_client.SCRIPT.with_name("aics_feed.py")),
                 str(tmp_path / "spec.json"),
             ],
             capture_output=True,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.ledger import naive_merkle as naive
+from tests.tlog import naive_merkle as naive
 from tlog import merkle
 
 # --- fixtures: one fixed log of N leaves and every node the DB would hold -------
