@@ -3,10 +3,12 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PORT   ?= 8000
+WITNESS_NAME ?= localhost/witness
+WITNESS_PORT ?= 8099
 STAMP  := $(VENV)/.installed
 TEST_VAR_DIR ?= $(CURDIR)/var/test
 
-.PHONY: run test install setup bench clean
+.PHONY: run test install setup bench clean aics-venv
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +25,9 @@ setup: install
 	$(PY) manage.py ledger_open > /dev/null
 	$(PY) manage.py seed_demo
 	$(PY) manage.py ledger_checkpoint > /dev/null
+	@# The demo's own C2SP tlog-witness (Procfile: witness): its key, registered on the ledger once.
+	$(PY) -m ledger.witness --print-key --key-file var/witness.key --name $(WITNESS_NAME) > var/witness.vkey
+	$(PY) manage.py register_witness "$$(cat var/witness.vkey)" 2>/dev/null || echo "witness already registered"
 
 # Web (gunicorn) + Celery worker + Celery beat, in the foreground; Ctrl-C stops all three.
 run: setup
@@ -33,13 +38,19 @@ run: setup
 	@echo "    checkpoint http://127.0.0.1:$(PORT)/api/ledger/checkpoint"
 	@echo "    health     http://127.0.0.1:$(PORT)/healthz"
 	@echo "    verifier   $(PY) -m ledger.verify --url http://127.0.0.1:$(PORT)"
+	@echo "    tiles      http://127.0.0.1:$(PORT)/tlog/checkpoint  (C2SP tlog-tiles; witness on :$(WITNESS_PORT))"
 	@echo ""
-	PORT=$(PORT) DJANGO_HTTPS=0 $(VENV)/bin/honcho start --no-prefix -f Procfile 2>&1 || true
+	PORT=$(PORT) WITNESS_PORT=$(WITNESS_PORT) LEDGER_WITNESS_URLS=$(WITNESS_NAME)=http://127.0.0.1:$(WITNESS_PORT)/ \
+	DJANGO_HTTPS=0 $(VENV)/bin/honcho start --no-prefix -f Procfile 2>&1 || true
 
 # Tests keep every file of their own under var/test (database, broker, keys): a running `make run` is never touched.
 # TEST_VAR_DIR moves them (CI runs its two legs side by side, each in a folder of its own).
 test: install
 	CHIPLEDGER_VAR_DIR=$(TEST_VAR_DIR) $(PY) -m pytest $(PYTEST_ARGS)
+
+# The independent C2SP client the tile tests run (aics-tlog needs Python >= 3.12; tests/ledger/independent_client.py).
+aics-venv: install
+	$(PY) -c "from tests.ledger.independent_client import venv_python; print(venv_python())"
 
 bench: install
 	$(PY) bench/ledger.py

@@ -24,10 +24,11 @@ BODY_LIMITS = [
     (re.compile(r"/api/inspections/tasks/\d+/snapshot-log"), 10 * MIB + 64 * KIB),
     # the portal's upload form: the 5 MiB file as is, plus the form's other fields
     (re.compile(r"/portal/tasks/\d+/"), 5 * MIB + 64 * KIB),
-    # 10,000 chips a request (rules.identifiers.MAX_CHIPS), ~300 bytes each at most when fabricated
-    (re.compile(r"/api/registry/chips/events/"), 8 * MIB),
-    # 10,000 EPCs with their public keys, in at most 100 events
-    (re.compile(r"/api/epcis/capture"), 8 * MIB),
+    # 64 chips a request (rules.identifiers.MAX_CHIPS), ~300 bytes each at most when fabricated; the signed body
+    # goes into the ledger entry (base64), which must stay within a tlog-tiles entry (65,535 bytes)
+    (re.compile(r"/api/registry/chips/events/"), 32 * KIB),
+    # 64 EPCs with their public keys; the same bound on the entry that carries the signed document
+    (re.compile(r"/api/epcis/capture"), 32 * KIB),
     # 1,000 claims, each with a location of up to 1,024 characters
     (re.compile(r"/api/inspections/claims"), 4 * MIB),
     # the admin's forms and actions (Django's own default)

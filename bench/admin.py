@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 RUNS = 25
-BATCH = 10_000
+BATCH = 64  # rules.identifiers.MAX_CHIPS: one request (one ledger entry) holds at most this many chips
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
-BATCH = 10_000
+BATCH = 64  # rules.identifiers.MAX_CHIPS: one request (one ledger entry) holds at most this many chips
 HTTP_BATCHES = 5
 LOOKUPS = 300
 

@@ -159,6 +159,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "ledger.tasks.checkpoint_if_grown",
         "schedule": timedelta(seconds=env.int("LEDGER_CHECKPOINT_INTERVAL", default=60)),
     },
+    "ledger-witnesses": {
+        "task": "ledger.tasks.witnesses_cosign_latest",
+        "schedule": timedelta(seconds=env.int("LEDGER_WITNESS_INTERVAL", default=20)),
+    },
     "inspections-sweep": {
         "task": "inspections.tasks.sweep",
         "schedule": timedelta(seconds=env.int("INSPECTIONS_SWEEP_INTERVAL", default=3600)),
@@ -186,6 +190,14 @@ LEDGER_KEY_FILE = Path(env("LEDGER_KEY_FILE", default=str(VAR_DIR / "ledger-sign
 LEDGER_MAX_PAGE = env.int("LEDGER_MAX_PAGE", default=1000)
 # Cosignatures timestamped further than this in the future are refused.
 LEDGER_COSIGNATURE_MAX_SKEW = env.int("LEDGER_COSIGNATURE_MAX_SKEW", default=600)
+# C2SP tlog-witness: where each registered witness (by name) takes add-checkpoint, as
+# "name=URL prefix,name2=URL2"; and the M of the M-of-N policy: the served checkpoint is the newest one
+# with at least M cosignatures from registered witnesses (docs/ledger.md, Witnesses).
+LEDGER_WITNESS_URLS = dict(
+    pair.split("=", 1) for pair in env("LEDGER_WITNESS_URLS", default="").split(",") if "=" in pair
+)
+LEDGER_WITNESS_QUORUM = env.int("LEDGER_WITNESS_QUORUM", default=0)
+LEDGER_WITNESS_TIMEOUT = env.float("LEDGER_WITNESS_TIMEOUT", default=10.0)
 
 # --- Keys kept outside the database -----------------------------------------------
 # Demo organisations' signing keys, and the simulated chips' keys and firmware logs (replay.chipsim).

@@ -17,6 +17,7 @@ urlpatterns = [
     path("portal/", include("inspections.portal_urls")),
     path("healthz", healthz, name="healthz"),
     path("api/ledger/", include("ledger.urls")),
+    path("tlog/", include("ledger.tile_urls")),  # C2SP tlog-tiles (docs/ledger.md, Tiles)
     path("api/registry/", include("registry.urls")),
     path("api/inspections/", include("inspections.urls")),
     path("api/epcis/", include("registry.epcis_urls")),

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from django.core.exceptions import ValidationError
 from django.db import connection
+from django.db.models import Count, Q
 
 from tlog import merkle
 
@@ -172,6 +173,26 @@ def checkpoint_problem(size: int, checkpoint: Checkpoint, check_root: bool = Tru
     return None
 
 
+def checkpoint_served(quorum: int) -> Checkpoint | None:
+    """The checkpoint the log publishes: the newest with at least ``quorum`` cosignatures from active witnesses.
+
+    Until one reaches the quorum (a new log, witnesses down), the newest checkpoint: verifiers apply their own
+    witness policy to what they are served (``--witness``/``--quorum``).
+    """
+    if quorum > 0:
+        cosigned = (
+            Checkpoint.objects.annotate(
+                cosigners=Count("cosignatures", filter=Q(cosignatures__witness__revoked_seq=None))
+            )
+            .filter(cosigners__gte=quorum)
+            .order_by("-size")
+            .first()
+        )
+        if cosigned is not None:
+            return cosigned
+    return checkpoint_latest()
+
+
 def checkpoint_text(checkpoint: Checkpoint) -> str:
     """The signed checkpoint with every witness cosignature we hold for its size appended."""
     lines = checkpoint.cosignatures.order_by("witness__name").values_list("line", flat=True)
@@ -189,6 +210,19 @@ def checkpoint_count() -> int:
 def entry_leaf_hash(seq: int) -> bytes | None:
     found = Entry.objects.filter(seq=seq).values_list("hash", flat=True).first()
     return None if found is None else bytes(found)
+
+
+def witness_cosigned_size(witness_id: int) -> int:
+    """The largest of our checkpoints this witness cosigned (0 if none): the old size it expects next."""
+    sizes = Checkpoint.objects.filter(cosignatures__witness_id=witness_id).order_by("-size")
+    return sizes.values_list("size", flat=True).first() or 0
+
+
+def witnesses_to_ask(checkpoint: Checkpoint) -> list:
+    """Active witnesses that have not cosigned ``checkpoint`` yet."""
+    from .models import Witness
+
+    return list(Witness.objects.filter(revoked_seq=None).exclude(cosignatures__checkpoint=checkpoint))
 
 
 def checkpoint_cosigners(checkpoint: Checkpoint) -> list[str]:

@@ -7,9 +7,12 @@ rolls back together with its entries (docs/ARCHITECTURE.md, The flow).
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 import time as time_module
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,6 +41,9 @@ SUBMISSION_KEYS = {"key", "body", "sig"}
 LEDGER_LOCK_ID = 0x6368_6970_6C65_6467 & 0x7FFF_FFFF_FFFF_FFFF  # "chipledg"
 # 10,000-entry batches must fit one transaction; bound them so a caller cannot exhaust memory.
 MAX_BATCH = 100_000
+# C2SP tlog-tiles entry bundles prefix each entry with a big-endian uint16 length, and the spec fixes that
+# format at tile/entries/: a leaf longer than this could not be served there, so it is never written.
+MAX_LEAF_BYTES = 65_535
 
 
 # Called with each appended batch inside the append's transaction: apps that keep an index of
@@ -194,6 +200,13 @@ def _build_rows(entries: Sequence[NewEntry], size: int, prev_hash: bytes, when: 
             )
         except Exception as error:  # rfc8785 raises its own types for non-I-JSON values
             raise ValidationError({f"entries[{offset}].payload": f"not canonicalisable JSON: {error}"}) from error
+        if len(leaf) > MAX_LEAF_BYTES:
+            raise ValidationError(
+                {
+                    f"entries[{offset}]": f"the ledger entry would be {len(leaf)} bytes; at most {MAX_LEAF_BYTES} "
+                    "(a C2SP tlog-tiles entry): send fewer chips, or a smaller body, per request"
+                }
+            )
         digest = merkle.leaf_hash(leaf)
         rows.append(_saved_entry(seq, when, entry.kind, entry.actor, entry.payload, leaf, digest))
         prev_hash = digest
@@ -326,3 +339,86 @@ def _parse_signature_line(body: str, line: str) -> note.Signature:
     if len(signatures) != 1:
         raise ValidationError({"cosignature": "must be exactly one signature line"})
     return signatures[0]
+
+
+# --- Witnessing (C2SP tlog-witness, the log's side) ---------------------------------
+
+
+@dataclass(frozen=True)
+class WitnessAnswer:
+    witness: str
+    status: int | None  # the HTTP status of the last request; None: no answer
+    detail: str
+
+
+def witnesses_cosign_latest() -> list[WitnessAnswer]:
+    """Ask every active witness that has not cosigned the latest checkpoint to cosign it (add-checkpoint).
+
+    The old size sent is the largest checkpoint the witness cosigned for us; a 409 names the size the witness
+    holds, and the request is sent once more from that size. Cosignatures returned are checked and kept
+    (``cosignature_add``). Network calls run outside any transaction; a witness that fails is asked again
+    on the next call (the beat's, after each checkpoint).
+    """
+    checkpoint = selectors.checkpoint_latest()
+    if checkpoint is None:
+        return []
+    answers = []
+    for witness in selectors.witnesses_to_ask(checkpoint):
+        url = settings.LEDGER_WITNESS_URLS.get(witness.name)
+        if not url:
+            answers.append(WitnessAnswer(witness.name, None, "no URL configured (LEDGER_WITNESS_URLS)"))
+            continue
+        answers.append(_ask_witness(witness, url, checkpoint))
+    return answers
+
+
+def _ask_witness(witness: Witness, url: str, checkpoint: Checkpoint) -> WitnessAnswer:
+    old = min(selectors.witness_cosigned_size(witness.id), checkpoint.size)
+    for _attempt in range(2):
+        status, body = _post_add_checkpoint(url, _add_checkpoint_body(old, checkpoint))
+        if status == 409:
+            held = _size_of(body)
+            if held is None or held > checkpoint.size:
+                log.error(
+                    "witness %s holds size %r, beyond our checkpoint %s", witness.name, body[:40], checkpoint.size
+                )
+                return WitnessAnswer(witness.name, status, f"the witness holds size {body[:40]!r}")
+            old = held  # its record is what counts: send the proof from there
+            continue
+        if status != 200:
+            log.warning("witness %s answered %s: %s", witness.name, status, body[:200])
+            return WitnessAnswer(witness.name, status, body[:200])
+        kept = 0
+        for line in body.splitlines():
+            try:
+                cosignature_add(checkpoint.note, line)
+                kept += 1
+            except (ValidationError, Conflict) as error:  # a line from another key, or a bad one: not kept
+                log.warning("witness %s returned a cosignature we cannot use: %s", witness.name, error)
+        return WitnessAnswer(witness.name, status, f"{kept} cosignature(s) kept")
+    return WitnessAnswer(witness.name, 409, "the witness's size changed between two requests")
+
+
+def _add_checkpoint_body(old: int, checkpoint: Checkpoint) -> bytes:
+    proof = selectors.consistency_proof(old, checkpoint.size) if 0 < old < checkpoint.size else []
+    lines = "".join(base64.b64encode(digest).decode() + "\n" for digest in proof)
+    return f"old {old}\n{lines}\n{checkpoint.note}".encode()
+
+
+def _size_of(body: str) -> int | None:
+    text = body.removesuffix("\n")
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else None
+
+
+def _post_add_checkpoint(url: str, data: bytes) -> tuple[int | None, str]:
+    request = urllib.request.Request(
+        url.rstrip("/") + "/add-checkpoint", data=data, method="POST", headers={"Content-Type": "text/plain"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=settings.LEDGER_WITNESS_TIMEOUT) as answer:
+            return answer.status, answer.read(64 * 1024).decode("utf-8", "replace")
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read(64 * 1024).decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        return None, f"cannot reach the witness: {getattr(error, 'reason', error)}"

@@ -51,7 +51,9 @@ class CheckpointView(PublicView):
         summary="Latest signed checkpoint, with every witness cosignature for its size (503 while the log is empty)",
     )
     def get(self, request):
-        checkpoint = selectors.checkpoint_latest()
+        checkpoint = (
+            selectors.checkpoint_latest()
+        )  # what pull-mode witnesses cosign; /tlog/checkpoint follows the policy
         if checkpoint is None:  # a GET never writes: the first checkpoint is signed with the first entry
             return Response(
                 {"detail": "the log has no signed checkpoint yet: it is empty (run manage.py ledger_open)"},

@@ -166,7 +166,7 @@ def _seed_chips(orgs: dict[str, Organisation], total: int) -> None:
 
 def _fabricate(orgs, lot: str, models: list[str], count: int) -> list[str]:
     serials = []
-    for start in range(0, count, 1000):
+    for start in range(0, count, services.MAX_CHIPS):  # one request (one ledger entry) holds at most MAX_CHIPS
         batch = [
             {
                 "serial": f"{lot}{n:06d}",
@@ -174,7 +174,7 @@ def _fabricate(orgs, lot: str, models: list[str], count: int) -> list[str]:
                 "facility": "fab-tw-hsinchu",
                 "public_key": base64.b64encode(bytes(SigningKey.generate().verify_key)).decode(),
             }
-            for n in range(start, min(start + 1000, count))
+            for n in range(start, min(start + services.MAX_CHIPS, count))
         ]
         services.chips_fabricate(organisation=orgs["fab-tw"], chips=batch)
         serials += [item["serial"] for item in batch]

@@ -366,8 +366,12 @@ class _TinyLog(BaseHTTPRequestHandler):
         q = {k: int(v) for k, v in urllib.parse.parse_qsl(url.query)}
         if url.path == "/api/ledger/key":
             body = self.vkey.encode()
-        elif url.path == "/api/ledger/checkpoint":
+        elif url.path in ("/api/ledger/checkpoint", "/tlog/checkpoint"):
             body = self.checkpoint.encode()
+        elif url.path == "/tlog/tile/0/000.p/3":  # C2SP tlog-tiles: the verifiers read entries as tiles
+            body = b"".join(self.hashes)
+        elif url.path == "/tlog/tile/entries/000.p/3":
+            body = b"".join(len(leaf).to_bytes(2, "big") + leaf for leaf in self.leaves)
         elif url.path == "/api/ledger/entries":
             body = json.dumps(
                 {

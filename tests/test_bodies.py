@@ -19,7 +19,7 @@ from rules.identifiers import MAX_CHIPS
     "path, limit",
     [
         ("/api/inspections/tasks/7/snapshot-log", bodies.body_limit("/api/inspections/tasks/1/snapshot-log")),
-        ("/api/registry/chips/events/fabricate", 8 * bodies.MIB),
+        ("/api/registry/chips/events/fabricate", 32 * bodies.KIB),
         ("/api/ledger/cosignatures", bodies.DEFAULT_LIMIT),
         ("/api/registry/facilities", bodies.DEFAULT_LIMIT),
     ],

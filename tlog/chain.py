@@ -247,8 +247,10 @@ class ChainVerifier:
         self._tree_size = start_seq
         self._pending: list[bytes] = []
 
-    def feed(self, seq: int, leaf: bytes) -> tuple[bytes, dict]:
-        """Check the leaf of entry seq; return (leaf hash, parsed leaf). Raises LedgerFault."""
+    def feed(self, seq: int, leaf: bytes, digest: bytes | None = None) -> tuple[bytes, dict]:
+        """Check the leaf of entry seq; return (leaf hash, parsed leaf). Raises LedgerFault.
+
+        ``digest``: the leaf's hash, if the caller computed it already (from these very bytes)."""
         expected = self.size
         if seq != expected:
             # Reported at the expected seq: that is the first position where the ledger is wrong.
@@ -256,7 +258,8 @@ class ChainVerifier:
             raise LedgerFault(expected, f"expected seq {expected}, got seq {seq} ({why})")
         if type(leaf) is not bytes:
             leaf = bytes(leaf)  # psycopg hands bytea back as memoryview
-        digest = merkle.leaf_hash(leaf)
+        if digest is None:
+            digest = merkle.leaf_hash(leaf)
         try:
             obj = _loads(leaf)
         except ValueError:

@@ -1,15 +1,17 @@
 """Verify a chipledger log from the outside: no Django, no database.
 
     python -m tlog.log_verifier --url https://ledger.example [--key VKEY] [--witness VKEY ...]
-                                [--quorum K] [--json]
+                                [--quorum K] [--mirror URL ...] [--json]
 
 (``python -m ledger.verify`` runs the same with the same arguments: the command third parties know.)
 
-Fetches the log's verifier key and latest signed checkpoint, checks the log's signature, downloads
-every entry, re-runs the hash chain and the RFC 9162 tree over the served leaf bytes, and compares
-the recomputed root with the signed one. Witness cosignatures on the checkpoint are counted for the
-witness keys given. One inclusion proof and one consistency proof, at positions the server cannot
-predict, are checked against the log's proof endpoints.
+Fetches the log's verifier key and latest signed checkpoint, checks the log's signature, reads every
+entry from the log's C2SP tlog-tiles entry bundles (``<url>/tlog/``, then each ``--mirror`` in order),
+re-runs the hash chain and the RFC 9162 tree over the leaf bytes, compares the recomputed root with
+the signed one, and checks every hash tile against the recomputed hashes. Witness cosignatures on the
+checkpoint are counted for the witness keys given. One inclusion proof and one consistency proof, at
+positions the server cannot predict, are checked against the log's proof endpoints (skipped, when
+mirrors are given, if the log itself cannot be reached).
 
 Exit status: 0 the log checks out; 1 it does not (``FAIL seq=K: reason`` or ``FAIL checkpoint:
 reason`` on stderr); 2 the log could not be fetched (network, HTTP or protocol error).
@@ -23,12 +25,13 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import hashlib
 import json
 import random
 import sys
 from dataclasses import asdict, dataclass, field
 
-from tlog import merkle, note
+from tlog import merkle, note, tiles
 from tlog.chain import ChainVerifier, LedgerFault
 from tlog.logclient import DEFAULT_TIMEOUT, FetchError, LogClient
 
@@ -108,6 +111,29 @@ def check_cosignatures(text: str, witnesses: list[note.Verifier]) -> list[Witnes
     return results
 
 
+def log_key(client: LogClient, pinned_key: str | None) -> str:
+    """The log's verifier key: the served one, which must be the pinned one if given.
+
+    With mirrors, a log that cannot be reached leaves the pinned key (mirrors serve tiles, not keys).
+    """
+    try:
+        served_key = client.key()
+    except FetchError:
+        if pinned_key is None or len(client.tile_bases) == 1:
+            raise
+        return pinned_key.strip()
+    if pinned_key is not None and pinned_key.strip() != served_key:
+        raise LedgerFault("checkpoint", f"served key {served_key!r} is not the pinned key {pinned_key.strip()!r}")
+    return served_key
+
+
+def _audit(step, *args) -> None:
+    try:
+        step(*args)
+    except tiles.TileMismatch as mismatch:
+        raise LedgerFault(mismatch.first_leaf, str(mismatch)) from None
+
+
 def check_entry(seq: int, entry: dict, chain: ChainVerifier) -> tuple[bytes, dict]:
     """Feed one served entry to the chain; check the served metadata against the leaf itself.
 
@@ -144,9 +170,7 @@ def verify_log(
     rng = rng or random.SystemRandom()
     witness_keys = [parse_key(w, f"witness key {w!r}") for w in witnesses]
 
-    served_key = client.key()
-    if pinned_key is not None and pinned_key.strip() != served_key:
-        raise LedgerFault("checkpoint", f"served key {served_key!r} is not the pinned key {pinned_key.strip()!r}")
+    served_key = log_key(client, pinned_key)
     verifier = parse_key(served_key, "served key")
 
     text = client.checkpoint()
@@ -164,26 +188,39 @@ def verify_log(
     inclusion_hash = consistency_root = None
 
     chain = ChainVerifier()
-    for seq, entry in client.iter_entries(0, size):
-        leaf_hash, _ = check_entry(seq, entry, chain)
-        if seq == inclusion_index:
-            inclusion_hash = leaf_hash
-        if seq + 1 == consistency_first:
-            consistency_root = chain.root()
-        if progress is not None and (seq + 1) % 1000 == 0:
-            progress(seq + 1, size)
+    auditor = tiles.TileAuditor(client.tile)
+    seq = 0
+    for index, width in tiles.bundles_for_size(size):
+        leaves = client.bundle(index, width)
+        hashes = [merkle.leaf_hash(leaf) for leaf in leaves]
+        _audit(auditor.add_bundle, index, hashes)
+        for leaf, leaf_hash in zip(leaves, hashes, strict=True):
+            chain.feed(seq, leaf, leaf_hash)
+            if seq == inclusion_index:
+                inclusion_hash = leaf_hash
+            seq += 1
+            if seq == consistency_first:
+                consistency_root = chain.root()
+            if progress is not None and seq % 1000 == 0:
+                progress(seq, size)
     recomputed = chain.root()
     if recomputed != root:
         raise LedgerFault("checkpoint", f"root {root.hex()} is not the root {recomputed.hex()} of the entries")
+    _audit(auditor.finish)
 
-    if inclusion_index is not None:
-        proof = client.inclusion_proof(inclusion_index, size)
-        if not merkle.verify_inclusion(inclusion_hash, inclusion_index, size, proof, root):
-            raise LedgerFault(inclusion_index, f"inclusion proof in tree of size {size} is invalid")
-    if consistency_first is not None:
-        proof = client.consistency_proof(consistency_first, size)
-        if not merkle.verify_consistency(consistency_first, size, proof, consistency_root, root):
-            raise LedgerFault("checkpoint", f"consistency proof from size {consistency_first} to {size} is invalid")
+    try:
+        if inclusion_index is not None:
+            proof = client.inclusion_proof(inclusion_index, size)
+            if not merkle.verify_inclusion(inclusion_hash, inclusion_index, size, proof, root):
+                raise LedgerFault(inclusion_index, f"inclusion proof in tree of size {size} is invalid")
+        if consistency_first is not None:
+            proof = client.consistency_proof(consistency_first, size)
+            if not merkle.verify_consistency(consistency_first, size, proof, consistency_root, root):
+                raise LedgerFault("checkpoint", f"consistency proof from size {consistency_first} to {size} is invalid")
+    except FetchError:
+        if len(client.tile_bases) == 1:
+            raise
+        inclusion_index = consistency_first = None  # the log is down; the mirrors serve no proof endpoints
 
     return Report(
         origin=checkpoint.origin,
@@ -196,6 +233,35 @@ def verify_log(
         inclusion_checked=inclusion_index,
         consistency_checked=consistency_first,
     )
+
+
+def audit_tiles(client: LogClient, size: int, root: bytes) -> int:
+    """Authenticate every entry bundle and hash tile of the tree of ``size`` leaves against ``root``.
+
+    The tiles-only part of ``verify_log`` (no chain, no JSON): each leaf is hashed once, each tile compared
+    with the recomputed hashes, the root recomputed from the leaves. Returns the number of tiles checked.
+    Raises LedgerFault or FetchError.
+    """
+    sha256 = hashlib.sha256
+    auditor = tiles.TileAuditor(client.tile)
+    bundle_roots: list[bytes] = []  # the tree above level 8 is folded from full bundles' roots
+    tail: list[bytes] = []
+    for index, width in tiles.bundles_for_size(size):
+        hashes = [sha256(b"\x00" + leaf).digest() for leaf in client.bundle(index, width)]
+        try:
+            bundle_root = auditor.add_bundle(index, hashes)
+        except tiles.TileMismatch as mismatch:
+            raise LedgerFault(mismatch.first_leaf, str(mismatch)) from None
+        if bundle_root is None:
+            tail = hashes
+        else:
+            bundle_roots.append(bundle_root)
+    high, _ = merkle.append_leaves([], 0, bundle_roots)
+    low, _ = merkle.append_leaves([], 0, tail)
+    if merkle.fold_range(high + low) != root:
+        raise LedgerFault("checkpoint", f"root {root.hex()} is not the root of the entry bundles")
+    _audit(auditor.finish)
+    return auditor.tiles_checked
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,6 +280,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--key", help="pinned verifier key of the log; the served one must match")
     parser.add_argument("--witness", action="append", default=[], metavar="VKEY", help="witness verifier key")
     parser.add_argument("--quorum", type=int, default=0, metavar="K", help="require K valid witness cosignatures")
+    parser.add_argument(
+        "--mirror",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a tlog-tiles mirror of the log (http(s) or file://), tried in order after the log's own /tlog/",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help=argparse.SUPPRESS)
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
@@ -226,7 +299,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         print(f"error: --quorum {args.quorum} needs that many --witness keys", file=sys.stderr)
         return 2
     try:
-        client = LogClient(args.url, timeout=args.timeout)
+        client = LogClient(args.url, timeout=args.timeout, mirrors=args.mirror)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

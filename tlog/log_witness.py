@@ -4,6 +4,7 @@
                                [--log-key VKEY] [--no-submit] [--print-key]
 
 (``python -m ledger.witness`` runs the same with the same arguments: the command witnesses know.)
+``python -m ledger.witness serve ...`` runs a C2SP tlog-witness server instead (``tlog/witness_server.py``).
 
 Each run fetches the log's latest checkpoint, checks the log's signature with the pinned log key,
 and checks that the checkpoint extends the last one this witness cosigned (same origin, no smaller
@@ -257,7 +258,7 @@ def run_once(
     state = load_state(state_path)
     vkey, verifier = log_verifier(client, state, log_key, say)
 
-    text = client.checkpoint()
+    text = client.latest_checkpoint()  # not the published one: that may wait for this very cosignature
     try:
         body, checkpoint = note.open_checkpoint(text, verifier)
     except (note.NoteError, ValueError) as err:
@@ -317,6 +318,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # the C2SP tlog-witness server (tlog/witness_server.py)
+        from tlog import witness_server
+
+        return witness_server.main(argv[1:], prog, load_or_create_key, witness_verifier_key)
     parser = build_parser(prog)
     args = parser.parse_args(argv)
 

@@ -1,7 +1,10 @@
 """A client for a chipledger log's public HTTP API (docs/ledger.md, Endpoints): no Django, no database.
 
-Used by ``python -m ledger.verify`` and ``python -m ledger.witness``. Timeouts and bounded
-response sizes throughout: the log is not trusted to behave.
+Used by ``python -m ledger.verify``, ``python -m inspections.drawaudit`` and ``python -m ledger.witness``.
+Entries and the checkpoint are read as C2SP tlog-tiles from the log's ``/tlog/`` prefix and then from
+each mirror given, in order (a mirror is any static file server holding a copy of the tiles, or a
+``file://`` directory); the key and the proof endpoints from the log's JSON API. Timeouts and bounded
+response sizes throughout: neither the log nor a mirror is trusted to behave.
 """
 
 from __future__ import annotations
@@ -9,10 +12,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
+from tlog import tiles
 from tlog.chain import LedgerFault
 
 DEFAULT_TIMEOUT = 30.0
@@ -22,6 +28,9 @@ LIMIT_SMALL = 64 * 1024
 LIMIT_PAGE = 64 * 1024 * 1024
 PAGE_SIZE = 1000  # entries asked for per request: the API's largest page
 USER_AGENT = "chipledger-verify/1"
+TILES_PREFIX = "/tlog/"  # where a chipledger log serves tlog-tiles (docs/ledger.md, Tiles)
+LIMIT_TILE = tiles.TILE_WIDTH * tiles.HASH_SIZE
+LIMIT_BUNDLE = tiles.TILE_WIDTH * (2 + tiles.MAX_ENTRY_BYTES)
 
 
 class FetchError(Exception):
@@ -41,14 +50,24 @@ class LogClient:
         timeout: float = DEFAULT_TIMEOUT,
         page_size: int = PAGE_SIZE,
         page_limit: int = LIMIT_PAGE,
+        mirrors: list[str] | tuple[str, ...] = (),
     ):
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"not an http(s) URL: {url!r}")
         self.base = url.rstrip("/")
+        self.tile_bases = [self.base + TILES_PREFIX] + [_mirror_base(mirror) for mirror in mirrors]
+        self.used_mirror = False  # whether any read came from a mirror (the log did not serve it)
         self.timeout = timeout
         self.page_size = page_size
         self.page_limit = page_limit
+
+    @classmethod
+    def mirror_only(cls, mirrors: list[str] | tuple[str, ...], timeout: float = DEFAULT_TIMEOUT) -> LogClient:
+        """A client reading tiles from these mirrors alone (no log: no key, no proof endpoints)."""
+        client = cls("http://unused.invalid", timeout=timeout)
+        client.tile_bases = [_mirror_base(mirror) for mirror in mirrors]
+        return client
 
     def _url(self, path: str, params: dict | None = None) -> str:
         url = f"{self.base}/api/ledger/{path}"
@@ -95,8 +114,89 @@ class LogClient:
         return self._get_text("key").strip()
 
     def checkpoint(self) -> str:
-        """The latest signed checkpoint note, as served."""
+        """The latest signed checkpoint note with its cosignatures: from the log's tiles prefix, else a mirror's."""
+        body = self.tile_resource("checkpoint", LIMIT_SMALL)
+        if body is None:
+            raise FetchError("no source serves a checkpoint: " + ", ".join(self.tile_bases))
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise FetchError("the checkpoint is not UTF-8") from err
+
+    def latest_checkpoint(self) -> str:
+        """The log's newest signed checkpoint (``/api/ledger/checkpoint``), cosigned or not: what a witness checks.
+
+        ``checkpoint()`` is the one the log publishes, which may wait for its witnesses' quorum."""
         return self._get_text("checkpoint")
+
+    # --- tlog-tiles -----------------------------------------------------------------
+
+    def tile_resource(self, path: str, limit: int) -> bytes | None:
+        """``path`` under the first tiles prefix that serves it (the log, then each mirror in order).
+
+        None if every source answers 404/410; FetchError if none serves it and one failed otherwise.
+        """
+        errors = []
+        for number, base in enumerate(self.tile_bases):
+            try:
+                body = (
+                    _read_file(base, path, limit) if base.startswith("file:") else self._tile_http(base + path, limit)
+                )
+            except FetchError as err:
+                errors.append(str(err))
+                continue
+            if body is not None:
+                self.used_mirror |= number > 0
+                return body
+        if errors:
+            raise FetchError(f"{path}: " + "; ".join(errors))
+        return None
+
+    def _tile_http(self, url: str, limit: int) -> bytes | None:
+        status, body = self._open(urllib.request.Request(url, method="GET"), limit)
+        if status in (404, 410):
+            return None
+        if status != 200:
+            raise FetchError(f"GET {url}: HTTP {status}: {_snippet(body)}")
+        return body
+
+    def tile(self, level: int, index: int, width: int | None) -> bytes:
+        """Hash tile ``tile/<level>/<index>[.p/<width>]``; a partial one read from the full tile if dropped."""
+        body = self._tile_or_full(tiles.tile_path, (level, index), width, LIMIT_TILE)
+        return body if width is None else body[: width * tiles.HASH_SIZE]
+
+    def bundle(self, index: int, width: int | None) -> list[bytes]:
+        """The leaves of entry bundle ``index`` (``width`` of them, or 256)."""
+        body = self._tile_or_full(tiles.bundle_path, (index,), width, LIMIT_BUNDLE)
+        try:
+            leaves = tiles.decode_bundle(body)
+        except ValueError as err:
+            raise LedgerFault(index * tiles.TILE_WIDTH, f"entry bundle {index} is malformed: {err}") from err
+        count = width or tiles.TILE_WIDTH
+        if len(leaves) < count or (width is None and len(leaves) != count):
+            raise LedgerFault(index * tiles.TILE_WIDTH + len(leaves), f"entry bundle {index} has {len(leaves)} entries")
+        return leaves[:count]
+
+    def _tile_or_full(self, make_path, where: tuple, width: int | None, limit: int) -> bytes:
+        body = self.tile_resource(make_path(*where, width), limit)
+        if body is None and width is not None:  # the log may drop a partial tile once the full one exists
+            body = self.tile_resource(make_path(*where, None), limit)
+        if body is None:
+            raise FetchError(f"no source serves {make_path(*where, width)}")
+        return body
+
+    def iter_leaves(self, start: int, end: int, tree_size: int):
+        """``(seq, leaf bytes)`` for start <= seq < end, from the entry bundles of the tree of ``tree_size``."""
+        if not 0 <= start <= end <= tree_size:
+            raise ValueError(f"invalid range [{start}, {end}) of a tree of {tree_size}")
+        seq = start
+        while seq < end:
+            index = seq // tiles.TILE_WIDTH
+            width = tiles.tile_width(tree_size, 0, index)
+            leaves = self.bundle(index, None if width == tiles.TILE_WIDTH else width)
+            for leaf in leaves[seq - index * tiles.TILE_WIDTH : min(width, end - index * tiles.TILE_WIDTH)]:
+                yield seq, leaf
+                seq += 1
 
     def entries(self, start: int, end: int) -> list[dict]:
         """One page of entries with start <= seq < end; the server may return fewer."""
@@ -152,13 +252,49 @@ class LogClient:
             return status, body.decode("utf-8", "replace")
 
 
+def _mirror_base(url: str) -> str:
+    """A mirror's tiles prefix, ending in '/'. http(s), or file:// for a local copy of the tiles."""
+    parts = urllib.parse.urlsplit(url)
+    if (parts.scheme in ("http", "https") and parts.netloc) or (parts.scheme == "file" and parts.path):
+        return url.rstrip("/") + "/"
+    raise ValueError(f"not an http(s) or file:// mirror URL: {url!r}")
+
+
+def _read_file(base: str, path: str, limit: int) -> bytes | None:
+    local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(base + path).path))
+    try:
+        with open(local, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > limit:
+                raise FetchError(f"{local}: larger than {limit} bytes")
+            body = handle.read(size + 1)  # read(n) allocates n bytes; a file that grew meanwhile is caught below
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    except OSError as err:
+        raise FetchError(f"cannot read {local}: {err}") from err
+    if len(body) > limit:
+        raise FetchError(f"{local}: larger than {limit} bytes")
+    return body
+
+
 def _read_limited(resp, limit: int, url: str, truncate: bool = False) -> bytes:
+    # read(n) allocates n bytes up front: ask for no more than the announced length (bundles may be 16 MiB).
+    announced = resp.headers.get("Content-Length", "") if resp.headers is not None else ""
+    if announced.isdigit() and int(announced) < limit:
+        body = resp.read(int(announced) + 1)
+        return body if len(body) <= limit else _too_large(body, limit, url, truncate)
     body = resp.read(limit + 1)
     if len(body) > limit:
         if truncate:
             return body[:limit]
         raise FetchError(f"{url}: response larger than {limit} bytes")
     return body
+
+
+def _too_large(body: bytes, limit: int, url: str, truncate: bool) -> bytes:
+    if truncate:
+        return body[:limit]
+    raise FetchError(f"{url}: response larger than {limit} bytes")
 
 
 def _snippet(body: bytes, n: int = 300) -> str:

@@ -24,7 +24,7 @@ import pytest
 
 from tlog import log_verifier as verify_tool
 from tlog import log_witness as witness_tool
-from tlog import merkle, note
+from tlog import merkle, note, tiles
 from tlog.log_witness import Decision, State, decide
 
 REPO = Path(__file__).resolve().parents[2]
@@ -256,15 +256,31 @@ class Proxy:
 
 
 def _rewrite_entries(change):
-    """A proxy rewrite applying ``change(entry)`` to every served entry."""
+    """A proxy rewrite applying ``change(entry)`` to every entry served in a tlog-tiles entry bundle
+    (``entry``: seq, leaf as base64, hash as hex; the level-0 tile is re-served to match if the change set ``hash``)."""
+    changed_hashes = {}
 
     def rewrite(path, body):
-        if not path.startswith("/api/ledger/entries"):
+        if path.startswith("/tlog/tile/0/"):
+            _, index, _ = tiles.parse_path(path.removeprefix("/tlog/"))
+            hashes = [body[i : i + 32] for i in range(0, len(body), 32)]
+            for position in range(len(hashes)):
+                hashes[position] = changed_hashes.get(index * 256 + position, hashes[position])
+            return b"".join(hashes)
+        if not path.startswith("/tlog/tile/entries/"):
             return body
-        data = json.loads(body)
-        for entry in data["entries"]:
-            change(entry)
-        return json.dumps(data).encode()
+        _, index, _ = tiles.parse_path(path.removeprefix("/tlog/"))
+        out = []
+        for position, leaf in enumerate(tiles.decode_bundle(body)):
+            seq = index * 256 + position
+            entry = {"seq": seq, "leaf": base64.b64encode(leaf).decode(), "hash": merkle.leaf_hash(leaf).hex()}
+            original = entry["hash"]
+            if change(entry) is False and entry.get("drop"):
+                continue
+            if entry["hash"] != original:
+                changed_hashes[seq] = bytes.fromhex(entry["hash"])
+            out.append(base64.b64decode(entry["leaf"]))
+        return tiles.encode_bundle(out)
 
     return rewrite
 
@@ -329,17 +345,13 @@ def test_verify_honest_log_via_python_m(live_server):
 
 
 @db
-def test_verify_pages_when_the_server_returns_short_pages(live_server, proxy, capsys):
+def test_verify_reads_entries_from_tiles_not_the_json_api(live_server, proxy, capsys):
     checkpoint = _append(7)
 
-    def short_pages(path, body):
-        if path.startswith("/api/ledger/entries"):
-            data = json.loads(body)
-            data["entries"] = data["entries"][:2]
-            return json.dumps(data).encode()
-        return body
+    def no_json_entries(path, body):
+        return b"{}" if path.startswith("/api/ledger/entries") else body
 
-    proxy.rewrite = short_pages
+    proxy.rewrite = no_json_entries
     assert verify_tool.main(["--url", proxy.url, "--json"]) == 0
     out, err = capsys.readouterr()
     report = json.loads(out)
@@ -385,27 +397,20 @@ def test_verify_fails_when_the_last_leaf_is_swapped_consistently(live_server, pr
 
 
 @db
-def test_verify_fails_when_served_summary_fields_lie(live_server, proxy, capsys):
-    _append(4)
-    proxy.rewrite = _rewrite_entries(lambda e: e["seq"] == 2 and e.update(kind="chip.lost"))
+def test_verify_names_the_seq_where_a_hash_tile_disagrees_with_its_bundle(live_server, proxy, capsys):
+    _append(5)
+    proxy.rewrite = lambda path, body: body[:64] + OTHER_ROOT + body[96:] if path == "/tlog/tile/0/000.p/5" else body
     assert verify_tool.main(["--url", proxy.url]) == 1
-    assert "FAIL seq=2: served kind" in capsys.readouterr().err
+    assert "FAIL seq=2: tile/0/000.p/5 differs" in capsys.readouterr().err
 
 
 @db
 def test_verify_fails_when_the_log_withholds_entries(live_server, proxy, capsys):
     _append(5)
 
-    def withhold(path, body):
-        if path.startswith("/api/ledger/entries"):
-            data = json.loads(body)
-            data["entries"] = [e for e in data["entries"] if e["seq"] < 3]
-            return json.dumps(data).encode()
-        return body
-
-    proxy.rewrite = withhold
+    proxy.rewrite = _rewrite_entries(lambda e: e["seq"] >= 3 and e.update(drop=True) is None and False)
     assert verify_tool.main(["--url", proxy.url]) == 1
-    assert "FAIL seq=3:" in capsys.readouterr().err
+    assert "FAIL seq=3: entry bundle 0 has 3 entries" in capsys.readouterr().err
 
 
 @db
@@ -413,7 +418,7 @@ def test_verify_fails_on_an_altered_checkpoint(live_server, proxy, capsys):
     _append(3)
 
     def shrink(path, body):
-        if path == "/api/ledger/checkpoint":
+        if path == "/tlog/checkpoint":
             return body.replace(b"\n3\n", b"\n2\n", 1)
         return body
 

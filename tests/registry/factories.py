@@ -60,7 +60,8 @@ def fabricate(fab: Organisation, model: ChipModel, count: int, facility_slug: st
     if facility_slug:
         for chip in chips:
             chip["facility"] = facility_slug
-    services.chips_fabricate(organisation=fab, chips=chips)
+    for start in range(0, len(chips), services.MAX_CHIPS):  # one request (one ledger entry) holds at most MAX_CHIPS
+        services.chips_fabricate(organisation=fab, chips=chips[start : start + services.MAX_CHIPS])
     return serials
 
 
@@ -69,7 +70,11 @@ def event(org: Organisation, name: str, serials: list[str], **fields):
         fields["export_licence"] = licence(org, fields["consignee"], serials, fields.get("destination")).licence_id
     if name in ("decommissioned", "destroyed"):
         fields = {"reason": "end_of_life", "evidence": "sha256:" + "ab" * 32, **fields}
-    return services.chips_record_event(organisation=org, event=name, payload={"chips": serials, **fields})
+    entry = None
+    for start in range(0, len(serials), services.MAX_CHIPS):  # one request (one entry) holds at most MAX_CHIPS
+        chunk = serials[start : start + services.MAX_CHIPS]
+        entry = services.chips_record_event(organisation=org, event=name, payload={"chips": chunk, **fields})
+    return entry
 
 
 def licence(exporter: Organisation, consignee: str, serials: list[str], destination: str | None = None):

@@ -11,6 +11,7 @@ from ledger import services as ledger_services
 from ledger.models import Entry
 from registry import signing
 from registry.models import ApiNonce, Chip, ChipEvent
+from rules.identifiers import MAX_CHIPS
 from tests.registry.factories import (
     SignedClient,
     chip_model,
@@ -235,12 +236,13 @@ def test_bulk_is_all_or_nothing_with_per_item_errors(world):
     assert Chip.objects.count() == 1
 
 
-def test_ten_thousand_chips_in_one_request_and_not_one_more(world):
+def test_max_chips_in_one_request_and_not_one_more(world):
     client = world["fab"]
-    assert client.post(EVENTS + "fabricate", fab_body(world["model"], 10_001)).status_code == 400
-    response = client.post(EVENTS + "fabricate", fab_body(world["model"], 10_000))
-    assert response.status_code == 201 and response.json()["count"] == 10_000
-    assert Chip.objects.count() == 10_000 and ChipEvent.objects.count() == 10_000
+    too_many = client.post(EVENTS + "fabricate", fab_body(world["model"], MAX_CHIPS + 1))
+    assert too_many.status_code == 400 and f"1 to {MAX_CHIPS} chips" in str(too_many.json()["chips"])
+    response = client.post(EVENTS + "fabricate", fab_body(world["model"], MAX_CHIPS))
+    assert response.status_code == 201 and response.json()["count"] == MAX_CHIPS
+    assert Chip.objects.count() == MAX_CHIPS and ChipEvent.objects.count() == MAX_CHIPS
 
 
 def test_only_the_possessor_ships_and_only_the_consignee_receives(world):

@@ -34,11 +34,12 @@ from ledger.services import LEDGER_LOCK_ID
 from registry import services, signing
 from registry.models import Chip
 from registry.services.tokens import api_token_issue
+from rules.identifiers import MAX_CHIPS
 from tests.helpers import requires_postgres, subprocess_database_url, wait_for
 from tests.registry.factories import chip_model, chip_public_key, facility, new_serials, organisation
 
 pytestmark = [pytest.mark.postgres, requires_postgres, pytest.mark.django_db(transaction=True)]
-CHIPS = 10_000
+CHIPS = MAX_CHIPS  # the largest bulk request: one ledger entry
 FABRICATE = "/api/registry/chips/events/fabricate"
 
 
