@@ -17,8 +17,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from inspections import sampling
+from inspections import selectors as inspection_selectors
 from inspections.models import Alert, Campaign, Claim, Draw, InspectionTask
-from inspections.services.alerts import ACTIONS, alert_act
+from inspections.services.alerts import ACTIONS, alert_act, triage_staff
 from registry.models import Chip, Role
 from registry.selectors import organisation_of
 
@@ -176,7 +177,11 @@ def search(request):
 class TriageForm(forms.Form):
     action = forms.ChoiceField(choices=[(a, a.replace("_", " ")) for a in ACTIONS])
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=2000)
-    assignee = forms.CharField(required=False, max_length=150, help_text="username, to assign")
+    assignee = forms.ChoiceField(required=False, choices=[], help_text="a staff user who may triage, to assign")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["assignee"].choices = [("", "-")] + [(name, name) for name in triage_staff()]
 
 
 def alert_page(request, pk: int):
@@ -195,12 +200,16 @@ def alert_page(request, pk: int):
             else:
                 messages.success(request, f"{form.cleaned_data['action'].replace('_', ' ')}: recorded on the ledger.")
                 return redirect(reverse("desk:alert", args=[alert.pk]))
+    actions = list(alert.actions.all())
     context = _context(
         request,
         f"Alert: {alert.get_kind_display()} — {alert.prover.slug}",
         alert=alert,
         severity=SEVERITY.get(alert.kind, "low"),
-        actions=alert.actions.all(),
+        actions=actions,
+        private=inspection_selectors.case_texts(
+            request.user, [alert.assignee, *(a.reason for a in actions), *(a.assignee for a in actions)]
+        ),
         form=form,
         can_act=can_act,
     )
@@ -252,7 +261,10 @@ def task_page(request, pk: int):
     task = get_object_or_404(
         InspectionTask.objects.select_related("chip", "prover", "inspection_body", "draw__campaign"), pk=pk
     )
-    context = _context(request, f"Task #{task.pk}: {task}", task=task, detail=selectors.task_detail(task))
+    detail = selectors.task_detail(task)
+    notes = [detail["finding"].notes] if detail["finding"] else []
+    private = inspection_selectors.case_texts(request.user, notes)
+    context = _context(request, f"Task #{task.pk}: {task}", task=task, detail=detail, private=private)
     return render(request, "admin/desk/task.html", context)
 
 

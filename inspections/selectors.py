@@ -8,8 +8,16 @@ from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 from registry.models import Chip, Organisation, Role
 from registry.selectors import SEES_EVERYTHING
 
-from .models import Campaign, Claim, InspectionTask, SnapshotLog
+from .models import Campaign, CaseText, Claim, InspectionTask, SnapshotLog
 from .planning import ELIGIBLE, prover_plan
+
+
+def case_texts(user, commitments) -> dict[str, str]:
+    """The private text behind each commitment, for a user allowed to read case files; {} for anyone else."""
+    wanted = {c for c in commitments if c}
+    if not wanted or not user.has_perm("inspections.view_casetext"):
+        return {}
+    return dict(CaseText.objects.filter(commitment__in=wanted).values_list("commitment", "text"))
 
 
 def tasks_of(body: Organisation) -> QuerySet[InspectionTask]:

@@ -40,6 +40,7 @@ REGULATOR_STAFF_PERMISSIONS = [
     ("inspections", "add_campaign"),
     ("inspections", "add_inspectionbody"),
     ("ledger", "add_witness"),
+    ("inspections", "view_casetext"),  # private case text (triage reasons, assignees, finding notes): staff only
     ("inspections", "change_alert"),  # triage on the desk (each action a ledger entry through alert_act)
     ("desk", "add_job"),  # draw audits, integrity sweeps and claim re-verifications
 ]
