@@ -153,6 +153,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a worker holds no more than it runs: a killed worker strands one task
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+# /healthz: a periodic task that has not run for two intervals plus this many seconds is stale (503).
+HEALTH_HEARTBEAT_GRACE = env.int("HEALTH_HEARTBEAT_GRACE", default=60)
+# A desk job that no worker finished this long after it was started is failed by the jobs sweep (its worker
+# was killed, or the broker lost its message): the regulator sees why and starts it again.
+DESK_JOB_DEADLINE = env.int("DESK_JOB_DEADLINE", default=env.int("REPLAY_MAX_SECONDS", default=900) + 600)
 CELERY_BEAT_SCHEDULE = {
     "ledger-checkpoint": {
         "task": "ledger.tasks.checkpoint_if_grown",
@@ -169,6 +174,10 @@ CELERY_BEAT_SCHEDULE = {
     "desk-figures": {
         "task": "desk.tasks.refresh_figures",
         "schedule": timedelta(seconds=env.int("DESK_FIGURES_INTERVAL", default=300)),
+    },
+    "desk-jobs": {
+        "task": "desk.tasks.sweep_jobs",
+        "schedule": timedelta(seconds=env.int("DESK_JOB_SWEEP_INTERVAL", default=300)),
     },
     "inspections-draw": {
         "task": "inspections.tasks.draw_due_campaigns",
