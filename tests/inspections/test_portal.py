@@ -78,6 +78,18 @@ def test_non_inspectors_are_refused(client):
     assert client.get(f"/portal/tasks/{InspectionTask.objects.first().pk}/").status_code == 403
 
 
+def test_staff_are_refused_by_the_portal_even_as_members_of_an_inspection_body(client):
+    from registry.models import Member, Organisation
+
+    seed_demo("demo-pass-123", chips=60)
+    seed_inspections()
+    staff = get_user_model().objects.get(username="regulator-staff")
+    Member.objects.filter(user=staff).update(organisation=Organisation.objects.get(slug="inspect-eu"))  # past edit
+    client.force_login(staff)
+    assert client.get("/portal/").status_code == 403
+    assert client.post(f"/portal/tasks/{InspectionTask.objects.first().pk}/", {"action": "accept"}).status_code == 403
+
+
 def test_regulator_starts_a_campaign_in_the_admin(client):
     seed_demo("demo-pass-123", chips=60)
     seed_inspections()
