@@ -251,6 +251,12 @@ LOGIN_URL = "login"
 AUTHENTICATION_BACKENDS = ["registry.login_throttle.ThrottledModelBackend"]
 LOGIN_MAX_FAILURES = env.int("LOGIN_MAX_FAILURES", default=5)
 LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=900)
+LOGIN_ADDRESS_MAX_FAILURES = env.int("LOGIN_ADDRESS_MAX_FAILURES", default=20)
+LOGIN_DELAY_SECONDS = env.int("LOGIN_DELAY_SECONDS", default=2)  # doubled per further failure
+LOGIN_DELAY_MAX_SECONDS = env.int("LOGIN_DELAY_MAX_SECONDS", default=120)
+# The header the trusted TLS proxy sets with the client's address (e.g. HTTP_X_FORWARDED_FOR); empty: REMOTE_ADDR.
+LOGIN_CLIENT_ADDRESS_HEADER = env("LOGIN_CLIENT_ADDRESS_HEADER", default="")
+LOGIN_TRUSTED_PROXIES = env.int("LOGIN_TRUSTED_PROXIES", default=1)
 # A regulator's session: one working day at most, ended when the browser closes.
 SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=8 * 3600)
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
