@@ -97,6 +97,10 @@ def chip_timeline(chip: Chip) -> list[dict]:
     for row in rows:
         place = places.get(row.get("facility") or "")
         row["place"] = place.location if place else ""
+        # The place (and a country the entry does not name) come from the facility's own registration entry:
+        # the in-browser check verifies them against that entry's leaf.
+        row["place_seq"] = place.registered_seq if place else ""
+        row["country_from_place"] = not row.get("country") and bool(place)
         row["country"] = row.get("country") or (place.country if place else "")
         row.pop("payload", None)  # bulk entries list thousands of chips: keep only this chip's part
     return rows
