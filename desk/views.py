@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import html
 
 from django import forms
 from django.contrib import admin, messages
@@ -14,6 +15,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.html import strip_tags
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
 from inspections import sampling
@@ -327,9 +330,19 @@ def changelist_csv(request, app_label: str, model_name: str):
     return response
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")  # with full-width
+
+
 def _csv_cell(value) -> str:
+    """Plain text a spreadsheet shows as text: link columns lose their HTML, and no cell starts a formula
+    (also after leading whitespace or control characters, which spreadsheets skip)."""
     text = "" if value is None else str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text  # no formula injection in spreadsheets
+    if isinstance(value, SafeString) or "<" in text:  # a link column (format_html): its visible text only
+        text = html.unescape(strip_tags(text))
+    stripped = text.lstrip(" \t\r\n\x0b\x0c")
+    if text[:1] in FORMULA_STARTS or stripped[:1] in FORMULA_STARTS:
+        return "'" + text
+    return text
 
 
 def crosstab_csv(request):
