@@ -112,3 +112,24 @@ def test_a_membership_change_is_a_ledger_entry_and_a_token_holder_is_not_moved(c
     client.post(f"/admin/registry/member/{member.pk}/delete/", {"post": "yes"})
     assert not Member.objects.filter(user=person).exists()
     assert Entry.objects.filter(kind="org.member_removed", payload__user=person.pk).exists()
+
+
+@pytest.mark.parametrize(
+    "vkey",
+    ["garbage", "w+zz+!!", "w+00000000+AQ==", "wï+12345678+" + "A" * 44, "a+b+c\x00", "x" * 400],
+)
+def test_a_malformed_witness_key_is_a_form_error_not_a_500(regulator, vkey):
+    size = Entry.objects.count()
+    response = regulator.post("/admin/ledger/witness/add/", {"verifier_key": vkey})
+    assert response.status_code == 200 and "errorlist" in response.content.decode()
+    assert Entry.objects.count() == size
+
+
+def test_replace_key_with_a_non_ascii_key_is_a_clear_error():
+    from django.core.management import CommandError, call_command
+
+    seed_demo("demo-pass-123", chips=50)
+    for args in (["vendor-a", "\u00fc"], ["vend\u00f6r", "AAAA"]):
+        with pytest.raises(CommandError) as error:
+            call_command("replace_key", *args, reason="lost")
+        assert "public_key: not base64" in str(error.value) or "no organisation" in str(error.value)
