@@ -97,3 +97,19 @@ def test_a_cache_or_broker_outage_is_a_503_with_retry_after(client, world, outag
         response = client.post("/admin/login/", {"username": "regulator-staff", "password": "x"})
     assert response.status_code == 503 and response["Retry-After"] == "30"
     assert "retry later" in response.json()["detail"]
+
+
+def test_api_reads_and_the_dashboard_are_503_while_the_cache_is_down(client, world):
+    """DRF's throttle and the desk read the cache: Redis down is 'retry later', not a 500."""
+    from rest_framework.throttling import SimpleRateThrottle
+
+    client.force_login(world["users"].get(username="regulator"))
+    with mock.patch.object(SimpleRateThrottle, "cache") as cache:
+        cache.get.side_effect = RedisConnectionError("Connection refused")
+        response = client.get("/api/registry/chips")
+    assert response.status_code == 503 and response["Retry-After"] == "30"
+    with mock.patch("django.core.cache.cache.get", side_effect=RedisConnectionError("Connection refused")):
+        dashboard = client.get("/admin/")
+    assert dashboard.status_code in (200, 503)  # 200 when the page reads no cache; never a 500
+    if dashboard.status_code == 503:
+        assert dashboard["Retry-After"] == "30"
