@@ -58,7 +58,10 @@ def test_triage_records_who_and_why_on_the_ledger(regulator, world):
     alert.refresh_from_db()
     assert alert.state == Alert.State.RESOLVED
     entry = Entry.objects.get(seq=alert.updated_seq)
-    assert entry.payload["by"] == "regulator" and entry.payload["reason"] == "inspected on the 3rd"
+    # the reason is private case text: a salted commitment on the ledger, the text for staff on the page
+    assert entry.payload["by"] == "regulator" and entry.payload["reason"].startswith("sha256:")
+    assert "inspected on the 3rd" not in bytes(entry.leaf).decode()
+    assert "inspected on the 3rd" in regulator.get(url).content.decode()
 
 
 def test_the_alert_inbox_filters_by_severity_and_state(regulator):
