@@ -133,3 +133,16 @@ def test_replace_key_with_a_non_ascii_key_is_a_clear_error():
         with pytest.raises(CommandError) as error:
             call_command("replace_key", *args, reason="lost")
         assert "public_key: not base64" in str(error.value) or "no organisation" in str(error.value)
+
+
+def test_a_role_grant_is_a_ledger_entry_and_only_for_staff():
+    from registry.services.roles import REGULATOR_STAFF, role_grant
+
+    seed_demo("demo-pass-123", chips=50)
+    staff = get_user_model().objects.get(username="regulator-staff")
+    assert Entry.objects.filter(kind="regulator.role_granted", payload__user=staff.pk).exists()
+    vendor = get_user_model().objects.get(username="vendor-a")
+    size = Entry.objects.count()
+    with pytest.raises(ValidationError, match="staff"):
+        role_grant(vendor, REGULATOR_STAFF)
+    assert Entry.objects.count() == size and not vendor.groups.exists()
