@@ -61,6 +61,9 @@ SKIPPED_APPS = {"contenttypes", "sessions", "admin", "messages", "staticfiles"}
 SKIPPED_MODELS = {"auth.permission", "auth.group"}
 # Who may log in and act: imported only when the operator names the group (--include).
 GUARDED = {"users": ("auth.user", "registry.member"), "tokens": ("registry.apitoken",)}
+# Access-controlled tables beside the public ledger: rows of their own in the file, left out with private=False
+# (a backup handed to someone who may read the ledger but not the case files).
+PRIVATE = {"inspections.casetext"}
 # The trailer's signed body: two lines, so it can never parse as a checkpoint (origin, size, root).
 TRAILER_TITLE = "chipledger backup v2"
 BATCH = 5000
@@ -100,7 +103,7 @@ def exported_models() -> list[type[Model]]:
 # --- export ----------------------------------------------------------------------------------
 
 
-def export_ledger(path: Path, witness_wait: float = 60.0) -> dict:
+def export_ledger(path: Path, witness_wait: float = 60.0, private: bool = True) -> dict:
     """Sign a checkpoint, wait for the active witnesses' cosignatures on it, write the file; returns the header.
 
     The rows are read under the ledger's write lock, with the head still at the signed checkpoint (if the
@@ -115,7 +118,7 @@ def export_ledger(path: Path, witness_wait: float = 60.0) -> dict:
             if selectors.ledger_size() != checkpoint.size:
                 continue  # appended meanwhile: the rows would run past the checkpoint
             try:
-                return _write(path, checkpoint)
+                return _write(path, checkpoint, private)
             except BaseException:
                 path.unlink(missing_ok=True)
                 raise
@@ -139,7 +142,7 @@ def _await_cosignatures(checkpoint: Checkpoint, wait: float) -> None:
         time_module.sleep(COSIGNATURE_POLL_SECONDS)
 
 
-def _write(path: Path, checkpoint: Checkpoint) -> dict:
+def _write(path: Path, checkpoint: Checkpoint, private: bool = True) -> dict:
     header = {
         "format": FORMAT,
         "version": VERSION,
@@ -159,6 +162,8 @@ def _write(path: Path, checkpoint: Checkpoint) -> dict:
             emit({"seq": seq, "leaf": base64.b64encode(leaf).decode()})
         for model in exported_models():
             label = model._meta.label_lower
+            if label in PRIVATE and not private:
+                continue
             counts[label] += 0
             for row in model._default_manager.order_by("pk").iterator(chunk_size=BATCH):
                 emit(serializers.serialize("python", [row], use_natural_foreign_keys=True)[0])

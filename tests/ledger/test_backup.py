@@ -337,3 +337,33 @@ def test_a_witnessed_backup_imports_only_with_the_cosignature(witnessed, migrate
     without = [line for line in _lines(path) if not line.startswith('{"model": "ledger.cosignature"')]
     (refused,) = _fresh_database(migrated, tmp_path / "x", ["import_ledger", _write(tmp_path, _resigned(without))])
     assert refused.returncode == 1 and f"not cosigned by active witness {WITNESS}" in refused.stderr, refused.stderr
+
+
+def test_private_case_text_travels_in_its_own_table_and_never_on_the_ledger(migrated, tmp_path):
+    from inspections.models import Alert
+    from inspections.services.alerts import alert_act
+
+    call_command("seed_demo", "--password", "demo-pass-123", "--chips", "50", stdout=io.StringIO())
+    alert = Alert.objects.first()
+    secret = "lab manager J. Doe present"
+    alert_act(alert, action="comment", by="regulator", reason=secret)
+    path = tmp_path / "private.jsonl"
+    export_ledger(path, witness_wait=0)
+    lines = _lines(path)
+    assert not any(secret in line for line in lines if line.startswith('{"seq"'))  # not in any leaf (JSON-escaped)
+    assert not any(
+        secret.encode() in base64.b64decode(json.loads(line)["leaf"]) for line in lines if line.startswith('{"seq"')
+    )
+    assert sum(line.startswith('{"model": "inspections.casetext"') for line in lines) >= 1
+    count = ["shell", "-c", "from inspections.models import CaseText; print(CaseText.objects.count())"]
+    imported, restored, rebuilt = _fresh_database(
+        migrated, tmp_path, ["import_ledger", str(path)], count, ["rebuild_projections", "--check"]
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert restored.stdout.split()[-1] == str(
+        sum(line.startswith('{"model": "inspections.casetext"') for line in lines)
+    )
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    public_only = tmp_path / "public.jsonl"
+    call_command("export_ledger", str(public_only), "--without-private", stdout=io.StringIO())
+    assert secret not in public_only.read_text() and "inspections.casetext" not in public_only.read_text()

@@ -20,9 +20,17 @@ class Command(BaseCommand):
             help="seconds to wait for every active witness to cosign the new checkpoint (default 60)",
         )
 
+        parser.add_argument(
+            "--without-private",
+            action="store_true",
+            help="leave out the private case files (inspections.CaseText): for a reader of the public ledger only",
+        )
+
     def handle(self, *args, **options):
         try:
-            header = export_ledger(options["file"], witness_wait=options["witness_wait"])
+            header = export_ledger(
+                options["file"], witness_wait=options["witness_wait"], private=not options["without_private"]
+            )
         except (ExportRefused, OSError) as error:
             raise CommandError(f"nothing exported: {error}") from error
         self.stdout.write(f"exported {header['entries']} entries (ending at a signed checkpoint) to {options['file']}")
