@@ -1,9 +1,11 @@
-"""GET /healthz: database, broker and ledger head, as JSON; 200 if all are up, else 503."""
+"""GET /healthz: database, broker, ledger head and the periodic tasks' heartbeats, as JSON; 200 if all are
+up, else 503 naming what is down or stale."""
 
 from django.db import connection
 from django.http import JsonResponse
 
 from config.celery import app as celery_app
+from desk.services.heartbeats import stale_tasks
 from ledger import selectors
 
 
@@ -36,9 +38,18 @@ def _ledger() -> dict:
     return report
 
 
+def _periodic() -> dict:
+    """Beat sends, a worker runs: a periodic task two intervals overdue means one of them stopped."""
+    stale = stale_tasks()
+    if stale:
+        return {"ok": False, "error": "beat or worker stopped: " + "; ".join(stale), "stale": stale}
+    return {"ok": True}
+
+
 def healthz(request):
     report = {}
-    for name, check in (("database", _database), ("broker", _broker), ("ledger", _ledger)):
+    checks = (("database", _database), ("broker", _broker), ("ledger", _ledger), ("periodic", _periodic))
+    for name, check in checks:
         try:
             report[name] = check()
         except Exception as error:  # a health check reports failures, it does not raise them

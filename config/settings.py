@@ -154,6 +154,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1  # a worker holds no more than it runs: a killed worker strands one task
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+# /healthz: a periodic task that has not run for two intervals plus this many seconds is stale (503).
+HEALTH_HEARTBEAT_GRACE = env.int("HEALTH_HEARTBEAT_GRACE", default=60)
+# A desk job that no worker finished this long after it was started is failed by the jobs sweep (its worker
+# was killed, or the broker lost its message): the regulator sees why and starts it again.
+DESK_JOB_DEADLINE = env.int("DESK_JOB_DEADLINE", default=env.int("REPLAY_MAX_SECONDS", default=900) + 600)
 CELERY_BEAT_SCHEDULE = {
     "ledger-checkpoint": {
         "task": "ledger.tasks.checkpoint_if_grown",
@@ -174,6 +179,10 @@ CELERY_BEAT_SCHEDULE = {
     "desk-figures": {
         "task": "desk.tasks.refresh_figures",
         "schedule": timedelta(seconds=env.int("DESK_FIGURES_INTERVAL", default=300)),
+    },
+    "desk-jobs": {
+        "task": "desk.tasks.sweep_jobs",
+        "schedule": timedelta(seconds=env.int("DESK_JOB_SWEEP_INTERVAL", default=300)),
     },
     "inspections-draw": {
         "task": "inspections.tasks.draw_due_campaigns",
@@ -255,6 +264,12 @@ LOGIN_URL = "login"
 AUTHENTICATION_BACKENDS = ["registry.login_throttle.ThrottledModelBackend"]
 LOGIN_MAX_FAILURES = env.int("LOGIN_MAX_FAILURES", default=5)
 LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=900)
+LOGIN_ADDRESS_MAX_FAILURES = env.int("LOGIN_ADDRESS_MAX_FAILURES", default=20)
+LOGIN_DELAY_SECONDS = env.int("LOGIN_DELAY_SECONDS", default=2)  # doubled per further failure
+LOGIN_DELAY_MAX_SECONDS = env.int("LOGIN_DELAY_MAX_SECONDS", default=120)
+# The header the trusted TLS proxy sets with the client's address (e.g. HTTP_X_FORWARDED_FOR); empty: REMOTE_ADDR.
+LOGIN_CLIENT_ADDRESS_HEADER = env("LOGIN_CLIENT_ADDRESS_HEADER", default="")
+LOGIN_TRUSTED_PROXIES = env.int("LOGIN_TRUSTED_PROXIES", default=1)
 # A regulator's session: one working day at most, ended when the browser closes.
 SESSION_COOKIE_AGE = env.int("SESSION_COOKIE_AGE", default=8 * 3600)
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True

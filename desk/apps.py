@@ -13,3 +13,13 @@ class DeskConfig(AppConfig):
         from .services import index
 
         ledger.append_listener_add(index.entries_indexed)
+
+        from celery.signals import task_postrun
+
+        task_postrun.connect(_heartbeat, weak=False, dispatch_uid="desk-heartbeat")
+
+
+def _heartbeat(sender=None, state=None, **_signal):
+    from .services.heartbeats import heartbeat_record
+
+    heartbeat_record(getattr(sender, "name", ""), state or "")

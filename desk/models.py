@@ -74,3 +74,14 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} #{self.pk} ({self.state})"
+
+
+class Heartbeat(models.Model):
+    """When a periodic (beat) task last ran to its end on a worker: /healthz says which ones are stale."""
+
+    task = models.CharField(max_length=128, unique=True)
+    last_run_at = models.DateTimeField()
+    last_state = models.CharField(max_length=16, help_text="SUCCESS or FAILURE of the last run")
+
+    def __str__(self) -> str:
+        return f"{self.task} at {self.last_run_at:%Y-%m-%d %H:%M:%S}"

@@ -159,9 +159,21 @@ def job_of_page(pk: int) -> Job | None:
     return Job.objects.filter(pk=pk).first()
 
 
-def alert_detail(alert: Alert) -> dict:
-    """The alert's severity and its triage actions, oldest first."""
-    return {"severity": SEVERITY.get(alert.kind, "low"), "actions": alert.actions.all()}
+def alert_detail(alert: Alert, user) -> dict:
+    """The alert's severity, its triage actions, oldest first, and the private case text behind their
+    commitments where ``user`` may read case files."""
+    actions = list(alert.actions.all())
+    commitments = [alert.assignee, *(a.reason for a in actions), *(a.assignee for a in actions)]
+    return {
+        "severity": SEVERITY.get(alert.kind, "low"),
+        "actions": actions,
+        "private": inspections.case_texts(user, commitments),
+    }
+
+
+def case_texts(user, commitments) -> dict[str, str]:
+    """The private text behind each commitment, for a user allowed to read case files; {} for anyone else."""
+    return inspections.case_texts(user, commitments)
 
 
 def draw_tasks(draw: Draw) -> list[InspectionTask]:
@@ -195,6 +207,10 @@ def chip_timeline(chip: Chip) -> list[dict]:
     for row in rows:
         place = places.get(row.get("facility") or "")
         row["place"] = place.location if place else ""
+        # The place (and a country the entry does not name) come from the facility's own registration entry:
+        # the in-browser check verifies them against that entry's leaf.
+        row["place_seq"] = place.registered_seq if place else ""
+        row["country_from_place"] = not row.get("country") and bool(place)
         row["country"] = row.get("country") or (place.country if place else "")
         row.pop("payload", None)  # bulk entries list thousands of chips: keep only this chip's part
     return rows

@@ -10,6 +10,12 @@ def run_job(job_id: int) -> str:
     return jobs.job_run(job_id)
 
 
+@shared_task(name="desk.tasks.sweep_jobs")
+def sweep_jobs() -> list[int]:
+    """Beat: fail the jobs no worker finished by their deadline."""
+    return jobs.jobs_sweep()
+
+
 @shared_task(name="desk.tasks.refresh_figures")
 def refresh_figures() -> list[str]:
     """Beat: recompute the dashboard's aggregates over the big tables."""

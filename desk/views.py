@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import html
 
 from django import forms
 from django.contrib import admin, messages
@@ -14,6 +15,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.html import strip_tags
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
 from . import plots, selectors
@@ -149,7 +152,11 @@ def search(request):
 class TriageForm(forms.Form):
     action = forms.ChoiceField(choices=[(a, a.replace("_", " ")) for a in triage.TRIAGE_ACTIONS])
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=2000)
-    assignee = forms.CharField(required=False, max_length=150, help_text="username, to assign")
+    assignee = forms.ChoiceField(required=False, choices=[], help_text="a staff user who may triage, to assign")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["assignee"].choices = [("", "-")] + [(name, name) for name in triage.triage_assignees()]
 
 
 def alert_page(request, pk: int):
@@ -172,7 +179,7 @@ def alert_page(request, pk: int):
         request,
         f"Alert: {alert.get_kind_display()} — {alert.prover.slug}",
         alert=alert,
-        **selectors.alert_detail(alert),
+        **selectors.alert_detail(alert, request.user),
         form=form,
         can_act=can_act,
     )
@@ -218,7 +225,10 @@ def campaign_page(request, slug: str):
 
 def task_page(request, pk: int):
     task = _found(selectors.task_of_page(pk))
-    context = _context(request, f"Task #{task.pk}: {task}", task=task, detail=selectors.task_detail(task))
+    detail = selectors.task_detail(task)
+    notes = [detail["finding"].notes] if detail["finding"] else []
+    private = selectors.case_texts(request.user, notes)
+    context = _context(request, f"Task #{task.pk}: {task}", task=task, detail=detail, private=private)
     return render(request, "admin/desk/task.html", context)
 
 
@@ -281,9 +291,19 @@ def changelist_csv(request, app_label: str, model_name: str):
     return response
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")  # with full-width
+
+
 def _csv_cell(value) -> str:
+    """Plain text a spreadsheet shows as text: link columns lose their HTML, and no cell starts a formula
+    (also after leading whitespace or control characters, which spreadsheets skip)."""
     text = "" if value is None else str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text  # no formula injection in spreadsheets
+    if isinstance(value, SafeString) or "<" in text:  # a link column (format_html): its visible text only
+        text = html.unescape(strip_tags(text))
+    stripped = text.lstrip(" \t\r\n\x0b\x0c")
+    if text[:1] in FORMULA_STARTS or stripped[:1] in FORMULA_STARTS:
+        return "'" + text
+    return text
 
 
 def crosstab_csv(request):

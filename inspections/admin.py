@@ -200,11 +200,11 @@ class SeverityFilter(admin.SimpleListFilter):
 class AlertAdmin(ReadOnlyAdmin):
     """The alerts inbox: filter by state, severity and prover; each alert opens on the desk's triage page."""
 
-    list_display = ("alert_page", "raised_at", "state", "severity", "prover", "chip", "assignee", "detail")
+    list_display = ("alert_page", "raised_at", "state", "severity", "prover", "chip", "detail")
     list_display_links = None
     list_filter = ("state", SeverityFilter, "kind", "prover")
     list_select_related = ("prover", "chip")
-    search_fields = ("=chip__serial", "=assignee")
+    search_fields = ("=chip__serial",)
 
     @admin.display(description="alert")
     def alert_page(self, alert):

@@ -117,6 +117,7 @@ class Alert(models.Model):
         DIVERTED = "diverted"  # chips received in another country than they were consigned to
         LIFECYCLE = "lifecycle"  # chips decommissioned or destroyed: the regulator checks reason and evidence
         UNRECORDED_USE = "unrecorded_use", "chip used off the record"
+        DRAW_FAILED = "draw_failed", "campaign draw failed"
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="alerts")
@@ -266,3 +267,22 @@ class Claim(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prover.slug} {self.run} step {self.step} ({self.result})"
+
+
+class CaseText(models.Model):
+    """Private case text: triage reasons and assignees, finding notes, identity-challenge nonces.
+
+    Never on the public ledger: an entry carries ``commitment`` = ``sha256:`` + hex SHA-256(salt ‖ UTF-8 text)
+    instead, so the record is tamper-evident without being readable (the salt is private: a guessable text such
+    as a username cannot be confirmed from the commitment). Only regulator staff read these rows
+    (``view_casetext``); they are not a projection (``rebuild_projections`` rebuilds what points at them, the
+    commitments, from the ledger), so a backup carries this table as rows of its own.
+    """
+
+    commitment = models.CharField(max_length=71, primary_key=True)
+    salt = models.BinaryField(max_length=32)
+    text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.commitment

@@ -56,6 +56,8 @@ def _log_text(upload) -> str:
 
 
 def _body(request):
+    if request.user.is_staff or request.user.is_superuser:  # staff act for the regulator, never as a body
+        raise PermissionDenied("Regulator staff do not use the inspectors' portal.")
     organisation = organisation_of(request.user)
     if organisation is None or not organisation.has_role(Role.INSPECTION_BODY):
         raise PermissionDenied("Only members of an inspection body use the portal.")

@@ -13,11 +13,23 @@ CHECK_SNAPSHOT_LOG = "inspections.tasks.check_snapshot_log"
 VERIFY_CLAIM = "inspections.tasks.verify_claim"
 
 
-def enqueue_after_commit(name: str, *args, countdown: float | None = None, queue: str | None = None) -> None:
+def enqueue_after_commit(
+    name: str, *args, countdown: float | None = None, queue: str | None = None, on_failure=None
+) -> None:
     """Send the task ``name`` once the current transaction commits (never for a rolled-back one); ``countdown``
-    seconds later, on ``queue`` (else the default queue)."""
+    seconds later, on ``queue`` (else the default queue). ``on_failure(error)``, if given, answers a broker that
+    refuses the message (the work is committed: it must be marked, not lost behind a 500)."""
     options = {key: value for key, value in (("countdown", countdown), ("queue", queue)) if value is not None}
-    transaction.on_commit(lambda: current_app.send_task(name, args=args, **options))
+
+    def send() -> None:
+        try:
+            current_app.send_task(name, args=args, **options)
+        except Exception as error:
+            if on_failure is None:
+                raise
+            on_failure(error)
+
+    transaction.on_commit(send)
 
 
 def enqueue_log_check(log_id: int) -> None:

@@ -6,10 +6,17 @@ from django.conf import settings
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 
 from registry.models import Chip, Organisation, Role
-from registry.selectors import SEES_EVERYTHING
 from rules.inspection_planning import ELIGIBLE, prover_plan
 
-from .models import Campaign, Claim, InspectionTask, SnapshotLog
+from .models import Campaign, CaseText, Claim, InspectionTask, SnapshotLog
+
+
+def case_texts(user, commitments) -> dict[str, str]:
+    """The private text behind each commitment, for a user allowed to read case files; {} for anyone else."""
+    wanted = {c for c in commitments if c}
+    if not wanted or not user.has_perm("inspections.view_casetext"):
+        return {}
+    return dict(CaseText.objects.filter(commitment__in=wanted).values_list("commitment", "text"))
 
 
 def tasks_of(body: Organisation) -> QuerySet[InspectionTask]:
@@ -29,13 +36,17 @@ def snapshot_log_of(body: Organisation, log_id: int) -> SnapshotLog | None:
 
 
 def claim_of(organisation: Organisation | None, claim_id: int) -> Claim | None:
-    """The prover sees its own claims; the regulator and inspection bodies see all."""
+    """The prover sees its own claims and the regulator all; an inspection body only the claims answering the
+    snapshots it read (its own tasks' logs): a verdict's report is no other body's business."""
     if organisation is None:
         return None
     claims = Claim.objects.filter(pk=claim_id)
-    if not SEES_EVERYTHING & set(organisation.roles):
-        claims = claims.filter(prover=organisation)
-    return claims.first()
+    if organisation.has_role(Role.REGULATOR):
+        return claims.first()
+    mine = Q(prover=organisation)
+    if organisation.has_role(Role.INSPECTION_BODY):
+        mine |= Q(snapshot__log__task__inspection_body=organisation)
+    return claims.filter(mine).first()
 
 
 def campaign_targets(campaign: Campaign) -> list[tuple[Organisation, int, float | None]]:

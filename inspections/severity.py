@@ -12,6 +12,7 @@ SEVERITY = {
     Alert.Kind.OVERDUE: "medium",
     Alert.Kind.UNANSWERED: "medium",
     Alert.Kind.UNASSIGNED: "low",
+    Alert.Kind.DRAW_FAILED: "high",  # no draw, no inspection: the rule goes unenforced for that campaign
 }
 SEVERITIES = ("high", "medium", "low")
 

@@ -3,6 +3,8 @@
 from django import forms
 from django.contrib import admin
 
+from tlog import note
+
 from . import services
 from .admin_tools import EstimatedCountPaginator
 from .models import Checkpoint, Cosignature, Entry, Witness
@@ -52,6 +54,17 @@ class WitnessAddForm(forms.ModelForm):
     class Meta:
         model = Witness
         fields = ("verifier_key",)
+
+    def clean_verifier_key(self):
+        """A malformed key is a form error naming the problem, never a 500."""
+        vkey = self.cleaned_data["verifier_key"].strip()
+        try:
+            verifier = note.parse_verifier_key(vkey)
+        except (note.NoteError, ValueError) as error:
+            raise forms.ValidationError(f"not a verifier key: {error}") from error
+        if verifier.sig_type != note.COSIGNATURE_V1:
+            raise forms.ValidationError("must be a cosignature/v1 key (type 0x04)")
+        return vkey
 
 
 @admin.register(Witness)

@@ -166,6 +166,11 @@ def _validate(entry: NewEntry, position: int) -> None:
             fail("submission", "key, body and sig must be strings")
 
 
+def ledger_write_lock() -> None:
+    """Hold the ledger's write lock until the caller's transaction ends (a consistent export)."""
+    _lock_ledger()
+
+
 def _lock_ledger() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

@@ -166,12 +166,47 @@ class ChipAdmin(ReadOnlyAdmin):
         return base64.b64encode(bytes(chip.public_key)).decode()
 
 
+class MemberForm(forms.ModelForm):
+    """The service's own checks (staff join the regulator only; no move with live tokens) as form errors."""
+
+    class Meta:
+        model = Member
+        fields = ("user", "organisation")
+
+    def clean(self):
+        data = super().clean()
+        user = data.get("user") or (self.instance.user if self.instance.pk else None)  # read-only on change
+        organisation = data.get("organisation")
+        staff = user is not None and (user.is_staff or user.is_superuser)
+        if staff and organisation is not None and not organisation.has_role(Role.REGULATOR):
+            self.add_error("organisation", "staff users act for the regulator only")
+        return data
+
+
 @admin.register(Member)
 class MemberAdmin(admin.ModelAdmin):
-    """Who acts for which organisation: access control, not world state, so editable."""
+    """Who acts for which organisation: each change an ``org.member_added``/``org.member_removed`` entry."""
 
+    form = MemberForm
     list_display = ("user", "organisation")
     autocomplete_fields = ("user",)
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("user",) if obj is not None else ()  # a membership moves its user; it never changes hands
+
+    def save_model(self, request, obj, form, change):
+        try:
+            saved = services.member_add(obj.user, obj.organisation, actor="regulator")
+        except ValidationError as error:
+            raise PermissionDenied("; ".join(error.messages)) from error
+        obj.pk = saved.pk
+
+    def delete_model(self, request, obj):
+        services.member_remove(obj, actor="regulator")
+
+    def delete_queryset(self, request, queryset):
+        for member in queryset:
+            services.member_remove(member, actor="regulator")
 
 
 @admin.register(ApiToken)

@@ -92,6 +92,10 @@ _TINY = 1e-290
 Number = int | float | Fraction | Decimal
 
 
+# Plans go on the ledger as I-JSON, whose integers are exact only up to 2^53 - 1.
+MAX_CHIPS_NEEDED = 2**53 - 1
+
+
 class PlanError(ValueError):
     """A bad argument: ``field`` names the offending parameter (as in :func:`plan`)."""
 
@@ -257,6 +261,12 @@ def _model(flops, chips, snapshot_rate, period_days, run_days, flops_per_chip_se
         )
     n = _required_chips(flops, t, flops_per_chip_second)
     needed = math.ceil(n)
+    if needed > MAX_CHIPS_NEEDED:
+        raise PlanError(
+            "flops",
+            f"the run needs {needed:.3e} chips, more than 2^53 - 1: the plan is not representable "
+            "(in JSON, on the ledger) — is the exponent a typo?",
+        )
     periods = t / t_m
     snapshots = f * t_m
     if snapshots == 0:

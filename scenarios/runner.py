@@ -19,9 +19,11 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -37,9 +39,19 @@ from .cases import SCENARIOS, Outcome
 CHILD_SECONDS = 300  # a stuck scenario ends; the issue's budget is two minutes
 
 
+FOLDER_PREFIX = "scenario-"
+OWNER_FILE = "owner.pid"  # the parent's pid: a folder (and database) whose owner is gone is swept
+
+
 def run_fresh(name: str, *, keep: bool = False, stdout=sys.stdout) -> int:
-    """Parent: make the throwaway database and folder, run the scenario in a child pointed at them."""
-    folder = Path(tempfile.mkdtemp(prefix=f"scenario-{name}-"))
+    """Parent: make the throwaway database and folder, run the scenario in a child pointed at them.
+
+    A SIGTERM (or Ctrl-C) ends the child and its worker and still drops the database and the folder; after a
+    kill -9 of the parent, the next run sweeps what it left (``_sweep_leftovers``).
+    """
+    _sweep_leftovers(stdout)
+    folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{name}-"))
+    (folder / OWNER_FILE).write_text(str(os.getpid()))
     database, drop = _fresh_database(folder)
     env = {
         **os.environ,
@@ -53,13 +65,18 @@ def run_fresh(name: str, *, keep: bool = False, stdout=sys.stdout) -> int:
         "LEDGER_KEY_FILE": str(folder / "var" / "ledger-signing.key"),
     }
     command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "run_scenario", name, "--here"]
+    # Its own session: the child and the worker it starts end together (killpg) however the parent ends.
+    child = subprocess.Popen(command, env=env, cwd=settings.BASE_DIR, start_new_session=True)
+    previous = _exit_on_sigterm()
     try:
-        done = subprocess.run(command, env=env, cwd=settings.BASE_DIR, timeout=CHILD_SECONDS, check=False)
-        return done.returncode
+        return child.wait(timeout=CHILD_SECONDS)
     except subprocess.TimeoutExpired:
         stdout.write(f"FAIL {name}: did not finish within {CHILD_SECONDS} s\n")
         return 1
     finally:
+        _end_group(child)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         drop()
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
@@ -67,11 +84,75 @@ def run_fresh(name: str, *, keep: bool = False, stdout=sys.stdout) -> int:
             stdout.write(f"kept {folder} ({database})\n")
 
 
+def _exit_on_sigterm():
+    """SIGTERM raises SystemExit, so the ``finally`` above cleans up; the previous handler, or None off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _end_group(child: subprocess.Popen) -> None:
+    if child.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            child.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _owner(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
+
+
+def _sweep_leftovers(stdout) -> None:
+    """Drop the folders and databases of runs whose parent was killed (its pid is gone)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
+        try:
+            owner = _owner((folder / OWNER_FILE).read_text().strip())
+        except OSError:
+            continue  # not ours (no owner file), or not readable
+        if owner is not None and not _alive(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+            stdout.write(f"swept {folder} (its run was killed)\n")
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE 'scenario\\_%'")
+        names = [row[0] for row in cursor.fetchall()]
+    for name in names:
+        parts = name.split("_")
+        owner = _owner(parts[1]) if len(parts) == 3 else None
+        if owner is not None and not _alive(owner):
+            with connection.cursor() as cursor:
+                cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            stdout.write(f"swept database {name} (its run was killed)\n")
+
+
 def _fresh_database(folder: Path):
     """(DATABASE_URL of a new, empty database, a function that drops it)."""
     if connection.vendor != "postgresql":
         return f"sqlite:///{folder / 'scenario.sqlite3'}", lambda: None
-    name = f"scenario_{secrets.token_hex(6)}"
+    name = f"scenario_{os.getpid()}_{secrets.token_hex(6)}"
     params = connection.settings_dict
     user, host, port = params.get("USER") or "postgres", params.get("HOST") or "127.0.0.1", params.get("PORT") or 5432
     password = f":{params['PASSWORD']}" if params.get("PASSWORD") else ""

@@ -77,3 +77,38 @@ def test_worker_runs_the_periodic_draw(worker_queue):
     assert draw_due_campaigns.apply_async(queue=worker_queue).get(timeout=60) == ["worker-draw:0"]
     draw = Draw.objects.get(campaign__slug="worker-draw")
     assert InspectionTask.objects.filter(draw=draw).count() > 0
+
+
+def _procfile_pool() -> list[str]:
+    """The embedded deployment's pool options, as the Procfile starts its worker."""
+    line = next(
+        line for line in (settings.BASE_DIR / "Procfile").read_text().splitlines() if line.startswith("worker:")
+    )
+    return [word for word in line.split() if word.startswith(("--pool", "--concurrency"))]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_procfile_worker_survives_kill_9_of_a_pool_child_and_records_heartbeats():
+    """kill -9 of an (idle) pool child must not wedge the worker: with the Procfile's pool the next task runs."""
+    import signal
+
+    from desk.models import Heartbeat
+    from tests.helpers import wait_for
+
+    assert any(option in ("--pool=threads", "--pool=solo") for option in _procfile_pool())
+    queue = f"test-{uuid.uuid4().hex[:12]}"
+    env = {**os.environ, "DATABASE_URL": subprocess_database_url()}
+    command = [sys.executable, "-m", "celery", "-A", "config", "worker", *_procfile_pool(), "-Q", queue]
+    process = subprocess.Popen([*command, "--without-gossip", "--without-mingle", "--loglevel=WARNING"], env=env)
+    try:
+        append_sample_entries(3)
+        assert checkpoint_if_grown.apply_async(queue=queue).get(timeout=60) in (None, 3)
+        children = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout.split()
+        for child in children:  # a prefork pool would have some; the Procfile's pool has none to lose
+            os.kill(int(child), signal.SIGKILL)
+        append_sample_entries(2)
+        assert checkpoint_if_grown.apply_async(queue=queue).get(timeout=60) == 5
+        wait_for(lambda: Heartbeat.objects.filter(task=checkpoint_if_grown.name).exists(), what="a heartbeat")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -129,7 +129,8 @@ TABLE = [
         "api/inspections/claims/<int:claim_id>",
         "/api/inspections/claims/{claim}",
         None,
-        row(404, anonymous=401, owner_a=200, inspect_us=200, inspect_eu=200, auditor=200, regulator=200),
+        # an inspection body reads only the claims answering its own tasks' snapshots
+        row(404, anonymous=401, owner_a=200, inspect_us=200, inspect_eu=404, auditor=200, regulator=200),
     ),
     (
         "get",

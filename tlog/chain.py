@@ -264,6 +264,8 @@ class ChainVerifier:
             obj = _loads(leaf)
         except ValueError:
             raise LedgerFault(seq, "leaf is not valid JSON") from None
+        except RecursionError:
+            raise LedgerFault(seq, "leaf is not valid JSON (nested too deeply)") from None
         if type(obj) is not dict:
             raise LedgerFault(seq, "leaf is not a JSON object")
         error = _fields_error(obj, check_prev=False)

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import http.client
 import json
 import os
+import socket
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -74,17 +77,31 @@ class LogClient:
         return f"{url}?{urllib.parse.urlencode(params)}" if params else url
 
     def _open(self, request: urllib.request.Request, limit: int) -> tuple[int, bytes]:
-        """Return (status, body) for any HTTP answer; raise FetchError if there is none."""
+        """Return (status, body) for any HTTP answer; raise FetchError if there is none.
+
+        ``timeout`` bounds the whole request, not only each read: a server dripping a byte at a time is cut
+        off when the deadline passes (its socket is shut down under the blocked read).
+        """
         request.add_header("User-Agent", USER_AGENT)
+        deadline = _Deadline(self.timeout)
+        opener = urllib.request.build_opener(_DeadlineHTTPHandler(deadline), _DeadlineHTTPSHandler(deadline))
+        deadline.start()
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
-                return resp.status, _read_limited(resp, limit, request.full_url)
+            with opener.open(request, timeout=self.timeout) as resp:
+                answer = resp.status, _read_limited(resp, limit, request.full_url)
         except urllib.error.HTTPError as err:
             with err:
-                return err.code, _read_limited(err, LIMIT_SMALL, request.full_url, truncate=True)
-        except (urllib.error.URLError, OSError) as err:
+                answer = err.code, _read_limited(err, LIMIT_SMALL, request.full_url, truncate=True)
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            if deadline.expired:
+                raise FetchError(f"{request.full_url}: no complete answer within {self.timeout:g} s") from err
             reason = getattr(err, "reason", err)
             raise FetchError(f"cannot reach {request.full_url}: {reason}") from err
+        finally:
+            deadline.cancel()
+        if deadline.expired:  # the shut-down socket may read as a short, "complete" body: never use it
+            raise FetchError(f"{request.full_url}: no complete answer within {self.timeout:g} s")
+        return answer
 
     def _get(self, path: str, params: dict | None = None, limit: int = LIMIT_SMALL) -> bytes:
         request = urllib.request.Request(self._url(path, params), method="GET")
@@ -97,8 +114,8 @@ class LogClient:
         body = self._get(path, params, limit)
         try:
             data = json.loads(body)
-        except ValueError as err:
-            raise FetchError(f"GET {self._url(path, params)}: response is not JSON") from err
+        except (ValueError, RecursionError) as err:  # RecursionError: nested too deeply to parse
+            raise FetchError(f"GET {self._url(path, params)}: response is not JSON ({type(err).__name__})") from err
         if not isinstance(data, dict):
             raise FetchError(f"GET {self._url(path, params)}: response is not a JSON object")
         return data
@@ -248,7 +265,7 @@ class LogClient:
         status, body = self._open(request, LIMIT_SMALL)
         try:
             return status, json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             return status, body.decode("utf-8", "replace")
 
 
@@ -275,6 +292,59 @@ def _read_file(base: str, path: str, limit: int) -> bytes | None:
     if len(body) > limit:
         raise FetchError(f"{local}: larger than {limit} bytes")
     return body
+
+
+class _Deadline:
+    """Shuts the current connection's socket down when the request's total time is up."""
+
+    def __init__(self, seconds: float):
+        self.sock: socket.socket | None = None
+        self.expired = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self.sock is not None:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def _tracked(base: type[http.client.HTTPConnection], deadline: _Deadline) -> type[http.client.HTTPConnection]:
+    class Connection(base):
+        def connect(self):
+            super().connect()
+            deadline.sock = self.sock
+            if deadline.expired:  # connected just as time ran out
+                deadline._expire()
+
+    return Connection
+
+
+class _DeadlineHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline):
+        super().__init__()
+        self.deadline = deadline
+
+    def http_open(self, req):
+        return self.do_open(_tracked(http.client.HTTPConnection, self.deadline), req)
+
+
+class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline):
+        super().__init__()
+        self.deadline = deadline
+
+    def https_open(self, req):
+        return self.do_open(_tracked(http.client.HTTPSConnection, self.deadline), req, context=self._context)
 
 
 def _read_limited(resp, limit: int, url: str, truncate: bool = False) -> bytes:

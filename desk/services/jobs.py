@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
@@ -28,8 +30,31 @@ def job_start(kind: str, params: dict, by: str) -> Job:
     if kind == Job.Kind.CLAIM_REVERIFY and not Claim.objects.filter(pk=params.get("claim")).exists():
         raise ValidationError({"claim": "no such claim"})
     job = Job.objects.create(kind=kind, params=params, started_by=by)
-    enqueue_after_commit(RUN_JOB, job.pk, queue=settings.DESK_JOB_QUEUE)
+    enqueue_after_commit(RUN_JOB, job.pk, queue=settings.DESK_JOB_QUEUE, on_failure=lambda error: _unqueued(job, error))
     return job
+
+
+def _unqueued(job: Job, error: Exception) -> None:
+    """A broker that refuses the job fails it with the reason (never a 500, never a job queued for ever)."""
+    reason = f"could not be queued (the broker is unreachable: {type(error).__name__}: {error}); start it again"
+    Job.objects.filter(pk=job.pk).update(state=Job.State.FAILED, message=reason[:255], finished_at=timezone.now())
+
+
+def jobs_sweep(now=None) -> list[int]:
+    """Fail every queued or running job older than ``DESK_JOB_DEADLINE``: its worker died or its message was lost."""
+    now = now or timezone.now()
+    late = Job.objects.filter(
+        state__in=(Job.State.QUEUED, Job.State.RUNNING),
+        created_at__lt=now - timedelta(seconds=settings.DESK_JOB_DEADLINE),
+    )
+    ids = list(late.values_list("pk", flat=True))
+    reason = (
+        f"no worker finished it within {settings.DESK_JOB_DEADLINE} s (worker killed or message lost); start it again"
+    )
+    Job.objects.filter(pk__in=ids, state__in=(Job.State.QUEUED, Job.State.RUNNING)).update(
+        state=Job.State.FAILED, message=reason[:255], finished_at=now
+    )
+    return ids
 
 
 def _progress(job: Job, progress: float, message: str) -> None:

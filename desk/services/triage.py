@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inspections.models import Alert
-from inspections.services.alerts import ACTIONS, alert_act
+from inspections.services.alerts import ACTIONS, alert_act, triage_staff
 
 TRIAGE_ACTIONS = tuple(ACTIONS)
 
@@ -11,3 +11,8 @@ TRIAGE_ACTIONS = tuple(ACTIONS)
 def alert_triage(alert: Alert, *, by: str, action: str, reason: str = "", assignee: str = "") -> Alert:
     """One ``alert.updated`` entry by the regulator, ``by`` (a username) acting; a ValidationError names the field."""
     return alert_act(alert, by=by, action=action, reason=reason, assignee=assignee)
+
+
+def triage_assignees() -> list[str]:
+    """Who an alert may be assigned to: the staff users who may triage."""
+    return triage_staff()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
 
 from ledger import services as ledger
 from registry.models import Chip, Organisation
 
 from ..models import Alert, AlertAction, InspectionTask
+from .casefiles import case_text_commit
 from .validation import fail
 
 
@@ -62,7 +65,8 @@ def alert_act(
     """Acknowledge, assign, comment, resolve, mark false positive or superseded: one ``alert.updated`` entry each.
 
     ``by`` is the person (username) acting for ``actor`` (the organisation on the ledger). Every action but
-    acknowledge and assign needs a reason; assign needs an assignee.
+    acknowledge and assign needs a reason; assign needs an assignee, an active staff user who may triage.
+    The reason and the assignee are private case text: the entry carries their salted commitments.
     """
     alert = Alert.objects.select_for_update().get(pk=alert.pk)
     state = alert_next_state(alert.state, action)
@@ -75,6 +79,9 @@ def alert_act(
         fail("reason", f"say why ({action})")
     if (action == "assign") != bool(assignee):
         fail("assignee", "required to assign, and only then")
+    if assignee and assignee not in triage_staff():
+        fail("assignee", "must be the username of an active staff user who may triage alerts")
+    reason, assignee = case_text_commit(reason), case_text_commit(assignee)
     payload = {
         "alert": alert.raised_seq,
         "action": action,
@@ -91,6 +98,13 @@ def alert_act(
     alert.assignee = assignee or alert.assignee
     alert.save(update_fields=["state", "assignee", "updated_seq"])
     return alert
+
+
+def triage_staff() -> list[str]:
+    """Usernames an alert may be assigned to: active staff users who may triage (or superusers)."""
+    perm = Q(user_permissions__codename="change_alert") | Q(groups__permissions__codename="change_alert")
+    users = get_user_model().objects.filter(is_active=True, is_staff=True).filter(perm | Q(is_superuser=True))
+    return sorted(set(users.values_list("username", flat=True)))
 
 
 def _text(value, name: str) -> str:

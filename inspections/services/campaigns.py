@@ -7,6 +7,8 @@ with its projection rows in the same transaction.
 from __future__ import annotations
 
 import base64
+import logging
+import math
 from collections import defaultdict
 from datetime import date, timedelta
 
@@ -16,7 +18,7 @@ from django.utils import timezone
 
 from ledger import services as ledger
 from registry.models import Chip, Organisation
-from rules import draw_ranking
+from rules import draw_ranking, sampling_plans
 from rules.inspection_planning import (
     DEFAULT_MODEL,
     ELIGIBLE,
@@ -30,11 +32,30 @@ from rules.inspection_planning import (
 
 from .. import selectors
 from ..models import Alert, Campaign, CampaignSeed, Draw, InspectionBody, InspectionTask
-from .alerts import alert_raise
+from .alerts import CLOSED, alert_raise
 from .validation import country_clean
 from .validation import fail as _fail
 
+log = logging.getLogger(__name__)
 TASK_DAYS = 14  # an inspection is due this many days after the draw
+MAX_DAYS = 36_525  # a hundred years: periods and runs stay far inside every database's date and integer range
+PLAN_FIELDS = {"flops": "rule_flops", "p": "detection_probability"}  # sampling's names -> the campaign's
+
+
+def _number_check(field: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        _fail(field, f"must be a finite number, not {value!r}")
+
+
+def _dates_check(starts_on, ends_on, period_days: int) -> None:
+    if not isinstance(starts_on, date) or (ends_on is not None and not isinstance(ends_on, date)):
+        _fail("starts_on", "must be a date")
+    if ends_on is not None and ends_on < starts_on:
+        _fail("ends_on", f"must not be before starts_on ({starts_on.isoformat()})")
+    try:
+        starts_on + timedelta(days=MAX_DAYS + period_days)  # every period the draw computes stays a date
+    except OverflowError:
+        _fail("starts_on", "too far in the future")
 
 
 def campaign_clean(
@@ -60,14 +81,27 @@ def campaign_clean(
     known = set(Organisation.objects.filter(slug__in=provers).values_list("slug", flat=True))
     if len(known) != len(set(provers)):
         _fail("provers", f"unknown: {sorted(set(provers) - known)}")
+    _number_check("rule_flops", rule_flops)
+    _number_check("detection_probability", detection_probability)
+    _number_check("snapshot_rate", snapshot_rate)
     if not rule_flops > 0:
         _fail("rule_flops", "must be positive")
     if not 0 < detection_probability < 1:
         _fail("detection_probability", "must be between 0 and 1")
+    if not snapshot_rate > 0:
+        _fail("snapshot_rate", "must be positive: a chip that never logs a snapshot can never be caught")
+    for name, days in (("period_days", period_days), ("run_days", run_days)):
+        if type(days) is not int or not 0 < days <= MAX_DAYS:
+            _fail(name, f"a whole number of days from 1 to {MAX_DAYS}")
     if not 0 < period_days <= run_days:
         _fail("period_days", "must be positive and at most run_days")
+    _dates_check(starts_on, ends_on, period_days)
     if model not in MODELS:
         _fail("model", f"one of {list(MODELS)}")
+    try:  # the plan must be representable: e.g. H = 1e40 (a typo for 1e26) needs more than 2^53 chips
+        sampling_plans.plan(rule_flops, 1, detection_probability, snapshot_rate, period_days, run_days)
+    except sampling_plans.PlanError as error:
+        _fail(PLAN_FIELDS.get(error.field, error.field), error.message)
     return {
         "slug": slug,
         "provers": sorted(provers),
@@ -130,15 +164,48 @@ def campaigns_draw_due(today: date) -> list[str]:
     """
     done = []
     for campaign in Campaign.objects.order_by("slug"):
-        period = campaign_period(campaign, today)
-        if period is None or Draw.objects.filter(campaign=campaign, period=period).exists():
+        try:  # each campaign in its own transaction: one that fails must not stop the others
+            drawn = _draw_if_due(campaign, today)
+        except Exception as error:
+            log.exception("campaign %s: the due draw failed", campaign.slug)
+            _draw_failed_alert(campaign, error)
             continue
-        if not CampaignSeed.objects.filter(campaign=campaign, period=period).exists():
-            campaign_seed_commit(campaign, period)
-            continue
-        campaign_draw(campaign, period)
-        done.append(f"{campaign.slug}:{period}")
+        if drawn:
+            done.append(drawn)
     return done
+
+
+@transaction.atomic
+def _draw_if_due(campaign: Campaign, today: date) -> str | None:
+    period = campaign_period(campaign, today)
+    if period is None or Draw.objects.filter(campaign=campaign, period=period).exists():
+        return None
+    if not CampaignSeed.objects.filter(campaign=campaign, period=period).exists():
+        campaign_seed_commit(campaign, period)
+        return None
+    campaign_draw(campaign, period)
+    return f"{campaign.slug}:{period}"
+
+
+def _draw_failed_alert(campaign: Campaign, error: Exception) -> None:
+    """One open alert per failing campaign (not one per beat run), against its first target."""
+    detail = f"campaign {campaign.slug}: the due draw failed ({type(error).__name__}: {str(error)[:300]})"
+    try:
+        with transaction.atomic():
+            if (
+                Alert.objects.filter(kind=Alert.Kind.DRAW_FAILED, detail__startswith=f"campaign {campaign.slug}:")
+                .exclude(state__in=CLOSED)
+                .exists()
+            ):
+                return
+            targets = selectors.campaign_targets(campaign)
+            prover = targets[0][0] if targets else campaign.provers.order_by("slug").first()
+            if prover is None:
+                log.error("%s (no prover to raise the alert against)", detail)
+                return
+            alert_raise(Alert.Kind.DRAW_FAILED, prover, detail)
+    except Exception:
+        log.exception("campaign %s: the draw-failed alert could not be raised", campaign.slug)
 
 
 @transaction.atomic

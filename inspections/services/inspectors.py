@@ -26,6 +26,7 @@ from .. import queue, verification
 from ..models import Alert, Finding, IdentityChallenge, InspectionTask, Snapshot, SnapshotLog
 from .alerts import CLOSED, alert_act, alert_raise
 from .campaigns import campaign_create
+from .casefiles import case_text_commit
 from .validation import fail as _fail
 
 CHALLENGE_SECONDS = 600
@@ -84,19 +85,26 @@ def identity_answer_check(
     if challenge is not None:
         challenge.answered = True
         challenge.save(update_fields=["answered"])
-    outcome = {"task": task.pk, "chip": task.chip.serial, "nonce": nonce, "passed": reason is None, "reason": reason}
+    # The challenge's nonce is private case text: the entry carries its salted commitment.
+    outcome = {
+        "task": task.pk,
+        "chip": task.chip.serial,
+        "challenge": case_text_commit(nonce if isinstance(nonce, str) else ""),
+        "passed": reason is None,
+        "reason": reason,
+    }
     ledger.append_entry("inspection.identity_checked", outcome, body.slug, submission)
     if reason is not None:
         alert_raise(Alert.Kind.IDENTITY_FAILED, task.prover, f"{task.chip.serial}: {reason}", task.chip, task)
     else:
-        _supersede_identity_alerts(task, body, nonce)
+        _supersede_identity_alerts(task, body)
     return outcome
 
 
-def _supersede_identity_alerts(task: InspectionTask, body: Organisation, nonce: str) -> None:
+def _supersede_identity_alerts(task: InspectionTask, body: Organisation) -> None:
     """A retry that passes closes the task's open identity alerts: the failure was the inspector's mistake."""
     for alert in Alert.objects.filter(task=task, kind=Alert.Kind.IDENTITY_FAILED).exclude(state__in=CLOSED):
-        reason = f"the identity check of {task.chip.serial} was retried within the deadline and passed (nonce {nonce})"
+        reason = f"the identity check of {task.chip.serial} was retried within the deadline and passed"
         alert_act(alert, action="supersede", by=body.slug, reason=reason, actor=body.slug)
 
 
@@ -233,6 +241,12 @@ def finding_submit(task: InspectionTask, body: Organisation, data: dict, submiss
     if task.status not in (InspectionTask.Status.ACCEPTED, InspectionTask.Status.OVERDUE):
         _fail("status", f"a {task.status} task takes no finding (accept it first)")
     finding = _finding_fields(data)
+    if finding.get("notes") and submission is not None:
+        _fail("notes", "are private, and a signed body is published whole on the ledger: record them in the portal")
+    # Notes are private case text: the entry (and the projection) carry their salted commitment.
+    notes = finding.pop("notes", "").strip()
+    if notes:
+        finding["notes"] = case_text_commit(notes)
     entry = ledger.append_entry(
         "inspection.finding", {"task": task.pk, "chip": task.chip.serial, **finding}, body.slug, submission
     )

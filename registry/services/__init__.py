@@ -20,6 +20,7 @@ from .idempotency import IdempotencyConflict, idempotent_answer, idempotent_answ
 from .licences import export_licence_grant
 from .organisations import (
     member_add,
+    member_remove,
     organisation_key_register,
     organisation_key_replace,
     organisation_key_revoke,
@@ -50,6 +51,7 @@ __all__ = [
     "idempotent_answer_record",
     "idempotent_in_progress",
     "member_add",
+    "member_remove",
     "organisation_key_register",
     "organisation_key_replace",
     "organisation_key_revoke",

@@ -111,9 +111,32 @@ def organisation_key_replace(
     )
 
 
-def member_add(user, organisation: Organisation) -> Member:
+@transaction.atomic
+def member_add(user, organisation: Organisation, actor: str = "regulator") -> Member:
+    """Let ``user`` act for ``organisation`` (or move it there): an ``org.member_added`` entry.
+
+    Staff act for the regulator only: a staff user cannot join (or be moved into) any other organisation, so it
+    can never write as an inspection body or a vendor. A user holding live API tokens is not moved: its tokens
+    were issued to act for its organisation (revoke them first). The entry names the user by id, not by name.
+    """
+    if (user.is_staff or user.is_superuser) and not organisation.has_role(Role.REGULATOR):
+        fail("organisation", "staff users act for the regulator only; they cannot join another organisation")
+    current = Member.objects.select_for_update().filter(user=user).first()
+    if current is not None and current.organisation_id == organisation.pk:
+        return current
+    if current is not None and user.api_tokens.filter(revoked_at=None).exists():
+        fail("user", f"holds API tokens issued for {current.organisation.slug}: revoke them before moving the user")
+    payload = {"org": organisation.slug, "user": user.pk, "from": current.organisation.slug if current else None}
+    ledger.append_entry("org.member_added", payload, actor)
     member, _ = Member.objects.update_or_create(user=user, defaults={"organisation": organisation})
     return member
+
+
+@transaction.atomic
+def member_remove(member: Member, actor: str = "regulator") -> None:
+    """The user no longer acts for the organisation: an ``org.member_removed`` entry."""
+    ledger.append_entry("org.member_removed", {"org": member.organisation.slug, "user": member.user_id}, actor)
+    member.delete()
 
 
 # --- signed requests ------------------------------------------------------------------

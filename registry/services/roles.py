@@ -8,6 +8,10 @@ campaign seeds before their reveal, users, groups and sessions.
 from __future__ import annotations
 
 from django.contrib.auth.models import Group, Permission
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from ledger import services as ledger
 
 AUDITOR = "auditor"
 REGULATOR_STAFF = "regulator staff"
@@ -40,6 +44,7 @@ REGULATOR_STAFF_PERMISSIONS = [
     ("inspections", "add_campaign"),
     ("inspections", "add_inspectionbody"),
     ("ledger", "add_witness"),
+    ("inspections", "view_casetext"),  # private case text (triage reasons, assignees, finding notes): staff only
     ("inspections", "change_alert"),  # triage on the desk (each action a ledger entry through alert_act)
     ("desk", "add_job"),  # draw audits, integrity sweeps and claim re-verifications
 ]
@@ -58,7 +63,13 @@ def roles_sync(**_signal) -> None:
         group.permissions.set(found)
 
 
-def role_grant(user, role: str) -> None:
-    """Give a staff user one role (and only that one)."""
+@transaction.atomic
+def role_grant(user, role: str, actor: str = "regulator") -> None:
+    """Give a staff user one role (and only that one): a ``regulator.role_granted`` entry names the user by id."""
+    if role not in ROLES:
+        raise ValidationError({"role": f"one of {sorted(ROLES)}"})
+    if not user.is_staff:
+        raise ValidationError({"user": "roles are for staff users"})
+    ledger.append_entry("regulator.role_granted", {"user": user.pk, "role": role}, actor)
     user.groups.set([Group.objects.get(name=role)])
     user.user_permissions.clear()

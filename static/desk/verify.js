@@ -81,53 +81,101 @@
     return r;
   }
 
-  async function verifyRow(row, checkpoint) {
-    const seq = Number(row.dataset.seq);
-    if (seq >= checkpoint.size) return { ok: null, why: "not yet in a signed checkpoint" };
+  // One entry's leaf, checked: its hash is included in the signed checkpoint (RFC 9162 proof) and it is entry seq.
+  async function verifiedLeaf(seq, checkpoint) {
+    if (!(seq < checkpoint.size)) throw new Error(`entry ${seq} is not yet in the signed checkpoint (size ${checkpoint.size}): try again after the next one`);
     const page = JSON.parse(await text(`entries?start=${seq}&end=${seq + 1}`));
+    if (!page.entries || page.entries.length !== 1) throw new Error(`the log served no entry ${seq}`);
     const leaf = b64(page.entries[0].leaf);
     const parsed = JSON.parse(new TextDecoder().decode(leaf));
-    if (parsed.seq !== seq || parsed.kind !== row.dataset.kind || parsed.actor !== row.dataset.actor)
-      return { ok: false, why: "the leaf does not say what this page shows" };
+    if (parsed.seq !== seq) throw new Error(`the leaf served for ${seq} is entry ${parsed.seq}`);
     const leafHash = await sha256(ZERO, leaf);
     const proof = JSON.parse(await text(`proof/inclusion?index=${seq}&size=${checkpoint.size}`));
     const root = await rootFromProof(seq, checkpoint.size, leafHash, proof.hashes.map(b64));
-    if (!equal(root, checkpoint.root)) return { ok: false, why: "inclusion proof does not lead to the signed root" };
-    return { ok: true, why: `leaf ${hex(leafHash).slice(0, 12)}… included in checkpoint ${checkpoint.size}` };
+    if (!equal(root, checkpoint.root)) throw new Error("inclusion proof does not lead to the signed root");
+    return { parsed, leafHash };
+  }
+
+  // What the page shows of an entry, derived from its leaf exactly as the server's desk.selectors._about does.
+  function shownByLeaf(entry, serial) {
+    const p = entry.payload || {};
+    let item = p;
+    if (entry.kind === "chip.fabricated") item = (p.chips || []).find((c) => c && c.serial === serial) || {};
+    return {
+      kind: entry.kind,
+      actor: entry.actor,
+      counterparty: p.consignee || p.to_owner || p.prover || "",
+      facility: item.facility || "",
+      country: p.country || p.destination_country || "",
+    };
+  }
+
+  const cellText = (row, cls) => { const c = row.querySelector("." + cls); return c ? c.textContent.trim() : ""; };
+
+  async function verifyRow(row, checkpoint, serial) {
+    const seq = Number(row.dataset.seq);
+    const { parsed, leafHash } = await verifiedLeaf(seq, checkpoint);
+    const want = shownByLeaf(parsed, serial);
+    for (const field of ["kind", "actor", "counterparty", "facility"]) {
+      if (cellText(row, "f-" + field) !== want[field]) return { ok: false, why: `the ${field} shown is not the leaf's (${JSON.stringify(want[field])})` };
+    }
+    const time = row.querySelector(".f-time time");
+    if (!time || Date.parse(time.getAttribute("datetime")) !== Date.parse(parsed.time)) return { ok: false, why: "the time shown is not the leaf's" };
+    time.textContent = parsed.time.replace("T", " ").replace(/\.\d+Z$/, " UTC");  // show the verified value itself
+    let country = want.country;
+    const place = row.querySelector(".f-place");
+    if (row.dataset.placeSeq) {  // place (and a country the entry lacks) come from the facility's registration
+      const facility = (await verifiedLeaf(Number(row.dataset.placeSeq), checkpoint)).parsed;
+      const fp = facility.payload || {};
+      if (facility.kind !== "facility.registered" || fp.slug !== want.facility) return { ok: false, why: "the place shown is not the facility's registration" };
+      if (!place || place.textContent.trim() !== (fp.location || "")) return { ok: false, why: "the place shown is not the registered location" };
+      if ("countryFromPlace" in row.dataset) country = fp.country || "";
+    } else if (place || "countryFromPlace" in row.dataset) {
+      return { ok: false, why: "a place is shown without its registration entry" };
+    }
+    if (cellText(row, "f-country") !== country) return { ok: false, why: `the country shown is not the leaf's (${JSON.stringify(country)})` };
+    return { ok: true, why: `leaf ${hex(leafHash).slice(0, 12)}\u2026 included in checkpoint ${checkpoint.size}; every field shown matches` };
   }
 
   function mark(cell, ok, why) {
-    cell.textContent = (ok === true ? "\u2714 verified: " : ok === false ? "\u2718 FAILED: " : "\u2013 ") + why;
-    cell.className = "verify-cell " + (ok === true ? "verify-ok" : ok === false ? "verify-bad" : "");
+    cell.textContent = (ok === true ? "\u2714 verified: " : "\u2718 FAILED: ") + why;
+    cell.className = "verify-cell " + (ok === true ? "verify-ok" : "verify-bad");
   }
 
+  // Fails closed: OK only when every row shown verified, each field against its leaf, under a checkpoint signed
+  // by the pinned key that covers the newest entry shown. Any error (key, network, parse) fails the run.
   async function verifyAll() {
     const summary = document.getElementById("verify-summary");
     summary.hidden = false;
     summary.className = "";
-    summary.textContent = "verifying…";
-    const rows = Array.from(document.querySelectorAll("#timeline tbody tr"));
-    let failed = 0, passed = 0;
+    delete summary.dataset.done;
+    summary.textContent = "verifying\u2026";
+    const table = document.getElementById("timeline");
+    const rows = Array.from(document.querySelectorAll("#timeline tbody tr[data-seq]"));
+    let failed = 0, passed = 0, outcome = "fail";
     try {
       if (!window.crypto || !crypto.subtle) throw new Error("this page needs a secure context (HTTPS) for WebCrypto");
+      if (!rows.length) throw new Error("there is nothing to verify on this page");
       const key = await pinnedKey();
       const checkpoint = await openCheckpoint(await text("checkpoint"), key);
+      const newest = Math.max(...rows.map((r) => Number(r.dataset.seq)));
       for (const row of rows) {
-        const cell = row.querySelector(".verify-cell");
         let result;
-        try { result = await verifyRow(row, checkpoint); } catch (e) { result = { ok: false, why: e.message }; }
-        mark(cell, result.ok, result.why);
-        if (result.ok === false) failed++; else if (result.ok) passed++;
+        try { result = await verifyRow(row, checkpoint, table.dataset.serial); } catch (e) { result = { ok: false, why: e.message }; }
+        mark(row.querySelector(".verify-cell"), result.ok, result.why);
+        if (result.ok === true) passed++; else failed++;
       }
-      summary.textContent = failed
-        ? `FAILED: ${failed} of ${rows.length} entries do not verify against checkpoint ${checkpoint.size}`
-        : `OK: ${passed} entries verified against checkpoint ${checkpoint.size} signed by ${key.name}`;
-      summary.className = failed ? "verify-bad" : "verify-ok";
+      if (failed || passed !== rows.length || !(newest < checkpoint.size)) {
+        summary.textContent = `FAILED: ${failed} of ${rows.length} entries do not verify against checkpoint ${checkpoint.size}`;
+      } else {
+        summary.textContent = `OK: all ${passed} entries shown verified, every field against its leaf, in checkpoint ${checkpoint.size} signed by ${key.name}`;
+        outcome = "pass";
+      }
     } catch (e) {
       summary.textContent = "FAILED: " + e.message;
-      summary.className = "verify-bad";
     }
-    summary.dataset.done = failed ? "fail" : "pass";
+    summary.className = outcome === "pass" ? "verify-ok" : "verify-bad";
+    summary.dataset.done = outcome;
   }
 
   document.addEventListener("DOMContentLoaded", () => {

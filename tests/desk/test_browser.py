@@ -116,7 +116,7 @@ def test_a_regulator_works_the_desk(browser, live_server, world, job_worker):
     page.goto(f"{live_server.url}/admin/inspections/alert/?state=open")
     page.click(f"a[href='/admin/desk/alert/{alert.pk}/']")
     page.select_option("#id_action", "assign")
-    page.fill("#id_assignee", "auditor")
+    page.select_option("#id_assignee", "regulator-staff")  # a staff user who may triage
     page.fill("#id_reason", "please look at this")
     page.click("input[type=submit][value='Record on the ledger']")
     page.wait_for_selector("#alert-history >> text=please look at this")
@@ -131,6 +131,46 @@ def test_a_regulator_works_the_desk(browser, live_server, world, job_worker):
     page.click("#start-audit")
     page.wait_for_selector("#audits tr.job[data-state=done]", timeout=120_000)
     assert "matches its recomputation" in page.inner_text("#audits")
+
+
+def test_the_in_browser_check_fails_closed(browser, live_server, world):
+    """An old (validly signed) checkpoint, a field the page shows that its leaf does not say, or a changed log
+    key each fail the run; none reads as OK."""
+    from ledger.models import Checkpoint
+    from ledger.selectors import checkpoint_text
+
+    old = Checkpoint.objects.order_by("size").first()
+    ledger.checkpoint_sign()
+    page = _login(browser, live_server, "regulator")
+    serial = world["task"].chip.serial
+    chip_page = f"{live_server.url}/admin/desk/chip/{serial}/"
+
+    def run() -> str:
+        page.click("#verify-all")
+        page.wait_for_selector("#verify-summary[data-done]")
+        return page.get_attribute("#verify-summary", "data-done") + ": " + page.inner_text("#verify-summary")
+
+    page.goto(chip_page)
+    assert run().startswith("pass: OK"), page.inner_text("#verify-summary")
+
+    old_note = checkpoint_text(old)  # validly signed, but older than every entry shown
+    page.route("**/api/ledger/checkpoint", lambda route: route.fulfill(status=200, body=old_note))
+    page.goto(chip_page)
+    assert run().startswith("fail: FAILED")
+    page.unroute("**/api/ledger/checkpoint")
+
+    for cell in (".f-counterparty", ".f-country", ".f-facility", ".f-place"):  # the server lies about one field
+        page.goto(chip_page)
+        if page.locator(cell).count() == 0:
+            continue
+        page.eval_on_selector(cell, "c => { c.textContent = c.textContent + 'X'; }")
+        assert run().startswith("fail: FAILED"), cell
+        assert page.locator(".verify-bad").count() >= 1
+
+    page.goto(chip_page)
+    page.evaluate("localStorage.setItem('chipledger.verifierKey', 'another.example/log+00000000+AQ==')")
+    verdict = run()
+    assert verdict.startswith("fail: FAILED") and "differs from the one pinned" in verdict
 
 
 def test_an_auditor_finds_nothing_to_change_and_no_secret(browser, live_server, world):

@@ -16,12 +16,13 @@ from desk.models import Job
 from desk.selectors import achieved_detection
 from desk.services.jobs import job_run
 from inspections import queue
-from inspections.models import Campaign, Claim, Draw, InspectionTask
+from inspections.models import Alert, Campaign, Claim, Draw, InspectionTask
 from inspections.selectors import campaign_plan
 from inspections.services import claims as claim_services
 from inspections.services import inspectors
+from inspections.services.alerts import alert_act
 from ledger.models import Entry
-from ledger.selectors import ledger_size
+from ledger.selectors import leaves, ledger_size
 
 pytestmark = pytest.mark.django_db
 STUB = Path(__file__).resolve().parents[1] / "inspections" / "stub_verifier.py"
@@ -241,6 +242,25 @@ def test_the_task_page_shows_identity_log_verdict_snapshots_finding_and_alerts(s
     assert "identity_failed" in alerts and "log_problems" in alerts and "overdue" in alerts
     assert inspected["nonce"] not in html  # a challenge nonce is no one's business in the admin
     assert staff.get(reverse("desk:task", args=[10**9])).status_code == 404
+
+
+def test_private_case_text_is_shown_to_regulator_staff_only(client, world, inspected):
+    """Finding notes, triage reasons and assignees: staff read them; the auditor sees "(private)"; the public
+    ledger carries only salted commitments."""
+    task = inspected["task"]
+    alert = Alert.objects.filter(task=task).first()
+    alert_act(alert, action="assign", by="regulator-staff", assignee="regulator-staff")
+    alert_act(alert, action="comment", by="regulator-staff", reason="Asked lab-cheat for the original transcript")
+    pages = (reverse("desk:task", args=[task.pk]), reverse("desk:alert", args=[alert.pk]))
+    secrets = ("rack 4, slot 2", "Asked lab-cheat for the original transcript")
+    client.force_login(world["users"].get(username="regulator-staff"))
+    staff_html = "".join(client.get(page).content.decode() for page in pages)
+    assert all(secret in staff_html for secret in secrets)
+    client.force_login(world["users"].get(username="auditor"))
+    auditor_html = "".join(client.get(page).content.decode() for page in pages)
+    assert not any(secret in auditor_html for secret in secrets) and "(private)" in auditor_html
+    public = b"".join(leaf for _, leaf in leaves())
+    assert not any(secret.encode() in public for secret in secrets)
 
 
 # --- claim page and re-verification ----------------------------------------------------------------

@@ -61,7 +61,10 @@ def test_triage_records_who_and_why_on_the_ledger(regulator, world):
     alert.refresh_from_db()
     assert alert.state == Alert.State.RESOLVED
     entry = Entry.objects.get(seq=alert.updated_seq)
-    assert entry.payload["by"] == "regulator" and entry.payload["reason"] == "inspected on the 3rd"
+    # the reason is private case text: a salted commitment on the ledger, the text for staff on the page
+    assert entry.payload["by"] == "regulator" and entry.payload["reason"].startswith("sha256:")
+    assert "inspected on the 3rd" not in bytes(entry.leaf).decode()
+    assert "inspected on the 3rd" in regulator.get(url).content.decode()
 
 
 def test_the_alert_inbox_filters_by_severity_and_state(regulator):
@@ -163,6 +166,31 @@ def test_change_lists_export_as_csv_without_formulas(regulator):
     assert all(",installed," in line for line in lines[1:]) and len(lines) > 1
     crosstab = regulator.get(reverse("desk:crosstab")).content.decode().splitlines()
     assert crosstab[0].startswith("prover,") and any(line.startswith("owner-a,") for line in crosstab)
+
+
+def test_link_columns_export_as_plain_text(regulator):
+    lines = regulator.get("/admin/desk/export/registry/chip.csv").content.decode().splitlines()
+    assert len(lines) > 1 and not any("<a " in line or "href" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["=1+1", "+1", "-1", "@SUM(A1)", '\t=HYPERLINK("http://x")', "\r=1", "\n=1", " =1", "\uff1d1+1", "\t"],
+)
+def test_no_cell_starts_a_formula(value):
+    from desk.views import _csv_cell
+
+    cell = _csv_cell(value)
+    assert cell.startswith("'") and cell[1:] == value
+
+
+def test_plain_cells_are_left_alone():
+    from django.utils.html import format_html
+
+    from desk.views import _csv_cell
+
+    assert _csv_cell("owner-a") == "owner-a" and _csv_cell(None) == "" and _csv_cell(3) == "3"
+    assert _csv_cell(format_html('<a href="/x">{}</a>', "=evil & co")) == "'=evil & co"
 
 
 def test_admin_lists_read_as_titles_and_engineering_units(regulator):

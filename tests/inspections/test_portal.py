@@ -78,6 +78,18 @@ def test_non_inspectors_are_refused(client):
     assert client.get(f"/portal/tasks/{InspectionTask.objects.first().pk}/").status_code == 403
 
 
+def test_staff_are_refused_by_the_portal_even_as_members_of_an_inspection_body(client):
+    from registry.models import Member, Organisation
+
+    seed_demo("demo-pass-123", chips=60)
+    seed_inspections()
+    staff = get_user_model().objects.get(username="regulator-staff")
+    Member.objects.filter(user=staff).update(organisation=Organisation.objects.get(slug="inspect-eu"))  # past edit
+    client.force_login(staff)
+    assert client.get("/portal/").status_code == 403
+    assert client.post(f"/portal/tasks/{InspectionTask.objects.first().pk}/", {"action": "accept"}).status_code == 403
+
+
 def test_regulator_starts_a_campaign_in_the_admin(client):
     seed_demo("demo-pass-123", chips=60)
     seed_inspections()
@@ -130,3 +142,35 @@ def test_the_campaign_seed_is_nowhere_in_the_admin_or_api(inspector):
     hex_seed = bytes(seed.seed).hex()
     for page in ("/portal/", "/api/inspections/tasks", "/api/schema/"):
         assert hex_seed not in inspector.get(page).content.decode()
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"rule_flops": "1e40"}, "not representable"),
+        ({"snapshot_rate": "0"}, "snapshot_rate"),
+        ({"snapshot_rate": "-1"}, "snapshot_rate"),
+        ({"ends_on": "2026-12-01"}, "must not be before starts_on"),
+        ({"period_days": str(2**31), "run_days": str(2**31)}, "whole number of days"),
+    ],
+)
+def test_an_unusable_campaign_is_a_form_error_naming_the_field(client, change, says):
+    seed_demo("demo-pass-123", chips=60)
+    seed_inspections()
+    client.force_login(get_user_model().objects.get(username="regulator"))
+    size = Entry.objects.count()
+    form = {
+        "slug": "typo-2027",
+        "country": "nl",
+        "rule_flops": "1e26",
+        "detection_probability": "0.9",
+        "snapshot_rate": "0.1",
+        "period_days": "30",
+        "run_days": "365",
+        "starts_on": "2027-01-01",
+        "step": "create",
+    }
+    response = client.post("/admin/inspections/campaign/add/", {**form, **change})
+    html = response.content.decode()
+    assert response.status_code == 200 and "errorlist" in html and says in html.replace("&#x27;", "'"), html[-2000:]
+    assert Entry.objects.count() == size

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
@@ -110,6 +111,7 @@ def world(django_capture_on_commit_callbacks):
         event(eu[6].prover, "reported_lost", [eu[6].chip.serial])
         sweeps.lost_chip_sweep()
         refused = Alert.objects.get(kind="refused")
+        User.objects.create_superuser("ana", is_staff=True)
         alert_act(refused, action="assign", by="regulator", assignee="ana")
         alert_act(refused, action="resolve", by="ana", reason="owner let the inspector in on a second visit")
     return {"serial": serial, "tasks": eu}

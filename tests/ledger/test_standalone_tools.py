@@ -197,6 +197,95 @@ def test_unreachable_log_exits_2(capsys):
     assert "cannot reach" in capsys.readouterr().err
 
 
+class HostileLog:
+    """A 'log' that answers GETs from ``routes`` (the last path part -> body; ``body`` otherwise), sending
+    ``drip`` bytes at a time with a pause between."""
+
+    def __init__(self, body: bytes, drip: int | None = None, pause: float = 0.5, routes: dict | None = None):
+        stop = self.stop = threading.Event()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                answer = (routes or {}).get(self.path.split("?")[0].rsplit("/", 1)[-1], body)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                step = drip or len(answer)
+                for at in range(0, len(answer), step):
+                    try:
+                        self.wfile.write(answer[at : at + step])
+                        self.wfile.flush()
+                    except OSError:
+                        return  # the client hung up
+                    if drip and stop.wait(pause):  # the adversary's drip, not the test waiting
+                        return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hostile():
+    logs = []
+
+    def start(body: bytes, drip: int | None = None, routes: dict | None = None) -> str:
+        logs.append(HostileLog(body, drip, routes=routes))
+        return logs[-1].url
+
+    yield start
+    for log in logs:
+        log.close()
+
+
+DEEP = b"[" * 200_000 + b"]" * 200_000
+
+
+def test_a_200000_deep_json_page_is_a_clear_error_not_a_recursion_crash(hostile, capsys):
+    from inspections import drawaudit
+
+    origin, key = "log.example/x", nacl.signing.SigningKey.generate()
+    vkey = note.verifier_key(origin, bytes(key.verify_key))
+    checkpoint = note.sign_note(note.checkpoint_body(origin, 1, bytes(32)), origin, key)
+    routes = {"key": vkey.encode(), "checkpoint": checkpoint.encode()}
+    url = hostile(b'{"entries": ' + DEEP + b"}", routes=routes)
+    assert verify_tool.main(["--url", url, "--key", vkey, "--timeout", "5", "-q"]) == 2  # not 1 (FAIL)
+    assert "is not JSON (RecursionError)" in capsys.readouterr().err
+    code = drawaudit.main(["--url", url, "--campaign", "c", "--period", "0", "--key", vkey, "--timeout", "5"])
+    assert code == 2 and "RecursionError" in capsys.readouterr().err  # not 1 (MISMATCH)
+
+
+def test_a_deeply_nested_leaf_is_a_named_fault():
+    from tlog.chain import ChainVerifier, LedgerFault
+
+    with pytest.raises(LedgerFault, match="nested too deeply"):
+        ChainVerifier().feed(0, DEEP)
+
+
+def test_a_server_dripping_bytes_is_cut_off_at_the_total_timeout(hostile, capsys):
+    import time
+
+    url = hostile(b'{"entries": []}' + b" " * 100, drip=1)  # a byte every 0.5 s: 58 s for the whole answer
+    started = time.monotonic()
+    assert verify_tool.main(["--url", url, "--key", _any_key(), "--timeout", "2", "-q"]) == 2
+    assert time.monotonic() - started < 10
+    assert "no complete answer within 2 s" in capsys.readouterr().err
+
+
+def _any_key() -> str:
+    return note.verifier_key("log.example/x", bytes(32))
+
+
 def test_unreachable_log_witness_exits_2_and_signs_nothing(tmp_path, capsys):
     state = tmp_path / "state.json"
     args = ["--url", "http://127.0.0.1:9", "--key-file", str(tmp_path / "k"), "--name", "w"]

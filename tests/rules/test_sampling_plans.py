@@ -482,3 +482,12 @@ def test_the_curve_never_decreases(needed, chips, rate, exact):
     values = [detection_probability(n, flops_for(needed), chips, snapshot_rate=rate, exact=exact) for n in sizes]
     assert all(0 <= v <= 1 for v in values)
     assert all(b >= a - 1e-12 for a, b in zip(values, values[1:]))
+
+
+@pytest.mark.parametrize("flops", [1e40, "1e40", 10**60])
+def test_a_plan_needing_more_than_2_to_53_chips_is_refused_naming_flops(flops):
+    """Chips needed go on the ledger as I-JSON integers: above 2^53 - 1 the plan is not representable."""
+    with pytest.raises(sampling_plans.PlanError) as error:
+        sampling_plans.plan(flops, 10**6)
+    assert error.value.field == "flops" and "not representable" in error.value.message
+    assert sampling_plans.plan(1e26, 10**6).chips_needed < sampling_plans.MAX_CHIPS_NEEDED  # the intended value plans

@@ -53,3 +53,65 @@ def test_here_refuses_a_ledger_that_is_not_empty(tmp_path):
     )
     assert done.returncode == 2
     assert "is not empty" in done.stdout
+
+
+def _folders_of(pid: int) -> list:
+    import tempfile
+    from pathlib import Path
+
+    found = []
+    for folder in Path(tempfile.gettempdir()).glob("scenario-*"):
+        try:
+            if (folder / "owner.pid").read_text().strip() == str(pid):
+                found.append(folder)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.django_db
+def test_a_run_ended_by_sigterm_leaves_no_folder_and_no_process():
+    import signal
+
+    from tests.helpers import wait_for
+
+    env = {**os.environ, "DATABASE_URL": subprocess_database_url()}
+    parent = subprocess.Popen(
+        [sys.executable, "manage.py", "run_scenario", "honest"],
+        env=env,
+        cwd=settings.BASE_DIR,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    folder = wait_for(lambda: _folders_of(parent.pid), what="the run's folder")[0]
+    wait_for(lambda: (folder / "var").exists() or parent.poll() is not None, what="the child to start")
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=60) != 0
+    assert not folder.exists()
+    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True).stdout.split()
+    assert leftovers == []  # neither the child nor its worker outlives the run
+
+
+@pytest.mark.django_db
+def test_the_leftovers_of_a_killed_run_are_swept_by_the_next():
+    import io
+    import tempfile
+    from pathlib import Path
+
+    from scenarios.runner import _sweep_leftovers
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that no longer runs: the killed parent
+    dead = Path(tempfile.mkdtemp(prefix="scenario-killed-"))
+    (dead / "owner.pid").write_text(str(gone.pid))
+    alive = Path(tempfile.mkdtemp(prefix="scenario-running-"))
+    (alive / "owner.pid").write_text(str(os.getpid()))
+    try:
+        out = io.StringIO()
+        _sweep_leftovers(out)
+        assert not dead.exists() and alive.exists() and f"swept {dead}" in out.getvalue()
+    finally:
+        import shutil
+
+        shutil.rmtree(alive, ignore_errors=True)
+        shutil.rmtree(dead, ignore_errors=True)

@@ -25,8 +25,8 @@ class Command(BaseCommand):
             key = services.organisation_key_replace(
                 organisation=organisation, public_key=public_key, reason=options["reason"]
             )
-        except binascii.Error as error:
-            raise CommandError("public_key: not base64") from error
+        except (binascii.Error, ValueError) as error:  # ValueError: non-ASCII text is no base64 either
+            raise CommandError(f"public_key: not base64 ({error})") from error
         except ValidationError as error:
             raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in error.message_dict.items())) from error
         self.stdout.write(f"registered key {key.key_id} for {organisation.slug} at seq {key.registered_seq}")

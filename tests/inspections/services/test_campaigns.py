@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from inspections.models import CampaignSeed, Draw, InspectionTask
+from inspections.models import Alert, CampaignSeed, Draw, InspectionTask
 from inspections.services import campaigns
 from inspections.stored_draw_audit import audit_draw
 from inspections.tasks import draw_due_campaigns
@@ -153,6 +153,17 @@ def test_beat_task_draws_each_due_period_once(provers):
         ({"rule_flops": 0}, "rule_flops"),
         ({"detection_probability": 1.0}, "detection_probability"),
         ({"period_days": 400}, "period_days"),
+        ({"rule_flops": 1e40}, "rule_flops"),  # a typo for 1e26: needs more than 2^53 - 1 chips, not representable
+        ({"rule_flops": float("nan")}, "rule_flops"),
+        ({"rule_flops": "1e26"}, "rule_flops"),
+        ({"snapshot_rate": 0}, "snapshot_rate"),
+        ({"snapshot_rate": -1}, "snapshot_rate"),
+        ({"snapshot_rate": float("inf")}, "snapshot_rate"),
+        ({"ends_on": date(2000, 1, 1)}, "ends_on"),
+        ({"period_days": 2**31, "run_days": 2**31}, "period_days"),
+        ({"run_days": 2**31}, "run_days"),
+        ({"period_days": True}, "period_days"),
+        ({"starts_on": date(9999, 12, 1)}, "starts_on"),
     ],
 )
 def test_bad_campaigns_are_refused_and_write_nothing(provers, overrides, field):
@@ -162,6 +173,38 @@ def test_bad_campaigns_are_refused_and_write_nothing(provers, overrides, field):
     with pytest.raises(ValidationError) as error:
         campaign(**overrides)
     assert field in error.value.message_dict and Entry.objects.count() == size
+
+
+def test_one_failing_campaign_raises_an_alert_and_the_others_still_draw(provers, monkeypatch):
+    started = timezone.now().date() - timedelta(days=45)
+    broken = campaign(slug="a-broken", starts_on=started)
+    campaign(slug="b-healthy", starts_on=started)
+    real = campaigns.campaign_draw
+
+    def failing(camp, period, *args, **kwargs):
+        if camp.slug == "a-broken":
+            real(camp, period, *args, **kwargs)  # writes its entries, then fails: all of it must roll back
+            raise RuntimeError("disk on fire")
+        return real(camp, period, *args, **kwargs)
+
+    monkeypatch.setattr(campaigns, "campaign_draw", failing)
+    assert draw_due_campaigns() == ["b-healthy:1"]
+    assert not Draw.objects.filter(campaign=broken).exists()
+    assert not Entry.objects.filter(kind="campaign.drawn", payload__campaign="a-broken").exists()
+    alert = Alert.objects.get(kind="draw_failed")
+    assert alert.detail == "campaign a-broken: the due draw failed (RuntimeError: disk on fire)"
+    assert draw_due_campaigns() == [] and Alert.objects.filter(kind="draw_failed").count() == 1  # not re-raised
+
+
+def test_an_unrepresentable_plan_of_an_old_campaign_is_recorded_not_a_crash(provers):
+    """H = 1e40 accepted before the planner's check: the draw records the plan error, later campaigns still draw."""
+    started = timezone.now().date() - timedelta(days=45)
+    broken = campaign(slug="a-typo", starts_on=started)
+    campaign(slug="b-healthy", starts_on=started)
+    type(broken).objects.filter(pk=broken.pk).update(rule_flops=1e40)
+    assert draw_due_campaigns() == ["a-typo:1", "b-healthy:1"]
+    drawn = Entry.objects.get(kind="campaign.drawn", payload__campaign="a-typo").payload
+    assert all("not representable" in sample["plan_error"] for sample in drawn["provers"].values())
 
 
 def test_a_period_is_drawn_once(provers):

@@ -8,7 +8,8 @@ import pytest
 from django.utils import timezone
 from nacl.signing import SigningKey
 
-from inspections.models import Alert, Campaign, Finding, IdentityChallenge, InspectionTask, Snapshot
+from inspections.models import Alert, Campaign, CaseText, Finding, IdentityChallenge, InspectionTask, Snapshot
+from inspections.services import inspectors
 from inspections.tasks import check_snapshot_log
 from ledger.models import Entry
 from registry import signing
@@ -195,7 +196,7 @@ def test_findings_not_found_twice_starts_an_unscheduled_campaign(draw):
         assert client.post(f"/api/inspections/tasks/{task.pk}/accept").status_code == 200
         response = client.post(
             f"/api/inspections/tasks/{task.pk}/finding",
-            {"chip_found": False, "notes": "rack empty", "photo_hashes": ["ab" * 32]},
+            {"chip_found": False, "photo_hashes": ["ab" * 32]},
             format="json",
         )
         assert response.status_code == 201, response.content
@@ -236,7 +237,8 @@ def test_a_failed_identity_check_can_be_retried_and_its_alert_is_superseded(draw
     alert = Alert.objects.get(kind="identity_failed", task=task)
     assert alert.state == Alert.State.SUPERSEDED
     action = alert.actions.get()
-    assert action.action == "supersede" and "retried within the deadline" in action.reason
+    reason = CaseText.objects.get(commitment=action.reason).text  # private case text, a commitment on the ledger
+    assert action.action == "supersede" and "retried within the deadline" in reason
     assert Entry.objects.filter(kind="alert.updated", payload__alert=alert.raised_seq).exists()
 
 
@@ -271,3 +273,28 @@ def test_training_on_a_chip_the_registry_has_in_transit_is_alerted(draw, django_
     assert check_snapshot_log(log_id) == "intact"
     alert = Alert.objects.get(kind="unrecorded_use", chip=task.chip)
     assert "in transit" in alert.detail and "receipt was never recorded" in alert.detail
+
+
+def test_finding_notes_are_private_case_text_never_in_a_signed_body(draw):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    client.post(f"/api/inspections/tasks/{task.pk}/accept")
+    size = Entry.objects.count()
+    body = {"chip_found": True, "notes": "lab manager J. Doe present"}
+    refused = client.post(f"/api/inspections/tasks/{task.pk}/finding", body, format="json")
+    assert refused.status_code == 400 and "notes" in refused.json(), refused.content
+    assert Entry.objects.count() == size
+    task.refresh_from_db()
+    finding = inspectors.finding_submit(task, task.inspection_body, body)  # the portal's path: no signed body
+    entry = Entry.objects.get(seq=finding.recorded_seq)
+    assert "J. Doe" not in bytes(entry.leaf).decode() and entry.payload["notes"] == finding.notes
+    assert CaseText.objects.get(commitment=finding.notes).text == "lab manager J. Doe present"
+
+
+def test_the_identity_entry_carries_a_commitment_not_the_challenge_nonce(draw):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    key = with_chip_key(task)
+    challenge, outcome = identity(client, task, key)
+    assert outcome["passed"] is True
+    entry = Entry.objects.filter(kind="inspection.identity_checked").get()
+    assert challenge["nonce"] not in json.dumps(entry.payload)
+    assert CaseText.objects.get(commitment=entry.payload["challenge"]).text == challenge["nonce"]
