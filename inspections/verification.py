@@ -1,6 +1,9 @@
 """Everything on the Django side that touches ``replay`` (DESIGN §2): no other module imports it.
 
 * Snapshot logs are checked in-process with replay's pure, torch-free firmware checker.
+* A claim's material (the manifest and every file it commits to) is first copied into the claim's own
+  storage by ``python -m replay.fetch`` in a limited subprocess, hashed against the manifest; only then is
+  the claim's one nonce drawn (kept with the claim, reused on every retry). The verifier reads the copy.
 * Claims are verified by the verifier CLI (setting ``REPLAY_VERIFIER_COMMAND``, by default
   ``python -m replay verify``) in a subprocess with a wall-clock and address-space limit. A
   transcript URL is handed to it as SOURCE and fetched inside that subprocess (``replay.fetch``),
@@ -19,6 +22,7 @@ import os
 import resource
 import secrets
 import subprocess
+import sys
 from pathlib import Path
 
 from django.conf import settings
@@ -28,12 +32,64 @@ from replay.firmware import parse_record, verify_log
 from . import transcripts
 
 log = logging.getLogger(__name__)
-EXITS = {0: "verified", 1: "rejected", 2: "malformed"}
+EXITS = {0: "verified", 1: "rejected", 2: "malformed", 4: "incomplete"}
 MAX_OUTPUT = 16 << 20
 
 
 class VerifierFailed(Exception):
     """The verifier did not produce a verdict (crash, signal, timeout, bad output): retried later."""
+
+
+class MaterialUnavailable(Exception):
+    """The prover's material could not be copied as committed (the prover's failure, after bounded retries)."""
+
+
+COPY_EXIT_UNAVAILABLE = 5
+
+
+def material_dir(claim_id: int) -> Path:
+    """The claim's own storage: the copy of the prover's material every verification of the claim reads."""
+    root = Path(getattr(settings, "CLAIM_MATERIAL_ROOT", settings.VAR_DIR / "claim-material"))
+    return root / str(int(claim_id))
+
+
+def material_copy(location: str, manifest: str, dest: Path, scratch: Path) -> None:
+    """Copy the manifest at ``location`` and every file it commits to into ``dest`` (a bounded subprocess,
+    ``python -m replay.fetch``: the worker never reads a prover's bytes itself). Atomic: the files land in a
+    scratch directory and are renamed into place only when all are in and hashed.
+
+    Raises ``MaterialUnavailable`` (the prover's), ``VerifierFailed`` (ours), or ``transcripts.TranscriptUnavailable``
+    for a local location outside the allowed roots (malformed, as before)."""
+    source = location if transcripts.is_url(location) else str(transcripts.local_directory(location))
+    staging = scratch / "material"
+    command = [sys.executable, "-m", "replay.fetch", source, str(staging), "--manifest", manifest]
+    if transcripts.is_url(source):
+        for host in settings.REPLAY_FETCH_ALLOWED_HOSTS:
+            command += ["--allow-host", host]
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            cwd=settings.BASE_DIR,
+            env=verifier_environment(scratch),
+            timeout=settings.REPLAY_FETCH_SECONDS + 60,
+            preexec_fn=_limit,
+        )
+    except subprocess.TimeoutExpired:  # the fetch's own deadline is REPLAY_FETCH_SECONDS: a slow share is theirs
+        raise MaterialUnavailable(f"copying the material took longer than {settings.REPLAY_FETCH_SECONDS} s") from None
+    except OSError as error:
+        raise VerifierFailed(f"the copy could not start ({type(error).__name__})") from None
+    try:
+        said = json.loads(done.stdout[:MAX_OUTPUT])
+    except ValueError:
+        said = {}
+    if done.returncode == COPY_EXIT_UNAVAILABLE and isinstance(said, dict):
+        raise MaterialUnavailable(str(said.get("unavailable", "the material could not be copied"))[:500])
+    if done.returncode != 0:
+        raise VerifierFailed(f"copying the material failed (exit {done.returncode})")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if not dest.exists():  # a concurrent delivery may have put its complete copy in place first
+        os.replace(staging, dest)
 
 
 def snapshot_log_check(text: str, public_key: bytes, serial: str) -> tuple[list[dict], list[dict]]:
@@ -56,22 +112,17 @@ def log_serials(text: str) -> set[str]:
     return serials
 
 
-def claim_check(location: str, request: dict, rule_flops: float, scratch: Path) -> dict:
-    """The verifier's verdict on one claim (``request``: the contract's claims file); raises ``VerifierFailed``.
+def new_nonce() -> str:
+    """The claim's one nonce: drawn once its material is copied, kept with the claim, reused on every retry."""
+    return secrets.token_hex(16)
 
-    A location the worker refuses (outside the roots, a symlink) is the prover's fault: a malformed verdict.
-    """
-    if transcripts.is_url(location):
-        source = location
-    else:
-        try:
-            source = str(transcripts.local_directory(location))
-        except transcripts.TranscriptUnavailable as unavailable:
-            return {"verdict": "malformed", "reasons": [str(unavailable)], "mismatch_step": None}
+
+def claim_check(material: Path, request: dict, rule_flops: float, scratch: Path, nonce: str) -> dict:
+    """The verifier's verdict on one claim from the claim's own copy of the material (``request``: the
+    contract's claims file), with the claim's nonce; raises ``VerifierFailed``."""
     claims_file = scratch / "claims.json"
     claims_file.write_text(json.dumps(request))
-    nonce = secrets.token_hex(16)
-    command = verifier_command(source, claims_file, rule_flops, nonce)
+    command = verifier_command(str(material), claims_file, rule_flops, nonce)
     return _run(command, scratch, nonce)
 
 

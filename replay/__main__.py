@@ -25,7 +25,7 @@ from .models import ARCHS
 from .recorder import Recorder
 from .verifier import Budget, verify
 
-EXIT = {"verified": 0, "rejected": 1, "malformed": 2, "error": 3}
+EXIT = {"verified": 0, "rejected": 1, "malformed": 2, "error": 3, "incomplete": 4}
 MIN_NONCE_BYTES = 16
 FETCH_MAX_BYTES = 8 << 30
 FETCH_MAX_FILES = 100_000

@@ -35,7 +35,7 @@ import torch
 from nacl.signing import VerifyKey
 
 from . import chips, coverage, hashing, models
-from .bisect import dispute
+from .bisect import dispute, divergence_from_commitments
 from .determinism import REL_WINDOW
 from .engine import Budget, BudgetExhausted, Mismatch, Replayer
 from .fenv import float_environment_problem
@@ -46,10 +46,14 @@ from .trajectory import trajectory_checks
 from .transcript import CommitmentMismatch, MalformedTranscript, Transcript, canonical_json
 
 DEFAULT_RULES = {"max_training_flops": 1e26}
+# Only det64 replays bit for bit on every conforming machine (thread count, kernel, CPU). float32 (or any
+# plain precision) depends on summation order: an honest claim could be rejected and a forged one could
+# not be told from machine noise, so such transcripts are refused as not claimable (malformed).
+CLAIMABLE_PRECISIONS = ("det64",)
 DEFAULT_COVERAGE = 0.9
 CLAIMS_KEYS = {"manifest", "claims"}
 CLAIM_KEYS = {"serial", "counter", "shard", "hash", "step"}
-CLAIMS_OPTIONAL = {"history", "prover_chips", "replayed_segments", "coverage_target"}
+CLAIMS_OPTIONAL = {"history", "prover_chips", "replayed_segments", "coverage_target", "run_snapshots"}
 MAX_CLAIMS = 100_000
 
 
@@ -61,6 +65,30 @@ class Verdict:
 
     def to_json(self) -> dict:
         return {"verdict": self.verdict, "reasons": self.reasons, **self.details}
+
+
+def bits_equal(a, b) -> bool:
+    """Two training states hold the same bit patterns in every tensor (-0.0 is not +0.0; NaN payloads count)."""
+    x, y = a.tensors(), b.tensors()
+    return x.keys() == y.keys() and all(_same_bits(x[k], y[k]) for k in x)
+
+
+def _same_bits(u: torch.Tensor, v: torch.Tensor) -> bool:
+    if u.dtype != v.dtype or u.shape != v.shape:
+        return False
+    u, v = u.detach().cpu().contiguous(), v.detach().cpu().contiguous()
+    if u.is_floating_point():
+        as_int = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16}[u.dtype]
+        u, v = u.view(as_int), v.view(as_int)
+    return torch.equal(u, v)
+
+
+def first_differing_tensor(a, b) -> str | None:
+    x, y = a.tensors(), b.tensors()
+    for k in x:
+        if k not in y or not _same_bits(x[k], y[k]):
+            return k
+    return None
 
 
 def _json(obj_or_path, what: str):
@@ -211,7 +239,7 @@ def _whole_transcript_checks(tr: Transcript, report: dict, tick) -> list[str]:
 
     first = tr.checkpoint(0)
     init = initial_state(models.init_params(tr.arch, tr.config, tr.manifest["seed"]), tr.manifest["optimizer"])
-    ok = first.equal(init)
+    ok = bits_equal(first, init)
     report["checks"]["initialisation"] = ok
     if not ok:
         reasons.append("the checkpoint at step 0 is not the initialisation derived from the committed seed")
@@ -223,6 +251,14 @@ def _whole_transcript_checks(tr: Transcript, report: dict, tick) -> list[str]:
     head, tail = sum(losses[:q]) / q, sum(losses[-q:]) / q
     # informational only: a schedule the manifest allows may barely move the weights (the screen tests learning)
     report["checks"]["loss_trend"] = {"ok": tail < head, "first_quarter": head, "last_quarter": tail}
+    if not tail < head:
+        report.setdefault("findings", []).append(
+            {
+                "kind": "loss_trend",
+                "detail": "the loss did not go down from the run's first quarter to its last",
+                "evidence": {"first_quarter": head, "last_quarter": tail},
+            }
+        )
     return reasons
 
 
@@ -270,6 +306,12 @@ def verify(
     try:
         tr = Transcript(transcript)
         report.update(manifest=tr.hash, arch=tr.arch, precision=tr.precision)
+        if tr.precision not in CLAIMABLE_PRECISIONS:
+            raise MalformedTranscript(
+                f"precision {tr.precision!r} is not claimable: its replay depends on the machine's summation "
+                f"order and thread count, so no verdict on it could be exact; record with precision "
+                f"{' or '.join(CLAIMABLE_PRECISIONS)}"
+            )
         report["segments_total"] = len(tr.checkpoints) - 1
         raw = _json(claims, "claims")
         claim_list = _claims(raw, tr)
@@ -287,8 +329,12 @@ def verify(
             chips.parse_history((raw or {}).get("history")),
             chips.parse_prover_chips((raw or {}).get("prover_chips")),
             compute["flops_per_step"],
+            chips.parse_run_snapshots((raw or {}).get("run_snapshots")),
         )
         reasons += why
+        report["conflicts"] = report["checks"]["chips"]["conflicts"][:100]
+        if report["checks"]["chips"]["rule"] is not None:  # a broken registry rule is a rule finding
+            report["rules"]["layout_registered"] = report["checks"]["chips"]["rule"]
         if snapshots is not None:
             lines = snapshots if isinstance(snapshots, list) else _lines(snapshots)
             keys = _json(chip_keys, "chip keys") or {}
@@ -305,7 +351,7 @@ def verify(
         seed = coverage.seed(nonce, tr.hash, claims_bytes)
         starts = tr.checkpoints[:-1]
         must = coverage.mandatory(tr.checkpoints, [c["step"] for c in claim_list])
-        todo = coverage.plan(starts, must, earlier, seed, target, budget.segments)
+        fresh = coverage.plan(starts, must, earlier, seed, target, budget.segments)[len(must) :]
         try:
             reasons += _whole_transcript_checks(tr, report, tick)
             report["checks"]["screen"], why = screen_or_reason(tr, tick)  # reported, not a reason: see screen.py
@@ -313,11 +359,28 @@ def verify(
                 k: report["checks"]["screen"][k] for k in ("checked", "flagged")
             }
             reasons += why
+            if report["screen"] and report["screen"]["flagged"]:
+                report.setdefault("findings", []).append(
+                    {
+                        "kind": "screen",
+                        "detail": f"no evidence in the losses that checkpoints {report['screen']['flagged'][:20]} "
+                        "trained on their declared batches (Proof-of-Training-Data screen)",
+                        "evidence": {
+                            "flagged": report["screen"]["flagged"][:100],
+                            "z": {k: v for k, v in report["checks"]["screen"]["z"].items()},
+                        },
+                    }
+                )
             reasons += _replay_claims(tr, replayer, claim_list, report)
-            reasons += _replay_segments(tr, replayer, todo, report, store)
-        except BudgetExhausted as e:
+            reasons += _replay_segments(tr, replayer, must, report, store)
+        except BudgetExhausted as e:  # the mandatory work did not fit: ours to finish later, never a verdict
             report["budget_exhausted"] = True
-            reasons.append(f"budget exhausted before the verification was complete: {e}")
+            report["incomplete"] = f"the replay budget was spent before this claim's own checks were done: {e}"
+        if not report.get("budget_exhausted"):
+            try:  # fresh draws add coverage; a budget spent here ends them, it is no finding against anyone
+                reasons += _replay_segments(tr, replayer, fresh, report, store)
+            except BudgetExhausted as e:
+                report["budget_spent"] = str(e)
         done = {s["start"] for s in report["segments"]}
         report["segments_replayed"] = sorted(done)
         report["coverage"] = coverage.coverage(starts, earlier | done)
@@ -329,7 +392,11 @@ def verify(
     except CommitmentMismatch as e:
         reasons.append(str(e))
     report["seconds"] = round(time.monotonic() - started, 3)
-    return Verdict("rejected" if reasons else "verified", reasons, report)
+    if reasons:  # exact evidence found before any budget ran out still decides
+        return Verdict("rejected", reasons, report)
+    if report.get("budget_exhausted"):
+        return Verdict("incomplete", [report["incomplete"]], report)
+    return Verdict("verified", reasons, report)
 
 
 def _replay_claims(tr: Transcript, replayer: Replayer, claims: list[dict], report: dict) -> list[str]:
@@ -350,6 +417,8 @@ def _replay_claims(tr: Transcript, replayer: Replayer, claims: list[dict], repor
             reasons.append(f"replay from checkpoint {start} failed: {e}")
             if isinstance(e, Mismatch) and report["mismatch_step"] is None:
                 report["mismatch_step"] = e.step
+            if isinstance(e, Mismatch) and "dispute" not in report:
+                report["dispute"] = divergence_from_commitments(start, until, e, None, None, first_differing_tensor)
             continue
         for c in group:
             ok = hashes[c["step"]][c["shard"]] == c["hash"]
@@ -366,23 +435,34 @@ def _replay_segments(tr: Transcript, replayer: Replayer, todo: list[int], report
     reasons = []
     for start in todo:
         end = tr.next_checkpoint(start)
+        failure, replayed = None, None
         try:
-            ok = replayer.run(start, end).equal(tr.checkpoint(end))
+            replayed = replayer.run(start, end)
+            ok = bits_equal(replayed, tr.checkpoint(end))
             what = f"replayed state at step {end} differs from its checkpoint"
             if not ok and report["mismatch_step"] is None:
                 report["mismatch_step"] = end
         except (Mismatch, CommitmentMismatch) as e:
-            ok, what = False, str(e)
+            ok, what, failure = False, str(e), e
             if isinstance(e, Mismatch) and report["mismatch_step"] is None:
                 report["mismatch_step"] = e.step
         report["segments"].append({"start": start, "end": end, "ok": ok})
         if not ok:
             reasons.append(f"segment {start}..{end}: {what}")
-            if store is not None and "dispute" not in report:
-                try:
-                    report["dispute"] = dispute(tr, start, end, store, replayer)
-                except (BudgetExhausted, MalformedTranscript, CommitmentMismatch):
-                    raise
-                except Exception as e:
-                    report["dispute"] = {"error": f"the prover's store failed: {type(e).__name__}: {str(e)[:200]}"}
+            if "dispute" not in report and not isinstance(failure, CommitmentMismatch):
+                report["dispute"] = _dispute(tr, start, end, store, replayer, failure, replayed)
     return reasons
+
+
+def _dispute(tr: Transcript, start: int, end: int, store, replayer, failure, replayed) -> dict:
+    """First divergent step and operation of a failed segment: against the prover's store when one answers
+    (Verde's refereed bisection), else against the transcript's own per-step commitments (bisect.py)."""
+    if store is not None:
+        try:
+            return dispute(tr, start, end, store, replayer)
+        except (BudgetExhausted, MalformedTranscript, CommitmentMismatch):
+            raise
+        except Exception as e:
+            return {"error": f"the prover's store failed: {type(e).__name__}: {str(e)[:200]}"}
+    checkpoint = None if replayed is None else tr.checkpoint(end)
+    return divergence_from_commitments(start, end, failure, replayed, checkpoint, first_differing_tensor)

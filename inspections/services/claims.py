@@ -16,7 +16,7 @@ from ledger import services as ledger
 from ledger.services import format_time
 from registry.models import Organisation
 
-from .. import queue, selectors, verification
+from .. import queue, selectors, transcripts, verification
 from ..models import Alert, Claim, Snapshot
 from .alerts import alert_raise
 from .validation import fail as _fail
@@ -91,8 +91,10 @@ def claim_outcome(verdict: dict) -> tuple[str, int | None]:
     """Map the replay verifier's verdict (contract of docs/claims.md) onto a final claim result."""
     if verdict["verdict"] == "malformed":
         return Claim.Result.MALFORMED, None
-    if verdict.get("budget_exhausted"):
-        return Claim.Result.TIMED_OUT, None
+    if verdict["verdict"] == "unavailable":
+        return Claim.Result.UNAVAILABLE, None
+    if verdict["verdict"] == "rejected" and verdict.get("budget_exhausted") and not verdict.get("reasons"):
+        return Claim.Result.TIMED_OUT, None  # legacy verdicts only: a spent budget is now "incomplete", retried
     if verdict["verdict"] == "verified":
         return Claim.Result.VERIFIED, None
     rules = verdict.get("rules") or {}
@@ -121,7 +123,15 @@ def claim_summary(verdict: dict) -> dict:
         "segments_total": verdict.get("segments_total") if type(verdict.get("segments_total")) is int else None,
         "coverage": verdict.get("coverage") if isinstance(verdict.get("coverage"), (int, float)) else None,
         "screen": verdict.get("screen"),
+        "findings": _bounded_list(verdict.get("findings"), 50),
+        "dispute": verdict.get("dispute") if isinstance(verdict.get("dispute"), dict) else None,
+        "conflicts": _bounded_list(verdict.get("conflicts"), 100),
     }
+
+
+def _bounded_list(value, limit: int) -> list:
+    """At most ``limit`` JSON objects of a verdict's list (the verifier's output is bounded, but never trusted)."""
+    return [item for item in value if isinstance(item, dict)][:limit] if isinstance(value, list) else []
 
 
 def _open_claim(claim_id: int, failures: int) -> Claim | None:
@@ -162,13 +172,72 @@ def claim_result_record(claim_id: int, verdict: dict | None, error: str | None =
     claim.save(update_fields=["result", "mismatch_step", "report", "result_seq", "retry_at"])
     if result != Claim.Result.VERIFIED:
         detail = f"claim for {claim.snapshot.chip.serial} #{claim.snapshot.counter}: {result}"
-        alert_raise(
-            Alert.Kind.CLAIM_FAILED,
-            claim.prover,
-            detail + (f" at step {step}" if step is not None else ""),
-            claim.snapshot.chip,
-        )
+        dispute = summary["dispute"] or {}
+        if dispute.get("step") is not None:
+            detail += f"; first divergent step {dispute['step']}, operation {dispute.get('op')}"
+        elif step is not None:
+            detail += f" at step {step}"
+        alert_raise(Alert.Kind.CLAIM_FAILED, claim.prover, detail, claim.snapshot.chip)
+    _conflicts_record(claim, summary["conflicts"])
     return claim
+
+
+def _conflicts_record(claim: Claim, conflicts: list[dict]) -> None:
+    """A later answer that contradicts another claim of the same chip (order, overlap, one counter twice):
+    one ``claim.conflict`` entry per pair and an alert on each of the two claims, whatever order they were
+    filed and answered in."""
+    counters = {c.get("counter") for c in conflicts if type(c.get("counter")) is int}
+    others = {
+        other.snapshot.counter: other
+        for other in Claim.objects.filter(snapshot__chip=claim.snapshot.chip_id, snapshot__counter__in=counters)
+        .exclude(pk=claim.pk)
+        .select_related("snapshot")
+    }
+    chip = claim.snapshot.chip
+    for item in conflicts:
+        other = others.get(item.get("counter"))
+        if other is None:
+            continue
+        kind, detail = str(item.get("kind", "conflict"))[:64], str(item.get("detail", ""))[:500]
+        ledger.append_entry(
+            "claim.conflict",
+            {
+                "claim": claim.pk,
+                "with": other.pk,
+                "chip": chip.serial,
+                "counters": [claim.snapshot.counter, other.snapshot.counter],
+                "kind": kind,
+                "detail": detail,
+            },
+            "system",
+        )
+        for one, two in ((claim, other), (other, claim)):
+            alert_raise(
+                Alert.Kind.CLAIM_FAILED,
+                claim.prover,
+                f"claim for {chip.serial} #{one.snapshot.counter} conflicts with the claim for "
+                f"#{two.snapshot.counter} ({kind}): {detail}"[:1000],
+                chip,
+            )
+
+
+@transaction.atomic
+def claim_unavailable_record(claim_id: int, reason: str, failures: int = 0, now: datetime | None = None) -> Claim:
+    """The prover's material could not be copied (its share failed a read, a file is missing, over a cap or
+    another hash). Retried (no nonce exists yet, so a failing share learns nothing) up to
+    ``REPLAY_COPY_ATTEMPTS``; then the final verdict ``unavailable``, with an alert: never a silent redraw."""
+    claim = _open_claim(claim_id, failures)
+    if claim is None:
+        return Claim.objects.get(pk=claim_id)
+    claim.copy_failures += 1
+    claim.save(update_fields=["copy_failures"])
+    attempts = getattr(settings, "REPLAY_COPY_ATTEMPTS", 3)
+    if claim.copy_failures >= attempts:
+        reasons = [f"the material could not be copied in {attempts} attempts: {reason[:500]}"]
+        return claim_result_record(claim_id, {"verdict": "unavailable", "reasons": reasons}, failures=failures)
+    return claim_error_record(
+        claim_id, f"material not copied (attempt {claim.copy_failures} of {attempts}): {reason}", failures, now
+    )
 
 
 def retry_delay(count: int) -> int:
@@ -246,17 +315,45 @@ def _verify_and_record(claim: Claim, now: datetime) -> str:
     failures = claim.failures
     try:
         verdict = claim_replay(claim)
+    except verification.MaterialUnavailable as unavailable:
+        return claim_unavailable_record(claim.pk, str(unavailable), failures, now).result
     except verification.VerifierFailed as failed:
         return claim_error_record(claim.pk, str(failed), failures, now).result
+    if verdict.get("verdict") == "incomplete":  # our budget, not the prover's fault: retried with the same nonce
+        why = "; ".join(str(r) for r in verdict.get("reasons") or [])[:400]
+        return claim_error_record(
+            claim.pk, f"the replay did not finish within its budget ({why})", failures, now
+        ).result
     return claim_result_record(claim.pk, verdict, failures=failures).result
 
 
 def claim_replay(claim: Claim) -> dict:
-    """The verifier's verdict on one claim, recording nothing; raises ``verification.VerifierFailed``."""
+    """The verifier's verdict on one claim, recording nothing but the claim's nonce; raises
+    ``verification.VerifierFailed`` (ours) or ``verification.MaterialUnavailable`` (the prover's share)."""
     rule_flops = selectors.rule_flops_for_chip(claim.snapshot.chip)
     request = selectors.claim_request(claim)
     with tempfile.TemporaryDirectory(prefix="claim-") as scratch:
-        return verification.claim_check(claim.location, request, rule_flops, Path(scratch))
+        try:
+            material, nonce = claim_material(claim, Path(scratch))
+        except transcripts.TranscriptUnavailable as refused:  # outside the roots, a link: the prover's, final
+            return {"verdict": "malformed", "reasons": [str(refused)], "mismatch_step": None}
+        return verification.claim_check(material, request, rule_flops, Path(scratch), nonce)
+
+
+def claim_material(claim: Claim, scratch: Path) -> tuple[Path, str]:
+    """(the claim's copy of the prover's material, the claim's nonce). The copy is made first, every file
+    hashed against the manifest; only then is the nonce drawn, once, and kept with the claim: every retry
+    replays the same copy with the same nonce, so neither a failing read nor a failure of ours redraws."""
+    material = verification.material_dir(claim.pk)
+    if not material.exists():
+        verification.material_copy(claim.location, claim.manifest, material, scratch)
+    with transaction.atomic():
+        locked = Claim.objects.select_for_update().get(pk=claim.pk)
+        if not locked.nonce:
+            locked.nonce = verification.new_nonce()
+            locked.save(update_fields=["nonce"])
+    claim.nonce = locked.nonce
+    return material, locked.nonce
 
 
 def claim_reverify(claim_id: int, now: datetime | None = None) -> dict:
@@ -282,7 +379,7 @@ def claim_reverify(claim_id: int, now: datetime | None = None) -> dict:
         }
     try:
         verdict = claim_replay(claim)
-    except verification.VerifierFailed as failed:
+    except (verification.VerifierFailed, verification.MaterialUnavailable) as failed:
         return {"recorded": False, "result": Claim.Result.ERROR, "agrees": None, "reasons": [str(failed)[:500]]}
     result, step = claim_outcome(verdict)
     summary = claim_summary(verdict)

@@ -1,6 +1,7 @@
 """A claim's verification against a stub verifier that speaks the contract (tests/inspections/stub_verifier.py):
 what the verifier is told, how its verdicts, crashes and coverage land on the ledger, retries and idempotence."""
 
+import hashlib
 import io
 import json
 import sys
@@ -19,7 +20,8 @@ from ledger.models import Entry
 
 pytestmark = pytest.mark.django_db
 STUB = Path(__file__).resolve().parents[1] / "stub_verifier.py"
-MANIFEST = "ab" * 32
+MANIFEST_BYTES = b'{"checkpoints":{},"segments":{}}'  # the stub reads nothing; the copy needs a manifest
+MANIFEST = hashlib.sha256(MANIFEST_BYTES).hexdigest()
 
 
 @pytest.fixture
@@ -29,7 +31,8 @@ def stub(settings, tmp_path, monkeypatch):
     settings.REPLAY_VERIFIER_COMMAND = [sys.executable, str(STUB)]
     settings.TRANSCRIPT_ROOTS = [str(tmp_path / "roots")]
     (tmp_path / "roots" / "run").mkdir(parents=True)
-    (tmp_path / "roots" / "run" / "manifest.json").write_text("{}")
+    (tmp_path / "roots" / "run" / "manifest.json").write_bytes(MANIFEST_BYTES)
+    settings.CLAIM_MATERIAL_ROOT = str(tmp_path / "material")
     monkeypatch.setenv("STUB_RECORD", str(record))
     sent = []
     monkeypatch.setattr(
@@ -119,7 +122,7 @@ def test_the_verifier_is_told_the_snapshot_time_history_chips_and_coverage(
     argv = stub.runs()[1]["argv"]
     nonce = argv[argv.index("--nonce") + 1]
     assert len(bytes.fromhex(nonce)) == 16 and nonce != stub.runs()[0]["argv"][argv.index("--nonce") + 1]
-    assert argv[0] == stub.location and "--allow-host" not in argv
+    assert argv[0] == str(verification.material_dir(second.pk)) and "--allow-host" not in argv  # the claim's copy
 
 
 def test_the_run_coverage_accumulates_across_claims_on_the_ledger(snapshots, stub, django_capture_on_commit_callbacks):
@@ -146,19 +149,101 @@ def test_a_failed_claims_segments_do_not_count_as_covered(snapshots, stub, djang
     assert selectors.run_coverage(snapshots.prover, MANIFEST)["segments_replayed"] == []
 
 
-def test_a_url_is_fetched_by_the_verifier_not_the_worker(snapshots, stub, settings, django_capture_on_commit_callbacks):
-    settings.REPLAY_FETCH_ALLOWED_HOSTS = ["store.internal"]
+def test_a_url_is_copied_first_then_verified_from_the_claims_copy(
+    snapshots, stub, settings, django_capture_on_commit_callbacks
+):
+    """The copy runs in its own limited subprocess (the worker reads no prover bytes); the verifier gets the copy."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    settings.REPLAY_FETCH_ALLOWED_HOSTS = ["127.0.0.1"]
     settings.REPLAY_FETCH_MAX_FILES = 77
     stub.set(verdict="verified")
-    c = claim(snapshots, stub, django_capture_on_commit_callbacks, location="http://10.9.9.9:1/never/fetched/")
-    assert claim_services.claim_verify(c.pk) == "verified"
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=stub.location)
+    handler.log_message = lambda *args: None
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        c = claim(snapshots, stub, django_capture_on_commit_callbacks, location=url)
+        assert claim_services.claim_verify(c.pk) == "verified"
+    finally:
+        server.shutdown()
+        server.server_close()
     run = stub.runs()[0]
-    argv = run["argv"]
-    assert argv[0] == "http://10.9.9.9:1/never/fetched/"
-    assert argv[argv.index("--allow-host") + 1] == "store.internal"
+    assert run["argv"][0] == str(verification.material_dir(c.pk))
+    assert (verification.material_dir(c.pk) / "manifest.json").read_bytes() == MANIFEST_BYTES
     assert run["env"]["REPLAY_FETCH_MAX_FILES"] == "77"
-    assert run["env"]["REPLAY_FETCH_MAX_BYTES"] == str(settings.REPLAY_FETCH_MAX_BYTES)
     assert Path(run["env"]["TMPDIR"]).name.startswith("claim-") and not Path(run["env"]["TMPDIR"]).exists()
+
+
+def _retry(c: Claim) -> str:
+    c.refresh_from_db()
+    return claim_services.claim_verify(c.pk, now=c.retry_at)
+
+
+def test_one_nonce_per_claim_drawn_after_the_copy_and_reused_on_every_retry(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """Issue #19 case 1, our side: a verifier failure after the copy is retried with the SAME nonce (a fresh
+    nonce per retry let a prover veto unlucky draws); the nonce is recorded with the claim."""
+    stub.set(mode="crash")
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_verify(c.pk) == "error"
+    c.refresh_from_db()
+    first = stub.runs()[0]["argv"]
+    assert len(c.nonce) == 32 and first[first.index("--nonce") + 1] == c.nonce
+    stub.set(mode="signal")
+    assert _retry(c) == "error"
+    stub.set(verdict="verified")
+    assert _retry(c) == "verified"
+    nonces = {run["argv"][run["argv"].index("--nonce") + 1] for run in stub.runs()}
+    assert nonces == {c.nonce}
+    entry = Entry.objects.filter(kind="claim.verified").latest("seq")
+    assert entry.payload["nonce"] == c.nonce
+
+
+def test_a_share_that_fails_reads_is_unavailable_never_redrawn(
+    snapshots, stub, settings, django_capture_on_commit_callbacks
+):
+    """Issue #19 case 1, the cheat: the prover's share fails the read of its fabricated segment. The copy is
+    made before any nonce exists, so the share learns nothing; after bounded retries the claim is
+    ``unavailable`` (final, an alert), and no verifier ever ran with a nonce."""
+    root = Path(stub.location)
+    manifest = json.dumps({"checkpoints": {"0": "cd" * 32}, "segments": {"0": "ef" * 32}}, separators=(",", ":"))
+    (root / "manifest.json").write_text(manifest)
+    (root / "checkpoints").mkdir()
+    (root / "checkpoints" / "00000000.safetensors").write_bytes(b"x")
+    (root / "segments" / "00000000.safetensors").mkdir(parents=True)  # the read fails: a directory
+    c = claim(
+        snapshots, stub, django_capture_on_commit_callbacks, manifest=hashlib.sha256(manifest.encode()).hexdigest()
+    )
+    settings.REPLAY_COPY_ATTEMPTS = 3
+    assert claim_services.claim_verify(c.pk) == "error"
+    assert _retry(c) == "error"
+    assert _retry(c) == "unavailable"
+    c.refresh_from_db()
+    assert c.result == Claim.Result.UNAVAILABLE and c.copy_failures == 3 and c.nonce == ""
+    assert stub.runs() == []  # the verifier never ran: no draw existed for the share to veto
+    entry = Entry.objects.filter(kind="claim.verified").latest("seq")
+    assert entry.payload["result"] == "unavailable" and "could not be copied" in entry.payload["reasons"][0]
+    assert Alert.objects.filter(kind=Alert.Kind.CLAIM_FAILED, detail__contains="unavailable").exists()
+
+
+def test_a_copied_file_must_match_its_commitment(snapshots, stub, settings, django_capture_on_commit_callbacks):
+    root = Path(stub.location)
+    manifest = json.dumps({"checkpoints": {"0": "cd" * 32}, "segments": {}}, separators=(",", ":"))
+    (root / "manifest.json").write_text(manifest)
+    (root / "checkpoints").mkdir()
+    (root / "checkpoints" / "00000000.safetensors").write_bytes(b"not what was committed")
+    settings.REPLAY_COPY_ATTEMPTS = 1
+    c = claim(
+        snapshots, stub, django_capture_on_commit_callbacks, manifest=hashlib.sha256(manifest.encode()).hexdigest()
+    )
+    assert claim_services.claim_verify(c.pk) == "unavailable"
+    c.refresh_from_db()
+    assert "checkpoints/00000000.safetensors does not match the manifest's commitment" in c.report["reasons"][0]
 
 
 @pytest.mark.parametrize("location", ["/etc", "relative/path", "{root}/../../etc"])
