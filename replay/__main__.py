@@ -66,6 +66,11 @@ def _emit(out: dict, as_json: bool) -> None:
         print(out["verdict"])
         for reason in out["reasons"]:
             print(f"  - {reason}")
+        dispute = out.get("dispute") or {}
+        if dispute.get("step") is not None:
+            print(f"  first divergent step: {dispute['step']}, operation: {dispute.get('op')}")
+        for finding in out.get("findings") or []:
+            print(f"  finding ({finding['kind']}): {finding['detail']}")
 
 
 def _refuse(reason: str, as_json: bool, nonce: str = "") -> int:

@@ -371,8 +371,9 @@ def verify(
                         },
                     }
                 )
-            reasons += _replay_claims(tr, replayer, claim_list, report)
+            # the segments that made the claims' starting checkpoints first: a divergence is named where it begins
             reasons += _replay_segments(tr, replayer, must, report, store)
+            reasons += _replay_claims(tr, replayer, claim_list, report)
         except BudgetExhausted as e:  # the mandatory work did not fit: ours to finish later, never a verdict
             report["budget_exhausted"] = True
             report["incomplete"] = f"the replay budget was spent before this claim's own checks were done: {e}"
