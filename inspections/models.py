@@ -277,6 +277,9 @@ class Claim(models.Model):
         default="",
         help_text="the claim's one verifier nonce: drawn after its material was copied, reused on every retry",
     )
+    material = models.CharField(
+        max_length=64, blank=True, default="", help_text="the claim's copy of the prover's material (a folder name)"
+    )
     copy_failures = models.PositiveSmallIntegerField(
         default=0, help_text="attempts to copy the prover's material that failed (the prover's share)"
     )

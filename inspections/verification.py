@@ -21,6 +21,7 @@ import logging
 import os
 import resource
 import secrets
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,16 +42,30 @@ class VerifierFailed(Exception):
 
 
 class MaterialUnavailable(Exception):
-    """The prover's material could not be copied as committed (the prover's failure, after bounded retries)."""
+    """The prover's material could not be read (the prover's failure; final after bounded retries)."""
+
+
+class MaterialRefused(Exception):
+    """The prover's material is refused for good: ``verdict`` is the final verdict (malformed or rejected)."""
+
+    def __init__(self, verdict: dict):
+        super().__init__(verdict["reasons"][0])
+        self.verdict = verdict
 
 
 COPY_EXIT_UNAVAILABLE = 5
 
 
-def material_dir(claim_id: int) -> Path:
-    """The claim's own storage: the copy of the prover's material every verification of the claim reads."""
-    root = Path(getattr(settings, "CLAIM_MATERIAL_ROOT", settings.VAR_DIR / "claim-material"))
-    return root / str(int(claim_id))
+def material_dir(name: str) -> Path:
+    """The claim's own storage (``Claim.material``): the copy of the prover's material every verification of the
+    claim reads. The name is random, so a restored or reset database never meets another claim's copy."""
+    if not name or not name.replace("-", "").isalnum():
+        raise ValueError("a claim material name is letters, digits and dashes")
+    return Path(getattr(settings, "CLAIM_MATERIAL_ROOT", settings.VAR_DIR / "claim-material")) / name
+
+
+def new_material_name(claim_id: int) -> str:
+    return f"{int(claim_id)}-{secrets.token_hex(8)}"
 
 
 def material_copy(location: str, manifest: str, dest: Path, scratch: Path) -> None:
@@ -58,10 +73,20 @@ def material_copy(location: str, manifest: str, dest: Path, scratch: Path) -> No
     ``python -m replay.fetch``: the worker never reads a prover's bytes itself). Atomic: the files land in a
     scratch directory and are renamed into place only when all are in and hashed.
 
-    Raises ``MaterialUnavailable`` (the prover's), ``VerifierFailed`` (ours), or ``transcripts.TranscriptUnavailable``
+    Raises ``MaterialUnavailable`` (a read failed: retried), ``MaterialRefused`` (final), ``VerifierFailed``
+    (ours), or ``transcripts.TranscriptUnavailable``
     for a local location outside the allowed roots (malformed, as before)."""
     source = location if transcripts.is_url(location) else str(transcripts.local_directory(location))
-    staging = scratch / "material"
+    staging = dest.with_name(dest.name + ".partial")  # beside dest: one filesystem, so the rename is atomic
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _copy_into(source, manifest, staging, scratch)
+        os.replace(staging, dest)  # the name is this delivery's own: complete or absent
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _copy_into(source: str, manifest: str, staging: Path, scratch: Path) -> None:
     command = [sys.executable, "-m", "replay.fetch", source, str(staging), "--manifest", manifest]
     if transcripts.is_url(source):
         for host in settings.REPLAY_FETCH_ALLOWED_HOSTS:
@@ -85,11 +110,11 @@ def material_copy(location: str, manifest: str, dest: Path, scratch: Path) -> No
         said = {}
     if done.returncode == COPY_EXIT_UNAVAILABLE and isinstance(said, dict):
         raise MaterialUnavailable(str(said.get("unavailable", "the material could not be copied"))[:500])
+    if done.returncode == 2 and isinstance(said, dict) and said.get("verdict") in ("malformed", "rejected"):
+        reasons = [str(r)[:500] for r in said.get("reasons") or []][:1] or ["the material is refused"]
+        raise MaterialRefused({"verdict": said["verdict"], "reasons": reasons, "mismatch_step": None})
     if done.returncode != 0:
         raise VerifierFailed(f"copying the material failed (exit {done.returncode})")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if not dest.exists():  # a concurrent delivery may have put its complete copy in place first
-        os.replace(staging, dest)
 
 
 def snapshot_log_check(text: str, public_key: bytes, serial: str) -> tuple[list[dict], list[dict]]:

@@ -43,9 +43,10 @@ NAT64 = ipaddress.ip_network("64:ff9b::/96")
 class FetchRefused(Exception):
     """The transcript could not be fetched; the message is safe to show the prover."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, transient: bool = False):
         super().__init__(reason)
         self.reason = reason
+        self.transient = transient  # a failure that may not recur (a read, a transfer, a deadline), not a refusal
 
 
 class _Budget:
@@ -63,7 +64,7 @@ class _Budget:
     def left(self) -> float:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            raise FetchRefused(f"fetching the transcript took longer than {self.seconds:g} s")
+            raise FetchRefused(f"fetching the transcript took longer than {self.seconds:g} s", transient=True)
         return remaining
 
 
@@ -154,12 +155,16 @@ def _get(
                 url = _redirect(url, response.getheader("Location"), name)
                 continue
             if response.status != 200:
-                raise FetchRefused(f"{name}: the transcript server answered HTTP status {response.status}")
+                raise FetchRefused(
+                    f"{name}: the transcript server answered HTTP status {response.status}", transient=True
+                )
             _save(response, dest / name, name, budget, cap)
             return
         except (OSError, http.client.HTTPException) as error:
             budget.left()  # a read cut short by the deadline is the deadline's failure
-            raise FetchRefused(f"{name}: the transfer from {parts.hostname} failed ({type(error).__name__})") from None
+            raise FetchRefused(
+                f"{name}: the transfer from {parts.hostname} failed ({type(error).__name__})", transient=True
+            ) from None
         finally:
             connection.close()
     raise FetchRefused(f"{name}: more than {MAX_REDIRECTS} redirects")
@@ -215,7 +220,7 @@ def _checked_address(host: str, port: int, name: str, allowed: frozenset[str]) -
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
-        raise FetchRefused(f"{name}: the host {host} does not resolve") from None
+        raise FetchRefused(f"{name}: the host {host} does not resolve", transient=True) from None
     addresses = [info[4][0] for info in infos if info[0] in (socket.AF_INET, socket.AF_INET6)]
     if not addresses:
         raise FetchRefused(f"{name}: the host {host} has no IPv4 or IPv6 address")
@@ -269,8 +274,18 @@ class _PinnedTLS(_Pinned):
 
 
 class Unavailable(Exception):
-    """The prover's material could not be copied as committed (unreadable, missing, over a cap, another hash):
-    the prover's failure. The message names the file and what failed, never what a server or file held."""
+    """The prover's material could not be read (a transfer or read failed, a file missing, the deadline): the
+    prover's failure, retried a bounded number of times. The message names the file and what failed, never
+    what a server or file held."""
+
+
+class NotAsCommitted(Exception):
+    """The material is refused for good: ``verdict`` "malformed" (a forbidden address, a link, over a cap, a
+    manifest naming no files) or "rejected" (a file that does not match the manifest's commitment)."""
+
+    def __init__(self, reason: str, verdict: str):
+        super().__init__(reason)
+        self.verdict = verdict
 
 
 def copy_material(
@@ -287,7 +302,8 @@ def copy_material(
     into ``dest``, each size-capped and hashed against the commitment, BEFORE any verifier nonce exists:
     the prover's share then cannot learn which segments a draw picked and fail just those reads.
 
-    Raises ``Unavailable`` (the prover's fault) or ``OSError`` writing ``dest`` (ours). Returns counts."""
+    Raises ``Unavailable`` (a read of the prover's failed: retried), ``NotAsCommitted`` (refused for good) or
+    ``OSError`` writing ``dest`` (ours). Returns counts."""
     import hashlib
     import json
 
@@ -308,22 +324,26 @@ def copy_material(
             else:
                 _copy_local(Path(source), name, dest, budget, cap)
         except FetchRefused as refused:
-            raise Unavailable(refused.reason) from None
+            if refused.transient:
+                raise Unavailable(refused.reason) from None
+            raise NotAsCommitted(refused.reason, "malformed") from None
         digest = hashlib.sha256()
         with open(dest / name, "rb") as copied:
             for chunk in iter(lambda: copied.read(CHUNK), b""):
                 digest.update(chunk)
         if digest.hexdigest() != want:
-            raise Unavailable(f"{name} does not match the manifest's commitment")
+            raise NotAsCommitted(f"{name} does not match the manifest's commitment", "rejected")
 
     one("manifest.json", manifest_hash, MAX_MANIFEST_BYTES)
     try:
         manifest = json.loads((dest / "manifest.json").read_bytes())
         names = committed_files(manifest)
-    except (ValueError, TypeError, AttributeError, RecursionError):
-        raise Unavailable("manifest.json does not name its checkpoints and segments") from None
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError):
+        raise NotAsCommitted("manifest.json does not name its checkpoints and segments", "malformed") from None
     if 1 + len(names) > max_files:
-        raise Unavailable(f"the manifest names {1 + len(names)} files, more than the {max_files} allowed")
+        raise NotAsCommitted(
+            f"the manifest names {1 + len(names)} files, more than the {max_files} allowed", "malformed"
+        )
     for name, want in names:
         one(name, want)
     return {"files": 1 + len(names), "bytes": max_bytes - budget.bytes}
@@ -351,8 +371,11 @@ def _copy_local(root: Path, name: str, dest: Path, budget: _Budget, cap: int | N
     limit = budget.bytes if cap is None else min(cap, budget.bytes)
     try:
         fd = open_inside(root, name)
-    except Refused as refused:
-        raise FetchRefused(str(refused)) from None
+    except (
+        Refused
+    ) as refused:  # a link or a device is a refusal; a missing or unreadable file may be the share's hiccup
+        text = str(refused)
+        raise FetchRefused(text, transient=text.endswith(": missing") or ": not readable" in text) from None
     path = dest / name
     path.parent.mkdir(parents=True, exist_ok=True)
     size = 0
@@ -362,7 +385,7 @@ def _copy_local(root: Path, name: str, dest: Path, budget: _Budget, cap: int | N
             try:
                 chunk = src.read(min(CHUNK, limit + 1 - size))
             except OSError as error:
-                raise FetchRefused(f"{name}: the read failed ({type(error).__name__})") from None
+                raise FetchRefused(f"{name}: the read failed ({type(error).__name__})", transient=True) from None
             if not chunk:
                 break
             size += len(chunk)
@@ -374,7 +397,8 @@ def _copy_local(root: Path, name: str, dest: Path, budget: _Budget, cap: int | N
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m replay.fetch SOURCE DEST --manifest HASH [--allow-host H ...]``: the claim's copy, run by the
-    worker in a limited subprocess. Prints one JSON object; exit 0 copied, 5 unavailable (the prover's), 3 ours."""
+    worker in a limited subprocess. Prints one JSON object; exit 0 copied, 5 unavailable (a read failed: retried),
+    2 refused for good ({"verdict": "malformed" | "rejected", "reasons"}), 3 ours."""
     import argparse
     import json
     import sys
@@ -398,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     except Unavailable as e:
         print(json.dumps({"unavailable": str(e)[:500]}))
         return 5
+    except NotAsCommitted as e:
+        print(json.dumps({"verdict": e.verdict, "reasons": [str(e)[:500]]}))
+        return 2
     except OSError as e:  # writing our own copy failed (disk full...): ours, retried
         print(json.dumps({"error": f"writing the copy failed ({type(e).__name__})"}))
         return 3

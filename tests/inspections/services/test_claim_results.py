@@ -122,7 +122,8 @@ def test_the_verifier_is_told_the_snapshot_time_history_chips_and_coverage(
     argv = stub.runs()[1]["argv"]
     nonce = argv[argv.index("--nonce") + 1]
     assert len(bytes.fromhex(nonce)) == 16 and nonce != stub.runs()[0]["argv"][argv.index("--nonce") + 1]
-    assert argv[0] == str(verification.material_dir(second.pk)) and "--allow-host" not in argv  # the claim's copy
+    second.refresh_from_db()
+    assert argv[0] == str(verification.material_dir(second.material)) and "--allow-host" not in argv  # its copy
 
 
 def test_the_run_coverage_accumulates_across_claims_on_the_ledger(snapshots, stub, django_capture_on_commit_callbacks):
@@ -172,8 +173,9 @@ def test_a_url_is_copied_first_then_verified_from_the_claims_copy(
         server.shutdown()
         server.server_close()
     run = stub.runs()[0]
-    assert run["argv"][0] == str(verification.material_dir(c.pk))
-    assert (verification.material_dir(c.pk) / "manifest.json").read_bytes() == MANIFEST_BYTES
+    c.refresh_from_db()
+    assert run["argv"][0] == str(verification.material_dir(c.material))
+    assert (verification.material_dir(c.material) / "manifest.json").read_bytes() == MANIFEST_BYTES
     assert run["env"]["REPLAY_FETCH_MAX_FILES"] == "77"
     assert Path(run["env"]["TMPDIR"]).name.startswith("claim-") and not Path(run["env"]["TMPDIR"]).exists()
 
@@ -211,11 +213,12 @@ def test_a_share_that_fails_reads_is_unavailable_never_redrawn(
     made before any nonce exists, so the share learns nothing; after bounded retries the claim is
     ``unavailable`` (final, an alert), and no verifier ever ran with a nonce."""
     root = Path(stub.location)
-    manifest = json.dumps({"checkpoints": {"0": "cd" * 32}, "segments": {"0": "ef" * 32}}, separators=(",", ":"))
+    x = hashlib.sha256(b"x").hexdigest()
+    manifest = json.dumps({"checkpoints": {"0": x}, "segments": {"0": "ef" * 32}}, separators=(",", ":"))
     (root / "manifest.json").write_text(manifest)
     (root / "checkpoints").mkdir()
     (root / "checkpoints" / "00000000.safetensors").write_bytes(b"x")
-    (root / "segments" / "00000000.safetensors").mkdir(parents=True)  # the read fails: a directory
+    (root / "segments").mkdir()  # the fabricated segment's read fails (the share withholds it)
     c = claim(
         snapshots, stub, django_capture_on_commit_callbacks, manifest=hashlib.sha256(manifest.encode()).hexdigest()
     )
@@ -237,13 +240,13 @@ def test_a_copied_file_must_match_its_commitment(snapshots, stub, settings, djan
     (root / "manifest.json").write_text(manifest)
     (root / "checkpoints").mkdir()
     (root / "checkpoints" / "00000000.safetensors").write_bytes(b"not what was committed")
-    settings.REPLAY_COPY_ATTEMPTS = 1
     c = claim(
         snapshots, stub, django_capture_on_commit_callbacks, manifest=hashlib.sha256(manifest.encode()).hexdigest()
     )
-    assert claim_services.claim_verify(c.pk) == "unavailable"
+    assert claim_services.claim_verify(c.pk) == "mismatch"  # final at once: no retry can change the bytes' hash
     c.refresh_from_db()
     assert "checkpoints/00000000.safetensors does not match the manifest's commitment" in c.report["reasons"][0]
+    assert c.nonce == "" and stub.runs() == []
 
 
 @pytest.mark.parametrize("location", ["/etc", "relative/path", "{root}/../../etc"])
@@ -385,3 +388,63 @@ def test_no_verdict_at_all_is_the_verifiers_failure_not_the_provers(
     assert claim_services.claim_result_record(c.pk, None, "timeout").result == "error"
     assert Claim.objects.get(pk=c.pk).report["error"] == "timeout"
     assert not Alert.objects.filter(kind="claim_failed").exists()
+
+
+# --- issue #19: order against all of a chip's claims; the registry as it was -------------------------------
+
+
+def test_a_later_snapshot_filed_first_is_in_the_earlier_ones_history_and_a_conflict_lands_on_both(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """Issue #19 case 2: the client files counter 2 (step 30) first, verified; an hour later counter 0. The
+    verifier is told about counter 2 (today: only lower counters, so the order check never met it), and its
+    contradiction becomes a ``claim.conflict`` entry and an alert on each claim."""
+    stub.set(verdict="verified")
+    later = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=2, step=30)
+    assert claim_services.claim_verify(later.pk) == "verified"
+    earlier = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0, step=40)
+    conflict = {"counter": 2, "kind": "order", "detail": "step 30 at 02:00 comes after step 40 at 00:00"}
+    stub.set(verdict="rejected", reasons=["chip: step 30 comes after step 40"], extra={"conflicts": [conflict]})
+    assert claim_services.claim_verify(earlier.pk) == "mismatch"
+    history = stub.runs()[1]["claims"]["history"][snapshots.chip.serial]
+    assert [h["counter"] for h in history] == [2]
+    entry = Entry.objects.get(kind="claim.conflict")
+    assert entry.payload["claim"] == earlier.pk and entry.payload["with"] == later.pk
+    assert entry.payload["counters"] == [0, 2] and entry.payload["kind"] == "order"
+    alerts = Alert.objects.filter(kind=Alert.Kind.CLAIM_FAILED, detail__contains="conflicts with")
+    assert {a.detail.split(" conflicts")[0][-2:] for a in alerts} == {"#0", "#2"}
+    assert Claim.objects.get(pk=later.pk).result == "verified"  # the ledger's verdict stands; the alert asks
+    rebuild_ok()
+
+
+def test_a_chip_sold_after_the_run_still_counts_as_the_provers_then(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """Issue #19 case 8: the chip is decommissioned after its snapshots were answered; the registry's view the
+    verifier gets still lists it (the prover answered its snapshots), with the run's snapshot times."""
+    from registry.models import Chip
+
+    stub.set(verdict="verified")
+    first = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0)
+    assert claim_services.claim_verify(first.pk) == "verified"
+    Chip.objects.filter(pk=snapshots.chip.pk).update(status="decommissioned")
+    second = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=1)
+    assert claim_services.claim_verify(second.pk) == "verified"
+    given = stub.runs()[1]["claims"]
+    assert snapshots.chip.serial in given["prover_chips"]
+    assert sorted(given["run_snapshots"][snapshots.chip.serial]) == ["2026-11-01T00:00:00Z", "2026-11-01T01:00:00Z"]
+
+
+def test_an_incomplete_replay_is_retried_with_the_same_nonce_and_no_alert_against_the_prover(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """Issue #19 case 7: a spent replay budget is ours: not final, retried, never a claim_failed alert."""
+    stub.set(verdict="incomplete", reasons=["the replay budget was spent"])
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_verify(c.pk) == "error"
+    c.refresh_from_db()
+    assert c.result not in Claim.FINAL and c.retry_at is not None and "budget" in c.report["error"]
+    assert not Alert.objects.filter(kind=Alert.Kind.CLAIM_FAILED).exists()
+    stub.set(verdict="verified")
+    assert _retry(c) == "verified"
+    assert len({run["argv"][run["argv"].index("--nonce") + 1] for run in stub.runs()}) == 1
