@@ -32,6 +32,13 @@ from datetime import UTC, datetime
 from .transcript import MalformedTranscript
 
 MAX_HISTORY = 1_000_000
+# The work the firmware counted between two snapshots of a run must be the FLOPs of the steps between them
+# (the chip's shard's share of models.training_flops) within this relative tolerance; a parked chip (the
+# step stands still) may count at most this fraction of one step. The simulator counts exactly; real
+# firmware counting executed FLOPs (recomputation, communication kernels) calibrates its own overhead into
+# what it reports per step. Tighter than 2x, so two-fold hidden work never hides in it.
+WORK_TOLERANCE = 0.25
+MAX_WORK = 2**128 - 1
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z")
 _HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -61,8 +68,10 @@ def parse_history(raw) -> dict[str, list[dict]]:
         rows = []
         for i, h in enumerate(items):
             what = f"history[{serial[:64]!r}][{i}]"
-            if not isinstance(h, dict) or set(h) != {"counter", "time", "step", "run", "manifest"}:
-                raise MalformedTranscript(f"{what} must have counter, time, step, run, manifest")
+            base = {"counter", "time", "step", "run", "manifest"}
+            if not isinstance(h, dict) or not base <= set(h) <= base | WORK_KEYS:
+                raise MalformedTranscript(f"{what} must have counter, time, step, run, manifest (and busy_ns, flops)")
+            check_work(h, what)
             if type(h["counter"]) is not int or type(h["step"]) is not int or h["counter"] < 0 or h["step"] < 0:
                 raise MalformedTranscript(f"{what}: counter and step must be non-negative integers")
             if not isinstance(h["manifest"], str) or not _HEX.fullmatch(h["manifest"]):
@@ -70,6 +79,19 @@ def parse_history(raw) -> dict[str, list[dict]]:
             rows.append({**h, "at": parse_time(h["time"], f"{what}.time")})
         out[serial] = rows
     return out
+
+
+WORK_KEYS = {"busy_ns", "flops"}
+
+
+def check_work(c: dict, what: str) -> None:
+    """A snapshot's work counters, when given: both, integers in 0..2^128-1 (null: firmware that does not count)."""
+    present = [k for k in WORK_KEYS if c.get(k) is not None]
+    if present and len(present) != 2:
+        raise MalformedTranscript(f"{what}: busy_ns and flops come together")
+    for k in present:
+        if type(c[k]) is not int or not 0 <= c[k] <= MAX_WORK:
+            raise MalformedTranscript(f"{what}.{k} must be an integer in 0..2^128-1")
 
 
 def parse_prover_chips(raw) -> dict[str, float] | None:
@@ -138,7 +160,15 @@ def check(
         if c["at"] is None:
             continue
         events.setdefault(c["serial"], []).append(
-            {"counter": c["counter"], "step": c["step"], "at": c["at"], "time": c["time"], "run": run, "mine": True}
+            {
+                "counter": c["counter"],
+                "step": c["step"],
+                "at": c["at"],
+                "time": c["time"],
+                "run": run,
+                "mine": True,
+                "flops": c.get("flops"),
+            }
         )
     spans = _run_spans(run, events, run_snapshots or {}, set(working))
     peaks = None if prover_chips is None else {s: prover_chips.get(s, 0.0) for s in working}
@@ -147,7 +177,16 @@ def check(
         why, involved = _chip(serial[:64], evs, run, peaks, spans, flops_per_step)
         reasons += why
         conflicts += involved
+    share = {s["serial"]: (s["end"] - s["start"]) / max(1, layout[-1]["end"]) for s in layout}
+    unaccounted, counted_pairs = [], 0
+    for serial, evs in sorted(events.items()):
+        why, involved, pairs = _work(serial[:64], evs, run, share.get(serial, 0.0), flops_per_step)
+        reasons += why
+        conflicts += involved
+        unaccounted += why
+        counted_pairs += pairs
     report = {
+        "work": {"pairs_checked": counted_pairs, "tolerance": WORK_TOLERANCE, "problems": unaccounted[:20]},
         "chips": len(events),
         "pace_checked": peaks is not None,
         "peak_flops": None if peaks is None else sum(peaks.values()),
@@ -237,3 +276,41 @@ def _chip(serial: str, evs: list[dict], run: str, peaks, spans, flops_per_step: 
                     *(inside or evs_other),
                 )
     return reasons, conflicts
+
+
+def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: float) -> tuple[list, list, int]:
+    """Work the chip's firmware counted between consecutive snapshots of this run against the FLOPs of the
+    steps between them (its shard's share): more is unaccounted work, less is work claimed but not done;
+    a parked chip (the step stands still) counts nothing. (reasons, conflicts, pairs checked)."""
+    by_counter = {}
+    for e in evs:
+        if e.get("flops") is not None:
+            by_counter.setdefault(e["counter"], e)
+    ordered = [by_counter[c] for c in sorted(by_counter)]
+    reasons, conflicts, pairs = [], [], 0
+    for a, b in zip(ordered, ordered[1:]):
+        if a["run"] != run or b["run"] != run:
+            continue  # across runs: each run accounts for its own snapshots
+        pairs += 1
+        counted = b["flops"] - a["flops"]
+        expected = max(b["step"] - a["step"], 0) * flops_per_step * share
+        slack = WORK_TOLERANCE * max(expected, flops_per_step * share)
+        if counted < 0:
+            detail = f"chip {serial}: its FLOP counter went down between counters {a['counter']} and {b['counter']}"
+        elif counted > expected + slack:
+            detail = (
+                f"unaccounted work: chip {serial} counted {counted:.4g} FLOPs between counters {a['counter']} "
+                f"(step {a['step']}) and {b['counter']} (step {b['step']}), the claimed steps need {expected:.4g}"
+            )
+        elif counted < expected - slack:
+            detail = (
+                f"work not done: chip {serial} counted {counted:.4g} FLOPs between counters {a['counter']} "
+                f"(step {a['step']}) and {b['counter']} (step {b['step']}), the claimed steps need {expected:.4g}"
+            )
+        else:
+            continue
+        reasons.append(detail)
+        for e in (a, b):
+            if not e.get("mine"):
+                conflicts.append({"counter": e["counter"], "kind": "work", "detail": detail})
+    return reasons, conflicts, pairs

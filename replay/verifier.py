@@ -123,8 +123,9 @@ def _claims(raw, tr: Transcript) -> list[dict]:
     for i, c in enumerate(raw["claims"]):
         # time is part of the contract; a caller that omits it loses the order and pace checks of that
         # claim (reported as untimed), never the replay
-        if not isinstance(c, dict) or not CLAIM_KEYS <= set(c) <= CLAIM_KEYS | {"time"}:
+        if not isinstance(c, dict) or not CLAIM_KEYS <= set(c) <= CLAIM_KEYS | {"time"} | chips.WORK_KEYS:
             raise MalformedTranscript(f"claims[{i}] must have serial, counter, shard, hash, step, time")
+        chips.check_work(c, f"claims[{i}]")
         if not all(type(c[k]) is int for k in ("counter", "shard", "step")) or not isinstance(c["hash"], str):
             raise MalformedTranscript(f"claims[{i}] has fields of the wrong type")
         if c["serial"] not in shard_of or c["shard"] != shard_of[c["serial"]]:
@@ -194,6 +195,20 @@ def _check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Trans
     for key in sorted(set(claimed) - logged):
         reasons.append(f"claim {key[0]}#{key[1]} has no logged snapshot")
     return reasons
+
+
+def _work_from_logs(lines: list[str], claims: list[dict]) -> None:
+    """The work counters of each claimed snapshot, from the chip's signed log (the log, checked above, is the
+    authority; a claims file's own counters are replaced by the signed ones)."""
+    by_key = {(c["serial"], c["counter"]): c for c in claims}
+    for line in lines:
+        try:
+            rec = parse_record(line)
+        except ValueError:
+            continue
+        c = by_key.get((rec["serial"], rec["counter"]))
+        if c is not None and "flops" in rec:
+            c["flops"], c["busy_ns"] = rec["flops"], rec["busy_ns"]
 
 
 def _compute(tr: Transcript, rules: dict) -> tuple[dict, list[str]]:
@@ -322,6 +337,14 @@ def verify(
         compute, why = _compute(tr, rules)
         report.update(compute)
         reasons += why
+        if snapshots is not None:
+            lines = snapshots if isinstance(snapshots, list) else _lines(snapshots)
+            keys = _json(chip_keys, "chip keys") or {}
+            if not isinstance(keys, dict):
+                raise MalformedTranscript("chip keys must be an object {serial: base64 public key}")
+            lines = [line for line in lines if line.strip()]
+            reasons += _check_snapshots(lines, keys, claim_list, tr)
+            _work_from_logs(lines, claim_list)
         why, report["checks"]["chips"] = chips.check(
             tr.hash,
             tr.layout,
@@ -335,12 +358,17 @@ def verify(
         report["conflicts"] = report["checks"]["chips"]["conflicts"][:100]
         if report["checks"]["chips"]["rule"] is not None:  # a broken registry rule is a rule finding
             report["rules"]["layout_registered"] = report["checks"]["chips"]["rule"]
-        if snapshots is not None:
-            lines = snapshots if isinstance(snapshots, list) else _lines(snapshots)
-            keys = _json(chip_keys, "chip keys") or {}
-            if not isinstance(keys, dict):
-                raise MalformedTranscript("chip keys must be an object {serial: base64 public key}")
-            reasons += _check_snapshots([line for line in lines if line.strip()], keys, claim_list, tr)
+        work = report["checks"]["chips"]["work"]
+        if work["pairs_checked"]:  # the firmware's counters account for the claimed steps, or a rule is broken
+            report["rules"]["work_accounted"] = {"ok": not work["problems"], "pairs_checked": work["pairs_checked"]}
+        if work["problems"]:
+            report.setdefault("findings", []).append(
+                {
+                    "kind": "unaccounted_work",
+                    "detail": work["problems"][0],
+                    "evidence": {"problems": work["problems"], "tolerance": work["tolerance"]},
+                }
+            )
 
         def tick():
             if time.monotonic() - started > budget.max_seconds:

@@ -220,3 +220,105 @@ def test_cli_crash_is_an_error_not_a_rejection(mlp, capsys, monkeypatch):
     assert main(["verify", str(mlp), "--claims", str(mlp / "claims.json"), "--json"]) == 3
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "error" and "MemoryError" in out["reasons"][0]
+
+
+# --- issue #19 case 4: a lower bound on work, from the chips' own counters ---------------------------------
+
+
+def _extend_log(d, serial: str, records: int, flops_each: int, step: int, shard_hash: str, minutes: int = 360):
+    """The chip's firmware goes on logging after the run (every six hours); each record's counters advance by
+    `flops_each`; the prover answers every snapshot as `step` of the finished run (its claims.json)."""
+    from datetime import datetime, timedelta
+
+    from replay.firmware import Chip, chip_key, parse_record, record_hash
+
+    lines = (d / "snapshots.jsonl").read_text().splitlines()
+    mine = [parse_record(x) for x in lines if json.loads(x)["serial"] == serial]
+    last = mine[-1]
+    chip = Chip(serial, last["shard"], chip_key(0, serial), busy_ns=last["busy_ns"], flops=last["flops"])
+    chip.counter, chip.prev = last["counter"] + 1, record_hash(last)
+    when = datetime.fromisoformat(last["time"][:-1])
+    c = claims(d)
+    for k in range(records):
+        chip.work(3600.0 if flops_each else 0.0, flops_each)
+        line = chip.snapshot(when + timedelta(minutes=minutes * (k + 1)), shard_hash)
+        lines.append(line)
+        rec = json.loads(line)
+        c["claims"].append({k2: rec[k2] for k2 in ("serial", "counter", "shard", "hash", "time")} | {"step": step})
+    (d / "snapshots.jsonl").write_text("\n".join(lines) + "\n")
+    (d / "claims.json").write_text(json.dumps(c))
+
+
+def _final_claim(d):
+    last = max(claims(d)["claims"], key=lambda x: (x["step"], x["counter"]))
+    return last
+
+
+def test_parked_snapshots_of_a_finished_run_need_still_counters(mlp):
+    """A chip parked after its run (counters still) may be answered as the run's last step forever; the same
+    answers while its counters advance (the chip did something else meanwhile) are unaccounted work."""
+    from replay.models import batch_spec, training_flops  # noqa: F401 -- the figure the firmware counts
+
+    last = _final_claim(mlp)
+    parked = copy(mlp, mlp.parent / "parked")
+    _extend_log(parked, last["serial"], 20, 0, last["step"], last["hash"])
+    v = verify(
+        parked,
+        parked / "claims.json",
+        Budget(segments=0),
+        snapshots=parked / "snapshots.jsonl",
+        chip_keys=parked / "chips.json",
+        coverage_target=0.0,
+    )
+    assert v.verdict == "verified", v.reasons
+    assert v.details["rules"]["work_accounted"]["ok"] is True
+    busy = copy(mlp, mlp.parent / "busy")
+    _extend_log(busy, last["serial"], 20, 10**12, last["step"], last["hash"])
+    v = verify(
+        busy,
+        busy / "claims.json",
+        Budget(segments=0),
+        snapshots=busy / "snapshots.jsonl",
+        chip_keys=busy / "chips.json",
+        coverage_target=0.0,
+    )
+    assert v.verdict == "rejected" and any(r.startswith("unaccounted work") for r in v.reasons), v.reasons
+    assert v.details["rules"]["work_accounted"]["ok"] is False
+    assert [f for f in v.details["findings"] if f["kind"] == "unaccounted_work"]
+
+
+def test_hidden_work_is_counted_by_the_chips(tmp_path):
+    """2x hidden work (12 off-the-books steps inside a 12-step run): the chips' firmware counts every FLOP it
+    executes, so the snapshots around the hidden work show more work than the claimed steps need."""
+    from replay.firmware import Firmware
+
+    class TruthfulChips(Firmware):
+        def tick(self, step, hashes):
+            if step == 8:  # the firmware counts the hidden steps the recorder trained at checkpoint 8
+                for chip, share in zip(self.chips, self.share):
+                    chip.work(60.0 * 12, round(12 * self.step_flops * share))
+            return super().tick(step, hashes)
+
+    d = record(
+        tmp_path / "t", "mlp", recorder=cheats.HiddenCompute, at=8, extra=12, snapshot_rate=2.0, firmware=TruthfulChips
+    )
+    v = verify(
+        d,
+        d / "claims.json",
+        Budget(segments=0),
+        snapshots=d / "snapshots.jsonl",
+        chip_keys=d / "chips.json",
+        coverage_target=0.0,
+    )
+    assert v.verdict == "rejected"
+    assert any(r.startswith("unaccounted work") for r in v.reasons), v.reasons
+    honest = record(tmp_path / "h", "mlp", snapshot_rate=2.0)
+    v = verify(
+        honest,
+        honest / "claims.json",
+        Budget(segments=0),
+        snapshots=honest / "snapshots.jsonl",
+        chip_keys=honest / "chips.json",
+        coverage_target=0.0,
+    )
+    assert v.verdict == "verified" and v.details["rules"]["work_accounted"]["pairs_checked"] > 0, v.reasons
