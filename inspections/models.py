@@ -206,6 +206,11 @@ class Snapshot(models.Model):
     shard = models.PositiveIntegerField()
     hash = models.CharField(max_length=64)
     claim_due_on = models.DateField()
+    work = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="the firmware's signed work counters {busy_ns, flops} (decimal strings), when it counts",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["chip", "counter"], name="one_snapshot_per_chip_counter")]

@@ -135,6 +135,7 @@ def claim_request(claim: Claim) -> dict:
                 "hash": snapshot.hash,
                 "step": claim.step,
                 "time": snapshot.time,
+                **work_counters(snapshot.work),
             }
         ],
         "history": {snapshot.chip.serial: chip_claim_history(claim)},
@@ -153,7 +154,7 @@ def chip_claim_history(claim: Claim) -> list[dict]:
         Claim.objects.filter(snapshot__chip=claim.snapshot.chip_id)
         .exclude(pk=claim.pk)
         .order_by("-snapshot__counter")
-        .values("snapshot__counter", "snapshot__time", "step", "run", "manifest")[:MAX_HISTORY]
+        .values("snapshot__counter", "snapshot__time", "snapshot__work", "step", "run", "manifest")[:MAX_HISTORY]
     )
     return [
         {
@@ -162,9 +163,17 @@ def chip_claim_history(claim: Claim) -> list[dict]:
             "step": c["step"],
             "run": c["run"],
             "manifest": c["manifest"],
+            **work_counters(c["snapshot__work"]),
         }
         for c in reversed(earlier)
     ]
+
+
+def work_counters(work) -> dict:
+    """The snapshot's signed firmware work counters as the verifier reads them ({} when the firmware counts none)."""
+    if not isinstance(work, dict) or not {"busy_ns", "flops"} <= set(work):
+        return {}
+    return {"busy_ns": int(work["busy_ns"]), "flops": int(work["flops"])}
 
 
 def prover_chips(prover: Organisation) -> dict[str, dict]:

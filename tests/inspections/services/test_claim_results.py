@@ -448,3 +448,37 @@ def test_an_incomplete_replay_is_retried_with_the_same_nonce_and_no_alert_agains
     stub.set(verdict="verified")
     assert _retry(c) == "verified"
     assert len({run["argv"][run["argv"].index("--nonce") + 1] for run in stub.runs()}) == 1
+
+
+def test_the_firmware_work_counters_reach_the_verifier(draw, stub, django_capture_on_commit_callbacks):
+    """Issue #19 case 4: the signed work counters of each snapshot (kept off the public ledger) go to the
+    verifier with the claim and the chip's history, exactly (FLOP counts beyond 2^53 included)."""
+    task = (
+        InspectionTask.objects.exclude(inspection_body=None)
+        .filter(prover__slug="owner-a")
+        .select_related("chip", "inspection_body", "prover")
+        .first()
+    )
+    big = 2**70 + 1
+    with django_capture_on_commit_callbacks(execute=False):
+        log = inspectors.snapshot_log_upload(task, task.inspection_body, "log\n")
+        records = [
+            {
+                "counter": n,
+                "time": f"2026-11-01T0{n}:00:00Z",
+                "shard": 0,
+                "hash": f"{n:064x}",
+                "busy_ns": n,
+                "flops": big + n,
+            }
+            for n in range(2)
+        ]
+        inspectors.snapshot_log_record(log, [], records)
+    assert "flops" not in json.dumps(Entry.objects.filter(kind="inspection.snapshot_log").latest("seq").payload)
+    stub.set(verdict="verified")
+    first = claim(task, stub, django_capture_on_commit_callbacks, counter=0)
+    second = claim(task, stub, django_capture_on_commit_callbacks, counter=1)
+    assert claim_services.claim_verify(second.pk) == "verified"
+    given = stub.runs()[0]["claims"]
+    assert given["claims"][0]["flops"] == big + 1 and given["claims"][0]["busy_ns"] == 1
+    assert given["history"][task.chip.serial][0]["flops"] == big and first.pk != second.pk
