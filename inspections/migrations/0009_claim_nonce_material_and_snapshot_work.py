@@ -4,35 +4,63 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inspections', '0008_alert_kinds_merged'),
+        ("inspections", "0008_alert_kinds_merged"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='claim',
-            name='copy_failures',
-            field=models.PositiveSmallIntegerField(default=0, help_text="attempts to copy the prover's material that failed (the prover's share)"),
+            model_name="claim",
+            name="copy_failures",
+            field=models.PositiveSmallIntegerField(
+                default=0, help_text="attempts to copy the prover's material that failed (the prover's share)"
+            ),
         ),
         migrations.AddField(
-            model_name='claim',
-            name='material',
-            field=models.CharField(blank=True, default='', help_text="the claim's copy of the prover's material (a folder name)", max_length=64),
+            model_name="claim",
+            name="material",
+            field=models.CharField(
+                blank=True,
+                default="",
+                help_text="the claim's copy of the prover's material (a folder name)",
+                max_length=64,
+            ),
         ),
         migrations.AddField(
-            model_name='claim',
-            name='nonce',
-            field=models.CharField(blank=True, default='', help_text="the claim's one verifier nonce: drawn after its material was copied, reused on every retry", max_length=32),
+            model_name="claim",
+            name="nonce",
+            field=models.CharField(
+                blank=True,
+                default="",
+                help_text="the claim's one verifier nonce: drawn after its material was copied, reused on every retry",
+                max_length=32,
+            ),
         ),
         migrations.AddField(
-            model_name='snapshot',
-            name='work',
-            field=models.JSONField(blank=True, help_text="the firmware's signed work counters {busy_ns, flops} (decimal strings), when it counts", null=True),
+            model_name="snapshot",
+            name="work",
+            field=models.JSONField(
+                blank=True,
+                help_text="the firmware's signed work counters {busy_ns, flops} (decimal strings), when it counts",
+                null=True,
+            ),
         ),
         migrations.AlterField(
-            model_name='claim',
-            name='result',
-            field=models.CharField(choices=[('pending', 'Pending'), ('verified', 'Verified'), ('mismatch', 'Mismatch'), ('rule_violated', 'Rule Violated'), ('malformed', 'Malformed'), ('timed_out', 'Timed Out'), ('unavailable', 'Unavailable'), ('error', 'Error')], default='pending', max_length=16),
+            model_name="claim",
+            name="result",
+            field=models.CharField(
+                choices=[
+                    ("pending", "Pending"),
+                    ("verified", "Verified"),
+                    ("mismatch", "Mismatch"),
+                    ("rule_violated", "Rule Violated"),
+                    ("malformed", "Malformed"),
+                    ("timed_out", "Timed Out"),
+                    ("unavailable", "Unavailable"),
+                    ("error", "Error"),
+                ],
+                default="pending",
+                max_length=16,
+            ),
         ),
     ]
