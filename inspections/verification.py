@@ -29,6 +29,7 @@ from pathlib import Path
 from django.conf import settings
 
 from replay.firmware import parse_record, verify_log
+from replay.report import Report
 
 from . import transcripts
 
@@ -142,7 +143,7 @@ def new_nonce() -> str:
     return secrets.token_hex(16)
 
 
-def claim_check(material: Path, request: dict, rule_flops: float, scratch: Path, nonce: str) -> dict:
+def claim_check(material: Path, request: dict, rule_flops: float, scratch: Path, nonce: str) -> Report:
     """The verifier's verdict on one claim from the claim's own copy of the material (``request``: the
     contract's claims file), with the claim's nonce; raises ``VerifierFailed``."""
     claims_file = scratch / "claims.json"
@@ -189,7 +190,7 @@ def time_limit() -> int:
     return settings.REPLAY_MAX_SECONDS + settings.REPLAY_FETCH_SECONDS + 60
 
 
-def _run(command: list[str], scratch: Path, nonce: str) -> dict:
+def _run(command: list[str], scratch: Path, nonce: str) -> Report:
     try:
         done = subprocess.run(
             command,
@@ -208,7 +209,7 @@ def _run(command: list[str], scratch: Path, nonce: str) -> dict:
     return verdict_of(done.returncode, done.stdout[:MAX_OUTPUT], nonce)
 
 
-def verdict_of(returncode: int, stdout: bytes, nonce: str) -> dict:
+def verdict_of(returncode: int, stdout: bytes, nonce: str) -> Report:
     """The verdict a finished verifier reported, or ``VerifierFailed`` when it reported none that holds."""
     if returncode < 0:
         raise VerifierFailed(f"the verifier was killed by signal {-returncode} (e.g. out of memory)")
@@ -224,7 +225,7 @@ def verdict_of(returncode: int, stdout: bytes, nonce: str) -> dict:
         raise VerifierFailed(f"the verifier's output does not state the verdict of its exit status {returncode}")
     if not isinstance(verdict.get("reasons", []), list) or verdict.get("nonce", nonce) != nonce:
         raise VerifierFailed("the verifier's output is not a well-formed verdict for this request")
-    return verdict
+    return Report.from_json(verdict)
 
 
 def _limit() -> None:

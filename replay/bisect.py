@@ -37,6 +37,30 @@ class TranscriptStore(Protocol):
     def trace(self, step: int) -> dict[int, tuple[str, torch.Tensor]]: ...
 
 
+def bits_equal(a, b) -> bool:
+    """Two training states hold the same bit patterns in every tensor (-0.0 is not +0.0; NaN payloads count)."""
+    x, y = a.tensors(), b.tensors()
+    return x.keys() == y.keys() and all(_same_bits(x[k], y[k]) for k in x)
+
+
+def _same_bits(u: torch.Tensor, v: torch.Tensor) -> bool:
+    if u.dtype != v.dtype or u.shape != v.shape:
+        return False
+    u, v = u.detach().cpu().contiguous(), v.detach().cpu().contiguous()
+    if u.is_floating_point():
+        as_int = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16}[u.dtype]
+        u, v = u.view(as_int), v.view(as_int)
+    return torch.equal(u, v)
+
+
+def first_differing_tensor(a, b) -> str | None:
+    x, y = a.tensors(), b.tensors()
+    for k in x:
+        if k not in y or not _same_bits(x[k], y[k]):
+            return k
+    return None
+
+
 _POINT = re.compile(r"rounding point (\S+?):")
 
 
@@ -62,7 +86,7 @@ def divergence_from_commitments(start: int, end: int, failure, replayed, checkpo
 
 def _same(ours: State, theirs) -> bool:
     try:
-        return isinstance(theirs, State) and theirs.step == ours.step and _bits(ours, theirs)
+        return isinstance(theirs, State) and theirs.step == ours.step and bits_equal(ours, theirs)
     except (RuntimeError, TypeError, AttributeError):
         return False
 
@@ -123,12 +147,6 @@ def dispute(tr: Transcript, start: int, end: int, store: TranscriptStore, replay
             op, key = name, k
             break
     return {"step": t, "op": op, "key": key, "fetched_states": fetched}
-
-
-def _bits(a: State, b: State) -> bool:
-    from .verifier import bits_equal  # the verifier imports this module
-
-    return bits_equal(a, b)
 
 
 class RecomputingStore:

@@ -35,11 +35,12 @@ import torch
 from nacl.signing import VerifyKey
 
 from . import chips, coverage, hashing, models
-from .bisect import dispute, divergence_from_commitments
+from .bisect import bits_equal, dispute, divergence_from_commitments, first_differing_tensor
 from .determinism import REL_WINDOW
 from .engine import Budget, BudgetExhausted, Mismatch, Replayer
 from .fenv import float_environment_problem
 from .firmware import parse_record, verify_log
+from .report import Report
 from .screen import screen_or_reason
 from .train import initial_state
 from .trajectory import trajectory_checks
@@ -66,29 +67,10 @@ class Verdict:
     def to_json(self) -> dict:
         return {"verdict": self.verdict, "reasons": self.reasons, **self.details}
 
-
-def bits_equal(a, b) -> bool:
-    """Two training states hold the same bit patterns in every tensor (-0.0 is not +0.0; NaN payloads count)."""
-    x, y = a.tensors(), b.tensors()
-    return x.keys() == y.keys() and all(_same_bits(x[k], y[k]) for k in x)
-
-
-def _same_bits(u: torch.Tensor, v: torch.Tensor) -> bool:
-    if u.dtype != v.dtype or u.shape != v.shape:
-        return False
-    u, v = u.detach().cpu().contiguous(), v.detach().cpu().contiguous()
-    if u.is_floating_point():
-        as_int = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16}[u.dtype]
-        u, v = u.view(as_int), v.view(as_int)
-    return torch.equal(u, v)
-
-
-def first_differing_tensor(a, b) -> str | None:
-    x, y = a.tensors(), b.tensors()
-    for k in x:
-        if k not in y or not _same_bits(x[k], y[k]):
-            return k
-    return None
+    @property
+    def report(self) -> Report:
+        """The typed report (replay.report): what the regulator's side records."""
+        return Report.from_json(self.to_json())
 
 
 def _json(obj_or_path, what: str):

@@ -19,6 +19,7 @@ from registry.models import Organisation
 
 from .. import queue, selectors, transcripts, verification
 from ..models import Alert, Claim, Snapshot
+from ..verification import Report  # replay's typed report, through the one module that imports replay
 from .alerts import alert_raise
 from .validation import fail as _fail
 
@@ -88,51 +89,30 @@ def _claim_item(item) -> dict:
     return item
 
 
-def claim_outcome(verdict: dict) -> tuple[str, int | None]:
-    """Map the replay verifier's verdict (contract of docs/claims.md) onto a final claim result."""
-    if verdict["verdict"] == "malformed":
+def as_report(verdict: dict | Report) -> Report:
+    """The verifier's typed report (replay.report): its JSON is parsed once, never read key by key."""
+    return verdict if isinstance(verdict, Report) else Report.from_json(verdict)
+
+
+def claim_outcome(verdict: dict | Report) -> tuple[str, int | None]:
+    """Map the replay verifier's report (contract of docs/claims.md) onto a final claim result."""
+    report = as_report(verdict)
+    if report.verdict == "malformed":
         return Claim.Result.MALFORMED, None
-    if verdict["verdict"] == "unavailable":
+    if report.verdict == "unavailable":
         return Claim.Result.UNAVAILABLE, None
-    if verdict["verdict"] == "rejected" and verdict.get("budget_exhausted") and not verdict.get("reasons"):
+    if report.verdict == "rejected" and report.budget_exhausted and not report.reasons:
         return Claim.Result.TIMED_OUT, None  # legacy verdicts only: a spent budget is now "incomplete", retried
-    if verdict["verdict"] == "verified":
+    if report.verdict == "verified":
         return Claim.Result.VERIFIED, None
-    rules = verdict.get("rules") or {}
-    if any(not rule.get("ok", True) for rule in rules.values() if isinstance(rule, dict)):
+    if report.rule_broken:  # a broken rule (compute, the registry's chips, the firmware's work): not a replay
         return Claim.Result.RULE_VIOLATED, None
-    step = verdict.get("mismatch_step")
-    if type(step) is not int:
-        failing = [c["step"] for c in verdict.get("claims", []) if isinstance(c, dict) and not c.get("ok", True)]
-        step = (verdict.get("dispute") or {}).get("step", min(failing, default=None))
-    return Claim.Result.MISMATCH, step if type(step) is int else None
+    return Claim.Result.MISMATCH, report.failing_step
 
 
-def claim_summary(verdict: dict) -> dict:
-    """What of the verdict goes on the ledger (and to the prover): bounded, and the run's coverage."""
-    segments = verdict.get("segments_replayed")
-    return {
-        "verdict": verdict.get("verdict"),
-        "reasons": [str(r)[:2000] for r in (verdict.get("reasons") or [])[:20]],
-        "flops": verdict.get("flops"),
-        "steps": verdict.get("steps"),
-        "rules": verdict.get("rules"),
-        "nonce": verdict.get("nonce"),
-        "segments_replayed": sorted({s for s in segments if type(s) is int})[:100_000]
-        if isinstance(segments, list)
-        else [],
-        "segments_total": verdict.get("segments_total") if type(verdict.get("segments_total")) is int else None,
-        "coverage": verdict.get("coverage") if isinstance(verdict.get("coverage"), (int, float)) else None,
-        "screen": verdict.get("screen"),
-        "findings": _bounded_list(verdict.get("findings"), 50),
-        "dispute": verdict.get("dispute") if isinstance(verdict.get("dispute"), dict) else None,
-        "conflicts": _bounded_list(verdict.get("conflicts"), 100),
-    }
-
-
-def _bounded_list(value, limit: int) -> list:
-    """At most ``limit`` JSON objects of a verdict's list (the verifier's output is bounded, but never trusted)."""
-    return [item for item in value if isinstance(item, dict)][:limit] if isinstance(value, list) else []
+def claim_summary(verdict: dict | Report) -> dict:
+    """What of the report goes on the ledger (and to the prover): bounded, and the run's coverage."""
+    return as_report(verdict).summary()
 
 
 def _open_claim(claim_id: int, failures: int) -> Claim | None:
@@ -320,15 +300,15 @@ def _verify_and_record(claim: Claim, now: datetime) -> str:
         return claim_unavailable_record(claim.pk, str(unavailable), failures, now).result
     except verification.VerifierFailed as failed:
         return claim_error_record(claim.pk, str(failed), failures, now).result
-    if verdict.get("verdict") == "incomplete":  # our budget, not the prover's fault: retried with the same nonce
-        why = "; ".join(str(r) for r in verdict.get("reasons") or [])[:400]
+    if verdict.verdict == "incomplete":  # our budget, not the prover's fault: retried with the same nonce
+        why = "; ".join(verdict.reasons)[:400]
         return claim_error_record(
             claim.pk, f"the replay did not finish within its budget ({why})", failures, now
         ).result
     return claim_result_record(claim.pk, verdict, failures=failures).result
 
 
-def claim_replay(claim: Claim) -> dict:
+def claim_replay(claim: Claim) -> Report:
     """The verifier's verdict on one claim, recording nothing but the claim's nonce; raises
     ``verification.VerifierFailed`` (ours) or ``verification.MaterialUnavailable`` (the prover's share)."""
     rule_flops = selectors.rule_flops_for_chip(claim.snapshot.chip)
@@ -337,9 +317,9 @@ def claim_replay(claim: Claim) -> dict:
         try:
             material, nonce = claim_material(claim, Path(scratch))
         except transcripts.TranscriptUnavailable as refused:  # outside the roots, a link: the prover's, final
-            return {"verdict": "malformed", "reasons": [str(refused)], "mismatch_step": None}
+            return Report("malformed", (str(refused),))
         except verification.MaterialRefused as refused:  # a forbidden address, a file not as committed: final
-            return refused.verdict
+            return Report.from_json(refused.verdict)
         return verification.claim_check(material, request, rule_flops, Path(scratch), nonce)
 
 

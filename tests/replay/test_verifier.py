@@ -306,3 +306,23 @@ def test_unusable_chip_keys_are_a_reason_not_a_crash(mlp):
     assert rejected_because(run_verify(mlp), "no usable public key")
     (mlp / "chips.json").write_text("[1, 2]")
     assert run_verify(mlp).verdict == "malformed"
+
+
+def test_the_verifier_returns_a_typed_report(mlp):
+    """Issue #17/#19: both ends read one typed Report (replay.report), not a dict key by key; untrusted JSON
+    with wrong types loses those fields, never crashes the reader."""
+    from replay.report import Report
+
+    m = manifest(mlp)
+    m["records"][6]["loss"] = m["records"][6]["loss"] * 1.5 + 0.125
+    save_manifest(mlp, m)
+    report = run_verify(mlp).report
+    assert isinstance(report, Report) and report.verdict == "rejected" and report.failing_step == 6
+    assert report.dispute["op"] == "loss" and not report.rule_broken and report.segments_total == 3
+    assert set(report.summary()) >= {"verdict", "reasons", "nonce", "coverage", "findings", "dispute", "conflicts"}
+    odd = Report.from_json(
+        {"verdict": "verified", "reasons": "x", "mismatch_step": "7", "segments_replayed": [1, "a", 1]}
+    )
+    assert odd.reasons == () and odd.mismatch_step is None and odd.segments_replayed == (1,)
+    with pytest.raises(ValueError):
+        Report.from_json({"verdict": "fine"})
