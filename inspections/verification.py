@@ -59,14 +59,11 @@ COPY_EXIT_UNAVAILABLE = 5
 
 def material_dir(name: str) -> Path:
     """The claim's own storage (``Claim.material``): the copy of the prover's material every verification of the
-    claim reads. The name is random, so a restored or reset database never meets another claim's copy."""
-    if not name or not name.replace("-", "").isalnum():
-        raise ValueError("a claim material name is letters, digits and dashes")
+    claim reads. Content-addressed by the manifest hash: every file in it was checked against that manifest, so
+    the claims of one run share one copy (made before the first of their nonces existed)."""
+    if not (len(name) == 64 and all(c in "0123456789abcdef" for c in name)):
+        raise ValueError("a claim's material is named by its manifest hash")
     return Path(getattr(settings, "CLAIM_MATERIAL_ROOT", settings.VAR_DIR / "claim-material")) / name
-
-
-def new_material_name(claim_id: int) -> str:
-    return f"{int(claim_id)}-{secrets.token_hex(8)}"
 
 
 def material_copy(location: str, manifest: str, dest: Path, scratch: Path) -> None:
@@ -78,11 +75,16 @@ def material_copy(location: str, manifest: str, dest: Path, scratch: Path) -> No
     (ours), or ``transcripts.TranscriptUnavailable``
     for a local location outside the allowed roots (malformed, as before)."""
     source = location if transcripts.is_url(location) else str(transcripts.local_directory(location))
-    staging = dest.with_name(dest.name + ".partial")  # beside dest: one filesystem, so the rename is atomic
+    # beside dest (one filesystem: the rename is atomic), named for this delivery alone
+    staging = dest.with_name(f"{dest.name}.partial-{secrets.token_hex(8)}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
         _copy_into(source, manifest, staging, scratch)
-        os.replace(staging, dest)  # the name is this delivery's own: complete or absent
+        try:
+            os.rename(staging, dest)  # complete or absent
+        except OSError:
+            if not dest.is_dir():  # another delivery's complete copy of the same manifest is fine; else ours
+                raise VerifierFailed("the copy could not be put in place") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -326,22 +325,19 @@ def claim_replay(claim: Claim) -> Report:
 def claim_material(claim: Claim, scratch: Path) -> tuple[Path, str]:
     """(the claim's copy of the prover's material, the claim's nonce). The copy is made first, every file
     hashed against the manifest; only then is the nonce drawn, once, and kept with the claim: every retry
-    replays the same copy with the same nonce, so neither a failing read nor a failure of ours redraws."""
-    if claim.nonce and claim.material and verification.material_dir(claim.material).is_dir():
-        return verification.material_dir(claim.material), claim.nonce
-    name = verification.new_material_name(claim.pk)
-    verification.material_copy(claim.location, claim.manifest, verification.material_dir(name), scratch)
+    replays the same copy with the same nonce, so neither a failing read nor a failure of ours redraws.
+    The copy is content-addressed (its manifest hash): a run's claims share it."""
+    material = verification.material_dir(claim.manifest)
+    if not material.is_dir():
+        verification.material_copy(claim.location, claim.manifest, material, scratch)
     with transaction.atomic():
         locked = Claim.objects.select_for_update().get(pk=claim.pk)
         if not locked.nonce:
             locked.nonce = verification.new_nonce()
-        if not (locked.material and verification.material_dir(locked.material).is_dir()):
-            locked.material = name  # the first complete copy wins; the nonce never changes with it
+        locked.material = claim.manifest
         locked.save(update_fields=["nonce", "material"])
-    if locked.material != name:
-        shutil.rmtree(verification.material_dir(name), ignore_errors=True)
     claim.nonce, claim.material = locked.nonce, locked.material
-    return verification.material_dir(locked.material), locked.nonce
+    return material, locked.nonce
 
 
 def claim_reverify(claim_id: int, now: datetime | None = None) -> dict:

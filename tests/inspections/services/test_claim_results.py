@@ -123,7 +123,8 @@ def test_the_verifier_is_told_the_snapshot_time_history_chips_and_coverage(
     nonce = argv[argv.index("--nonce") + 1]
     assert len(bytes.fromhex(nonce)) == 16 and nonce != stub.runs()[0]["argv"][argv.index("--nonce") + 1]
     second.refresh_from_db()
-    assert argv[0] == str(verification.material_dir(second.material)) and "--allow-host" not in argv  # its copy
+    assert argv[0] == str(verification.material_dir(MANIFEST)) and second.material == MANIFEST  # the run's copy
+    assert "--allow-host" not in argv
 
 
 def test_the_run_coverage_accumulates_across_claims_on_the_ledger(snapshots, stub, django_capture_on_commit_callbacks):
@@ -175,7 +176,7 @@ def test_a_url_is_copied_first_then_verified_from_the_claims_copy(
     run = stub.runs()[0]
     c.refresh_from_db()
     assert run["argv"][0] == str(verification.material_dir(c.material))
-    assert (verification.material_dir(c.material) / "manifest.json").read_bytes() == MANIFEST_BYTES
+    assert (verification.material_dir(MANIFEST) / "manifest.json").read_bytes() == MANIFEST_BYTES
     assert run["env"]["REPLAY_FETCH_MAX_FILES"] == "77"
     assert Path(run["env"]["TMPDIR"]).name.startswith("claim-") and not Path(run["env"]["TMPDIR"]).exists()
 
@@ -482,3 +483,19 @@ def test_the_firmware_work_counters_reach_the_verifier(draw, stub, django_captur
     given = stub.runs()[0]["claims"]
     assert given["claims"][0]["flops"] == big + 1 and given["claims"][0]["busy_ns"] == 1
     assert given["history"][task.chip.serial][0]["flops"] == big and first.pk != second.pk
+
+
+def test_a_runs_claims_share_one_copy_so_a_later_failing_share_changes_nothing(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """Once a run's material is copied (hashed against its manifest), later claims of the run read that copy:
+    the prover's share failing reads afterwards can neither veto a draw nor make the claim unavailable."""
+    stub.set(verdict="verified")
+    first = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0)
+    assert claim_services.claim_verify(first.pk) == "verified"
+    (Path(stub.location) / "manifest.json").unlink()  # the share now fails every read
+    second = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=1)
+    assert claim_services.claim_verify(second.pk) == "verified"
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.nonce != second.nonce and first.material == second.material == MANIFEST

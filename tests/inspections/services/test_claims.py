@@ -26,6 +26,13 @@ from tests.registry.factories import SignedClient, chip_model, event, facility, 
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def own_material_root(settings, tmp_path):
+    """Each test its own claim-material store (a copy is content-addressed: a previous test's honest copy of the
+    same manifest would rightly be reused, hiding a test's own edit)."""
+    settings.CLAIM_MATERIAL_ROOT = str(tmp_path / "claim-material")
+
+
 @pytest.fixture(scope="module")
 def transcript(tmp_path_factory):
     """One small real transcript (MLP, 20 steps, 2 chips), recorded once for the module."""
