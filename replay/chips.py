@@ -287,6 +287,10 @@ def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: 
         if e.get("flops") is not None:
             by_counter.setdefault(e["counter"], e)
     ordered = [by_counter[c] for c in sorted(by_counter)]
+    if ordered and ordered[0]["counter"] == 0 and ordered[0]["run"] == run:
+        # the chip's first record ever: its counters count from fabrication, so everything it did before that
+        # snapshot must be this run's steps so far (work before a chip's first snapshot hides nowhere)
+        ordered.insert(0, {"counter": -1, "flops": 0, "step": 0, "run": run, "mine": True})
     reasons, conflicts, pairs = [], [], 0
     for a, b in zip(ordered, ordered[1:]):
         if a["run"] != run or b["run"] != run:
@@ -295,8 +299,15 @@ def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: 
         counted = b["flops"] - a["flops"]
         expected = max(b["step"] - a["step"], 0) * flops_per_step * share
         slack = WORK_TOLERANCE * max(expected, flops_per_step * share)
+        if a["counter"] < 0 and counted <= expected + slack:
+            continue  # before its first snapshot only an excess is evidence (a chip may have joined late)
         if counted < 0:
             detail = f"chip {serial}: its FLOP counter went down between counters {a['counter']} and {b['counter']}"
+        elif a["counter"] < 0 and counted > expected + slack:
+            detail = (
+                f"unaccounted work: chip {serial} counted {counted:.4g} FLOPs since fabrication by its first snapshot "
+                f"(step {b['step']}), the run's steps so far need {expected:.4g}"
+            )
         elif counted > expected + slack:
             detail = (
                 f"unaccounted work: chip {serial} counted {counted:.4g} FLOPs between counters {a['counter']} "

@@ -322,3 +322,21 @@ def test_hidden_work_is_counted_by_the_chips(tmp_path):
         coverage_target=0.0,
     )
     assert v.verdict == "verified" and v.details["rules"]["work_accounted"]["pairs_checked"] > 0, v.reasons
+
+
+def test_work_before_a_chips_first_snapshot_is_accounted_from_fabrication():
+    """The counters count from fabrication: a chip whose first record ever (counter 0) already shows more work
+    than the run's steps so far did that work for no claim; less is fine (a chip may join a run late)."""
+    from replay.chips import _work
+
+    def ev(counter, step, flops):
+        return {"counter": counter, "step": step, "flops": flops, "run": "r", "mine": True}
+
+    ok, _, pairs = _work("c", [ev(0, 4, 400), ev(1, 6, 600)], "r", 1.0, 100.0)
+    assert ok == [] and pairs == 2
+    late, _, _ = _work("c", [ev(0, 4, 100), ev(1, 6, 300)], "r", 1.0, 100.0)
+    assert late == []
+    hidden, _, _ = _work("c", [ev(0, 4, 900), ev(1, 6, 1100)], "r", 1.0, 100.0)
+    assert len(hidden) == 1 and "since fabrication" in hidden[0]
+    again, _, _ = _work("c", [ev(3, 4, 900), ev(4, 6, 1100)], "r", 1.0, 100.0)
+    assert again == []  # not its first record: earlier work belongs to earlier snapshots
