@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import tempfile
 from datetime import datetime, timedelta
@@ -331,9 +332,22 @@ def claim_material(claim: Claim, scratch: Path) -> tuple[Path, str]:
     if not material.is_dir():
         verification.material_copy(claim.location, claim.manifest, material, scratch)
     with transaction.atomic():
-        locked = Claim.objects.select_for_update().get(pk=claim.pk)
+        locked = Claim.objects.select_for_update().select_related("snapshot__chip").get(pk=claim.pk)
         if not locked.nonce:
+            # drawn now, after the copy, and committed on the ledger by its hash: the nonce the verdict entry
+            # reveals can be checked against a commitment made only once the material was in our hands
             locked.nonce = verification.new_nonce()
+            ledger.append_entry(
+                "claim.material_copied",
+                {
+                    "claim": locked.pk,
+                    "chip": locked.snapshot.chip.serial,
+                    "counter": locked.snapshot.counter,
+                    "manifest": locked.manifest,
+                    "nonce_sha256": hashlib.sha256(bytes.fromhex(locked.nonce)).hexdigest(),
+                },
+                "system",
+            )
         locked.material = claim.manifest
         locked.save(update_fields=["nonce", "material"])
     claim.nonce, claim.material = locked.nonce, locked.material

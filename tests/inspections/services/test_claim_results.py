@@ -205,6 +205,9 @@ def test_one_nonce_per_claim_drawn_after_the_copy_and_reused_on_every_retry(
     assert nonces == {c.nonce}
     entry = Entry.objects.filter(kind="claim.verified").latest("seq")
     assert entry.payload["nonce"] == c.nonce
+    copied = Entry.objects.get(kind="claim.material_copied")  # one commitment, made before the first run
+    assert copied.payload["nonce_sha256"] == hashlib.sha256(bytes.fromhex(c.nonce)).hexdigest()
+    assert copied.seq < Entry.objects.filter(kind="claim.verification_failed").earliest("seq").seq
 
 
 def test_a_share_that_fails_reads_is_unavailable_never_redrawn(
@@ -230,6 +233,7 @@ def test_a_share_that_fails_reads_is_unavailable_never_redrawn(
     c.refresh_from_db()
     assert c.result == Claim.Result.UNAVAILABLE and c.copy_failures == 3 and c.nonce == ""
     assert stub.runs() == []  # the verifier never ran: no draw existed for the share to veto
+    assert not Entry.objects.filter(kind="claim.material_copied").exists()
     entry = Entry.objects.filter(kind="claim.verified").latest("seq")
     assert entry.payload["result"] == "unavailable" and "could not be copied" in entry.payload["reasons"][0]
     assert Alert.objects.filter(kind=Alert.Kind.CLAIM_FAILED, detail__contains="unavailable").exists()
