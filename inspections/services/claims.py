@@ -335,19 +335,21 @@ def claim_material(claim: Claim, scratch: Path) -> tuple[Path, str]:
         locked = Claim.objects.select_for_update().select_related("snapshot__chip").get(pk=claim.pk)
         if not locked.nonce:
             # drawn now, after the copy, and committed on the ledger by its hash: the nonce the verdict entry
-            # reveals can be checked against a commitment made only once the material was in our hands
+            # reveals can be checked against a commitment made only once the material was in our hands (a claim
+            # whose verdict predates nonces only gets one for the desk's comparison: nothing goes on the ledger)
             locked.nonce = verification.new_nonce()
-            ledger.append_entry(
-                "claim.material_copied",
-                {
-                    "claim": locked.pk,
-                    "chip": locked.snapshot.chip.serial,
-                    "counter": locked.snapshot.counter,
-                    "manifest": locked.manifest,
-                    "nonce_sha256": hashlib.sha256(bytes.fromhex(locked.nonce)).hexdigest(),
-                },
-                "system",
-            )
+            if locked.result not in Claim.FINAL:
+                ledger.append_entry(
+                    "claim.material_copied",
+                    {
+                        "claim": locked.pk,
+                        "chip": locked.snapshot.chip.serial,
+                        "counter": locked.snapshot.counter,
+                        "manifest": locked.manifest,
+                        "nonce_sha256": hashlib.sha256(bytes.fromhex(locked.nonce)).hexdigest(),
+                    },
+                    "system",
+                )
         locked.material = claim.manifest
         locked.save(update_fields=["nonce", "material"])
     claim.nonce, claim.material = locked.nonce, locked.material
