@@ -377,6 +377,10 @@ def claim_detail(claim: Claim) -> dict:
         "coverage": inspections.run_coverage(claim.prover, claim.manifest),
         "location": _without_secrets(claim.location),
         "jobs": Job.objects.filter(kind=Job.Kind.CLAIM_REVERIFY, params__claim=claim.pk)[:10],
+        "dispute": report.get("dispute") if isinstance(report.get("dispute"), dict) else None,
+        "findings": [f for f in report.get("findings") or [] if isinstance(f, dict)],
+        "conflicts": [c for c in report.get("conflicts") or [] if isinstance(c, dict)],
+        "nonce": claim.nonce,
     }
 
 

@@ -207,6 +207,11 @@ class Snapshot(models.Model):
     shard = models.PositiveIntegerField()
     hash = models.CharField(max_length=64)
     claim_due_on = models.DateField()
+    work = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="the firmware's signed work counters {busy_ns, flops} (decimal strings), when it counts",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["chip", "counter"], name="one_snapshot_per_chip_counter")]
@@ -244,10 +249,18 @@ class Claim(models.Model):
         MISMATCH = "mismatch"
         RULE_VIOLATED = "rule_violated"
         MALFORMED = "malformed"
-        TIMED_OUT = "timed_out"
+        TIMED_OUT = "timed_out"  # legacy: a spent replay budget is now retried (incomplete), never final
+        UNAVAILABLE = "unavailable"  # the prover's material could not be copied as committed, within bounded retries
         ERROR = "error"  # the verifier itself failed (never the prover's fault): retried, not final
 
-    FINAL = (Result.VERIFIED, Result.MISMATCH, Result.RULE_VIOLATED, Result.MALFORMED, Result.TIMED_OUT)
+    FINAL = (
+        Result.VERIFIED,
+        Result.MISMATCH,
+        Result.RULE_VIOLATED,
+        Result.MALFORMED,
+        Result.TIMED_OUT,
+        Result.UNAVAILABLE,
+    )
 
     snapshot = models.OneToOneField(Snapshot, on_delete=models.PROTECT, related_name="claim")
     prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="claims")
@@ -264,6 +277,18 @@ class Claim(models.Model):
     retry_at = models.DateTimeField(null=True, blank=True, help_text="when an errored claim is verified again")
     queued_at = models.DateTimeField(default=timezone.now, help_text="last sent to the worker (the pending sweep)")
     attempts = models.PositiveSmallIntegerField(default=0, help_text="times a worker started on it")
+    nonce = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        help_text="the claim's one verifier nonce: drawn after its material was copied, reused on every retry",
+    )
+    material = models.CharField(
+        max_length=64, blank=True, default="", help_text="the claim's copy of the prover's material (a folder name)"
+    )
+    copy_failures = models.PositiveSmallIntegerField(
+        default=0, help_text="attempts to copy the prover's material that failed (the prover's share)"
+    )
 
     def __str__(self) -> str:
         return f"{self.prover.slug} {self.run} step {self.step} ({self.result})"

@@ -146,21 +146,26 @@ def claim_request(claim: Claim) -> dict:
                 "hash": snapshot.hash,
                 "step": claim.step,
                 "time": snapshot.time,
+                **work_counters(snapshot.work),
             }
         ],
         "history": {snapshot.chip.serial: chip_claim_history(claim)},
         "prover_chips": prover_chips(claim.prover),
+        "run_snapshots": run_snapshot_times(claim.prover, claim.manifest),
         "replayed_segments": sorted(run_segments(claim.prover, claim.manifest, exclude=claim.pk)),
         "coverage_target": settings.REPLAY_COVERAGE_TARGET,
     }
 
 
 def chip_claim_history(claim: Claim) -> list[dict]:
-    """The chip's claims for snapshots logged before this one (any run), oldest first."""
+    """The chip's other claims (any run, any counter, filed before or after this one), oldest first: order and
+    overlap are checked against all of them, whatever order they were filed and answered in (the latest 1000
+    around this snapshot: the nearest counters first)."""
     earlier = (
-        Claim.objects.filter(snapshot__chip=claim.snapshot.chip_id, snapshot__counter__lt=claim.snapshot.counter)
+        Claim.objects.filter(snapshot__chip=claim.snapshot.chip_id)
+        .exclude(pk=claim.pk)
         .order_by("-snapshot__counter")
-        .values("snapshot__counter", "snapshot__time", "step", "run", "manifest")[:MAX_HISTORY]
+        .values("snapshot__counter", "snapshot__time", "snapshot__work", "step", "run", "manifest")[:MAX_HISTORY]
     )
     return [
         {
@@ -169,19 +174,43 @@ def chip_claim_history(claim: Claim) -> list[dict]:
             "step": c["step"],
             "run": c["run"],
             "manifest": c["manifest"],
+            **work_counters(c["snapshot__work"]),
         }
         for c in reversed(earlier)
     ]
 
 
+def work_counters(work) -> dict:
+    """The snapshot's signed firmware work counters as the verifier reads them ({} when the firmware counts none)."""
+    if not isinstance(work, dict) or not {"busy_ns", "flops"} <= set(work):
+        return {}
+    return {"busy_ns": int(work["busy_ns"]), "flops": int(work["flops"])}
+
+
 def prover_chips(prover: Organisation) -> dict[str, dict]:
-    """serial -> model and peak 16-bit FLOP/s of every chip the registry says the prover holds now."""
-    rows = Chip.objects.filter(owner=prover, status__in=ELIGIBLE).values_list(
-        "serial", "model__slug", "model__peak_flops_16bit"
-    )
+    """serial -> model and peak 16-bit FLOP/s of every chip the registry says the prover held at the time of its
+    runs: the chips it holds now, and every chip whose logged snapshots it answered (a claim is accepted only
+    from the chip's owner), so a chip sold or decommissioned after the run still counts as the prover's then."""
+    held = Chip.objects.filter(owner=prover, status__in=ELIGIBLE)
+    answered = Chip.objects.filter(snapshots__claim__prover=prover)
+    rows = (held | answered).distinct().values_list("serial", "model__slug", "model__peak_flops_16bit")
     return {
         serial: {"model": model, "peak_flops_16bit": peak} for serial, model, peak in rows.iterator(chunk_size=10000)
     }
+
+
+def run_snapshot_times(prover: Organisation, manifest: str) -> dict[str, list[str]]:
+    """serial -> times of the run's answered snapshots on every chip (the latest 1000 per run): which chips
+    demonstrably worked on the run, and when (the pace counts only those)."""
+    rows = (
+        Claim.objects.filter(prover=prover, manifest=manifest)
+        .order_by("-snapshot__time")
+        .values_list("snapshot__chip__serial", "snapshot__time")[:MAX_HISTORY]
+    )
+    out: dict[str, list[str]] = {}
+    for serial, time in rows:
+        out.setdefault(serial, []).append(time)
+    return out
 
 
 # --- coverage per run (a run is the prover's transcript: prover and manifest hash) ---------------

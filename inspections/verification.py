@@ -1,6 +1,9 @@
 """Everything on the Django side that touches ``replay`` (docs/ARCHITECTURE.md, Parts): no other module imports it.
 
 * Snapshot logs are checked in-process with replay's pure, torch-free firmware checker.
+* A claim's material (the manifest and every file it commits to) is first copied into the claim's own
+  storage by ``python -m replay.fetch`` in a limited subprocess, hashed against the manifest; only then is
+  the claim's one nonce drawn (kept with the claim, reused on every retry). The verifier reads the copy.
 * Claims are verified by the verifier CLI (setting ``REPLAY_VERIFIER_COMMAND``, by default
   ``python -m replay verify``) in a subprocess with a wall-clock and address-space limit. A
   transcript URL is handed to it as SOURCE and fetched inside that subprocess (``replay.fetch``),
@@ -18,22 +21,103 @@ import logging
 import os
 import resource
 import secrets
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from django.conf import settings
 
 from replay.firmware import parse_record, verify_log
+from replay.report import Report
 
-from . import transcript_location as transcripts
+from . import transcript_location
 
 log = logging.getLogger(__name__)
-EXITS = {0: "verified", 1: "rejected", 2: "malformed"}
+EXITS = {0: "verified", 1: "rejected", 2: "malformed", 4: "incomplete"}
 MAX_OUTPUT = 16 << 20
 
 
 class VerifierFailed(Exception):
     """The verifier did not produce a verdict (crash, signal, timeout, bad output): retried later."""
+
+
+class MaterialUnavailable(Exception):
+    """The prover's material could not be read (the prover's failure; final after bounded retries)."""
+
+
+class MaterialRefused(Exception):
+    """The prover's material is refused for good: ``verdict`` is the final verdict (malformed or rejected)."""
+
+    def __init__(self, verdict: dict):
+        super().__init__(verdict["reasons"][0])
+        self.verdict = verdict
+
+
+COPY_EXIT_UNAVAILABLE = 5
+
+
+def material_dir(name: str) -> Path:
+    """The claim's own storage (``Claim.material``): the copy of the prover's material every verification of the
+    claim reads. Content-addressed by the manifest hash: every file in it was checked against that manifest, so
+    the claims of one run share one copy (made before the first of their nonces existed)."""
+    if not (len(name) == 64 and all(c in "0123456789abcdef" for c in name)):
+        raise ValueError("a claim's material is named by its manifest hash")
+    return Path(getattr(settings, "CLAIM_MATERIAL_ROOT", settings.VAR_DIR / "claim-material")) / name
+
+
+def material_copy(location: str, manifest: str, dest: Path, scratch: Path) -> None:
+    """Copy the manifest at ``location`` and every file it commits to into ``dest`` (a bounded subprocess,
+    ``python -m replay.fetch``: the worker never reads a prover's bytes itself). Atomic: the files land in a
+    scratch directory and are renamed into place only when all are in and hashed.
+
+    Raises ``MaterialUnavailable`` (a read failed: retried), ``MaterialRefused`` (final), ``VerifierFailed``
+    (ours), or ``transcript_location.TranscriptUnavailable``
+    for a local location outside the allowed roots (malformed, as before)."""
+    source = location if transcript_location.is_url(location) else str(transcript_location.local_directory(location))
+    # beside dest (one filesystem: the rename is atomic), named for this delivery alone
+    staging = dest.with_name(f"{dest.name}.partial-{secrets.token_hex(8)}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _copy_into(source, manifest, staging, scratch)
+        try:
+            os.rename(staging, dest)  # complete or absent
+        except OSError:
+            if not dest.is_dir():  # another delivery's complete copy of the same manifest is fine; else ours
+                raise VerifierFailed("the copy could not be put in place") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _copy_into(source: str, manifest: str, staging: Path, scratch: Path) -> None:
+    command = [sys.executable, "-m", "replay.fetch", source, str(staging), "--manifest", manifest]
+    if transcript_location.is_url(source):
+        for host in settings.REPLAY_FETCH_ALLOWED_HOSTS:
+            command += ["--allow-host", host]
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            cwd=settings.BASE_DIR,
+            env=verifier_environment(scratch),
+            timeout=settings.REPLAY_FETCH_SECONDS + 60,
+            preexec_fn=_limit,
+        )
+    except subprocess.TimeoutExpired:  # the fetch's own deadline is REPLAY_FETCH_SECONDS: a slow share is theirs
+        raise MaterialUnavailable(f"copying the material took longer than {settings.REPLAY_FETCH_SECONDS} s") from None
+    except OSError as error:
+        raise VerifierFailed(f"the copy could not start ({type(error).__name__})") from None
+    try:
+        said = json.loads(done.stdout[:MAX_OUTPUT])
+    except ValueError:
+        said = {}
+    if done.returncode == COPY_EXIT_UNAVAILABLE and isinstance(said, dict):
+        raise MaterialUnavailable(str(said.get("unavailable", "the material could not be copied"))[:500])
+    if done.returncode == 2 and isinstance(said, dict) and said.get("verdict") in ("malformed", "rejected"):
+        reasons = [str(r)[:500] for r in said.get("reasons") or []][:1] or ["the material is refused"]
+        raise MaterialRefused({"verdict": said["verdict"], "reasons": reasons, "mismatch_step": None})
+    if done.returncode != 0:
+        raise VerifierFailed(f"copying the material failed (exit {done.returncode})")
 
 
 def snapshot_log_check(text: str, public_key: bytes, serial: str) -> tuple[list[dict], list[dict]]:
@@ -56,22 +140,17 @@ def log_serials(text: str) -> set[str]:
     return serials
 
 
-def claim_check(location: str, request: dict, rule_flops: float, scratch: Path) -> dict:
-    """The verifier's verdict on one claim (``request``: the contract's claims file); raises ``VerifierFailed``.
+def new_nonce() -> str:
+    """The claim's one nonce: drawn once its material is copied, kept with the claim, reused on every retry."""
+    return secrets.token_hex(16)
 
-    A location the worker refuses (outside the roots, a symlink) is the prover's fault: a malformed verdict.
-    """
-    if transcripts.is_url(location):
-        source = location
-    else:
-        try:
-            source = str(transcripts.local_directory(location))
-        except transcripts.TranscriptUnavailable as unavailable:
-            return {"verdict": "malformed", "reasons": [str(unavailable)], "mismatch_step": None}
+
+def claim_check(material: Path, request: dict, rule_flops: float, scratch: Path, nonce: str) -> Report:
+    """The verifier's verdict on one claim from the claim's own copy of the material (``request``: the
+    contract's claims file), with the claim's nonce; raises ``VerifierFailed``."""
     claims_file = scratch / "claims.json"
     claims_file.write_text(json.dumps(request))
-    nonce = secrets.token_hex(16)
-    command = verifier_command(source, claims_file, rule_flops, nonce)
+    command = verifier_command(str(material), claims_file, rule_flops, nonce)
     return _run(command, scratch, nonce)
 
 
@@ -89,7 +168,7 @@ def verifier_command(source: str, claims_file: Path, rule_flops: float, nonce: s
         "--max-flops",
         repr(rule_flops),
     ]
-    if transcripts.is_url(source):
+    if transcript_location.is_url(source):
         for host in settings.REPLAY_FETCH_ALLOWED_HOSTS:
             command += ["--allow-host", host]
     return command
@@ -113,7 +192,7 @@ def time_limit() -> int:
     return settings.REPLAY_MAX_SECONDS + settings.REPLAY_FETCH_SECONDS + 60
 
 
-def _run(command: list[str], scratch: Path, nonce: str) -> dict:
+def _run(command: list[str], scratch: Path, nonce: str) -> Report:
     try:
         done = subprocess.run(
             command,
@@ -132,7 +211,7 @@ def _run(command: list[str], scratch: Path, nonce: str) -> dict:
     return verdict_of(done.returncode, done.stdout[:MAX_OUTPUT], nonce)
 
 
-def verdict_of(returncode: int, stdout: bytes, nonce: str) -> dict:
+def verdict_of(returncode: int, stdout: bytes, nonce: str) -> Report:
     """The verdict a finished verifier reported, or ``VerifierFailed`` when it reported none that holds."""
     if returncode < 0:
         raise VerifierFailed(f"the verifier was killed by signal {-returncode} (e.g. out of memory)")
@@ -148,7 +227,7 @@ def verdict_of(returncode: int, stdout: bytes, nonce: str) -> dict:
         raise VerifierFailed(f"the verifier's output does not state the verdict of its exit status {returncode}")
     if not isinstance(verdict.get("reasons", []), list) or verdict.get("nonce", nonce) != nonce:
         raise VerifierFailed("the verifier's output is not a well-formed verdict for this request")
-    return verdict
+    return Report.from_json(verdict)
 
 
 def _limit() -> None:

@@ -25,7 +25,7 @@ from .models import ARCHS
 from .recorder import Recorder
 from .verifier import Budget, verify
 
-EXIT = {"verified": 0, "rejected": 1, "malformed": 2, "error": 3}
+EXIT = {"verified": 0, "rejected": 1, "malformed": 2, "error": 3, "incomplete": 4}
 MIN_NONCE_BYTES = 16
 FETCH_MAX_BYTES = 8 << 30
 FETCH_MAX_FILES = 100_000
@@ -66,6 +66,11 @@ def _emit(out: dict, as_json: bool) -> None:
         print(out["verdict"])
         for reason in out["reasons"]:
             print(f"  - {reason}")
+        dispute = out.get("dispute") or {}
+        if dispute.get("step") is not None:
+            print(f"  first divergent step: {dispute['step']}, operation: {dispute.get('op')}")
+        for finding in out.get("findings") or []:
+            print(f"  finding ({finding['kind']}): {finding['detail']}")
 
 
 def _refuse(reason: str, as_json: bool, nonce: str = "") -> int:

@@ -8,12 +8,19 @@ fetches. Then the store's per-op trace of step t (every rounded output, keyed as
 log) is compared with the verifier's trace, in the verifier's execution order: the first op whose
 output differs is the disagreement, and only that op needs recomputing in a court of arbitration.
 
+In production no prover answers queries: `divergence_from_commitments` bisects against what the
+transcript committed to, per step: its recorded loss and rounding log (the replay stops at the first
+step whose committed loss or log does not replay: that step, and the rounding point whose logged
+close call does not fit, or "loss" when the forward of that step already disagrees), and, when every
+step replays, the checkpoint: its last step's update, naming the first tensor whose bits differ.
+
 A store is anything with `state(step) -> State` and `trace(step) -> {key: (name, float32 tensor)}`;
 its answers are untrusted (a malformed answer counts as disagreement).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 import torch
@@ -30,9 +37,56 @@ class TranscriptStore(Protocol):
     def trace(self, step: int) -> dict[int, tuple[str, torch.Tensor]]: ...
 
 
+def bits_equal(a, b) -> bool:
+    """Two training states hold the same bit patterns in every tensor (-0.0 is not +0.0; NaN payloads count)."""
+    x, y = a.tensors(), b.tensors()
+    return x.keys() == y.keys() and all(_same_bits(x[k], y[k]) for k in x)
+
+
+def _same_bits(u: torch.Tensor, v: torch.Tensor) -> bool:
+    if u.dtype != v.dtype or u.shape != v.shape:
+        return False
+    u, v = u.detach().cpu().contiguous(), v.detach().cpu().contiguous()
+    if u.is_floating_point():
+        as_int = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16}[u.dtype]
+        u, v = u.view(as_int), v.view(as_int)
+    return torch.equal(u, v)
+
+
+def first_differing_tensor(a, b) -> str | None:
+    x, y = a.tensors(), b.tensors()
+    for k in x:
+        if k not in y or not _same_bits(x[k], y[k]):
+            return k
+    return None
+
+
+_POINT = re.compile(r"rounding point (\S+?):")
+
+
+def divergence_from_commitments(start: int, end: int, failure, replayed, checkpoint, differing) -> dict:
+    """First divergent step and op of segment [start, end) from the transcript's own commitments.
+
+    failure: the replay's Mismatch (or None when every step replayed); replayed / checkpoint: the
+    replayed and committed states at `end` when every step replayed; differing(a, b): the first tensor
+    whose bits differ."""
+    if failure is not None and hasattr(failure, "step"):
+        point = _POINT.search(failure.what)
+        op = point.group(1) if point else ("loss" if "loss" in failure.what else "step")
+        return {"step": failure.step, "op": op, "detail": failure.what[:300], "source": "commitments"}
+    tensor = differing(replayed, checkpoint) if replayed is not None else None
+    return {
+        "step": end - 1,
+        "op": f"update of {tensor}" if tensor else None,
+        "detail": f"every step of {start}..{end} replays its committed loss and log; the checkpoint at {end} "
+        f"differs from the replay{f' first in {tensor}' if tensor else ''}",
+        "source": "commitments",
+    }
+
+
 def _same(ours: State, theirs) -> bool:
     try:
-        return isinstance(theirs, State) and theirs.step == ours.step and ours.equal(theirs)
+        return isinstance(theirs, State) and theirs.step == ours.step and bits_equal(ours, theirs)
     except (RuntimeError, TypeError, AttributeError):
         return False
 
@@ -87,7 +141,8 @@ def dispute(tr: Transcript, start: int, end: int, store: TranscriptStore, replay
             and len(other) == 2
             and isinstance(other[1], torch.Tensor)
             and other[1].shape == value.shape
-            and torch.equal(other[1].cpu(), value.cpu())
+            and other[1].dtype == value.dtype
+            and torch.equal(other[1].cpu().view(torch.int32), value.cpu().view(torch.int32))
         ):
             op, key = name, k
             break

@@ -10,9 +10,17 @@ history and this run's claims together, in time order:
 * within one run the step never goes down as time goes on;
 * two runs never share a chip at overlapping times (this run's time span against each other run's);
 * pace: between two snapshots of this run, (step difference) x FLOPs per step <= elapsed seconds x
-  the summed peak FLOP/s of the chips in the shard layout (skipped when prover_chips is absent).
+  the summed peak FLOP/s of the chips that did the work: a non-empty shard, and snapshots of this run
+  logged around that interval (this chip's history, the claims, and `run_snapshots` from the ledger);
+  an idle chip named with an empty shard logs nothing of the run and adds nothing (skipped when
+  prover_chips is absent).
 
-And the shard layout may name only chips in prover_chips (when given).
+And the layout's working chips must be the prover's in the registry as it was at the run's time
+(`prover_chips`: the chips it holds now and the chips whose snapshots it answered): a rule, reported as
+a rule finding, not a replay mismatch. A chip sold or decommissioned after the run changes nothing.
+
+Every reason that involves another claim (by counter) is also listed in report["conflicts"], so the
+ledger can record the conflict on both claims whatever order they were filed and answered in.
 """
 
 from __future__ import annotations
@@ -24,6 +32,13 @@ from datetime import UTC, datetime
 from .transcript import MalformedTranscript
 
 MAX_HISTORY = 1_000_000
+# The work the firmware counted between two snapshots of a run must be the FLOPs of the steps between them
+# (the chip's shard's share of models.training_flops) within this relative tolerance; a parked chip (the
+# step stands still) may count at most this fraction of one step. The simulator counts exactly; real
+# firmware counting executed FLOPs (recomputation, communication kernels) calibrates its own overhead into
+# what it reports per step. Tighter than 2x, so two-fold hidden work never hides in it.
+WORK_TOLERANCE = 0.25
+MAX_WORK = 2**128 - 1
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z")
 _HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -53,8 +68,10 @@ def parse_history(raw) -> dict[str, list[dict]]:
         rows = []
         for i, h in enumerate(items):
             what = f"history[{serial[:64]!r}][{i}]"
-            if not isinstance(h, dict) or set(h) != {"counter", "time", "step", "run", "manifest"}:
-                raise MalformedTranscript(f"{what} must have counter, time, step, run, manifest")
+            base = {"counter", "time", "step", "run", "manifest"}
+            if not isinstance(h, dict) or not base <= set(h) <= base | WORK_KEYS:
+                raise MalformedTranscript(f"{what} must have counter, time, step, run, manifest (and busy_ns, flops)")
+            check_work(h, what)
             if type(h["counter"]) is not int or type(h["step"]) is not int or h["counter"] < 0 or h["step"] < 0:
                 raise MalformedTranscript(f"{what}: counter and step must be non-negative integers")
             if not isinstance(h["manifest"], str) or not _HEX.fullmatch(h["manifest"]):
@@ -62,6 +79,19 @@ def parse_history(raw) -> dict[str, list[dict]]:
             rows.append({**h, "at": parse_time(h["time"], f"{what}.time")})
         out[serial] = rows
     return out
+
+
+WORK_KEYS = {"busy_ns", "flops"}
+
+
+def check_work(c: dict, what: str) -> None:
+    """A snapshot's work counters, when given: both, integers in 0..2^128-1 (null: firmware that does not count)."""
+    present = [k for k in WORK_KEYS if c.get(k) is not None]
+    if present and len(present) != 2:
+        raise MalformedTranscript(f"{what}: busy_ns and flops come together")
+    for k in present:
+        if type(c[k]) is not int or not 0 <= c[k] <= MAX_WORK:
+            raise MalformedTranscript(f"{what}.{k} must be an integer in 0..2^128-1")
 
 
 def parse_prover_chips(raw) -> dict[str, float] | None:
@@ -81,73 +111,217 @@ def parse_prover_chips(raw) -> dict[str, float] | None:
     return out
 
 
+def parse_run_snapshots(raw) -> dict[str, list[datetime]]:
+    """{serial: [times]} of this run's snapshots on every chip (the ledger's claims of this manifest)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise MalformedTranscript("run_snapshots must be an object {serial: [times]}")
+    out, total = {}, 0
+    for serial, times in raw.items():
+        if not isinstance(times, list):
+            raise MalformedTranscript(f"run_snapshots[{serial[:64]!r}] must be a list of times")
+        total += len(times)
+        if total > MAX_HISTORY:
+            raise MalformedTranscript(f"run_snapshots holds more than {MAX_HISTORY} times")
+        out[serial] = [parse_time(t, f"run_snapshots[{serial[:64]!r}][]") for t in times]
+    return out
+
+
 def check(
-    run: str, layout: list[dict], claims: list[dict], history: dict, prover_chips, flops_per_step: float
+    run: str,
+    layout: list[dict],
+    claims: list[dict],
+    history: dict,
+    prover_chips,
+    flops_per_step: float,
+    run_snapshots: dict | None = None,
 ) -> tuple[list[str], dict]:
-    """Reasons to reject (empty if none) and a report. `run` is this transcript's manifest hash."""
+    """Reasons to reject (empty if none) and a report. `run` is this transcript's manifest hash.
+
+    report["rule"]: the layout rule ({"ok", ...}: a broken rule, not a replay mismatch); report["conflicts"]:
+    the other claims (by counter) a reason involves, so the ledger can record the conflict on both."""
     reasons = []
-    serials = [s["serial"] for s in layout]
-    peak = None
+    working = [s["serial"] for s in layout if s["end"] > s["start"]]  # an empty shard does no work
+    rule = None
     if prover_chips is not None:
-        foreign = [s for s in serials if s not in prover_chips]
+        foreign = [s for s in working if s not in prover_chips]
+        rule = {"ok": not foreign, "unregistered": len(foreign)}
         if foreign:
             reasons.append(
-                f"the shard layout names {len(foreign)} chip(s) the registry does not list for the prover, "
-                f"e.g. {foreign[0][:64]!r}"
+                f"rule violated: the shard layout names {len(foreign)} working chip(s) the registry does not list "
+                f"for the prover at the run's time, e.g. {foreign[0][:64]!r}"
             )
-        else:
-            peak = sum(prover_chips[s] for s in serials)
     events: dict[str, list[dict]] = {}
     for serial, rows in history.items():
-        events.setdefault(serial, []).extend({**h, "run": h["manifest"]} for h in rows)
+        events.setdefault(serial, []).extend({**h, "run": h["manifest"], "mine": False} for h in rows)
     untimed = sum(c["at"] is None for c in claims)
     for c in claims:
         if c["at"] is None:
             continue
         events.setdefault(c["serial"], []).append(
-            {"counter": c["counter"], "step": c["step"], "at": c["at"], "time": c["time"], "run": run}
+            {
+                "counter": c["counter"],
+                "step": c["step"],
+                "at": c["at"],
+                "time": c["time"],
+                "run": run,
+                "mine": True,
+                "flops": c.get("flops"),
+            }
         )
+    spans = _run_spans(run, events, run_snapshots or {}, set(working))
+    peaks = None if prover_chips is None else {s: prover_chips.get(s, 0.0) for s in working}
+    conflicts: list[dict] = []
     for serial, evs in sorted(events.items()):
-        reasons += _chip(serial[:64], evs, run, peak, flops_per_step)
-    return reasons, {"chips": len(events), "pace_checked": peak is not None, "peak_flops": peak, "untimed": untimed}
+        why, involved = _chip(serial[:64], evs, run, peaks, spans, flops_per_step)
+        reasons += why
+        conflicts += involved
+    share = {s["serial"]: (s["end"] - s["start"]) / max(1, layout[-1]["end"]) for s in layout}
+    unaccounted, counted_pairs = [], 0
+    for serial, evs in sorted(events.items()):
+        why, involved, pairs = _work(serial[:64], evs, run, share.get(serial, 0.0), flops_per_step)
+        reasons += why
+        conflicts += involved
+        unaccounted += why
+        counted_pairs += pairs
+    report = {
+        "work": {"pairs_checked": counted_pairs, "tolerance": WORK_TOLERANCE, "problems": unaccounted[:20]},
+        "chips": len(events),
+        "pace_checked": peaks is not None,
+        "peak_flops": None if peaks is None else sum(peaks.values()),
+        "untimed": untimed,
+        "rule": rule,
+        "conflicts": conflicts,
+    }
+    return reasons, report
 
 
-def _chip(serial: str, evs: list[dict], run: str, peak, flops_per_step: float) -> list[str]:
-    reasons, seen, uniq = [], {}, []
+def _run_spans(run: str, events: dict, run_snapshots: dict, working: set) -> dict[str, tuple]:
+    """(first, last) time each working chip logged a snapshot of this run: a chip counts towards the pace
+    only over the time it demonstrably worked on the run (an idle chip logs nothing of it)."""
+    times: dict[str, list] = {s: list(run_snapshots.get(s, [])) for s in working}
+    for serial, evs in events.items():
+        if serial in times:
+            times[serial] += [e["at"] for e in evs if e["run"] == run]
+    return {s: (min(t), max(t)) for s, t in times.items() if t}
+
+
+def _capacity(peaks: dict, spans: dict, a, b) -> float:
+    """FLOP/s of the working chips that logged snapshots of this run around [a, b]."""
+    return sum(p for s, p in peaks.items() if s in spans and spans[s][0] <= b and a <= spans[s][1])
+
+
+def _chip(serial: str, evs: list[dict], run: str, peaks, spans, flops_per_step: float) -> tuple[list[str], list]:
+    reasons, seen, uniq, conflicts = [], {}, [], []
+
+    def involve(kind: str, detail: str, *pair) -> None:
+        reasons.append(detail)
+        for e in pair:
+            if not e.get("mine") and type(e.get("counter")) is int:
+                conflicts.append({"counter": e["counter"], "kind": kind, "detail": detail})
+
     for e in evs:
         key = (e["step"], e["at"], e["run"])
         if e["counter"] in seen:
-            if seen[e["counter"]] != key:  # the same snapshot reported twice is not a second claim
-                reasons.append(f"chip {serial}: counter {e['counter']} is claimed for two different snapshots")
+            if seen[e["counter"]][0] != key:  # the same snapshot reported twice is not a second claim
+                involve(
+                    "counter",
+                    f"chip {serial}: counter {e['counter']} is claimed for two different snapshots",
+                    e,
+                    seen[e["counter"]][1],
+                )
             continue
-        seen[e["counter"]] = key
+        seen[e["counter"]] = (key, e)
         uniq.append(e)
     uniq.sort(key=lambda e: (e["at"], e["counter"]))
     for a, b in zip(uniq, uniq[1:]):
         if b["counter"] < a["counter"] and b["at"] > a["at"]:
-            reasons.append(f"chip {serial}: counter {b['counter']} at {b['time']} is after counter {a['counter']}")
+            involve(
+                "counter", f"chip {serial}: counter {b['counter']} at {b['time']} is after counter {a['counter']}", a, b
+            )
     mine = [e for e in uniq if e["run"] == run]
     for a, b in zip(mine, mine[1:]):
         if b["step"] < a["step"]:
-            reasons.append(
-                f"chip {serial}: step {b['step']} at {b['time']} comes after step {a['step']} at {a['time']}"
+            involve(
+                "order",
+                f"chip {serial}: step {b['step']} at {b['time']} comes after step {a['step']} at {a['time']}",
+                a,
+                b,
             )
-        elif peak is not None and b["step"] > a["step"]:
+        elif peaks is not None and b["step"] > a["step"]:
             need = (b["step"] - a["step"]) * flops_per_step
-            can = (b["at"] - a["at"]).total_seconds() * peak
+            can = (b["at"] - a["at"]).total_seconds() * _capacity(peaks, spans, a["at"], b["at"])
             if need > can:
-                reasons.append(
+                involve(
+                    "pace",
                     f"chip {serial}: steps {a['step']}..{b['step']} need {need:.3e} FLOPs between {a['time']} and "
-                    f"{b['time']}, more than the layout's chips can do ({can:.3e})"
+                    f"{b['time']}, more than the working chips that logged this run can do ({can:.3e})",
+                    a,
+                    b,
                 )
     if mine:
         lo, hi = mine[0]["at"], mine[-1]["at"]
-        spans: dict[str, list] = {}
+        others: dict[str, list] = {}
         for e in uniq:
             if e["run"] != run:
-                s = spans.setdefault(e["run"], [e["at"], e["at"], e["time"]])
-                s[0], s[1] = min(s[0], e["at"]), max(s[1], e["at"])
-        for other, (a, b, when) in sorted(spans.items()):
+                others.setdefault(e["run"], []).append(e)
+        for other, evs_other in sorted(others.items()):
+            inside = [e for e in evs_other if lo <= e["at"] <= hi]
+            a, b = min(e["at"] for e in evs_other), max(e["at"] for e in evs_other)
             if a <= hi and lo <= b:
-                reasons.append(f"chip {serial}: run {other[:16]}... used it at overlapping times (e.g. {when})")
-    return reasons
+                involve(
+                    "overlap",
+                    f"chip {serial}: run {other[:16]}... used it at overlapping times (e.g. {evs_other[0]['time']})",
+                    *(inside or evs_other),
+                )
+    return reasons, conflicts
+
+
+def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: float) -> tuple[list, list, int]:
+    """Work the chip's firmware counted between consecutive snapshots of this run against the FLOPs of the
+    steps between them (its shard's share): more is unaccounted work, less is work claimed but not done;
+    a parked chip (the step stands still) counts nothing. (reasons, conflicts, pairs checked)."""
+    by_counter = {}
+    for e in evs:
+        if e.get("flops") is not None:
+            by_counter.setdefault(e["counter"], e)
+    ordered = [by_counter[c] for c in sorted(by_counter)]
+    if ordered and ordered[0]["counter"] == 0 and ordered[0]["run"] == run:
+        # the chip's first record ever: its counters count from fabrication, so everything it did before that
+        # snapshot must be this run's steps so far (work before a chip's first snapshot hides nowhere)
+        ordered.insert(0, {"counter": -1, "flops": 0, "step": 0, "run": run, "mine": True})
+    reasons, conflicts, pairs = [], [], 0
+    for a, b in zip(ordered, ordered[1:]):
+        if a["run"] != run or b["run"] != run:
+            continue  # across runs: each run accounts for its own snapshots
+        pairs += 1
+        counted = b["flops"] - a["flops"]
+        expected = max(b["step"] - a["step"], 0) * flops_per_step * share
+        slack = WORK_TOLERANCE * max(expected, flops_per_step * share)
+        if a["counter"] < 0 and counted <= expected + slack:
+            continue  # before its first snapshot only an excess is evidence (a chip may have joined late)
+        if counted < 0:
+            detail = f"chip {serial}: its FLOP counter went down between counters {a['counter']} and {b['counter']}"
+        elif a["counter"] < 0 and counted > expected + slack:
+            detail = (
+                f"unaccounted work: chip {serial} counted {counted:.4g} FLOPs since fabrication by its first snapshot "
+                f"(step {b['step']}), the run's steps so far need {expected:.4g}"
+            )
+        elif counted > expected + slack:
+            detail = (
+                f"unaccounted work: chip {serial} counted {counted:.4g} FLOPs between counters {a['counter']} "
+                f"(step {a['step']}) and {b['counter']} (step {b['step']}), the claimed steps need {expected:.4g}"
+            )
+        elif counted < expected - slack:
+            detail = (
+                f"work not done: chip {serial} counted {counted:.4g} FLOPs between counters {a['counter']} "
+                f"(step {a['step']}) and {b['counter']} (step {b['step']}), the claimed steps need {expected:.4g}"
+            )
+        else:
+            continue
+        reasons.append(detail)
+        for e in (a, b):
+            if not e.get("mine"):
+                conflicts.append({"counter": e["counter"], "kind": "work", "detail": detail})
+    return reasons, conflicts, pairs

@@ -88,6 +88,8 @@ class ChipStore:
         if lines:
             last = parse_record(lines[-1])
             chip.counter, chip.prev = last["counter"] + 1, record_hash(last)
+            # the work counters run on from the chip's last record (firmware that never counted stays silent)
+            chip.busy_ns, chip.flops = last.get("busy_ns"), last.get("flops")
         else:
             chip.counter, chip.prev = 0, ZERO
         return chip

@@ -5,8 +5,8 @@ replays from the checkpoint c before s, so it trusts c: the segment that produce
 replayed and compared with c ("mandatory"). Then segments not yet replayed for this run are drawn in
 the order of SHA-256("chipledger-segments/1" ‖ seed ‖ start as 8 bytes LE), seed = SHA-256(nonce ‖
 manifest hash ‖ canonical claims): fresh randomness the prover cannot steer (the nonce is drawn after
-it committed, and no field it controls is hashed before the nonce). At least `minimum` are drawn,
-and more until the coverage reaches the target.
+its material is in the verifier's hands, and no field it controls is hashed before the nonce). At most
+`at_most` are drawn per claim (bounded work), none once the run's coverage reaches the target.
 
 Coverage: the probability that ONE fabricated segment anywhere in the run would have been caught by
 the segments replayed so far (this claim's and earlier claims'): replayed distinct segments / all.
@@ -37,12 +37,14 @@ def order(seed_: bytes, starts: list[int]) -> list[int]:
     return sorted(starts, key=rank)
 
 
-def plan(starts: list[int], must: list[int], earlier: set[int], seed_: bytes, target: float, minimum: int) -> list[int]:
-    """Segments to replay now: the mandatory ones, then fresh draws until `minimum` drawn and the target met."""
+def plan(starts: list[int], must: list[int], earlier: set[int], seed_: bytes, target: float, at_most: int) -> list[int]:
+    """Segments to replay now: the mandatory ones, then at most `at_most` fresh draws (bounded work per
+    claim: a run's coverage grows over its claims and re-verifications, never in one giant replay);
+    none once the run's coverage target is met."""
     chosen = list(must)
     covered = set(earlier) | set(must)
     for drawn, s in enumerate(order(seed_, [s for s in starts if s not in covered])):
-        if drawn >= minimum and len(covered) / len(starts) >= target:
+        if drawn >= at_most or len(covered) / len(starts) >= target:
             break
         chosen.append(s)
         covered.add(s)

@@ -43,9 +43,10 @@ NAT64 = ipaddress.ip_network("64:ff9b::/96")
 class FetchRefused(Exception):
     """The transcript could not be fetched; the message is safe to show the prover."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, transient: bool = False):
         super().__init__(reason)
         self.reason = reason
+        self.transient = transient  # a failure that may not recur (a read, a transfer, a deadline), not a refusal
 
 
 class _Budget:
@@ -63,7 +64,7 @@ class _Budget:
     def left(self) -> float:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            raise FetchRefused(f"fetching the transcript took longer than {self.seconds:g} s")
+            raise FetchRefused(f"fetching the transcript took longer than {self.seconds:g} s", transient=True)
         return remaining
 
 
@@ -154,12 +155,16 @@ def _get(
                 url = _redirect(url, response.getheader("Location"), name)
                 continue
             if response.status != 200:
-                raise FetchRefused(f"{name}: the transcript server answered HTTP status {response.status}")
+                raise FetchRefused(
+                    f"{name}: the transcript server answered HTTP status {response.status}", transient=True
+                )
             _save(response, dest / name, name, budget, cap)
             return
         except (OSError, http.client.HTTPException) as error:
             budget.left()  # a read cut short by the deadline is the deadline's failure
-            raise FetchRefused(f"{name}: the transfer from {parts.hostname} failed ({type(error).__name__})") from None
+            raise FetchRefused(
+                f"{name}: the transfer from {parts.hostname} failed ({type(error).__name__})", transient=True
+            ) from None
         finally:
             connection.close()
     raise FetchRefused(f"{name}: more than {MAX_REDIRECTS} redirects")
@@ -215,7 +220,7 @@ def _checked_address(host: str, port: int, name: str, allowed: frozenset[str]) -
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
-        raise FetchRefused(f"{name}: the host {host} does not resolve") from None
+        raise FetchRefused(f"{name}: the host {host} does not resolve", transient=True) from None
     addresses = [info[4][0] for info in infos if info[0] in (socket.AF_INET, socket.AF_INET6)]
     if not addresses:
         raise FetchRefused(f"{name}: the host {host} has no IPv4 or IPv6 address")
@@ -263,3 +268,170 @@ class _PinnedTLS(_Pinned):
     def connect(self) -> None:
         super().connect()
         self.sock = ssl.create_default_context().wrap_socket(self.sock, server_hostname=self.host)
+
+
+# --------------------------------------------------------------------------- the claim's own copy
+
+
+class Unavailable(Exception):
+    """The prover's material could not be read (a transfer or read failed, a file missing, the deadline): the
+    prover's failure, retried a bounded number of times. The message names the file and what failed, never
+    what a server or file held."""
+
+
+class NotAsCommitted(Exception):
+    """The material is refused for good: ``verdict`` "malformed" (a forbidden address, a link, over a cap, a
+    manifest naming no files) or "rejected" (a file that does not match the manifest's commitment)."""
+
+    def __init__(self, reason: str, verdict: str):
+        super().__init__(reason)
+        self.verdict = verdict
+
+
+def copy_material(
+    source: str,
+    dest: Path,
+    manifest_hash: str,
+    *,
+    max_bytes: int,
+    max_files: int,
+    deadline_s: float,
+    allowed_hosts: frozenset[str] = frozenset(),
+) -> dict:
+    """Copy the manifest and every file it commits to from ``source`` (an http(s) URL or a local directory)
+    into ``dest``, each size-capped and hashed against the commitment, BEFORE any verifier nonce exists:
+    the prover's share then cannot learn which segments a draw picked and fail just those reads.
+
+    Raises ``Unavailable`` (a read of the prover's failed: retried), ``NotAsCommitted`` (refused for good) or
+    ``OSError`` writing ``dest`` (ours). Returns counts."""
+    import hashlib
+    import json
+
+    from .transcript import MAX_MANIFEST_BYTES
+
+    max_bytes, max_files, deadline_s = _tightened(max_bytes, max_files, deadline_s)
+    budget = _Budget(max_bytes, max_files, deadline_s)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    remote = source.startswith(("http://", "https://"))
+    base = _base(source) if remote else None
+    allowed = frozenset(h.lower().strip("[]") for h in allowed_hosts)
+
+    def one(name: str, want: str, cap: int | None = None) -> None:
+        try:
+            if remote:
+                _get(base, name, dest, budget, allowed, cap)
+            else:
+                _copy_local(Path(source), name, dest, budget, cap)
+        except FetchRefused as refused:
+            if refused.transient:
+                raise Unavailable(refused.reason) from None
+            raise NotAsCommitted(refused.reason, "malformed") from None
+        digest = hashlib.sha256()
+        with open(dest / name, "rb") as copied:
+            for chunk in iter(lambda: copied.read(CHUNK), b""):
+                digest.update(chunk)
+        if digest.hexdigest() != want:
+            raise NotAsCommitted(f"{name} does not match the manifest's commitment", "rejected")
+
+    one("manifest.json", manifest_hash, MAX_MANIFEST_BYTES)
+    try:
+        manifest = json.loads((dest / "manifest.json").read_bytes())
+        names = committed_files(manifest)
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError):
+        raise NotAsCommitted("manifest.json does not name its checkpoints and segments", "malformed") from None
+    if 1 + len(names) > max_files:
+        raise NotAsCommitted(
+            f"the manifest names {1 + len(names)} files, more than the {max_files} allowed", "malformed"
+        )
+    for name, want in names:
+        one(name, want)
+    return {"files": 1 + len(names), "bytes": max_bytes - budget.bytes}
+
+
+def committed_files(manifest: dict) -> list[tuple[str, str]]:
+    """[(relative path, SHA-256)] of the checkpoint and segment files a manifest commits to: names built from
+    integer steps, never from the prover's strings (the full schema is the verifier's to check)."""
+    out = []
+    for folder in ("checkpoints", "segments"):
+        for step, digest in manifest[folder].items():
+            if not (step.isdigit() and len(step) <= 12) or not (
+                isinstance(digest, str) and len(digest) == 64 and set(digest) <= set("0123456789abcdef")
+            ):
+                raise ValueError(folder)
+            out.append((f"{folder}/{int(step):08d}.safetensors", digest))
+    return out
+
+
+def _copy_local(root: Path, name: str, dest: Path, budget: _Budget, cap: int | None) -> None:
+    """One file of a local share, opened without following links (safeio), into ``dest / name``."""
+    from .safeio import Refused, open_inside
+
+    budget.take_file(name)
+    limit = budget.bytes if cap is None else min(cap, budget.bytes)
+    try:
+        fd = open_inside(root, name)
+    except (
+        Refused
+    ) as refused:  # a link or a device is a refusal; a missing or unreadable file may be the share's hiccup
+        text = str(refused)
+        raise FetchRefused(text, transient=text.endswith(": missing") or ": not readable" in text) from None
+    path = dest / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    size = 0
+    with os.fdopen(fd, "rb") as src, open(path, "wb") as out:
+        while True:
+            budget.left()
+            try:
+                chunk = src.read(min(CHUNK, limit + 1 - size))
+            except OSError as error:
+                raise FetchRefused(f"{name}: the read failed ({type(error).__name__})", transient=True) from None
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limit:
+                raise FetchRefused(f"{name}: more than the {limit} bytes left to copy")
+            out.write(chunk)
+    budget.bytes -= size
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m replay.fetch SOURCE DEST --manifest HASH [--allow-host H ...]``: the claim's copy, run by the
+    worker in a limited subprocess. Prints one JSON object; exit 0 copied, 5 unavailable (a read failed: retried),
+    2 refused for good ({"verdict": "malformed" | "rejected", "reasons"}), 3 ours."""
+    import argparse
+    import json
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m replay.fetch")
+    p.add_argument("source")
+    p.add_argument("dest", type=Path)
+    p.add_argument("--manifest", required=True)
+    p.add_argument("--allow-host", action="append", default=[])
+    args = p.parse_args(argv)
+    try:
+        counts = copy_material(
+            args.source,
+            args.dest,
+            args.manifest,
+            max_bytes=8 << 30,
+            max_files=100_000,
+            deadline_s=3600.0,
+            allowed_hosts=frozenset(args.allow_host),
+        )
+    except Unavailable as e:
+        print(json.dumps({"unavailable": str(e)[:500]}))
+        return 5
+    except NotAsCommitted as e:
+        print(json.dumps({"verdict": e.verdict, "reasons": [str(e)[:500]]}))
+        return 2
+    except OSError as e:  # writing our own copy failed (disk full...): ours, retried
+        print(json.dumps({"error": f"writing the copy failed ({type(e).__name__})"}))
+        return 3
+    print(json.dumps({"copied": counts}))
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -5,6 +5,11 @@ appends one record to its log, a JSON line:
 
     {"serial", "counter", "time", "shard", "hash", "prev", "sig"}
 
+and, from firmware that counts its work (docs/transcripts.md §7), two more signed fields:
+
+    "busy_ns": nanoseconds the chip's compute units were busy since fabrication (monotonic)
+    "flops":   floating-point operations the chip executed since fabrication (monotonic, any size)
+
 counter: 0, 1, 2, ... per chip (monotonic); time: RFC 3339 UTC; shard: index in the layout;
 hash: hex SHA-256 of the chip's parameter shard (hashing.py); prev: hex SHA-256 of the previous
 record's canonical bytes (signature included), 64 zeros for the first; sig: base64 Ed25519 over
@@ -32,6 +37,8 @@ ZERO = "0" * 64
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 FIELDS = {"serial": str, "counter": int, "time": str, "shard": int, "hash": str, "prev": str, "sig": str}
+WORK_FIELDS = {"busy_ns": int, "flops": int}  # both or neither: the work counters of firmware that counts
+MAX_WORK = 2**128 - 1  # monotonic since fabrication; FLOPs of a fast chip pass 2^64 within months
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 # Bounds of a record's fields: a forged line must fail parsing (a "malformed" verdict), never the recording
 # downstream — counters go on the ledger as I-JSON integers (< 2^53), shards into a 32-bit column.
@@ -51,13 +58,15 @@ def canonical(obj: dict) -> bytes:
 _PLAIN = re.compile(r"[ !#-\[\]-~]*")  # printable ASCII but '"' and '\\': JSON writes it as is
 _KEYS = tuple(sorted(FIELDS))
 _KEYS_UNSIGNED = tuple(k for k in _KEYS if k != "sig")
+_KEYS_WORK = tuple(sorted({**FIELDS, **WORK_FIELDS}))
+_KEYS_WORK_UNSIGNED = tuple(k for k in _KEYS_WORK if k != "sig")
 
 
 def _canonical_record(obj: dict) -> bytes | None:
     """The same bytes as json.dumps(sort_keys, compact) for a plain log record, ~4x faster: the
     checker serialises every record of every uploaded log. None for anything else."""
     keys = tuple(sorted(obj))
-    if keys != _KEYS and keys != _KEYS_UNSIGNED:
+    if keys not in (_KEYS, _KEYS_UNSIGNED, _KEYS_WORK, _KEYS_WORK_UNSIGNED):
         return None
     parts = []
     for key in keys:
@@ -85,11 +94,19 @@ def public_key_b64(key: SigningKey) -> str:
 
 
 class Chip:
-    """One chip's firmware: a counter, the hash of its last record, its key."""
+    """One chip's firmware: a counter, the hash of its last record, its key, and its work counters (busy
+    nanoseconds and FLOPs executed since fabrication; None for firmware that does not count)."""
 
-    def __init__(self, serial: str, shard: int, key: SigningKey):
+    def __init__(self, serial: str, shard: int, key: SigningKey, busy_ns: int | None = 0, flops: int | None = 0):
         self.serial, self.shard, self.key = serial, shard, key
         self.counter, self.prev = 0, ZERO
+        self.busy_ns, self.flops = busy_ns, flops
+
+    def work(self, seconds: float, flops: int) -> None:
+        """The compute units ran: the firmware's counters only go up."""
+        if self.flops is not None and flops > 0:
+            self.busy_ns += max(0, round(seconds * 1e9))
+            self.flops += int(flops)
 
     def snapshot(self, when: datetime, shard_hash: str) -> str:
         rec = {
@@ -100,6 +117,8 @@ class Chip:
             "hash": shard_hash,
             "prev": self.prev,
         }
+        if self.flops is not None:
+            rec["busy_ns"], rec["flops"] = self.busy_ns, self.flops
         rec["sig"] = base64.b64encode(self.key.sign(canonical(rec)).signature).decode()
         self.counter += 1
         self.prev = record_hash(rec)
@@ -124,10 +143,18 @@ class Firmware:
         self.p = 1.0 - math.exp(-rate)  # P(at least one Poisson event during a step)
         self.step_seconds = step_seconds
         self.lines: list[str] = []
+        # FLOPs of one training step of the whole model (set by the recorder); each chip counts its shard's part
+        self.step_flops: int | None = None
+        sizes = [s["end"] - s["start"] for s in layout]
+        self.share = [n / max(1, sum(sizes)) for n in sizes]
 
     def tick(self, step: int, hashes: list[str]) -> list[tuple[Chip, dict]]:
-        """After `step` steps: each chip snapshots with probability p. Returns (chip, record) pairs."""
+        """After `step` steps: each chip counts the step's work on its shard, then snapshots with probability p.
+        Returns (chip, record) pairs."""
         out = []
+        if self.step_flops is not None:
+            for chip, share in zip(self.chips, self.share):
+                chip.work(self.step_seconds * (share > 0), round(self.step_flops * share))
         for chip in self.chips:
             if self.rng.random() < self.p:
                 line = chip.snapshot(self.start + timedelta(seconds=step * self.step_seconds), hashes[chip.shard])
@@ -149,11 +176,14 @@ def parse_record(line: str) -> dict:
         rec = json.loads(line)
     except (json.JSONDecodeError, RecursionError) as e:
         raise ValueError(f"not JSON: {e}") from None
-    if not isinstance(rec, dict) or set(rec) != set(FIELDS):
-        raise ValueError(f"fields must be exactly {sorted(FIELDS)}")
-    for k, t in FIELDS.items():
-        if type(rec[k]) is not t:
+    if not isinstance(rec, dict) or set(rec) not in (set(FIELDS), set(FIELDS) | set(WORK_FIELDS)):
+        raise ValueError(f"fields must be exactly {sorted(FIELDS)} (and both of {sorted(WORK_FIELDS)}, or neither)")
+    for k, t in {**FIELDS, **WORK_FIELDS}.items():
+        if k in rec and type(rec[k]) is not t:
             raise ValueError(f"{k} must be a {t.__name__}")
+    for k in WORK_FIELDS:
+        if k in rec and not 0 <= rec[k] <= MAX_WORK:
+            raise ValueError(f"{k} must be in 0..2^128-1")
     if not 0 <= rec["counter"] <= MAX_COUNTER:
         raise ValueError(f"counter must be in 0..{MAX_COUNTER}")
     if not 0 <= rec["shard"] <= MAX_SHARD:
@@ -246,5 +276,8 @@ def verify_log(
             problems.append(_problem("rollback", n, c, "the first record links to an earlier history"))
         if prev is not None and rec["time"] < prev["time"]:
             problems.append(_problem("rollback", n, c, f"time {rec['time']} is before {prev['time']}"))
+        for k in WORK_FIELDS:
+            if prev is not None and k in rec and k in prev and rec[k] < prev[k]:
+                problems.append(_problem("rollback", n, c, f"work counter {k} went down ({prev[k]} to {rec[k]})"))
         expect, prev = c + 1, rec
     return sorted(problems, key=lambda p: (p["line"], p["kind"]))

@@ -95,6 +95,9 @@ class Recorder:
         state = initial_state(models.init_params(self.arch, self.config, self.seed), self.optimizer)
         layout = hashing.shard_layout(sum(p.numel() for p in state.params.values()), self.serials)
         firmware = self.firmware(layout, self.seed, self.rate)
+        firmware.step_flops = models.training_flops(
+            self.arch, self.config, models.batch_spec(self.arch, self.config, self.batch)
+        )
         stops = checkpoint_steps(self.steps, self.interval)
         records, checkpoints, segments, segment, claims = [], {}, {}, [], []
         checkpoints["0"] = write_checkpoint(out, state)

@@ -112,13 +112,19 @@ def write_segment(root: Path, start: int, steps: list[tuple[int, dict, bytes, by
     tensors = {}
     for t, batch, proofs, log in steps:
         tensors[f"x:{t}"], tensors[f"y:{t}"] = batch["x"].contiguous(), batch["y"].contiguous()
-        tensors[f"proof:{t}"] = torch.frombuffer(bytearray(proofs), dtype=torch.uint8)
+        tensors[f"proof:{t}"] = _uint8(proofs)
         if log is not None:
-            tensors[f"log:{t}"] = torch.frombuffer(bytearray(log), dtype=torch.uint8)
+            tensors[f"log:{t}"] = _uint8(log)
     path = segment_path(root, start)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(safetensors.torch.save(tensors))
     return sha256(path.read_bytes())
+
+
+def _uint8(data: bytes) -> torch.Tensor:
+    """Bytes as a uint8 tensor, also when empty (a one-example dataset's inclusion proofs are empty:
+    the tree is its leaf; torch.frombuffer refuses an empty buffer)."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
 
 
 def write_manifest(root: Path, manifest: dict) -> str:

@@ -35,21 +35,26 @@ import torch
 from nacl.signing import VerifyKey
 
 from . import chips, coverage, hashing, models
-from .bisect import dispute
+from .bisect import bits_equal, dispute, divergence_from_commitments, first_differing_tensor
 from .determinism import REL_WINDOW
 from .engine import Budget, BudgetExhausted, Mismatch, Replayer
 from .fenv import float_environment_problem
 from .firmware import parse_record, verify_log
+from .report import Report
 from .screen import screen_or_reason
 from .train import initial_state
 from .trajectory import trajectory_checks
 from .transcript import CommitmentMismatch, MalformedTranscript, Transcript, canonical_json
 
 DEFAULT_RULES = {"max_training_flops": 1e26}
+# Only det64 replays bit for bit on every conforming machine (thread count, kernel, CPU). float32 (or any
+# plain precision) depends on summation order: an honest claim could be rejected and a forged one could
+# not be told from machine noise, so such transcripts are refused as not claimable (malformed).
+CLAIMABLE_PRECISIONS = ("det64",)
 DEFAULT_COVERAGE = 0.9
 CLAIMS_KEYS = {"manifest", "claims"}
 CLAIM_KEYS = {"serial", "counter", "shard", "hash", "step"}
-CLAIMS_OPTIONAL = {"history", "prover_chips", "replayed_segments", "coverage_target"}
+CLAIMS_OPTIONAL = {"history", "prover_chips", "replayed_segments", "coverage_target", "run_snapshots"}
 MAX_CLAIMS = 100_000
 
 
@@ -61,6 +66,11 @@ class Verdict:
 
     def to_json(self) -> dict:
         return {"verdict": self.verdict, "reasons": self.reasons, **self.details}
+
+    @property
+    def report(self) -> Report:
+        """The typed report (replay.report): what the regulator's side records."""
+        return Report.from_json(self.to_json())
 
 
 def _json(obj_or_path, what: str):
@@ -95,8 +105,9 @@ def _claims(raw, tr: Transcript) -> list[dict]:
     for i, c in enumerate(raw["claims"]):
         # time is part of the contract; a caller that omits it loses the order and pace checks of that
         # claim (reported as untimed), never the replay
-        if not isinstance(c, dict) or not CLAIM_KEYS <= set(c) <= CLAIM_KEYS | {"time"}:
+        if not isinstance(c, dict) or not CLAIM_KEYS <= set(c) <= CLAIM_KEYS | {"time"} | chips.WORK_KEYS:
             raise MalformedTranscript(f"claims[{i}] must have serial, counter, shard, hash, step, time")
+        chips.check_work(c, f"claims[{i}]")
         if not all(type(c[k]) is int for k in ("counter", "shard", "step")) or not isinstance(c["hash"], str):
             raise MalformedTranscript(f"claims[{i}] has fields of the wrong type")
         if c["serial"] not in shard_of or c["shard"] != shard_of[c["serial"]]:
@@ -168,6 +179,20 @@ def _check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Trans
     return reasons
 
 
+def _work_from_logs(lines: list[str], claims: list[dict]) -> None:
+    """The work counters of each claimed snapshot, from the chip's signed log (the log, checked above, is the
+    authority; a claims file's own counters are replaced by the signed ones)."""
+    by_key = {(c["serial"], c["counter"]): c for c in claims}
+    for line in lines:
+        try:
+            rec = parse_record(line)
+        except ValueError:
+            continue
+        c = by_key.get((rec["serial"], rec["counter"]))
+        if c is not None and "flops" in rec:
+            c["flops"], c["busy_ns"] = rec["flops"], rec["busy_ns"]
+
+
 def _compute(tr: Transcript, rules: dict) -> tuple[dict, list[str]]:
     spec = tr.spec
     per_step = models.training_flops(tr.arch, tr.config, spec)
@@ -211,7 +236,7 @@ def _whole_transcript_checks(tr: Transcript, report: dict, tick) -> list[str]:
 
     first = tr.checkpoint(0)
     init = initial_state(models.init_params(tr.arch, tr.config, tr.manifest["seed"]), tr.manifest["optimizer"])
-    ok = first.equal(init)
+    ok = bits_equal(first, init)
     report["checks"]["initialisation"] = ok
     if not ok:
         reasons.append("the checkpoint at step 0 is not the initialisation derived from the committed seed")
@@ -223,6 +248,14 @@ def _whole_transcript_checks(tr: Transcript, report: dict, tick) -> list[str]:
     head, tail = sum(losses[:q]) / q, sum(losses[-q:]) / q
     # informational only: a schedule the manifest allows may barely move the weights (the screen tests learning)
     report["checks"]["loss_trend"] = {"ok": tail < head, "first_quarter": head, "last_quarter": tail}
+    if not tail < head:
+        report.setdefault("findings", []).append(
+            {
+                "kind": "loss_trend",
+                "detail": "the loss did not go down from the run's first quarter to its last",
+                "evidence": {"first_quarter": head, "last_quarter": tail},
+            }
+        )
     return reasons
 
 
@@ -270,6 +303,12 @@ def verify(
     try:
         tr = Transcript(transcript)
         report.update(manifest=tr.hash, arch=tr.arch, precision=tr.precision)
+        if tr.precision not in CLAIMABLE_PRECISIONS:
+            raise MalformedTranscript(
+                f"precision {tr.precision!r} is not claimable: its replay depends on the machine's summation "
+                f"order and thread count, so no verdict on it could be exact; record with precision "
+                f"{' or '.join(CLAIMABLE_PRECISIONS)}"
+            )
         report["segments_total"] = len(tr.checkpoints) - 1
         raw = _json(claims, "claims")
         claim_list = _claims(raw, tr)
@@ -280,6 +319,14 @@ def verify(
         compute, why = _compute(tr, rules)
         report.update(compute)
         reasons += why
+        if snapshots is not None:
+            lines = snapshots if isinstance(snapshots, list) else _lines(snapshots)
+            keys = _json(chip_keys, "chip keys") or {}
+            if not isinstance(keys, dict):
+                raise MalformedTranscript("chip keys must be an object {serial: base64 public key}")
+            lines = [line for line in lines if line.strip()]
+            reasons += _check_snapshots(lines, keys, claim_list, tr)
+            _work_from_logs(lines, claim_list)
         why, report["checks"]["chips"] = chips.check(
             tr.hash,
             tr.layout,
@@ -287,14 +334,23 @@ def verify(
             chips.parse_history((raw or {}).get("history")),
             chips.parse_prover_chips((raw or {}).get("prover_chips")),
             compute["flops_per_step"],
+            chips.parse_run_snapshots((raw or {}).get("run_snapshots")),
         )
         reasons += why
-        if snapshots is not None:
-            lines = snapshots if isinstance(snapshots, list) else _lines(snapshots)
-            keys = _json(chip_keys, "chip keys") or {}
-            if not isinstance(keys, dict):
-                raise MalformedTranscript("chip keys must be an object {serial: base64 public key}")
-            reasons += _check_snapshots([line for line in lines if line.strip()], keys, claim_list, tr)
+        report["conflicts"] = report["checks"]["chips"]["conflicts"][:100]
+        if report["checks"]["chips"]["rule"] is not None:  # a broken registry rule is a rule finding
+            report["rules"]["layout_registered"] = report["checks"]["chips"]["rule"]
+        work = report["checks"]["chips"]["work"]
+        if work["pairs_checked"]:  # the firmware's counters account for the claimed steps, or a rule is broken
+            report["rules"]["work_accounted"] = {"ok": not work["problems"], "pairs_checked": work["pairs_checked"]}
+        if work["problems"]:
+            report.setdefault("findings", []).append(
+                {
+                    "kind": "unaccounted_work",
+                    "detail": work["problems"][0],
+                    "evidence": {"problems": work["problems"], "tolerance": work["tolerance"]},
+                }
+            )
 
         def tick():
             if time.monotonic() - started > budget.max_seconds:
@@ -305,7 +361,7 @@ def verify(
         seed = coverage.seed(nonce, tr.hash, claims_bytes)
         starts = tr.checkpoints[:-1]
         must = coverage.mandatory(tr.checkpoints, [c["step"] for c in claim_list])
-        todo = coverage.plan(starts, must, earlier, seed, target, budget.segments)
+        fresh = coverage.plan(starts, must, earlier, seed, target, budget.segments)[len(must) :]
         try:
             reasons += _whole_transcript_checks(tr, report, tick)
             report["checks"]["screen"], why = screen_or_reason(tr, tick)  # reported, not a reason: see screen.py
@@ -313,11 +369,29 @@ def verify(
                 k: report["checks"]["screen"][k] for k in ("checked", "flagged")
             }
             reasons += why
+            if report["screen"] and report["screen"]["flagged"]:
+                report.setdefault("findings", []).append(
+                    {
+                        "kind": "screen",
+                        "detail": f"no evidence in the losses that checkpoints {report['screen']['flagged'][:20]} "
+                        "trained on their declared batches (Proof-of-Training-Data screen)",
+                        "evidence": {
+                            "flagged": report["screen"]["flagged"][:100],
+                            "z": {k: v for k, v in report["checks"]["screen"]["z"].items()},
+                        },
+                    }
+                )
+            # the segments that made the claims' starting checkpoints first: a divergence is named where it begins
+            reasons += _replay_segments(tr, replayer, must, report, store)
             reasons += _replay_claims(tr, replayer, claim_list, report)
-            reasons += _replay_segments(tr, replayer, todo, report, store)
-        except BudgetExhausted as e:
+        except BudgetExhausted as e:  # the mandatory work did not fit: ours to finish later, never a verdict
             report["budget_exhausted"] = True
-            reasons.append(f"budget exhausted before the verification was complete: {e}")
+            report["incomplete"] = f"the replay budget was spent before this claim's own checks were done: {e}"
+        if not report.get("budget_exhausted"):
+            try:  # fresh draws add coverage; a budget spent here ends them, it is no finding against anyone
+                reasons += _replay_segments(tr, replayer, fresh, report, store)
+            except BudgetExhausted as e:
+                report["budget_spent"] = str(e)
         done = {s["start"] for s in report["segments"]}
         report["segments_replayed"] = sorted(done)
         report["coverage"] = coverage.coverage(starts, earlier | done)
@@ -329,7 +403,11 @@ def verify(
     except CommitmentMismatch as e:
         reasons.append(str(e))
     report["seconds"] = round(time.monotonic() - started, 3)
-    return Verdict("rejected" if reasons else "verified", reasons, report)
+    if reasons:  # exact evidence found before any budget ran out still decides
+        return Verdict("rejected", reasons, report)
+    if report.get("budget_exhausted"):
+        return Verdict("incomplete", [report["incomplete"]], report)
+    return Verdict("verified", reasons, report)
 
 
 def _replay_claims(tr: Transcript, replayer: Replayer, claims: list[dict], report: dict) -> list[str]:
@@ -350,6 +428,8 @@ def _replay_claims(tr: Transcript, replayer: Replayer, claims: list[dict], repor
             reasons.append(f"replay from checkpoint {start} failed: {e}")
             if isinstance(e, Mismatch) and report["mismatch_step"] is None:
                 report["mismatch_step"] = e.step
+            if isinstance(e, Mismatch) and "dispute" not in report:
+                report["dispute"] = divergence_from_commitments(start, until, e, None, None, first_differing_tensor)
             continue
         for c in group:
             ok = hashes[c["step"]][c["shard"]] == c["hash"]
@@ -366,23 +446,34 @@ def _replay_segments(tr: Transcript, replayer: Replayer, todo: list[int], report
     reasons = []
     for start in todo:
         end = tr.next_checkpoint(start)
+        failure, replayed = None, None
         try:
-            ok = replayer.run(start, end).equal(tr.checkpoint(end))
+            replayed = replayer.run(start, end)
+            ok = bits_equal(replayed, tr.checkpoint(end))
             what = f"replayed state at step {end} differs from its checkpoint"
             if not ok and report["mismatch_step"] is None:
                 report["mismatch_step"] = end
         except (Mismatch, CommitmentMismatch) as e:
-            ok, what = False, str(e)
+            ok, what, failure = False, str(e), e
             if isinstance(e, Mismatch) and report["mismatch_step"] is None:
                 report["mismatch_step"] = e.step
         report["segments"].append({"start": start, "end": end, "ok": ok})
         if not ok:
             reasons.append(f"segment {start}..{end}: {what}")
-            if store is not None and "dispute" not in report:
-                try:
-                    report["dispute"] = dispute(tr, start, end, store, replayer)
-                except (BudgetExhausted, MalformedTranscript, CommitmentMismatch):
-                    raise
-                except Exception as e:
-                    report["dispute"] = {"error": f"the prover's store failed: {type(e).__name__}: {str(e)[:200]}"}
+            if "dispute" not in report and not isinstance(failure, CommitmentMismatch):
+                report["dispute"] = _dispute(tr, start, end, store, replayer, failure, replayed)
     return reasons
+
+
+def _dispute(tr: Transcript, start: int, end: int, store, replayer, failure, replayed) -> dict:
+    """First divergent step and operation of a failed segment: against the prover's store when one answers
+    (Verde's refereed bisection), else against the transcript's own per-step commitments (bisect.py)."""
+    if store is not None:
+        try:
+            return dispute(tr, start, end, store, replayer)
+        except (BudgetExhausted, MalformedTranscript, CommitmentMismatch):
+            raise
+        except Exception as e:
+            return {"error": f"the prover's store failed: {type(e).__name__}: {str(e)[:200]}"}
+    checkpoint = None if replayed is None else tr.checkpoint(end)
+    return divergence_from_commitments(start, end, failure, replayed, checkpoint, first_differing_tensor)

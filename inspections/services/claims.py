@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import tempfile
 from datetime import datetime, timedelta
@@ -16,8 +17,9 @@ from ledger import services as ledger
 from ledger.services import format_time
 from registry.models import Organisation
 
-from .. import queue, selectors, verification
+from .. import queue, selectors, transcript_location, verification
 from ..models import Alert, Claim, Snapshot
+from ..verification import Report  # replay's typed report, through the one module that imports replay
 from .alerts import alert_raise
 from .validation import fail as _fail
 
@@ -87,41 +89,30 @@ def _claim_item(item) -> dict:
     return item
 
 
-def claim_outcome(verdict: dict) -> tuple[str, int | None]:
-    """Map the replay verifier's verdict (contract of docs/claims.md) onto a final claim result."""
-    if verdict["verdict"] == "malformed":
+def as_report(verdict: dict | Report) -> Report:
+    """The verifier's typed report (replay.report): its JSON is parsed once, never read key by key."""
+    return verdict if isinstance(verdict, Report) else Report.from_json(verdict)
+
+
+def claim_outcome(verdict: dict | Report) -> tuple[str, int | None]:
+    """Map the replay verifier's report (contract of docs/claims.md) onto a final claim result."""
+    report = as_report(verdict)
+    if report.verdict == "malformed":
         return Claim.Result.MALFORMED, None
-    if verdict.get("budget_exhausted"):
-        return Claim.Result.TIMED_OUT, None
-    if verdict["verdict"] == "verified":
+    if report.verdict == "unavailable":
+        return Claim.Result.UNAVAILABLE, None
+    if report.verdict == "rejected" and report.budget_exhausted and not report.reasons:
+        return Claim.Result.TIMED_OUT, None  # legacy verdicts only: a spent budget is now "incomplete", retried
+    if report.verdict == "verified":
         return Claim.Result.VERIFIED, None
-    rules = verdict.get("rules") or {}
-    if any(not rule.get("ok", True) for rule in rules.values() if isinstance(rule, dict)):
+    if report.rule_broken:  # a broken rule (compute, the registry's chips, the firmware's work): not a replay
         return Claim.Result.RULE_VIOLATED, None
-    step = verdict.get("mismatch_step")
-    if type(step) is not int:
-        failing = [c["step"] for c in verdict.get("claims", []) if isinstance(c, dict) and not c.get("ok", True)]
-        step = (verdict.get("dispute") or {}).get("step", min(failing, default=None))
-    return Claim.Result.MISMATCH, step if type(step) is int else None
+    return Claim.Result.MISMATCH, report.failing_step
 
 
-def claim_summary(verdict: dict) -> dict:
-    """What of the verdict goes on the ledger (and to the prover): bounded, and the run's coverage."""
-    segments = verdict.get("segments_replayed")
-    return {
-        "verdict": verdict.get("verdict"),
-        "reasons": [str(r)[:2000] for r in (verdict.get("reasons") or [])[:20]],
-        "flops": verdict.get("flops"),
-        "steps": verdict.get("steps"),
-        "rules": verdict.get("rules"),
-        "nonce": verdict.get("nonce"),
-        "segments_replayed": sorted({s for s in segments if type(s) is int})[:100_000]
-        if isinstance(segments, list)
-        else [],
-        "segments_total": verdict.get("segments_total") if type(verdict.get("segments_total")) is int else None,
-        "coverage": verdict.get("coverage") if isinstance(verdict.get("coverage"), (int, float)) else None,
-        "screen": verdict.get("screen"),
-    }
+def claim_summary(verdict: dict | Report) -> dict:
+    """What of the report goes on the ledger (and to the prover): bounded, and the run's coverage."""
+    return as_report(verdict).summary()
 
 
 def _open_claim(claim_id: int, failures: int) -> Claim | None:
@@ -162,13 +153,72 @@ def claim_result_record(claim_id: int, verdict: dict | None, error: str | None =
     claim.save(update_fields=["result", "mismatch_step", "report", "result_seq", "retry_at"])
     if result != Claim.Result.VERIFIED:
         detail = f"claim for {claim.snapshot.chip.serial} #{claim.snapshot.counter}: {result}"
-        alert_raise(
-            Alert.Kind.CLAIM_FAILED,
-            claim.prover,
-            detail + (f" at step {step}" if step is not None else ""),
-            claim.snapshot.chip,
-        )
+        dispute = summary["dispute"] or {}
+        if dispute.get("step") is not None:
+            detail += f"; first divergent step {dispute['step']}, operation {dispute.get('op')}"
+        elif step is not None:
+            detail += f" at step {step}"
+        alert_raise(Alert.Kind.CLAIM_FAILED, claim.prover, detail, claim.snapshot.chip)
+    _conflicts_record(claim, summary["conflicts"])
     return claim
+
+
+def _conflicts_record(claim: Claim, conflicts: list[dict]) -> None:
+    """A later answer that contradicts another claim of the same chip (order, overlap, one counter twice):
+    one ``claim.conflict`` entry per pair and an alert on each of the two claims, whatever order they were
+    filed and answered in."""
+    counters = {c.get("counter") for c in conflicts if type(c.get("counter")) is int}
+    others = {
+        other.snapshot.counter: other
+        for other in Claim.objects.filter(snapshot__chip=claim.snapshot.chip_id, snapshot__counter__in=counters)
+        .exclude(pk=claim.pk)
+        .select_related("snapshot")
+    }
+    chip = claim.snapshot.chip
+    for item in conflicts:
+        other = others.get(item.get("counter"))
+        if other is None:
+            continue
+        kind, detail = str(item.get("kind", "conflict"))[:64], str(item.get("detail", ""))[:500]
+        ledger.append_entry(
+            "claim.conflict",
+            {
+                "claim": claim.pk,
+                "with": other.pk,
+                "chip": chip.serial,
+                "counters": [claim.snapshot.counter, other.snapshot.counter],
+                "kind": kind,
+                "detail": detail,
+            },
+            "system",
+        )
+        for one, two in ((claim, other), (other, claim)):
+            alert_raise(
+                Alert.Kind.CLAIM_FAILED,
+                claim.prover,
+                f"claim for {chip.serial} #{one.snapshot.counter} conflicts with the claim for "
+                f"#{two.snapshot.counter} ({kind}): {detail}"[:1000],
+                chip,
+            )
+
+
+@transaction.atomic
+def claim_unavailable_record(claim_id: int, reason: str, failures: int = 0, now: datetime | None = None) -> Claim:
+    """The prover's material could not be copied (its share failed a read, a file is missing, over a cap or
+    another hash). Retried (no nonce exists yet, so a failing share learns nothing) up to
+    ``REPLAY_COPY_ATTEMPTS``; then the final verdict ``unavailable``, with an alert: never a silent redraw."""
+    claim = _open_claim(claim_id, failures)
+    if claim is None:
+        return Claim.objects.get(pk=claim_id)
+    claim.copy_failures += 1
+    claim.save(update_fields=["copy_failures"])
+    attempts = getattr(settings, "REPLAY_COPY_ATTEMPTS", 3)
+    if claim.copy_failures >= attempts:
+        reasons = [f"the material could not be copied in {attempts} attempts: {reason[:500]}"]
+        return claim_result_record(claim_id, {"verdict": "unavailable", "reasons": reasons}, failures=failures)
+    return claim_error_record(
+        claim_id, f"material not copied (attempt {claim.copy_failures} of {attempts}): {reason}", failures, now
+    )
 
 
 def retry_delay(count: int) -> int:
@@ -246,17 +296,64 @@ def _verify_and_record(claim: Claim, now: datetime) -> str:
     failures = claim.failures
     try:
         verdict = claim_replay(claim)
+    except verification.MaterialUnavailable as unavailable:
+        return claim_unavailable_record(claim.pk, str(unavailable), failures, now).result
     except verification.VerifierFailed as failed:
         return claim_error_record(claim.pk, str(failed), failures, now).result
+    if verdict.verdict == "incomplete":  # our budget, not the prover's fault: retried with the same nonce
+        why = "; ".join(verdict.reasons)[:400]
+        return claim_error_record(
+            claim.pk, f"the replay did not finish within its budget ({why})", failures, now
+        ).result
     return claim_result_record(claim.pk, verdict, failures=failures).result
 
 
-def claim_replay(claim: Claim) -> dict:
-    """The verifier's verdict on one claim, recording nothing; raises ``verification.VerifierFailed``."""
+def claim_replay(claim: Claim) -> Report:
+    """The verifier's verdict on one claim, recording nothing but the claim's nonce; raises
+    ``verification.VerifierFailed`` (ours) or ``verification.MaterialUnavailable`` (the prover's share)."""
     rule_flops = selectors.rule_flops_for_chip(claim.snapshot.chip)
     request = selectors.claim_request(claim)
     with tempfile.TemporaryDirectory(prefix="claim-") as scratch:
-        return verification.claim_check(claim.location, request, rule_flops, Path(scratch))
+        try:
+            material, nonce = claim_material(claim, Path(scratch))
+        except transcript_location.TranscriptUnavailable as refused:  # outside the roots, a link: the prover's, final
+            return Report("malformed", (str(refused),))
+        except verification.MaterialRefused as refused:  # a forbidden address, a file not as committed: final
+            return Report.from_json(refused.verdict)
+        return verification.claim_check(material, request, rule_flops, Path(scratch), nonce)
+
+
+def claim_material(claim: Claim, scratch: Path) -> tuple[Path, str]:
+    """(the claim's copy of the prover's material, the claim's nonce). The copy is made first, every file
+    hashed against the manifest; only then is the nonce drawn, once, and kept with the claim: every retry
+    replays the same copy with the same nonce, so neither a failing read nor a failure of ours redraws.
+    The copy is content-addressed (its manifest hash): a run's claims share it."""
+    material = verification.material_dir(claim.manifest)
+    if not material.is_dir():
+        verification.material_copy(claim.location, claim.manifest, material, scratch)
+    with transaction.atomic():
+        locked = Claim.objects.select_for_update().select_related("snapshot__chip").get(pk=claim.pk)
+        if not locked.nonce:
+            # drawn now, after the copy, and committed on the ledger by its hash: the nonce the verdict entry
+            # reveals can be checked against a commitment made only once the material was in our hands (a claim
+            # whose verdict predates nonces only gets one for the desk's comparison: nothing goes on the ledger)
+            locked.nonce = verification.new_nonce()
+            if locked.result not in Claim.FINAL:
+                ledger.append_entry(
+                    "claim.material_copied",
+                    {
+                        "claim": locked.pk,
+                        "chip": locked.snapshot.chip.serial,
+                        "counter": locked.snapshot.counter,
+                        "manifest": locked.manifest,
+                        "nonce_sha256": hashlib.sha256(bytes.fromhex(locked.nonce)).hexdigest(),
+                    },
+                    "system",
+                )
+        locked.material = claim.manifest
+        locked.save(update_fields=["nonce", "material"])
+    claim.nonce, claim.material = locked.nonce, locked.material
+    return material, locked.nonce
 
 
 def claim_reverify(claim_id: int, now: datetime | None = None) -> dict:
@@ -282,7 +379,7 @@ def claim_reverify(claim_id: int, now: datetime | None = None) -> dict:
         }
     try:
         verdict = claim_replay(claim)
-    except verification.VerifierFailed as failed:
+    except (verification.VerifierFailed, verification.MaterialUnavailable) as failed:
         return {"recorded": False, "result": Claim.Result.ERROR, "agrees": None, "reasons": [str(failed)[:500]]}
     result, step = claim_outcome(verdict)
     summary = claim_summary(verdict)

@@ -201,6 +201,7 @@ def snapshot_log_record(log: SnapshotLog, problems: list[dict], records: list[di
                 shard=r["shard"],
                 hash=r["hash"],
                 claim_due_on=due,
+                work={k: str(r[k]) for k in ("busy_ns", "flops")} if "flops" in r else None,
             )
             for r in records
         ],

@@ -1,5 +1,6 @@
 """The desk's campaign, task and claim pages and the campaign preview: what each shows, who may act, what is written."""
 
+import hashlib
 import json
 import math
 import sys
@@ -26,7 +27,8 @@ from ledger.selectors import leaves, ledger_size
 
 pytestmark = pytest.mark.django_db
 STUB = Path(__file__).resolve().parents[1] / "inspections" / "stub_verifier.py"
-MANIFEST = "cd" * 32
+MANIFEST_BYTES = b'{"checkpoints":{},"segments":{}}'  # the claim's material is copied (and hashed) first
+MANIFEST = hashlib.sha256(MANIFEST_BYTES).hexdigest()
 CAMPAIGN = "frontier-runs-2026"
 SECRET_URL = "https://prover:hunter2@store.example/run-7?X-Amz-Signature=deadbeef"
 
@@ -65,7 +67,8 @@ def stub(settings, tmp_path, monkeypatch):
     settings.REPLAY_VERIFIER_COMMAND = [sys.executable, str(STUB)]
     settings.TRANSCRIPT_ROOTS = [str(tmp_path / "roots")]
     (tmp_path / "roots" / "run").mkdir(parents=True)
-    (tmp_path / "roots" / "run" / "manifest.json").write_text("{}")
+    (tmp_path / "roots" / "run" / "manifest.json").write_bytes(MANIFEST_BYTES)
+    settings.CLAIM_MATERIAL_ROOT = str(tmp_path / "material")
     monkeypatch.setenv("STUB_RECORD", str(tmp_path / "runs.jsonl"))
     sent = []
     fake = type("App", (), {"send_task": lambda self, name, args, **kw: sent.append((name, args))})()
@@ -345,3 +348,21 @@ def test_regulator_staff_may_start_jobs_and_triage_and_the_auditor_may_not(world
     assert staff.has_perm("desk.add_job") and staff.has_perm("inspections.change_alert")
     assert auditor.has_perm("desk.view_job") and not auditor.has_perm("desk.add_job")
     assert not auditor.has_perm("inspections.change_alert") and not auditor.has_perm("inspections.add_campaign")
+
+
+def test_the_claim_page_names_the_dispute_and_shows_findings_with_evidence(staff, inspected):
+    """Issue #19: the first divergent step and operation of a disputed replay, and the heuristics' findings."""
+    claim = _claim(inspected["task"], 1, SECRET_URL)
+    verdict = {
+        "verdict": "rejected",
+        "reasons": ["segment 4..8: step 6: replayed loss differs"],
+        "mismatch_step": 6,
+        "dispute": {"step": 6, "op": "layers.1#3", "detail": "rounding point layers.1#3", "source": "commitments"},
+        "findings": [{"kind": "straight_line", "detail": "checkpoints around 8", "evidence": {"collinear_at": [8]}}],
+    }
+    claim_services.claim_result_record(claim.pk, verdict)
+    html = staff.get(reverse("desk:claim", args=[claim.pk])).content.decode()
+    assert "First divergent step <strong>6</strong>, first divergent operation <strong>layers.1#3</strong>" in html
+    assert "<strong>straight_line</strong>: checkpoints around 8" in html
+    alert = Alert.objects.filter(kind=Alert.Kind.CLAIM_FAILED).latest("raised_seq")
+    assert "first divergent step 6, operation layers.1#3" in alert.detail

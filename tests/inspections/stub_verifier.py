@@ -1,7 +1,7 @@
 """A stand-in for ``python -m replay verify`` that speaks the verifier contract (docs/claims.md).
 
 What it does comes from $STUB_VERIFIER (JSON): {"mode": "verdict" | "crash" | "signal" | "garbage" | "memory" |
-"hang" | "inconsistent" | "other-nonce", "verdict": ..., "segments": [...], "total": N}. Each run appends its
+"hang" | "inconsistent" | "other-nonce", "verdict": ..., "segments": [...], "total": N, "extra": {more output keys}}. Each run appends its
 argv, claims file, $TMPDIR and $REPLAY_FETCH_* as one JSON line to $STUB_RECORD.
 """
 
@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-EXIT = {"verified": 0, "rejected": 1, "malformed": 2, "error": 3}
+EXIT = {"verified": 0, "rejected": 1, "malformed": 2, "error": 3, "incomplete": 4}
 
 
 def main() -> int:
@@ -50,6 +50,7 @@ def main() -> int:
         "flops": 1.0e9,
         "steps": 20,
         "rules": {},
+        **spec.get("extra", {}),
     }
     print(json.dumps(out))
     if mode == "inconsistent":

@@ -10,7 +10,7 @@ from replay import Budget, verify
 from replay.__main__ import main
 
 from . import cheats
-from .helpers import claims, copy, manifest, record
+from .helpers import claims, copy, manifest, record, save_manifest
 
 ALL = Budget(segments=100)
 
@@ -54,7 +54,7 @@ def test_pace_is_bounded_by_the_registered_chips(mlp):
     v = verify_with(mlp, prover_chips=fast)
     assert v.verdict == "verified" and v.details["checks"]["chips"]["pace_checked"]
     slow = {s: {"model": "toy", "peak_flops_16bit": 1.0} for s in fast}
-    assert any("more than the layout's chips can do" in r for r in verify_with(mlp, prover_chips=slow).reasons)
+    assert any("more than the working chips" in r for r in verify_with(mlp, prover_chips=slow).reasons)
 
 
 def test_layout_may_name_only_the_provers_chips(mlp):
@@ -62,6 +62,7 @@ def test_layout_may_name_only_the_provers_chips(mlp):
     some = {s["serial"]: {"model": "h100", "peak_flops_16bit": 1e15} for s in layout[1:]}
     v = verify_with(mlp, prover_chips=some)
     assert v.verdict == "rejected" and "the registry does not list for the prover" in v.reasons[0]
+    assert v.details["rules"]["layout_registered"] == {"ok": False, "unregistered": 1}
 
 
 def test_history_counters_and_overlapping_runs(mlp):
@@ -94,22 +95,97 @@ def test_a_claim_replays_the_segment_that_made_its_checkpoint(tmp_path):
         assert v.details["mismatch_step"] == 8
 
 
-def test_segments_are_replayed_until_the_runs_coverage_target(transcripts):
+def test_each_claim_replays_a_bounded_number_of_segments_and_coverage_accumulates(transcripts):
+    """Issue #19 case 7: a claim replays its mandatory segment and at most --segments fresh ones; the run's
+    coverage grows over claims (their replayed_segments) instead of one replay of 90% of the run."""
     d = transcripts["mlp", "det64"]  # 3 segments: 0, 4, 8
-    full = verify(d, None, Budget(segments=0), nonce=b"n" * 16)
-    assert full.details["segments_replayed"] == [0, 4, 8] and full.details["coverage"] == 1.0  # default 0.9
-    half = verify(d, None, Budget(segments=0), nonce=b"n" * 16, coverage_target=0.5)
-    assert len(half.details["segments_replayed"]) == 2 and half.details["coverage"] == pytest.approx(2 / 3)
-    later = verify(d, None, Budget(segments=0), nonce=b"n" * 16, replayed_segments=[0, 8])
-    assert later.details["segments_replayed"] == [4] and later.details["coverage"] == 1.0
+    none = verify(d, None, Budget(segments=0), nonce=b"n" * 16)
+    assert none.verdict == "verified" and none.details["segments_replayed"] == []  # no claim, no fresh draw
+    done: list[int] = []
+    for claim_no in range(3):
+        v = verify(d, None, Budget(segments=1), nonce=bytes([claim_no]) * 16, replayed_segments=done)
+        assert v.verdict == "verified" and len(v.details["segments_replayed"]) == 1
+        done += v.details["segments_replayed"]
+        assert v.details["coverage"] == pytest.approx(len(set(done)) / 3)
+    assert sorted(done) == [0, 4, 8]
+    again = verify(d, None, Budget(segments=5), nonce=b"z" * 16, replayed_segments=done)
+    assert again.details["segments_replayed"] == []  # target met: nothing more to draw
     picks = {
         tuple(
-            verify(d, None, Budget(segments=1), nonce=bytes([n]) * 16, coverage_target=0).details["segments_replayed"]
+            verify(d, None, Budget(segments=1), nonce=bytes([n]) * 16, coverage_target=1).details["segments_replayed"]
         )
         for n in range(12)
     }
     assert len(picks) > 1
     assert verify(d, None, replayed_segments=[3]).verdict == "malformed"
+
+
+def test_a_spent_budget_is_incomplete_never_a_rejection(transcripts):
+    """Issue #19 case 7: a budget spent before the claim's own checks finish is ours ("incomplete", retried);
+    spent during fresh draws it ends them and the claim still verifies."""
+    d = transcripts["mlp", "det64"]
+    c = claims(d)
+    c["claims"] = [x for x in c["claims"] if x["step"] > 8][:1]
+    v = verify(d, c, Budget(max_steps=1), nonce=b"q" * 16)
+    assert v.verdict == "incomplete" and v.details["budget_exhausted"] and "budget" in v.reasons[0]
+    full = verify(d, c, Budget(segments=2, max_steps=4 + 4), nonce=b"q" * 16)  # mandatory 4..8 + the claim
+    assert full.verdict == "verified" and "budget_spent" in full.details, full.reasons
+    assert full.details["segments_replayed"] == [4]
+
+
+def test_filing_a_later_snapshot_first_does_not_skip_the_order_check(mlp):
+    """Issue #19 case 2: the client files the chip's later snapshot (step 30) first and the earlier one (step 10)
+    an hour later; the verifier must see both whatever the filing order (history holds all the chip's claims)."""
+    a, b = two_on_one_chip(mlp)  # a: earlier counter and time, lower step
+    c = claims(mlp)
+    m = c["manifest"]
+    # the cheat: the earlier snapshot is said to be the later step (hash re-pointed), the later one filed first
+    filed_first = {"counter": b["counter"], "time": b["time"], "step": a["step"], "run": "r", "manifest": m}
+    c["claims"] = [{**a, "step": b["step"], "hash": b["hash"]}]
+    v = verify(mlp, {**c, "history": {a["serial"]: [filed_first]}}, Budget(segments=0), coverage_target=0.0)
+    assert v.verdict == "rejected" and any("comes after step" in r for r in v.reasons), v.reasons
+    assert {x["counter"] for x in v.details["conflicts"]} == {b["counter"]}
+    assert v.details["conflicts"][0]["kind"] == "order"
+
+
+def test_two_runs_interleaved_on_one_chip_conflict_whatever_the_order(mlp):
+    a, b = two_on_one_chip(mlp)
+    c = claims(mlp)
+    c["claims"] = [a]
+    other = {"counter": b["counter"] + 1, "time": b["time"], "step": 3, "run": "x", "manifest": "cd" * 32}
+    later = {"counter": b["counter"], "time": b["time"], "step": b["step"], "run": "r", "manifest": c["manifest"]}
+    v = verify(mlp, {**c, "history": {a["serial"]: [later, other]}}, Budget(segments=0), coverage_target=0.0)
+    assert any("overlapping times" in r for r in v.reasons), v.reasons
+    assert other["counter"] in {x["counter"] for x in v.details["conflicts"]}
+
+
+def test_idle_chips_do_not_pad_the_pace(mlp):
+    """Issue #19 case 3: the layout names 30 idle chips of the prover with empty shards (re-committed, as a
+    cheating recorder would); capacity counts only working chips that logged this run, so they add nothing."""
+    m = manifest(mlp)
+    n = m["shards"][-1]["end"]
+    working = {s["serial"]: {"model": "toy", "peak_flops_16bit": 1.0} for s in m["shards"]}
+    idle = {f"IDLE-{i}": {"model": "h100", "peak_flops_16bit": 1e18} for i in range(30)}
+    m["shards"] += [{"serial": s, "start": n, "end": n} for s in idle]
+    save_manifest(mlp, m)
+    a, b = two_on_one_chip(mlp)
+    c = claims(mlp)
+    c["claims"] = [a, b]
+    padded = verify(mlp, {**c, "prover_chips": {**working, **idle}}, Budget(segments=0), coverage_target=0.0)
+    assert any("more than the working chips" in r for r in padded.reasons), padded.reasons
+    assert padded.details["checks"]["chips"]["peak_flops"] == len(working)  # 1 FLOP/s each, the idle ones left out
+
+
+def test_a_chip_sold_after_the_run_is_a_rule_finding_only_if_never_the_provers(mlp):
+    """Issue #19 case 8: the registry as it was: the Django side lists the chips whose snapshots the prover
+    answered; a layout chip missing from it is a broken rule (rules.layout_registered), not a replay mismatch."""
+    layout = manifest(mlp)["shards"]
+    some = {s["serial"]: {"model": "h100", "peak_flops_16bit": 1e15} for s in layout[1:]}
+    v = verify_with(mlp, prover_chips=some)
+    assert v.verdict == "rejected" and v.details["rules"]["layout_registered"]["ok"] is False
+    assert v.details["mismatch_step"] is None
+    every = {s["serial"]: {"model": "h100", "peak_flops_16bit": 1e15} for s in layout}
+    assert verify_with(mlp, prover_chips=every).details["rules"]["layout_registered"]["ok"] is True
 
 
 def test_cli_nonce_is_required_to_be_random(mlp, capsys):
@@ -144,3 +220,123 @@ def test_cli_crash_is_an_error_not_a_rejection(mlp, capsys, monkeypatch):
     assert main(["verify", str(mlp), "--claims", str(mlp / "claims.json"), "--json"]) == 3
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "error" and "MemoryError" in out["reasons"][0]
+
+
+# --- issue #19 case 4: a lower bound on work, from the chips' own counters ---------------------------------
+
+
+def _extend_log(d, serial: str, records: int, flops_each: int, step: int, shard_hash: str, minutes: int = 360):
+    """The chip's firmware goes on logging after the run (every six hours); each record's counters advance by
+    `flops_each`; the prover answers every snapshot as `step` of the finished run (its claims.json)."""
+    from datetime import datetime, timedelta
+
+    from replay.firmware import Chip, chip_key, parse_record, record_hash
+
+    lines = (d / "snapshots.jsonl").read_text().splitlines()
+    mine = [parse_record(x) for x in lines if json.loads(x)["serial"] == serial]
+    last = mine[-1]
+    chip = Chip(serial, last["shard"], chip_key(0, serial), busy_ns=last["busy_ns"], flops=last["flops"])
+    chip.counter, chip.prev = last["counter"] + 1, record_hash(last)
+    when = datetime.fromisoformat(last["time"][:-1])
+    c = claims(d)
+    for k in range(records):
+        chip.work(3600.0 if flops_each else 0.0, flops_each)
+        line = chip.snapshot(when + timedelta(minutes=minutes * (k + 1)), shard_hash)
+        lines.append(line)
+        rec = json.loads(line)
+        c["claims"].append({k2: rec[k2] for k2 in ("serial", "counter", "shard", "hash", "time")} | {"step": step})
+    (d / "snapshots.jsonl").write_text("\n".join(lines) + "\n")
+    (d / "claims.json").write_text(json.dumps(c))
+
+
+def _final_claim(d):
+    last = max(claims(d)["claims"], key=lambda x: (x["step"], x["counter"]))
+    return last
+
+
+def test_parked_snapshots_of_a_finished_run_need_still_counters(mlp):
+    """A chip parked after its run (counters still) may be answered as the run's last step forever; the same
+    answers while its counters advance (the chip did something else meanwhile) are unaccounted work."""
+    from replay.models import batch_spec, training_flops  # noqa: F401 -- the figure the firmware counts
+
+    last = _final_claim(mlp)
+    parked = copy(mlp, mlp.parent / "parked")
+    _extend_log(parked, last["serial"], 20, 0, last["step"], last["hash"])
+    v = verify(
+        parked,
+        parked / "claims.json",
+        Budget(segments=0),
+        snapshots=parked / "snapshots.jsonl",
+        chip_keys=parked / "chips.json",
+        coverage_target=0.0,
+    )
+    assert v.verdict == "verified", v.reasons
+    assert v.details["rules"]["work_accounted"]["ok"] is True
+    busy = copy(mlp, mlp.parent / "busy")
+    _extend_log(busy, last["serial"], 20, 10**12, last["step"], last["hash"])
+    v = verify(
+        busy,
+        busy / "claims.json",
+        Budget(segments=0),
+        snapshots=busy / "snapshots.jsonl",
+        chip_keys=busy / "chips.json",
+        coverage_target=0.0,
+    )
+    assert v.verdict == "rejected" and any(r.startswith("unaccounted work") for r in v.reasons), v.reasons
+    assert v.details["rules"]["work_accounted"]["ok"] is False
+    assert [f for f in v.details["findings"] if f["kind"] == "unaccounted_work"]
+
+
+def test_hidden_work_is_counted_by_the_chips(tmp_path):
+    """2x hidden work (12 off-the-books steps inside a 12-step run): the chips' firmware counts every FLOP it
+    executes, so the snapshots around the hidden work show more work than the claimed steps need."""
+    from replay.firmware import Firmware
+
+    class TruthfulChips(Firmware):
+        def tick(self, step, hashes):
+            if step == 8:  # the firmware counts the hidden steps the recorder trained at checkpoint 8
+                for chip, share in zip(self.chips, self.share):
+                    chip.work(60.0 * 12, round(12 * self.step_flops * share))
+            return super().tick(step, hashes)
+
+    d = record(
+        tmp_path / "t", "mlp", recorder=cheats.HiddenCompute, at=8, extra=12, snapshot_rate=2.0, firmware=TruthfulChips
+    )
+    v = verify(
+        d,
+        d / "claims.json",
+        Budget(segments=0),
+        snapshots=d / "snapshots.jsonl",
+        chip_keys=d / "chips.json",
+        coverage_target=0.0,
+    )
+    assert v.verdict == "rejected"
+    assert any(r.startswith("unaccounted work") for r in v.reasons), v.reasons
+    honest = record(tmp_path / "h", "mlp", snapshot_rate=2.0)
+    v = verify(
+        honest,
+        honest / "claims.json",
+        Budget(segments=0),
+        snapshots=honest / "snapshots.jsonl",
+        chip_keys=honest / "chips.json",
+        coverage_target=0.0,
+    )
+    assert v.verdict == "verified" and v.details["rules"]["work_accounted"]["pairs_checked"] > 0, v.reasons
+
+
+def test_work_before_a_chips_first_snapshot_is_accounted_from_fabrication():
+    """The counters count from fabrication: a chip whose first record ever (counter 0) already shows more work
+    than the run's steps so far did that work for no claim; less is fine (a chip may join a run late)."""
+    from replay.chips import _work
+
+    def ev(counter, step, flops):
+        return {"counter": counter, "step": step, "flops": flops, "run": "r", "mine": True}
+
+    ok, _, pairs = _work("c", [ev(0, 4, 400), ev(1, 6, 600)], "r", 1.0, 100.0)
+    assert ok == [] and pairs == 2
+    late, _, _ = _work("c", [ev(0, 4, 100), ev(1, 6, 300)], "r", 1.0, 100.0)
+    assert late == []
+    hidden, _, _ = _work("c", [ev(0, 4, 900), ev(1, 6, 1100)], "r", 1.0, 100.0)
+    assert len(hidden) == 1 and "since fabrication" in hidden[0]
+    again, _, _ = _work("c", [ev(3, 4, 900), ev(4, 6, 1100)], "r", 1.0, 100.0)
+    assert again == []  # not its first record: earlier work belongs to earlier snapshots

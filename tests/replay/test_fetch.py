@@ -285,3 +285,53 @@ def test_internal_addresses_are_forbidden(address):
 def test_public_addresses_pass(address):
     assert forbidden(address) is None
     assert ipaddress.ip_address(address).is_global
+
+
+# --- the claim's copy (copy_material): before any nonce exists, every file hashed against the manifest -------
+
+
+def copy_of(source, dest, manifest_hash, **kw):
+    from replay.fetch import copy_material
+
+    args = {"max_bytes": 64 << 20, "max_files": 100, "deadline_s": 30.0, "allowed_hosts": LOOPBACK, **kw}
+    return copy_material(str(source), dest, manifest_hash, **args)
+
+
+def test_the_claims_copy_of_a_share_or_a_url_verifies(served, transcripts, tmp_path):
+    from replay.transcript import sha256
+
+    honest = transcripts["mlp", "det64"]
+    want = sha256((honest / "manifest.json").read_bytes())
+    for source, dest in ((honest, tmp_path / "local"), (served.url, tmp_path / "url")):
+        counts = copy_of(source, dest, want)
+        assert counts["files"] == 1 + len(named_files(manifest(honest)))
+        assert verify(dest, honest / "claims.json", Budget(segments=100)).verdict == "verified"
+
+
+def test_the_copy_refuses_what_is_not_as_committed_and_retries_what_failed_to_read(transcripts, tmp_path):
+    from replay.fetch import NotAsCommitted, Unavailable
+    from replay.transcript import sha256
+
+    from .helpers import copy
+
+    share = copy(transcripts["mlp", "det64"], tmp_path / "share")
+    want = sha256((share / "manifest.json").read_bytes())
+    with pytest.raises(NotAsCommitted) as other:
+        copy_of(share, tmp_path / "a", "ab" * 32)
+    assert other.value.verdict == "rejected" and "manifest.json does not match" in str(other.value)
+    segment = share / "segments" / "00000004.safetensors"
+    data = segment.read_bytes()
+    segment.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(NotAsCommitted, match=r"segments/00000004\.safetensors does not match"):
+        copy_of(share, tmp_path / "b", want)
+    segment.unlink()  # the share withholds its fabricated segment: a failed read, retried by the worker
+    with pytest.raises(Unavailable, match=r"segments/00000004\.safetensors: missing"):
+        copy_of(share, tmp_path / "c", want)
+    segment.symlink_to("/etc/hostname")  # a link out of the share: refused for good, never read
+    with pytest.raises(NotAsCommitted) as link:
+        copy_of(share, tmp_path / "d", want)
+    assert link.value.verdict == "malformed" and "symbolic link" in str(link.value)
+    segment.unlink()
+    segment.write_bytes(data)
+    with pytest.raises(NotAsCommitted, match="bytes left to copy"):
+        copy_of(share, tmp_path / "e", want, max_bytes=len(data))

@@ -35,7 +35,7 @@ def log():
 def test_record_format(log):
     chip, lines, _ = log
     first, second = json.loads(lines[0]), json.loads(lines[1])
-    assert set(first) == {"serial", "counter", "time", "shard", "hash", "prev", "sig"}
+    assert set(first) == {"serial", "counter", "time", "shard", "hash", "prev", "sig", "busy_ns", "flops"}
     assert first["prev"] == ZERO and second["prev"] == record_hash(first)
     assert (first["counter"], second["counter"], first["shard"], first["time"]) == (0, 1, 2, "2025-01-01T00:00:00Z")
     body = canonical({k: v for k, v in first.items() if k != "sig"})
@@ -180,3 +180,32 @@ def test_a_parsed_record_is_always_within_bounds(counter, shard):
         assert not (0 <= counter <= MAX_COUNTER and 0 <= shard <= MAX_SHARD)
     else:
         assert 0 <= rec["counter"] <= MAX_COUNTER and 0 <= rec["shard"] <= MAX_SHARD
+
+
+def test_work_counters_are_signed_monotonic_and_optional():
+    """Issue #19 case 4: the firmware counts busy time and FLOPs in monotonic counters every signed snapshot
+    carries; a counter that goes down is a rollback; firmware that does not count omits both fields."""
+    from replay.firmware import parse_record
+
+    chip = Chip(SERIAL, 0, chip_key(1, SERIAL))
+    lines = []
+    for i in range(4):
+        chip.work(2.5, 1000 * (i + 1))
+        lines.append(chip.snapshot(EPOCH + timedelta(minutes=i), f"{i:064x}"))
+    recs = [parse_record(line) for line in lines]
+    assert [r["flops"] for r in recs] == [1000, 3000, 6000, 10000]
+    assert [r["busy_ns"] for r in recs] == [2_500_000_000 * (i + 1) for i in range(4)]
+    assert verify_log(lines, public_key_b64(chip.key)) == []
+    chip.flops -= 5000  # a chip whose counter was reset: the signed record shows it
+    lines.append(chip.snapshot(EPOCH + timedelta(minutes=9), "ab" * 32))
+    assert [p["kind"] for p in verify_log(lines, public_key_b64(chip.key))] == ["rollback"]
+    silent = Chip(SERIAL, 0, chip_key(1, SERIAL), busy_ns=None, flops=None)
+    silent.work(1.0, 10)
+    assert "flops" not in json.loads(silent.snapshot(EPOCH, "00" * 32))
+    one = json.loads(lines[0])
+    del one["busy_ns"]
+    with pytest.raises(ValueError, match="both"):
+        parse_record(json.dumps(one))
+    huge = {**json.loads(lines[0]), "flops": 2**128}
+    with pytest.raises(ValueError, match="flops"):
+        parse_record(json.dumps(huge))

@@ -1,6 +1,7 @@
 """A claim's verification against a stub verifier that speaks the contract (tests/inspections/stub_verifier.py):
 what the verifier is told, how its verdicts, crashes and coverage land on the ledger, retries and idempotence."""
 
+import hashlib
 import io
 import json
 import sys
@@ -19,7 +20,8 @@ from ledger.models import Entry
 
 pytestmark = pytest.mark.django_db
 STUB = Path(__file__).resolve().parents[1] / "stub_verifier.py"
-MANIFEST = "ab" * 32
+MANIFEST_BYTES = b'{"checkpoints":{},"segments":{}}'  # the stub reads nothing; the copy needs a manifest
+MANIFEST = hashlib.sha256(MANIFEST_BYTES).hexdigest()
 
 
 @pytest.fixture
@@ -29,7 +31,8 @@ def stub(settings, tmp_path, monkeypatch):
     settings.REPLAY_VERIFIER_COMMAND = [sys.executable, str(STUB)]
     settings.TRANSCRIPT_ROOTS = [str(tmp_path / "roots")]
     (tmp_path / "roots" / "run").mkdir(parents=True)
-    (tmp_path / "roots" / "run" / "manifest.json").write_text("{}")
+    (tmp_path / "roots" / "run" / "manifest.json").write_bytes(MANIFEST_BYTES)
+    settings.CLAIM_MATERIAL_ROOT = str(tmp_path / "material")
     monkeypatch.setenv("STUB_RECORD", str(record))
     sent = []
     monkeypatch.setattr(
@@ -119,7 +122,9 @@ def test_the_verifier_is_told_the_snapshot_time_history_chips_and_coverage(
     argv = stub.runs()[1]["argv"]
     nonce = argv[argv.index("--nonce") + 1]
     assert len(bytes.fromhex(nonce)) == 16 and nonce != stub.runs()[0]["argv"][argv.index("--nonce") + 1]
-    assert argv[0] == stub.location and "--allow-host" not in argv
+    second.refresh_from_db()
+    assert argv[0] == str(verification.material_dir(MANIFEST)) and second.material == MANIFEST  # the run's copy
+    assert "--allow-host" not in argv
 
 
 def test_the_run_coverage_accumulates_across_claims_on_the_ledger(snapshots, stub, django_capture_on_commit_callbacks):
@@ -146,19 +151,107 @@ def test_a_failed_claims_segments_do_not_count_as_covered(snapshots, stub, djang
     assert selectors.run_coverage(snapshots.prover, MANIFEST)["segments_replayed"] == []
 
 
-def test_a_url_is_fetched_by_the_verifier_not_the_worker(snapshots, stub, settings, django_capture_on_commit_callbacks):
-    settings.REPLAY_FETCH_ALLOWED_HOSTS = ["store.internal"]
+def test_a_url_is_copied_first_then_verified_from_the_claims_copy(
+    snapshots, stub, settings, django_capture_on_commit_callbacks
+):
+    """The copy runs in its own limited subprocess (the worker reads no prover bytes); the verifier gets the copy."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    settings.REPLAY_FETCH_ALLOWED_HOSTS = ["127.0.0.1"]
     settings.REPLAY_FETCH_MAX_FILES = 77
     stub.set(verdict="verified")
-    c = claim(snapshots, stub, django_capture_on_commit_callbacks, location="http://10.9.9.9:1/never/fetched/")
-    assert claim_services.claim_verify(c.pk) == "verified"
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=stub.location)
+    handler.log_message = lambda *args: None
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        c = claim(snapshots, stub, django_capture_on_commit_callbacks, location=url)
+        assert claim_services.claim_verify(c.pk) == "verified"
+    finally:
+        server.shutdown()
+        server.server_close()
     run = stub.runs()[0]
-    argv = run["argv"]
-    assert argv[0] == "http://10.9.9.9:1/never/fetched/"
-    assert argv[argv.index("--allow-host") + 1] == "store.internal"
+    c.refresh_from_db()
+    assert run["argv"][0] == str(verification.material_dir(c.material))
+    assert (verification.material_dir(MANIFEST) / "manifest.json").read_bytes() == MANIFEST_BYTES
     assert run["env"]["REPLAY_FETCH_MAX_FILES"] == "77"
-    assert run["env"]["REPLAY_FETCH_MAX_BYTES"] == str(settings.REPLAY_FETCH_MAX_BYTES)
     assert Path(run["env"]["TMPDIR"]).name.startswith("claim-") and not Path(run["env"]["TMPDIR"]).exists()
+
+
+def _retry(c: Claim) -> str:
+    c.refresh_from_db()
+    return claim_services.claim_verify(c.pk, now=c.retry_at)
+
+
+def test_one_nonce_per_claim_drawn_after_the_copy_and_reused_on_every_retry(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """Issue #19 case 1, our side: a verifier failure after the copy is retried with the SAME nonce (a fresh
+    nonce per retry let a prover veto unlucky draws); the nonce is recorded with the claim."""
+    stub.set(mode="crash")
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_verify(c.pk) == "error"
+    c.refresh_from_db()
+    first = stub.runs()[0]["argv"]
+    assert len(c.nonce) == 32 and first[first.index("--nonce") + 1] == c.nonce
+    stub.set(mode="signal")
+    assert _retry(c) == "error"
+    stub.set(verdict="verified")
+    assert _retry(c) == "verified"
+    nonces = {run["argv"][run["argv"].index("--nonce") + 1] for run in stub.runs()}
+    assert nonces == {c.nonce}
+    entry = Entry.objects.filter(kind="claim.verified").latest("seq")
+    assert entry.payload["nonce"] == c.nonce
+    copied = Entry.objects.get(kind="claim.material_copied")  # one commitment, made before the first run
+    assert copied.payload["nonce_sha256"] == hashlib.sha256(bytes.fromhex(c.nonce)).hexdigest()
+    assert copied.seq < Entry.objects.filter(kind="claim.verification_failed").earliest("seq").seq
+
+
+def test_a_share_that_fails_reads_is_unavailable_never_redrawn(
+    snapshots, stub, settings, django_capture_on_commit_callbacks
+):
+    """Issue #19 case 1, the cheat: the prover's share fails the read of its fabricated segment. The copy is
+    made before any nonce exists, so the share learns nothing; after bounded retries the claim is
+    ``unavailable`` (final, an alert), and no verifier ever ran with a nonce."""
+    root = Path(stub.location)
+    x = hashlib.sha256(b"x").hexdigest()
+    manifest = json.dumps({"checkpoints": {"0": x}, "segments": {"0": "ef" * 32}}, separators=(",", ":"))
+    (root / "manifest.json").write_text(manifest)
+    (root / "checkpoints").mkdir()
+    (root / "checkpoints" / "00000000.safetensors").write_bytes(b"x")
+    (root / "segments").mkdir()  # the fabricated segment's read fails (the share withholds it)
+    c = claim(
+        snapshots, stub, django_capture_on_commit_callbacks, manifest=hashlib.sha256(manifest.encode()).hexdigest()
+    )
+    settings.REPLAY_COPY_ATTEMPTS = 3
+    assert claim_services.claim_verify(c.pk) == "error"
+    assert _retry(c) == "error"
+    assert _retry(c) == "unavailable"
+    c.refresh_from_db()
+    assert c.result == Claim.Result.UNAVAILABLE and c.copy_failures == 3 and c.nonce == ""
+    assert stub.runs() == []  # the verifier never ran: no draw existed for the share to veto
+    assert not Entry.objects.filter(kind="claim.material_copied").exists()
+    entry = Entry.objects.filter(kind="claim.verified").latest("seq")
+    assert entry.payload["result"] == "unavailable" and "could not be copied" in entry.payload["reasons"][0]
+    assert Alert.objects.filter(kind=Alert.Kind.CLAIM_FAILED, detail__contains="unavailable").exists()
+
+
+def test_a_copied_file_must_match_its_commitment(snapshots, stub, settings, django_capture_on_commit_callbacks):
+    root = Path(stub.location)
+    manifest = json.dumps({"checkpoints": {"0": "cd" * 32}, "segments": {}}, separators=(",", ":"))
+    (root / "manifest.json").write_text(manifest)
+    (root / "checkpoints").mkdir()
+    (root / "checkpoints" / "00000000.safetensors").write_bytes(b"not what was committed")
+    c = claim(
+        snapshots, stub, django_capture_on_commit_callbacks, manifest=hashlib.sha256(manifest.encode()).hexdigest()
+    )
+    assert claim_services.claim_verify(c.pk) == "mismatch"  # final at once: no retry can change the bytes' hash
+    c.refresh_from_db()
+    assert "checkpoints/00000000.safetensors does not match the manifest's commitment" in c.report["reasons"][0]
+    assert c.nonce == "" and stub.runs() == []
 
 
 @pytest.mark.parametrize("location", ["/etc", "relative/path", "{root}/../../etc"])
@@ -300,3 +393,113 @@ def test_no_verdict_at_all_is_the_verifiers_failure_not_the_provers(
     assert claim_services.claim_result_record(c.pk, None, "timeout").result == "error"
     assert Claim.objects.get(pk=c.pk).report["error"] == "timeout"
     assert not Alert.objects.filter(kind="claim_failed").exists()
+
+
+# --- issue #19: order against all of a chip's claims; the registry as it was -------------------------------
+
+
+def test_a_later_snapshot_filed_first_is_in_the_earlier_ones_history_and_a_conflict_lands_on_both(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """Issue #19 case 2: the client files counter 2 (step 30) first, verified; an hour later counter 0. The
+    verifier is told about counter 2 (today: only lower counters, so the order check never met it), and its
+    contradiction becomes a ``claim.conflict`` entry and an alert on each claim."""
+    stub.set(verdict="verified")
+    later = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=2, step=30)
+    assert claim_services.claim_verify(later.pk) == "verified"
+    earlier = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0, step=40)
+    conflict = {"counter": 2, "kind": "order", "detail": "step 30 at 02:00 comes after step 40 at 00:00"}
+    stub.set(verdict="rejected", reasons=["chip: step 30 comes after step 40"], extra={"conflicts": [conflict]})
+    assert claim_services.claim_verify(earlier.pk) == "mismatch"
+    history = stub.runs()[1]["claims"]["history"][snapshots.chip.serial]
+    assert [h["counter"] for h in history] == [2]
+    entry = Entry.objects.get(kind="claim.conflict")
+    assert entry.payload["claim"] == earlier.pk and entry.payload["with"] == later.pk
+    assert entry.payload["counters"] == [0, 2] and entry.payload["kind"] == "order"
+    alerts = Alert.objects.filter(kind=Alert.Kind.CLAIM_FAILED, detail__contains="conflicts with")
+    assert {a.detail.split(" conflicts")[0][-2:] for a in alerts} == {"#0", "#2"}
+    assert Claim.objects.get(pk=later.pk).result == "verified"  # the ledger's verdict stands; the alert asks
+    rebuild_ok()
+
+
+def test_a_chip_sold_after_the_run_still_counts_as_the_provers_then(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """Issue #19 case 8: the chip is decommissioned after its snapshots were answered; the registry's view the
+    verifier gets still lists it (the prover answered its snapshots), with the run's snapshot times."""
+    from registry.models import Chip
+
+    stub.set(verdict="verified")
+    first = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0)
+    assert claim_services.claim_verify(first.pk) == "verified"
+    Chip.objects.filter(pk=snapshots.chip.pk).update(status="decommissioned")
+    second = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=1)
+    assert claim_services.claim_verify(second.pk) == "verified"
+    given = stub.runs()[1]["claims"]
+    assert snapshots.chip.serial in given["prover_chips"]
+    assert sorted(given["run_snapshots"][snapshots.chip.serial]) == ["2026-11-01T00:00:00Z", "2026-11-01T01:00:00Z"]
+
+
+def test_an_incomplete_replay_is_retried_with_the_same_nonce_and_no_alert_against_the_prover(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """Issue #19 case 7: a spent replay budget is ours: not final, retried, never a claim_failed alert."""
+    stub.set(verdict="incomplete", reasons=["the replay budget was spent"])
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_verify(c.pk) == "error"
+    c.refresh_from_db()
+    assert c.result not in Claim.FINAL and c.retry_at is not None and "budget" in c.report["error"]
+    assert not Alert.objects.filter(kind=Alert.Kind.CLAIM_FAILED).exists()
+    stub.set(verdict="verified")
+    assert _retry(c) == "verified"
+    assert len({run["argv"][run["argv"].index("--nonce") + 1] for run in stub.runs()}) == 1
+
+
+def test_the_firmware_work_counters_reach_the_verifier(draw, stub, django_capture_on_commit_callbacks):
+    """Issue #19 case 4: the signed work counters of each snapshot (kept off the public ledger) go to the
+    verifier with the claim and the chip's history, exactly (FLOP counts beyond 2^53 included)."""
+    task = (
+        InspectionTask.objects.exclude(inspection_body=None)
+        .filter(prover__slug="owner-a")
+        .select_related("chip", "inspection_body", "prover")
+        .first()
+    )
+    big = 2**70 + 1
+    with django_capture_on_commit_callbacks(execute=False):
+        log = inspectors.snapshot_log_upload(task, task.inspection_body, "log\n")
+        records = [
+            {
+                "counter": n,
+                "time": f"2026-11-01T0{n}:00:00Z",
+                "shard": 0,
+                "hash": f"{n:064x}",
+                "busy_ns": n,
+                "flops": big + n,
+            }
+            for n in range(2)
+        ]
+        inspectors.snapshot_log_record(log, [], records)
+    assert "flops" not in json.dumps(Entry.objects.filter(kind="inspection.snapshot_log").latest("seq").payload)
+    stub.set(verdict="verified")
+    first = claim(task, stub, django_capture_on_commit_callbacks, counter=0)
+    second = claim(task, stub, django_capture_on_commit_callbacks, counter=1)
+    assert claim_services.claim_verify(second.pk) == "verified"
+    given = stub.runs()[0]["claims"]
+    assert given["claims"][0]["flops"] == big + 1 and given["claims"][0]["busy_ns"] == 1
+    assert given["history"][task.chip.serial][0]["flops"] == big and first.pk != second.pk
+
+
+def test_a_runs_claims_share_one_copy_so_a_later_failing_share_changes_nothing(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """Once a run's material is copied (hashed against its manifest), later claims of the run read that copy:
+    the prover's share failing reads afterwards can neither veto a draw nor make the claim unavailable."""
+    stub.set(verdict="verified")
+    first = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0)
+    assert claim_services.claim_verify(first.pk) == "verified"
+    (Path(stub.location) / "manifest.json").unlink()  # the share now fails every read
+    second = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=1)
+    assert claim_services.claim_verify(second.pk) == "verified"
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.nonce != second.nonce and first.material == second.material == MANIFEST

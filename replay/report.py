@@ -1,0 +1,107 @@
+"""The verifier's report, typed: what `python -m replay verify --json` prints and the regulator records.
+
+    Report.from_json(obj) -> Report     # the CLI's JSON (untrusted: a bad field is left out, never a crash)
+    report.summary() -> dict            # the bounded part that goes on the ledger (claim.verified)
+
+Both ends read this one type: the verifier builds it (`Verdict.report`), the Django worker parses the
+subprocess's output into it (inspections/verification.py) instead of reading a dict key by key.
+Torch-free: the worker imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+VERDICTS = ("verified", "rejected", "malformed", "error", "incomplete", "unavailable")
+MAX_REASONS, MAX_FINDINGS, MAX_CONFLICTS, MAX_SEGMENTS = 20, 50, 100, 100_000
+
+
+def _int(v) -> int | None:
+    return v if type(v) is int else None
+
+
+def _objects(v, limit: int) -> tuple[dict, ...]:
+    return tuple(x for x in v if isinstance(x, dict))[:limit] if isinstance(v, list | tuple) else ()
+
+
+@dataclass(frozen=True)
+class Report:
+    verdict: str
+    reasons: tuple[str, ...] = ()
+    mismatch_step: int | None = None
+    nonce: str = ""
+    segments_replayed: tuple[int, ...] = ()
+    segments_total: int | None = None
+    coverage: float | None = None
+    screen: dict | None = None
+    flops: float | None = None
+    steps: int | None = None
+    rules: dict = field(default_factory=dict)
+    findings: tuple[dict, ...] = ()  # heuristics with their evidence: shown, never a reason by themselves
+    dispute: dict | None = None  # first divergent step and operation of a failed replay
+    conflicts: tuple[dict, ...] = ()  # the chip's other claims (by counter) a reason involves
+    claims: tuple[dict, ...] = ()  # per claimed snapshot: serial, counter, step, ok
+    budget_exhausted: bool = False  # the claim's own checks did not finish (verdict "incomplete")
+
+    @classmethod
+    def from_json(cls, obj: dict) -> Report:
+        """A report from the CLI's JSON; raises ValueError only when there is no verdict to speak of."""
+        if not isinstance(obj, dict) or obj.get("verdict") not in VERDICTS:
+            raise ValueError("not a verifier report")
+        segments = obj.get("segments_replayed")
+        coverage = obj.get("coverage")
+        flops = obj.get("flops")
+        return cls(
+            verdict=obj["verdict"],
+            reasons=tuple(str(r)[:2000] for r in obj.get("reasons") or [] if r is not None)
+            if isinstance(obj.get("reasons"), list)
+            else (),
+            mismatch_step=_int(obj.get("mismatch_step")),
+            nonce=obj.get("nonce") if isinstance(obj.get("nonce"), str) else "",
+            segments_replayed=tuple(sorted({s for s in segments if type(s) is int}))[:MAX_SEGMENTS]
+            if isinstance(segments, list)
+            else (),
+            segments_total=_int(obj.get("segments_total")),
+            coverage=coverage if type(coverage) in (int, float) else None,
+            screen=obj.get("screen") if isinstance(obj.get("screen"), dict) else None,
+            flops=flops if type(flops) in (int, float) else None,
+            steps=_int(obj.get("steps")),
+            rules=obj.get("rules") if isinstance(obj.get("rules"), dict) else {},
+            findings=_objects(obj.get("findings"), MAX_FINDINGS),
+            dispute=obj.get("dispute") if isinstance(obj.get("dispute"), dict) else None,
+            conflicts=_objects(obj.get("conflicts"), MAX_CONFLICTS),
+            claims=_objects(obj.get("claims"), 10_000),
+            budget_exhausted=obj.get("budget_exhausted") is True,
+        )
+
+    @property
+    def rule_broken(self) -> bool:
+        return any(isinstance(r, dict) and r.get("ok") is False for r in self.rules.values())
+
+    @property
+    def failing_step(self) -> int | None:
+        """The first step that did not replay: the mismatch, else the dispute's step, else the first failed claim."""
+        if self.mismatch_step is not None:
+            return self.mismatch_step
+        if self.dispute and type(self.dispute.get("step")) is int:
+            return self.dispute["step"]
+        failing = [c["step"] for c in self.claims if type(c.get("step")) is int and c.get("ok") is False]
+        return min(failing, default=None)
+
+    def summary(self) -> dict:
+        """What of the report goes on the ledger (and to the prover): bounded."""
+        return {
+            "verdict": self.verdict,
+            "reasons": list(self.reasons[:MAX_REASONS]),
+            "flops": self.flops,
+            "steps": self.steps,
+            "rules": self.rules,
+            "nonce": self.nonce,
+            "segments_replayed": list(self.segments_replayed),
+            "segments_total": self.segments_total,
+            "coverage": self.coverage,
+            "screen": self.screen,
+            "findings": list(self.findings),
+            "dispute": self.dispute,
+            "conflicts": list(self.conflicts),
+        }
