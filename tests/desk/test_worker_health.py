@@ -82,7 +82,7 @@ def test_a_sweep_started_while_the_broker_is_down_fails_its_job_with_the_reason(
 ):
     refused = OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
     with (
-        mock.patch("desk.services.jobs.current_app.send_task", side_effect=refused),
+        mock.patch("inspections.queue.current_app.send_task", side_effect=refused),
         django_capture_on_commit_callbacks(execute=True),
     ):
         response = staff.post(reverse("desk:sweep"))

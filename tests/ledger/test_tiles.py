@@ -19,7 +19,7 @@ from tlog import chain, merkle, tiles
 
 
 def test_the_largest_valid_request_fits_a_tiles_entry():
-    from config import bodies
+    from api import request_bodies as bodies
     from rules.identifiers import MAX_CHIPS
 
     body_limit = bodies.body_limit("/api/registry/chips/events/fabricate")
