@@ -65,7 +65,7 @@ import contextlib
 import math
 import struct
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -209,6 +209,21 @@ def straddle_index(v: torch.Tensor, coarse, scale: float) -> torch.Tensor:
     return idx
 
 
+def straddle_mask(v: torch.Tensor, w, positive: bool = True) -> torch.Tensor:
+    """Bool mask, shaped like v, of the elements whose window v +- w, w > 0, holds a float32 rounding
+    midpoint (`straddles`; a zero width would flag every -0: -0 - 0 is -0, -0 + 0 is +0). Seven
+    element-wise ops into reused buffers where v is a plain float64 tensor; no host synchronisation.
+    positive=False leaves out the w > 0 test: a superset, for callers that test the exact bound later."""
+    if v.dtype != torch.float64 or v.requires_grad or (isinstance(w, torch.Tensor) and w.dtype != torch.float64):
+        mask = (v - w).float().view(torch.int32) != (v + w).float().view(torch.int32)
+    else:
+        buf, lo32, hi32, lo, hi = _scratch(v)
+        lo32.copy_(torch.sub(v, w, out=buf))
+        hi32.copy_(torch.add(v, w, out=buf))
+        mask = torch.ne(lo, hi)
+    return mask.logical_and_(w > 0) if positive and isinstance(w, torch.Tensor) else mask
+
+
 def close_calls(v: torch.Tensor, err) -> torch.Tensor:
     """Exact mask of the elements the prover must log (reference implementation, for tests)."""
     return straddles(v, torch.as_tensor(err, dtype=torch.float64) * SAFETY)
@@ -229,6 +244,10 @@ class Bound:
     max: 0 if the result is exact everywhere (nothing to log), else inf or a float >= coarse.
     fused(v): optionally, the native kernel for the whole record pass (native.py): (float32(v) as
             float64, close calls' flat indices, their log codes), or None to fall back.
+    window(): optionally, for the device path (no host synchronisation): a width tensor
+            broadcastable to the output, >= every element's bound (default: coarse);
+    exact(idx): optionally, the bound at a fixed number of flat indices (padding included) with no
+            data-dependent shapes; None when `window` is itself the exact bound (a full bound).
     """
 
     max: float
@@ -236,6 +255,8 @@ class Bound:
     coarse: object = None
     cheap: object = None
     fused: object = None
+    window: object = None
+    exact: object = None
 
     def close_calls(self, idx: torch.Tensor, v: torch.Tensor):
         """Of candidates (flat idx, values v): which are close calls, and the exact bound of those."""
@@ -313,6 +334,7 @@ def full_bound(err, shape) -> Bound:
         lambda idx: _gather(e(), idx, shape),
         coarse=e,
         fused=lambda v: native.round_full(v, e(), SAFETY, WIDE) if native.library() else None,
+        window=e,
     )
 
 
@@ -387,7 +409,24 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
     def fused(v):
         return native.round_dot(v, a, b, g, babs, bias_rows, SAFETY, WIDE) if native.library() else None
 
-    return Bound(math.inf, at, coarse=coarse, cheap=cheap, fused=fused)
+    def window():  # the candidates' window, SAFETY included: Cauchy-Schwarz per element, as the native
+        # kernel's filter, ||A_i|| g ||B_j|| + |bias|; the exact bound decides (Rounder._flush)
+        nb = torch.linalg.vector_norm(b, dim=-2)
+        w = (norm_a() * (g * SAFETY)).unsqueeze(-1) * nb.unsqueeze(-2)
+        if babs is not None and babs.numel():
+            w = w + (babs.unsqueeze(-1) if bias_rows else babs) * SAFETY
+        return w
+
+    def exact_fixed(idx):  # the exact bound at a fixed number of indices: gathers only, no host sync
+        ba, bb, i, j = coords(idx)
+        if a.dim() == 2 and b.dim() == 2:
+            rows, cols = a.index_select(0, i), b.index_select(1, j).t()
+        else:
+            rows, cols = a[(*ba, i)], b.transpose(-2, -1)[(*bb, j)]
+        e = (rows.abs_() * cols.abs()).sum(-1).mul_(g)
+        return e + bias_at(i, j) if babs is not None else e
+
+    return Bound(math.inf, at, coarse=coarse, cheap=cheap, fused=fused, window=window, exact=exact_fixed)
 
 
 # --------------------------------------------------------------------------- the log codec
@@ -488,7 +527,17 @@ def decode_log(buf: bytes) -> dict[int, tuple[list[int], list]]:
 # --------------------------------------------------------------------------- the rounder
 
 
-@dataclass
+class LogOverflow(Exception):
+    """A rounding point had more candidates than its fixed device buffer holds (train_step then redoes
+    the step on the host-synchronising path; the rounded values do not depend on which path logs)."""
+
+
+def slots(n: int) -> int:
+    """Fixed number of candidate slots of a rounding point of n outputs on the device path: far above
+    the candidates honest steps show (docs/replay-limits.md), so that a step is recorded once."""
+    return min(n, max(256, n >> 6))
+
+
 class Rounder:
     """Rounds float64 results to float32 at the fixed points of one training step.
 
@@ -497,15 +546,37 @@ class Rounder:
     trace=[] keeps every rounded output (key, name, float32) for dispute bisection; lenient=True
     then skips log entries that do not fit instead of failing (the trace shows where things part).
     perturb(v, bound) -> v' lets tests play a worst-case machine (|v' - v| <= the bound).
+
+    Recording off the native kernel (a GPU, or REPLAY_NATIVE=0) is deferred (defer=True): each
+    rounding point finds its candidates with element-wise ops into a fixed number of slots (no
+    host synchronisation, no data-dependent shape) and keeps them on the device; `entries` (read,
+    or `finish`) decides them all at once and copies the log to the host: once per step. If a
+    point had more candidates than slots, LogOverflow: train_step redoes that step with defer=False
+    (the reference path: per point, host-synchronising, exact sizes).
     """
 
-    mode: str = "record"
-    entries: dict = field(default_factory=dict)
-    trace: list | None = None
-    perturb: object = None
-    lenient: bool = False
-    names: list = field(default_factory=list)
-    max_ratio: float = 0.0  # replay: the widest applied window relative to its point's scale
+    def __init__(self, mode="record", entries=None, trace=None, perturb=None, lenient=False, defer=True):
+        self.mode, self.trace, self.perturb, self.lenient, self.defer = mode, trace, perturb, lenient, defer
+        self._entries = {} if entries is None else entries
+        self.names: list = []
+        self.max_ratio = 0.0  # replay: the widest applied window relative to its point's scale
+        self._pending: list = []  # deferred record: (key, slot indices, values, bounds) per point
+
+    @property
+    def entries(self) -> dict:
+        if self._pending:
+            self._flush()
+        return self._entries
+
+    @entries.setter
+    def entries(self, value: dict) -> None:
+        self._pending, self._entries = [], value
+
+    def reset(self, defer: bool) -> None:
+        """Forget a step's work (LogOverflow): the same rounder, ready to run the step again."""
+        self._pending, self._entries, self.names, self.defer = [], {}, [], defer
+        if self.trace is not None:
+            self.trace.clear()
 
     def op(self, name: str) -> int:
         """Allocate the id of the next op (forward call order); its rounding points are id * SLOTS + slot."""
@@ -520,7 +591,7 @@ class Rounder:
             r = self._record(key, v, bound)
         else:
             r = _round(v)
-            if self.mode == "replay" and key in self.entries:
+            if self.mode == "replay" and key in self._entries:
                 r = self._apply(key, v, r, bound)
         if self.trace is not None:
             self.trace.append((key, self.name(key), r.detach().float()))
@@ -532,14 +603,70 @@ class Rounder:
         if fused is not None:
             r, idx, codes = fused
             if idx:
-                self.entries[key] = (idx, codes)
+                self._entries[key] = (idx, codes)
             return r
+        if self.defer:
+            return self._record_deferred(key, v, bound)
         r = v.float()
         idx, err = self._close_calls(v, bound)
         r = r.double()
         if idx.numel():
             self._log(key, v, r, idx, err)
         return r
+
+    def _record_deferred(self, key, v, bound) -> torch.Tensor:
+        """The device path: candidates by the bound's window into slots(n) fixed slots, their exact
+        bounds gathered; decided in `_flush`. About twenty element-wise ops, none waiting for the device."""
+        window = bound.window if bound.window is not None else bound.coarse
+        if window is None:
+            window = bound.max
+        if callable(window):
+            window = window()
+        full = isinstance(window, torch.Tensor) and window.shape == v.shape
+        if not isinstance(window, torch.Tensor) and not window > 0:
+            return v.float().double()
+        w = window * SAFETY if bound.exact is None else window  # a dot's window has SAFETY in it
+        r = _round(v)
+        mask = straddle_mask(v, w, positive=bound.exact is None)
+        k = slots(v.numel())
+        idx = torch.nonzero_static(mask.view(-1), size=k, fill_value=-1).view(-1)
+        safe = idx.clamp(min=0)
+        x = torch.take(v, safe)
+        if bound.exact is not None:
+            e = bound.exact(safe)
+        elif full:
+            e = torch.take(window, safe)
+        else:
+            e = bound.at(safe)
+        self._pending.append((key, idx, x, e.to(x.dtype), k < v.numel()))
+        return r
+
+    def _flush(self) -> None:
+        """Decide the pending candidates of the step at once and copy the result to the host (the
+        step's one synchronisation): close calls exactly as `Bound.close_calls` decides them (the
+        window v +- SAFETY * err, err > 0, holds a rounding midpoint), codes as `_log` writes them."""
+        pending, self._pending = self._pending, []
+        idx = torch.cat([p[1] for p in pending])
+        x = torch.cat([p[2] for p in pending])
+        e = torch.cat([p[3] for p in pending])
+        ew = e * SAFETY
+        close = (idx >= 0) & (e > 0) & ((x - ew).float().view(torch.int32) != (x + ew).float().view(torch.int32))
+        r = x.float()
+        ew = e * WIDE
+        wide = ordinal((x + ew).float()) - ordinal((x - ew).float()) > 1
+        code = torch.where(wide, (r.view(torch.int32).long() & 0xFFFFFFFF) | (1 << 32), ordinal(r) & 1)
+        packed = torch.stack([idx, torch.where(close, code, -1)]).cpu().numpy()
+        at = 0
+        for key, slot_idx, _, _, partial in pending:
+            n = slot_idx.numel()
+            raw, codes = packed[0, at : at + n], packed[1, at : at + n]
+            at += n
+            if partial and raw[-1] >= 0:
+                raise LogOverflow(f"rounding point {self.name(key)}: more than {n} candidates")
+            keep = codes >= 0
+            if keep.any():
+                c = codes[keep].tolist()
+                self._entries[key] = (raw[keep].tolist(), [bool(b) if b < 2 else b & 0xFFFFFFFF for b in c])
 
     @staticmethod
     def _close_calls(v, bound):
@@ -566,14 +693,14 @@ class Rounder:
                 codes.append(c & 0xFFFFFFFF)
             else:
                 codes.append(bool(_ord32(c) & 1))
-        self.entries[key] = (idx.tolist(), codes)
+        self._entries[key] = (idx.tolist(), codes)
 
     def _apply(self, key, v, r, bound):
         """Apply the log's entries at this point to r (float64 of float32s, a fresh tensor: changed in place).
 
         A handful of entries per point: decided on Python floats and ints, whose arithmetic and
         float32 packing are the same IEEE operations as torch's (one gather, one scatter, the bound)."""
-        idx_list, codes = self.entries.pop(key)
+        idx_list, codes = self._entries.pop(key)
         if len(idx_list) > entry_cap(r.numel()):
             raise LogMismatch(
                 f"rounding point {self.name(key)}: {len(idx_list)} log entries, more than the "
@@ -623,14 +750,19 @@ class Rounder:
 
     def finish(self) -> None:
         """Replay: every log entry must have been used by some rounding point of the step."""
-        if self.mode == "replay" and self.entries and not self.lenient:
-            raise LogMismatch(f"rounding log names rounding point {min(self.entries)}, which the step never reached")
+        if self._pending:
+            self._flush()
+        if self.mode == "replay" and self._entries and not self.lenient:
+            raise LogMismatch(f"rounding log names rounding point {min(self._entries)}, which the step never reached")
 
 
 def _round(v: torch.Tensor) -> torch.Tensor:
     """float32(v) as a fresh float64 tensor: one fused pass where the kernel takes v."""
     if v.is_contiguous() and native.usable(v) and native.library():
         return native.round_f32(v)
+    if v.dtype == torch.float64 and v.is_contiguous() and not v.requires_grad:
+        # the same conversions as v.float().double(), through a reused float32 buffer: half the ops
+        return torch.empty_like(v).copy_(_scratch(v)[1].copy_(v))
     return v.float().double()
 
 
