@@ -561,6 +561,9 @@ class Rounder:
         self.names: list = []
         self.max_ratio = 0.0  # replay: the widest applied window relative to its point's scale
         self._pending: list = []  # deferred record: (key, slot indices, values, bounds) per point
+        self._checks: list = []  # deferred replay: (key, indices, codes, ok, window ok, window, scale) per point
+        self._ratios: list = []  # deferred replay: each point's widest applied window / scale (device)
+        self._uploaded = None  # deferred replay: the whole log on the device, {key: (indices, codes, wide)}
 
     @property
     def entries(self) -> dict:
@@ -575,6 +578,7 @@ class Rounder:
     def reset(self, defer: bool) -> None:
         """Forget a step's work (LogOverflow): the same rounder, ready to run the step again."""
         self._pending, self._entries, self.names, self.defer = [], {}, [], defer
+        self._checks, self._ratios, self._uploaded = [], [], None
         if self.trace is not None:
             self.trace.clear()
 
@@ -592,7 +596,7 @@ class Rounder:
         else:
             r = _round(v)
             if self.mode == "replay" and key in self._entries:
-                r = self._apply(key, v, r, bound)
+                r = self._apply_deferred(key, v, r, bound) if self.defer else self._apply(key, v, r, bound)
         if self.trace is not None:
             self.trace.append((key, self.name(key), r.detach().float()))
         return r
@@ -744,6 +748,89 @@ class Rounder:
         flat[idx] = torch.tensor(out, dtype=r.dtype, device=r.device)
         return r
 
+    def _upload(self, device) -> dict:
+        """The whole step's log on the device in one copy (a copy per rounding point would wait for
+        the device each time): {key: (flat indices, codes, wide flags)}, codes as int64 (a parity
+        bit, or a wide entry's float32 bits as a signed int32)."""
+        if self._uploaded is None:
+            keys = sorted(self._entries)
+            idx, code, wide, spans, at = [], [], [], {}, 0
+            for k in keys:
+                i, c = self._entries[k]
+                idx += i
+                for x in c:
+                    w = not isinstance(x, bool)
+                    wide.append(w)
+                    code.append((x - (1 << 32) if x >= 1 << 31 else x) if w else int(x))
+                spans[k] = (at, len(i))
+                at += len(i)
+            host = torch.tensor([idx, code, wide], dtype=torch.long)
+            if device.type != "cpu":
+                host = host.pin_memory()
+            dev = host.to(device, non_blocking=True)
+            self._uploaded = {
+                k: (dev[0, a : a + n], dev[1, a : a + n], dev[2, a : a + n].bool()) for k, (a, n) in spans.items()
+            }
+        return self._uploaded
+
+    def _apply_deferred(self, key, v, r, bound):
+        """`_apply` with element-wise ops on the device: the same choices, the same refusals, but the
+        refusals are collected and raised by `finish` (the step's one wait for the device)."""
+        uploaded = self._upload(v.device)
+        idx_list, _ = self._entries.pop(key)
+        if len(idx_list) > entry_cap(r.numel()):
+            raise LogMismatch(
+                f"rounding point {self.name(key)}: {len(idx_list)} log entries, more than the "
+                f"{entry_cap(r.numel())} allowed for its {r.numel()} outputs"
+            )
+        if idx_list[-1] >= r.numel() or bound.max == 0:
+            if self.lenient:
+                return r
+            raise LogMismatch(f"rounding point {self.name(key)}: log entry {idx_list[-1]} does not exist")
+        idx, code, wide = uploaded[key]
+        x = torch.take(v, idx)
+        e = (bound.exact(idx) if bound.exact is not None else bound.at(idx)).to(x.dtype) * DECODE
+        scale = v.detach().abs().max()
+        window_ok = e <= scale * REL_WINDOW  # also NaN; a zero scale admits only zero windows
+        used = window_ok & (e > 0)
+        self._ratios.append(torch.where(used, e / scale, 0.0).max())
+        w = torch.where(window_ok, e, 0.0)
+        lo, hi = ordinal((x - w).float()), ordinal((x + w).float())
+        narrow = torch.where((lo & 1) == code, lo, hi)  # the window's float with the logged parity
+        prover = torch.where(code >= 0, code, -1 - (code & 0x7FFFFFFF))  # a wide entry's own float
+        o = torch.where(wide, prover, narrow)
+        ok = used & torch.where(wide, (lo <= prover) & (prover <= hi), (hi - lo <= 1) & ((narrow & 1) == code))
+        flat = r.view(-1)
+        if self.lenient:  # keep our own rounding where the entry does not fit
+            o = torch.where(ok, o, ordinal(torch.take(flat, idx).float()))
+        else:
+            self._checks.append((key, idx_list, ok, window_ok, e, scale))
+        flat.index_copy_(0, idx, from_ordinal(o).to(r.dtype))
+        return r
+
+    def _settle(self) -> None:
+        """Deferred replay: read the step's checks back at once; raise the first refusal as `_apply` would."""
+        checks, ratios, self._checks, self._ratios = self._checks, self._ratios, [], []
+        if not ratios:
+            return
+        flags = torch.cat([c[2] for c in checks]).all() if checks else torch.ones((), dtype=torch.bool)
+        ratio, good = torch.stack([torch.stack(ratios).max(), flags.to(torch.float64)]).tolist()
+        self.max_ratio = max(self.max_ratio, ratio)
+        if good:
+            return
+        for key, idx_list, ok, window_ok, e, scale in checks:
+            bad = (~ok).nonzero().view(-1)
+            if not bad.numel():
+                continue
+            j = int(bad[0])
+            if not bool(window_ok[j]):
+                raise LogMismatch(
+                    f"rounding point {self.name(key)}: logged element {idx_list[j]} has a window of "
+                    f"+-{float(e[j]):.3g}, wider than 2^-12 of the largest |value| "
+                    f"there ({float(scale):.3g}): not a close call"
+                )
+            raise LogMismatch(f"rounding point {self.name(key)}: logged element {idx_list[j]} is not a close call")
+
     def name(self, key: int) -> str:
         op, slot = divmod(key, SLOTS)
         return f"{self.names[op] if op < len(self.names) else '?'}#{slot}"
@@ -752,6 +839,7 @@ class Rounder:
         """Replay: every log entry must have been used by some rounding point of the step."""
         if self._pending:
             self._flush()
+        self._settle()
         if self.mode == "replay" and self._entries and not self.lenient:
             raise LogMismatch(f"rounding log names rounding point {min(self._entries)}, which the step never reached")
 

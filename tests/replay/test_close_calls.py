@@ -18,7 +18,9 @@ def _steer(a: torch.Tensor, value: float) -> torch.Tensor:
     r = Rounder("replay", entries={0: ([0], [_f32_bits(value) & 0xFFFFFFFF])})
     r.op("steer")
     b = torch.ones(a.shape[1], 1, dtype=torch.float64)
-    return r(0, a @ b, dot_bound(a, b))
+    out = r(0, a @ b, dot_bound(a, b))
+    r.finish()  # a refusal is raised by then (at the step's end on the device path)
+    return out
 
 
 def test_steering_construction_is_rejected():
