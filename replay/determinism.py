@@ -248,6 +248,14 @@ class Bound:
             broadcastable to the output, >= every element's bound (default: coarse);
     exact(idx): optionally, the bound at a fixed number of flat indices (padding included) with no
             data-dependent shapes; None when `window` is itself the exact bound (a full bound).
+    steers: whether the rounded value feeds the training state. The loss does not (its gradient is
+            formed from the softmax, not from it): a logged choice there cannot steer training,
+            and a loss near 0 under cancellation (an honest one: tests/replay/test_trajectory.py)
+            has a window far above 2^-12 of itself, so REL_WINDOW does not apply to it.
+    scale: the scale REL_WINDOW measures windows against is max |value| at the point, or this
+            floor where the point's values can all be honest noise: the loss gradient of a model
+            that predicts every example (p - onehot ~ 1e-17, each window ~1e-15 x the gradient's
+            natural scale 1/n); a choice within 2^-12 of that scale cannot steer training.
     """
 
     max: float
@@ -257,6 +265,8 @@ class Bound:
     fused: object = None
     window: object = None
     exact: object = None
+    steers: bool = True  # False where the value never feeds training (the loss): no REL_WINDOW rule
+    scale: object = None  # a floor under the point's scale for REL_WINDOW (a 0-d tensor), or None
 
     def close_calls(self, idx: torch.Tensor, v: torch.Tensor):
         """Of candidates (flat idx, values v): which are close calls, and the exact bound of those."""
@@ -318,7 +328,7 @@ def entry_cap(n: int) -> int:
     return 256 + n // 2
 
 
-def full_bound(err, shape) -> Bound:
+def full_bound(err, shape, steers: bool = True, scale=None) -> Bound:
     """A bound given as a tensor broadcastable to the output's shape, or a zero-argument callable
     giving one: formed only when needed (always when recording; in a replay only at a point the
     log names)."""
@@ -335,6 +345,8 @@ def full_bound(err, shape) -> Bound:
         coarse=e,
         fused=lambda v: native.round_full(v, e(), SAFETY, WIDE) if native.library() else None,
         window=e,
+        steers=steers,
+        scale=scale,
     )
 
 
@@ -719,15 +731,17 @@ class Rounder:
         own = None
         out = []
         scale = float(v.detach().abs().max()) if v.numel() else 0.0
+        if bound.scale is not None:
+            scale = max(scale, float(bound.scale))
         for j, (x, e, code) in enumerate(zip(v.reshape(-1)[idx].tolist(), (bound.at(idx) * DECODE).tolist(), codes)):
-            if not e <= REL_WINDOW * scale:  # also NaN; a zero scale admits only zero windows
+            if bound.steers and not e <= REL_WINDOW * scale:  # also NaN; a zero scale admits only zero windows
                 if not self.lenient:
                     raise LogMismatch(
                         f"rounding point {self.name(key)}: logged element {idx_list[j]} has a window of "
                         f"+-{e:.3g}, wider than 2^-12 of the largest |value| there ({scale:.3g}): not a close call"
                     )
                 e = 0.0  # lenient: no choice there (our own rounding below)
-            elif e > 0:
+            elif e > 0 and bound.steers:
                 self.max_ratio = max(self.max_ratio, e / scale)
             lo, hi = _ord32(_f32_bits(x - e)), _ord32(_f32_bits(x + e))
             if isinstance(code, bool):  # narrow: the one of the window's (at most) two floats with this parity
@@ -791,9 +805,12 @@ class Rounder:
         x = torch.take(v, idx)
         e = (bound.exact(idx) if bound.exact is not None else bound.at(idx)).to(x.dtype) * DECODE
         scale = v.detach().abs().max()
-        window_ok = e <= scale * REL_WINDOW  # also NaN; a zero scale admits only zero windows
+        if bound.scale is not None:
+            scale = torch.maximum(scale, bound.scale.to(scale.dtype))
+        window_ok = e <= scale * REL_WINDOW if bound.steers else e == e  # also NaN; a zero scale: zero windows
         used = window_ok & (e > 0)
-        self._ratios.append(torch.where(used, e / scale, 0.0).max())
+        if bound.steers:
+            self._ratios.append(torch.where(used, e / scale, 0.0).max())
         w = torch.where(window_ok, e, 0.0)
         lo, hi = ordinal((x - w).float()), ordinal((x + w).float())
         narrow = torch.where((lo & 1) == code, lo, hi)  # the window's float with the logged parity
@@ -811,9 +828,11 @@ class Rounder:
     def _settle(self) -> None:
         """Deferred replay: read the step's checks back at once; raise the first refusal as `_apply` would."""
         checks, ratios, self._checks, self._ratios = self._checks, self._ratios, [], []
-        if not ratios:
+        if not ratios and not checks:
             return
-        flags = torch.cat([c[2] for c in checks]).all() if checks else torch.ones((), dtype=torch.bool)
+        device = (ratios[0] if ratios else checks[0][2]).device
+        ratios = ratios or [torch.zeros((), dtype=torch.float64, device=device)]
+        flags = torch.cat([c[2] for c in checks]).all() if checks else torch.ones((), dtype=torch.bool, device=device)
         ratio, good = torch.stack([torch.stack(ratios).max(), flags.to(torch.float64)]).tolist()
         self.max_ratio = max(self.max_ratio, ratio)
         if good:
