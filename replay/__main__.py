@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import sys
 import tempfile
@@ -108,7 +109,9 @@ def _main(argv: list[str] | None) -> int:
     v.add_argument("--max-steps", type=int)
     v.add_argument("--segments", type=int, default=2, help="random segments to replay")
     v.add_argument("--max-flops", type=float, default=1e26, help="rule threshold on training compute")
-    v.add_argument("--device", default="cpu")
+    v.add_argument(
+        "--device", default=os.environ.get("REPLAY_DEVICE") or "cpu", help="default: $REPLAY_DEVICE, else cpu"
+    )
     v.add_argument("--json", action="store_true", help="print the full verdict as JSON")
     v.add_argument("--allow-host", action="append", default=[], help="a host the fetch may reach though private")
     args = p.parse_args(argv)
@@ -203,7 +206,9 @@ def _verify(args, src: Path, nonce: bytes) -> int:
         rules={"max_training_flops": args.max_flops},
         device=args.device,
     )
-    _emit(verdict.to_json(), args.json)
+    import torch
+
+    _emit({**verdict.to_json(), "torch": torch.__version__}, args.json)  # with "device": where it was reached
     return EXIT[verdict.verdict]
 
 
