@@ -83,7 +83,11 @@ def _main(argv: list[str] | None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("record", help="train a bundled example and write its transcript")
     r.add_argument("--arch", choices=sorted(ARCHS), help="required unless --preset names the architecture")
-    r.add_argument("--preset", choices=sorted(PRESETS), help="a named model shape (gpt2-small: 124M parameters)")
+    r.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="a named model shape (gpt2-small: 12x768, vocab 50257, block 1024; 163M parameters, the head untied)",
+    )
     r.add_argument("--config", help='JSON object of shape fields over the preset or defaults, e.g. {"block": 64}')
     r.add_argument("--batch", type=int, help="examples per step (default: per architecture)")
     r.add_argument("--device", default="cpu", help="cpu, cuda[:n] or auto (cuda where there is one)")

@@ -47,8 +47,11 @@ def resolve_device(device: str) -> torch.device:
     """cpu, cuda[:n] or auto (cuda where there is one); a cuda device that is not there is an error."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
-    if dev.type not in ("cpu", "cuda"):
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
         raise ValueError(f"device {device!r}: use cpu, cuda or auto")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda: no CUDA device is available to this torch")
