@@ -141,6 +141,15 @@ def straddles(v: torch.Tensor, w) -> torch.Tensor:
 _SCRATCH = threading.local()
 
 
+def _arange(n: int, device) -> torch.Tensor:
+    """0..n-1 as int64 on device, cached per thread (the slot indices of a small rounding point)."""
+    cache = _SCRATCH.__dict__
+    key = ("arange", torch.device(device), n)
+    if key not in cache:
+        cache[key] = torch.arange(n, device=device)
+    return cache[key]
+
+
 def _scratch(v: torch.Tensor):
     """Reusable buffers shaped like v, private to this thread: (float64, float32 lo, float32 hi,
     lo and hi viewed as int32), views into one growing storage per device, cached per shape.
@@ -429,7 +438,10 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
             w = w + (babs.unsqueeze(-1) if bias_rows else babs) * SAFETY
         return w
 
-    def exact_fixed(idx):  # the exact bound at a fixed number of indices: gathers only, no host sync
+    def exact_fixed(idx):  # the exact bound at a fixed number of indices: gathers only, no host sync;
+        return in_chunks(exact_gathered, idx, k)  # in chunks of host-known size: bounded memory
+
+    def exact_gathered(idx):
         ba, bb, i, j = coords(idx)
         if a.dim() == 2 and b.dim() == 2:
             rows, cols = a.index_select(0, i), b.index_select(1, j).t()
@@ -544,10 +556,15 @@ class LogOverflow(Exception):
     the step on the host-synchronising path; the rounded values do not depend on which path logs)."""
 
 
+SMALL_POINT = 4096  # outputs up to which every element has a slot (no compaction)
+
+
 def slots(n: int) -> int:
-    """Fixed number of candidate slots of a rounding point of n outputs on the device path: far above
-    the candidates honest steps show (docs/replay-limits.md), so that a step is recorded once."""
-    return min(n, max(256, n >> 6))
+    """Fixed number of candidate slots of a rounding point of n outputs on the device path: every
+    element of a small point (an exact-zero bias gradient has a third of its outputs logged), and far
+    above the candidates honest steps show at larger ones (1,423 of 524,288 at most: 1/368), so that
+    a step is recorded once (docs/replay-limits.md)."""
+    return n if n <= SMALL_POINT else max(SMALL_POINT, n >> 6)
 
 
 class Rounder:
@@ -648,17 +665,23 @@ class Rounder:
         w = window * SAFETY if bound.exact is None else window  # a dot's window has SAFETY in it
         r = _round(v)
         mask = straddle_mask(v, w, positive=bound.exact is None)
-        k = slots(v.numel())
-        idx = torch.nonzero_static(mask.view(-1), size=k, fill_value=-1).view(-1)
-        safe = idx.clamp(min=0)
-        x = torch.take(v, safe)
+        n = v.numel()
+        k = slots(n)
+        if k == n:  # a slot per element: no compaction
+            safe = _arange(n, v.device)
+            idx = torch.where(mask.view(-1), safe, -1)
+            x = v.reshape(-1)
+        else:
+            idx = torch.nonzero_static(mask.view(-1), size=k, fill_value=-1).view(-1)
+            safe = idx.clamp(min=0)
+            x = torch.take(v, safe)
         if bound.exact is not None:
             e = bound.exact(safe)
         elif full:
             e = torch.take(window, safe)
         else:
             e = bound.at(safe)
-        self._pending.append((key, idx, x, e.to(x.dtype), k < v.numel()))
+        self._pending.append((key, idx, x, e.to(x.dtype), k < n))
         return r
 
     def _flush(self) -> None:

@@ -69,9 +69,9 @@ def test_det64_records_without_host_synchronisation_per_rounding_point(monkeypat
     ops32, syncs32 = _per_step("float32", model, state, batch, opt)
     ops64, syncs64 = _per_step("det64", model, state, batch, opt)
     assert syncs64 <= syncs32 + 1, (syncs64, syncs32)
-    # before this path: +173 nonzero per step and 4.3x the ops; now ~2.9x (the goal, 2x, is not met yet:
+    # before this path: +173 nonzero per step and 4.3x the ops; now ~2.7x (the goal, 2x, is not met yet:
     # docs/replay-limits.md); the bound keeps it from sliding back
-    assert ops64 <= 3.2 * ops32, (ops64, ops32)
+    assert ops64 <= 3.0 * ops32, (ops64, ops32)
 
 
 @pytest.mark.parametrize("use_native", [True, False])
