@@ -1,4 +1,16 @@
-"""Replay benchmarks (issue 5), each a ratio against a baseline measured in the same run.
+"""Replay benchmarks (issues 5, 10, 18), each a ratio against a baseline measured in the same run.
+
+    .venv/bin/python bench/replay.py --device cpu [--json] [--threads 1] [--rows gpt gpt-15m ...]
+
+issue 18 (--device given): per row (mlp, cnn, gpt 0.1M, gpt 3.3M, gpt 15M, GPT-2 small at block 64,
+batch 1), on the device: step time of plain float32, plain float64, det64 recording and det64
+replay (warm-up, then the median); det64/float32 and det64/float64; host synchronisations and
+ATen ops per det64 recording step on the generic torch path (what an accelerator runs: the
+profiler, by difference of a 1- and a 2-step run, against float32's; see
+tests/replay/test_device_path.py for what counts); peak memory of one step per precision (CUDA:
+torch.cuda.max_memory_allocated; CPU: the process's resident peak, VmHWM, reset just before the
+step through /proc/self/clear_refs, minus the resident size then, after one warm-up step and
+malloc_trim: each precision in its own process); rounding-log bytes per step over checkpoint bytes.
 
     .venv/bin/python bench/replay.py                  # the bundled examples, 1 thread
     .venv/bin/python bench/replay.py --threads 2 --steps 40
@@ -40,23 +52,16 @@ import torch  # noqa: E402
 
 from replay import hashing, models, ops  # noqa: E402
 from replay.data import Batches  # noqa: E402
-from replay.determinism import Rounder, encode_log  # noqa: E402
+from replay.determinism import Rounder, decode_log, encode_log  # noqa: E402
 from replay.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER, Recorder  # noqa: E402
 from replay.screen import screen  # noqa: E402
 from replay.train import initial_state, train_step  # noqa: E402
 from replay.transcript import Transcript, checkpoint_path  # noqa: E402
 from replay.verifier import Budget, Replayer  # noqa: E402
 
-
-class Float64(ops.Plain):
-    """Plain torch ops in float64 (no rounding points, no log): the part of the deterministic step's
-    cost that is float64 arithmetic itself. Not a replay precision; a reference for this bench only."""
-
-    dtype = torch.float64
-
-
-ops.OPS["float64"] = Float64
-
+# plain float64 (ops.Plain64: no rounding points, no log) is the part of the deterministic step's cost
+# that is float64 arithmetic itself
+assert "float64" in ops.OPS
 
 # rows: the CLI's bundled examples, and one GPT four times as wide with twice the context, where
 # matmuls outweigh per-op costs (how the ratio moves with size); that one is timed with fewer
@@ -223,8 +228,189 @@ def memory_table(rows: list[str], threads: int) -> None:
         )
 
 
+# issue 18 rows: (arch, config, batch, timed repetitions)
+SCALE_ROWS = {
+    "mlp": ("mlp", None, None, 5),
+    "cnn": ("cnn", None, None, 5),
+    "gpt": ("gpt", None, None, 5),
+    "gpt-3.3m": ("gpt", {"vocab": 256, "block": 128, "n_layer": 4, "n_head": 4, "n_embd": 256}, 16, 3),
+    "gpt-15m": ("gpt", {"vocab": 256, "block": 256, "n_layer": 8, "n_head": 6, "n_embd": 384}, 8, 2),
+    "gpt2-small": ("gpt", {**models.PRESETS["gpt2-small"][1], "block": 64}, 1, 1),
+}
+PRECISIONS = ("float32", "float64", "det64", "replay")
+
+STEP_PEAK = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import torch
+torch.set_num_threads(int(sys.argv[2]))
+sys.argv = sys.argv[:1] + sys.argv[3:]
+from bench.replay import one_step_setup
+device, precision = sys.argv[1], sys.argv[2]
+run = one_step_setup(*json.loads(sys.argv[3]), device, precision)
+run()  # warm: lazily made buffers (scratch, the native library) are not one step's peak
+def status(key):
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key + ":"))
+if device == "cuda":
+    torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats(); base = torch.cuda.memory_allocated()
+    run(); torch.cuda.synchronize(); peak = torch.cuda.max_memory_allocated()
+else:
+    import ctypes
+    ctypes.CDLL(None).malloc_trim(0)  # memory kept from setting up (a replay's recording) is not the step's
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current resident size
+    base = status("VmRSS"); run(); peak = status("VmHWM")
+print(json.dumps({"peak": peak - base}))
+"""
+
+
+def one_step_setup(arch: str, cfg: dict, batch_size: int, device: str, precision: str):
+    """A closure running one training step of `precision` (det64 recording, or `replay` applying a
+    recorded log) from the initial state on `device`; the state, the batch and the log are made first."""
+    opt = DEFAULT_OPTIMIZER[arch]
+    model = models.build(arch, cfg)
+    state = initial_state(models.init_params(arch, cfg, 0), opt).to(device)
+    batch = {k: v.to(device) for k, v in Batches(arch, cfg, batch_size, 0)(0).items()}
+    if precision != "replay":
+        return lambda: train_step(
+            model, state, batch, opt, precision, Rounder("record") if precision == "det64" else None
+        )
+    rounder = Rounder("record")
+    train_step(model, state, batch, opt, "det64", rounder)
+    log = encode_log(rounder.entries)
+    return lambda: train_step(model, state, batch, opt, "det64", Rounder("replay", entries=decode_log(log)))
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _op_counts(run, steps: int) -> tuple[int, int]:
+    import collections
+
+    from torch.profiler import ProfilerActivity, profile
+
+    syncs = {
+        "aten::nonzero", "aten::item", "aten::_local_scalar_dense", "aten::masked_select", "aten::unique",
+        "aten::_unique", "aten::_unique2", "aten::unique_consecutive", "aten::equal", "aten::is_nonzero",
+    }  # fmt: skip
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            run()
+    c = collections.Counter(e.name for e in prof.events() if e.name.startswith("aten::"))
+    return sum(c.values()), sum(v for k, v in c.items() if k in syncs)
+
+
+def per_step_counts(arch, cfg, batch_size, device, precision) -> tuple[float, float]:
+    """(ATen ops, host syncs) per step, by difference of a 1- and a 2-step run, on the generic path."""
+    from replay import native
+
+    lib = native._LIB
+    native._LIB = False  # the generic torch path: what CUDA runs
+    try:
+        run = one_step_setup(arch, cfg, batch_size, device, precision)
+        run()
+        (o1, s1), (o2, s2) = _op_counts(run, 1), _op_counts(run, 2)
+        return o2 - o1, s2 - s1
+    finally:
+        native._LIB = lib
+
+
+def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
+    arch, cfg, batch_size, reps = SCALE_ROWS[row]
+    cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
+    out = {"row": row, "params": models.param_count(arch, cfg), "batch": batch_size, "config": cfg}
+    runs = {p: one_step_setup(arch, cfg, batch_size, device, p) for p in PRECISIONS}
+    for p in PRECISIONS:
+        runs[p]()  # warm-up
+    times = {p: [] for p in PRECISIONS}
+    for _ in range(reps):  # interleaved: the host's slow spells hit every precision alike
+        for p in PRECISIONS:
+            _sync(device)
+            started = time.perf_counter()
+            runs[p]()
+            _sync(device)
+            times[p].append(time.perf_counter() - started)
+    t = {p: statistics.median(v) for p, v in times.items()}
+    out.update({f"{p}_s": t[p] for p in PRECISIONS})
+    out["det64_over_float32"], out["det64_over_float64"] = t["det64"] / t["float32"], t["det64"] / t["float64"]
+    out["replay_over_float32"], out["replay_over_float64"] = t["replay"] / t["float32"], t["replay"] / t["float64"]
+    rounder = Rounder("record")
+    opt = DEFAULT_OPTIMIZER[arch]
+    state = initial_state(models.init_params(arch, cfg, 0), opt).to(device)
+    batch = Batches(arch, cfg, batch_size, 0)(0)
+    train_step(models.build(arch, cfg), state, batch, opt, "det64", rounder)
+    ckpt = 4 * out["params"] * (1 + len(state.buffers))
+    out["log_bytes"], out["checkpoint_bytes"] = len(encode_log(rounder.entries)), ckpt
+    out["log_over_checkpoint"] = out["log_bytes"] / ckpt
+    del runs, state
+    if counts:
+        out["ops_float32"], out["syncs_float32"] = per_step_counts(arch, cfg, batch_size, device, "float32")
+        out["ops_det64"], out["syncs_det64"] = per_step_counts(arch, cfg, batch_size, device, "det64")
+        out["ops_replay"], out["syncs_replay"] = per_step_counts(arch, cfg, batch_size, device, "replay")
+    for p in PRECISIONS:
+        args = [
+            sys.executable,
+            "-c",
+            STEP_PEAK,
+            str(ROOT),
+            str(threads),
+            device,
+            p,
+            json.dumps([arch, cfg, batch_size]),
+        ]
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+        if proc.returncode:
+            raise RuntimeError(proc.stderr[-2000:])
+        out[f"peak_{p}_bytes"] = json.loads(proc.stdout.strip().splitlines()[-1])["peak"]
+    out["peak_det64_over_float32"] = out["peak_det64_bytes"] / out["peak_float32_bytes"]
+    return out
+
+
+def scale_table(rows: list[str], device: str, threads: int, as_json: bool) -> None:
+    header = {
+        "device": device if device == "cpu" else torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "native": bool(__import__("replay.native", fromlist=["x"]).library()),
+    }
+    results = []
+    if not as_json:
+        print(
+            "| row | params | float32 | float64 | det64 rec | det64 replay | rec/f32 | rec/f64 | replay/f64 "
+            "| ops f32 / det64 (syncs) | peak MiB f32 / f64 / det64 / replay | det64/f32 peak | log/ckpt |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        r = scale_row(row, device, threads, counts=row != "gpt2-small")
+        results.append(r)
+        if not as_json:
+            ms = lambda k: f"{r[k] * 1e3:,.0f} ms"
+            ops = (
+                f"{r['ops_float32']:,.0f} / {r['ops_det64']:,.0f} ({r['syncs_float32']:.0f} / {r['syncs_det64']:.0f})"
+                if "ops_det64" in r
+                else "n/a"
+            )
+            mib = " / ".join(f"{r[f'peak_{p}_bytes'] / 2**20:,.0f}" for p in PRECISIONS)
+            print(
+                f"| {row} | {r['params'] / 1e6:.1f}M | {ms('float32_s')} | {ms('float64_s')} | {ms('det64_s')} "
+                f"| {ms('replay_s')} | {r['det64_over_float32']:.2f} | {r['det64_over_float64']:.2f} "
+                f"| {r['replay_over_float64']:.2f} | {ops} | {mib} | {r['peak_det64_over_float32']:.2f} "
+                f"| {100 * r['log_over_checkpoint']:.4f}% |",
+                flush=True,
+            )
+    if as_json:
+        print(json.dumps({**header, "rows": results}, indent=1))
+    else:
+        print(f"\n{header}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=["cpu", "cuda"], help="the issue-18 table on this device")
+    p.add_argument("--json", action="store_true", help="issue 18: print the rows as JSON")
+    p.add_argument("--rows", nargs="*", default=list(SCALE_ROWS), choices=list(SCALE_ROWS))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument(
         "--steps", type=int, default=30, help="steps recorded per architecture for the log and verify ratios"
@@ -235,6 +421,9 @@ def main() -> None:
     p.add_argument("--memory-only", action="store_true", help="only the memory and screen table (issue 10)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    if args.device:
+        scale_table(args.rows, args.device, args.threads, args.json)
+        return
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU capability "
         f"{torch.backends.cpu.get_cpu_capability()}\n"

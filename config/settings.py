@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from kombu import Exchange, Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
@@ -145,6 +146,17 @@ else:
     CELERY_RESULT_BACKEND = f"file://{_results}"
 # The queue tasks are sent to and workers consume; a scenario run uses one of its own (scenarios.runner).
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_DEFAULT_QUEUE", default="celery")
+# Replay verification goes to a queue of its own, so GPU hosts can run workers that take only it
+# (`celery -A config worker -Q replay`, REPLAY_DEVICE=cuda: docs/operations.md). A worker started without
+# -Q (the Procfile's, `make run`) consumes every queue listed here, so it takes replay work too. A run
+# that isolates its default queue (scenarios, tests) keeps replay work on that same queue.
+REPLAY_QUEUE = env(
+    "CELERY_REPLAY_QUEUE", default="replay" if CELERY_TASK_DEFAULT_QUEUE == "celery" else CELERY_TASK_DEFAULT_QUEUE
+)
+CELERY_TASK_QUEUES = tuple(
+    Queue(name, Exchange(name), routing_key=name) for name in dict.fromkeys([CELERY_TASK_DEFAULT_QUEUE, REPLAY_QUEUE])
+)
+CELERY_TASK_ROUTES = {"inspections.tasks.verify_claim": {"queue": REPLAY_QUEUE}}
 CELERY_RESULT_EXPIRES = timedelta(days=1)  # task outcomes that matter land on the ledger
 # A task is acknowledged when it finishes, and a pool child that dies running it (kill -9, out of memory)
 # hands the message back at once instead of acknowledging it: the work is redelivered, never lost.
@@ -223,6 +235,10 @@ DESK_JOB_QUEUE = env("DESK_JOB_QUEUE", default="celery")  # the Celery queue of 
 # Directories under which provers' transcripts may be read by path (e.g. a share they export).
 TRANSCRIPT_ROOTS = env.list("TRANSCRIPT_ROOTS", default=[str(VAR_DIR / "transcripts")])
 REPLAY_MAX_SECONDS = env.int("REPLAY_MAX_SECONDS", default=900)
+# The device the verifier subprocess replays on (it inherits the worker's environment): cpu, or cuda on
+# a GPU worker. Its budgets follow the device (replay/limits.py: REPLAY_MEMORY_BUDGET_BYTES,
+# REPLAY_FLOP_BUDGET, read from the environment by the replay package).
+REPLAY_DEVICE = env("REPLAY_DEVICE", default="cpu")
 REPLAY_MAX_MEMORY_BYTES = env.int("REPLAY_MAX_MEMORY_BYTES", default=8 * 2**30)
 # The verifier executable (argv prefix; SOURCE and the contract's options follow). A JSON list in the environment.
 REPLAY_VERIFIER_COMMAND = env.json("REPLAY_VERIFIER_COMMAND", default=[sys.executable, "-m", "replay", "verify"])

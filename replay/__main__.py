@@ -1,6 +1,8 @@
 """Command line: record a bundled example, or verify a transcript.
 
     python -m replay record --arch {mlp,cnn,gpt} --steps N --out DIR [--chips 4] [--seed S]
+        [--preset gpt2-small] [--config JSON] [--batch B] [--device cpu|cuda|auto]
+        [--precision det64|float32|float64]
     python -m replay verify SOURCE --claims FILE --json [--nonce HEX] [--snapshots FILE] [--keys FILE]
 
 SOURCE is a transcript directory or an http(s) URL of one (fetched first, in this process, by
@@ -15,13 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import sys
 import tempfile
 import traceback
 from pathlib import Path
 
-from .models import ARCHS
+from .models import ARCHS, DEFAULTS, PRESETS, validate_config
 from .recorder import Recorder
 from .verifier import Budget, verify
 
@@ -84,13 +87,26 @@ def _main(argv: list[str] | None) -> int:
     )
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("record", help="train a bundled example and write its transcript")
-    r.add_argument("--arch", choices=sorted(ARCHS), required=True)
+    r.add_argument("--arch", choices=sorted(ARCHS), help="required unless --preset names the architecture")
+    r.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="a named model shape (gpt2-small: 12x768, vocab 50257, block 1024; 163M parameters, the head untied)",
+    )
+    r.add_argument("--config", help='JSON object of shape fields over the preset or defaults, e.g. {"block": 64}')
+    r.add_argument("--batch", type=int, help="examples per step (default: per architecture)")
+    r.add_argument("--device", default="cpu", help="cpu, cuda[:n] or auto (cuda where there is one)")
     r.add_argument("--steps", type=int, required=True)
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--chips", type=int, default=4)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--checkpoint-interval", type=int, default=10)
-    r.add_argument("--precision", choices=["det64", "float32"], default="det64")
+    r.add_argument(
+        "--precision",
+        choices=["det64", "float32", "float64"],
+        default="det64",
+        help="det64 (the only claimable mode); float32 and float64 are plain baselines for benchmarks",
+    )
     r.add_argument("--snapshot-rate", type=float, default=0.05, help="snapshots per chip per step (Poisson)")
     v = sub.add_parser("verify", help="verify a transcript against the prover's claims")
     v.add_argument("dir", help="transcript directory, or an http(s) URL of one")
@@ -102,24 +118,35 @@ def _main(argv: list[str] | None) -> int:
     v.add_argument("--max-steps", type=int)
     v.add_argument("--segments", type=int, default=2, help="random segments to replay")
     v.add_argument("--max-flops", type=float, default=1e26, help="rule threshold on training compute")
-    v.add_argument("--device", default="cpu")
+    v.add_argument(
+        "--device", default=os.environ.get("REPLAY_DEVICE") or "cpu", help="default: $REPLAY_DEVICE, else cpu"
+    )
     v.add_argument("--json", action="store_true", help="print the full verdict as JSON")
     v.add_argument("--allow-host", action="append", default=[], help="a host the fetch may reach though private")
     args = p.parse_args(argv)
 
     if args.cmd == "record":
-        out = Recorder(
-            args.out,
-            args.arch,
-            steps=args.steps,
-            seed=args.seed,
-            chips=args.chips,
-            checkpoint_interval=args.checkpoint_interval,
-            precision=args.precision,
-            snapshot_rate=args.snapshot_rate,
-            progress=True,
-        ).run()
-        print(out)
+        try:
+            arch, config = _model_shape(args)
+            recorder = Recorder(
+                args.out,
+                arch,
+                steps=args.steps,
+                seed=args.seed,
+                chips=args.chips,
+                config=config,
+                batch=args.batch,
+                checkpoint_interval=args.checkpoint_interval,
+                precision=args.precision,
+                snapshot_rate=args.snapshot_rate,
+                progress=True,
+                device=args.device,
+            )
+            recorder.check()
+        except ValueError as e:
+            print(f"record: {e}", file=sys.stderr)
+            return 2
+        print(recorder.run())
         return 0
 
     raw = secrets.token_hex(MIN_NONCE_BYTES) if args.nonce is None else args.nonce
@@ -149,6 +176,33 @@ def _main(argv: list[str] | None) -> int:
         return _verify(args, src, nonce)
 
 
+def _model_shape(args) -> tuple[str, dict]:
+    """(architecture, config) from --preset / --arch and --config; ValueError names the bad field."""
+    if args.steps < 1:
+        raise ValueError("--steps must be at least 1")
+    if args.batch is not None and not 1 <= args.batch <= 1 << 20:
+        raise ValueError("--batch must be an integer in [1, 1048576]")
+    if args.preset:
+        arch, config = PRESETS[args.preset]
+        if args.arch and args.arch != arch:
+            raise ValueError(f"--arch {args.arch} does not match --preset {args.preset} ({arch})")
+    elif args.arch:
+        arch, config = args.arch, DEFAULTS[args.arch]
+    else:
+        raise ValueError("give --arch or --preset")
+    config = dict(config)
+    if args.config is not None:
+        try:
+            fields = json.loads(args.config)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--config is not JSON ({e.msg})") from None
+        if not isinstance(fields, dict):
+            raise ValueError("--config must be a JSON object of shape fields")
+        config.update(fields)
+    validate_config(arch, config)
+    return arch, config
+
+
 def _verify(args, src: Path, nonce: bytes) -> int:
     keys = args.keys or (src / "chips.json" if args.snapshots else None)
     verdict = verify(
@@ -161,7 +215,9 @@ def _verify(args, src: Path, nonce: bytes) -> int:
         rules={"max_training_flops": args.max_flops},
         device=args.device,
     )
-    _emit(verdict.to_json(), args.json)
+    import torch
+
+    _emit({**verdict.to_json(), "torch": torch.__version__}, args.json)  # with "device": where it was reached
     return EXIT[verdict.verdict]
 
 

@@ -30,5 +30,16 @@ def shard_hash(flat: np.ndarray, start: int, end: int) -> str:
 
 
 def shard_hashes(params: dict[str, torch.Tensor], layout: list[dict]) -> list[str]:
-    flat = flatten(params)
-    return [shard_hash(flat, s["start"], s["end"]) for s in layout]
+    """`shard_hash` of every shard, streamed a tensor at a time: the same digests as over `flatten`,
+    without a second copy of all parameters (a 124M-parameter model's would be 0.5 GB)."""
+    hashers = [hashlib.sha256() for _ in layout]
+    offset = 0
+    for p in params.values():
+        part = p.detach().to("cpu", torch.float32).reshape(-1).numpy().astype("<f4", copy=False)
+        lo, hi = offset, offset + part.size
+        for h, s in zip(hashers, layout):
+            a, b = max(s["start"], lo), min(s["end"], hi)
+            if a < b:
+                h.update(part[a - lo : b - lo].tobytes())
+        offset = hi
+    return [h.hexdigest() for h in hashers]

@@ -1,26 +1,60 @@
-"""What one training step of a manifest costs the verifier, bounded before anything runs.
+"""What one training step of a manifest costs, bounded before anything runs.
 
     reason = step_limits(arch, config, spec)   # None, or why the manifest is refused
 
-The allow-list bounds parameters, not activations: a GPT with block 1024 and batch 4096 passes
-every config bound yet needs ~10^11 float64 attention scores at step 0. So the working set of one
-deterministic step and its FLOPs are estimated from the architecture config and the batch shape,
-and a manifest above either limit is malformed (the reason names the batch shape and the figure).
+Two budgets, from the environment (config/settings.py documents them), defaulting by the device
+the replay runs on (REPLAY_DEVICE, cpu unless set): memory, REPLAY_MEMORY_BUDGET_BYTES (cpu 8 GiB,
+the worker's limit; cuda 80% of the card's memory), and FLOPs per training step,
+REPLAY_FLOP_BUDGET (cpu 1e12; cuda 1e15). The prover's `record` checks the same limits for its
+own device before it trains, so what it records is what a verifier of that kind can replay.
 
-The estimate counts the float64 elements a step keeps for backward (outputs of every op, the
-attention score and probability matrices, im2col columns of convolutions, the logits and their
-softmax) and charges ACT_FACTOR bytes per element: 8 for the value, 8 for its gradient or a
-rounding-point temporary of the same size. It is an estimate of scale (within ~2x), not an
-allocator's figure; the limits leave that margin under the worker's memory limit.
+The allow-list bounds config fields, not cost: a GPT with block 1024 and batch 4096 passes every
+config bound yet needs ~10^11 float64 attention scores at step 0. So one deterministic step's
+working set and FLOPs are estimated from the architecture config and the batch shape, and a
+manifest above either budget is malformed (the reason names the batch shape and the figure).
+
+Memory: the training state at STATE_BYTES per parameter (float32 parameters and two optimizer
+buffers, the old and the new state both live during the update: 24; the float64 copy of the
+parameters and their float64 gradients: 16), plus the float64 elements a step keeps for backward
+(outputs of every op, the attention score and probability matrices, im2col columns of
+convolutions, the logits and their softmax) at ACT_FACTOR bytes each: 8 for the value, 8 for its
+gradient or a rounding-point temporary of the same size. An estimate of scale (within ~2x), not an
+allocator's figure.
 """
 
 from __future__ import annotations
 
+import os
+
 from . import models
 
-MAX_STEP_ACTIVATION_BYTES = 2 << 30
-MAX_STEP_FLOPS = 1e12
 ACT_FACTOR = 16
+STATE_BYTES = 40
+MAX_STEP_MEMORY_BYTES: int | None = None  # set to override the environment (tests)
+MAX_STEP_FLOPS: float | None = None
+DEFAULTS = {"cpu": (8 << 30, 1e12), "cuda": (None, 1e15)}
+
+
+def device_kind(device=None) -> str:
+    kind = str(device or os.environ.get("REPLAY_DEVICE") or "cpu").split(":")[0]
+    return kind if kind in DEFAULTS else "cpu"
+
+
+def budgets(device=None) -> tuple[int, float]:
+    """(memory bytes, FLOPs) one training step may cost on `device` (default: REPLAY_DEVICE)."""
+    kind = device_kind(device)
+    memory, flops = DEFAULTS[kind]
+    if memory is None:  # cuda: the card's own memory, leaving a fifth to the allocator and the context
+        import torch
+
+        memory = int(torch.cuda.get_device_properties(0).total_memory * 0.8) if torch.cuda.is_available() else 8 << 30
+    memory = int(os.environ.get("REPLAY_MEMORY_BUDGET_BYTES") or memory)
+    flops = float(os.environ.get("REPLAY_FLOP_BUDGET") or flops)
+    if MAX_STEP_MEMORY_BYTES is not None:
+        memory = MAX_STEP_MEMORY_BYTES
+    if MAX_STEP_FLOPS is not None:
+        flops = MAX_STEP_FLOPS
+    return memory, flops
 
 
 def activation_elements(arch: str, config: dict, spec: dict) -> int:
@@ -41,19 +75,27 @@ def activation_elements(arch: str, config: dict, spec: dict) -> int:
     return b * t * c * 3 + config["n_layer"] * per_layer + 2 * b * t * config["vocab"]
 
 
-def step_limits(arch: str, config: dict, spec: dict) -> str | None:
-    """Why one step of this manifest is beyond the verifier's limits, or None."""
+def step_memory(arch: str, config: dict, spec: dict) -> tuple[int, int]:
+    """(activation bytes, state bytes) of one deterministic step."""
+    return activation_elements(arch, config, spec) * ACT_FACTOR, models.param_count(arch, config) * STATE_BYTES
+
+
+def step_limits(arch: str, config: dict, spec: dict, device=None) -> str | None:
+    """Why one step of this manifest is beyond the budgets of `device` (default REPLAY_DEVICE), or None."""
     shape = spec["x"][1]
-    act = activation_elements(arch, config, spec) * ACT_FACTOR
-    if act > MAX_STEP_ACTIVATION_BYTES:
+    memory, max_flops = budgets(device)
+    act, state = step_memory(arch, config, spec)
+    if act + state > memory:
         return (
-            f"batch.x.shape {shape} with this config needs about {act / 2**30:.1f} GiB of activations per "
-            f"step, more than the verifier's limit of {MAX_STEP_ACTIVATION_BYTES / 2**30:.0f} GiB"
+            f"batch.x.shape {shape} with this config needs about {(act + state) / 2**30:.1f} GiB per step "
+            f"({act / 2**30:.1f} GiB of activations, {state / 2**30:.1f} GiB of training state), more than "
+            f"the replay memory budget of {memory / 2**30:.1f} GiB on {device_kind(device)} "
+            f"(REPLAY_MEMORY_BUDGET_BYTES)"
         )
     flops = models.training_flops(arch, config, spec)
-    if flops > MAX_STEP_FLOPS:
+    if flops > max_flops:
         return (
             f"batch.x.shape {shape} with this config is {flops:.3e} FLOPs per training step, more than the "
-            f"verifier's limit of {MAX_STEP_FLOPS:.0e}"
+            f"replay budget of {max_flops:.0e} on {device_kind(device)} (REPLAY_FLOP_BUDGET)"
         )
     return None

@@ -202,7 +202,7 @@ class _CrossEntropy(torch.autograd.Function):
         p = e / s
         ctx.save_for_backward(p, targets)
         ctx.op, ctx.inv_n, ctx.v = op, inv_n, v
-        return R(op * SLOTS, loss, full_bound(err, loss.shape))
+        return R(op * SLOTS, loss, full_bound(err, loss.shape, steers=False))  # the loss feeds no update
 
     @staticmethod
     def backward(ctx, gl):
@@ -211,7 +211,8 @@ class _CrossEntropy(torch.autograd.Function):
         onehot = torch.zeros_like(p).scatter(1, targets.unsqueeze(1), 1.0)
         dz = (p - onehot) * c
         err = lambda: (p * gamma(ctx.v + 10) + (p - onehot).abs() * U) * c.abs() + dz.abs() * (2 * U)
-        return active()(ctx.op * SLOTS + 1, dz, full_bound(err, dz.shape)), None, None
+        # scale floor |c| (= |dL/dlogit| of a wrong prediction): see Bound.scale
+        return active()(ctx.op * SLOTS + 1, dz, full_bound(err, dz.shape, scale=c.abs().reshape(()))), None, None
 
 
 class _Conv2d(torch.autograd.Function):
@@ -375,4 +376,11 @@ class Plain:
         return F.cross_entropy(logits, targets)
 
 
-OPS = {"det64": Det, "float32": Plain}
+class Plain64(Plain):
+    """The same plain ops in float64: a baseline for benchmarks (`record --precision float64`), not
+    deterministic across machines, so never a claimable precision."""
+
+    dtype = torch.float64
+
+
+OPS = {"det64": Det, "float32": Plain, "float64": Plain64}

@@ -15,9 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
-from . import data, hashing, models
+from . import data, hashing, limits, models
 from .determinism import Rounder, encode_log
 from .firmware import Firmware
 from .train import initial_state, train_step
@@ -42,6 +43,21 @@ DEFAULT_OPTIMIZER = {
 }
 
 
+def resolve_device(device: str) -> torch.device:
+    """cpu, cuda[:n] or auto (cuda where there is one); a cuda device that is not there is an error."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r}: use cpu, cuda or auto")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda: no CUDA device is available to this torch")
+    return dev
+
+
 class Recorder:
     """Trains `arch` for `steps` steps and writes the transcript to `out`."""
 
@@ -63,6 +79,7 @@ class Recorder:
         batches=None,
         serials: list[str] | None = None,
         firmware=None,
+        device: str = "cpu",
     ):
         self.out, self.arch, self.steps, self.seed = Path(out), arch, steps, seed
         self.config = config or models.DEFAULTS[arch]
@@ -79,6 +96,7 @@ class Recorder:
         self.firmware = firmware or Firmware
         self.batches = batches or data.Batches(arch, self.config, self.batch, seed)
         self.step_seconds: list[float] = []  # the prover's time per training step (for benchmarks)
+        self.device = resolve_device(device)
 
     def draw(self, t: int):
         """(batch of step t, its inclusion proofs): the sampler's draw. A cheating prover overrides this."""
@@ -88,11 +106,21 @@ class Recorder:
         """The state after a step, as recorded. A cheating prover overrides this."""
         return state
 
+    def check(self) -> None:
+        """Refuse, before anything is allocated, a run beyond the replay budgets of this device
+        (replay/limits.py): what the prover records, a verifier of the same kind can replay."""
+        spec = models.batch_spec(self.arch, self.config, self.batch)
+        reason = limits.step_limits(self.arch, self.config, spec, self.device)
+        if reason:
+            raise ValueError(reason)
+
     def run(self) -> Path:
+        self.check()
         out = self.out
         out.mkdir(parents=True, exist_ok=True)
         model = models.build(self.arch, self.config)
         state = initial_state(models.init_params(self.arch, self.config, self.seed), self.optimizer)
+        state = state.to(self.device)
         layout = hashing.shard_layout(sum(p.numel() for p in state.params.values()), self.serials)
         firmware = self.firmware(layout, self.seed, self.rate)
         firmware.step_flops = models.training_flops(

@@ -20,6 +20,11 @@ def _int(v) -> int | None:
     return v if type(v) is int else None
 
 
+def _label(v) -> str:
+    """A short printable label (device, version), or "" for anything else."""
+    return v if isinstance(v, str) and len(v) <= 64 and v.isprintable() else ""
+
+
 def _objects(v, limit: int) -> tuple[dict, ...]:
     return tuple(x for x in v if isinstance(x, dict))[:limit] if isinstance(v, list | tuple) else ()
 
@@ -42,6 +47,8 @@ class Report:
     conflicts: tuple[dict, ...] = ()  # the chip's other claims (by counter) a reason involves
     claims: tuple[dict, ...] = ()  # per claimed snapshot: serial, counter, step, ok
     budget_exhausted: bool = False  # the claim's own checks did not finish (verdict "incomplete")
+    device: str = ""  # where the verdict was reached ("cpu", "cuda:0")
+    torch: str = ""  # and with which torch
 
     @classmethod
     def from_json(cls, obj: dict) -> Report:
@@ -72,6 +79,8 @@ class Report:
             conflicts=_objects(obj.get("conflicts"), MAX_CONFLICTS),
             claims=_objects(obj.get("claims"), 10_000),
             budget_exhausted=obj.get("budget_exhausted") is True,
+            device=_label(obj.get("device")),
+            torch=_label(obj.get("torch")),
         )
 
     @property
@@ -104,4 +113,6 @@ class Report:
             "findings": list(self.findings),
             "dispute": self.dispute,
             "conflicts": list(self.conflicts),
+            "device": self.device,
+            "torch": self.torch,
         }

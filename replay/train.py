@@ -23,7 +23,7 @@ import torch
 from torch.func import functional_call
 
 from . import native
-from .determinism import SLOTS, Rounder, rounding
+from .determinism import SLOTS, LogOverflow, Rounder, rounding
 from .ops import OPS
 
 OPTIMIZERS = {"sgd": ("momentum",), "adamw": ("m", "v")}
@@ -136,7 +136,18 @@ def _fused_update(kind: str, hp: dict, lr: float, t: int, p32, g, bufs32: dict):
 
 
 def train_step(model, state: State, batch: dict, optimizer: dict, precision: str, rounder: Rounder | None = None):
-    """state after step t -> (state after step t+1, loss as a float). det64 needs a Rounder."""
+    """state after step t -> (state after step t+1, loss as a float). det64 needs a Rounder.
+
+    A recording step whose device-side candidate slots overflowed (LogOverflow, rare) is run again
+    on the reference path: the rounded values, hence the state, are the same either way."""
+    try:
+        return _train_step(model, state, batch, optimizer, precision, rounder)
+    except LogOverflow:
+        rounder.reset(defer=False)
+        return _train_step(model, state, batch, optimizer, precision, rounder)
+
+
+def _train_step(model, state: State, batch: dict, optimizer: dict, precision: str, rounder: Rounder | None):
     ops = OPS[precision]
     dt, device = ops.dtype, state.params[next(iter(state.params))].device
     t = state.step

@@ -178,10 +178,12 @@ def test_verifier_refuses_a_log_entry_that_is_not_a_close_call():
     v = torch.tensor([1.0 + 2.0**-30, 3.0], dtype=torch.float64)
     bound = Bound(1e-15, lambda idx: torch.full((idx.numel(),), 1e-15, dtype=torch.float64))
     up = int(torch.tensor(1.0 + 2.0**-23, dtype=torch.float32).view(torch.int32))  # the next float32 up: a lie
-    with pytest.raises(LogMismatch, match="not a close call"):
-        Rounder("replay", entries={0: ([0], [up])})(0, v, bound)
-    with pytest.raises(LogMismatch, match="not a close call"):
-        Rounder("replay", entries={0: ([0], [True])})(0, v, bound)  # parity of 1.0 is even
+    for code in (up, True):  # True: the parity of 1.0 is even
+        for defer in (True, False):  # the device path raises at the step's end, the reference path at once
+            r = Rounder("replay", entries={0: ([0], [code])}, defer=defer)
+            with pytest.raises(LogMismatch, match="not a close call"):
+                r(0, v, bound)
+                r.finish()
     with pytest.raises(LogMismatch, match="does not exist"):
         Rounder("replay", entries={0: ([7], [False])})(0, v, bound)
     r = Rounder("replay", entries={5: ([0], [False])})

@@ -206,3 +206,73 @@ def test_flush_to_zero_gives_verdict_error_and_exit_3(mlp, capsys):
     assert v.verdict == "error" and "denormals-are-zero" in v.reasons[0], v.reasons
     assert code == 3 and json.loads(capsys.readouterr().out)["verdict"] == "error"
     assert run(mlp).verdict == "verified"
+
+
+# --------------------------------------------------------------------------- budgets and the prover's CLI
+
+
+def test_budgets_come_from_the_environment_and_the_device(monkeypatch):
+    from replay import models
+
+    spec = models.batch_spec("mlp", models.DEFAULTS["mlp"], 64)
+    monkeypatch.delenv("REPLAY_MEMORY_BUDGET_BYTES", raising=False)
+    monkeypatch.delenv("REPLAY_FLOP_BUDGET", raising=False)
+    assert limits.budgets("cpu") == (8 << 30, 1e12) and limits.budgets("cuda:1")[1] == 1e15
+    monkeypatch.setenv("REPLAY_FLOP_BUDGET", "1e5")
+    assert "REPLAY_FLOP_BUDGET" in limits.step_limits("mlp", models.DEFAULTS["mlp"], spec)
+    monkeypatch.setenv("REPLAY_FLOP_BUDGET", "1e12")
+    monkeypatch.setenv("REPLAY_MEMORY_BUDGET_BYTES", "1000")
+    assert "GiB of training state" in limits.step_limits("mlp", models.DEFAULTS["mlp"], spec)
+
+
+def test_record_refuses_beyond_the_budget_before_anything_runs(tmp_path, capsys):
+    """GPT-2 small at block 1024 and the default batch of 16: ~141 GiB a step; nothing is written."""
+    out = tmp_path / "t"
+    assert main(["record", "--preset", "gpt2-small", "--steps", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "batch.x.shape [16, 1024]" in err and "REPLAY_MEMORY_BUDGET_BYTES" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv,reason",
+    [
+        (["--arch", "gpt", "--config", "{"], "--config is not JSON"),
+        (["--arch", "gpt", "--config", "[1]"], "JSON object"),
+        (["--arch", "gpt", "--config", '{"block": 2048}'], "config.block"),
+        (["--arch", "gpt", "--config", '{"depth": 2}'], "unknown or missing keys"),
+        (["--arch", "mlp", "--preset", "gpt2-small"], "does not match"),
+        (["--arch", "gpt", "--batch", "0"], "--batch"),
+        (["--arch", "gpt", "--device", "tpu"], "device"),
+        ([], "--arch or --preset"),
+    ],
+)
+def test_record_refuses_bad_arguments_naming_them(argv, reason, tmp_path, capsys):
+    assert main(["record", *argv, "--steps", "1", "--out", str(tmp_path / "t")]) == 2
+    assert reason in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+
+
+def test_record_takes_a_shape_a_batch_and_a_plain_precision(tmp_path):
+    out = tmp_path / "t"
+    cfg = '{"block": 8, "n_layer": 1, "n_embd": 16, "n_head": 2}'
+    argv = ["record", "--arch", "gpt", "--config", cfg, "--batch", "2", "--steps", "2", "--out", str(out)]
+    assert main([*argv, "--precision", "float64", "--checkpoint-interval", "2"]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["precision"] == "float64" and m["config"]["block"] == 8 and m["config"]["vocab"] == 32
+    assert m["batch"]["x"]["shape"] == [2, 8]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=6),
+    chips=st.integers(1, 7),
+)
+def test_streamed_shard_hashes_equal_the_hashes_of_the_flat_vector(sizes, chips):
+    from replay import hashing
+
+    g = torch.Generator().manual_seed(sum(sizes) + chips)
+    params = {f"p{i}": torch.randn(n, generator=g) for i, n in enumerate(sizes)}
+    flat = hashing.flatten(params)
+    layout = hashing.shard_layout(flat.size, [f"c{i}" for i in range(chips)])
+    assert hashing.shard_hashes(params, layout) == [hashing.shard_hash(flat, s["start"], s["end"]) for s in layout]

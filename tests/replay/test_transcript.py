@@ -59,9 +59,11 @@ def test_unknown_arch(t):
     assert "not on the allow-list" in malformed(t)
 
 
-def test_oversize_shapes(t):
-    edit_manifest(t, lambda m: m["config"].update(sizes=[16, 4096, 4096, 4096, 4096, 4]))
-    assert "more than" in malformed(t) and "parameters" in malformed(t)
+def test_oversize_shapes(t, monkeypatch):
+    """No parameter cap of its own: a model's state counts against the memory budget (replay/limits.py)."""
+    monkeypatch.setenv("REPLAY_MEMORY_BUDGET_BYTES", str(1 << 30))  # a worker with 1 GiB to spend
+    edit_manifest(t, lambda m: m["config"].update(sizes=[16, 4096, 4096, 4096, 4096, 4]))  # 50M parameters
+    assert "memory budget" in malformed(t) and "GiB of training state" in malformed(t)
     edit_manifest(t, lambda m: m["config"].update(sizes=[16, 10**9, 4]))
     assert "config.sizes" in malformed(t)
 

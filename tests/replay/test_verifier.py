@@ -324,5 +324,8 @@ def test_the_verifier_returns_a_typed_report(mlp):
         {"verdict": "verified", "reasons": "x", "mismatch_step": "7", "segments_replayed": [1, "a", 1]}
     )
     assert odd.reasons == () and odd.mismatch_step is None and odd.segments_replayed == (1,)
+    labelled = Report.from_json({"verdict": "verified", "device": "cuda:0", "torch": "2.13.0", "x": 1})
+    assert (labelled.device, labelled.torch) == ("cuda:0", "2.13.0")
+    assert Report.from_json({"verdict": "verified", "device": "x" * 65, "torch": ["2"]}).summary()["device"] == ""
     with pytest.raises(ValueError):
         Report.from_json({"verdict": "fine"})

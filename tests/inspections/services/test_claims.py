@@ -110,6 +110,10 @@ def test_an_honest_claim_verifies_and_lands_on_the_ledger(answered, django_captu
     assert verify_claim(claim_id) == "verified"
     entry = Entry.objects.get(kind="claim.verified")
     assert entry.payload["result"] == "verified" and entry.payload["flops"] > 0
+    # Where and with what the verdict was reached (issue #18): the worker's device and torch version.
+    import torch
+
+    assert entry.payload["device"] == "cpu" and entry.payload["torch"] == torch.__version__
     assert verify_claim(claim_id) == "verified" and Entry.objects.filter(kind="claim.verified").count() == 1
     status = answered["client"].get(f"/api/inspections/claims/{claim_id}").json()
     assert status["result"] == "verified"

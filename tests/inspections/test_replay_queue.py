@@ -1,0 +1,23 @@
+"""Replay verification has a queue of its own (GPU workers take only it); a worker without -Q takes both."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from config.celery import app
+from inspections import queue
+
+
+def test_claim_verification_goes_to_the_replay_queue_and_the_rest_to_the_default():
+    route = lambda name: app.amqp.router.route({}, name)["queue"].name
+    assert route(queue.VERIFY_CLAIM) == settings.REPLAY_QUEUE
+    assert route(queue.CHECK_SNAPSHOT_LOG) == settings.CELERY_TASK_DEFAULT_QUEUE
+    if settings.CELERY_TASK_DEFAULT_QUEUE == "celery":
+        assert settings.REPLAY_QUEUE == "replay"
+
+
+def test_a_worker_started_without_queues_consumes_the_replay_queue_too():
+    """The Procfile's worker (make run) names no -Q: it consumes every queue the app declares."""
+    declared = set(app.amqp.queues)
+    assert {settings.CELERY_TASK_DEFAULT_QUEUE, settings.REPLAY_QUEUE} <= declared
+    assert "-Q" not in (settings.BASE_DIR / "Procfile").read_text()

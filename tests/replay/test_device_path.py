@@ -1,0 +1,132 @@
+"""The det64 record path that accelerators run (the generic torch path; REPLAY_NATIVE=0 on a CPU).
+
+What is counted as a host synchronisation: ATen ops whose output shape or value must be read back
+on the host before the next op can be issued -- nonzero, item / _local_scalar_dense, masked_select,
+unique, equal, is_nonzero, index / index_put with a bool mask (none here), and a device-to-host copy
+(`to`/`copy_` to the CPU: free on a CPU, so counted by the one `_flush` per step by construction).
+nonzero_static writes a fixed-size output and is not counted. ATen ops: every aten:: event the
+profiler records, nested ones included (the issue's measure), per step by difference of two runs.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from replay import Recorder, models, native
+from replay import determinism as det
+from replay.data import Batches
+from replay.determinism import Rounder
+from replay.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER
+from replay.train import initial_state, train_step
+from replay.transcript import Transcript, checkpoint_path
+
+from .helpers import TINY
+
+SYNCS = {
+    "aten::nonzero",
+    "aten::item",
+    "aten::_local_scalar_dense",
+    "aten::masked_select",
+    "aten::unique",
+    "aten::_unique",
+    "aten::_unique2",
+    "aten::unique_consecutive",
+    "aten::equal",
+    "aten::is_nonzero",
+}
+
+
+def _counts(precision: str, steps: int, model, state, batch, opt) -> collections.Counter:
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            rounder = Rounder("record") if precision == "det64" else None
+            state, _ = train_step(model, state, batch, opt, precision, rounder)
+            if rounder is not None:
+                det.encode_log(rounder.entries)
+    return collections.Counter(e.name for e in prof.events() if e.name.startswith("aten::"))
+
+
+def _per_step(precision, model, state, batch, opt):
+    _counts(precision, 1, model, state, batch, opt)  # warm-up: lazy buffers, first-call paths
+    short, long = (_counts(precision, n, model, state, batch, opt) for n in (1, 3))
+    diff = {k: (long[k] - short[k]) / 2 for k in long}
+    return sum(diff.values()), sum(v for k, v in diff.items() if k in SYNCS)
+
+
+def test_det64_records_without_host_synchronisation_per_rounding_point(monkeypatch):
+    """The default gpt (86 rounding points per step): det64 issues no more synchronising ops than a
+    float32 step (+1 allowed: the log's one copy to the host), and a bounded multiple of its ops."""
+    monkeypatch.setattr(native, "_LIB", False)
+    cfg, opt = models.DEFAULTS["gpt"], DEFAULT_OPTIMIZER["gpt"]
+    model = models.build("gpt", cfg)
+    state = initial_state(models.init_params("gpt", cfg, 0), opt)
+    batch = Batches("gpt", cfg, DEFAULT_BATCH["gpt"], 0)(0)
+    ops32, syncs32 = _per_step("float32", model, state, batch, opt)
+    ops64, syncs64 = _per_step("det64", model, state, batch, opt)
+    assert syncs64 <= syncs32 + 1, (syncs64, syncs32)
+    # before this path: +173 nonzero per step and 4.3x the ops; now ~2.7x (the goal, 2x, is not met yet:
+    # docs/replay-limits.md); the bound keeps it from sliding back
+    assert ops64 <= 3.0 * ops32, (ops64, ops32)
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_checkpoints_and_logs_are_pinned(tmp_path, use_native, monkeypatch):
+    """The same seed gives the same checkpoint and rounding-log bytes as before the device path (and
+    on any machine: det64's whole point), with the native kernel on and off."""
+    if use_native and native.library() is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setattr(native, "_LIB", native.library() if use_native else False)
+    pinned = {
+        "gpt": ("f4ebffee0e2ec5d408bcca37c1568c28dff74b75c812b8b47b04af80ea807a4a", "86fd56fdc6cc5b84"),
+        "mlp": ("ebc20b96f2ebf898d6d2e4dfacd08993a6167b3952a474fa8988ed9d25001945", "36575458588235e3"),
+    }
+    for arch, (ckpt, logs) in pinned.items():
+        out = tmp_path / arch
+        cfg, batch = TINY[arch]["config"], TINY[arch]["batch"]
+        Recorder(out, arch, steps=4, checkpoint_interval=4, config=cfg, batch=batch, seed=5).run()
+        assert hashlib.sha256(checkpoint_path(out, 4).read_bytes()).hexdigest() == ckpt
+        got = b"".join(log for _, _, log in Transcript(out).segment(0))
+        assert hashlib.sha256(got).hexdigest()[:16] == logs
+
+
+def test_overflowing_slots_fall_back_to_the_reference_path(monkeypatch):
+    """With one slot per rounding point the candidates overflow; the step is redone on the reference
+    path and gives the same state and log as with room for all."""
+    monkeypatch.setattr(native, "_LIB", False)
+    cfg, opt = TINY["gpt"]["config"], DEFAULT_OPTIMIZER["gpt"]
+    model = models.build("gpt", cfg)
+    state = initial_state(models.init_params("gpt", cfg, 1), opt)
+    batch = Batches("gpt", cfg, TINY["gpt"]["batch"], 1)(0)
+    roomy = Rounder("record")
+    s0, l0 = train_step(model, state, batch, opt, "det64", roomy)
+    assert roomy.defer and roomy.entries
+    monkeypatch.setattr(det, "slots", lambda n: 1)
+    tight = Rounder("record")
+    s1, l1 = train_step(model, state, batch, opt, "det64", tight)
+    assert not tight.defer, "control: one slot per point must overflow"
+    assert s0.equal(s1) and l0 == l1 and roomy.entries == tight.entries
+
+
+def test_deferred_and_reference_paths_log_the_same_close_calls(monkeypatch):
+    """Random values near rounding midpoints, full and per-row bounds: the device path's decisions
+    equal the reference path's, entry for entry (zero and NaN widths, -0 values included)."""
+    monkeypatch.setattr(native, "_LIB", False)
+    g = torch.Generator().manual_seed(3)
+    base = torch.randint(-(2**20), 2**20, (64, 48), generator=g).double() * 2.0**-10
+    v = base + (torch.rand(64, 48, generator=g, dtype=torch.float64) - 0.5) * 2.0**-30
+    v[0, :8] = -0.0
+    err = torch.rand(64, 48, generator=g, dtype=torch.float64) * 2.0**-33
+    err[1, :4] = 0.0
+    err[2, :2] = float("nan")
+    a = torch.randn(256, 512, generator=g, dtype=torch.float64).float().double()
+    b = torch.randn(512, 128, generator=g, dtype=torch.float64).float().double()
+    for w, bound in ((v, det.full_bound(err, v.shape)), (a @ b, det.dot_bound(a, b))):
+        ref, dev = Rounder("record", defer=False), Rounder("record")
+        r0, r1 = ref(0, w, bound), dev(0, w, bound)
+        assert torch.equal(r0.view(torch.int64), r1.view(torch.int64))
+        assert ref.entries == dev.entries and ref.entries[0][0], "control: some close calls"
