@@ -41,8 +41,8 @@ STEPS, INTERVAL, TARGET = 20, 2, 0.9
 
 def recorders():
     from replay import Recorder
-    from replay.firmware import Firmware
-    from replay.train import train_step
+    from replay.protocol.firmware import Firmware
+    from replay.training.train import train_step
 
     class HiddenCompute(Recorder):
         """At checkpoint `at`: the state of `extra` steps trained off the books; honest from there."""
@@ -75,7 +75,7 @@ def recorders():
 
 def park(d: Path, advancing: bool) -> None:
     """The first chip logs 8 more snapshots, six hours apart, answered as the run's last step."""
-    from replay.firmware import Chip, chip_key, parse_record, record_hash
+    from replay.protocol.firmware import Chip, chip_key, parse_record, record_hash
 
     lines = (d / "snapshots.jsonl").read_text().splitlines()
     claims = json.loads((d / "claims.json").read_text())

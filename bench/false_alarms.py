@@ -61,8 +61,8 @@ def optimizer(rng: random.Random, steps: int) -> dict:
 
 
 def dataset(arch: str, size: int, seed: int):
-    from replay import data
-    from replay.dataset import Committed
+    from replay.training import bundled_data as data
+    from replay.training.data_commitment import Committed
 
     cfg = TINY[arch]
     if arch == "mlp":
@@ -98,7 +98,8 @@ def config(i: int, seed: int) -> dict:
 def record(c: dict, out: Path) -> float:
     import torch
 
-    from replay import Recorder, data
+    from replay import Recorder
+    from replay.training import bundled_data as data
 
     torch.set_num_threads(1)
     batches = data.Batches(c["arch"], TINY[c["arch"]], c["batch"], c["seed"], dataset(c["arch"], c["size"], c["seed"]))
@@ -125,7 +126,8 @@ def verify_all(dirs: list[str]) -> list[dict]:
 
     import torch
 
-    from replay import Budget, native, verify
+    from replay import Budget, verify
+    from replay.training import native
 
     out = []
     for d in dirs:

@@ -5,7 +5,7 @@
 
 1. Plan + draw (campaign_draw: checkpoint, plan, pgcrypto ranking, assignment, ledger entries) for one
    prover of 10^6 chips and for a country of 10^7 chips, against a bare COUNT(*) scan of the same chips.
-2. Snapshot-log verification (replay.firmware.verify_log: parse, signature, counters, hash chain) in
+2. Snapshot-log verification (replay.protocol.firmware.verify_log: parse, signature, counters, hash chain) in
    records/s, against bare PyNaCl verify of the same records' signed bytes.
 The chips are inserted with one INSERT ... SELECT generate_series (they bypass the ledger: only the draw
 is timed). The database chipledger_ibench is dropped and recreated (BENCH_PG).
@@ -139,7 +139,7 @@ def draw_timings(provers, per_prover: int) -> dict:
 def log_verification() -> dict:
     from nacl.signing import SigningKey
 
-    from replay.firmware import canonical, record_hash, verify_log
+    from replay.protocol.firmware import canonical, record_hash, verify_log
 
     key, serial, prev = SigningKey.generate(), "A000001", "0" * 64
     start = datetime(2026, 1, 1, tzinfo=UTC)

@@ -50,14 +50,16 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from replay import hashing, models, ops  # noqa: E402
-from replay.data import Batches  # noqa: E402
-from replay.determinism import Rounder, decode_log, encode_log  # noqa: E402
-from replay.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER, Recorder  # noqa: E402
-from replay.screen import screen  # noqa: E402
-from replay.train import initial_state, train_step  # noqa: E402
-from replay.transcript import Transcript, checkpoint_path  # noqa: E402
-from replay.verifier import Budget, Replayer  # noqa: E402
+from replay.protocol import hashing  # noqa: E402
+from replay.protocol.screen import screen  # noqa: E402
+from replay.protocol.transcript import Transcript, checkpoint_path  # noqa: E402
+from replay.protocol.verifier import Budget, Replayer  # noqa: E402
+from replay.prover.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER, Recorder  # noqa: E402
+from replay.training import architectures as models  # noqa: E402
+from replay.training import ops  # noqa: E402
+from replay.training.bundled_data import Batches  # noqa: E402
+from replay.training.determinism import Rounder, decode_log, encode_log  # noqa: E402
+from replay.training.train import initial_state, train_step  # noqa: E402
 
 # plain float64 (ops.Plain64: no rounding points, no log) is the part of the deterministic step's cost
 # that is float64 arithmetic itself
@@ -150,10 +152,11 @@ import json, resource, sys
 sys.path.insert(0, sys.argv[1])
 import torch
 torch.set_num_threads(int(sys.argv[4]))
-from replay import models, verify, Budget
-from replay.determinism import Rounder, encode_log
-from replay.train import train_step
-from replay.transcript import Transcript
+from replay import verify, Budget
+from replay.training import architectures as models  # noqa: E402
+from replay.training.determinism import Rounder, encode_log
+from replay.training.train import train_step
+from replay.protocol.transcript import Transcript
 import os
 rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 base = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")  # resident now
@@ -304,7 +307,7 @@ def _op_counts(run, steps: int) -> tuple[int, int]:
 
 def per_step_counts(arch, cfg, batch_size, device, precision) -> tuple[float, float]:
     """(ATen ops, host syncs) per step, by difference of a 1- and a 2-step run, on the generic path."""
-    from replay import native
+    from replay.training import native
 
     lib = native._LIB
     native._LIB = False  # the generic torch path: what CUDA runs
@@ -373,7 +376,7 @@ def scale_table(rows: list[str], device: str, threads: int, as_json: bool) -> No
         "device": device if device == "cpu" else torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "native": bool(__import__("replay.native", fromlist=["x"]).library()),
+        "native": bool(__import__("replay.training.native", fromlist=["x"]).library()),
     }
     results = []
     if not as_json:

@@ -1,4 +1,4 @@
-"""The Proof-of-Training-Data screen (replay/screen.py): false alarms on honest runs, detection of
+"""The Proof-of-Training-Data screen (replay/protocol/screen.py): false alarms on honest runs, detection of
 fabricated and interpolated checkpoints, per bundled architecture.
 
     .venv/bin/python bench/screen.py                   # 5 seeds per architecture
@@ -31,12 +31,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from replay import models  # noqa: E402
-from replay.data import Batches  # noqa: E402
-from replay.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER, Recorder  # noqa: E402
-from replay.screen import Z_FLAG, screen  # noqa: E402
-from replay.train import State, initial_state, train_step  # noqa: E402
-from replay.transcript import Transcript  # noqa: E402
+from replay.protocol.screen import Z_FLAG, screen  # noqa: E402
+from replay.protocol.transcript import Transcript  # noqa: E402
+from replay.prover.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER, Recorder  # noqa: E402
+from replay.training import architectures as models  # noqa: E402
+from replay.training.bundled_data import Batches  # noqa: E402
+from replay.training.train import State, initial_state, train_step  # noqa: E402
 
 
 class Memorize:

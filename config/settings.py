@@ -221,7 +221,7 @@ LEDGER_WITNESS_QUORUM = env.int("LEDGER_WITNESS_QUORUM", default=0)
 LEDGER_WITNESS_TIMEOUT = env.float("LEDGER_WITNESS_TIMEOUT", default=10.0)
 
 # --- Keys kept outside the database -----------------------------------------------
-# Demo organisations' signing keys, and the simulated chips' keys and firmware logs (replay.chipsim).
+# Demo organisations' signing keys, and the simulated chips' keys and firmware logs (replay.prover.chipsim).
 # Tests point both at a temporary folder (tests/conftest.py), never at a running demo's.
 DEMO_KEY_DIR = Path(env("DEMO_KEY_DIR", default=str(VAR_DIR / "demo-keys")))
 CHIP_KEY_DIR = Path(env("CHIP_KEY_DIR", default=str(VAR_DIR / "chip-keys")))
@@ -236,7 +236,7 @@ DESK_JOB_QUEUE = env("DESK_JOB_QUEUE", default="celery")  # the Celery queue of 
 TRANSCRIPT_ROOTS = env.list("TRANSCRIPT_ROOTS", default=[str(VAR_DIR / "transcripts")])
 REPLAY_MAX_SECONDS = env.int("REPLAY_MAX_SECONDS", default=900)
 # The device the verifier subprocess replays on (it inherits the worker's environment): cpu, or cuda on
-# a GPU worker. Its budgets follow the device (replay/limits.py: REPLAY_MEMORY_BUDGET_BYTES,
+# a GPU worker. Its budgets follow the device (replay/protocol/limits.py: REPLAY_MEMORY_BUDGET_BYTES,
 # REPLAY_FLOP_BUDGET, read from the environment by the replay package).
 REPLAY_DEVICE = env("REPLAY_DEVICE", default="cpu")
 REPLAY_MAX_MEMORY_BYTES = env.int("REPLAY_MAX_MEMORY_BYTES", default=8 * 2**30)

@@ -3,7 +3,7 @@
 A location is a directory under one of the configured roots (``TRANSCRIPT_ROOTS``: a share the
 prover exports to the verifier) or an http(s) URL of the transcript directory. URLs are never
 fetched here, in the worker: the verifier's limited subprocess fetches them itself
-(``replay.fetch``), so a hostile server meets the same time and memory limits as a hostile
+(``replay.protocol.fetch``), so a hostile server meets the same time and memory limits as a hostile
 transcript. A local location must lie under a root after resolving every symlink, and no entry of
 the transcript (its manifest, checkpoints, segments) may be a symlink: a link to a host file whose
 hash the prover committed would otherwise turn the verifier's answer into an oracle on that file.

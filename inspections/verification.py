@@ -2,11 +2,11 @@
 
 * Snapshot logs are checked in-process with replay's pure, torch-free firmware checker.
 * A claim's material (the manifest and every file it commits to) is first copied into the claim's own
-  storage by ``python -m replay.fetch`` in a limited subprocess, hashed against the manifest; only then is
+  storage by ``python -m replay.protocol.fetch`` in a limited subprocess, hashed against the manifest; only then is
   the claim's one nonce drawn (kept with the claim, reused on every retry). The verifier reads the copy.
 * Claims are verified by the verifier CLI (setting ``REPLAY_VERIFIER_COMMAND``, by default
   ``python -m replay verify``) in a subprocess with a wall-clock and address-space limit. A
-  transcript URL is handed to it as SOURCE and fetched inside that subprocess (``replay.fetch``),
+  transcript URL is handed to it as SOURCE and fetched inside that subprocess (``replay.protocol.fetch``),
   with the caps on bytes, files and time from the settings (in its environment, where the fetch
   reads them) and ``--allow-host`` for each allowed host: the worker itself never downloads.
 * The verifier speaks the contract of docs/claims.md: one JSON verdict on stdout, exit 0 verified,
@@ -28,8 +28,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from replay.firmware import parse_record, verify_log
-from replay.report import Report
+from replay.protocol.firmware import parse_record, verify_log
+from replay.protocol.report import Report
 
 from . import transcript_location
 
@@ -68,7 +68,7 @@ def material_dir(name: str) -> Path:
 
 def material_copy(location: str, manifest: str, dest: Path, scratch: Path) -> None:
     """Copy the manifest at ``location`` and every file it commits to into ``dest`` (a bounded subprocess,
-    ``python -m replay.fetch``: the worker never reads a prover's bytes itself). Atomic: the files land in a
+    ``python -m replay.protocol.fetch``: the worker never reads a prover's bytes itself). Atomic: the files land in a
     scratch directory and are renamed into place only when all are in and hashed.
 
     Raises ``MaterialUnavailable`` (a read failed: retried), ``MaterialRefused`` (final), ``VerifierFailed``
@@ -90,7 +90,7 @@ def material_copy(location: str, manifest: str, dest: Path, scratch: Path) -> No
 
 
 def _copy_into(source: str, manifest: str, staging: Path, scratch: Path) -> None:
-    command = [sys.executable, "-m", "replay.fetch", source, str(staging), "--manifest", manifest]
+    command = [sys.executable, "-m", "replay.protocol.fetch", source, str(staging), "--manifest", manifest]
     if transcript_location.is_url(source):
         for host in settings.REPLAY_FETCH_ALLOWED_HOSTS:
             command += ["--allow-host", host]
@@ -176,7 +176,7 @@ def verifier_command(source: str, claims_file: Path, rule_flops: float, nonce: s
 
 def verifier_environment(scratch: Path) -> dict[str, str]:
     """The worker's environment, plus: TMPDIR in the claim's scratch directory (a fetched transcript lands
-    there and is removed even if the verifier is killed), and the fetch caps, which ``replay.fetch``
+    there and is removed even if the verifier is killed), and the fetch caps, which ``replay.protocol.fetch``
     applies whatever the command line says."""
     return {
         **os.environ,

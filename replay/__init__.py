@@ -5,7 +5,7 @@ On CPU its hot loops run in an optional C kernel (native.py); without it, the sa
 Prover: `Recorder(out, arch, steps=N).run()` writes a transcript. Verifier: `verify(dir, claims,
 Budget(...))` replays it bit-exactly on any thread count or device and returns a `Verdict`.
 
-The package imports nothing eagerly: `replay.firmware` (the chip simulator and log checker) runs
+The package imports nothing eagerly: `replay.protocol.firmware` (the chip simulator and log checker) runs
 without torch; the names below are loaded from their modules on first use.
 """
 
@@ -14,12 +14,12 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "Budget": "engine",
-    "MalformedTranscript": "transcript",
-    "Recorder": "recorder",
-    "Transcript": "transcript",
-    "Verdict": "verifier",
-    "verify": "verifier",
+    "Budget": "protocol.engine",
+    "MalformedTranscript": "protocol.transcript",
+    "Recorder": "prover.recorder",
+    "Transcript": "protocol.transcript",
+    "Verdict": "protocol.verifier",
+    "verify": "protocol.verifier",
 }
 
 __all__ = sorted(_EXPORTS)

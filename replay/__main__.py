@@ -6,7 +6,7 @@
     python -m replay verify SOURCE --claims FILE --json [--nonce HEX] [--snapshots FILE] [--keys FILE]
 
 SOURCE is a transcript directory or an http(s) URL of one (fetched first, in this process, by
-replay.fetch). verify prints the verdict and exits 0 (verified), 1 (rejected), 2 (malformed) or 3
+replay.protocol.fetch). verify prints the verdict and exits 0 (verified), 1 (rejected), 2 (malformed) or 3
 (error: the verifier itself failed -- never the prover's fault). --nonce must carry at least 16
 bytes; when omitted one is drawn (secrets.token_hex(16)) and reported. Both commands honour the
 caller's thread count (OMP_NUM_THREADS; torch reads it at start-up). docs/transcripts.md has the
@@ -24,9 +24,9 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from .models import ARCHS, DEFAULTS, PRESETS, validate_config
-from .recorder import Recorder
-from .verifier import Budget, verify
+from replay.protocol.verifier import Budget, verify
+from replay.prover.recorder import Recorder
+from replay.training.architectures import ARCHS, DEFAULTS, PRESETS, validate_config
 
 EXIT = {"verified": 0, "rejected": 1, "malformed": 2, "error": 3, "incomplete": 4}
 MIN_NONCE_BYTES = 16
@@ -158,7 +158,7 @@ def _main(argv: list[str] | None) -> int:
         return _refuse(f"--nonce must carry at least {MIN_NONCE_BYTES} bytes of randomness", args.json, raw)
     with tempfile.TemporaryDirectory(prefix="replay-fetch-") as tmp:
         if args.dir.startswith(("http://", "https://")):
-            from .fetch import FetchRefused, fetch_transcript
+            from replay.protocol.fetch import FetchRefused, fetch_transcript
 
             try:
                 src = fetch_transcript(

@@ -1,7 +1,7 @@
 """The people and chips of a scenario, acting on the system the way they would in the field.
 
 Vendors, owners and the regulator write through the services (as the API and the admin do);
-provers answer snapshots through the signed claims API; chips are ``replay.chipsim`` chips whose
+provers answer snapshots through the signed claims API; chips are ``replay.prover.chipsim`` chips whose
 keys stay in a folder under ``VAR_DIR`` (never in the database); inspectors run the inspection
 services; the Celery worker checks logs and replays transcripts. ``World`` only drives the
 system: every verdict comes from the system itself.
@@ -28,7 +28,7 @@ from registry import services, signing
 from registry.demo_registry import licence_record
 from registry.models import Organisation
 from registry.services.tokens import api_token_issue
-from replay.chipsim import ChipStore
+from replay.prover.chipsim import ChipStore
 
 H100_FLOPS = 989.4e12
 WAIT_SECONDS = 150  # the worker's share of a scenario; a scenario must end within two minutes here
@@ -125,7 +125,7 @@ class World:
 
     def train_off_chips(self, prover: str, serials: list[str], *, steps: int = 12, seed: int = 50) -> Path:
         """A run the registry's chips never saw (a decoy transcript laid out over the same chips)."""
-        from replay.recorder import Recorder  # torch only when training
+        from replay.prover.recorder import Recorder  # torch only when training
 
         out = Path(settings.TRANSCRIPT_ROOTS[0]) / prover / f"decoy-{seed}"
         return Recorder(out, "mlp", steps=steps, seed=seed, serials=serials).run()

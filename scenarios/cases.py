@@ -21,8 +21,8 @@ from inspections.models import Alert, Claim
 from inspections.services import sweeps
 from registry import services as registry
 from registry.models import Chip
-from replay.firmware import canonical
-from replay.transcript import checkpoint_path, sha256, write_manifest
+from replay.protocol.firmware import canonical
+from replay.protocol.transcript import checkpoint_path, sha256, write_manifest
 
 from .actors import World
 

@@ -90,7 +90,7 @@ def _claim_item(item) -> dict:
 
 
 def as_report(verdict: dict | Report) -> Report:
-    """The verifier's typed report (replay.report): its JSON is parsed once, never read key by key."""
+    """The verifier's typed report (replay.protocol.report): its JSON is parsed once, never read key by key."""
     return verdict if isinstance(verdict, Report) else Report.from_json(verdict)
 
 

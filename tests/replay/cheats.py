@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from replay import Recorder
-from replay.train import train_step
+from replay.training.train import train_step
 
 
 class ChosenBatches(Recorder):

@@ -10,7 +10,7 @@ import safetensors.torch
 import torch
 
 from replay import Recorder
-from replay.transcript import batch_digest, canonical_json, checkpoint_path, segment_path, sha256
+from replay.protocol.transcript import batch_digest, canonical_json, checkpoint_path, segment_path, sha256
 
 TINY = {
     "mlp": {"config": {"sizes": [16, 48, 48, 4]}, "batch": 32},
@@ -94,8 +94,8 @@ class ManyCheckpoints:
     measuring what the whole-transcript checks hold in memory as the number of checkpoints grows."""
 
     def __init__(self, n: int, sizes=(64, 2048, 256, 4)):
-        from replay import models
-        from replay.train import initial_state
+        from replay.training import architectures as models
+        from replay.training.train import initial_state
 
         self.arch, self.config, self.steps = "mlp", {"sizes": list(sizes)}, n
         sgd = {"kind": "sgd", "lr": {"kind": "constant", "lr": 0.01}, "momentum": 0.0, "weight_decay": 0.0}
@@ -107,7 +107,7 @@ class ManyCheckpoints:
         return []
 
     def checkpoint(self, step: int):
-        from replay.train import State
+        from replay.training.train import State
 
         if step == 0:
             return self.init

@@ -6,9 +6,10 @@ import random
 
 import pytest
 
-from replay import Budget, dataset, verify
-from replay.bisect import RecomputingStore
-from replay.determinism import decode_log, encode_log
+from replay import Budget, verify
+from replay.protocol.bisect import RecomputingStore
+from replay.training import data_commitment as dataset
+from replay.training.determinism import decode_log, encode_log
 
 from .helpers import STEPS, copy, edit_segment
 
@@ -57,7 +58,7 @@ def test_flipped_rounding_decision_is_pinned_to_its_op(honest, tmp_path):
     import safetensors.torch
     import torch
 
-    from replay.transcript import segment_path
+    from replay.protocol.transcript import segment_path
 
     logs = {}
     for start in (0, 4, 8):

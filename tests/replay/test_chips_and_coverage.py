@@ -230,7 +230,7 @@ def _extend_log(d, serial: str, records: int, flops_each: int, step: int, shard_
     `flops_each`; the prover answers every snapshot as `step` of the finished run (its claims.json)."""
     from datetime import datetime, timedelta
 
-    from replay.firmware import Chip, chip_key, parse_record, record_hash
+    from replay.protocol.firmware import Chip, chip_key, parse_record, record_hash
 
     lines = (d / "snapshots.jsonl").read_text().splitlines()
     mine = [parse_record(x) for x in lines if json.loads(x)["serial"] == serial]
@@ -257,7 +257,7 @@ def _final_claim(d):
 def test_parked_snapshots_of_a_finished_run_need_still_counters(mlp):
     """A chip parked after its run (counters still) may be answered as the run's last step forever; the same
     answers while its counters advance (the chip did something else meanwhile) are unaccounted work."""
-    from replay.models import batch_spec, training_flops  # noqa: F401 -- the figure the firmware counts
+    from replay.training.architectures import batch_spec, training_flops  # noqa: F401 -- the figure the firmware counts
 
     last = _final_claim(mlp)
     parked = copy(mlp, mlp.parent / "parked")
@@ -290,7 +290,7 @@ def test_parked_snapshots_of_a_finished_run_need_still_counters(mlp):
 def test_hidden_work_is_counted_by_the_chips(tmp_path):
     """2x hidden work (12 off-the-books steps inside a 12-step run): the chips' firmware counts every FLOP it
     executes, so the snapshots around the hidden work show more work than the claimed steps need."""
-    from replay.firmware import Firmware
+    from replay.protocol.firmware import Firmware
 
     class TruthfulChips(Firmware):
         def tick(self, step, hashes):
@@ -327,7 +327,7 @@ def test_hidden_work_is_counted_by_the_chips(tmp_path):
 def test_work_before_a_chips_first_snapshot_is_accounted_from_fabrication():
     """The counters count from fabrication: a chip whose first record ever (counter 0) already shows more work
     than the run's steps so far did that work for no claim; less is fine (a chip may join a run late)."""
-    from replay.chips import _work
+    from replay.protocol.chips import _work
 
     def ev(counter, step, flops):
         return {"counter": counter, "step": step, "flops": flops, "run": "r", "mine": True}

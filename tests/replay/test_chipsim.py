@@ -8,8 +8,8 @@ import pytest
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from replay import chipsim
-from replay.firmware import verify_log
+from replay.protocol.firmware import verify_log
+from replay.prover import chipsim
 
 
 def test_a_chip_makes_its_key_once_and_keeps_it_private(tmp_path):

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replay import Budget, verify
-from replay.determinism import REL_WINDOW, LogMismatch, Rounder, _f32_bits, dot_bound
+from replay.training.determinism import REL_WINDOW, LogMismatch, Rounder, _f32_bits, dot_bound
 
 from .helpers import record
 

@@ -9,8 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay import Budget, dataset, verify
-from replay.data import Batches, bundled
+from replay import Budget, verify
+from replay.training import data_commitment as dataset
+from replay.training.bundled_data import Batches, bundled
 from tests.tlog import naive_merkle
 from tlog import merkle
 

@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay import models
-from replay.determinism import (
+from replay.training import architectures as models
+from replay.training.determinism import (
     SAFETY,
     Bound,
     LogMismatch,
@@ -23,8 +23,8 @@ from replay.determinism import (
     ordinal,
     rounding,
 )
-from replay.ops import Det
-from replay.train import initial_state, train_step
+from replay.training.ops import Det
+from replay.training.train import initial_state, train_step
 
 from .helpers import TINY
 
@@ -99,7 +99,7 @@ def test_log_decoder_rejects_trailing_and_truncated_bytes():
 
 def _tiny_step(arch: str):
     cfg, b = TINY[arch]["config"], TINY[arch]["batch"]
-    from replay.data import Batches
+    from replay.training.bundled_data import Batches
 
     opt = {
         "kind": "adamw",
@@ -282,7 +282,7 @@ def _f32(*shape, seed=0, scale=1.0):
 def test_matmul_bounds_hold_against_extended_precision():
     import numpy as np
 
-    from replay.ops import _Matmul
+    from replay.training.ops import _Matmul
 
     a, b, bias = _f32(64, 300), _f32(300, 40, seed=1), _f32(40, seed=2)
     b[:, 0], bias[0] = 0, 0  # an exactly zero output column: its bound must be exactly zero
@@ -302,7 +302,7 @@ def test_matmul_bounds_hold_against_extended_precision():
 def test_softmax_layernorm_and_loss_bounds_hold_against_extended_precision():
     import numpy as np
 
-    from replay.ops import _CrossEntropy, _LayerNorm, _Softmax
+    from replay.training.ops import _CrossEntropy, _LayerNorm, _Softmax
 
     x = _f32(8, 50, scale=6.0).requires_grad_()
     dp = _f32(8, 50, seed=1)

@@ -17,13 +17,15 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from replay import Recorder, models, native
-from replay import determinism as det
-from replay.data import Batches
-from replay.determinism import Rounder
-from replay.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER
-from replay.train import initial_state, train_step
-from replay.transcript import Transcript, checkpoint_path
+from replay import Recorder
+from replay.protocol.transcript import Transcript, checkpoint_path
+from replay.prover.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER
+from replay.training import architectures as models
+from replay.training import determinism as det
+from replay.training import native
+from replay.training.bundled_data import Batches
+from replay.training.determinism import Rounder
+from replay.training.train import initial_state, train_step
 
 from .helpers import TINY
 

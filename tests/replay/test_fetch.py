@@ -1,4 +1,4 @@
-"""replay.fetch: a prover's URL fetches its transcript and nothing else, within bounds, saying only what failed."""
+"""replay.protocol.fetch: a prover's URL fetches its transcript and nothing else, within bounds, saying only what failed."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replay import Budget, verify
-from replay.fetch import FetchRefused, fetch_transcript, forbidden, named_files
+from replay.protocol.fetch import FetchRefused, fetch_transcript, forbidden, named_files
 
 from .helpers import manifest
 
@@ -291,14 +291,14 @@ def test_public_addresses_pass(address):
 
 
 def copy_of(source, dest, manifest_hash, **kw):
-    from replay.fetch import copy_material
+    from replay.protocol.fetch import copy_material
 
     args = {"max_bytes": 64 << 20, "max_files": 100, "deadline_s": 30.0, "allowed_hosts": LOOPBACK, **kw}
     return copy_material(str(source), dest, manifest_hash, **args)
 
 
 def test_the_claims_copy_of_a_share_or_a_url_verifies(served, transcripts, tmp_path):
-    from replay.transcript import sha256
+    from replay.protocol.transcript import sha256
 
     honest = transcripts["mlp", "det64"]
     want = sha256((honest / "manifest.json").read_bytes())
@@ -309,8 +309,8 @@ def test_the_claims_copy_of_a_share_or_a_url_verifies(served, transcripts, tmp_p
 
 
 def test_the_copy_refuses_what_is_not_as_committed_and_retries_what_failed_to_read(transcripts, tmp_path):
-    from replay.fetch import NotAsCommitted, Unavailable
-    from replay.transcript import sha256
+    from replay.protocol.fetch import NotAsCommitted, Unavailable
+    from replay.protocol.transcript import sha256
 
     from .helpers import copy
 

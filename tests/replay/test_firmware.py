@@ -11,7 +11,17 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as hst
 
-from replay.firmware import EPOCH, ZERO, Chip, Firmware, canonical, chip_key, public_key_b64, record_hash, verify_log
+from replay.protocol.firmware import (
+    EPOCH,
+    ZERO,
+    Chip,
+    Firmware,
+    canonical,
+    chip_key,
+    public_key_b64,
+    record_hash,
+    verify_log,
+)
 
 SERIAL = "SIM-0007-000"
 
@@ -131,7 +141,7 @@ def test_firmware_snapshots_at_poisson_rate():
 def test_fast_canonical_equals_json_dumps(serial, counter, signed, extra):
     import json
 
-    from replay.firmware import canonical
+    from replay.protocol.firmware import canonical
 
     record = {
         "serial": serial,
@@ -168,7 +178,7 @@ def test_out_of_range_fields_of_an_authentic_record_are_malformed(fields):
 @given(counter=hst.integers(), shard=hst.integers())
 @hsettings(max_examples=200, deadline=None)
 def test_a_parsed_record_is_always_within_bounds(counter, shard):
-    from replay.firmware import MAX_COUNTER, MAX_SHARD, parse_record
+    from replay.protocol.firmware import MAX_COUNTER, MAX_SHARD, parse_record
 
     line = json.dumps(
         {"serial": SERIAL, "counter": counter, "time": "2025-01-01T00:00:00Z", "shard": shard}
@@ -185,7 +195,7 @@ def test_a_parsed_record_is_always_within_bounds(counter, shard):
 def test_work_counters_are_signed_monotonic_and_optional():
     """Issue #19 case 4: the firmware counts busy time and FLOPs in monotonic counters every signed snapshot
     carries; a counter that goes down is a rollback; firmware that does not count omits both fields."""
-    from replay.firmware import parse_record
+    from replay.protocol.firmware import parse_record
 
     chip = Chip(SERIAL, 0, chip_key(1, SERIAL))
     lines = []

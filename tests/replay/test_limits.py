@@ -15,10 +15,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay import Budget, limits, verify
+from replay import Budget, verify
 from replay.__main__ import main
-from replay.determinism import decode_log, encode_log, entry_cap, in_chunks
-from replay.transcript import MalformedTranscript, checkpoint_path, segment_path, validate_manifest
+from replay.protocol import limits
+from replay.protocol.transcript import MalformedTranscript, checkpoint_path, segment_path, validate_manifest
+from replay.training.determinism import decode_log, encode_log, entry_cap, in_chunks
 
 from .helpers import copy, edit_segment, manifest, save_manifest
 
@@ -66,8 +67,8 @@ def test_flops_per_step_above_the_limit_are_refused(transcripts, monkeypatch):
 
 
 def test_bundled_examples_are_within_the_limits():
-    from replay import models
-    from replay.recorder import DEFAULT_BATCH
+    from replay.prover.recorder import DEFAULT_BATCH
+    from replay.training import architectures as models
 
     for arch in ("mlp", "cnn", "gpt"):
         spec = models.batch_spec(arch, models.DEFAULTS[arch], DEFAULT_BATCH[arch])
@@ -95,7 +96,7 @@ def test_log_entries_beyond_a_points_cap_are_rejected(mlp):
 @settings(max_examples=50, deadline=None)
 @given(n=st.integers(0, 5000), terms=st.integers(1, 1 << 23), chunk=st.sampled_from([1, 7, 1024, 1 << 22]))
 def test_bounds_in_chunks_are_the_same_values(n, terms, chunk):
-    import replay.determinism as det
+    import replay.training.determinism as det
 
     before = det.CHUNK_TERMS
     det.CHUNK_TERMS = chunk
@@ -125,7 +126,7 @@ def test_entry_cap_covers_the_honest_maximum():
 BOUND_MEMORY = """
 import json, resource, sys, torch
 sys.path.insert(0, sys.argv[1])
-from replay.determinism import dot_bound
+from replay.training.determinism import dot_bound
 torch.manual_seed(0)
 a, b = torch.randn(4096, 1024, dtype=torch.float64), torch.randn(1024, 4096, dtype=torch.float64)
 idx = torch.randperm(4096 * 4096)[:40000]
@@ -212,7 +213,7 @@ def test_flush_to_zero_gives_verdict_error_and_exit_3(mlp, capsys):
 
 
 def test_budgets_come_from_the_environment_and_the_device(monkeypatch):
-    from replay import models
+    from replay.training import architectures as models
 
     spec = models.batch_spec("mlp", models.DEFAULTS["mlp"], 64)
     monkeypatch.delenv("REPLAY_MEMORY_BUDGET_BYTES", raising=False)
@@ -269,7 +270,7 @@ def test_record_takes_a_shape_a_batch_and_a_plain_precision(tmp_path):
     chips=st.integers(1, 7),
 )
 def test_streamed_shard_hashes_equal_the_hashes_of_the_flat_vector(sizes, chips):
-    from replay import hashing
+    from replay.protocol import hashing
 
     g = torch.Generator().manual_seed(sum(sizes) + chips)
     params = {f"p{i}": torch.randn(n, generator=g) for i, n in enumerate(sizes)}

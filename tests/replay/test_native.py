@@ -1,4 +1,4 @@
-"""The fused rounding kernel (replay/_native.c) against the torch path it replaces.
+"""The fused rounding kernel (replay/training/_native.c) against the torch path it replaces.
 
 The torch path in determinism.py is the reference: for every bound the kernel handles it must give
 the same float32 values and the same close calls, and a training step recorded either way must
@@ -14,12 +14,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay import models, native
-from replay.data import Batches
-from replay.determinism import Rounder, dot_bound, full_bound
-from replay.ops import _weight_grad_bound
-from replay.recorder import DEFAULT_OPTIMIZER
-from replay.train import initial_state, train_step
+from replay.prover.recorder import DEFAULT_OPTIMIZER
+from replay.training import architectures as models
+from replay.training import native
+from replay.training.bundled_data import Batches
+from replay.training.determinism import Rounder, dot_bound, full_bound
+from replay.training.ops import _weight_grad_bound
+from replay.training.train import initial_state, train_step
 
 from .helpers import TINY
 

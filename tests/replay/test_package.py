@@ -12,9 +12,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from replay import Budget, models, verify
+from replay import Budget, verify
 from replay.__main__ import main
-from replay.ops import Plain
+from replay.training import architectures as models
+from replay.training.ops import Plain
 
 from .helpers import TINY, copy
 
@@ -30,7 +31,7 @@ def run(args, **env):
 
 def test_replay_never_imports_django():
     code = (
-        "import sys, replay, replay.verifier, replay.bisect, replay.firmware, replay.recorder, replay.__main__\n"
+        "import sys, replay, replay.protocol.verifier, replay.protocol.bisect, replay.protocol.firmware, replay.prover.recorder, replay.__main__\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'django'))"
     )
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
@@ -40,12 +41,12 @@ def test_replay_never_imports_django():
 
 
 def test_the_firmware_and_the_package_import_without_torch():
-    """Django's log check needs only replay.firmware: importing it (or the package) must not load torch."""
+    """Django's log check needs only replay.protocol.firmware: importing it (or the package) must not load torch."""
     code = (
-        "import sys, replay, replay.firmware\n"
+        "import sys, replay, replay.protocol.firmware\n"
         "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))\n"
         "from replay import Budget\n"
-        "assert 'torch' in sys.modules and Budget.__module__ == 'replay.engine'"
+        "assert 'torch' in sys.modules and Budget.__module__ == 'replay.protocol.engine'"
     )
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)

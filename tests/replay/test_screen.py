@@ -8,8 +8,8 @@ import math
 import torch
 
 from replay import Budget, verify
-from replay.screen import Z_FLAG, plan, sample, screen, welch_z
-from replay.transcript import Transcript
+from replay.protocol.screen import Z_FLAG, plan, sample, screen, welch_z
+from replay.protocol.transcript import Transcript
 
 
 def test_verifier_reports_the_screen_per_contract(transcripts):

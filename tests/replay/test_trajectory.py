@@ -85,7 +85,7 @@ MEASURE = """
 import json, resource, sys
 sys.path.insert(0, sys.argv[2])
 from tests.replay.helpers import ManyCheckpoints
-from replay import verifier
+from replay.protocol import verifier
 tr = ManyCheckpoints(int(sys.argv[1]))
 report = {"checks": {}}
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -10,7 +10,13 @@ import safetensors.torch
 import torch
 
 from replay import Budget, Transcript, verify
-from replay.transcript import MalformedTranscript, canonical_json, checkpoint_path, parse_safetensors, segment_path
+from replay.protocol.transcript import (
+    MalformedTranscript,
+    canonical_json,
+    checkpoint_path,
+    parse_safetensors,
+    segment_path,
+)
 
 from .helpers import copy, manifest, save_manifest
 
@@ -60,7 +66,7 @@ def test_unknown_arch(t):
 
 
 def test_oversize_shapes(t, monkeypatch):
-    """No parameter cap of its own: a model's state counts against the memory budget (replay/limits.py)."""
+    """No parameter cap of its own: a model's state counts against the memory budget (replay/protocol/limits.py)."""
     monkeypatch.setenv("REPLAY_MEMORY_BUDGET_BYTES", str(1 << 30))  # a worker with 1 GiB to spend
     edit_manifest(t, lambda m: m["config"].update(sizes=[16, 4096, 4096, 4096, 4096, 4]))  # 50M parameters
     assert "memory budget" in malformed(t) and "GiB of training state" in malformed(t)

@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from replay import Budget, verify
-from replay.transcript import checkpoint_path
+from replay.protocol.transcript import checkpoint_path
 
 from . import helpers
 from .helpers import STEPS, copy, edit_checkpoint, edit_segment, manifest, save_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL = Budget(segments=100)  # replay every segment: attacks are then caught deterministically
-# ...and without the fused C kernel (replay/native.py): the torch path, as on a GPU or a machine with no compiler
+# ...and without the fused C kernel (replay/training/native.py): the torch path, as on a GPU or a machine with no compiler
 OTHER_MACHINE = {
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
     "ATEN_CPU_CAPABILITY": "default",
@@ -58,7 +58,7 @@ def test_other_cpu_code_path_verifies_det64(transcripts):
     script = (
         "import json, sys, torch\n"
         "from replay import verify, Budget\n"
-        "from replay import native\n"
+        "from replay.training import native\n"
         "out = {'capability': torch.backends.cpu.get_cpu_capability(), 'threads': torch.get_num_threads(),\n"
         "       'native': native.library() is not None}\n"
         "for k, d in json.loads(sys.argv[1]).items():\n"
@@ -121,8 +121,8 @@ def test_bits_not_values_negative_zero_checkpoint_is_caught(mlp):
 
 def test_bits_not_values_compares_bit_patterns():
     """States compare by bit pattern: -0.0 is not +0.0, and NaNs with other payloads differ."""
-    from replay.train import State
-    from replay.verifier import bits_equal
+    from replay.protocol.verifier import bits_equal
+    from replay.training.train import State
 
     a = State(1, {"w": torch.tensor([0.0, 1.0])}, {})
     assert bits_equal(a, State(1, {"w": torch.tensor([0.0, 1.0])}, {}))
@@ -206,7 +206,7 @@ def test_heuristics_flag_replay_decides(transcripts, monkeypatch):
     """Issue #19 case 6: momentum and convergence make honest trajectories straight (5 of 10 honest seeds were
     rejected as 'interpolated'). With the straight-line and jump rules tripped on an honest run, it verifies
     and the findings carry their evidence."""
-    from replay import trajectory
+    from replay.protocol import trajectory
 
     monkeypatch.setattr(trajectory, "COLLINEAR", -1.0)  # every stretch looks straight
     monkeypatch.setattr(trajectory, "UPDATE_JUMP", 0.0)  # every change of update size looks like a jump
@@ -220,8 +220,9 @@ def test_heuristics_flag_replay_decides(transcripts, monkeypatch):
 def test_a_one_example_dataset_records_and_verifies(tmp_path):
     """Issue #10 case 10: with one example the Merkle tree is its leaf and every inclusion proof is empty;
     `replay record` crashed writing the empty proof tensor."""
-    from replay import Recorder, data
-    from replay.dataset import Committed
+    from replay import Recorder
+    from replay.training import bundled_data as data
+    from replay.training.data_commitment import Committed
 
     cfg = helpers.TINY["mlp"]["config"]
     x, y = data.blobs(1, cfg["sizes"][0], cfg["sizes"][-1], 0)
@@ -309,9 +310,9 @@ def test_unusable_chip_keys_are_a_reason_not_a_crash(mlp):
 
 
 def test_the_verifier_returns_a_typed_report(mlp):
-    """Issue #17/#19: both ends read one typed Report (replay.report), not a dict key by key; untrusted JSON
+    """Issue #17/#19: both ends read one typed Report (replay.protocol.report), not a dict key by key; untrusted JSON
     with wrong types loses those fields, never crashes the reader."""
-    from replay.report import Report
+    from replay.protocol.report import Report
 
     m = manifest(mlp)
     m["records"][6]["loss"] = m["records"][6]["loss"] * 1.5 + 0.125

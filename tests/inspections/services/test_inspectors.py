@@ -131,7 +131,7 @@ def test_a_bad_identity_answer_is_a_failed_check_and_an_alert(draw, case):
 
 
 def firmware_log(key: SigningKey, serial: str, count: int) -> list[str]:
-    from replay.firmware import canonical, record_hash
+    from replay.protocol.firmware import canonical, record_hash
 
     lines, prev = [], "0" * 64
     for counter in range(count):

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from inspections.models import SnapshotLog
 from inspections.services import inspectors
 from ledger import selectors as ledger_selectors
-from replay.firmware import canonical
+from replay.protocol.firmware import canonical
 from tests.inspections.services.test_inspectors import a_task, firmware_log, with_chip_key
 
 pytestmark = pytest.mark.django_db

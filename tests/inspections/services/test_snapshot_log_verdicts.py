@@ -9,7 +9,7 @@ from inspections.models import Alert, SnapshotLog
 from inspections.services import inspectors
 from inspections.tasks import check_snapshot_log
 from ledger.models import Entry
-from replay.firmware import canonical
+from replay.protocol.firmware import canonical
 from tests.inspections.services.test_inspectors import a_task, firmware_log, with_chip_key
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from .dataset import Committed
+from replay.training.data_commitment import Committed
 
 WORDS = {
     "det": ["the", "a", "every", "one"],

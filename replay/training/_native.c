@@ -1,7 +1,7 @@
 /* The replay's hot loops: a rounding point's record pass fused (round float64 results to float32,
    find the close calls, write their log codes), rounding alone, and the optimizer updates (below).
 
-   Semantics are exactly those of replay/determinism.py (the torch path stays as the reference and
+   Semantics are exactly those of replay/training/determinism.py (the torch path stays as the reference and
    the fallback; tests hold the two to the same indices): an element is a close call when its
    window v +- safety * err is > 0 wide and its two ends round to different float32 bit patterns.
    Built with -ffp-contract=off: every + - * is its own IEEE rounding, as in the torch path, and
@@ -202,7 +202,7 @@ int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const dou
     return found;
 }
 
-/* The optimizer updates of replay/train.py, the same IEEE operations in the same order per element
+/* The optimizer updates of replay/training/train.py, the same IEEE operations in the same order per element
    (train.py's _adamw and _sgd are the reference: every torch op there is one operation per element,
    a Python-float scalar is a double, and float32 -> double is exact). State is float32, the gradient
    float64; outputs are float32. */

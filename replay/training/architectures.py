@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 LIMITS = {"width": 4096, "layers": 12, "classes": 1024, "image": 64, "channels": 256, "vocab": 65536, "block": 1024}
-# No parameter cap of its own: what a model may cost is the memory and FLOP budget of replay/limits.py
+# No parameter cap of its own: what a model may cost is the memory and FLOP budget of replay/protocol/limits.py
 # (the config bounds above keep any model under ~0.3G parameters).
 # GPT-2 small's shape (124M parameters with a tied head; this GPT's head is untied: 163M)
 PRESETS = {"gpt2-small": ("gpt", {"vocab": 50257, "block": 1024, "n_layer": 12, "n_head": 12, "n_embd": 768})}

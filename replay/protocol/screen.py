@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from . import models
-from .ops import Plain
-from .transcript import CommitmentMismatch
+from replay.protocol.transcript import CommitmentMismatch
+from replay.training import architectures as models
+from replay.training.ops import Plain
 
 Z_FLAG = 2.0
 

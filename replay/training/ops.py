@@ -19,8 +19,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import native
-from .determinism import (
+from replay.training import native
+from replay.training.determinism import (
     EXP_ERR,
     SAFETY,
     SLOTS,

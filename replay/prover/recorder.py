@@ -18,11 +18,20 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from . import data, hashing, limits, models
-from .determinism import Rounder, encode_log
-from .firmware import Firmware
-from .train import initial_state, train_step
-from .transcript import FORMAT, batch_digest, checkpoint_steps, write_checkpoint, write_manifest, write_segment
+from replay.protocol import hashing, limits
+from replay.protocol.firmware import Firmware
+from replay.protocol.transcript import (
+    FORMAT,
+    batch_digest,
+    checkpoint_steps,
+    write_checkpoint,
+    write_manifest,
+    write_segment,
+)
+from replay.training import architectures as models
+from replay.training import bundled_data as data
+from replay.training.determinism import Rounder, encode_log
+from replay.training.train import initial_state, train_step
 
 DEFAULT_BATCH = {"mlp": 64, "cnn": 32, "gpt": 16}
 DEFAULT_OPTIMIZER = {
@@ -92,7 +101,7 @@ class Recorder:
             progress,
         )
         self.serials = serials or [f"SIM-{seed:04d}-{i:03d}" for i in range(chips)]
-        # firmware(layout, seed, rate) -> Firmware: the chips' own firmware (replay.chipsim); default simulated.
+        # firmware(layout, seed, rate) -> Firmware: the chips' own firmware (replay.prover.chipsim); default simulated.
         self.firmware = firmware or Firmware
         self.batches = batches or data.Batches(arch, self.config, self.batch, seed)
         self.step_seconds: list[float] = []  # the prover's time per training step (for benchmarks)
@@ -108,7 +117,7 @@ class Recorder:
 
     def check(self) -> None:
         """Refuse, before anything is allocated, a run beyond the replay budgets of this device
-        (replay/limits.py): what the prover records, a verifier of the same kind can replay."""
+        (replay/protocol/limits.py): what the prover records, a verifier of the same kind can replay."""
         spec = models.batch_spec(self.arch, self.config, self.batch)
         reason = limits.step_limits(self.arch, self.config, spec, self.device)
         if reason:

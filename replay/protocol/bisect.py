@@ -25,10 +25,10 @@ from typing import Protocol
 
 import torch
 
-from .determinism import Rounder, decode_log
-from .engine import Budget, Mismatch, Replayer
-from .train import State, train_step
-from .transcript import Transcript
+from replay.protocol.engine import Budget, Mismatch, Replayer
+from replay.protocol.transcript import Transcript
+from replay.training.determinism import Rounder, decode_log
+from replay.training.train import State, train_step
 
 
 class TranscriptStore(Protocol):

@@ -78,7 +78,7 @@ def fetch_transcript(
     allowed_hosts: frozenset[str] = frozenset(),
 ) -> Path:
     """Copy the transcript at ``url`` into ``dest`` (created) and return ``dest``; see the module docstring."""
-    from .transcript import MAX_MANIFEST_BYTES, MalformedTranscript, Transcript
+    from replay.protocol.transcript import MAX_MANIFEST_BYTES, MalformedTranscript, Transcript
 
     max_bytes, max_files, deadline_s = _tightened(max_bytes, max_files, deadline_s)
     base = _base(url)
@@ -307,7 +307,7 @@ def copy_material(
     import hashlib
     import json
 
-    from .transcript import MAX_MANIFEST_BYTES
+    from replay.protocol.transcript import MAX_MANIFEST_BYTES
 
     max_bytes, max_files, deadline_s = _tightened(max_bytes, max_files, deadline_s)
     budget = _Budget(max_bytes, max_files, deadline_s)
@@ -365,7 +365,7 @@ def committed_files(manifest: dict) -> list[tuple[str, str]]:
 
 def _copy_local(root: Path, name: str, dest: Path, budget: _Budget, cap: int | None) -> None:
     """One file of a local share, opened without following links (safeio), into ``dest / name``."""
-    from .safeio import Refused, open_inside
+    from replay.protocol.safeio import Refused, open_inside
 
     budget.take_file(name)
     limit = budget.bytes if cap is None else min(cap, budget.bytes)
@@ -396,14 +396,14 @@ def _copy_local(root: Path, name: str, dest: Path, budget: _Budget, cap: int | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m replay.fetch SOURCE DEST --manifest HASH [--allow-host H ...]``: the claim's copy, run by the
+    """``python -m replay.protocol.fetch SOURCE DEST --manifest HASH [--allow-host H ...]``: the claim's copy, run by the
     worker in a limited subprocess. Prints one JSON object; exit 0 copied, 5 unavailable (a read failed: retried),
     2 refused for good ({"verdict": "malformed" | "rejected", "reasons"}), 3 ours."""
     import argparse
     import json
     import sys
 
-    p = argparse.ArgumentParser(prog="python -m replay.fetch")
+    p = argparse.ArgumentParser(prog="python -m replay.protocol.fetch")
     p.add_argument("source")
     p.add_argument("dest", type=Path)
     p.add_argument("--manifest", required=True)

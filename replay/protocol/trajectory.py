@@ -27,9 +27,9 @@ import math
 
 import numpy as np
 
-from . import hashing
-from .train import lr_at
-from .transcript import CommitmentMismatch
+from replay.protocol import hashing
+from replay.protocol.transcript import CommitmentMismatch
+from replay.training.train import lr_at
 
 COLLINEAR = 0.99999  # cosine of consecutive checkpoint deltas above which a stretch is a straight line
 UPDATE_JUMP = 100.0  # max factor between neighbouring intervals' update size per unit of learning rate

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 
-from . import models
+from replay.training import architectures as models
 
 ACT_FACTOR = 16
 STATE_BYTES = 40

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import native
+from replay.training import native
 
 U = 2.0**-53  # unit roundoff of float64
 EXP_ERR = 4 * U  # relative error bound of exp/log: 2 ulps

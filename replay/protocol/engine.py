@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from . import models
-from .determinism import LogMismatch, Rounder, decode_log
-from .train import State, train_step
-from .transcript import MalformedTranscript, Transcript
+from replay.protocol.transcript import MalformedTranscript, Transcript
+from replay.training import architectures as models
+from replay.training.determinism import LogMismatch, Rounder, decode_log
+from replay.training.train import State, train_step
 
 
 @dataclass

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call
 
-from . import native
-from .determinism import SLOTS, LogOverflow, Rounder, rounding
-from .ops import OPS
+from replay.training import native
+from replay.training.determinism import SLOTS, LogOverflow, Rounder, rounding
+from replay.training.ops import OPS
 
 OPTIMIZERS = {"sgd": ("momentum",), "adamw": ("m", "v")}
 

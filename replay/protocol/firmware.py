@@ -137,7 +137,7 @@ class Firmware:
         chips: list[Chip] | None = None,
         start: datetime = EPOCH,
     ):
-        # `chips`: real firmware state (keys, counters) of the layout's chips, in layout order (replay.chipsim).
+        # `chips`: real firmware state (keys, counters) of the layout's chips, in layout order (replay.prover.chipsim).
         self.chips = chips or [Chip(s["serial"], i, chip_key(seed, s["serial"])) for i, s in enumerate(layout)]
         self.rng, self.start = random.Random(seed), start
         self.p = 1.0 - math.exp(-rate)  # P(at least one Poisson event during a step)

@@ -34,17 +34,18 @@ from pathlib import Path
 import torch
 from nacl.signing import VerifyKey
 
-from . import chips, coverage, hashing, models
-from .bisect import bits_equal, dispute, divergence_from_commitments, first_differing_tensor
-from .determinism import REL_WINDOW
-from .engine import Budget, BudgetExhausted, Mismatch, Replayer
-from .fenv import float_environment_problem
-from .firmware import parse_record, verify_log
-from .report import Report
-from .screen import screen_or_reason
-from .train import initial_state
-from .trajectory import trajectory_checks
-from .transcript import CommitmentMismatch, MalformedTranscript, Transcript, canonical_json
+from replay.protocol import chips, coverage, hashing
+from replay.protocol.bisect import bits_equal, dispute, divergence_from_commitments, first_differing_tensor
+from replay.protocol.engine import Budget, BudgetExhausted, Mismatch, Replayer
+from replay.protocol.firmware import parse_record, verify_log
+from replay.protocol.report import Report
+from replay.protocol.screen import screen_or_reason
+from replay.protocol.trajectory import trajectory_checks
+from replay.protocol.transcript import CommitmentMismatch, MalformedTranscript, Transcript, canonical_json
+from replay.training import architectures as models
+from replay.training.determinism import REL_WINDOW
+from replay.training.fenv import float_environment_problem
+from replay.training.train import initial_state
 
 DEFAULT_RULES = {"max_training_flops": 1e26}
 # Only det64 replays bit for bit on every conforming machine (thread count, kernel, CPU). float32 (or any
@@ -69,7 +70,7 @@ class Verdict:
 
     @property
     def report(self) -> Report:
-        """The typed report (replay.report): what the regulator's side records."""
+        """The typed report (replay.protocol.report): what the regulator's side records."""
         return Report.from_json(self.to_json())
 
 

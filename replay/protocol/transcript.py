@@ -38,8 +38,10 @@ import safetensors.torch
 import torch
 from safetensors.torch import load as load_safetensors_bytes
 
-from . import dataset, limits, models, safeio
-from .train import OPTIMIZERS, State
+from replay.protocol import limits, safeio
+from replay.training import architectures as models
+from replay.training import data_commitment as dataset
+from replay.training.train import OPTIMIZERS, State
 
 FORMAT = "chipledger-replay/1"
 MAX_MANIFEST_BYTES = 32 << 20

@@ -5,15 +5,15 @@ its key and its signed snapshot log in one folder (``var/chip-keys/`` in the dem
 database the regulator's server reads):
 
     <dir>/<serial>.key   base64 32-byte Ed25519 seed (mode 0600)
-    <dir>/<serial>.log   the chip's firmware log, one signed record a line (replay.firmware format)
+    <dir>/<serial>.log   the chip's firmware log, one signed record a line (replay.protocol.firmware format)
 
 What the chip does, and what an inspector or a prover asks of it:
 
-    python -m replay.chipsim --dir var/chip-keys make P000001 P000002     # keys; prints public keys (JSON)
-    python -m replay.chipsim --dir var/chip-keys answer P000001 NONCE     # sign the portal's challenge
-    python -m replay.chipsim --dir var/chip-keys export P000001 > log     # the log, as an inspector reads it
-    python -m replay.chipsim --dir var/chip-keys train --chips P000001,P000002 --out DIR [--arch mlp --steps 30]
-    python -m replay.chipsim claims DIR --serials P000001 --run RUN       # the prover's claims body (JSON)
+    python -m replay.prover.chipsim --dir var/chip-keys make P000001 P000002     # keys; prints public keys (JSON)
+    python -m replay.prover.chipsim --dir var/chip-keys answer P000001 NONCE     # sign the portal's challenge
+    python -m replay.prover.chipsim --dir var/chip-keys export P000001 > log     # the log, as an inspector reads it
+    python -m replay.prover.chipsim --dir var/chip-keys train --chips P000001,P000002 --out DIR [--arch mlp --steps 30]
+    python -m replay.prover.chipsim claims DIR --serials P000001 --run RUN       # the prover's claims body (JSON)
 
 ``train`` runs the replay recorder on those chips: while the prover trains, each chip logs
 Poisson-timed hashes of its weight shard, signed with its own key, and the counters carry on from
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from nacl.signing import SigningKey
 
-from .firmware import ZERO, Chip, Firmware, parse_record, public_key_b64, record_hash
+from replay.protocol.firmware import ZERO, Chip, Firmware, parse_record, public_key_b64, record_hash
 
 SERIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -108,7 +108,7 @@ class ChipStore:
 
     def train(self, serials: list[str], out, *, arch: str = "mlp", steps: int = 30, **recorder_options) -> Path:
         """The prover trains on these chips: run the recorder with the chips' own firmware; their logs grow."""
-        from .recorder import Recorder  # torch only when training
+        from replay.prover.recorder import Recorder  # torch only when training
 
         start = max([datetime.now(UTC).replace(microsecond=0)] + [self._last_time(s) for s in serials])
         made: list[Firmware] = []
@@ -147,7 +147,9 @@ def claims_body(transcript, serials: list[str], run: str, location: str | None =
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m replay.chipsim", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m replay.prover.chipsim",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--dir", type=Path, default=Path("var/chip-keys"), help="where the chips' keys and logs are")
     sub = p.add_subparsers(dest="cmd", required=True)

@@ -1,0 +1,1 @@
+"""The protocol and its defences: transcripts, limits, fetching, the verifier, its engine, coverage, chips and time, the screen, bisection and the typed report. `import replay.protocol.firmware` loads no torch."""
