@@ -51,9 +51,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from replay.protocol import hashing  # noqa: E402
+from replay.protocol.engine import Budget, Replayer  # noqa: E402
 from replay.protocol.screen import screen  # noqa: E402
-from replay.protocol.transcript import Transcript, checkpoint_path  # noqa: E402
-from replay.protocol.verifier import Budget, Replayer  # noqa: E402
+from replay.protocol.transcript import Transcript  # noqa: E402
+from replay.protocol.transcript_layout import checkpoint_path  # noqa: E402
 from replay.prover.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER, Recorder  # noqa: E402
 from replay.training import architectures as models  # noqa: E402
 from replay.training import ops  # noqa: E402

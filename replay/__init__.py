@@ -15,7 +15,7 @@ import importlib
 
 _EXPORTS = {
     "Budget": "protocol.engine",
-    "MalformedTranscript": "protocol.transcript",
+    "MalformedTranscript": "protocol.transcript_errors",
     "Recorder": "prover.recorder",
     "Transcript": "protocol.transcript",
     "Verdict": "protocol.verifier",

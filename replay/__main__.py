@@ -24,7 +24,8 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from replay.protocol.verifier import Budget, verify
+from replay.protocol.engine import Budget
+from replay.protocol.verifier import verify
 from replay.prover.recorder import Recorder
 from replay.training.architectures import ARCHS, DEFAULTS, PRESETS, validate_config
 

@@ -22,7 +22,7 @@ from inspections.services import sweeps
 from registry import services as registry
 from registry.models import Chip
 from replay.protocol.firmware import canonical
-from replay.protocol.transcript import checkpoint_path, sha256, write_manifest
+from replay.protocol.transcript_layout import checkpoint_path, sha256, write_manifest
 
 from .actors import World
 

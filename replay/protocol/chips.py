@@ -29,7 +29,7 @@ import math
 import re
 from datetime import UTC, datetime
 
-from replay.protocol.transcript import MalformedTranscript
+from replay.protocol.transcript_errors import MalformedTranscript
 
 MAX_HISTORY = 1_000_000
 # The work the firmware counted between two snapshots of a run must be the FLOPs of the steps between them

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from replay.protocol.transcript import MalformedTranscript, Transcript
+from replay.protocol.transcript import Transcript
+from replay.protocol.transcript_errors import MalformedTranscript
 from replay.training import architectures as models
 from replay.training.determinism import LogMismatch, Rounder, decode_log
 from replay.training.train import State, train_step

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from replay.protocol.transcript import CommitmentMismatch
+from replay.protocol.transcript_errors import CommitmentMismatch
 from replay.training import architectures as models
 from replay.training.ops import Plain
 

@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from replay.protocol import hashing
-from replay.protocol.transcript import CommitmentMismatch
+from replay.protocol.transcript_errors import CommitmentMismatch
 from replay.training.train import lr_at
 
 COLLINEAR = 0.99999  # cosine of consecutive checkpoint deltas above which a stretch is a straight line

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from replay.protocol import hashing, limits
 from replay.protocol.firmware import Firmware
-from replay.protocol.transcript import (
+from replay.protocol.transcript_layout import (
     FORMAT,
     batch_digest,
     checkpoint_steps,

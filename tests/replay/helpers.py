@@ -10,7 +10,7 @@ import safetensors.torch
 import torch
 
 from replay import Recorder
-from replay.protocol.transcript import batch_digest, canonical_json, checkpoint_path, segment_path, sha256
+from replay.protocol.transcript_layout import batch_digest, canonical_json, checkpoint_path, segment_path, sha256
 
 TINY = {
     "mlp": {"config": {"sizes": [16, 48, 48, 4]}, "batch": 32},

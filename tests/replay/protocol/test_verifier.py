@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from replay import Budget, verify
-from replay.protocol.transcript import checkpoint_path
+from replay.protocol.transcript_layout import checkpoint_path
 
-from . import helpers
-from .helpers import STEPS, copy, edit_checkpoint, edit_segment, manifest, save_manifest
+from .. import helpers
+from ..helpers import STEPS, copy, edit_checkpoint, edit_segment, manifest, save_manifest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ALL = Budget(segments=100)  # replay every segment: attacks are then caught deterministically
 # ...and without the fused C kernel (replay/training/native.py): the torch path, as on a GPU or a machine with no compiler
 OTHER_MACHINE = {
@@ -121,7 +121,7 @@ def test_bits_not_values_negative_zero_checkpoint_is_caught(mlp):
 
 def test_bits_not_values_compares_bit_patterns():
     """States compare by bit pattern: -0.0 is not +0.0, and NaNs with other payloads differ."""
-    from replay.protocol.verifier import bits_equal
+    from replay.protocol.bisect import bits_equal
     from replay.training.train import State
 
     a = State(1, {"w": torch.tensor([0.0, 1.0])}, {})

@@ -15,9 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replay import Budget, verify
-from replay.protocol.fetch import FetchRefused, fetch_transcript, forbidden, named_files
+from replay.protocol.fetch import FetchRefused, fetch_transcript, named_files
+from replay.protocol.pinned_http import forbidden
 
-from .helpers import manifest
+from ..helpers import manifest
 
 LOOPBACK = frozenset({"127.0.0.1"})
 SECRET = "INTERNAL-ANSWER-3f9a"
@@ -298,7 +299,7 @@ def copy_of(source, dest, manifest_hash, **kw):
 
 
 def test_the_claims_copy_of_a_share_or_a_url_verifies(served, transcripts, tmp_path):
-    from replay.protocol.transcript import sha256
+    from replay.protocol.transcript_layout import sha256
 
     honest = transcripts["mlp", "det64"]
     want = sha256((honest / "manifest.json").read_bytes())
@@ -310,7 +311,7 @@ def test_the_claims_copy_of_a_share_or_a_url_verifies(served, transcripts, tmp_p
 
 def test_the_copy_refuses_what_is_not_as_committed_and_retries_what_failed_to_read(transcripts, tmp_path):
     from replay.protocol.fetch import NotAsCommitted, Unavailable
-    from replay.protocol.transcript import sha256
+    from replay.protocol.transcript_layout import sha256
 
     from .helpers import copy
 

@@ -9,8 +9,8 @@ import pytest
 from replay import Budget, verify
 from replay.__main__ import main
 
-from . import cheats
-from .helpers import claims, copy, manifest, record, save_manifest
+from .. import cheats
+from ..helpers import claims, copy, manifest, record, save_manifest
 
 ALL = Budget(segments=100)
 

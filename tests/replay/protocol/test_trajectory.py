@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from replay import Budget, verify
 
-from .helpers import record
+from ..helpers import record
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SGD = {"kind": "sgd", "momentum": 0.9, "weight_decay": 0.0}
 
 
@@ -85,11 +85,11 @@ MEASURE = """
 import json, resource, sys
 sys.path.insert(0, sys.argv[2])
 from tests.replay.helpers import ManyCheckpoints
-from replay.protocol import verifier
+from replay.protocol.transcript_checks import whole_transcript_checks
 tr = ManyCheckpoints(int(sys.argv[1]))
 report = {"checks": {}}
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-reasons = verifier._whole_transcript_checks(tr, report, lambda: None)
+reasons = whole_transcript_checks(tr, report, lambda: None)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"growth_kib": peak - base, "reasons": reasons}))
 """

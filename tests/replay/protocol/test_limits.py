@@ -18,12 +18,14 @@ from hypothesis import strategies as st
 from replay import Budget, verify
 from replay.__main__ import main
 from replay.protocol import limits
-from replay.protocol.transcript import MalformedTranscript, checkpoint_path, segment_path, validate_manifest
+from replay.protocol.manifest_schema import validate_manifest
+from replay.protocol.transcript_errors import MalformedTranscript
+from replay.protocol.transcript_layout import checkpoint_path, segment_path
 from replay.training.determinism import decode_log, encode_log, entry_cap, in_chunks
 
-from .helpers import copy, edit_segment, manifest, save_manifest
+from ..helpers import copy, edit_segment, manifest, save_manifest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from replay.training.bundled_data import Batches, bundled
 from tests.tlog import naive_merkle
 from tlog import merkle
 
-from . import cheats
-from .helpers import TINY, manifest, record, save_manifest
+from .. import cheats
+from ..helpers import TINY, manifest, record, save_manifest
 
 ALL = Budget(segments=100)
 

@@ -11,7 +11,7 @@ from replay.protocol.bisect import RecomputingStore
 from replay.training import data_commitment as dataset
 from replay.training.determinism import decode_log, encode_log
 
-from .helpers import STEPS, copy, edit_segment
+from ..helpers import STEPS, copy, edit_segment
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_flipped_rounding_decision_is_pinned_to_its_op(honest, tmp_path):
     import safetensors.torch
     import torch
 
-    from replay.protocol.transcript import segment_path
+    from replay.protocol.transcript_layout import segment_path
 
     logs = {}
     for start in (0, 4, 8):

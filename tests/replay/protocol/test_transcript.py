@@ -10,15 +10,11 @@ import safetensors.torch
 import torch
 
 from replay import Budget, Transcript, verify
-from replay.protocol.transcript import (
-    MalformedTranscript,
-    canonical_json,
-    checkpoint_path,
-    parse_safetensors,
-    segment_path,
-)
+from replay.protocol.transcript_errors import MalformedTranscript
+from replay.protocol.transcript_files import parse_safetensors
+from replay.protocol.transcript_layout import canonical_json, checkpoint_path, segment_path
 
-from .helpers import copy, manifest, save_manifest
+from ..helpers import copy, manifest, save_manifest
 
 
 @pytest.fixture

@@ -1,0 +1,78 @@
+"""The claims file the verifier is handed, read without trusting it: {"manifest": <hash>, "claims": [...]}
+with the optional context the ledger and the registry supply (history, prover_chips, replayed_segments,
+coverage_target, run_snapshots). Anything out of shape raises MalformedTranscript(reason)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from replay.protocol import chips
+from replay.protocol.transcript import Transcript
+from replay.protocol.transcript_errors import MalformedTranscript
+
+DEFAULT_COVERAGE = 0.9
+CLAIMS_KEYS = {"manifest", "claims"}
+CLAIM_KEYS = {"serial", "counter", "shard", "hash", "step"}
+CLAIMS_OPTIONAL = {"history", "prover_chips", "replayed_segments", "coverage_target", "run_snapshots"}
+MAX_CLAIMS = 100_000
+
+
+def read_json(obj_or_path, what: str):
+    if obj_or_path is None or isinstance(obj_or_path, (dict, list)):
+        return obj_or_path
+    try:
+        return json.loads(Path(obj_or_path).read_bytes()[: 64 << 20].decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise MalformedTranscript(f"{what} is not readable JSON ({type(e).__name__})") from None
+
+
+def read_lines(path) -> list[str]:
+    try:
+        return Path(path).read_bytes()[: 64 << 20].decode("utf-8", errors="replace").splitlines()
+    except OSError as e:
+        raise MalformedTranscript(f"snapshots are not readable ({type(e).__name__})") from None
+
+
+def parse_claims(raw, tr: Transcript) -> list[dict]:
+    if raw is None:
+        return []
+    if (
+        not isinstance(raw, dict)
+        or not CLAIMS_KEYS <= set(raw) <= CLAIMS_KEYS | CLAIMS_OPTIONAL
+        or not isinstance(raw["claims"], list)
+    ):
+        raise MalformedTranscript('claims must be {"manifest": <hash>, "claims": [...]} (optional: history, ...)')
+    if len(raw["claims"]) > MAX_CLAIMS:
+        raise MalformedTranscript(f"more than {MAX_CLAIMS} claims")
+    shard_of = {s["serial"]: i for i, s in enumerate(tr.layout)}
+    out = []
+    for i, c in enumerate(raw["claims"]):
+        # time is part of the contract; a caller that omits it loses the order and pace checks of that
+        # claim (reported as untimed), never the replay
+        if not isinstance(c, dict) or not CLAIM_KEYS <= set(c) <= CLAIM_KEYS | {"time"} | chips.WORK_KEYS:
+            raise MalformedTranscript(f"claims[{i}] must have serial, counter, shard, hash, step, time")
+        chips.check_work(c, f"claims[{i}]")
+        if not all(type(c[k]) is int for k in ("counter", "shard", "step")) or not isinstance(c["hash"], str):
+            raise MalformedTranscript(f"claims[{i}] has fields of the wrong type")
+        if c["serial"] not in shard_of or c["shard"] != shard_of[c["serial"]]:
+            raise MalformedTranscript(
+                f"claims[{i}]: chip {str(c['serial'])[:64]!r} does not hold shard {c['shard']} in the layout"
+            )
+        if not 0 <= c["step"] <= tr.steps:
+            raise MalformedTranscript(f"claims[{i}]: step {c['step']} outside the run (0..{tr.steps})")
+        out.append({**c, "at": chips.parse_time(c["time"], f"claims[{i}].time") if "time" in c else None})
+    return out
+
+
+def coverage_context(raw, tr: Transcript, coverage_target, replayed_segments) -> tuple[float, set[int]]:
+    """(coverage target, segments of this run replayed earlier): arguments win over the claims file's fields."""
+    raw = raw or {}
+    target = raw.get("coverage_target", DEFAULT_COVERAGE) if coverage_target is None else coverage_target
+    if type(target) not in (int, float) or not 0 <= target <= 1:
+        raise MalformedTranscript("coverage_target must be a number in [0, 1]")
+    earlier = raw.get("replayed_segments", []) if replayed_segments is None else replayed_segments
+    starts = set(tr.checkpoints[:-1])
+    if not isinstance(earlier, list) or not all(type(s) is int and s in starts for s in earlier):
+        raise MalformedTranscript("replayed_segments must list start steps of this run's segments")
+    return float(target), set(earlier)

@@ -1,0 +1,48 @@
+"""The bounds of one fetch of a prover's material: the refusal it raises, what is left of its bytes, files and
+time, and the caps the process environment tightens (``REPLAY_FETCH_MAX_BYTES``, ``REPLAY_FETCH_MAX_FILES``,
+``REPLAY_FETCH_SECONDS``: the worker bounds whatever the command line asks for). Standard library only."""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+class FetchRefused(Exception):
+    """The transcript could not be fetched; the message is safe to show the prover."""
+
+    def __init__(self, reason: str, transient: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.transient = transient  # a failure that may not recur (a read, a transfer, a deadline), not a refusal
+
+
+class FetchBudget:
+    """What is left of the fetch's bytes, files and time."""
+
+    def __init__(self, max_bytes: int, max_files: int, deadline_s: float):
+        self.bytes, self.files, self.max_files, self.seconds = max_bytes, max_files, max_files, deadline_s
+        self.deadline = time.monotonic() + deadline_s
+
+    def take_file(self, name: str) -> None:
+        if self.files <= 0:
+            raise FetchRefused(f"{name}: more than the {self.max_files} files allowed")
+        self.files -= 1
+
+    def left(self) -> float:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise FetchRefused(f"fetching the transcript took longer than {self.seconds:g} s", transient=True)
+        return remaining
+
+
+def tightened_caps(max_bytes: int, max_files: int, deadline_s: float) -> tuple[int, int, float]:
+    """The caps, tightened by the environment of the process (the worker sets them for the verifier it starts,
+    whatever the command line passes): ``REPLAY_FETCH_MAX_BYTES``, ``REPLAY_FETCH_MAX_FILES``, ``REPLAY_FETCH_SECONDS``."""
+    try:
+        max_bytes = min(max_bytes, int(os.environ.get("REPLAY_FETCH_MAX_BYTES", max_bytes)))
+        max_files = min(max_files, int(os.environ.get("REPLAY_FETCH_MAX_FILES", max_files)))
+        deadline_s = min(deadline_s, float(os.environ.get("REPLAY_FETCH_SECONDS", deadline_s)))
+    except ValueError:
+        raise FetchRefused("a REPLAY_FETCH_* limit in the environment is not a number") from None
+    return max_bytes, max_files, deadline_s

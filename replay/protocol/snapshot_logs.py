@@ -1,0 +1,74 @@
+"""The chips' signed snapshot logs against the claims: every log intact and signed by its chip's key, every
+logged snapshot claimed with the same hash and time (and every claim logged), and the work counters of each
+claimed snapshot taken from the signed log, the authority over a claims file's own counters."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+
+from nacl.signing import VerifyKey
+
+from replay.protocol.firmware import parse_record, verify_log
+from replay.protocol.transcript import Transcript
+
+
+def check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Transcript) -> list[str]:
+    """The chips' signed logs must be intact, and every snapshot claimed with the same hash (and vice versa)."""
+    reasons, by_serial = [], {}
+    serials = {s["serial"] for s in tr.layout}
+    for n, line in enumerate(lines):
+        try:
+            serial = parse_record(line)["serial"]
+        except ValueError as e:
+            reasons.append(f"snapshots line {n}: malformed ({e})")
+            continue
+        if serial not in serials:
+            reasons.append(f"snapshots line {n}: chip {serial[:64]!r} is not in the transcript's shard layout")
+            continue
+        by_serial.setdefault(serial, []).append(line)
+    claimed = {(c["serial"], c["counter"]): c for c in claims}
+    logged = set()
+    for serial, chip_lines in sorted(by_serial.items()):
+        try:
+            key = base64.b64decode(keys[serial], validate=True)
+            VerifyKey(key)
+        except (KeyError, TypeError, ValueError, binascii.Error):
+            reasons.append(f"chip {serial}: no usable public key to check its log")
+            continue
+        for p in verify_log(chip_lines, key, serial=serial):
+            reasons.append(
+                f"chip {serial}: {p['kind']} at its log line {p['line']} (counter {p['counter']}): {p['detail']}"
+            )
+        for line in chip_lines:
+            rec = json.loads(line)
+            logged.add((serial, rec["counter"]))
+            c = claimed.get((serial, rec["counter"]))
+            if c is None:
+                reasons.append(f"snapshot {serial}#{rec['counter']} is not explained by any claim")
+            elif c["hash"] != rec["hash"]:
+                reasons.append(
+                    f"claim {serial}#{rec['counter']} quotes hash {c['hash'][:16]}..., the chip logged {rec['hash'][:16]}..."
+                )
+            elif c.get("time", rec["time"]) != rec["time"]:
+                reasons.append(
+                    f"claim {serial}#{rec['counter']} quotes time {c['time']}, the chip logged {rec['time']}"
+                )
+    for key in sorted(set(claimed) - logged):
+        reasons.append(f"claim {key[0]}#{key[1]} has no logged snapshot")
+    return reasons
+
+
+def work_from_logs(lines: list[str], claims: list[dict]) -> None:
+    """The work counters of each claimed snapshot, from the chip's signed log (the log, checked above, is the
+    authority; a claims file's own counters are replaced by the signed ones)."""
+    by_key = {(c["serial"], c["counter"]): c for c in claims}
+    for line in lines:
+        try:
+            rec = parse_record(line)
+        except ValueError:
+            continue
+        c = by_key.get((rec["serial"], rec["counter"]))
+        if c is not None and "flops" in rec:
+            c["flops"], c["busy_ns"] = rec["flops"], rec["busy_ns"]

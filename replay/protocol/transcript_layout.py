@@ -1,0 +1,105 @@
+"""A training transcript's layout on disk and its commitments: canonical JSON, digests, file paths, and the
+prover's writers. The strict reader is transcript.py (docs/transcripts.md).
+
+Layout of a transcript directory:
+
+    manifest.json                      the commitment (below); canonical JSON, its SHA-256 is the manifest hash
+    checkpoints/<step:08d>.safetensors  float32 'param:<name>' and '<buffer>:<name>' (optimizer state)
+    segments/<start:08d>.safetensors    for each step t of the segment [start, next checkpoint):
+                                        'x:<t>', 'y:<t>' (the batch), 'proof:<t>' (uint8: the inclusion proofs of
+                                        its examples in the committed dataset, data_commitment.py) and, in det64,
+                                        'log:<t>' (uint8 rounding log)
+
+manifest.json (format "chipledger-replay/1"): arch (allow-list) and config, precision ("det64" or
+"float32"), seed, optimizer (sgd with momentum / adamw, hyper-parameters, learning-rate schedule),
+batch (dtype and shape of x and y), steps, checkpoint_interval, shards (the layout over chip
+serials), dataset (the data commitment: name, Merkle root, size, input range; data_commitment.py),
+reported_flops (the prover's declaration), records (per step:
+"data", SHA-256 of the exact batch tensors in order, and "loss", the float32 loss), checkpoints
+and segments ({step: SHA-256 of the file's bytes}). The manifest hash therefore commits to every
+byte of the transcript; manifest_schema.py holds its schema and bounds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import safetensors.torch
+import torch
+
+from replay.training.train import State
+
+FORMAT = "chipledger-replay/1"
+
+
+# --------------------------------------------------------------------------- canonical bytes and digests
+
+
+def canonical_json(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def batch_digest(batch: dict[str, torch.Tensor]) -> str:
+    """The data commitment of one step: SHA-256 over name, dtype, shape and little-endian bytes of x, then y."""
+    h = hashlib.sha256()
+    for name in ("x", "y"):
+        a = batch[name].detach().cpu().numpy()
+        h.update(f"{name}:{a.dtype.name}:{','.join(map(str, a.shape))}\n".encode())
+        h.update(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    return h.hexdigest()
+
+
+def checkpoint_steps(steps: int, interval: int) -> list[int]:
+    return sorted(set(range(0, steps, interval)) | {steps})
+
+
+def checkpoint_path(root: Path, step: int) -> Path:
+    return Path(root) / "checkpoints" / f"{step:08d}.safetensors"
+
+
+def segment_path(root: Path, start: int) -> Path:
+    return Path(root) / "segments" / f"{start:08d}.safetensors"
+
+
+# --------------------------------------------------------------------------- writing (the prover)
+
+
+def write_checkpoint(root: Path, state: State) -> str:
+    path = checkpoint_path(root, state.step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state.tensors().items()}
+    path.write_bytes(safetensors.torch.save(tensors, metadata={"step": str(state.step)}))
+    return sha256(path.read_bytes())
+
+
+def write_segment(root: Path, start: int, steps: list[tuple[int, dict, bytes, bytes | None]]) -> str:
+    """steps: [(t, batch, inclusion proofs, rounding log or None)]."""
+    tensors = {}
+    for t, batch, proofs, log in steps:
+        tensors[f"x:{t}"], tensors[f"y:{t}"] = batch["x"].contiguous(), batch["y"].contiguous()
+        tensors[f"proof:{t}"] = _uint8(proofs)
+        if log is not None:
+            tensors[f"log:{t}"] = _uint8(log)
+    path = segment_path(root, start)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(safetensors.torch.save(tensors))
+    return sha256(path.read_bytes())
+
+
+def _uint8(data: bytes) -> torch.Tensor:
+    """Bytes as a uint8 tensor, also when empty (a one-example dataset's inclusion proofs are empty:
+    the tree is its leaf; torch.frombuffer refuses an empty buffer)."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+
+
+def write_manifest(root: Path, manifest: dict) -> str:
+    data = canonical_json(manifest)
+    (Path(root) / "manifest.json").write_bytes(data)
+    return sha256(data)
