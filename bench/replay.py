@@ -7,7 +7,7 @@ batch 1), on the device: step time of plain float32, plain float64, det64 record
 replay (warm-up, then the median); det64/float32 and det64/float64; host synchronisations and
 ATen ops per det64 recording step on the generic torch path (what an accelerator runs: the
 profiler, by difference of a 1- and a 2-step run, against float32's; see
-tests/replay/test_device_path.py for what counts); peak memory of one step per precision (CUDA:
+tests/replay/training/test_device_path.py for what counts); peak memory of one step per precision (CUDA:
 torch.cuda.max_memory_allocated; CPU: the process's resident peak, VmHWM, reset just before the
 step through /proc/self/clear_refs, minus the resident size then, after one warm-up step and
 malloc_trim: each precision in its own process); rounding-log bytes per step over checkpoint bytes.

@@ -19,6 +19,7 @@ MAX_CLAIMS = 100_000
 
 
 def read_json(obj_or_path, what: str):
+    """A dict or list as given, or the JSON of the file at that path (at most 64 MiB of it read)."""
     if obj_or_path is None or isinstance(obj_or_path, (dict, list)):
         return obj_or_path
     try:
@@ -28,6 +29,7 @@ def read_json(obj_or_path, what: str):
 
 
 def read_lines(path) -> list[str]:
+    """The lines of a snapshot log file (at most 64 MiB of it read; bytes that are not UTF-8 replaced)."""
     try:
         return Path(path).read_bytes()[: 64 << 20].decode("utf-8", errors="replace").splitlines()
     except OSError as e:
@@ -35,6 +37,7 @@ def read_lines(path) -> list[str]:
 
 
 def parse_claims(raw, tr: Transcript) -> list[dict]:
+    """The claims, each checked against the shard layout and the run, with its parsed time as "at"."""
     if raw is None:
         return []
     if (

@@ -10,6 +10,7 @@ DEFAULT_RULES = {"max_training_flops": 1e26}
 
 
 def count_compute(tr: Transcript, rules: dict) -> tuple[dict, list[str]]:
+    """({flops_per_step, flops, steps, examples, tokens, reported_flops, rules}, reasons): the count and its rules."""
     spec = tr.spec
     per_step = models.training_flops(tr.arch, tr.config, spec)
     total = per_step * tr.steps

@@ -2,20 +2,20 @@
 
     verify(transcript_dir, claims, Budget(max_seconds=60), nonce=b"...") -> Verdict
 
-1. The manifest (the commitment) is validated; every file read later must match its hash.
+1. The manifest (the commitment) is validated (transcript.py); every file read later must match its hash.
 2. Compute is counted from the architecture and the batch shapes, never taken from the prover:
    FLOPs, steps, examples, tokens; each rule gets a verdict, and a declaration below the count is
-   under-reporting.
-3. Claims (chip serial, counter, shard, hash, step, time) are checked against the chips' signed
-   snapshot logs, their history and the registry's chips (chips.py: order, pace, layout), then each
+   under-reporting (compute_rules.py).
+3. Claims (chip serial, counter, shard, hash, step, time; claims_file.py) are checked against the chips' signed
+   snapshot logs (snapshot_logs.py), their history and the registry's chips (chips.py: order, pace, layout), then each
    claimed step is replayed from the nearest earlier checkpoint and the shard's SHA-256 compared
-   bit-exactly.
+   bit-exactly (segment_replay.py).
 4. Segments (coverage.py) -- the one that produced each claim's starting checkpoint, then fresh ones
    drawn from the verifier's nonce until the run's coverage target is met -- are replayed from their
    checkpoint and compared bit-exactly, all parameters and optimizer state, with the next checkpoint.
 5. Cheap whole-transcript checks: every data commitment, the seed-derived initial weights, update
    sizes against the learning-rate schedule (and no straight-line stretches: interpolated
-   checkpoints), the loss trending down.
+   checkpoints), the loss trending down (transcript_checks.py).
 A replay mismatch with a prover's store at hand goes to dispute bisection (bisect.py).
 
 Verdict: "verified" only if every check ran and passed within the budget; "malformed" for input
