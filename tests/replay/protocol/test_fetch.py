@@ -313,7 +313,7 @@ def test_the_copy_refuses_what_is_not_as_committed_and_retries_what_failed_to_re
     from replay.protocol.fetch import NotAsCommitted, Unavailable
     from replay.protocol.transcript_layout import sha256
 
-    from .helpers import copy
+    from ..helpers import copy
 
     share = copy(transcripts["mlp", "det64"], tmp_path / "share")
     want = sha256((share / "manifest.json").read_bytes())

@@ -41,7 +41,7 @@ def test_step_schedule_decaying_below_float32_resolution_verifies(tmp_path):
 
 
 def test_parameters_moving_at_zero_learning_rate_are_rejected(tmp_path):
-    from .helpers import edit_checkpoint
+    from ..helpers import edit_checkpoint
 
     sched = {"kind": "linear", "lr": 0.05, "warmup": 1, "total": 4, "final": 0.0}
     d = record(tmp_path / "t", "mlp", optimizer={**SGD, "lr": sched})
@@ -113,7 +113,7 @@ def test_whole_transcript_checks_memory_does_not_grow_with_checkpoints():
 
 
 def test_non_finite_checkpoint_is_a_reason_not_a_crash(transcripts, tmp_path):
-    from .helpers import copy, edit_checkpoint
+    from ..helpers import copy, edit_checkpoint
 
     d = copy(transcripts["mlp", "det64"], tmp_path / "t")
     edit_checkpoint(d, 8, lambda t: t["param:layers.0.bias"].fill_(float("nan")))

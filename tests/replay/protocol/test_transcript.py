@@ -120,7 +120,7 @@ def test_wrong_tensor_shape_is_refused_before_loading(t):
 
 
 def test_out_of_range_labels_are_malformed_not_a_crash(t):
-    from .helpers import edit_segment
+    from ..helpers import edit_segment
 
     def bad(x):
         x["y:5"] = x["y:5"].clone()
@@ -131,7 +131,7 @@ def test_out_of_range_labels_are_malformed_not_a_crash(t):
 
 
 def test_garbage_rounding_log_is_malformed(t):
-    from .helpers import edit_segment
+    from ..helpers import edit_segment
 
     edit_segment(t, 0, lambda x: x.update({"log:1": torch.tensor([1, 0xFF, 0xFF], dtype=torch.uint8)}))
     assert "rounding log" in malformed(t)
