@@ -23,7 +23,7 @@ import torch
 from torch.func import functional_call
 
 from replay.training import native
-from replay.training.determinism import SLOTS, LogOverflow, Rounder, rounding
+from replay.training.determinism import SLOTS, LogOverflow, Rounder, converted, rounding
 from replay.training.ops import OPS
 
 OPTIMIZERS = {"sgd": ("momentum",), "adamw": ("m", "v")}
@@ -100,15 +100,15 @@ def _sgd(hp: dict, lr: float, p, g, bufs: dict, to32):
     if hp.get("weight_decay", 0.0):
         g = g + p * hp["weight_decay"]
     mom = to32("momentum", bufs["momentum"] * hp["momentum"] + g)
-    return to32("param", p - mom.to(p.dtype) * lr), {"momentum": mom}
+    return to32("param", p - converted(mom, p.dtype) * lr), {"momentum": mom}
 
 
 def _adamw(hp: dict, lr: float, t: int, p, g, bufs: dict, to32):
     b1, b2 = hp["betas"]
     m = to32("m", bufs["m"] * b1 + g * (1.0 - b1))
     v = to32("v", bufs["v"] * b2 + (g * g) * (1.0 - b2))
-    mhat = m.to(p.dtype) * (1.0 / (1.0 - ipow(b1, t + 1)))
-    vhat = v.to(p.dtype) * (1.0 / (1.0 - ipow(b2, t + 1)))
+    mhat = converted(m, p.dtype) * (1.0 / (1.0 - ipow(b1, t + 1)))
+    vhat = converted(v, p.dtype) * (1.0 / (1.0 - ipow(b2, t + 1)))
     upd = mhat / (torch.sqrt(vhat) + hp["eps"])
     return to32("param", p - (upd + p * hp.get("weight_decay", 0.0)) * lr), {"m": m, "v": v}
 
@@ -154,7 +154,7 @@ def _train_step(model, state: State, batch: dict, optimizer: dict, precision: st
     x, y = batch["x"].to(device), batch["y"].to(device)
     if x.is_floating_point():
         x = x.to(dt)
-    params = {k: v.to(dt).requires_grad_() for k, v in state.params.items()}
+    params = {k: converted(v, dt).requires_grad_() for k, v in state.params.items()}
     if precision == "det64":
         native.tune_allocator()
         with rounding(rounder):
@@ -187,8 +187,8 @@ def _train_step(model, state: State, batch: dict, optimizer: dict, precision: st
                     note(b, v)
                 note("param", new_p[name])
             else:
-                to32 = lambda what, v, note=note: note(what, v.float())
-                bufs = {b: v.to(dt) for b, v in bufs32.items()}
+                to32 = lambda what, v, note=note: note(what, converted(v, torch.float32))
+                bufs = {b: converted(v, dt) for b, v in bufs32.items()}
                 if kind == "sgd":
                     new_p[name], nb = _sgd(optimizer, lr, p.detach(), g, bufs, to32)
                 else:
