@@ -45,7 +45,7 @@ window is not close: DECODE * err must be at most REL_WINDOW = 2^-12 of the larg
 rounding point, so a logged choice moves a value by less than 2^-12 of the tensor's own scale.
 Honest windows are ~K u (sum|terms| / max|v|): ~1e-13 to 7e-11 over the bundled architectures and
 schedules, and up to 5e-6 where honest cancellation is heavy (AdamW after the rate jumps 1e5-fold,
-tests/replay/test_trajectory.py); 2^-12 keeps a 50x margin over that. The steering construction,
+tests/replay/protocol/test_trajectory.py); 2^-12 keeps a 50x margin over that. The steering construction,
 terms near 2^64 cancelling to exact zeros, needs windows of ~1e5 around outputs of 0 (ratio ~1e305
 or infinite), and the data commitment's range cap refuses its inputs first.
 So the log cannot steer training. (Near zero: +0 and -0 are neighbours on the number line, so a sign-of-zero coin toss
@@ -279,7 +279,7 @@ class Bound:
             data-dependent shapes; None when `window` is itself the exact bound (a full bound).
     steers: whether the rounded value feeds the training state. The loss does not (its gradient is
             formed from the softmax, not from it): a logged choice there cannot steer training,
-            and a loss near 0 under cancellation (an honest one: tests/replay/test_trajectory.py)
+            and a loss near 0 under cancellation (an honest one: tests/replay/protocol/test_trajectory.py)
             has a window far above 2^-12 of itself, so REL_WINDOW does not apply to it.
     scale: the scale REL_WINDOW measures windows against is max |value| at the point, or this
             floor where the point's values can all be honest noise: the loss gradient of a model

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from replay import Budget, verify
 from replay.training.determinism import REL_WINDOW, LogMismatch, Rounder, _f32_bits, dot_bound
 
-from .helpers import record
+from ..helpers import record
 
 
 def _steer(a: torch.Tensor, value: float) -> torch.Tensor:

@@ -26,7 +26,7 @@ from replay.training.determinism import (
 from replay.training.ops import Det
 from replay.training.train import initial_state, train_step
 
-from .helpers import TINY
+from ..helpers import TINY
 
 
 def midpoints_near(v: float):

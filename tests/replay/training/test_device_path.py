@@ -27,7 +27,7 @@ from replay.training.bundled_data import Batches
 from replay.training.determinism import Rounder
 from replay.training.train import initial_state, train_step
 
-from .helpers import TINY
+from ..helpers import TINY
 
 SYNCS = {
     "aten::nonzero",

@@ -22,7 +22,7 @@ from replay.training.determinism import Rounder, dot_bound, full_bound
 from replay.training.ops import _weight_grad_bound
 from replay.training.train import initial_state, train_step
 
-from .helpers import TINY
+from ..helpers import TINY
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the torch path is used")
 
