@@ -145,6 +145,7 @@ def claim_result_record(claim_id: int, verdict: dict | None, error: str | None =
             "result": result,
             "mismatch_step": step,
             **summary,
+            **_copy_failures(claim),
         },
         "system",
     )
@@ -161,6 +162,12 @@ def claim_result_record(claim_id: int, verdict: dict | None, error: str | None =
         alert_raise(Alert.Kind.CLAIM_FAILED, claim.prover, detail, claim.snapshot.chip)
     _conflicts_record(claim, summary["conflicts"])
     return claim
+
+
+def _copy_failures(claim: Claim) -> dict:
+    """The failed copies of the prover's material so far, on the entry that follows one (a projection like any
+    other: the rebuild restores ``Claim.copy_failures`` from it); absent while there was none."""
+    return {"copy_failures": claim.copy_failures} if claim.copy_failures else {}
 
 
 def _conflicts_record(claim: Claim, conflicts: list[dict]) -> None:
@@ -246,6 +253,7 @@ def claim_error_record(claim_id: int, reason: str, failures: int = 0, now: datet
             "attempt": count,
             "error": reason[:500],
             "retry_at": format_time(retry_at) if retry_at else None,
+            **_copy_failures(claim),
         },
         "system",
     )
@@ -334,26 +342,30 @@ def claim_material(claim: Claim, scratch: Path) -> tuple[Path, str]:
     with transaction.atomic():
         locked = Claim.objects.select_for_update().select_related("snapshot__chip").get(pk=claim.pk)
         if not locked.nonce:
-            # drawn now, after the copy, and committed on the ledger by its hash: the nonce the verdict entry
-            # reveals can be checked against a commitment made only once the material was in our hands (a claim
-            # whose verdict predates nonces only gets one for the desk's comparison: nothing goes on the ledger)
-            locked.nonce = verification.new_nonce()
-            if locked.result not in Claim.FINAL:
-                ledger.append_entry(
-                    "claim.material_copied",
-                    {
-                        "claim": locked.pk,
-                        "chip": locked.snapshot.chip.serial,
-                        "counter": locked.snapshot.counter,
-                        "manifest": locked.manifest,
-                        "nonce_sha256": hashlib.sha256(bytes.fromhex(locked.nonce)).hexdigest(),
-                    },
-                    "system",
-                )
-        locked.material = claim.manifest
-        locked.save(update_fields=["nonce", "material"])
+            # drawn now, after the copy, and committed on the ledger by its hash: the nonce a verdict entry
+            # reveals can be checked against a commitment made only once the material was in our hands. Every
+            # nonce kept is committed (also one drawn for a re-verification of a claim whose verdict predates
+            # nonces), so the rebuild can check each live nonce against the ledger (docs/claims.md §6).
+            locked.nonce, locked.material = verification.new_nonce(), claim.manifest
+            ledger.append_entry(
+                "claim.material_copied",
+                {
+                    "claim": locked.pk,
+                    "chip": locked.snapshot.chip.serial,
+                    "counter": locked.snapshot.counter,
+                    "manifest": locked.manifest,
+                    "nonce_sha256": nonce_commitment(locked.nonce),
+                },
+                "system",
+            )
+            locked.save(update_fields=["nonce", "material"])
     claim.nonce, claim.material = locked.nonce, locked.material
     return material, locked.nonce
+
+
+def nonce_commitment(nonce: str) -> str:
+    """What ``claim.material_copied`` puts on the ledger for the claim's nonce: its SHA-256 (hex)."""
+    return hashlib.sha256(bytes.fromhex(nonce)).hexdigest()
 
 
 def claim_reverify(claim_id: int, now: datetime | None = None) -> dict:
