@@ -24,6 +24,7 @@ periods, ledger seqs), so database ids do not matter:
                                                claim.verification_failed; copy_failures from either), material
                                                and the nonce's hash (claim.material_copied), and the nonce itself
                                                once a later verdict revealed it (a secret until then)
+    claim reverification  seq                  claim, result, mismatch_step, report (claim.reverified)
 
 claim.conflict projects onto the alerts raised with it; its claims must exist (else a ReplayError).
 
@@ -56,6 +57,7 @@ from .models import (
     Campaign,
     CampaignSeed,
     Claim,
+    CoverageReverification,
     Draw,
     Finding,
     InspectionBody,
@@ -117,6 +119,7 @@ class World:
     claims: dict[tuple[str, int], dict] = field(default_factory=dict)
     claim_keys: dict[int, tuple[str, int]] = field(default_factory=dict)  # live claim id -> (serial, counter)
     conflicts: dict[int, dict] = field(default_factory=dict)  # claim.conflict entries by seq
+    reverifications: dict[int, dict] = field(default_factory=dict)  # claim.reverified entries by seq
 
 
 def rebuild(size: int | None = None) -> World:
@@ -353,6 +356,16 @@ def _claim_verified(world, seq, time, actor, payload):
     _reveal_nonce(claim, payload.get("nonce"))
 
 
+def _claim_reverified(world, seq, time, actor, payload):
+    _reveal_nonce(_claim(world, seq, "claim.reverified", payload), payload.get("nonce"))
+    world.reverifications[seq] = {
+        "claim": (payload["chip"], payload["counter"]),
+        "result": payload["result"],
+        "mismatch_step": payload["mismatch_step"],
+        "report": {k: v for k, v in payload.items() if k not in CLAIM_VERDICT_KEYS},
+    }
+
+
 def _material_copied(world, seq, time, actor, payload):
     """The prover's material is in our hands (``Claim.material``, named by its manifest hash) and the claim's
     one nonce is drawn: committed by its hash, revealed by a later verdict."""
@@ -409,6 +422,7 @@ HANDLERS = {
     "claim.verification_failed": _claim_failed,
     "claim.material_copied": _material_copied,
     "claim.conflict": _claim_conflict,
+    "claim.reverified": _claim_reverified,
     # inspection.identity_checked changes no projection: the challenges it answers are not on the ledger.
 }
 
@@ -500,6 +514,11 @@ def tables(world: World):
         },
     )
     yield "claim", _live_claims(world), {key: _claim_row(c) for key, c in world.claims.items()}
+    yield (
+        "claim reverification",
+        _live_reverifications(),
+        {seq: (r["claim"], r["result"], r["mismatch_step"], r["report"]) for seq, r in world.reverifications.items()},
+    )
 
 
 def _finding_row(f: dict) -> tuple:
@@ -728,6 +747,13 @@ def _live_claims(world: World) -> dict:
             copy_failures,
         )
     return live
+
+
+def _live_reverifications() -> dict:
+    rows = CoverageReverification.objects.values_list(
+        "seq", "claim__snapshot__chip__serial", "claim__snapshot__counter", "result", "mismatch_step", "report"
+    )
+    return {seq: ((serial, counter), *rest) for seq, serial, counter, *rest in rows.iterator(chunk_size=10000)}
 
 
 def _nonce_hash(nonce: str) -> str | None:
