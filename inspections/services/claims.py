@@ -344,11 +344,14 @@ def claim_material(claim: Claim, scratch: Path) -> tuple[Path, str]:
         verification.material_copy(claim.location, claim.manifest, material, scratch)
     with transaction.atomic():
         locked = Claim.objects.select_for_update().select_related("snapshot__chip").get(pk=claim.pk)
+        if not locked.nonce and locked.result in Claim.FINAL:
+            # a verdict that predates nonces: a re-verification replays with a nonce of its own, kept nowhere
+            # (the recorded verdict stands; only a kept nonce is a projection, committed on the ledger)
+            return material, verification.new_nonce()
         if not locked.nonce:
             # drawn now, after the copy, and committed on the ledger by its hash: the nonce a verdict entry
-            # reveals can be checked against a commitment made only once the material was in our hands. Every
-            # nonce kept is committed (also one drawn for a re-verification of a claim whose verdict predates
-            # nonces), so the rebuild can check each live nonce against the ledger (docs/claims.md §6).
+            # reveals can be checked against a commitment made only once the material was in our hands; every
+            # nonce kept is committed, so the rebuild checks each live nonce against the ledger (docs/claims.md §6)
             locked.nonce, locked.material = verification.new_nonce(), claim.manifest
             ledger.append_entry(
                 "claim.material_copied",
