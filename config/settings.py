@@ -184,6 +184,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "inspections.tasks.sweep",
         "schedule": timedelta(seconds=env.int("INSPECTIONS_SWEEP_INTERVAL", default=3600)),
     },
+    "inspections-coverage": {
+        "task": "inspections.tasks.reverify_coverage",
+        "schedule": timedelta(seconds=env.int("REPLAY_COVERAGE_INTERVAL", default=3600)),
+    },
     "inspections-pending": {
         "task": "inspections.tasks.sweep_pending",
         "schedule": timedelta(seconds=env.int("INSPECTIONS_PENDING_SWEEP_INTERVAL", default=300)),
@@ -250,6 +254,8 @@ REPLAY_FETCH_SECONDS = env.int("REPLAY_FETCH_SECONDS", default=600)
 REPLAY_FETCH_ALLOWED_HOSTS = env.list("REPLAY_FETCH_ALLOWED_HOSTS", default=[])
 # Per run: the probability with which one fabricated segment must be caught; more segments are replayed until then.
 REPLAY_COVERAGE_TARGET = env.float("REPLAY_COVERAGE_TARGET", default=0.9)
+# Runs below their coverage target re-verified per beat (REPLAY_COVERAGE_INTERVAL), one claim each: bounded work
+REPLAY_COVERAGE_RUNS = env.int("REPLAY_COVERAGE_RUNS", default=20)
 # A verifier failure (crash, kill, timeout) is retried after REPLAY_RETRY_SECONDS * 2^(attempt-1), at most
 # REPLAY_MAX_ATTEMPTS attempts in all; then an alert asks the regulator to look.
 REPLAY_MAX_ATTEMPTS = env.int("REPLAY_MAX_ATTEMPTS", default=5)

@@ -294,6 +294,21 @@ class Claim(models.Model):
         return f"{self.prover.slug} {self.run} step {self.step} ({self.result})"
 
 
+class CoverageReverification(models.Model):
+    """A scheduled replay of more of a verified claim's run (``claim.reverified``): coverage grows over a run's
+    claims and these, a bounded amount each, until the target is met. The claim's verdict stands; a replay that
+    disagrees is exact evidence and raises an alert."""
+
+    claim = models.ForeignKey(Claim, on_delete=models.PROTECT, related_name="reverifications")
+    seq = models.BigIntegerField(unique=True)
+    result = models.CharField(max_length=16, choices=Claim.Result.choices)
+    mismatch_step = models.BigIntegerField(null=True, blank=True)
+    report = models.JSONField(default=dict)
+
+    def __str__(self) -> str:
+        return f"re-verification #{self.seq} of {self.claim_id} ({self.result})"
+
+
 class CaseText(models.Model):
     """Private case text: triage reasons and assignees, finding notes, identity-challenge nonces.
 

@@ -11,6 +11,7 @@ from django.db import transaction
 
 CHECK_SNAPSHOT_LOG = "inspections.tasks.check_snapshot_log"
 VERIFY_CLAIM = "inspections.tasks.verify_claim"
+REVERIFY_COVERAGE_CLAIM = "inspections.tasks.reverify_coverage_claim"
 
 
 def enqueue_after_commit(
@@ -39,3 +40,8 @@ def enqueue_log_check(log_id: int) -> None:
 def enqueue_claim_verification(claim_id: int, countdown: float | None = None) -> None:
     """Verify a claim now, or (a retry after the verifier failed) ``countdown`` seconds from now."""
     enqueue_after_commit(VERIFY_CLAIM, claim_id, countdown=countdown)
+
+
+def enqueue_coverage_reverification(claim_id: int) -> None:
+    """Replay more of a verified claim's run (its coverage is below target)."""
+    enqueue_after_commit(REVERIFY_COVERAGE_CLAIM, claim_id)

@@ -16,10 +16,17 @@ periods, ledger seqs), so database ids do not matter:
                                                updated_seq, and every triage action (alert.updated)
     snapshot log     checked_seq               task, sha256, status, problems (the text is not on the ledger:
                                                each live text is hashed against its recorded sha256 instead)
-    snapshot         serial/counter            log, time, shard, hash, claim_due_on
+    snapshot         serial/counter            log, time, shard, hash, claim_due_on, and the firmware's work
+                                               counters (off the ledger: re-derived from the log text the entry
+                                               commits to, checked against its hash and the chip's key)
     claim            serial/counter            prover, run, step, manifest, location, claimed_seq and the result
                                                (final from claim.verified; "error", failures, retry_at from
-                                               claim.verification_failed)
+                                               claim.verification_failed; copy_failures from either), material
+                                               and the nonce's hash (claim.material_copied), and the nonce itself
+                                               once a later verdict revealed it (a secret until then)
+    claim reverification  seq                  claim, result, mismatch_step, report (claim.reverified)
+
+claim.conflict projects onto the alerts raised with it; its claims must exist (else a ReplayError).
 
 Dates the services take from "today" when they write (a task's due_on, a snapshot's
 claim_due_on) are rebuilt from the entry's ledger time. Later entries name a task by its
@@ -43,12 +50,14 @@ from registry import rebuild_registry as registry_rebuild
 from rules import registry_world
 from rules.chip_lifecycle import LifecycleError
 
+from . import verification
 from .models import (
     Alert,
     AlertAction,
     Campaign,
     CampaignSeed,
     Claim,
+    CoverageReverification,
     Draw,
     Finding,
     InspectionBody,
@@ -58,7 +67,7 @@ from .models import (
 )
 from .services.alerts import alert_next_state
 from .services.campaigns import TASK_DAYS
-from .services.claims import error_report
+from .services.claims import error_report, nonce_commitment
 from .services.inspectors import CLAIM_DAYS, FINDING_FIELDS
 
 TaskKey = tuple[str, int, str]  # campaign slug, period, chip serial
@@ -80,7 +89,8 @@ FINDING_DEFAULTS = {
     "photo_hashes": [],
     "notes": "",
 }
-CLAIM_VERDICT_KEYS = {"claim", "chip", "counter", "result", "mismatch_step"}  # the rest of claim.verified is the report
+# the rest of claim.verified is the report
+CLAIM_VERDICT_KEYS = {"claim", "chip", "counter", "result", "mismatch_step", "copy_failures"}
 
 
 def campaign_has_model() -> bool:
@@ -107,11 +117,14 @@ class World:
     logs: dict[int, dict] = field(default_factory=dict)
     snapshots: dict[tuple[str, int], dict] = field(default_factory=dict)
     claims: dict[tuple[str, int], dict] = field(default_factory=dict)
+    claim_keys: dict[int, tuple[str, int]] = field(default_factory=dict)  # live claim id -> (serial, counter)
+    conflicts: dict[int, dict] = field(default_factory=dict)  # claim.conflict entries by seq
+    reverifications: dict[int, dict] = field(default_factory=dict)  # claim.reverified entries by seq
 
 
 def rebuild(size: int | None = None) -> World:
     """Registry and inspections as the ledger's first ``size`` entries (all by default) make them, in one pass."""
-    world = World(task_ids=_live_task_keys())
+    world = World(task_ids=_live_task_keys(), claim_keys=_live_claim_keys())
     for seq, leaf in ledger.leaves(0, size):
         entry = json.loads(leaf)
         kind, actor, payload = entry["kind"], entry["actor"], entry["payload"]
@@ -250,12 +263,49 @@ def _snapshot_log(world, seq, time, actor, payload):
         "status": (SnapshotLog.Status.PROBLEMS if problems else SnapshotLog.Status.INTACT).value,
     }
     due = (_day(time) + timedelta(days=CLAIM_DAYS)).isoformat()
-    for record in payload["snapshots"]:
+    works = _log_work(world, seq, payload)
+    for record, work in zip(payload["snapshots"], works, strict=True):
         # bulk_create(ignore_conflicts=True): the first log of a (chip, counter) keeps it
         world.snapshots.setdefault(
             (payload["chip"], record["counter"]),
-            {"log": seq, "time": record["time"], "shard": record["shard"], "hash": record["hash"], "claim_due_on": due},
+            {
+                "log": seq,
+                "time": record["time"],
+                "shard": record["shard"],
+                "hash": record["hash"],
+                "claim_due_on": due,
+                "work": work,
+            },
         )
+
+
+SNAPSHOT_KEYS = ("counter", "time", "shard", "hash")
+
+
+def _log_work(world: World, seq: int, payload: dict) -> list[dict | None]:
+    """Each logged snapshot's firmware work counters, re-derived from the log's text.
+
+    The counters are kept off the public ledger (a prover's busy time and FLOPs are its own), but the entry
+    commits to the text (``log_sha256``) and the text is signed by the chip: the rebuild checks the live text
+    against that hash and the chip's key as registered on the ledger, exactly as the service did, and takes
+    the counters of the records the entry lists. A text that no longer matches (reported by the "snapshot log
+    text" table) or whose records no longer match the entry's gives ``None``: those counters cannot be rebuilt.
+    """
+    unknown = [None] * len(payload["snapshots"])
+    text = SnapshotLog.objects.filter(checked_seq=seq).values_list("text", flat=True).first()
+    key = world.registry.chip_extra.get(payload["chip"], {}).get("public_key")
+    if not payload["snapshots"] or text is None or key is None:
+        return unknown
+    if hashlib.sha256(text.encode()).hexdigest() != payload["log_sha256"]:
+        return unknown
+    try:
+        _, records = verification.snapshot_log_check(text, key, payload["chip"])
+    except ValueError:  # a registered key that is not a key: nothing to derive
+        return unknown
+    listed = [{k: r[k] for k in SNAPSHOT_KEYS} for r in records]
+    if listed != [{k: r[k] for k in SNAPSHOT_KEYS} for r in payload["snapshots"]]:
+        return unknown
+    return [{k: str(r[k]) for k in ("busy_ns", "flops")} if "flops" in r else None for r in records]
 
 
 def _claims_submitted(world, seq, time, actor, payload):
@@ -273,20 +323,78 @@ def _claims_submitted(world, seq, time, actor, payload):
             "result_seq": None,
             "failures": 0,
             "retry_at": None,
+            "material": "",
+            "nonce_sha256": None,
+            "nonce": None,
+            "copy_failures": 0,
         }
 
 
+def _claim(world: World, seq: int, kind: str, payload: dict) -> dict:
+    """The rebuilt claim an entry names by chip and counter (and database id, which must agree where live)."""
+    key = (payload["chip"], payload["counter"])
+    claim = world.claims.get(key)
+    if claim is None:
+        raise ReplayError(f"ledger seq {seq}: {kind} names {key[0]} #{key[1]}, which no claim answered")
+    return claim
+
+
+def _reveal_nonce(claim: dict, nonce) -> None:
+    """A verdict reveals the nonce it was reached with; it is the claim's own only once one was committed
+    (a verdict that predates the claim's nonce carries the verifier's own)."""
+    if claim["nonce_sha256"] is not None and claim["nonce"] is None and isinstance(nonce, str) and nonce:
+        claim["nonce"] = nonce
+
+
 def _claim_verified(world, seq, time, actor, payload):
-    claim = world.claims[(payload["chip"], payload["counter"])]
+    claim = _claim(world, seq, "claim.verified", payload)
     report = {k: v for k, v in payload.items() if k not in CLAIM_VERDICT_KEYS}
     claim.update(
         result=payload["result"], mismatch_step=payload["mismatch_step"], report=report, result_seq=seq, retry_at=None
     )
+    claim["copy_failures"] = payload.get("copy_failures", claim["copy_failures"])
+    _reveal_nonce(claim, payload.get("nonce"))
+
+
+def _claim_reverified(world, seq, time, actor, payload):
+    _reveal_nonce(_claim(world, seq, "claim.reverified", payload), payload.get("nonce"))
+    world.reverifications[seq] = {
+        "claim": (payload["chip"], payload["counter"]),
+        "result": payload["result"],
+        "mismatch_step": payload["mismatch_step"],
+        "report": {k: v for k, v in payload.items() if k not in CLAIM_VERDICT_KEYS},
+    }
+
+
+def _material_copied(world, seq, time, actor, payload):
+    """The prover's material is in our hands (``Claim.material``, named by its manifest hash) and the claim's
+    one nonce is drawn: committed by its hash, revealed by a later verdict."""
+    claim = _claim(world, seq, "claim.material_copied", payload)
+    if claim["nonce_sha256"] is not None:
+        raise ReplayError(f"ledger seq {seq}: a second nonce for {payload['chip']} #{payload['counter']}")
+    claim.update(material=payload["manifest"], nonce_sha256=payload["nonce_sha256"])
+
+
+def _claim_conflict(world, seq, time, actor, payload):
+    """Two claims of one chip contradict each other: both must be claims of that chip with the counters named
+    (and, where the ids are live, the claims the ids name). Its projection is the ``claim_failed`` alert on each
+    claim the service raises with it, compared with the other alerts; no table row of its own."""
+    one, two = payload["counters"]
+    for counter in (one, two):
+        _claim(world, seq, "claim.conflict", {"chip": payload["chip"], "counter": counter})
+    for claim_id, counter in ((payload["claim"], one), (payload["with"], two)):
+        live = world.claim_keys.get(claim_id)
+        if live is not None and live != (payload["chip"], counter):
+            raise ReplayError(
+                f"ledger seq {seq}: claim.conflict names claim {claim_id} as {payload['chip']} #{counter}, "
+                f"which is {live[0]} #{live[1]}"
+            )
+    world.conflicts[seq] = {"chip": payload["chip"], "counters": (one, two), "kind": payload["kind"]}
 
 
 def _claim_failed(world, seq, time, actor, payload):
     """The verifier failed on a claim: result error, retried at retry_at (none once the retries ran out)."""
-    claim = world.claims[(payload["chip"], payload["counter"])]
+    claim = _claim(world, seq, "claim.verification_failed", payload)
     retry_at = payload["retry_at"]
     when = datetime.fromisoformat(retry_at.replace("Z", "+00:00")) if retry_at else None
     claim.update(
@@ -296,6 +404,7 @@ def _claim_failed(world, seq, time, actor, payload):
         report=error_report(payload["error"], payload["attempt"], when),
         result_seq=seq,
     )
+    claim["copy_failures"] = payload.get("copy_failures", claim["copy_failures"])
 
 
 HANDLERS = {
@@ -311,6 +420,9 @@ HANDLERS = {
     "claim.submitted": _claims_submitted,
     "claim.verified": _claim_verified,
     "claim.verification_failed": _claim_failed,
+    "claim.material_copied": _material_copied,
+    "claim.conflict": _claim_conflict,
+    "claim.reverified": _claim_reverified,
     # inspection.identity_checked changes no projection: the challenges it answers are not on the ledger.
 }
 
@@ -396,9 +508,17 @@ def tables(world: World):
     yield (
         "snapshot",
         _live_snapshots(),
-        {key: (s["log"], s["time"], s["shard"], s["hash"], s["claim_due_on"]) for key, s in world.snapshots.items()},
+        {
+            key: (s["log"], s["time"], s["shard"], s["hash"], s["claim_due_on"], s["work"])
+            for key, s in world.snapshots.items()
+        },
     )
-    yield "claim", _live_claims(), {key: _claim_row(c) for key, c in world.claims.items()}
+    yield "claim", _live_claims(world), {key: _claim_row(c) for key, c in world.claims.items()}
+    yield (
+        "claim reverification",
+        _live_reverifications(),
+        {seq: (r["claim"], r["result"], r["mismatch_step"], r["report"]) for seq, r in world.reverifications.items()},
+    )
 
 
 def _finding_row(f: dict) -> tuple:
@@ -428,6 +548,10 @@ def _claim_row(c: dict) -> tuple:
         c["result_seq"],
         c["failures"],
         c["retry_at"],
+        c["material"],
+        c["nonce_sha256"],
+        c["nonce"],
+        c["copy_failures"],
     )
 
 
@@ -576,15 +700,22 @@ def _live_log_text_hashes() -> dict:
 
 def _live_snapshots() -> dict:
     rows = Snapshot.objects.values_list(
-        "chip__serial", "counter", "log__checked_seq", "time", "shard", "hash", "claim_due_on"
+        "chip__serial", "counter", "log__checked_seq", "time", "shard", "hash", "claim_due_on", "work"
     )
     return {
-        (serial, counter): (log, time, shard, digest, _iso(due))
-        for serial, counter, log, time, shard, digest, due in rows.iterator(chunk_size=10000)
+        (serial, counter): (log, time, shard, digest, _iso(due), work)
+        for serial, counter, log, time, shard, digest, due, work in rows.iterator(chunk_size=10000)
     }
 
 
-def _live_claims() -> dict:
+def _live_claim_keys() -> dict[int, tuple[str, int]]:
+    rows = Claim.objects.values_list("id", "snapshot__chip__serial", "snapshot__counter")
+    return {pk: (serial, counter) for pk, serial, counter in rows.iterator(chunk_size=10000)}
+
+
+def _live_claims(world: World) -> dict:
+    """The nonce is private until a verdict reveals it: before, only its hash is compared with the ledger's
+    commitment (``claim.material_copied``); the nonce itself once the ledger revealed it (as a seed is)."""
     rows = Claim.objects.values_list(
         "snapshot__chip__serial",
         "snapshot__counter",
@@ -600,11 +731,38 @@ def _live_claims() -> dict:
         "result_seq",
         "failures",
         "retry_at",
+        "material",
+        "nonce",
+        "copy_failures",
     )
-    return {
-        (serial, counter): (*values, _time(retry_at))
-        for serial, counter, *values, retry_at in rows.iterator(chunk_size=10000)
-    }
+    live = {}
+    for serial, counter, *values, retry_at, material, nonce, copy_failures in rows.iterator(chunk_size=10000):
+        revealed = (world.claims.get((serial, counter)) or {}).get("nonce")
+        live[(serial, counter)] = (
+            *values,
+            _time(retry_at),
+            material,
+            _nonce_hash(nonce),
+            nonce if revealed is not None else None,
+            copy_failures,
+        )
+    return live
+
+
+def _live_reverifications() -> dict:
+    rows = CoverageReverification.objects.values_list(
+        "seq", "claim__snapshot__chip__serial", "claim__snapshot__counter", "result", "mismatch_step", "report"
+    )
+    return {seq: ((serial, counter), *rest) for seq, serial, counter, *rest in rows.iterator(chunk_size=10000)}
+
+
+def _nonce_hash(nonce: str) -> str | None:
+    if not nonce:
+        return None
+    try:
+        return nonce_commitment(nonce)
+    except ValueError:  # not hex: it cannot be the committed nonce
+        return f"not a hex nonce: {nonce[:40]!r}"
 
 
 def _time(when: datetime | None) -> str | None:

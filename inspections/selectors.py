@@ -8,7 +8,7 @@ from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 from registry.models import Chip, Organisation, Role
 from rules.inspection_planning import ELIGIBLE, prover_plan
 
-from .models import Campaign, CaseText, Claim, InspectionTask, SnapshotLog
+from .models import Campaign, CaseText, Claim, CoverageReverification, InspectionTask, SnapshotLog
 
 
 def case_texts(user, commitments) -> dict[str, str]:
@@ -131,10 +131,11 @@ def rule_flops_for_chip(chip: Chip) -> float:
 MAX_HISTORY = 1000  # a chip's earlier claims passed to the verifier (latest first)
 
 
-def claim_request(claim: Claim) -> dict:
+def claim_request(claim: Claim, *, own_covered: bool = False) -> dict:
     """The verifier's claims file for one claim: the snapshot with its logged time, the chip's earlier
     claims, the chips the registry says the prover holds, and the run's coverage so far (from the ledger's
-    ``claim.verified`` entries, through their projection ``Claim.report``)."""
+    ``claim.verified`` and ``claim.reverified`` entries, through their projections). ``own_covered``: a coverage
+    re-verification, which counts the claim's own replayed segments as covered so that it draws fresh ones."""
     snapshot = claim.snapshot
     return {
         "manifest": claim.manifest,
@@ -152,7 +153,9 @@ def claim_request(claim: Claim) -> dict:
         "history": {snapshot.chip.serial: chip_claim_history(claim)},
         "prover_chips": prover_chips(claim.prover),
         "run_snapshots": run_snapshot_times(claim.prover, claim.manifest),
-        "replayed_segments": sorted(run_segments(claim.prover, claim.manifest, exclude=claim.pk)),
+        "replayed_segments": sorted(
+            run_segments(claim.prover, claim.manifest, exclude=None if own_covered else claim.pk)
+        ),
         "coverage_target": settings.REPLAY_COVERAGE_TARGET,
     }
 
@@ -221,10 +224,14 @@ def run_claims(prover: Organisation, manifest: str) -> QuerySet[Claim]:
 
 
 def run_segments(prover: Organisation, manifest: str, exclude: int | None = None) -> set[int]:
-    """Start steps of the run's segments that verified claims have replayed (each passed its replay)."""
-    reports = run_claims(prover, manifest).filter(result=Claim.Result.VERIFIED).exclude(pk=exclude)
+    """Start steps of the run's segments that verified claims and their coverage re-verifications have replayed
+    (each passed its replay)."""
+    verified = run_claims(prover, manifest).filter(result=Claim.Result.VERIFIED).exclude(pk=exclude)
+    again = CoverageReverification.objects.filter(claim__in=verified, result=Claim.Result.VERIFIED).values_list(
+        "report", flat=True
+    )
     found: set[int] = set()
-    for report in reports.values_list("report", flat=True):
+    for report in [*verified.values_list("report", flat=True), *again]:
         found.update(s for s in report.get("segments_replayed") or [] if type(s) is int)
     return found
 
@@ -250,7 +257,34 @@ def run_coverage(prover: Organisation, manifest: str) -> dict:
         "verifier_coverage": max((r for r in reported if isinstance(r, (int, float))), default=None),
         "target": settings.REPLAY_COVERAGE_TARGET,
         "target_met": caught >= settings.REPLAY_COVERAGE_TARGET,
+        "reverifications": CoverageReverification.objects.filter(
+            claim__prover=prover, claim__manifest=manifest
+        ).count(),
     }
+
+
+def coverage_reverifications_due(limit: int) -> list[int]:
+    """One verified claim (the latest) of each run below its coverage target, at most ``limit`` runs: the runs
+    re-verified longest ago (or never) first, so no run starves behind newer ones."""
+    verified = Claim.objects.filter(result=Claim.Result.VERIFIED).order_by("-claimed_seq")
+    latest: dict[tuple[int, str], int] = {}
+    for pk, prover, manifest in verified.values_list("pk", "prover", "manifest").iterator(chunk_size=10000):
+        latest.setdefault((prover, manifest), pk)
+    last_seq = {
+        (prover, manifest): last
+        for prover, manifest, last in CoverageReverification.objects.values("claim__prover", "claim__manifest")
+        .annotate(last=Max("seq"))
+        .values_list("claim__prover", "claim__manifest", "last")
+    }
+    provers = Organisation.objects.in_bulk({prover for prover, _ in latest})
+    due = []
+    for key in sorted(latest, key=lambda k: last_seq.get(k, 0)):
+        if len(due) >= limit:
+            break
+        coverage = run_coverage(provers[key[0]], key[1])
+        if coverage["segments_total"] and not coverage["target_met"]:
+            due.append(latest[key])
+    return due
 
 
 def runs() -> list[dict]:

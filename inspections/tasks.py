@@ -43,3 +43,15 @@ def verify_claim(claim_id: int) -> str:
 def sweep_pending() -> dict:
     """Beat: claims and logs pending past the deadline are re-sent, or failed with an alert."""
     return pending.pending_sweep(timezone.now())
+
+
+@shared_task(name="inspections.tasks.reverify_coverage")
+def reverify_coverage() -> int:
+    """Beat: each run below its coverage target gets one claim re-verified (bounded work per run per interval)."""
+    return claims.coverage_reverifications_enqueue()
+
+
+@shared_task(name="inspections.tasks.reverify_coverage_claim", acks_late=True, reject_on_worker_lost=True)
+def reverify_coverage_claim(claim_id: int) -> str:
+    """Replay more of one verified claim's run; the result lands on the ledger (claim.reverified)."""
+    return claims.claim_coverage_reverify(claim_id)

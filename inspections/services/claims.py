@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import tempfile
 from datetime import datetime, timedelta
@@ -18,11 +19,12 @@ from ledger.services import format_time
 from registry.models import Organisation
 
 from .. import queue, selectors, transcript_location, verification
-from ..models import Alert, Claim, Snapshot
+from ..models import Alert, Claim, CoverageReverification, Snapshot
 from ..verification import Report  # replay's typed report, through the one module that imports replay
 from .alerts import alert_raise
 from .validation import fail as _fail
 
+logger = logging.getLogger(__name__)
 RETRY_GRACE = timedelta(hours=1)
 CLAIM_FIELDS = ("serial", "counter", "run", "step", "manifest", "location")
 
@@ -145,6 +147,7 @@ def claim_result_record(claim_id: int, verdict: dict | None, error: str | None =
             "result": result,
             "mismatch_step": step,
             **summary,
+            **_copy_failures(claim),
         },
         "system",
     )
@@ -161,6 +164,12 @@ def claim_result_record(claim_id: int, verdict: dict | None, error: str | None =
         alert_raise(Alert.Kind.CLAIM_FAILED, claim.prover, detail, claim.snapshot.chip)
     _conflicts_record(claim, summary["conflicts"])
     return claim
+
+
+def _copy_failures(claim: Claim) -> dict:
+    """The failed copies of the prover's material so far, on the entry that follows one (a projection like any
+    other: the rebuild restores ``Claim.copy_failures`` from it); absent while there was none."""
+    return {"copy_failures": claim.copy_failures} if claim.copy_failures else {}
 
 
 def _conflicts_record(claim: Claim, conflicts: list[dict]) -> None:
@@ -246,6 +255,7 @@ def claim_error_record(claim_id: int, reason: str, failures: int = 0, now: datet
             "attempt": count,
             "error": reason[:500],
             "retry_at": format_time(retry_at) if retry_at else None,
+            **_copy_failures(claim),
         },
         "system",
     )
@@ -308,11 +318,12 @@ def _verify_and_record(claim: Claim, now: datetime) -> str:
     return claim_result_record(claim.pk, verdict, failures=failures).result
 
 
-def claim_replay(claim: Claim) -> Report:
+def claim_replay(claim: Claim, *, own_covered: bool = False) -> Report:
     """The verifier's verdict on one claim, recording nothing but the claim's nonce; raises
-    ``verification.VerifierFailed`` (ours) or ``verification.MaterialUnavailable`` (the prover's share)."""
+    ``verification.VerifierFailed`` (ours) or ``verification.MaterialUnavailable`` (the prover's share).
+    ``own_covered``: a coverage re-verification (the claim's own segments count as replayed: fresh ones are drawn)."""
     rule_flops = selectors.rule_flops_for_chip(claim.snapshot.chip)
-    request = selectors.claim_request(claim)
+    request = selectors.claim_request(claim, own_covered=own_covered)
     with tempfile.TemporaryDirectory(prefix="claim-") as scratch:
         try:
             material, nonce = claim_material(claim, Path(scratch))
@@ -333,27 +344,34 @@ def claim_material(claim: Claim, scratch: Path) -> tuple[Path, str]:
         verification.material_copy(claim.location, claim.manifest, material, scratch)
     with transaction.atomic():
         locked = Claim.objects.select_for_update().select_related("snapshot__chip").get(pk=claim.pk)
+        if not locked.nonce and locked.result in Claim.FINAL:
+            # a verdict that predates nonces: a re-verification replays with a nonce of its own, kept nowhere
+            # (the recorded verdict stands; only a kept nonce is a projection, committed on the ledger)
+            return material, verification.new_nonce()
         if not locked.nonce:
-            # drawn now, after the copy, and committed on the ledger by its hash: the nonce the verdict entry
-            # reveals can be checked against a commitment made only once the material was in our hands (a claim
-            # whose verdict predates nonces only gets one for the desk's comparison: nothing goes on the ledger)
-            locked.nonce = verification.new_nonce()
-            if locked.result not in Claim.FINAL:
-                ledger.append_entry(
-                    "claim.material_copied",
-                    {
-                        "claim": locked.pk,
-                        "chip": locked.snapshot.chip.serial,
-                        "counter": locked.snapshot.counter,
-                        "manifest": locked.manifest,
-                        "nonce_sha256": hashlib.sha256(bytes.fromhex(locked.nonce)).hexdigest(),
-                    },
-                    "system",
-                )
-        locked.material = claim.manifest
-        locked.save(update_fields=["nonce", "material"])
+            # drawn now, after the copy, and committed on the ledger by its hash: the nonce a verdict entry
+            # reveals can be checked against a commitment made only once the material was in our hands; every
+            # nonce kept is committed, so the rebuild checks each live nonce against the ledger (docs/claims.md §6)
+            locked.nonce, locked.material = verification.new_nonce(), claim.manifest
+            ledger.append_entry(
+                "claim.material_copied",
+                {
+                    "claim": locked.pk,
+                    "chip": locked.snapshot.chip.serial,
+                    "counter": locked.snapshot.counter,
+                    "manifest": locked.manifest,
+                    "nonce_sha256": nonce_commitment(locked.nonce),
+                },
+                "system",
+            )
+            locked.save(update_fields=["nonce", "material"])
     claim.nonce, claim.material = locked.nonce, locked.material
     return material, locked.nonce
+
+
+def nonce_commitment(nonce: str) -> str:
+    """What ``claim.material_copied`` puts on the ledger for the claim's nonce: its SHA-256 (hex)."""
+    return hashlib.sha256(bytes.fromhex(nonce)).hexdigest()
 
 
 def claim_reverify(claim_id: int, now: datetime | None = None) -> dict:
@@ -405,3 +423,75 @@ def claim_retries_enqueue(now: datetime) -> int:
         queue.enqueue_claim_verification(claim_id)
         count += 1
     return count
+
+
+# --- coverage accumulates: scheduled re-verifications of runs below their target ----------------------------
+
+REPLAYED = (Claim.Result.VERIFIED, Claim.Result.MISMATCH, Claim.Result.RULE_VIOLATED)  # a replay's own outcomes
+
+
+def coverage_reverifications_enqueue(limit: int | None = None) -> int:
+    """The beat's share of coverage work: one verified claim of each run below its target (at most
+    ``REPLAY_COVERAGE_RUNS`` runs, longest-waiting first) is sent to be re-verified."""
+    due = selectors.coverage_reverifications_due(limit or settings.REPLAY_COVERAGE_RUNS)
+    for claim_id in due:
+        queue.enqueue_coverage_reverification(claim_id)
+    return len(due)
+
+
+def claim_coverage_reverify(claim_id: int) -> str:
+    """Replay a bounded amount more of a verified claim's run: its mandatory segment and at most ``--segments``
+    segments not yet replayed (drawn with the claim's nonce, committed before the copy was read), recorded as
+    ``claim.reverified``. The claim's verdict stands. A replay that disagrees is exact evidence (an alert); a
+    budget spent, a failure of ours or of the prover's share records nothing and is never final: the next
+    interval tries again, and nothing is held against the prover."""
+    claim = Claim.objects.select_related("snapshot__chip", "prover").get(pk=claim_id)
+    if claim.result != Claim.Result.VERIFIED:
+        return "not verified"
+    if selectors.run_coverage(claim.prover, claim.manifest)["target_met"]:
+        return "target met"
+    try:
+        verdict = claim_replay(claim, own_covered=True)
+    except (verification.VerifierFailed, verification.MaterialUnavailable) as failed:
+        logger.warning("coverage re-verification of claim %s: %s", claim_id, failed)
+        return "not recorded"
+    result, _ = claim_outcome(verdict)
+    if verdict.verdict == "incomplete" or result not in REPLAYED:
+        logger.warning("coverage re-verification of claim %s: %s, not recorded", claim_id, verdict.verdict)
+        return "not recorded"
+    return claim_reverification_record(claim_id, verdict).result
+
+
+@transaction.atomic
+def claim_reverification_record(claim_id: int, verdict: dict | Report) -> CoverageReverification:
+    """Put one coverage re-verification on the ledger (``claim.reverified``: the claim, its result and the
+    bounded report, as ``claim.verified``) and its projection; a disagreeing replay raises ``claim_failed``."""
+    claim = Claim.objects.select_for_update().select_related("snapshot__chip", "prover").get(pk=claim_id)
+    result, step = claim_outcome(verdict)
+    summary = claim_summary(verdict)
+    chip = claim.snapshot.chip
+    entry = ledger.append_entry(
+        "claim.reverified",
+        {
+            "claim": claim.pk,
+            "chip": chip.serial,
+            "counter": claim.snapshot.counter,
+            "result": result,
+            "mismatch_step": step,
+            **summary,
+        },
+        "system",
+    )
+    row = CoverageReverification.objects.create(
+        claim=claim, seq=entry.seq, result=result, mismatch_step=step, report=summary
+    )
+    if result != Claim.Result.VERIFIED:
+        where = f" at step {step}" if step is not None else ""
+        alert_raise(
+            Alert.Kind.CLAIM_FAILED,
+            claim.prover,
+            f"claim for {chip.serial} #{claim.snapshot.counter}: a coverage re-verification of its verified run "
+            f"found {result}{where}; the recorded verdict stands, the regulator decides",
+            chip,
+        )
+    return row

@@ -3,7 +3,7 @@ rebuild from the ledger, and a row changed behind the ledger's back in any inspe
 
 import base64
 import io
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.conf import settings
@@ -11,15 +11,18 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
+from nacl.signing import SigningKey
 
 from inspections import rebuild_inspections as rebuild
-from inspections.models import Alert, Claim, Finding, InspectionTask, SnapshotLog
+from inspections.models import Alert, Claim, Finding, InspectionTask, Snapshot, SnapshotLog
 from inspections.services import campaigns, inspectors, sweeps
 from inspections.services import claims as claim_services
 from inspections.services.alerts import alert_act
 from inspections.services.bodies import inspection_body_register
 from registry.models import Organisation
+from replay.protocol import firmware
 from tests.inspections.factories import H100, YEAR, make_provers
+from tests.inspections.services import test_claim_results as claim_results
 from tests.registry.factories import event
 
 pytestmark = pytest.mark.django_db
@@ -337,3 +340,106 @@ def test_campaign_model_defaults_to_the_paper_plan():
         {"organisation": "x", "countries": ["DE", "NL"], "capacity_per_period": 7},
     )
     assert world.bodies == {"x": {"countries": ["DE", "NL"], "capacity_per_period": 7}}
+
+
+# --- claims' nonces, copies, copy failures, conflicts and the firmware's work counters (issue #19) ------------
+
+CHIP_KEY = SigningKey(bytes(range(32)))  # the drawn chips' firmware key (the ledger registers its public half)
+
+
+@pytest.fixture
+def claim_world(monkeypatch, settings, tmp_path, django_capture_on_commit_callbacks):
+    """A signed firmware log with work counters, and claims through the stub verifier: one verified (its nonce
+    revealed), one copied and failing (its nonce committed, still secret), one whose copies failed, one in
+    conflict with the verified one."""
+    from tests.registry import factories
+
+    public = base64.b64encode(bytes(CHIP_KEY.verify_key)).decode()
+    monkeypatch.setattr(factories, "chip_public_key", lambda: public)
+    make_provers()
+    campaign = campaigns.campaign_create(
+        slug="c1", provers=["owner-a"], rule_flops=20 * H100 * YEAR, starts_on=timezone.now().date()
+    )
+    campaigns.campaign_draw(campaign, 0)
+    task = InspectionTask.objects.exclude(inspection_body=None).select_related("chip", "inspection_body").first()
+    chip = firmware.Chip(task.chip.serial, 0, CHIP_KEY)
+    lines = []
+    for n in range(4):
+        chip.work(3600.0, 10**18 + n)
+        lines.append(chip.snapshot(datetime(2026, 11, 1, n, tzinfo=UTC), f"{n:064x}"))
+    stub = claim_results.stub.__wrapped__(settings, tmp_path, monkeypatch)
+    with django_capture_on_commit_callbacks(execute=False):
+        log = inspectors.snapshot_log_upload(task, task.inspection_body, "\n".join(lines) + "\n")
+    assert inspectors.snapshot_log_check(log.pk) == "intact"
+
+    def file(counter: int, step: int) -> Claim:
+        return claim_results.claim(task, stub, django_capture_on_commit_callbacks, counter=counter, step=step)
+
+    verified, failing, uncopied, conflicting = file(0, 10), file(1, 20), file(2, 30), file(3, 5)
+    stub.set(verdict="verified", segments=[0], total=4)
+    assert claim_services.claim_verify(verified.pk) == "verified"
+    stub.set(mode="crash")
+    assert claim_services.claim_verify(failing.pk) == "error"
+    claim_services.claim_unavailable_record(uncopied.pk, "the share failed a read", 0)
+    conflict = {"counter": 0, "kind": "order", "detail": "step 5 at 03:00 comes after step 10 at 00:00"}
+    stub.set(verdict="rejected", reasons=["chip: step 5 comes after step 10"], extra={"conflicts": [conflict]})
+    assert claim_services.claim_verify(conflicting.pk) == "mismatch"
+    return {"serial": task.chip.serial, "claims": (verified, failing, uncopied, conflicting)}
+
+
+def test_claims_nonces_copies_conflicts_and_work_counters_equal_their_rebuild(claim_world):
+    verified, failing, uncopied, _ = (Claim.objects.get(pk=c.pk) for c in claim_world["claims"])
+    assert verified.nonce and failing.nonce and not uncopied.nonce and uncopied.copy_failures == 1
+    assert Snapshot.objects.get(counter=2).work == {"busy_ns": str(3 * 3600 * 10**9), "flops": str(3 * 10**18 + 3)}
+    code, output = check()
+    assert code == 0, output
+    world = rebuild.rebuild()
+    serial = claim_world["serial"]
+    assert world.claims[(serial, 0)]["nonce"] == verified.nonce  # revealed by its verdict
+    assert world.claims[(serial, 1)]["nonce"] is None  # still secret: only its commitment is on the ledger
+    assert world.claims[(serial, 1)]["nonce_sha256"] == claim_services.nonce_commitment(failing.nonce)
+    assert world.claims[(serial, 2)]["copy_failures"] == 1 and world.claims[(serial, 1)]["material"]
+    assert world.snapshots[(serial, 2)]["work"] == Snapshot.objects.get(counter=2).work
+    assert [c["counters"] for c in world.conflicts.values()] == [(3, 0)]
+
+
+def _claim_sql(world, counter: int, assignment: str, *params) -> str:
+    pk = Claim.objects.get(snapshot__counter=counter).pk
+    sql(f"UPDATE inspections_claim SET {assignment} WHERE id = %s", *params, pk)
+    return f"claim {world['serial']}/{counter}:"
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda w: _claim_sql(w, 1, "nonce = %s", "cd" * 16),  # a secret nonce swapped: its hash no longer matches
+        lambda w: _claim_sql(w, 2, "nonce = %s", "cd" * 16),  # a nonce the ledger never committed
+        lambda w: _claim_sql(w, 0, "nonce = %s", "cd" * 16),  # a revealed nonce
+        lambda w: _claim_sql(w, 1, "material = ''"),
+        lambda w: _claim_sql(w, 2, "copy_failures = 0"),
+        lambda w: (
+            sql("UPDATE inspections_snapshot SET work = %s WHERE counter = 2", '{"busy_ns": "0", "flops": "0"}'),
+            f"snapshot {w['serial']}/2:",
+        )[1],
+        lambda w: (
+            sql("UPDATE inspections_alert SET detail = 'no conflict' WHERE detail LIKE %s", "%conflicts with%"),
+            "alert ",
+        )[1],
+    ],
+    ids=["secret_nonce", "uncommitted_nonce", "revealed_nonce", "material", "copy_failures", "work", "conflict"],
+)
+def test_a_claims_nonce_copy_or_conflict_changed_behind_the_ledger_is_reported(claim_world, tamper):
+    expected = tamper(claim_world)
+    code, output = check()
+    assert code == 1, output
+    assert any(line.startswith(expected) for line in output.splitlines()), output
+
+
+def test_a_log_text_changed_behind_the_ledger_leaves_its_work_counters_unrebuilt(claim_world):
+    log = SnapshotLog.objects.get(status="intact")
+    sql(
+        "UPDATE inspections_snapshotlog SET text = %s WHERE id = %s", log.text.replace('"flops":1', '"flops":2'), log.pk
+    )
+    code, output = check()
+    assert code == 1 and f"snapshot log text id={log.pk}:" in output
+    assert f"snapshot {claim_world['serial']}/0:" in output  # the counters cannot be rebuilt from a changed text
