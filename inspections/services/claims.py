@@ -104,7 +104,7 @@ def _shape_errors(claims: list) -> dict:
             by_problem.setdefault(problem, []).append(position)
     errors = {}
     for problem, positions in by_problem.items():
-        looks_recorded = any(isinstance(claims[i], dict) and RECORDER_FIELDS <= set(claims[i]) for i in positions)
+        looks_recorded = any(isinstance(claims[i], dict) and set(claims[i]) >= RECORDER_FIELDS for i in positions)
         errors[_positions(positions)] = [problem] + ([RECORDER_HINT] if looks_recorded else [])
     return errors
 
