@@ -219,6 +219,9 @@ def test_the_body_replay_claim_writes_is_posted_as_is_and_verifies(
     assert len(claim_ids) == Snapshot.objects.count()
     assert set(Claim.objects.values_list("run", flat=True)) == {"mlp-run"}  # the folder's name, as filed
     assert verify_claim(claim_ids[0]) == "verified"
+    status = answered["client"].get(f"/api/inspections/claims/{claim_ids[0]}").json()
+    assert status["run"] == "mlp-run" and status["explanation"].startswith("Verified: the replayed steps")
+    assert all(f["meaning"] and "decided nothing" in f["meaning"] for f in status["findings"] if f["kind"] == "screen")
 
 
 def test_the_recorders_own_claims_file_posted_by_mistake_is_one_error_with_the_way_out(answered):
