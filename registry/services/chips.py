@@ -198,6 +198,21 @@ EVENT_FIELDS = {
 ORGANISATION_FIELDS = {"consignee", "to_owner"}  # fields that name a registered organisation
 END_REASONS = ("end_of_life", "failed", "damaged", "recalled", "regulatory_order")
 EVIDENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/#-]{0,127}")  # e.g. sha256:<hex of the certificate>, or its id
+
+
+def event_fields_table() -> str:
+    """Markdown: each event's required and optional fields beyond ``chips``, ``timestamp`` and ``nonce`` (the
+    README and the OpenAPI description print this; a test keeps the README equal to it)."""
+    rows = ["| event | required | optional |", "|---|---|---|"]
+    rows.append("| `fabricate` | `chips: [{serial, model, public_key}]` | `facility` per chip |")
+    for name, event in CHIP_EVENTS.items():
+        fields = EVENT_FIELDS.get(event, {})
+        required = ", ".join(f"`{f}`" for f, needed in fields.items() if needed) or "—"
+        optional = ", ".join(f"`{f}`" for f, needed in fields.items() if not needed) or "—"
+        rows.append(f"| `{name}` | {required} | {optional} |")
+    return "\n".join(rows)
+
+
 PUBLIC_NOTE = "not accepted: ledger entries are public (docs/security.md); keep free text in your own records"
 
 
