@@ -49,9 +49,9 @@ def test_the_readme_and_the_openapi_description_list_each_events_fields():
     from pathlib import Path
 
     from django.conf import settings
+    from drf_spectacular.generators import SchemaGenerator
 
     from registry import services
-    from drf_spectacular.generators import SchemaGenerator
 
     table = services.event_fields_table()
     assert "| `decommission` | `reason`, `evidence` | — |" in table
