@@ -157,6 +157,8 @@ def _identity_context(task) -> dict:
 
 def _act(request, body, task, context):
     action = request.POST.get("action")
+    if task.status == task.Status.DONE:  # its findings are on the ledger: nothing more to do (a stale page)
+        raise ValidationError({"task": "is done: its findings are recorded, nothing more is taken"})
     if action == "accept":
         inspectors.task_accept(task, body)
         messages.success(request, "Task accepted.")

@@ -74,6 +74,13 @@ def test_accept_challenge_answer_and_record_a_finding(inspector):
     assert 'id="finding-result"' in html and "not checked" in html
     for action in ("challenge", "identity", "log", "finding", "accept"):
         assert f'value="{action}"' not in html
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from inspections.models import SnapshotLog
+
+    upload = SimpleUploadedFile("chip.log", b'{"serial": "x"}\n')
+    stale = inspector.post(page, {"action": "log", "log": upload}, follow=True).content.decode()  # a stale tab
+    assert "nothing more is taken" in stale and not SnapshotLog.objects.filter(task=task).exists()
 
 
 def challenge_message(html: str) -> str:
