@@ -12,6 +12,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from inspections import selectors as inspections
+from inspections.claim_explanations import finding_explained
 from inspections.models import Alert, Campaign, Claim, Draw, Finding, InspectionTask, Snapshot
 from inspections.severity import SEVERITIES, SEVERITY
 from ledger import selectors as ledger
@@ -378,7 +379,9 @@ def claim_detail(claim: Claim) -> dict:
         "location": _without_secrets(claim.location),
         "jobs": Job.objects.filter(kind=Job.Kind.CLAIM_REVERIFY, params__claim=claim.pk)[:10],
         "dispute": report.get("dispute") if isinstance(report.get("dispute"), dict) else None,
-        "findings": [f for f in report.get("findings") or [] if isinstance(f, dict)],
+        "findings": [
+            f | {"meaning": finding_explained(f)} for f in report.get("findings") or [] if isinstance(f, dict)
+        ],
         "conflicts": [c for c in report.get("conflicts") or [] if isinstance(c, dict)],
         "nonce": claim.nonce,
     }

@@ -21,7 +21,7 @@ from api.throttles import OrganisationRateThrottle
 from registry.models import Organisation, Role
 from registry.selectors import organisation_of
 
-from . import selectors
+from . import claim_explanations, selectors
 from .models import InspectionTask
 from .services import claims, inspectors
 
@@ -258,5 +258,8 @@ class ClaimStatusView(APIView):
                 "mismatch_step": claim.mismatch_step,
                 "report": claim.report,
                 "result_seq": claim.result_seq,
+                "run": claim.run,
+                "explanation": claim_explanations.result_explained(claim.result),
+                "findings": claim_explanations.findings_explained(claim.report),
             }
         )

@@ -38,11 +38,36 @@ def chip_visible_to(organisation: Organisation, serial: str) -> Chip | None:
     return found[0] if found else None
 
 
-def chip_history(chip: Chip) -> list[dict]:
-    """The chip's events in order, each with its RFC 9162 inclusion proof in the latest checkpoint."""
+def chip_sold_by(organisation: Organisation, serial: str) -> tuple[Chip, dict] | None:
+    """A chip the organisation no longer sees but sold: it offered the chip's ownership and the buyer accepted.
+    (chip, the sale's ``chip.transfer_accepted`` event): the seller may read the chip's history up to the sale,
+    nothing after it (where the buyer keeps it is the buyer's business)."""
+    chip = Chip.objects.select_related("model", "fab").filter(serial=serial).first()
+    if chip is None:
+        return None
+    sale = None
+    events = ChipEvent.objects.filter(chip=chip).order_by("seq").values("seq", "kind", "actor")
+    offered = False
+    for event in events:
+        if event["kind"] == "chip.transfer_offered":
+            offered = event["actor"] == organisation.slug
+        elif event["kind"] == "chip.transfer_cancelled":
+            offered = False
+        elif event["kind"] == "chip.transfer_accepted":
+            sale = event if offered else sale
+            offered = False
+    return (chip, sale) if sale is not None else None
+
+
+def chip_history(chip: Chip, up_to_seq: int | None = None) -> list[dict]:
+    """The chip's events in order (up to and including ``up_to_seq``, if given), each with its RFC 9162 inclusion
+    proof in the latest checkpoint."""
     checkpoint = ledger_selectors.checkpoint_latest()
     size = checkpoint.size if checkpoint else 0
-    events = list(ChipEvent.objects.filter(chip=chip).order_by("seq").values("seq", "kind", "actor"))
+    rows = ChipEvent.objects.filter(chip=chip)
+    if up_to_seq is not None:
+        rows = rows.filter(seq__lte=up_to_seq)
+    events = list(rows.order_by("seq").values("seq", "kind", "actor"))
     signed = [e["seq"] for e in events if e["seq"] < size]
     proofs = ledger_selectors.inclusion_proofs(signed, size, size_is_signed=True) if signed else {}
     return [{**event, "tree_size": size, "proof": proofs.get(event["seq"])} for event in events]

@@ -78,6 +78,27 @@ class ChipDetailOut(ChipOut):
         return HistoryEventOut(self.context["history"], many=True).data
 
 
+class ChipSoldOut(serializers.Serializer):
+    """A chip the caller sold: what it was, and its history up to the sale (nothing after it)."""
+
+    serial = serializers.CharField()
+    model = serializers.CharField(source="model.slug")
+    fab = serializers.CharField(source="fab.slug")
+    fabricated_seq = serializers.IntegerField()
+    sold_to = serializers.SerializerMethodField(help_text="the buyer who accepted the transfer")
+    sold_seq = serializers.SerializerMethodField(help_text="the ledger entry of the sale; the history ends there")
+    history = serializers.SerializerMethodField()
+
+    def get_sold_to(self, chip) -> str:
+        return self.context["sale"]["actor"]
+
+    def get_sold_seq(self, chip) -> int:
+        return self.context["sale"]["seq"]
+
+    def get_history(self, chip) -> list[dict]:
+        return HistoryEventOut(self.context["history"], many=True).data
+
+
 class WriteOut(serializers.Serializer):
     seq = serializers.IntegerField(help_text="the ledger entry that recorded the request")
     kind = serializers.CharField()

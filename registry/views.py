@@ -9,7 +9,7 @@ from functools import partial
 
 from django.core.exceptions import ValidationError
 from django.http import Http404
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import generics
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import IsAuthenticated
@@ -46,11 +46,9 @@ class ChipEventView(APIView):
         operation_id="chips_event",
         summary="Record a lifecycle event for up to 10,000 chips, all or nothing",
         description=(
-            "`event` is `fabricate` (fab role; body `chips: [{serial, model, public_key, facility?}]`) or one of "
-            + ", ".join(f"`{e}`" for e in services.CHIP_EVENTS)
-            + " (body `chips: [serial, ...]` plus the event's fields: ship/export `consignee`, `reference`, "
-            "`destination_country`, export `export_licence`; receive/package/install `facility`; transfer-offer "
-            "`to_owner`). Every body carries `timestamp` (Unix seconds) and a fresh `nonce`."
+            "`event` is `fabricate` (fab role) or a lifecycle event; the body is `chips: [serial, ...]` plus the "
+            "event's fields below (an unknown field is refused by name). Every body carries `timestamp` (Unix "
+            "seconds) and a fresh `nonce`.\n\n" + services.event_fields_table()
         ),
         parameters=SIGNED_PARAMETERS,
         request={"application/json": dict},
@@ -205,13 +203,28 @@ class ChipDetailView(APIView):
     throttle_classes = [OrganisationRateThrottle]
 
     @extend_schema(
-        responses={200: out.ChipDetailOut, 404: OpenApiResponse(description="no such chip, or not yours")},
+        responses={
+            200: PolymorphicProxySerializer(
+                component_name="ChipOrSoldChip",
+                serializers=[out.ChipDetailOut, out.ChipSoldOut],
+                resource_type_field_name=None,
+            ),
+            404: OpenApiResponse(
+                description="no such chip, or not yours (a chip you sold: its history up to the sale)"
+            ),
+        },
         summary="A chip with its full history, each event with its ledger inclusion proof",
     )
     def get(self, request, serial: str):
-        chip = selectors.chip_visible_to(caller_organisation(request), serial)
-        if chip is None:  # 404, not 403: others' chips do not exist for the caller
-            raise Http404("no such chip")
+        organisation = caller_organisation(request)
+        chip = selectors.chip_visible_to(organisation, serial)
+        if chip is None:
+            sold = selectors.chip_sold_by(organisation, serial)
+            if sold is None:  # 404, not 403: others' chips do not exist for the caller
+                raise Http404("no such chip")
+            chip, sale = sold
+            history = selectors.chip_history(chip, up_to_seq=sale["seq"])
+            return Response(out.ChipSoldOut(chip, context={"history": history, "sale": sale}).data)
         history = selectors.chip_history(chip)
         return Response(out.ChipDetailOut(chip, context={"history": history}).data)
 

@@ -2,8 +2,15 @@
 
     python -m replay record --arch {mlp,cnn,gpt} --steps N --out DIR [--chips 4] [--seed S]
         [--preset gpt2-small] [--config JSON] [--batch B] [--device cpu|cuda|auto]
-        [--precision det64|float32|float64]
+        [--precision det64|float32|float64] [--chip-dir var/chip-keys --serials H000000,H000001]
+    python -m replay claim DIR [--serials H000004] [--run NAME] [--location URL] [--out body.json]
     python -m replay verify SOURCE --claims FILE --json [--nonce HEX] [--snapshots FILE] [--keys FILE]
+
+record trains on simulated chips (SIM-...) that no registry knows, unless --chip-dir and --serials name
+your registered chips whose firmware the chip simulator holds (replay.prover.chipsim): only their
+snapshots can be claimed. claim prints the body of POST /api/inspections/claims answering the
+snapshots an inspector read off --serials (docs/claims.md); the transcript's own claims.json is the
+verifier's input, not that body.
 
 SOURCE is a transcript directory or an http(s) URL of one (fetched first, in this process, by
 replay.protocol.fetch). verify prints the verdict and exits 0 (verified), 1 (rejected), 2 (malformed) or 3
@@ -109,6 +116,14 @@ def _main(argv: list[str] | None) -> int:
         help="det64 (the only claimable mode); float32 and float64 are plain baselines for benchmarks",
     )
     r.add_argument("--snapshot-rate", type=float, default=0.05, help="snapshots per chip per step (Poisson)")
+    r.add_argument("--chip-dir", type=Path, help="the chip simulator's folder of your registered chips (var/chip-keys)")
+    r.add_argument("--serials", help="comma-separated serials of your registered chips to train on (with --chip-dir)")
+    c = sub.add_parser("claim", help="the claims API's body answering the snapshots an inspector read")
+    c.add_argument("dir", type=Path, help="the transcript folder `record` wrote")
+    c.add_argument("--serials", help="comma-separated serials the inspector read (default: every chip of the run)")
+    c.add_argument("--run", help="your name for the run (default: the folder's name)")
+    c.add_argument("--location", help="where the verifier reads the transcript (default: the folder's absolute path)")
+    c.add_argument("--out", type=Path, help="write the body here (default: print it)")
     v = sub.add_parser("verify", help="verify a transcript against the prover's claims")
     v.add_argument("dir", help="transcript directory, or an http(s) URL of one")
     v.add_argument("--claims", type=Path, required=True)
@@ -126,7 +141,14 @@ def _main(argv: list[str] | None) -> int:
     v.add_argument("--allow-host", action="append", default=[], help="a host the fetch may reach though private")
     args = p.parse_args(argv)
 
+    if args.cmd == "claim":
+        return _claim(args)
     if args.cmd == "record":
+        if (args.chip_dir is None) != (args.serials is None):
+            print("record: --chip-dir and --serials go together", file=sys.stderr)
+            return 2
+        if args.chip_dir is not None:
+            return _record_on_chips(args)
         try:
             arch, config = _model_shape(args)
             recorder = Recorder(
@@ -148,6 +170,11 @@ def _main(argv: list[str] | None) -> int:
             print(f"record: {e}", file=sys.stderr)
             return 2
         print(recorder.run())
+        print(
+            f"record: chips {', '.join(recorder.serials)} are simulated and in no registry: a verifier can replay this "
+            "run, but no snapshot of it can be claimed (train with --chip-dir and --serials on your registered chips)",
+            file=sys.stderr,
+        )
         return 0
 
     raw = secrets.token_hex(MIN_NONCE_BYTES) if args.nonce is None else args.nonce
@@ -175,6 +202,56 @@ def _main(argv: list[str] | None) -> int:
         else:
             src = Path(args.dir)
         return _verify(args, src, nonce)
+
+
+def _record_on_chips(args) -> int:
+    """Train on the prover's registered chips: their own firmware (the simulator's keys) logs the snapshots."""
+    from replay.prover.chipsim import ChipStore
+
+    serials = [s for s in args.serials.split(",") if s]
+    try:
+        arch, config = _model_shape(args)
+        out = ChipStore(args.chip_dir).train(
+            serials,
+            args.out,
+            arch=arch,
+            steps=args.steps,
+            seed=args.seed,
+            config=config,
+            batch=args.batch,
+            checkpoint_interval=args.checkpoint_interval,
+            precision=args.precision,
+            snapshot_rate=args.snapshot_rate,
+            progress=True,
+            device=args.device,
+        )
+    except ValueError as e:
+        print(f"record: {e}", file=sys.stderr)
+        return 2
+    print(out)
+    print(
+        f"record: once an inspector has read a chip, answer it: python -m replay claim {out} --serials SERIAL",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _claim(args) -> int:
+    from replay.prover.claims import claims_body
+
+    serials = [s for s in (args.serials or "").split(",") if s] or None
+    try:
+        body = claims_body(args.dir, serials, args.run, args.location)
+    except (OSError, ValueError) as e:
+        print(f"claim: {e}", file=sys.stderr)
+        return 2
+    text = json.dumps(body, indent=1) + "\n"
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text)
+        print(f"claim: {len(body['claims'])} claim(s) written to {args.out}", file=sys.stderr)
+    return 0
 
 
 def _model_shape(args) -> tuple[str, dict]:

@@ -177,9 +177,11 @@ class World:
 
     # --- provers ------------------------------------------------------------------------------------
     def answer_snapshots(
-        self, prover: str, transcript: Path, *, run: str = "run-1", manifest: str | None = None, location=None
+        self, prover: str, transcript: Path, *, run: str | None = None, manifest: str | None = None, location=None
     ):
-        """The prover answers every logged snapshot of its chips from its own record, through the signed API."""
+        """The prover answers every logged snapshot of its chips from its own record, through the signed API; the
+        run is named after its transcript folder, as ``python -m replay claim`` names it."""
+        run = run or transcript.name
         recorded = json.loads((transcript / "claims.json").read_text())
         steps = {(c["serial"], c["counter"]): c["step"] for c in recorded["claims"]}
         logged = Snapshot.objects.filter(chip__owner__slug=prover, claim__isnull=True).select_related("chip")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import tempfile
@@ -27,6 +28,11 @@ from .validation import fail as _fail
 logger = logging.getLogger(__name__)
 RETRY_GRACE = timedelta(hours=1)
 CLAIM_FIELDS = ("serial", "counter", "run", "step", "manifest", "location")
+RECORDER_FIELDS = {"shard", "hash", "time"}  # the recorder's claims.json (the verifier's input), not this body
+RECORDER_HINT = (
+    "this looks like the recorder's claims.json (the verifier's input): make the API's body with "
+    "`python -m replay claim TRANSCRIPT_DIR --serials SERIALS` (docs/claims.md)"
+)
 
 
 @transaction.atomic
@@ -34,6 +40,9 @@ def claims_submit(*, prover: Organisation, claims: list, submission: dict | None
     """The prover answers logged snapshots of its chips, all or nothing; each claim is then verified by a worker."""
     if not isinstance(claims, list) or not 1 <= len(claims) <= 1000:
         _fail("claims", "a list of 1 to 1000 claims")
+    shape_errors = _shape_errors(claims)
+    if shape_errors:
+        raise ValidationError(shape_errors)
     items, snapshots, errors = [], [], {}
     for position, item in enumerate(claims):
         try:
@@ -76,11 +85,47 @@ def claims_submit(*, prover: Organisation, claims: list, submission: dict | None
     return rows
 
 
+def _shape_problem(item) -> str | None:
+    """What is wrong with an item's keys, naming each unknown and each missing key; None if they are right."""
+    if not isinstance(item, dict):
+        return f"must be an object with the keys {', '.join(CLAIM_FIELDS)}"
+    unknown = [str(k)[:64] for k in item if k not in CLAIM_FIELDS]
+    missing = [k for k in CLAIM_FIELDS if k not in item]
+    parts = [f"unknown key{'s' * (len(unknown) > 1)} {', '.join(unknown)}"] if unknown else []
+    parts += [f"missing {', '.join(missing)}"] if missing else []
+    return "; ".join(parts) or None
+
+
+def _shape_errors(claims: list) -> dict:
+    """Key errors, each said once: items that share one problem are named together (``claims[0-24]``), so a
+    whole file in the wrong format is one line, not one per item."""
+    by_problem: dict[str, list[int]] = {}
+    for position, item in enumerate(claims):
+        problem = _shape_problem(item)
+        if problem is not None:
+            by_problem.setdefault(problem, []).append(position)
+    errors = {}
+    for problem, positions in by_problem.items():
+        looks_recorded = any(isinstance(claims[i], dict) and set(claims[i]) >= RECORDER_FIELDS for i in positions)
+        errors[_positions(positions)] = [problem] + ([RECORDER_HINT] if looks_recorded else [])
+    return errors
+
+
+def _positions(positions: list[int]) -> str:
+    """claims[3], claims[0-24] (every item in a run), or claims[1,4,7]."""
+    if len(positions) == 1:
+        return f"claims[{positions[0]}]"
+    if positions == list(range(positions[0], positions[-1] + 1)):
+        return f"claims[{positions[0]}-{positions[-1]}]"
+    shown = ",".join(map(str, positions[:20])) + (",..." if len(positions) > 20 else "")
+    return f"claims[{shown}]"
+
+
 def _claim_item(item) -> dict:
-    if not isinstance(item, dict) or set(item) != set(CLAIM_FIELDS):
-        raise ValidationError(f"an object with exactly {list(CLAIM_FIELDS)}")
-    if not isinstance(item["counter"], int) or not isinstance(item["step"], int) or item["step"] < 0:
-        raise ValidationError("counter and step are non-negative integers")
+    for name in ("counter", "step"):
+        value = item[name]
+        if type(value) is not int or value < 0:
+            raise ValidationError(f"{name} must be a non-negative integer, not {json.dumps(value)[:32]}")
     if not isinstance(item["manifest"], str) or not re.fullmatch(r"[0-9a-f]{64}", item["manifest"]):
         raise ValidationError("manifest is the transcript's hex SHA-256 manifest hash")
     location = item["location"]

@@ -13,7 +13,7 @@ keeps working.
 
 from rules.identifiers import COUNTRY, MAX_CHIPS, SERIAL, SLUG, SYSTEM
 
-from .chips import CHIP_EVENTS, EVENT_FIELDS, chips_fabricate, chips_record_event
+from .chips import CHIP_EVENTS, EVENT_FIELDS, chips_fabricate, chips_record_event, event_fields_table
 from .epcis import epcis_capture, epcis_document_parse, epcis_query_serial
 from .facilities import chip_model_register, facility_register
 from .idempotency import IdempotencyConflict, idempotent_answer, idempotent_answer_record, idempotent_in_progress
@@ -45,6 +45,7 @@ __all__ = [
     "epcis_capture",
     "epcis_document_parse",
     "epcis_query_serial",
+    "event_fields_table",
     "export_licence_grant",
     "facility_register",
     "idempotent_answer",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import difflib
 import re
 import unicodedata
 from collections import defaultdict
@@ -194,8 +195,24 @@ EVENT_FIELDS = {
     "decommissioned": {"reason": True, "evidence": True},
     "destroyed": {"reason": True, "evidence": True},
 }
+ORGANISATION_FIELDS = {"consignee", "to_owner"}  # fields that name a registered organisation
 END_REASONS = ("end_of_life", "failed", "damaged", "recalled", "regulatory_order")
 EVIDENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/#-]{0,127}")  # e.g. sha256:<hex of the certificate>, or its id
+
+
+def event_fields_table() -> str:
+    """Markdown: each event's required and optional fields beyond ``chips``, ``timestamp`` and ``nonce`` (the
+    README and the OpenAPI description print this; a test keeps the README equal to it)."""
+    rows = ["| event | required | optional |", "|---|---|---|"]
+    rows.append("| `fabricate` | `chips: [{serial, model, public_key}]` | `facility` per chip |")
+    for name, event in CHIP_EVENTS.items():
+        fields = EVENT_FIELDS.get(event, {})
+        required = ", ".join(f"`{f}`" for f, needed in fields.items() if needed) or "—"
+        optional = ", ".join(f"`{f}`" for f, needed in fields.items() if not needed) or "—"
+        rows.append(f"| `{name}` | {required} | {optional} |")
+    return "\n".join(rows)
+
+
 PUBLIC_NOTE = "not accepted: ledger entries are public (docs/security.md); keep free text in your own records"
 
 
@@ -295,8 +312,9 @@ def _event_payload(event: str, payload: dict) -> dict:
     missing = {
         name: f"required for {event}" for name, required in fields.items() if required and payload.get(name) is None
     }
-    if missing:  # every missing field at once, so a client fixes its request in one go
-        raise ValidationError(missing)
+    unknown = _unknown_fields(payload, fields, event)
+    if missing or unknown:  # every missing and unknown field at once, so a client fixes its request in one go
+        raise ValidationError({**missing, **unknown})
     for name in fields:
         value = payload.get(name)
         if value is None:
@@ -315,10 +333,26 @@ def _event_payload(event: str, payload: dict) -> dict:
             fail("reason", f"one of {list(END_REASONS)}")
         if not EVIDENCE.fullmatch(normalised["evidence"]):
             fail("evidence", "a reference to the evidence, e.g. sha256:<hex of the destruction certificate>")
-    unknown = set(payload) - set(fields) - {"chips", "timestamp", "nonce"}
-    if unknown:
-        fail("body", f"unknown fields {sorted(unknown)} for {event}")
     return normalised
+
+
+def _unknown_fields(payload: dict, fields: dict, event: str) -> dict[str, str]:
+    """Each field the event does not take, named, with the field it probably meant (``consignee_org`` ->
+    ``consignee``) and, where its value names no registered organisation, that too."""
+    known = [*fields, "chips", "timestamp", "nonce"]
+    errors = {}
+    for name in sorted(k for k in payload if k not in known and k != "note"):
+        guess = (
+            difflib.get_close_matches(name, list(fields), n=1, cutoff=0.5)
+            or [field for field in fields if field in name][:1]
+        )
+        words = f"unknown field for {event}" + (f": did you mean {guess[0]!r}?" if guess else "")
+        value = payload[name]
+        names_organisation = guess and guess[0] in ORGANISATION_FIELDS and isinstance(value, str) and len(value) <= 128
+        if names_organisation and not Organisation.objects.filter(slug=value).exists():
+            words += f" (and no organisation {value!r} is registered)"
+        errors[str(name)[:64]] = words
+    return errors
 
 
 def shipment_destination_country(payload: dict) -> str:

@@ -13,7 +13,7 @@ What the chip does, and what an inspector or a prover asks of it:
     python -m replay.prover.chipsim --dir var/chip-keys answer P000001 NONCE     # sign the portal's challenge
     python -m replay.prover.chipsim --dir var/chip-keys export P000001 > log     # the log, as an inspector reads it
     python -m replay.prover.chipsim --dir var/chip-keys train --chips P000001,P000002 --out DIR [--arch mlp --steps 30]
-    python -m replay.prover.chipsim claims DIR --serials P000001 --run RUN       # the prover's claims body (JSON)
+    python -m replay.prover.chipsim claims DIR --serials P000001 [--run RUN]     # the prover's claims body (JSON)
 
 ``train`` runs the replay recorder on those chips: while the prover trains, each chip logs
 Poisson-timed hashes of its weight shard, signed with its own key, and the counters carry on from
@@ -29,14 +29,16 @@ import json
 import os
 import re
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from nacl.signing import SigningKey
 
 from replay.protocol.firmware import ZERO, Chip, Firmware, parse_record, public_key_b64, record_hash
+from replay.prover.claims import claims_body
 
 SERIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+STEP_SECONDS = 60  # the simulated chips' clock: a minute a training step
 
 
 def identity_message(serial: str, nonce: str) -> bytes:
@@ -106,43 +108,35 @@ class ChipStore:
             with self._path(serial, ".log").open("a") as handle:
                 handle.write("".join(line + "\n" for line in lines))
 
+    def clock(self, serials: list[str], steps: int, now: datetime | None = None) -> tuple[datetime, float]:
+        """(start, seconds per step) of the chips' clock for a run of ``steps`` steps that ends by ``now``: a
+        minute a step, the run dated so that it has just finished (a chip never logs a time in the future).
+        After a recent run on the same chips the steps are squeezed into the time since their last record (a
+        chip's clock never runs backwards: the checker calls that a rollback), at least a second a step: a run
+        started within seconds of the last one may end up to a second a step ahead of the clock."""
+        now = (now or datetime.now(UTC)).replace(microsecond=0)
+        last = max([self._last_time(s) for s in serials], default=datetime.min.replace(tzinfo=UTC))
+        start = now - timedelta(seconds=steps * STEP_SECONDS)
+        if start > last:
+            return start, float(STEP_SECONDS)
+        return last, max(1.0, (now - last).total_seconds() // (steps + 1))
+
     def train(self, serials: list[str], out, *, arch: str = "mlp", steps: int = 30, **recorder_options) -> Path:
         """The prover trains on these chips: run the recorder with the chips' own firmware; their logs grow."""
         from replay.prover.recorder import Recorder  # torch only when training
 
-        start = max([datetime.now(UTC).replace(microsecond=0)] + [self._last_time(s) for s in serials])
+        start, step_seconds = self.clock(serials, steps)
         made: list[Firmware] = []
 
         def firmware(layout, seed, rate):
             chips = [self.firmware_chip(item["serial"], shard) for shard, item in enumerate(layout)]
-            made.append(Firmware(layout, seed, rate, chips=chips, start=start))
+            made.append(Firmware(layout, seed, rate, step_seconds=step_seconds, chips=chips, start=start))
             return made[-1]
 
         out = Recorder(out, arch, steps=steps, serials=serials, firmware=firmware, **recorder_options).run()
         for serial in serials:
             self.append(serial, [line for line in made[0].lines if json.loads(line)["serial"] == serial])
         return out
-
-
-def claims_body(transcript, serials: list[str], run: str, location: str | None = None) -> dict:
-    """The prover's answer to the snapshots an inspector read off ``serials``: the API's claims body."""
-    transcript = Path(transcript)
-    recorded = json.loads((transcript / "claims.json").read_text())
-    wanted = set(serials)
-    return {
-        "claims": [
-            {
-                "serial": claim["serial"],
-                "counter": claim["counter"],
-                "run": run,
-                "step": claim["step"],
-                "manifest": recorded["manifest"],
-                "location": location or str(transcript.resolve()),
-            }
-            for claim in recorded["claims"]
-            if claim["serial"] in wanted
-        ]
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--snapshot-rate", type=float, default=0.05, help="snapshots per chip per step (Poisson)")
     claims = sub.add_parser("claims", help="the claims body answering the snapshots read off these chips")
     claims.add_argument("transcript", type=Path)
-    claims.add_argument("--serials", required=True, help="comma-separated serials the inspector read")
-    claims.add_argument("--run", required=True, help="your name for the training run")
+    claims.add_argument("--serials", help="comma-separated serials the inspector read (default: every chip)")
+    claims.add_argument("--run", help="your name for the training run (default: the transcript folder's name)")
     claims.add_argument("--location", help="where the verifier reads the transcript (default: its path)")
     args = p.parse_args(argv)
     store = ChipStore(args.dir)
@@ -184,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             options = {"seed": args.seed, "snapshot_rate": args.snapshot_rate}
             print(store.train(serials, args.out, arch=args.arch, steps=args.steps, **options))
         else:
-            serials = [s for s in args.serials.split(",") if s]
+            serials = [s for s in (args.serials or "").split(",") if s] or None
             print(json.dumps(claims_body(args.transcript, serials, args.run, args.location), indent=1))
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

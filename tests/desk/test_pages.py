@@ -363,6 +363,8 @@ def test_the_claim_page_names_the_dispute_and_shows_findings_with_evidence(staff
     claim_services.claim_result_record(claim.pk, verdict)
     html = staff.get(reverse("desk:claim", args=[claim.pk])).content.decode()
     assert "First divergent step <strong>6</strong>, first divergent operation <strong>layers.1#3</strong>" in html
-    assert "<strong>straight_line</strong>: checkpoints around 8" in html
+    # each finding in words first (what was measured, what it would mean), then the verifier's detail and evidence
+    assert "<strong>straight_line</strong>: Checkpoints around steps 8 lie nearly on a straight line" in html
+    assert "It decided nothing." in html and "checkpoints around 8" in html
     alert = Alert.objects.filter(kind=Alert.Kind.CLAIM_FAILED).latest("raised_seq")
     assert "first divergent step 6, operation layers.1#3" in alert.detail

@@ -40,27 +40,94 @@ def test_accept_challenge_answer_and_record_a_finding(inspector):
     Chip.objects.filter(pk=task.chip_id).update(public_key=bytes(key.verify_key))
     page = f"/portal/tasks/{task.pk}/"
     assert inspector.post(page, {"action": "accept"}).status_code == 302
-    html = inspector.post(page, {"action": "challenge"}).content.decode()
-    message = html.split("<pre>")[1].split("</pre>")[0].replace("&#x27;", "'")
+    assert inspector.post(page, {"action": "challenge"}).status_code == 302
+    inspector.get("/portal/")  # away and back: the challenge is kept server-side until answered or expired
+    message = challenge_message(inspector.get(page).content.decode())
+    assert challenge_message(inspector.get(page).content.decode()) == message
     nonce = message.strip().splitlines()[-1]
     signature = base64.b64encode(key.sign(message.encode()).signature).decode()
     answered = inspector.post(page, {"action": "identity", "nonce": nonce, "signature": signature}, follow=True)
-    assert "Identity verified." in answered.content.decode()
+    html = answered.content.decode()
+    assert "Identity verified." in html and 'id="identity-verified"' in html
+    assert 'value="challenge"' not in html  # passed: no fresh challenge offered
     recorded = inspector.post(
         page,
         {
             "action": "finding",
             "chip_found": "true",
-            "seal_intact": "on",
-            "location_matches": "on",
+            "owner_refused": "false",
+            "seal_intact": "true",
+            "tamper_evidence": "",  # not checked
+            "location_matches": "false",
             "photo_hashes": "ab" * 32,
             "notes": "all good",
         },
         follow=True,
     )
-    assert "Finding recorded on the ledger." in recorded.content.decode()
+    html = recorded.content.decode()
+    assert "Finding recorded on the ledger." in html
     finding = Entry.objects.get(kind="inspection.finding")
     assert finding.payload["chip_found"] is True and finding.payload["photo_hashes"] == ["ab" * 32]
+    assert finding.payload["seal_intact"] is True and finding.payload["location_matches"] is False
+    assert "tamper_evidence" not in finding.payload  # an unanswered question is no assertion
+    # done: the result is shown, and nothing more is offered
+    assert 'id="finding-result"' in html and "not checked" in html
+    for action in ("challenge", "identity", "log", "finding", "accept"):
+        assert f'value="{action}"' not in html
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from inspections.models import SnapshotLog
+
+    upload = SimpleUploadedFile("chip.log", b'{"serial": "x"}\n')
+    stale = inspector.post(page, {"action": "log", "log": upload}, follow=True).content.decode()  # a stale tab
+    assert "nothing more is taken" in stale and not SnapshotLog.objects.filter(task=task).exists()
+
+
+def challenge_message(html: str) -> str:
+    return html.split('<pre id="challenge-message">')[1].split("</pre>")[0].replace("&#x27;", "'")
+
+
+def test_an_unticked_checklist_records_no_answers(inspector):
+    task = InspectionTask.objects.first()
+    page = f"/portal/tasks/{task.pk}/"
+    inspector.post(page, {"action": "accept"})
+    inspector.post(page, {"action": "finding", "chip_found": "true", "owner_refused": "false"}, follow=True)
+    payload = Entry.objects.get(kind="inspection.finding").payload
+    assert not {"seal_intact", "tamper_evidence", "location_matches"} & set(payload)
+    assert payload["owner_refused"] is False
+
+
+def test_the_task_list_is_filtered_and_paged(inspector):
+    from django.utils import timezone
+
+    first = InspectionTask.objects.get()
+    others = Chip.objects.exclude(pk=first.chip_id)[:30]  # a busy body: more tasks than one page holds
+    InspectionTask.objects.bulk_create(
+        [
+            InspectionTask(
+                draw=first.draw,
+                chip=chip,
+                prover=first.prover,
+                inspection_body=first.inspection_body,
+                due_on=first.due_on + timezone.timedelta(days=30),
+                assigned_seq=first.assigned_seq,
+            )
+            for chip in others
+        ]
+    )
+    tasks = list(InspectionTask.objects.order_by("due_on", "id"))
+    InspectionTask.objects.filter(pk=tasks[0].pk).update(status="done")
+    InspectionTask.objects.filter(pk=tasks[1].pk).update(due_on=timezone.localdate())
+    open_page = inspector.get("/portal/").content.decode()
+    assert f">{tasks[0].chip.serial}<" not in open_page and "page 1 of" in open_page
+    assert f"open (not done) ({len(tasks) - 1})" in open_page
+    second = inspector.get("/portal/?show=open&page=2").content.decode()
+    assert f">{tasks[-1].chip.serial}<" in second or "page 2 of" in second
+    done = inspector.get("/portal/?show=done").content.decode()
+    assert f">{tasks[0].chip.serial}<" in done and f">{tasks[1].chip.serial}<" not in done
+    due = inspector.get("/portal/?show=due").content.decode()
+    assert f">{tasks[1].chip.serial}<" in due
+    assert inspector.get("/portal/?show=nonsense&page=9999").status_code == 200
 
 
 def test_a_finding_on_an_unaccepted_task_shows_the_error(inspector):

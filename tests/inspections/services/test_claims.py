@@ -201,3 +201,34 @@ def test_an_internal_transcript_url_is_refused_without_a_connection(answered, dj
     assert verify_claim(claim_id) == "malformed"
     reason = Claim.objects.get(pk=claim_id).report["reasons"][0]
     assert "link-local address, which is never fetched" in reason
+
+
+def test_the_body_replay_claim_writes_is_posted_as_is_and_verifies(
+    answered, tmp_path, django_capture_on_commit_callbacks
+):
+    """The README's prover path: `python -m replay claim DIR --serials <the chips read>` makes the API's body."""
+    from replay.__main__ import main as replay_main
+
+    read = sorted({s.chip.serial for s in Snapshot.objects.select_related("chip")})
+    body = tmp_path / "body.json"
+    assert replay_main(["claim", answered["location"], "--serials", ",".join(read), "--out", str(body)]) == 0
+    with django_capture_on_commit_callbacks(execute=False):
+        response = answered["client"].post("/api/inspections/claims", json.loads(body.read_text()))
+    assert response.status_code == 201, response.content
+    claim_ids = response.json()["claims"]
+    assert len(claim_ids) == Snapshot.objects.count()
+    assert set(Claim.objects.values_list("run", flat=True)) == {"mlp-run"}  # the folder's name, as filed
+    assert verify_claim(claim_ids[0]) == "verified"
+    status = answered["client"].get(f"/api/inspections/claims/{claim_ids[0]}").json()
+    assert status["run"] == "mlp-run" and status["explanation"].startswith("Verified: the replayed steps")
+    assert all(f["meaning"] and "decided nothing" in f["meaning"] for f in status["findings"] if f["kind"] == "screen")
+
+
+def test_the_recorders_own_claims_file_posted_by_mistake_is_one_error_with_the_way_out(answered):
+    response = answered["client"].post("/api/inspections/claims", answered["claims"])
+    assert response.status_code == 400
+    errors = response.json()
+    assert len(errors) == 1, errors
+    ((problem, hint),) = errors.values()
+    assert problem == "unknown keys shard, hash, time; missing run, manifest, location"
+    assert "python -m replay claim" in hint

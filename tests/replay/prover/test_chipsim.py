@@ -72,3 +72,73 @@ def test_the_command_line_answers_and_exports(tmp_path, capsys):
     signature = base64.b64decode(capsys.readouterr().out.strip())
     VerifyKey(base64.b64decode(public)).verify(chipsim.identity_message("P0001", "00ff"), signature)
     assert chipsim.main(["--dir", str(tmp_path), "export", "P0404"]) == 2
+
+
+def _times(store, serial):
+    return [json.loads(line)["time"] for line in store.export(serial).splitlines()]
+
+
+def test_a_chip_never_logs_a_time_in_the_future_nor_before_its_last_record(tmp_path):
+    from datetime import UTC, datetime, timedelta
+
+    store = chipsim.ChipStore(tmp_path / "chips")
+    serials = ["P0001", "P0002"]
+    for serial in serials:
+        store.make(serial)
+    store.train(serials, tmp_path / "run-1", steps=8, seed=1, snapshot_rate=0.8)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for serial in serials:
+        times = _times(store, serial)
+        assert times and max(times) <= now and times == sorted(times)
+    first = {serial: len(_times(store, serial)) for serial in serials}
+    store.train(serials, tmp_path / "run-2", steps=8, seed=2, snapshot_rate=0.8)  # at once, on the same chips
+    ahead = (datetime.now(UTC) + timedelta(seconds=8)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for serial in serials:
+        times = _times(store, serial)
+        assert times == sorted(times) and all(t <= ahead for t in times[first[serial] :])
+
+
+def test_the_clock_squeezes_a_run_after_a_recent_one_at_a_second_a_step_at_least(tmp_path):
+    from datetime import datetime, timedelta
+
+    store = chipsim.ChipStore(tmp_path)
+    store.make("P0001")
+    store.train(["P0001"], tmp_path / "run-1", steps=4, seed=1, snapshot_rate=5.0)
+    last = datetime.fromisoformat(_times(store, "P0001")[-1].replace("Z", "+00:00"))
+    start, seconds = store.clock(["P0001"], 10, now=last + timedelta(seconds=110))
+    assert start == last and seconds == 10 and start + timedelta(seconds=10 * seconds) <= last + timedelta(seconds=110)
+    assert store.clock(["P0001"], 10, now=last + timedelta(seconds=5)) == (last, 1.0)  # at least a second a step
+    start, seconds = store.clock(["P0001"], 10, now=last + timedelta(days=1))
+    assert seconds == 60 and start + timedelta(minutes=10) == last + timedelta(days=1)  # a fresh run just ended
+
+
+def test_replay_claim_names_the_run_after_its_folder_and_refuses_a_chip_the_run_never_used(tmp_path, capsys):
+    from replay.__main__ import main
+
+    store = chipsim.ChipStore(tmp_path / "chips")
+    store.make("P0001")
+    run = store.train(["P0001"], tmp_path / "run-6", steps=6, seed=1, snapshot_rate=5.0)
+    assert main(["claim", str(run)]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["claims"] and {c["run"] for c in body["claims"]} == {"run-6"}
+    assert all(set(c) == {"serial", "counter", "run", "step", "manifest", "location"} for c in body["claims"])
+    assert main(["claim", str(run), "--serials", "P0404"]) == 2
+    assert "no snapshot of P0404 in this run" in capsys.readouterr().err
+    assert main(["claim", str(tmp_path)]) == 2
+    assert "a transcript folder" in capsys.readouterr().err
+
+
+def test_replay_record_on_registered_chips_logs_their_own_firmware(tmp_path, capsys):
+    from replay.__main__ import main
+
+    store = chipsim.ChipStore(tmp_path / "chips")
+    key = store.make("P0001")
+    out = tmp_path / "run-1"
+    args = ["record", "--arch", "mlp", "--steps", "4", "--out", str(out), "--snapshot-rate", "5"]
+    assert main([*args, "--chip-dir", str(tmp_path / "chips"), "--serials", "P0001"]) == 0
+    assert "python -m replay claim" in capsys.readouterr().err
+    assert verify_log(store.export("P0001").splitlines(), key, serial="P0001") == []
+    assert json.loads((out / "chips.json").read_text()) == {"P0001": key}
+    assert main([*args, "--chip-dir", str(tmp_path / "chips")]) == 2  # --serials goes with it
+    assert main([*args[:-2], "--out", str(tmp_path / "sim"), "--chips", "1"]) == 0
+    assert "in no registry" in capsys.readouterr().err

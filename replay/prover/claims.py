@@ -1,0 +1,66 @@
+"""The prover's answer, in the claims API's own format (docs/claims.md §1), from a recorded transcript.
+
+The recorder's ``claims.json`` is the *verifier's* input: for every snapshot the chips logged, its
+shard, hash, time and the step that produced it. ``POST /api/inspections/claims`` wants, for the
+snapshots an inspector read off your chips, {serial, counter, run, step, manifest, location}:
+
+    python -m replay claim var/transcripts/lab-honest/run-6 --serials H000004 > body.json
+
+The run's name defaults to the transcript folder's name, so the regulator's desk shows the name
+you filed under (``run-6``, not some other label); the location defaults to the folder's absolute
+path (a directory under the regulator's ``TRANSCRIPT_ROOTS``) — give ``--location`` for an http(s) URL.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+MAX_RUN_NAME = 128  # the API's limit
+
+
+def recorded_claims(transcript) -> dict:
+    """The recorder's claims.json of a transcript folder: {"manifest", "claims": [...]}; ValueError if absent."""
+    path = Path(transcript) / "claims.json"
+    try:
+        recorded = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(
+            f"{path} does not exist: is {transcript} a transcript folder (python -m replay record)?"
+        ) from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not JSON ({error.msg})") from None
+    if not isinstance(recorded, dict) or not {"manifest", "claims"} <= set(recorded):
+        raise ValueError(f"{path} is not a recorder's claims.json (it has no manifest and claims)")
+    return recorded
+
+
+def claims_body(transcript, serials: list[str] | None = None, run: str | None = None, location=None) -> dict:
+    """The API's claims body answering every snapshot the transcript's chips logged (only ``serials``', if
+    given: the chips an inspector read). ValueError names a serial the run never used, or a bad run name."""
+    transcript = Path(transcript)
+    recorded = recorded_claims(transcript)
+    run = run or transcript.resolve().name
+    if not 0 < len(run) <= MAX_RUN_NAME:
+        raise ValueError(f"the run's name must be 1 to {MAX_RUN_NAME} characters")
+    logged = {c["serial"] for c in recorded["claims"]}
+    unknown = sorted(set(serials or []) - logged)
+    if unknown:
+        raise ValueError(
+            f"no snapshot of {', '.join(unknown)} in this run (its chips logged: {', '.join(sorted(logged))})"
+        )
+    wanted = set(serials) if serials else logged
+    return {
+        "claims": [
+            {
+                "serial": claim["serial"],
+                "counter": claim["counter"],
+                "run": run,
+                "step": claim["step"],
+                "manifest": recorded["manifest"],
+                "location": str(location or transcript.resolve()),
+            }
+            for claim in recorded["claims"]
+            if claim["serial"] in wanted
+        ]
+    }
