@@ -237,7 +237,7 @@ def _record_on_chips(args) -> int:
 
 
 def _claim(args) -> int:
-    from replay.prover.claims import claims_body
+    from replay.prover.claim_body import claims_body
 
     serials = [s for s in (args.serials or "").split(",") if s] or None
     try:

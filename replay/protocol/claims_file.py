@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from replay.protocol import chips
+from replay.protocol import chips_and_time
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_errors import MalformedTranscript
 
@@ -53,9 +53,9 @@ def parse_claims(raw, tr: Transcript) -> list[dict]:
     for i, c in enumerate(raw["claims"]):
         # time is part of the contract; a caller that omits it loses the order and pace checks of that
         # claim (reported as untimed), never the replay
-        if not isinstance(c, dict) or not CLAIM_KEYS <= set(c) <= CLAIM_KEYS | {"time"} | chips.WORK_KEYS:
+        if not isinstance(c, dict) or not CLAIM_KEYS <= set(c) <= CLAIM_KEYS | {"time"} | chips_and_time.WORK_KEYS:
             raise MalformedTranscript(f"claims[{i}] must have serial, counter, shard, hash, step, time")
-        chips.check_work(c, f"claims[{i}]")
+        chips_and_time.check_work(c, f"claims[{i}]")
         if not all(type(c[k]) is int for k in ("counter", "shard", "step")) or not isinstance(c["hash"], str):
             raise MalformedTranscript(f"claims[{i}] has fields of the wrong type")
         if c["serial"] not in shard_of or c["shard"] != shard_of[c["serial"]]:
@@ -64,7 +64,7 @@ def parse_claims(raw, tr: Transcript) -> list[dict]:
             )
         if not 0 <= c["step"] <= tr.steps:
             raise MalformedTranscript(f"claims[{i}]: step {c['step']} outside the run (0..{tr.steps})")
-        out.append({**c, "at": chips.parse_time(c["time"], f"claims[{i}].time") if "time" in c else None})
+        out.append({**c, "at": chips_and_time.parse_time(c["time"], f"claims[{i}].time") if "time" in c else None})
     return out
 
 

@@ -7,7 +7,7 @@
    FLOPs, steps, examples, tokens; each rule gets a verdict, and a declaration below the count is
    under-reporting (compute_rules.py).
 3. Claims (chip serial, counter, shard, hash, step, time; claims_file.py) are checked against the chips' signed
-   snapshot logs (snapshot_logs.py), their history and the registry's chips (chips.py: order, pace, layout), then each
+   snapshot logs (snapshot_logs.py), their history and the registry's chips (chips_and_time.py: order, pace, layout), then each
    claimed step is replayed from the nearest earlier checkpoint and the shard's SHA-256 compared
    bit-exactly (segment_replay.py).
 4. Segments (coverage.py) -- the one that produced each claim's starting checkpoint, then fresh ones
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from replay.protocol import chips, coverage
+from replay.protocol import chips_and_time, coverage
 from replay.protocol.claims_file import coverage_context, parse_claims, read_json, read_lines
 from replay.protocol.compute_rules import DEFAULT_RULES, count_compute
 from replay.protocol.engine import Budget, BudgetExhausted, Replayer
@@ -133,14 +133,14 @@ def verify(
             lines = [line for line in lines if line.strip()]
             reasons += check_snapshots(lines, keys, claim_list, tr)
             work_from_logs(lines, claim_list)
-        why, report["checks"]["chips"] = chips.check(
+        why, report["checks"]["chips"] = chips_and_time.check(
             tr.hash,
             tr.layout,
             claim_list,
-            chips.parse_history((raw or {}).get("history")),
-            chips.parse_prover_chips((raw or {}).get("prover_chips")),
+            chips_and_time.parse_history((raw or {}).get("history")),
+            chips_and_time.parse_prover_chips((raw or {}).get("prover_chips")),
             compute["flops_per_step"],
-            chips.parse_run_snapshots((raw or {}).get("run_snapshots")),
+            chips_and_time.parse_run_snapshots((raw or {}).get("run_snapshots")),
         )
         reasons += why
         report["conflicts"] = report["checks"]["chips"]["conflicts"][:100]

@@ -35,7 +35,7 @@ from pathlib import Path
 from nacl.signing import SigningKey
 
 from replay.protocol.firmware import ZERO, Chip, Firmware, parse_record, public_key_b64, record_hash
-from replay.prover.claims import claims_body
+from replay.prover.claim_body import claims_body
 
 SERIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 STEP_SECONDS = 60  # the simulated chips' clock: a minute a training step

@@ -327,7 +327,7 @@ def test_hidden_work_is_counted_by_the_chips(tmp_path):
 def test_work_before_a_chips_first_snapshot_is_accounted_from_fabrication():
     """The counters count from fabrication: a chip whose first record ever (counter 0) already shows more work
     than the run's steps so far did that work for no claim; less is fine (a chip may join a run late)."""
-    from replay.protocol.chips import _work
+    from replay.protocol.chips_and_time import _work
 
     def ev(counter, step, flops):
         return {"counter": counter, "step": step, "flops": flops, "run": "r", "mine": True}
