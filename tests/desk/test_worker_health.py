@@ -2,6 +2,7 @@
 with the reason, a broker that refuses a job fails it (no 500), and a cache or broker outage is a 503 with
 Retry-After."""
 
+import shutil
 from datetime import timedelta
 from unittest import mock
 
@@ -89,6 +90,28 @@ def test_a_sweep_started_while_the_broker_is_down_fails_its_job_with_the_reason(
     assert response.status_code == 302
     job = Job.objects.get()
     assert job.state == "failed" and "could not be queued" in job.message and "Connection refused" in job.message
+
+
+@pytest.mark.skipif(not shutil.which("redis-server"), reason="needs redis-server")
+def test_a_sweep_started_while_a_real_redis_is_down_fails_its_job(staff, tmp_path, django_capture_on_commit_callbacks):
+    """No mock of the send: a Celery app on a redis-server of its own, which is shut down before the sweep."""
+    from celery import Celery
+
+    from tests.inspections.test_draw_redis_restart import RedisServer
+
+    redis = RedisServer(tmp_path)
+    redis.start()
+    app = Celery("redis-down", broker=redis.url)
+    app.conf.broker_transport_options = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2}
+    redis.stop()
+    with (
+        mock.patch("inspections.queue.current_app", app),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        response = staff.post(reverse("desk:sweep"))
+    assert response.status_code == 302
+    job = Job.objects.get()
+    assert job.state == "failed" and "could not be queued" in job.message and "start it again" in job.message
 
 
 @pytest.mark.parametrize("outage", [RedisConnectionError("Connection refused"), OperationalError("broker down")])
