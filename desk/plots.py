@@ -21,6 +21,7 @@ def _svg(figure) -> str:
     figure.savefig(buffer, format="svg", bbox_inches="tight")
     plt.close(figure)
     text = buffer.getvalue()
+    text = text.replace(' target="_blank"', "")  # matplotlib opens links in a new tab: a drill-down stays in this one
     return text[text.index("<svg") :]  # drop the XML prolog and doctype: the SVG is inlined in HTML
 
 
