@@ -197,3 +197,14 @@ def test_the_project_names_itself_and_speaks_plurals(regulator, world):
     assert admin.site.site_title == "chipledger desk"
     assert str(InspectionBody._meta.verbose_name_plural) == "inspection bodies"
     assert Organisation.objects.exists()
+
+
+def test_one_date_format_on_change_lists_and_desk_pages(regulator, world):
+    alert = world["alert"]
+    inbox = regulator.get(reverse("admin:inspections_alert_changelist")).content.decode()
+    page = regulator.get(reverse("desk:alert", args=[alert.pk])).content.decode()
+    from django.utils import timezone
+
+    shown = timezone.localtime(alert.raised_at).strftime("%Y-%m-%d %H:%M")
+    assert shown in inbox and shown in page
+    assert not re.search(r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\.? \d{1,2}, 20\d\d", inbox)
