@@ -113,9 +113,22 @@ def _register(data: dict) -> Organisation:
 
 @admin.register(Facility)
 class FacilityAdmin(ReadOnlyAdmin):
-    list_display = ("slug", "owner", "kind", "country", "location")
+    list_display = ("slug", "owner_page", "kind", "country", "location", "chips_here")
     list_filter = ("kind", "country")
     search_fields = ("slug", "owner__slug", "location")
+    list_select_related = ("owner",)
+
+    @admin.display(description="owner", ordering="owner__slug")
+    def owner_page(self, facility):
+        return format_html(
+            '<a href="{}">{}</a>', reverse("desk:organisation", args=[facility.owner.slug]), facility.owner
+        )
+
+    @admin.display(description="chips")
+    def chips_here(self, facility):
+        """A link to the chips at the facility (no count: a COUNT per row would scan the chips on every page)."""
+        url = reverse("admin:registry_chip_changelist") + f"?facility={facility.slug}"
+        return format_html('<a href="{}">chips here</a>', url)
 
 
 @admin.register(ChipModel)

@@ -208,3 +208,13 @@ def test_one_date_format_on_change_lists_and_desk_pages(regulator, world):
     shown = timezone.localtime(alert.raised_at).strftime("%Y-%m-%d %H:%M")
     assert shown in inbox and shown in page
     assert not re.search(r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\.? \d{1,2}, 20\d\d", inbox)
+
+
+def test_the_facility_list_opens_each_facilitys_chips_and_owner(regulator, world):
+    facility = Chip.objects.exclude(facility=None).select_related("facility__owner").first().facility
+    listing = regulator.get(reverse("admin:registry_facility_changelist")).content.decode()
+    chips = reverse("admin:registry_chip_changelist") + f"?facility={facility.slug}"
+    assert chips in listing and reverse("desk:organisation", args=[facility.owner.slug]) in listing
+    assert _serials(regulator.get(chips).content.decode()) == set(
+        Chip.objects.filter(facility=facility).values_list("serial", flat=True)
+    )
