@@ -202,11 +202,21 @@ class ProverFilter(admin.SimpleListFilter):
 
 @admin.register(InspectionTask)
 class InspectionTaskAdmin(ReadOnlyAdmin):
-    list_display = ("task_page", "chip", "prover", "inspection_body", "due_on", "status")
+    list_display = ("task_page", "chip", "prover", "inspection_body", "due_on", "status_shown")
     list_display_links = None
     list_filter = ("status", OverdueFilter, "inspection_body", ProverFilter, "draw__campaign")
     search_fields = ("=chip__serial",)
     list_select_related = ("chip", "prover", "inspection_body")
+
+    @admin.display(description="status", ordering="status")
+    def status_shown(self, task):
+        """Overdue (as the dashboard counts it) in the error colour, so a late task stands out in any list."""
+        late = task.status == InspectionTask.Status.OVERDUE or (
+            task.status in ("assigned", "accepted") and task.due_on < timezone.now().date()
+        )
+        if late:
+            return format_html('<strong class="errornote" style="padding:0 4px">{} — overdue</strong>', task.status)
+        return task.status
 
     @admin.display(description="task", ordering="pk")
     def task_page(self, task):

@@ -218,3 +218,16 @@ def test_the_facility_list_opens_each_facilitys_chips_and_owner(regulator, world
     assert _serials(regulator.get(chips).content.decode()) == set(
         Chip.objects.filter(facility=facility).values_list("serial", flat=True)
     )
+
+
+def test_an_overdue_task_stands_out_in_the_task_list(regulator, world):
+    import datetime
+
+    from inspections.models import InspectionTask
+
+    url = reverse("admin:inspections_inspectiontask_changelist")
+    assert "— overdue" not in regulator.get(url).content.decode()
+    InspectionTask.objects.filter(pk=world["task"].pk).update(due_on=datetime.date(2020, 1, 1))
+    listing = regulator.get(url, {"overdue": "yes"}).content.decode()
+    assert "assigned — overdue" in listing and _listed(listing) == 1
+    assert 'class="desk-bad"' in regulator.get("/admin/").content.decode()
