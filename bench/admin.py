@@ -188,6 +188,7 @@ def measure(world: dict) -> list[tuple]:
         .order_by("serial")
         .values_list("serial", flat=True)[Chip.objects.filter(serial__startswith="S").count() // 2]
     )
+    owner, country = Chip.objects.filter(serial=serial).values_list("owner__slug", "country").get()
     page = "SELECT * FROM {} ORDER BY {} LIMIT 50"
     chip_join = (
         "SELECT c.*, m.name, o.slug, p.slug, f.slug FROM registry_chip c JOIN registry_chipmodel m ON m.id = c.model_id "
@@ -205,6 +206,20 @@ def measure(world: dict) -> list[tuple]:
             "chips search by serial prefix",
             f"/admin/registry/chip/?q={serial[:-2]}",
             select(chip_join + "WHERE c.serial LIKE %s ORDER BY c.id DESC LIMIT 50", [serial[:-2] + "%"]),
+        ),
+        (
+            "chips filtered (owner and country, a dashboard bar's list)",
+            f"/admin/registry/chip/?owner={owner}&country={country}",
+            select(chip_join + "WHERE o.slug = %s AND c.country = %s ORDER BY c.id DESC LIMIT 50", [owner, country]),
+        ),
+        (
+            "organisation page (chips by facility and status)",
+            f"/admin/desk/organisation/{owner}/",
+            select(
+                "SELECT c.facility_id, c.status, COUNT(*) FROM registry_chip c JOIN registry_organisation o "
+                "ON o.id = c.owner_id WHERE o.slug = %s GROUP BY 1, 2",
+                [owner],
+            ),
         ),
         ("ledger entries change list", "/admin/ledger/entry/", select(page.format("ledger_entry", "seq DESC"))),
         (

@@ -200,6 +200,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "desk.tasks.sweep_jobs",
         "schedule": timedelta(seconds=env.int("DESK_JOB_SWEEP_INTERVAL", default=300)),
     },
+    # The header's ledger badge says "intact" only from a sweep that covered the ledger as it is: sweep hourly.
+    "desk-integrity-sweep": {
+        "task": "desk.tasks.sweep_integrity",
+        "schedule": timedelta(seconds=env.int("DESK_INTEGRITY_SWEEP_INTERVAL", default=3600)),
+    },
     "inspections-draw": {
         "task": "inspections.tasks.draw_due_campaigns",
         "schedule": timedelta(seconds=env.int("INSPECTIONS_DRAW_INTERVAL", default=3600)),
@@ -274,6 +279,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+FORMAT_MODULE_PATH = ["desk.formats"]  # one date format on every admin page: 2026-11-25 16:40 UTC
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"

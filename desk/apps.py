@@ -8,6 +8,13 @@ class DeskConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        from django.contrib import admin
+
+        # The project's own name on every admin page (the stock admin, skinned: templates/admin/base_site.html).
+        admin.site.site_header = "chipledger · regulator's desk"
+        admin.site.site_title = "chipledger desk"
+        admin.site.index_title = "Regulator's desk"
+
         from ledger import services as ledger
 
         from .services import index

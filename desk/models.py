@@ -75,6 +75,11 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"{self.get_kind_display()} #{self.pk} ({self.state})"
 
+    @property
+    def title(self) -> str:
+        """As a person reads it: "Ledger integrity sweep #4, done 2026-11-25 16:40 UTC" (no stale state)."""
+        return f"{self.get_kind_display().capitalize()} #{self.pk}"
+
 
 class Heartbeat(models.Model):
     """When a periodic (beat) task last ran to its end on a worker: /healthz says which ones are stale."""

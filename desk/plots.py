@@ -21,13 +21,19 @@ def _svg(figure) -> str:
     figure.savefig(buffer, format="svg", bbox_inches="tight")
     plt.close(figure)
     text = buffer.getvalue()
+    text = text.replace(' target="_blank"', "")  # matplotlib opens links in a new tab: a drill-down stays in this one
     return text[text.index("<svg") :]  # drop the XML prolog and doctype: the SVG is inlined in HTML
 
 
-def bars(rows: list[list], title: str) -> str:
+def bars(rows: list[list], title: str, link=None) -> str:
+    """Horizontal bars; ``link(label)`` gives each bar's URL (the filtered list behind it), or None for none."""
     figure, axes = plt.subplots(figsize=SIZE)
     labels = [str(label) for label, _ in rows][::-1]
-    axes.barh(labels, [n for _, n in rows][::-1], color="#417690")
+    drawn = axes.barh(labels, [n for _, n in rows][::-1], color="#417690")
+    for bar, label in zip(drawn, [label for label, _ in rows][::-1], strict=True):
+        url = link(label) if link else None
+        if url:
+            bar.set_url(url)  # the SVG wraps the bar in <a href>: a click opens the list
     axes.xaxis.set_major_formatter(EngFormatter())
     axes.set_title(title, loc="left")
     return _svg(figure)

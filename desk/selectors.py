@@ -8,17 +8,19 @@ from collections import defaultdict
 from datetime import date, timedelta
 from urllib.parse import urlsplit, urlunsplit
 
+from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
 from inspections import selectors as inspections
 from inspections.claim_explanations import finding_explained
-from inspections.models import Alert, Campaign, Claim, Draw, Finding, InspectionTask, Snapshot
+from inspections.models import Alert, AlertAction, Campaign, Claim, Draw, Finding, InspectionTask, Snapshot
 from inspections.severity import SEVERITIES, SEVERITY
 from ledger import selectors as ledger
-from registry.models import Chip, ChipEvent, Facility, Organisation, Role
+from registry.models import Chip, ChipEvent, Facility, Organisation, OrganisationKey, Role
 from registry.selectors import organisation_of
 from rules import sampling_plans
+from rules.inspection_planning import ELIGIBLE
 
 from .models import EntrySubject, Figure, Job, KindDay
 from .services.figures import figures_refresh
@@ -28,6 +30,9 @@ SERIES_DAYS = 90
 SEARCH_LIMIT = 20
 CURVE_POINTS = 40
 DRAW_TASK_ROWS = 500
+
+
+DRAWN_STATUSES = ",".join(ELIGIBLE)  # the chip statuses a draw counts: the campaign rows' chip lists
 
 
 def figures() -> dict[str, Figure]:
@@ -61,6 +66,46 @@ def ledger_state() -> dict:
         "last_sweep": sweep,
         "running_sweep": running,
     }
+
+
+def ledger_badge() -> dict:
+    """The header's answer to "is the ledger intact?": the last finished sweep and how much of the ledger it
+    covered (stale when the ledger grew past it or it is older than two sweep intervals), the latest
+    checkpoint's age (stale when entries wait beyond two checkpoint intervals), and its witnesses. Four small
+    queries, on every desk page."""
+    now = timezone.now()
+    size = ledger.ledger_size()
+    sweep = (
+        Job.objects.filter(kind=Job.Kind.INTEGRITY_SWEEP, state__in=[Job.State.DONE, Job.State.FAILED])
+        .only("pk", "state", "result", "finished_at", "message")
+        .order_by("-finished_at")
+        .first()
+    )
+    checkpoint = ledger.checkpoint_latest()
+    swept = (sweep.result or {}).get("entries") if sweep else None
+    sweep_age = (now - sweep.finished_at).total_seconds() if sweep and sweep.finished_at else None
+    checkpoint_age = (now - checkpoint.created_at).total_seconds() if checkpoint else None
+    return {
+        "size": size,
+        "sweep": sweep,
+        "intact": bool(sweep and (sweep.result or {}).get("intact")),
+        "swept": swept,
+        "sweep_age": sweep_age,
+        "sweep_stale": sweep is None
+        or (isinstance(swept, int) and swept < size)
+        or (sweep_age is not None and sweep_age > 2 * _beat_seconds("desk-integrity-sweep")),
+        "checkpoint": checkpoint,
+        "checkpoint_age": checkpoint_age,
+        "checkpoint_stale": checkpoint is None
+        or (checkpoint.size < size and checkpoint_age > 2 * _beat_seconds("ledger-checkpoint")),
+        "witnesses": checkpoint.cosignatures.count() if checkpoint else 0,
+    }
+
+
+def _beat_seconds(entry: str) -> float:
+    """How often beat runs ``entry`` (the schedule is the one place the interval is set); a day if not scheduled."""
+    schedule = settings.CELERY_BEAT_SCHEDULE.get(entry, {}).get("schedule")
+    return schedule.total_seconds() if isinstance(schedule, timedelta) else 86400.0
 
 
 def inspections_state() -> dict:
@@ -160,13 +205,57 @@ def job_of_page(pk: int) -> Job | None:
     return Job.objects.filter(pk=pk).first()
 
 
+def job_about(job: Job) -> dict:
+    """What the job works on, in words, with the page that shows it (the params, not a dict)."""
+    params = job.params or {}
+    if job.kind == Job.Kind.DRAW_AUDIT and "draw" in params:
+        return {"text": f"draw #{params['draw']}", "url": ("desk:draw", params["draw"])}
+    if job.kind == Job.Kind.CLAIM_REVERIFY and "claim" in params:
+        return {"text": f"claim #{params['claim']}", "url": ("desk:claim", params["claim"])}
+    return {"text": "the whole ledger" if job.kind == Job.Kind.INTEGRITY_SWEEP else "", "url": None}
+
+
+JOB_RESULT_LABELS = {
+    "intact": "ledger intact",
+    "entries": "entries checked",
+    "root": "Merkle root",
+    "checkpoints": "checkpoints checked",
+    "seq": "first faulty entry",
+}
+
+
+def job_result(job: Job) -> list[tuple[str, str]]:
+    """The kept result as (label, text) rows, the summary first: readable, not a Python dict."""
+    result = job.result if isinstance(job.result, dict) else {}
+    rows = []
+    for key, value in sorted(result.items(), key=lambda item: item[0] != "summary"):
+        if isinstance(value, bool):
+            text = "yes" if value else "no"
+        elif isinstance(value, list | tuple):
+            text = ", ".join(str(v) for v in value) or "none"
+        elif isinstance(value, dict):
+            text = "; ".join(f"{k}: {v}" for k, v in value.items()) or "none"
+        else:
+            text = str(value)
+        rows.append((JOB_RESULT_LABELS.get(key, key.replace("_", " ")), text))
+    return rows
+
+
 def alert_detail(alert: Alert, user) -> dict:
     """The alert's severity, its triage actions, oldest first, and the private case text behind their
     commitments where ``user`` may read case files."""
     actions = list(alert.actions.all())
     commitments = [alert.assignee, *(a.reason for a in actions), *(a.assignee for a in actions)]
+    claims = []
+    if alert.chip_id is not None:  # an alert names its chip, not its claim: the prover's claims about that chip
+        claims = list(
+            Claim.objects.filter(snapshot__chip_id=alert.chip_id, prover_id=alert.prover_id)
+            .select_related("snapshot")
+            .order_by("-pk")[:10]
+        )
     return {
         "severity": SEVERITY.get(alert.kind, "low"),
+        "claims": claims,
         "actions": actions,
         "private": inspections.case_texts(user, commitments),
     }
@@ -188,16 +277,86 @@ def campaign_provers(campaign: Campaign) -> list[str]:
     return list(campaign.provers.order_by("slug").values_list("slug", flat=True))
 
 
+# --- organisation page ---------------------------------------------------------------------------
+
+ORG_ROWS = 50
+OPEN_ALERT_STATES = ("open", "acknowledged")
+
+
+def organisation_of_page(slug: str) -> Organisation | None:
+    return Organisation.objects.select_related("parent").filter(slug=slug).first()
+
+
+def organisation_story(organisation: Organisation) -> dict:
+    """An organisation's story on one page: the chips it owns by facility and status (one grouped query on
+    the (owner, status) index), its facilities, open alerts, claims by verdict and the latest, the campaigns
+    that target it, its keys with their registration and revocation entries, and the latest entries about it."""
+    chips: dict[str, dict[str, int]] = defaultdict(dict)
+    for facility, status, n in (
+        Chip.objects.filter(owner=organisation)
+        .values_list("facility__slug", "status")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
+        chips[facility or ""][status] = n
+    statuses = sorted({status for row in chips.values() for status in row})
+    alerts = list(
+        Alert.objects.filter(prover=organisation, state__in=OPEN_ALERT_STATES)
+        .select_related("chip")
+        .order_by("-raised_seq")[:ORG_ROWS]
+    )
+    verdicts = dict(Claim.objects.filter(prover=organisation).values_list("result").annotate(n=Count("id")).order_by())
+    claims = list(Claim.objects.filter(prover=organisation).select_related("snapshot__chip").order_by("-pk")[:10])
+    campaigns = list(
+        Campaign.objects.filter(Q(provers=organisation) | Q(provers=None, country=organisation.country))
+        .distinct()
+        .order_by("-starts_on")[:ORG_ROWS]
+    )
+    seqs = EntrySubject.objects.filter(subject=f"org:{organisation.slug}").order_by("-seq")
+    recent = [
+        {k: e[k] for k in ("seq", "time", "kind", "actor")}
+        for e in ledger.entries_at(list(seqs.values_list("seq", flat=True)[:ORG_ROWS]))
+    ][::-1]
+    return {
+        "chips": [
+            {"facility": facility, "by_status": [row.get(s, 0) for s in statuses], "total": sum(row.values())}
+            for facility, row in sorted(chips.items())
+        ],
+        "statuses": statuses,
+        "chip_total": sum(sum(row.values()) for row in chips.values()),
+        "facilities": list(Facility.objects.filter(owner=organisation).order_by("slug")),
+        "alerts": alerts,
+        "verdicts": verdicts,
+        "claims": claims,
+        "campaigns": campaigns,
+        "keys": list(OrganisationKey.objects.filter(organisation=organisation).order_by("registered_seq")),
+        "members": list(organisation.members.select_related("user").order_by("user__username")[:ORG_ROWS]),
+        "recent": recent,
+    }
+
+
 # --- chip page ------------------------------------------------------------------------------------
 
 
+TASK_ENTRY_KINDS = ("inspection.accepted", "inspection.identity_checked", "inspection.snapshot_log")
+
+
 def chip_timeline(chip: Chip) -> list[dict]:
-    """Every ledger entry about the chip, oldest first: its own events, draws, findings and alerts about it."""
+    """Every ledger entry about the chip, oldest first: its own events (shipments, transfers...), the draws that
+    picked it, its inspections (accepted, identity checks, snapshot logs, findings), claims about its snapshots
+    and their verdicts, alerts about it and their triage."""
     seqs = set(ChipEvent.objects.filter(chip=chip).values_list("seq", flat=True))
     tasks = list(InspectionTask.objects.filter(chip=chip).select_related("draw", "finding"))
     seqs.update(task.assigned_seq for task in tasks)
     seqs.update(task.finding.recorded_seq for task in tasks if hasattr(task, "finding"))
     seqs.update(Alert.objects.filter(chip=chip).values_list("raised_seq", flat=True))
+    seqs.update(AlertAction.objects.filter(alert__chip=chip).values_list("seq", flat=True))
+    task_pks = [task.pk for task in tasks]
+    if task_pks:  # the inspection's own entries: accepted, identity checked, snapshot logs (one query each)
+        for kind in TASK_ENTRY_KINDS:
+            seqs.update(e["seq"] for e in ledger.entries_of(kind, limit=TASK_ROWS, task__in=task_pks))
+    for claimed, verdict in Claim.objects.filter(snapshot__chip=chip).values_list("claimed_seq", "result_seq"):
+        seqs.update(seq for seq in (claimed, verdict) if seq is not None)
     facilities = {}
     rows = []
     for entry in ledger.entries_at(sorted(seqs)):

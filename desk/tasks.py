@@ -20,3 +20,10 @@ def sweep_jobs() -> list[int]:
 def refresh_figures() -> list[str]:
     """Beat: recompute the dashboard's aggregates over the big tables."""
     return figures.figures_refresh()
+
+
+@shared_task(name="desk.tasks.sweep_integrity")
+def sweep_integrity() -> int | None:
+    """Beat: start a full integrity sweep (a desk job, shown in the header's badge) unless one is under way."""
+    job = jobs.integrity_sweep_scheduled()
+    return job.pk if job else None

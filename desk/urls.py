@@ -10,6 +10,7 @@ staff = admin.site.admin_view
 urlpatterns = [
     path("desk/search/", staff(views.search), name="search"),
     path("desk/chip/<str:serial>/", staff(views.chip_page), name="chip"),
+    path("desk/organisation/<slug:slug>/", staff(views.organisation_page), name="organisation"),
     path("desk/alert/<int:pk>/", staff(views.alert_page), name="alert"),
     path("desk/draw/<int:pk>/", staff(views.draw_page), name="draw"),
     path("desk/campaign/<slug:slug>/", staff(views.campaign_page), name="campaign"),

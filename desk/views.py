@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import html
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
@@ -83,17 +84,26 @@ def dashboard(request):
         chosen=chosen,
         figures_at=oldest,
         inspections=selectors.inspections_state(),
+        drawn_statuses=selectors.DRAWN_STATUSES,
+        chip_statuses=stored["chips_by_status"].data if "chips_by_status" in stored else [],
         ledger=selectors.ledger_state(),
         can_act=request.user.has_perm("desk.add_job"),
     )
     return render(request, "admin/desk/dashboard.html", context)
 
 
+def _chip_list(parameter: str):
+    """Each bar's link: the chip list filtered by the bar's label (no link for a blank label)."""
+    changelist = reverse("admin:registry_chip_changelist")
+    # "other" is the figure's bucket for the owners past its top rows: no one list behind it.
+    return lambda label: f"{changelist}?{urlencode({parameter: label})}" if label and label != "other" else None
+
+
 def _charts(stored: dict, chosen: dict | None) -> dict[str, str]:
     charts = {
-        "Chips by country": plots.bars(stored["chips_by_country"].data, "Chips by country"),
-        "Chips by owner": plots.bars(stored["chips_by_owner"].data, "Chips by owner"),
-        "Chips by model": plots.bars(stored["chips_by_model"].data, "Chips by model"),
+        "Chips by country": plots.bars(stored["chips_by_country"].data, "Chips by country", _chip_list("country")),
+        "Chips by owner": plots.bars(stored["chips_by_owner"].data, "Chips by owner", _chip_list("owner")),
+        "Chips by model": plots.bars(stored["chips_by_model"].data, "Chips by model", _chip_list("model")),
         "Transfers and exports": plots.lines(
             selectors.series(), f"Entries per day (last {selectors.SERIES_DAYS} days)", selectors.SERIES_DAYS
         ),
@@ -133,6 +143,21 @@ def chip_page(request, serial: str):
     chip = _found(selectors.chip_of_page(serial))
     context = _context(request, f"Chip {chip.serial}", chip=chip, timeline=selectors.chip_timeline(chip))
     return render(request, "admin/desk/chip.html", context)
+
+
+# --- organisation page ------------------------------------------------------------------------------
+
+
+def organisation_page(request, slug: str):
+    organisation = _found(selectors.organisation_of_page(slug))
+    context = _context(
+        request,
+        f"{organisation.legal_name} ({organisation.slug})",
+        organisation=organisation,
+        roles=", ".join(str(role).replace("_", " ") for role in organisation.roles or []),
+        story=selectors.organisation_story(organisation),
+    )
+    return render(request, "admin/desk/organisation.html", context)
 
 
 # --- search -----------------------------------------------------------------------------------------
@@ -253,7 +278,8 @@ def job_page(request, pk: int):
         return JsonResponse(
             {"state": job.state, "progress": job.progress, "message": job.message, "result": job.result}
         )
-    return render(request, "admin/desk/job.html", _context(request, str(job), job=job))
+    context = _context(request, job.title, job=job, about=selectors.job_about(job), result=selectors.job_result(job))
+    return render(request, "admin/desk/job.html", context)
 
 
 # --- exports ----------------------------------------------------------------------------------------

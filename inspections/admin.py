@@ -4,8 +4,10 @@ read-only; 'Add campaign' and saving an inspection body go through the services,
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Exists, OuterRef, Q
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from ledger.admin import ReadOnlyAdmin
@@ -167,13 +169,54 @@ class DrawAdmin(ReadOnlyAdmin):
         return redirect("desk:draw", object_id) if object_id.isdigit() else super().change_view(request, object_id)
 
 
+class OverdueFilter(admin.SimpleListFilter):
+    """Overdue as the dashboard counts it: marked overdue, or assigned/accepted and past its due date."""
+
+    title = "overdue"
+    parameter_name = "overdue"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "overdue (past due, not done)")]
+
+    def queryset(self, request, queryset):
+        if self.value() != "yes":
+            return queryset
+        today = timezone.now().date()
+        late = Q(status=InspectionTask.Status.OVERDUE) | Q(status__in=["assigned", "accepted"], due_on__lt=today)
+        return queryset.filter(late)
+
+
+class ProverFilter(admin.SimpleListFilter):
+    """By the prover's slug (the dashboard's campaign rows know provers by slug); choices from organisations."""
+
+    title = "prover"
+    parameter_name = "prover"
+
+    def lookups(self, request, model_admin):
+        inspected = Exists(InspectionTask.objects.filter(prover=OuterRef("pk")))  # an EXISTS per organisation
+        return list(Organisation.objects.filter(inspected).order_by("slug").values_list("slug", "slug"))
+
+    def queryset(self, request, queryset):
+        return queryset.filter(prover__slug=self.value()) if self.value() else queryset
+
+
 @admin.register(InspectionTask)
 class InspectionTaskAdmin(ReadOnlyAdmin):
-    list_display = ("task_page", "chip", "prover", "inspection_body", "due_on", "status")
+    list_display = ("task_page", "chip", "prover", "inspection_body", "due_on", "status_shown")
     list_display_links = None
-    list_filter = ("status", "inspection_body", "prover")
+    list_filter = ("status", OverdueFilter, "inspection_body", ProverFilter, "draw__campaign")
     search_fields = ("=chip__serial",)
     list_select_related = ("chip", "prover", "inspection_body")
+
+    @admin.display(description="status", ordering="status")
+    def status_shown(self, task):
+        """Overdue (as the dashboard counts it) in the error colour, so a late task stands out in any list."""
+        late = task.status == InspectionTask.Status.OVERDUE or (
+            task.status in ("assigned", "accepted") and task.due_on < timezone.now().date()
+        )
+        if late:
+            return format_html('<strong class="errornote" style="padding:0 4px">{} — overdue</strong>', task.status)
+        return task.status
 
     @admin.display(description="task", ordering="pk")
     def task_page(self, task):
@@ -200,7 +243,7 @@ class SeverityFilter(admin.SimpleListFilter):
 class AlertAdmin(ReadOnlyAdmin):
     """The alerts inbox: filter by state, severity and prover; each alert opens on the desk's triage page."""
 
-    list_display = ("alert_page", "raised_at", "state", "severity", "prover", "chip", "detail")
+    list_display = ("alert_page", "raised_at", "state", "severity", "prover_page", "chip_page", "detail")
     list_display_links = None
     list_filter = ("state", SeverityFilter, "kind", "prover")
     list_select_related = ("prover", "chip")
@@ -209,6 +252,16 @@ class AlertAdmin(ReadOnlyAdmin):
     @admin.display(description="alert")
     def alert_page(self, alert):
         return format_html('<a href="{}">{} #{}</a>', reverse("desk:alert", args=[alert.pk]), alert.kind, alert.pk)
+
+    @admin.display(description="prover", ordering="prover__slug")
+    def prover_page(self, alert):
+        return format_html('<a href="{}">{}</a>', reverse("desk:organisation", args=[alert.prover.slug]), alert.prover)
+
+    @admin.display(description="chip")
+    def chip_page(self, alert):
+        if alert.chip is None:
+            return "-"
+        return format_html('<a href="{}">{}</a>', reverse("desk:chip", args=[alert.chip.serial]), alert.chip.serial)
 
     @admin.display(description="severity")
     def severity(self, alert):

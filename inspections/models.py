@@ -96,6 +96,9 @@ class InspectionBody(models.Model):
     capacity_per_period = models.PositiveIntegerField(default=100)
     registered_seq = models.BigIntegerField(null=True, blank=True, help_text="its latest registration's entry")
 
+    class Meta:
+        verbose_name_plural = "inspection bodies"
+
     def __str__(self) -> str:
         return self.organisation.slug
 

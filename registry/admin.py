@@ -45,10 +45,25 @@ class OrganisationAddForm(forms.Form):
 class OrganisationAdmin(ReadOnlyAdmin):
     """Read-only rows; 'Add' registers an organisation through the service, on the ledger."""
 
-    list_display = ("slug", "legal_name", "country", "roles", "parent")
+    list_display = ("organisation_page", "legal_name", "country", "role_names", "parent")
+    list_display_links = None
     list_filter = ("country",)
     search_fields = ("slug", "legal_name")
     inlines = [KeyInline]
+
+    @admin.display(description="organisation", ordering="slug")
+    def organisation_page(self, organisation):
+        return format_html('<a href="{}">{}</a>', reverse("desk:organisation", args=[organisation.slug]), organisation)
+
+    @admin.display(description="roles")
+    def role_names(self, organisation):
+        return ", ".join(str(role).replace("_", " ") for role in organisation.roles or [])
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        organisation = self.get_object(request, object_id)
+        if organisation is not None:  # the desk's organisation page tells its story
+            return redirect("desk:organisation", organisation.slug)
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def has_add_permission(self, request):
         return request.user.has_perm("registry.add_organisation")
@@ -98,9 +113,22 @@ def _register(data: dict) -> Organisation:
 
 @admin.register(Facility)
 class FacilityAdmin(ReadOnlyAdmin):
-    list_display = ("slug", "owner", "kind", "country", "location")
+    list_display = ("slug", "owner_page", "kind", "country", "location", "chips_here")
     list_filter = ("kind", "country")
     search_fields = ("slug", "owner__slug", "location")
+    list_select_related = ("owner",)
+
+    @admin.display(description="owner", ordering="owner__slug")
+    def owner_page(self, facility):
+        return format_html(
+            '<a href="{}">{}</a>', reverse("desk:organisation", args=[facility.owner.slug]), facility.owner
+        )
+
+    @admin.display(description="chips")
+    def chips_here(self, facility):
+        """A link to the chips at the facility (no count: a COUNT per row would scan the chips on every page)."""
+        url = reverse("admin:registry_chip_changelist") + f"?facility={facility.slug}"
+        return format_html('<a href="{}">chips here</a>', url)
 
 
 @admin.register(ChipModel)
@@ -128,13 +156,53 @@ class EventInline(admin.TabularInline):
         return False
 
 
+class _SmallTableFilter(admin.SimpleListFilter):
+    """A chip filter whose choices come from a small table (organisations, facilities, models), never from a
+    DISTINCT over the chips; the choice filters the chips on an indexed (or cheap) column."""
+
+    field = ""
+
+    def queryset(self, request, queryset):
+        return queryset.filter(**{self.field: self.value()}) if self.value() else queryset
+
+
+class OwnerFilter(_SmallTableFilter):
+    title, parameter_name, field = "owner", "owner", "owner__slug"
+
+    def lookups(self, request, model_admin):
+        return list(Organisation.objects.order_by("slug").values_list("slug", "slug"))
+
+
+class CountryFilter(_SmallTableFilter):
+    title, parameter_name, field = "country", "country", "country"
+
+    def lookups(self, request, model_admin):
+        countries = set(Facility.objects.values_list("country", flat=True))
+        countries |= set(Organisation.objects.values_list("country", flat=True))
+        return [(c, c) for c in sorted(c for c in countries if c)]
+
+
+class FacilityFilter(_SmallTableFilter):
+    title, parameter_name, field = "facility", "facility", "facility__slug"
+
+    def lookups(self, request, model_admin):
+        return list(Facility.objects.order_by("slug").values_list("slug", "slug"))
+
+
+class ModelFilter(_SmallTableFilter):
+    title, parameter_name, field = "model", "model", "model__name"
+
+    def lookups(self, request, model_admin):
+        return [(n, n) for n in ChipModel.objects.order_by("name").values_list("name", flat=True).distinct()]
+
+
 @admin.register(Chip)
 class ChipAdmin(ReadOnlyAdmin):
     list_display = ("chip_page", "model", "status", "owner", "possessor", "facility", "country")
     list_display_links = None
-    # Country and owner filters would list DISTINCT values over every chip: the dashboard's cross-tab
-    # and search serve those questions. Search is by serial prefix (the unique index) or exact owner.
-    list_filter = ("status", "model")
+    # Filters list their choices from the small tables (never a DISTINCT over every chip); the dashboard's
+    # bars open these lists. Search is by serial prefix (the unique index) or exact owner.
+    list_filter = ("status", OwnerFilter, CountryFilter, FacilityFilter, ModelFilter)
     search_fields = ("^serial", "=owner__slug", "=possessor__slug")
     list_select_related = ("model", "owner", "possessor", "facility")
     raw_id_fields = ("model", "fab", "owner", "possessor", "consignee", "pending_owner", "facility")

@@ -34,6 +34,15 @@ def job_start(kind: str, params: dict, by: str) -> Job:
     return job
 
 
+def integrity_sweep_scheduled() -> Job | None:
+    """Beat's sweep: a new integrity sweep job, or None while one is queued or running (sweeps never pile up
+    behind a slow worker; the jobs sweep fails one no worker finished, so a lost one does not block the next)."""
+    busy = Job.objects.filter(kind=Job.Kind.INTEGRITY_SWEEP, state__in=[Job.State.QUEUED, Job.State.RUNNING])
+    if busy.exists():
+        return None
+    return job_start(Job.Kind.INTEGRITY_SWEEP, {}, "beat (scheduled)")
+
+
 def _unqueued(job: Job, error: Exception) -> None:
     """A broker that refuses the job fails it with the reason (never a 500, never a job queued for ever)."""
     reason = f"could not be queued (the broker is unreachable: {type(error).__name__}: {error}); start it again"

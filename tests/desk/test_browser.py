@@ -221,3 +221,41 @@ def test_regulator_staff_read_a_campaign_then_preview_and_create_one(browser, li
     page.wait_for_url("**/admin/desk/campaign/fleet-2027/")
     assert "created at ledger seq" in page.inner_text("ul.messagelist")
     assert Entry.objects.filter(kind="campaign.created", payload__slug="fleet-2027").count() == 1
+
+
+OVERFLOW = "document.documentElement.scrollWidth > document.documentElement.clientWidth"
+
+
+def test_a_regulator_drills_down_from_the_dashboard(browser, live_server, world):
+    """A bar in the chart opens the chips behind it; a campaign's name opens its page; an owner opens its story;
+    the ledger badge heads each page; no page scrolls sideways at 1280 or 1920 px."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = _login(browser, live_server, "regulator")
+    for width in (1280, 1920):
+        page.set_viewport_size({"width": width, "height": 1000})
+        page.goto(f"{live_server.url}/admin/")
+        assert not page.evaluate(OVERFLOW), f"the dashboard overflows at {width} px"
+        page.screenshot(path=str(SHOTS / f"desk-dashboard-{width}.png"), full_page=True)
+    assert "intact" in page.inner_text("#ledger-badge") or "never swept" in page.inner_text("#ledger-badge")
+    country = Chip.objects.exclude(country="").values_list("country", flat=True).first()
+    bar = page.locator(f'#desk-plots a[*|href$="?country={country}"]')
+    bar.click()  # a bar of "Chips by country"
+    page.wait_for_url(lambda url: url.endswith(f"/admin/registry/chip/?country={country}"))
+    rows = page.locator("#result_list tbody tr").count()
+    assert rows == Chip.objects.filter(country=country).count() and rows > 0
+    assert page.locator("#ledger-badge").is_visible()
+    page.goto(f"{live_server.url}/admin/")
+    page.click("#desk-campaigns a.campaign-link")
+    page.wait_for_url("**/admin/desk/campaign/frontier-runs-2026/")
+    page.goto(f"{live_server.url}/admin/")
+    owner = page.locator("#desk-campaigns tbody tr td:nth-child(2) a").first
+    slug = owner.inner_text()
+    owner.click()
+    page.wait_for_url(f"**/admin/desk/organisation/{slug}/")
+    for width in (1280, 1920):
+        page.set_viewport_size({"width": width, "height": 1000})
+        assert not page.evaluate(OVERFLOW), f"the organisation page overflows at {width} px"
+    page.screenshot(path=str(SHOTS / "desk-organisation.png"), full_page=True)
+    page.click("#org-chips-all")
+    page.wait_for_url(lambda url: url.endswith(f"/admin/registry/chip/?owner={slug}"))
+    assert page.locator("#result_list tbody tr").count() == Chip.objects.filter(owner__slug=slug).count()
