@@ -101,7 +101,7 @@ def test_a_sweep_started_while_a_real_redis_is_down_fails_its_job(staff, tmp_pat
 
     redis = RedisServer(tmp_path)
     redis.start()
-    app = Celery("redis-down", broker=redis.url)
+    app = Celery("redis-down", broker=redis.url, set_as_current=False)  # later tests keep the real app
     app.conf.broker_transport_options = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2}
     redis.stop()
     with (
