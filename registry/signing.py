@@ -79,6 +79,8 @@ def check_freshness(data: dict, now: float | None = None) -> tuple[int, str]:
     stamp, nonce = data.get("timestamp"), data.get("nonce")
     if type(stamp) is not int:
         raise SignatureProblem("timestamp", "required: Unix seconds as an integer")
+    if abs(stamp) > 2**53:  # the body parser bounds numbers too; never do float arithmetic on a huge int here
+        raise SignatureProblem("timestamp", f"must be Unix seconds within {MAX_SKEW_SECONDS} s of the server's clock")
     now = time.time() if now is None else now
     if abs(now - stamp) > MAX_SKEW_SECONDS:
         raise SignatureProblem("timestamp", _skew_reason(stamp, int(now)))

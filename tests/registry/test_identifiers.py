@@ -79,6 +79,15 @@ def test_nonce_with_newline_nul_or_look_alike_is_refused(nonce):
     assert problem.value.field == "nonce"
 
 
+@pytest.mark.parametrize(
+    "stamp", [10**5000, -(10**400), 2**53 + 1, 2**64], ids=["10^5000", "-10^400", "2^53+1", "2^64"]
+)
+def test_a_huge_timestamp_is_refused_naming_the_field_never_a_crash(stamp):
+    with pytest.raises(signing.SignatureProblem) as problem:
+        signing.check_freshness({"timestamp": stamp, "nonce": "3f2b9c0e5a7d4e11"})
+    assert problem.value.field == "timestamp"
+
+
 @pytest.mark.parametrize("key_id", ["0123456789abcdef\n", "0123456789abcde\uff11"])
 def test_key_id_with_newline_or_look_alike_is_refused(key_id):
     with pytest.raises(signing.SignatureProblem):
