@@ -5,5 +5,5 @@ from . import tile_views
 app_name = "tlog"
 urlpatterns = [
     path("checkpoint", tile_views.checkpoint, name="checkpoint"),
-    re_path(r"^tile/(?P<path>.+)$", tile_views.tile, name="tile"),
+    re_path(r"^tile/(?P<path>.+)\Z", tile_views.tile, name="tile"),
 ]

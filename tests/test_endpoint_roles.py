@@ -52,7 +52,7 @@ TABLE = [
     ("get", "api/ledger/checkpoint", "/api/ledger/checkpoint", None, PUBLIC),
     ("get", "api/ledger/entries", "/api/ledger/entries?start=0&end=2", None, PUBLIC),
     ("get", "tlog/checkpoint", "/tlog/checkpoint", None, PUBLIC),
-    ("get", "tlog/^tile/(?P<path>.+)$", "/tlog/tile/entries/000.p/1", None, PUBLIC),
+    ("get", "tlog/^tile/(?P<path>.+)\\Z", "/tlog/tile/entries/000.p/1", None, PUBLIC),
     ("get", "api/ledger/proof/inclusion", "/api/ledger/proof/inclusion?index=0&size=1", None, PUBLIC),
     ("get", "api/ledger/proof/consistency", "/api/ledger/proof/consistency?first=1&second=1", None, PUBLIC),
     ("post", "api/ledger/cosignatures", "/api/ledger/cosignatures", {"checkpoint": "x"}, row(400)),

@@ -63,7 +63,7 @@ def bundle_path(index: int, width: int | None = None) -> str:
 
 
 _LEVEL = r"(?P<level>0|[1-9][0-9]?|entries)"
-_INDEX = r"(?P<index>(?:x[0-9]{3}/)*[0-9]{3})"
+_INDEX = r"(?P<index>(?:x[0-9]{3}/){0,6}[0-9]{3})"  # at most 21 digits: every uint64 index, never a giant int
 _WIDTH = r"(?:\.p/(?P<width>[1-9][0-9]{0,2}))?"
 _TILE_PATH = re.compile(rf"tile/{_LEVEL}/{_INDEX}{_WIDTH}")
 

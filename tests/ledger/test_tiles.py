@@ -95,6 +95,18 @@ def test_level_0_tiles_and_bundles_are_the_leaf_hashes_and_leaves(client):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    "path",
+    ["tile/entries/" + "x999/" * 2000 + "000", "tile/0/" + "x999/" * 7 + "000", "tile/entries/000.p/1%0A"],
+    ids=["2000 groups", "7 groups", "trailing newline"],
+)
+def test_a_crafted_tile_path_is_a_4xx_never_a_500_nor_a_second_name(client, path):
+    append_sample_entries(3)
+    answer = client.get("/tlog/" + path)
+    assert 400 <= answer.status_code < 500
+
+
+@pytest.mark.django_db
 def test_level_1_tiles_are_roots_of_full_level_0_tiles(client):
     append_sample_entries(256 * 256 + 300)
     leaves = _leaves()
