@@ -321,6 +321,21 @@ def per_step_counts(arch, cfg, batch_size, device, precision) -> tuple[float, fl
         native._LIB = lib
 
 
+def cuda_step_peak(arch, cfg, batch_size, device, precision) -> int:
+    """Peak bytes the CUDA allocator held during one warm step, above what was allocated before it."""
+    run = one_step_setup(arch, cfg, batch_size, device, precision)
+    run()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    run()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del run
+    torch.cuda.empty_cache()
+    return peak
+
+
 def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
     arch, cfg, batch_size, reps = SCALE_ROWS[row]
     cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
@@ -354,6 +369,9 @@ def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
         out["ops_det64"], out["syncs_det64"] = per_step_counts(arch, cfg, batch_size, device, "det64")
         out["ops_replay"], out["syncs_replay"] = per_step_counts(arch, cfg, batch_size, device, "replay")
     for p in PRECISIONS:
+        if device != "cpu":  # the CUDA allocator counts a step's own peak in-process: no fresh process needed
+            out[f"peak_{p}_bytes"] = cuda_step_peak(arch, cfg, batch_size, device, p)
+            continue
         args = [
             sys.executable,
             "-c",

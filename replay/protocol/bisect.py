@@ -96,7 +96,11 @@ def step_trace(
 ) -> list[tuple[int, str, torch.Tensor]]:
     """Run one step and keep every rounded output: [(key, name, float32)] in execution order."""
     trace: list = []
-    rounder = Rounder("replay", entries=decode_log(log), trace=trace, lenient=True) if log is not None else None
+    rounder = (
+        Rounder("replay", entries=decode_log(log, tr.log_entries), trace=trace, lenient=True)
+        if log is not None
+        else None
+    )
     train_step(model, state, batch, tr.manifest["optimizer"], tr.precision, rounder)
     return trace
 

@@ -58,7 +58,7 @@ class Replayer:
         rounder = None
         if self.tr.precision == "det64":
             try:
-                rounder = Rounder("replay", entries=decode_log(log))
+                rounder = Rounder("replay", entries=decode_log(log, self.tr.log_entries))
             except ValueError as e:
                 raise MalformedTranscript(f"step {t}: {e}") from None
         try:

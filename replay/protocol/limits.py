@@ -27,12 +27,15 @@ from __future__ import annotations
 import os
 
 from replay.training import architectures as models
+from replay.training.determinism import MAX_LOG_ENTRIES
 
 ACT_FACTOR = 16
 STATE_BYTES = 40
 MAX_STEP_MEMORY_BYTES: int | None = None  # set to override the environment (tests)
 MAX_STEP_FLOPS: float | None = None
 DEFAULTS = {"cpu": (8 << 30, 1e12), "cuda": (None, 1e15)}
+LOG_FLOOR_BYTES = 4 << 20  # a step's rounding log may always hold this much (the cap of small models)
+ROUNDED_PER_LOG_BYTE = 32  # and beyond it, one byte per 32 outputs the step rounds
 
 
 def device_kind(device=None) -> str:
@@ -99,3 +102,13 @@ def step_limits(arch: str, config: dict, spec: dict, device=None) -> str | None:
             f"replay budget of {max_flops:.0e} on {device_kind(device)} (REPLAY_FLOP_BUDGET)"
         )
     return None
+
+
+def log_caps(arch: str, config: dict, spec: dict) -> tuple[int, int]:
+    """(bytes, entries) one step's rounding log may hold. Close calls grow with the outputs a step rounds
+    (activations and gradients), so a fixed cap refuses honest logs of large steps (GPT-2 small at block
+    1024, batch 4: 4.25 MB a step, over a 4 MiB cap). The caps bound the verifier's reading and decoding,
+    not soundness: every logged entry must still be a close call at its point (entry_cap bounds those)."""
+    rounded = activation_elements(arch, config, spec) + models.param_count(arch, config)
+    max_bytes = max(LOG_FLOOR_BYTES, rounded // ROUNDED_PER_LOG_BYTE)
+    return max_bytes, max(MAX_LOG_ENTRIES, max_bytes // 2)

@@ -117,8 +117,9 @@ MANIFEST_KEYS = {
 }
 
 
-def validate_manifest(m) -> dict:
-    """Schema and bounds of a parsed manifest; returns the batch spec {x: (dtype, shape), y: ...}."""
+def validate_manifest(m, device=None) -> dict:
+    """Schema and bounds of a parsed manifest; returns the batch spec {x: (dtype, shape), y: ...}.
+    The step budgets are those of `device`, the one the replay runs on (default REPLAY_DEVICE)."""
     exact_keys(m, MANIFEST_KEYS, "manifest")
     if m["format"] != FORMAT:
         raise MalformedTranscript(f"format must be {FORMAT!r}")
@@ -154,7 +155,7 @@ def validate_manifest(m) -> dict:
     for k in ("x", "y"):
         if [b[k]["dtype"], b[k]["shape"]] != [spec[k][0], spec[k][1]]:
             raise MalformedTranscript(f"batch.{k} must be {spec[k][0]} of shape {spec[k][1]} for this architecture")
-    too_big = limits.step_limits(m["arch"], m["config"], spec)
+    too_big = limits.step_limits(m["arch"], m["config"], spec, device)
     if too_big:
         raise MalformedTranscript(too_big)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from replay.protocol import limits
 from replay.protocol.manifest_schema import validate_manifest
 from replay.protocol.transcript_errors import CommitmentMismatch, MalformedTranscript
 from replay.protocol.transcript_files import DTYPES, MAX_HEADER_BYTES, NAMES, parse_safetensors, read_file
@@ -32,20 +33,20 @@ from replay.training import data_commitment as dataset
 from replay.training.train import OPTIMIZERS, State
 
 MAX_MANIFEST_BYTES = 32 << 20
-MAX_LOG_BYTES = 4 << 20  # per step
 
 
 class Transcript:
     """A transcript directory opened for verification: the manifest validated, files read on demand."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, device=None):
+        """`device`: where it will be replayed, whose budgets bound a step (default REPLAY_DEVICE)."""
         self.root = Path(root)
         data = read_file(self.root / "manifest.json", MAX_MANIFEST_BYTES, self.root)
         try:
             m = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as e:
             raise MalformedTranscript(f"manifest.json is not JSON ({type(e).__name__})") from None
-        self.spec = validate_manifest(m)
+        self.spec = validate_manifest(m, device)
         if canonical_json(m) != data:
             raise MalformedTranscript("manifest.json is not in canonical form (sorted keys, no spaces, no duplicates)")
         self.manifest, self.hash = m, sha256(data)
@@ -56,6 +57,7 @@ class Transcript:
         self.steps = m["steps"]
         self.checkpoints = checkpoint_steps(self.steps, m["checkpoint_interval"])
         self.layout = m["shards"]
+        self.log_bytes, self.log_entries = limits.log_caps(self.arch, self.config, self.spec)
 
     def segment_start(self, step: int) -> int:
         """The checkpoint at or before `step` (for step < steps: the start of the segment holding step)."""
@@ -99,8 +101,8 @@ class Transcript:
             expected[f"proof:{t}"] = ("uint8", [n])
             limit += n
             if self.precision == "det64":
-                expected[f"log:{t}"] = ("uint8", MAX_LOG_BYTES)
-                limit += MAX_LOG_BYTES
+                expected[f"log:{t}"] = ("uint8", self.log_bytes)
+                limit += self.log_bytes
         path = segment_path(self.root, start)
         data = self._committed(path, self.manifest["segments"][str(start)], limit)
         tensors = parse_safetensors(data, f"segments/{path.name}", expected)

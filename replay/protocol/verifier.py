@@ -107,7 +107,7 @@ def verify(
     if problem:  # this machine, not the prover, is at fault: retry elsewhere
         return Verdict("error", [f"the verifier's floating-point environment is unfit: {problem}"], report)
     try:
-        tr = Transcript(transcript)
+        tr = Transcript(transcript, device)
         report.update(manifest=tr.hash, arch=tr.arch, precision=tr.precision)
         if tr.precision not in CLAIMABLE_PRECISIONS:
             raise MalformedTranscript(

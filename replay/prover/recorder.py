@@ -123,6 +123,20 @@ class Recorder:
         if reason:
             raise ValueError(reason)
 
+    def check_log(self, t: int, log: bytes | None, rounder) -> None:
+        """A log over the verifier's caps would make the run unverifiable: stop rather than record it."""
+        if log is None:
+            return
+        max_bytes, max_entries = limits.log_caps(
+            self.arch, self.config, models.batch_spec(self.arch, self.config, self.batch)
+        )
+        entries = sum(len(idx) for idx, _ in rounder.entries.values())
+        if len(log) > max_bytes or entries > max_entries:
+            raise ValueError(
+                f"step {t}: the rounding log holds {entries} entries in {len(log)} bytes, more than a verifier "
+                f"reads ({max_entries} entries, {max_bytes} bytes): please report this run"
+            )
+
     def run(self) -> Path:
         self.check()
         out = self.out
@@ -145,6 +159,7 @@ class Recorder:
             state, loss = train_step(model, state, batch, self.optimizer, self.precision, rounder)
             state = self.after_step(model, state)
             log = encode_log(rounder.entries) if rounder is not None else None
+            self.check_log(t, log, rounder)
             self.step_seconds.append(time.perf_counter() - started)
             records.append({"data": batch_digest(batch), "loss": loss})
             segment.append((t, batch, proofs, log))

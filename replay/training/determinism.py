@@ -524,8 +524,8 @@ def encode_log(entries: dict[int, tuple[list[int], list]]) -> bytes:
     return bytes(out)
 
 
-def decode_log(buf: bytes) -> dict[int, tuple[list[int], list]]:
-    """bytes -> {key: (indices, codes)}; raises ValueError on anything malformed."""
+def decode_log(buf: bytes, max_entries: int = MAX_LOG_ENTRIES) -> dict[int, tuple[list[int], list]]:
+    """bytes -> {key: (indices, codes)}; raises ValueError on anything malformed or over max_entries."""
     if not buf or buf[0] != LOG_VERSION:
         raise ValueError("rounding log: unknown version")
     points, pos = _get_varint(buf, 1)
@@ -539,7 +539,7 @@ def decode_log(buf: bytes) -> dict[int, tuple[list[int], list]]:
         key = delta if p == 0 else key + delta
         count, pos = _get_varint(buf, pos)
         total += count
-        if count == 0 or total > MAX_LOG_ENTRIES or count > len(buf) - pos:
+        if count == 0 or total > max_entries or count > len(buf) - pos:
             raise ValueError("rounding log: bad entry count")
         idx, codes, narrow, prev = [], [], [], -1
         for _ in range(count):

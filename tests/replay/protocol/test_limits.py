@@ -279,3 +279,62 @@ def test_streamed_shard_hashes_equal_the_hashes_of_the_flat_vector(sizes, chips)
     flat = hashing.flatten(params)
     layout = hashing.shard_layout(flat.size, [f"c{i}" for i in range(chips)])
     assert hashing.shard_hashes(params, layout) == [hashing.shard_hash(flat, s["start"], s["end"]) for s in layout]
+
+
+# --------------------------------------------------------------------------- found on a GPU (H200, 2026-11-26)
+
+
+def test_the_transcript_is_bounded_by_the_budgets_of_the_device_it_is_replayed_on(transcripts, monkeypatch):
+    """`verify --device cuda` checked the step against the CPU's 8 GiB: a GPT-2-small run at block 1024
+    recorded on a GPU was `malformed` on the GPU that could replay it."""
+    from replay.protocol.transcript import Transcript
+
+    d = transcripts["mlp", "det64"]  # recorded first, under the real budgets
+    monkeypatch.delenv("REPLAY_DEVICE", raising=False)
+    monkeypatch.setitem(limits.DEFAULTS, "cpu", (1 << 10, 1e12))  # a step of the tiny mlp is over it
+    monkeypatch.setitem(limits.DEFAULTS, "cuda", (1 << 40, 1e15))
+    with pytest.raises(MalformedTranscript) as e:
+        Transcript(d)
+    assert "on cpu" in e.value.reason
+    assert Transcript(d, "cuda:0").steps == Transcript(d, "cuda").steps > 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 64), st.integers(1, 1024), st.sampled_from([(1, 2, 32), (12, 12, 768), (4, 4, 256)]))
+def test_log_caps_cover_the_floor_and_grow_with_the_outputs_a_step_rounds(batch, seq, shape):
+    from replay.training import architectures as models
+    from replay.training.determinism import MAX_LOG_ENTRIES
+
+    n_layer, n_head, n_embd = shape
+    cfg = {"vocab": 50257, "block": 1024, "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd}
+    small, big = models.batch_spec("gpt", cfg, batch, seq), models.batch_spec("gpt", cfg, 2 * batch, seq)
+    (b1, e1), (b2, e2) = limits.log_caps("gpt", cfg, small), limits.log_caps("gpt", cfg, big)
+    assert b1 >= limits.LOG_FLOOR_BYTES and e1 >= MAX_LOG_ENTRIES
+    assert b2 >= b1 and e2 >= e1
+    rounded = limits.activation_elements("gpt", cfg, small) + models.param_count("gpt", cfg)
+    assert b1 >= rounded // limits.ROUNDED_PER_LOG_BYTE
+
+
+def test_gpt2_small_at_block_1024_batch_4_admits_its_honest_log():
+    """Measured on the H200: 4.25 MB of rounding log a step (9,722,096 bytes for a 2-step segment), which the
+    fixed 4 MiB cap refused as `malformed`; the entries, at one byte or more each, fit the entry cap too."""
+    from replay.training import architectures as models
+
+    cfg = models.PRESETS["gpt2-small"][1]
+    max_bytes, max_entries = limits.log_caps("gpt", cfg, models.batch_spec("gpt", cfg, 4))
+    assert max_bytes >= 4 * 4_250_000 and max_entries >= 4_250_000
+
+
+def test_a_log_beyond_the_caps_is_refused_by_the_verifier_and_never_recorded(tmp_path, monkeypatch):
+    from replay.prover.recorder import Recorder
+
+    from ..helpers import record
+
+    d = record(tmp_path / "t", "mlp")
+    assert run(d).verdict == "verified"
+    monkeypatch.setattr(limits, "LOG_FLOOR_BYTES", 8)
+    monkeypatch.setattr(limits, "ROUNDED_PER_LOG_BYTE", 10**9)
+    v = run(d)
+    assert v.verdict == "malformed" and "segments/" in v.reasons[0] and "more than 8" in v.reasons[0], v.reasons
+    with pytest.raises(ValueError, match=r"rounding log holds .* more than a verifier reads"):
+        record(tmp_path / "u", "mlp", recorder=Recorder)
