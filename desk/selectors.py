@@ -12,10 +12,11 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from inspections import case_states
 from inspections import selectors as inspections
 from inspections.claim_explanations import finding_explained
 from inspections.models import Alert, AlertAction, Campaign, Claim, Draw, Finding, InspectionTask, Snapshot
-from inspections.severity import SEVERITIES, SEVERITY
+from inspections.severity import SEVERITIES, SEVERITY, past_sla_q, sla_deadline
 from ledger import selectors as ledger
 from registry.models import Chip, ChipEvent, Facility, Organisation, OrganisationKey, Role
 from registry.selectors import organisation_of
@@ -123,6 +124,7 @@ def inspections_state() -> dict:
         "overdue": overdue,
         "alerts": {s: dict(alerts[s]) for s in SEVERITIES},
         "alert_states": [state for state, _ in Alert.State.choices],
+        "alerts_past_sla": Alert.objects.filter(past_sla_q(timezone.now())).count(),
         "verdicts": verdicts,
     }
 
@@ -253,11 +255,16 @@ def alert_detail(alert: Alert, user) -> dict:
             .select_related("snapshot")
             .order_by("-pk")[:10]
         )
+    deadline = sla_deadline(alert.kind, alert.raised_at)
     return {
         "severity": SEVERITY.get(alert.kind, "low"),
         "claims": claims,
         "actions": actions,
         "private": inspections.case_texts(user, commitments),
+        "sla_deadline": deadline,
+        "past_sla": alert.state in case_states.OPEN and timezone.now() > deadline,
+        "next_actions": [a for a in case_states.ACTIONS if alert.state in case_states.TRANSITIONS[a][0]],
+        "notifications": list(alert.notifications.order_by("pk")),
     }
 
 
@@ -280,7 +287,7 @@ def campaign_provers(campaign: Campaign) -> list[str]:
 # --- organisation page ---------------------------------------------------------------------------
 
 ORG_ROWS = 50
-OPEN_ALERT_STATES = ("open", "acknowledged")
+OPEN_ALERT_STATES = tuple(case_states.OPEN)
 
 
 def organisation_of_page(slug: str) -> Organisation | None:

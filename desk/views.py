@@ -179,15 +179,20 @@ class TriageForm(forms.Form):
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=2000)
     assignee = forms.ChoiceField(required=False, choices=[], help_text="a staff user who may triage, to assign")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, next_actions=(), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["assignee"].choices = [("", "-")] + [(name, name) for name in triage.triage_assignees()]
+        if next_actions:  # offer the steps that apply now; a stale page's other choice is refused by the service
+            self.fields["action"].choices = [c for c in self.fields["action"].choices if c[0] in next_actions]
 
 
 def alert_page(request, pk: int):
     alert = _found(selectors.alert_of_page(pk))
     can_act = request.user.has_perm("inspections.change_alert")
+    detail = selectors.alert_detail(alert, request.user)
     form = TriageForm(request.POST or None)
+    if request.method == "GET":
+        form = TriageForm(next_actions=detail["next_actions"])
     if request.method == "POST":
         if not can_act:
             raise PermissionDenied
@@ -204,7 +209,7 @@ def alert_page(request, pk: int):
         request,
         f"Alert: {alert.get_kind_display()} — {alert.prover.slug}",
         alert=alert,
-        **selectors.alert_detail(alert, request.user),
+        **detail,
         form=form,
         can_act=can_act,
     )
