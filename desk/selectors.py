@@ -1,5 +1,5 @@
-"""Reads behind the regulator's desk: dashboard figures and curves, the objects of its pages, chip timelines,
-search. Bounded per request. The desk's views read through these only."""
+"""Reads behind the regulator's desk: dashboard figures and curves, the objects of its pages, chip timelines
+(the search is ``search_selectors``). Bounded per request. The desk's views read through these only."""
 
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ from .services.figures import figures_refresh
 
 SERIES_KINDS = {"transfers": ("chip.transfer_accepted",), "exports": ("chip.exported",), "shipments": ("chip.shipped",)}
 SERIES_DAYS = 90
-SEARCH_LIMIT = 20
 CURVE_POINTS = 40
 DRAW_TASK_ROWS = 500
 
@@ -394,26 +393,6 @@ def _about(serial: str, kind: str, payload: dict) -> dict:
 
 
 # --- search ---------------------------------------------------------------------------------------
-
-
-def search(query: str) -> dict:
-    """Chips by serial prefix, organisations and facilities by slug/name prefix, entries about an organisation."""
-    query = query.strip()
-    if not query or "\x00" in query:
-        return {"chips": [], "organisations": [], "facilities": [], "entries": []}
-    chips = list(
-        Chip.objects.filter(serial__startswith=query).select_related("owner", "model").order_by("serial")[:SEARCH_LIMIT]
-    )
-    organisations = list(
-        Organisation.objects.filter(Q(slug__startswith=query.lower()) | Q(legal_name__istartswith=query))[:SEARCH_LIMIT]
-    )
-    facilities = list(Facility.objects.filter(slug__startswith=query.lower()).select_related("owner")[:SEARCH_LIMIT])
-    entries = []
-    if organisations:
-        subjects = [f"org:{org.slug}" for org in organisations[:3]]
-        seqs = EntrySubject.objects.filter(subject__in=subjects).order_by("-seq").values_list("seq", flat=True)[:50]
-        entries = [{k: e[k] for k in ("seq", "time", "kind", "actor")} for e in ledger.entries_at(list(seqs))][::-1]
-    return {"chips": chips, "organisations": organisations, "facilities": facilities, "entries": entries}
 
 
 def draw_detail(draw: Draw) -> dict:

@@ -20,7 +20,7 @@ from django.utils.html import strip_tags
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from . import plots, selectors
+from . import plots, search_selectors, selectors
 from .models import Job
 from .services import jobs, triage
 
@@ -164,11 +164,15 @@ def organisation_page(request, slug: str):
 
 
 def search(request):
+    """Search across everything; a query that is exactly one chip's serial opens that chip."""
     query = request.GET.get("q", "")[:100]
-    results = selectors.search(query)
-    if len(results["chips"]) == 1 and results["chips"][0].serial == query.strip():
+    page = request.GET.get("page", "1")
+    results = search_selectors.search(query, int(page) if page.isdigit() and len(page) < 7 else 1)
+    chips = results["chips"]["rows"] if results["chips"] else []
+    if len(chips) == 1 and chips[0].serial == query.strip():
         return redirect(reverse("desk:chip", args=[query.strip()]))
-    return render(request, "admin/desk/search.html", _context(request, f"Search: {query}", q=query, **results))
+    context = _context(request, f"Search: {query}", q=query, **results)
+    return render(request, "admin/desk/search.html", context)
 
 
 # --- alerts -----------------------------------------------------------------------------------------

@@ -348,10 +348,12 @@ class AlertAdmin(ReadOnlyAdmin):
 
 
 def _bulk_summary(model_admin, request, action: str, found: dict) -> None:
-    label = action.replace("_", " ")
+    label = action.replace("_", " ").capitalize()
     if found["done"]:
         shown = ", ".join(f"#{alert.pk}" for alert in found["done"])
-        model_admin.message_user(request, f"{label}: {len(found['done'])} done ({shown}), each on the ledger.")
+        model_admin.message_user(
+            request, f"{label}: {len(found['done'])} done ({shown}), each on the ledger.", messages.SUCCESS
+        )
     if found["refused"]:
         shown = "; ".join(f"#{alert.pk}: {why}" for alert, why in found["refused"])
         model_admin.message_user(request, f"{label}: {len(found['refused'])} refused ({shown})", messages.WARNING)

@@ -37,7 +37,7 @@ def test_bulk_acknowledge_does_what_applies_and_says_what_it_refused(regulator, 
     response = bulk(regulator, "acknowledge", three)
     assert response.status_code == 302
     said = [str(m) for m in get_messages(response.wsgi_request)]
-    assert said[0] == f"acknowledge: 1 done (#{fresh.pk}), each on the ledger."
+    assert said[0] == f"Acknowledge: 1 done (#{fresh.pk}), each on the ledger."
     assert f"#{seen.pk}: this alert is already acknowledged" in said[1] and "2 refused" in said[1]
     assert f"#{closed.pk}: this alert is closed (resolved); reopen it first" in said[1]
     assert Alert.objects.get(pk=fresh.pk).state == "acknowledged"
