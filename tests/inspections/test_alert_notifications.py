@@ -3,11 +3,14 @@ receiver's check is ``inspections.webhooks.webhook_verify``); retried with backo
 email through Django's mail backend (locmem here)."""
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
+from django.conf import settings as django_settings
 from django.core import mail
 
 from inspections import tasks
@@ -145,3 +148,17 @@ def test_an_email_goes_through_django_mail_to_the_configured_recipients(settings
     assert f"seq: {alert.raised_seq}" in sent.body and f"/desk/alert/{alert.pk}/" in sent.body
     # delivered once: a redelivered task message sends nothing more
     assert tasks.deliver_alert_notice.apply(args=[notice.pk]).get() is True and len(mail.outbox) == 1
+
+
+def test_the_receivers_check_in_the_docs_accepts_our_signature_and_nothing_else():
+    """docs/regulator.md's verifier, run as printed, against ``webhook_signature``."""
+    text = (Path(django_settings.BASE_DIR) / "docs" / "regulator.md").read_text()
+    (code,) = [block for block in re.findall(r"```python\n(.*?)```", text, re.S) if "def verify" in block]
+    namespace = {}
+    exec(code, namespace)  # our own documentation
+    body, now = b'{"type":"alert.raised"}', int(time.time())
+    header = webhook_signature(SECRET, now, body)
+    assert namespace["verify"](SECRET, header, body) is True
+    assert namespace["verify"](SECRET, header, body + b"x") is False
+    assert namespace["verify"]("wrong", header, body) is False
+    assert namespace["verify"](SECRET, webhook_signature(SECRET, now - 900, body), body) is False
