@@ -123,6 +123,7 @@ def inspections_state() -> dict:
         "overdue": overdue,
         "alerts": {s: dict(alerts[s]) for s in SEVERITIES},
         "alert_states": [state for state, _ in Alert.State.choices],
+        "alert_state_labels": [label for _, label in Alert.State.choices],  # words that wrap: a narrow card fits
         "alerts_past_sla": Alert.objects.filter(past_sla_q(timezone.now())).count(),
         "verdicts": verdicts,
     }
