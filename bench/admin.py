@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 RUNS = 25
+DATABASE = os.environ.get("BENCH_ADMIN_DATABASE", "chipledger_abench")  # dropped and made again: one per run
 BATCH = 64  # rules.identifiers.MAX_CHIPS: one request (one ledger entry) holds at most this many chips
 
 
@@ -38,9 +39,9 @@ def main() -> None:
     import psycopg
 
     with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS chipledger_abench")
-        conn.execute("CREATE DATABASE chipledger_abench")
-    env = {**os.environ, "DATABASE_URL": f"{PG}/chipledger_abench", "DJANGO_SETTINGS_MODULE": "config.settings"}
+        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
+        conn.execute(f"CREATE DATABASE {DATABASE}")
+    env = {**os.environ, "DATABASE_URL": f"{PG}/{DATABASE}", "DJANGO_SETTINGS_MODULE": "config.settings"}
     env.pop("REDIS_URL", None)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     command = [sys.executable, __file__, "--inner", "--chips", str(args.chips), "--entries", str(args.entries)]
@@ -189,6 +190,10 @@ def measure(world: dict) -> list[tuple]:
         .values_list("serial", flat=True)[Chip.objects.filter(serial__startswith="S").count() // 2]
     )
     owner, country = Chip.objects.filter(serial=serial).values_list("owner__slug", "country").get()
+    from ledger import selectors as ledger
+
+    middle = ledger.ledger_size() // 2
+    leaf_hash = ledger.entry_leaf_hash(middle).hex()
     page = "SELECT * FROM {} ORDER BY {} LIMIT 50"
     chip_join = (
         "SELECT c.*, m.name, o.slug, p.slug, f.slug FROM registry_chip c JOIN registry_chipmodel m ON m.id = c.model_id "
@@ -244,6 +249,26 @@ def measure(world: dict) -> list[tuple]:
                 "SELECT * FROM registry_chipevent WHERE chip_id = (SELECT id FROM registry_chip WHERE serial = %s)",
                 [serial],
             ),
+        ),
+        (
+            "search: an owner's chips (page 2 of 50, with the total)",
+            f"/admin/desk/search/?q={owner}&page=2",
+            select(chip_join + "WHERE o.slug = %s ORDER BY c.serial LIMIT 51 OFFSET 50", [owner]),
+        ),
+        (
+            "search: a country (organisations, facilities, its chips)",
+            f"/admin/desk/search/?q={country}",
+            select(chip_join + "WHERE c.country = %s ORDER BY c.serial LIMIT 51", [country]),
+        ),
+        (
+            "search: an entry by leaf hash",
+            f"/admin/desk/search/?q={leaf_hash}",
+            select("SELECT seq FROM ledger_entry WHERE seq = %s", [middle]),
+        ),
+        (
+            "alerts inbox, open past their SLA",
+            "/admin/inspections/alert/?sla=overdue",
+            select(page.format("inspections_alert", "raised_seq DESC")),
         ),
         ("dashboard", "/admin/", select(page.format("registry_chip", "id DESC"))),
         ("dashboard, plots redrawn (once a minute)", "/admin/", select(page.format("registry_chip", "id DESC"))),

@@ -351,6 +351,27 @@ SPECTACULAR_SETTINGS = {
 }
 
 EMAIL_BACKEND = env("DJANGO_EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env("DJANGO_DEFAULT_FROM_EMAIL", default="chipledger@localhost")
+
+# --- Alert cases (docs/regulator.md, Case handling) ---------------------------------
+# Hours the regulator gives itself to close (resolve or dismiss) an alert of each severity; older open alerts
+# are shown overdue on the desk.
+ALERT_SLA_HOURS = {
+    "high": env.float("ALERT_SLA_HOURS_HIGH", default=24),
+    "medium": env.float("ALERT_SLA_HOURS_MEDIUM", default=72),
+    "low": env.float("ALERT_SLA_HOURS_LOW", default=168),
+}
+# A high-severity alert is announced by email to these addresses (comma-separated) and to a webhook signed with
+# HMAC-SHA256 under the shared secret; either is off while unset. The worker tries each notice up to
+# ALERT_NOTIFY_TRIES times, waiting ALERT_NOTIFY_BACKOFF seconds, then twice as long each time (at most an hour).
+ALERT_EMAILS = env.list("ALERT_EMAILS", default=[])
+ALERT_WEBHOOK_URL = env("ALERT_WEBHOOK_URL", default="")
+ALERT_WEBHOOK_SECRET = env("ALERT_WEBHOOK_SECRET", default="")
+ALERT_WEBHOOK_TIMEOUT = env.float("ALERT_WEBHOOK_TIMEOUT", default=10.0)
+ALERT_NOTIFY_TRIES = env.int("ALERT_NOTIFY_TRIES", default=8)
+ALERT_NOTIFY_BACKOFF = env.float("ALERT_NOTIFY_BACKOFF", default=30.0)
+# The desk's address in notices (links to the alert's page), e.g. https://desk.example.org; empty: paths only.
+DESK_BASE_URL = env("DESK_BASE_URL", default="")
 
 LOGGING = {
     "version": 1,

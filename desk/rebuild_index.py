@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from django.db import transaction
 
 from ledger import selectors as ledger
+from tlog import merkle
 
 from .models import EntrySubject, KindDay
 from .services import index
@@ -23,7 +24,11 @@ def replay(size: int | None = None) -> tuple[set[tuple], Counter]:
     for seq, leaf in ledger.leaves(0, size):
         entry = json.loads(leaf)
         found, counted = index.rows_for(
-            [SimpleNamespace(seq=seq, **{k: entry[k] for k in ("time", "kind", "actor", "payload")})]
+            [
+                SimpleNamespace(
+                    seq=seq, hash=merkle.leaf_hash(leaf), **{k: entry[k] for k in ("time", "kind", "actor", "payload")}
+                )
+            ]
         )
         rows.update(found)
         counts.update(counted)

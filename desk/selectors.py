@@ -1,5 +1,5 @@
-"""Reads behind the regulator's desk: dashboard figures and curves, the objects of its pages, chip timelines,
-search. Bounded per request. The desk's views read through these only."""
+"""Reads behind the regulator's desk: dashboard figures and curves, the objects of its pages, chip timelines
+(the search is ``search_selectors``). Bounded per request. The desk's views read through these only."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from inspections import case_states
 from inspections import selectors as inspections
 from inspections.claim_explanations import finding_explained
 from inspections.models import Alert, AlertAction, Campaign, Claim, Draw, Finding, InspectionTask, Snapshot
-from inspections.severity import SEVERITIES, SEVERITY
+from inspections.severity import SEVERITIES, SEVERITY, past_sla_q, sla_deadline
 from ledger import selectors as ledger
 from registry.models import Chip, ChipEvent, Facility, Organisation, OrganisationKey, Role
 from registry.selectors import organisation_of
@@ -27,7 +28,6 @@ from .services.figures import figures_refresh
 
 SERIES_KINDS = {"transfers": ("chip.transfer_accepted",), "exports": ("chip.exported",), "shipments": ("chip.shipped",)}
 SERIES_DAYS = 90
-SEARCH_LIMIT = 20
 CURVE_POINTS = 40
 DRAW_TASK_ROWS = 500
 
@@ -123,6 +123,8 @@ def inspections_state() -> dict:
         "overdue": overdue,
         "alerts": {s: dict(alerts[s]) for s in SEVERITIES},
         "alert_states": [state for state, _ in Alert.State.choices],
+        "alert_state_labels": [label for _, label in Alert.State.choices],  # words that wrap: a narrow card fits
+        "alerts_past_sla": Alert.objects.filter(past_sla_q(timezone.now())).count(),
         "verdicts": verdicts,
     }
 
@@ -253,11 +255,16 @@ def alert_detail(alert: Alert, user) -> dict:
             .select_related("snapshot")
             .order_by("-pk")[:10]
         )
+    deadline = sla_deadline(alert.kind, alert.raised_at)
     return {
         "severity": SEVERITY.get(alert.kind, "low"),
         "claims": claims,
         "actions": actions,
         "private": inspections.case_texts(user, commitments),
+        "sla_deadline": deadline,
+        "past_sla": alert.state in case_states.OPEN and timezone.now() > deadline,
+        "next_actions": [a for a in case_states.ACTIONS if alert.state in case_states.TRANSITIONS[a][0]],
+        "notifications": list(alert.notifications.order_by("pk")),
     }
 
 
@@ -280,7 +287,7 @@ def campaign_provers(campaign: Campaign) -> list[str]:
 # --- organisation page ---------------------------------------------------------------------------
 
 ORG_ROWS = 50
-OPEN_ALERT_STATES = ("open", "acknowledged")
+OPEN_ALERT_STATES = tuple(case_states.OPEN)
 
 
 def organisation_of_page(slug: str) -> Organisation | None:
@@ -387,26 +394,6 @@ def _about(serial: str, kind: str, payload: dict) -> dict:
 
 
 # --- search ---------------------------------------------------------------------------------------
-
-
-def search(query: str) -> dict:
-    """Chips by serial prefix, organisations and facilities by slug/name prefix, entries about an organisation."""
-    query = query.strip()
-    if not query or "\x00" in query:
-        return {"chips": [], "organisations": [], "facilities": [], "entries": []}
-    chips = list(
-        Chip.objects.filter(serial__startswith=query).select_related("owner", "model").order_by("serial")[:SEARCH_LIMIT]
-    )
-    organisations = list(
-        Organisation.objects.filter(Q(slug__startswith=query.lower()) | Q(legal_name__istartswith=query))[:SEARCH_LIMIT]
-    )
-    facilities = list(Facility.objects.filter(slug__startswith=query.lower()).select_related("owner")[:SEARCH_LIMIT])
-    entries = []
-    if organisations:
-        subjects = [f"org:{org.slug}" for org in organisations[:3]]
-        seqs = EntrySubject.objects.filter(subject__in=subjects).order_by("-seq").values_list("seq", flat=True)[:50]
-        entries = [{k: e[k] for k in ("seq", "time", "kind", "actor")} for e in ledger.entries_at(list(seqs))][::-1]
-    return {"chips": chips, "organisations": organisations, "facilities": facilities, "entries": entries}
 
 
 def draw_detail(draw: Draw) -> dict:

@@ -20,7 +20,7 @@ from django.utils.html import strip_tags
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from . import plots, selectors
+from . import plots, search_selectors, selectors
 from .models import Job
 from .services import jobs, triage
 
@@ -164,11 +164,15 @@ def organisation_page(request, slug: str):
 
 
 def search(request):
+    """Search across everything; a query that is exactly one chip's serial opens that chip."""
     query = request.GET.get("q", "")[:100]
-    results = selectors.search(query)
-    if len(results["chips"]) == 1 and results["chips"][0].serial == query.strip():
+    page = request.GET.get("page", "1")
+    results = search_selectors.search(query, int(page) if page.isdigit() and len(page) < 7 else 1)
+    chips = results["chips"]["rows"] if results["chips"] else []
+    if len(chips) == 1 and chips[0].serial == query.strip():
         return redirect(reverse("desk:chip", args=[query.strip()]))
-    return render(request, "admin/desk/search.html", _context(request, f"Search: {query}", q=query, **results))
+    context = _context(request, f"Search: {query}", q=query, **results)
+    return render(request, "admin/desk/search.html", context)
 
 
 # --- alerts -----------------------------------------------------------------------------------------
@@ -179,15 +183,20 @@ class TriageForm(forms.Form):
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=2000)
     assignee = forms.ChoiceField(required=False, choices=[], help_text="a staff user who may triage, to assign")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, next_actions=(), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["assignee"].choices = [("", "-")] + [(name, name) for name in triage.triage_assignees()]
+        if next_actions:  # offer the steps that apply now; a stale page's other choice is refused by the service
+            self.fields["action"].choices = [c for c in self.fields["action"].choices if c[0] in next_actions]
 
 
 def alert_page(request, pk: int):
     alert = _found(selectors.alert_of_page(pk))
     can_act = request.user.has_perm("inspections.change_alert")
+    detail = selectors.alert_detail(alert, request.user)
     form = TriageForm(request.POST or None)
+    if request.method == "GET":
+        form = TriageForm(next_actions=detail["next_actions"])
     if request.method == "POST":
         if not can_act:
             raise PermissionDenied
@@ -204,7 +213,7 @@ def alert_page(request, pk: int):
         request,
         f"Alert: {alert.get_kind_display()} — {alert.prover.slug}",
         alert=alert,
-        **selectors.alert_detail(alert, request.user),
+        **detail,
         form=form,
         can_act=can_act,
     )

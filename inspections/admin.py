@@ -2,7 +2,7 @@
 read-only; 'Add campaign' and saving an inspection body go through the services, so they land on the ledger."""
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Exists, OuterRef, Q
 from django.shortcuts import redirect, render
@@ -16,10 +16,10 @@ from rules.inspection_planning import DEFAULT_MODEL, MODELS
 from rules.sampling_plans import DAYS_PER_YEAR
 from rules.units import flops
 
-from . import selectors
-from .models import Alert, Campaign, Claim, Draw, InspectionBody, InspectionTask
-from .services import bodies, campaigns
-from .severity import SEVERITIES, SEVERITY, kinds_of_severity
+from . import case_states, selectors
+from .models import Alert, AlertNotification, Campaign, Claim, Draw, InspectionBody, InspectionTask
+from .services import alerts, bodies, campaigns
+from .severity import SEVERITIES, past_sla_q, severity_of, severity_q, sla_deadline
 
 
 class CampaignAddForm(forms.Form):
@@ -234,24 +234,100 @@ class SeverityFilter(admin.SimpleListFilter):
         return [(level, level) for level in SEVERITIES]
 
     def queryset(self, request, queryset):
-        if self.value() in SEVERITIES:
-            return queryset.filter(kind__in=kinds_of_severity(self.value()))
+        return queryset.filter(severity_q(self.value())) if self.value() in SEVERITIES else queryset
+
+
+class SlaFilter(admin.SimpleListFilter):
+    """Open alerts past the hours their severity allows (``ALERT_SLA_HOURS``), or still within them."""
+
+    title = "SLA"
+    parameter_name = "sla"
+
+    def lookups(self, request, model_admin):
+        return [("overdue", "overdue (open past its SLA)"), ("within", "open, within its SLA")]
+
+    def queryset(self, request, queryset):
+        late = past_sla_q(timezone.now())
+        if self.value() == "overdue":
+            return queryset.filter(late)
+        if self.value() == "within":
+            return queryset.filter(state__in=list(case_states.OPEN)).exclude(late)
         return queryset
+
+
+class BulkTriageForm(forms.Form):
+    """What a bulk step needs beyond the alerts: a reason (closing, dismissing) or an assignee."""
+
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=2000, help_text="why, for the record")
+    assignee = forms.ChoiceField(choices=[], help_text="a staff user who may triage")
+
+    def __init__(self, *args, action: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["assignee"].choices = [("", "-")] + [(name, name) for name in alerts.triage_staff()]
+        if action != "assign":
+            del self.fields["assignee"]
+        if action not in case_states.NEEDS_REASON:
+            del self.fields["reason"]
+
+
+def _bulk_action(action: str):
+    """An inbox action that takes ``action`` on every selected alert, each validated on its own."""
+
+    def run(model_admin, request, queryset):
+        return model_admin.bulk_triage(request, queryset, action)
+
+    run.__name__ = f"triage_{action}"
+    label = action.replace("_", " ")
+    return admin.action(description=f"{label.capitalize()} selected alerts", permissions=["triage"])(run)
 
 
 @admin.register(Alert)
 class AlertAdmin(ReadOnlyAdmin):
-    """The alerts inbox: filter by state, severity and prover; each alert opens on the desk's triage page."""
+    """The alerts inbox: filter by state, severity, SLA and prover; act on many at once; each alert opens on the
+    desk's triage page."""
 
-    list_display = ("alert_page", "raised_at", "state", "severity", "prover_page", "chip_page", "detail")
+    list_display = ("alert_page", "raised_at", "age", "state", "severity", "prover_page", "chip_page", "detail")
     list_display_links = None
-    list_filter = ("state", SeverityFilter, "kind", "prover")
+    list_filter = ("state", SeverityFilter, SlaFilter, "kind", "prover")
     list_select_related = ("prover", "chip")
     search_fields = ("=chip__serial",)
+    actions = [_bulk_action(action) for action in case_states.BULK_ACTIONS]
+
+    def has_triage_permission(self, request):
+        return request.user.has_perm("inspections.change_alert")
+
+    def bulk_triage(self, request, queryset, action: str):
+        """Acknowledge, investigate, assign, resolve or dismiss the selected alerts; a step that needs a reason or
+        an assignee asks for it first. Then one message says what was done and one what was refused, and why."""
+        form = BulkTriageForm(request.POST if "apply" in request.POST else None, action=action)
+        if form.fields and not form.is_valid():
+            context = {
+                **self.admin_site.each_context(request),
+                "title": f"{action.replace('_', ' ').capitalize()} {queryset.count()} alerts",
+                "alerts": queryset,
+                "action": request.POST.get("action", ""),
+                "form": form,
+                "opts": self.model._meta,
+            }
+            return render(request, "admin/inspections/alert_bulk.html", context)
+        given = form.cleaned_data if form.fields else {}
+        found = alerts.alerts_act(queryset.order_by("pk"), by=request.user.get_username(), action=action, **given)
+        _bulk_summary(self, request, action, found)
+        return None
 
     @admin.display(description="alert")
     def alert_page(self, alert):
         return format_html('<a href="{}">{} #{}</a>', reverse("desk:alert", args=[alert.pk]), alert.kind, alert.pk)
+
+    @admin.display(description="age", ordering="raised_at")
+    def age(self, alert):
+        """How long ago it was raised; an open alert past its severity's SLA in the error colour."""
+        shown = age_text(timezone.now() - alert.raised_at)
+        if alert.state in case_states.OPEN and timezone.now() > sla_deadline(alert.kind, alert.raised_at):
+            return format_html(
+                '<strong class="errornote desk-overdue" style="padding:0 4px">{} — overdue</strong>', shown
+            )
+        return shown
 
     @admin.display(description="prover", ordering="prover__slug")
     def prover_page(self, alert):
@@ -265,10 +341,40 @@ class AlertAdmin(ReadOnlyAdmin):
 
     @admin.display(description="severity")
     def severity(self, alert):
-        return SEVERITY.get(alert.kind, "low")
+        return severity_of(alert.kind)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         return redirect("desk:alert", object_id) if object_id.isdigit() else super().change_view(request, object_id)
+
+
+def _bulk_summary(model_admin, request, action: str, found: dict) -> None:
+    label = action.replace("_", " ").capitalize()
+    if found["done"]:
+        shown = ", ".join(f"#{alert.pk}" for alert in found["done"])
+        model_admin.message_user(
+            request, f"{label}: {len(found['done'])} done ({shown}), each on the ledger.", messages.SUCCESS
+        )
+    if found["refused"]:
+        shown = "; ".join(f"#{alert.pk}: {why}" for alert, why in found["refused"])
+        model_admin.message_user(request, f"{label}: {len(found['refused'])} refused ({shown})", messages.WARNING)
+
+
+def age_text(age) -> str:
+    """An age as a person reads it: "3 d 4 h", "5 h 12 min", "40 min"."""
+    minutes = max(int(age.total_seconds() // 60), 0)
+    days, hours, minutes = minutes // 1440, minutes // 60 % 24, minutes % 60
+    if days:
+        return f"{days} d {hours} h"
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min"
+
+
+@admin.register(AlertNotification)
+class AlertNotificationAdmin(ReadOnlyAdmin):
+    """Email and webhook notices of high alerts: whether each was delivered, and the last error if not."""
+
+    list_display = ("alert", "channel", "target", "state", "attempts", "last_error", "created_at", "sent_at")
+    list_filter = ("state", "channel")
+    list_select_related = ("alert__prover",)
 
 
 @admin.register(Claim)

@@ -130,7 +130,9 @@ class Alert(models.Model):
     class State(models.TextChoices):
         OPEN = "open"
         ACKNOWLEDGED = "acknowledged"
+        INVESTIGATING = "investigating", "under investigation"
         RESOLVED = "resolved"
+        DISMISSED = "dismissed"
         FALSE_POSITIVE = "false_positive", "false positive"
         SUPERSEDED = "superseded"
 
@@ -329,3 +331,37 @@ class CaseText(models.Model):
 
     def __str__(self) -> str:
         return self.commitment
+
+
+class AlertNotification(models.Model):
+    """One outgoing notice of a high-severity alert (an email, or a signed webhook): operational, not a projection.
+
+    The worker delivers it, retrying with backoff; each try's outcome stays here, so a failure shows on the alert's
+    page and in the admin instead of vanishing in a log. It carries only what the ledger already shows publicly.
+    """
+
+    class Channel(models.TextChoices):
+        EMAIL = "email"
+        WEBHOOK = "webhook"
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RETRYING = "retrying", "failed, retrying"
+        SENT = "sent"
+        FAILED = "failed", "failed, gave up"
+
+    alert = models.ForeignKey(Alert, on_delete=models.PROTECT, related_name="notifications")
+    channel = models.CharField(max_length=8, choices=Channel.choices)
+    target = models.CharField(max_length=500, help_text="the recipients, or the webhook's URL")
+    state = models.CharField(max_length=8, choices=State.choices, default=State.QUEUED)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-pk"]
+        indexes = [models.Index(fields=["state"], name="alert_notice_state")]
+
+    def __str__(self) -> str:
+        return f"{self.channel} notice of alert #{self.alert_id} ({self.state})"

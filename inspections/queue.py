@@ -12,6 +12,7 @@ from django.db import transaction
 CHECK_SNAPSHOT_LOG = "inspections.tasks.check_snapshot_log"
 VERIFY_CLAIM = "inspections.tasks.verify_claim"
 REVERIFY_COVERAGE_CLAIM = "inspections.tasks.reverify_coverage_claim"
+DELIVER_ALERT_NOTICE = "inspections.tasks.deliver_alert_notice"
 
 
 def enqueue_after_commit(

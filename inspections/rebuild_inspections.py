@@ -51,6 +51,7 @@ from rules import registry_world
 from rules.chip_lifecycle import LifecycleError
 
 from . import verification
+from .case_states import case_transition, legacy_next_state
 from .models import (
     Alert,
     AlertAction,
@@ -65,7 +66,6 @@ from .models import (
     Snapshot,
     SnapshotLog,
 )
-from .services.alerts import alert_next_state
 from .services.campaigns import TASK_DAYS
 from .services.claims import error_report, nonce_commitment
 from .services.inspectors import CLAIM_DAYS, FINDING_FIELDS
@@ -246,11 +246,20 @@ def _alert_updated(world, seq, time, actor, payload):
     if alert is None:
         raise ReplayError(f"ledger seq {seq}: alert.updated names no alert raised at seq {payload['alert']}")
     try:
-        state = alert_next_state(alert["state"], payload["action"])
+        state = _case_step(alert["state"], payload)
     except ValidationError as error:
         raise ReplayError(f"ledger seq {seq}: alert.updated cannot be replayed: {error.messages}") from error
     alert.update(state=state, updated_seq=seq, assignee=payload["assignee"] or alert["assignee"])
     alert["actions"].append((seq, payload["action"], payload["by"], payload["reason"], payload["assignee"], state))
+
+
+def _case_step(current: str, payload: dict) -> str:
+    """The state machine for entries that name the state they left (``from``); the older rule for those before it."""
+    if "from" not in payload:
+        return legacy_next_state(current, payload["action"])
+    if payload["from"] != current:
+        raise ValidationError(f"it says the case was {payload['from']}, but the ledger left it {current}")
+    return case_transition(current, payload["action"])
 
 
 def _snapshot_log(world, seq, time, actor, payload):

@@ -1,10 +1,11 @@
 """Celery tasks of the inspections app: thin wrappers over services (docs/ARCHITECTURE.md, Writes and reads)."""
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from .models import Claim, SnapshotLog
-from .services import campaigns, claims, inspectors, pending, sweeps
+from .services import campaigns, claims, inspectors, notifications, pending, sweeps
 
 
 @shared_task(name="inspections.tasks.draw_due_campaigns")
@@ -55,3 +56,14 @@ def reverify_coverage() -> int:
 def reverify_coverage_claim(claim_id: int) -> str:
     """Replay more of one verified claim's run; the result lands on the ledger (claim.reverified)."""
     return claims.claim_coverage_reverify(claim_id)
+
+
+@shared_task(bind=True, name="inspections.tasks.deliver_alert_notice", acks_late=True, max_retries=None)
+def deliver_alert_notice(self, notice_id: int) -> bool:
+    """Email or post (signed) one notice of a high alert; a failure is recorded and retried with backoff."""
+    tries = self.request.retries + 1
+    final = tries >= settings.ALERT_NOTIFY_TRIES
+    delivered = notifications.notice_deliver(notice_id, final=final)
+    if not delivered and not final:
+        raise self.retry(countdown=notifications.notice_backoff(tries))
+    return delivered

@@ -1,8 +1,9 @@
 """The desk's index of ledger entries, written in the same transaction as each append.
 
-Which organisations an entry concerns is read from its actor and its payload's top-level
-fields alone (a pure function), so the rebuild (``desk.rebuild_index``) derives the same rows
-from the ledger. Per-day counts by kind feed the dashboard's time series.
+Which organisations and business references an entry concerns is read from its actor and its
+payload's top-level fields alone (a pure function), and its leaf hash from the leaf, so the rebuild
+(``desk.rebuild_index``) derives the same rows from the ledger: the search finds entries by
+organisation, reference and hash through them. Per-day counts by kind feed the dashboard's time series.
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ from ..models import EntrySubject, KindDay
 # Payload fields that name an organisation (a slug, or a list/dict of slugs for "provers").
 ORG_FIELDS = ("org", "organisation", "owner", "to_owner", "consignee", "prover", "vendor", "parent", "owner_org")
 NOT_ORGANISATIONS = {"system", ""}
+# Payload fields that carry a business reference (an order, invoice or shipment number, an export licence).
+REFERENCE_FIELDS = ("reference", "export_licence")
+MAX_SUBJECT = 80
+HASH_PREFIX_HEX = 16  # the index keeps 64 bits of each leaf hash; a match is confirmed against the full hash
 
 
 def subjects(kind: str, actor: str, payload: dict) -> set[str]:
-    """``org:<slug>`` for every organisation this entry is about."""
+    """``org:<slug>`` for every organisation this entry is about, ``ref:<reference>`` for each business reference."""
     found = {actor}
     if kind == "org.registered":
         found.add(payload.get("slug"))
@@ -30,14 +35,23 @@ def subjects(kind: str, actor: str, payload: dict) -> set[str]:
     provers = payload.get("provers")
     if isinstance(provers, list | dict):
         found.update(provers)
-    return {f"org:{slug}" for slug in found if isinstance(slug, str) and slug not in NOT_ORGANISATIONS}
+    orgs = {f"org:{slug}" for slug in found if isinstance(slug, str) and slug not in NOT_ORGANISATIONS}
+    refs = {f"ref:{payload[name]}" for name in REFERENCE_FIELDS if isinstance(payload.get(name), str) and payload[name]}
+    return {subject for subject in orgs | refs if len(subject) <= MAX_SUBJECT}
+
+
+def hash_subject(leaf_hash: bytes) -> str:
+    """The index row that finds an entry by (the first 64 bits of) its leaf hash."""
+    return "hash:" + bytes(leaf_hash).hex()[:HASH_PREFIX_HEX]
 
 
 def rows_for(entries: Iterable) -> tuple[list[tuple], Counter]:
-    """(subject rows, counts by (day, kind)) for appended entries (objects with seq, time, kind, actor, payload)."""
+    """(subject rows, counts by (day, kind)) for appended entries (objects with seq, time, kind, actor, payload,
+    hash)."""
     rows, counts = [], Counter()
     for entry in entries:
-        rows.extend((subject, entry.seq, entry.kind) for subject in subjects(entry.kind, entry.actor, entry.payload))
+        found = subjects(entry.kind, entry.actor, entry.payload) | {hash_subject(entry.hash)}
+        rows.extend((subject, entry.seq, entry.kind) for subject in found)
         counts[(_day(entry.time), entry.kind)] += 1
     return rows, counts
 

@@ -1,4 +1,6 @@
-"""Alert triage from the desk's alert page: the inspections service that records each action on the ledger."""
+"""Alert triage from the desk's alert page: the inspections service that moves the alert's case through its
+states (``inspections.case_states``) and records each step on the ledger. (The inbox's bulk actions call
+``inspections.services.alerts.alerts_act`` from the inspections admin.)"""
 
 from __future__ import annotations
 

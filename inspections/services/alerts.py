@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
 
 from ledger import services as ledger
 from registry.models import Chip, Organisation
 
-from ..models import Alert, AlertAction, InspectionTask
+from ..case_states import ACTIONS, CLOSED, NEEDS_REASON, case_transition
+from ..models import Alert, AlertAction, CaseText, InspectionTask
 from .casefiles import case_text_commit
+from .notifications import alert_notices_queue
 from .validation import fail
+
+__all__ = ["ACTIONS", "CLOSED", "alert_act", "alert_raise", "alerts_act", "triage_staff"]
 
 
 def alert_raise(
@@ -30,57 +35,40 @@ def alert_raise(
         "detail": detail,
     }
     entry = ledger.append_entry("alert.raised", payload, actor)
-    return Alert.objects.create(
+    alert = Alert.objects.create(
         kind=kind, prover=prover, chip=chip, task=task, detail=detail, raised_seq=entry.seq, raised_at=entry.time
     )
+    alert_notices_queue(alert)  # high alerts: email and webhook, sent by the worker after commit
+    return alert
 
 
-# Triage: what each action does to the alert's state. Closed alerts take comments only.
-ACTIONS = {
-    "acknowledge": Alert.State.ACKNOWLEDGED,
-    "assign": None,  # keeps the state, sets the assignee
-    "comment": None,
-    "resolve": Alert.State.RESOLVED,
-    "false_positive": Alert.State.FALSE_POSITIVE,
-    "supersede": Alert.State.SUPERSEDED,
-}
-CLOSED = {Alert.State.RESOLVED, Alert.State.FALSE_POSITIVE, Alert.State.SUPERSEDED}
 MAX_REASON = 2000
-
-
-def alert_next_state(current: str, action: str) -> str:
-    """The state after ``action`` (pure: the live write and the rebuild share it). Raises ValidationError."""
-    if action not in ACTIONS:
-        fail("action", f"must be one of {sorted(ACTIONS)}")
-    target = ACTIONS[action]
-    if target is not None and current in CLOSED:
-        fail("action", f"the alert is already {current}; only comments can be added")
-    return target or current
 
 
 @transaction.atomic
 def alert_act(
     alert: Alert, *, action: str, by: str, reason: str = "", assignee: str = "", actor: str = "regulator"
 ) -> Alert:
-    """Acknowledge, assign, comment, resolve, mark false positive or superseded: one ``alert.updated`` entry each.
+    """One step of the alert's case (``case_states``): one ``alert.updated`` entry, or a ValidationError naming
+    the field and why, with nothing written.
 
-    ``by`` is the person (username) acting for ``actor`` (the organisation on the ledger). Every action but
-    acknowledge and assign needs a reason; assign needs an assignee, an active staff user who may triage.
-    The reason and the assignee are private case text: the entry carries their salted commitments.
+    ``by`` is the person (username) acting for ``actor`` (the organisation on the ledger). Closing, dismissing,
+    reopening and commenting need a reason; assign needs an assignee, an active staff user who may triage. The
+    reason and the assignee are private case text: the entry carries their salted commitments, and the state it
+    moved the case ``from`` (the alert row is locked, so two people acting at once are served one after the other:
+    the second sees the first one's state and is refused if the step no longer applies).
     """
     alert = Alert.objects.select_for_update().get(pk=alert.pk)
-    state = alert_next_state(alert.state, action)
+    before = alert.state
+    state = case_transition(before, action)
     reason, assignee, by = (
         _text(value, name) for value, name in ((reason, "reason"), (assignee, "assignee"), (by, "by"))
     )
     if not by:
         fail("by", "name who acts")
-    if action not in ("acknowledge", "assign") and not reason:
-        fail("reason", f"say why ({action})")
-    if (action == "assign") != bool(assignee):
-        fail("assignee", "required to assign, and only then")
-    if assignee and assignee not in triage_staff():
-        fail("assignee", "must be the username of an active staff user who may triage alerts")
+    if action in NEEDS_REASON and not reason:
+        fail("reason", f"say why ({action.replace('_', ' ')})")
+    _assignee_check(alert, action, assignee)
     reason, assignee = case_text_commit(reason), case_text_commit(assignee)
     payload = {
         "alert": alert.raised_seq,
@@ -88,6 +76,7 @@ def alert_act(
         "by": by,
         "reason": reason,
         "assignee": assignee,
+        "from": before,
         "state": state,
     }
     entry = ledger.append_entry("alert.updated", payload, actor)
@@ -98,6 +87,32 @@ def alert_act(
     alert.assignee = assignee or alert.assignee
     alert.save(update_fields=["state", "assignee", "updated_seq"])
     return alert
+
+
+def _assignee_check(alert: Alert, action: str, assignee: str) -> None:
+    if action != "assign":
+        if assignee:
+            fail("assignee", f"only the assign action names an assignee, not {action.replace('_', ' ')}")
+        return
+    if not assignee:
+        fail("assignee", "choose whom to assign the alert to")
+    if assignee not in triage_staff():
+        fail("assignee", f"{assignee!r} is not an active staff user who may triage alerts")
+    current = CaseText.objects.filter(commitment=alert.assignee).values_list("text", flat=True).first()
+    if current == assignee:
+        fail("assignee", f"this alert is already assigned to {assignee}; nothing was changed")
+
+
+def alerts_act(alerts, *, action: str, by: str, reason: str = "", assignee: str = "") -> dict[str, list]:
+    """The same step on many alerts (the desk's bulk triage), each alert validated and written on its own: one
+    refusal stops nothing else. ``{"done": [alert, ...], "refused": [(alert, why), ...]}``."""
+    done, refused = [], []
+    for alert in alerts:
+        try:
+            done.append(alert_act(alert, action=action, by=by, reason=reason, assignee=assignee))
+        except ValidationError as error:
+            refused.append((alert, "; ".join(error.messages)))
+    return {"done": done, "refused": refused}
 
 
 def triage_staff() -> list[str]:

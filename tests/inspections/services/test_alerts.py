@@ -1,5 +1,5 @@
 """Alert triage: each action is an ``alert.updated`` entry with who, and a salted commitment to why and to whom
-(the text itself is private case text, staff only); closed alerts take comments only."""
+(the text itself is private case text, staff only); closed alerts take comments (and a reopen) only."""
 
 import hashlib
 import json
@@ -42,6 +42,7 @@ def test_each_action_is_a_ledger_entry_naming_who_and_why(alert):
         "by": "ben",
         "reason": reason,
         "assignee": "",
+        "from": "acknowledged",
         "state": "resolved",
     }
     private = CaseText.objects.get(commitment=reason)
@@ -80,7 +81,7 @@ def test_bad_actions_name_the_field_and_write_nothing(alert, kwargs, field):
 @pytest.mark.parametrize("closing", ["resolve", "false_positive", "supersede"])
 def test_a_closed_alert_takes_comments_only(alert, closing):
     alert_act(alert, action=closing, by="ana", reason="done")
-    with pytest.raises(ValidationError, match="only comments"):
+    with pytest.raises(ValidationError, match=r"is closed .*reopen it first"):
         alert_act(alert, action="acknowledge", by="ana")
     assert alert_act(alert, action="comment", by="ana", reason="for the record").state != "open"
 
