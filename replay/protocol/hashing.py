@@ -19,6 +19,17 @@ def flatten(params: dict[str, torch.Tensor]) -> np.ndarray:
     return np.concatenate(parts).astype("<f4", copy=False)
 
 
+def same_bits(u: torch.Tensor, v: torch.Tensor) -> bool:
+    """Same dtype, shape and bit patterns (-0.0 is not +0.0; NaN payloads count)."""
+    if u.dtype != v.dtype or u.shape != v.shape:
+        return False
+    u, v = u.detach().cpu().contiguous(), v.detach().cpu().contiguous()
+    if u.is_floating_point():
+        as_int = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16}[u.dtype]
+        u, v = u.view(as_int), v.view(as_int)
+    return torch.equal(u, v)
+
+
 def shard_layout(n_params: int, serials: list[str]) -> list[dict]:
     """Contiguous, equal-ish slices of the flat parameters, one per chip serial."""
     n = len(serials)
