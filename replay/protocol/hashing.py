@@ -37,7 +37,7 @@ def shard_layout(n_params: int, serials: list[str]) -> list[dict]:
 
 
 def shard_hash(flat: np.ndarray, start: int, end: int) -> str:
-    return hashlib.sha256(flat[start:end].tobytes()).hexdigest()
+    return hashlib.sha256(flat[start:end]).hexdigest()
 
 
 def shard_hashes(params: dict[str, torch.Tensor], layout: list[dict]) -> list[str]:
@@ -51,6 +51,6 @@ def shard_hashes(params: dict[str, torch.Tensor], layout: list[dict]) -> list[st
         for h, s in zip(hashers, layout):
             a, b = max(s["start"], lo), min(s["end"], hi)
             if a < b:
-                h.update(part[a - lo : b - lo].tobytes())
+                h.update(part[a - lo : b - lo])  # the array's own bytes (contiguous), not a copy
         offset = hi
     return [h.hexdigest() for h in hashers]

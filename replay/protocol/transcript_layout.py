@@ -46,6 +46,12 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in chunks."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def batch_digest(batch: dict[str, torch.Tensor]) -> str:
     """The data commitment of one step: SHA-256 over name, dtype, shape and little-endian bytes of x, then y."""
     h = hashlib.sha256()
@@ -75,8 +81,10 @@ def write_checkpoint(root: Path, state: State) -> str:
     path = checkpoint_path(root, state.step)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.tensors().items()}
-    path.write_bytes(safetensors.torch.save(tensors, metadata={"step": str(state.step)}))
-    return sha256(path.read_bytes())
+    # written from the tensors' own memory and hashed back from the file in chunks: no copy of the
+    # checkpoint's bytes is held (the same bytes as safetensors.torch.save)
+    safetensors.torch.save_file(tensors, path, metadata={"step": str(state.step)})
+    return file_sha256(path)
 
 
 def write_segment(root: Path, start: int, steps: list[tuple[int, dict, bytes, bytes | None]]) -> str:
@@ -89,8 +97,8 @@ def write_segment(root: Path, start: int, steps: list[tuple[int, dict, bytes, by
             tensors[f"log:{t}"] = _uint8(log)
     path = segment_path(root, start)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(safetensors.torch.save(tensors))
-    return sha256(path.read_bytes())
+    safetensors.torch.save_file(tensors, path)
+    return file_sha256(path)
 
 
 def _uint8(data: bytes) -> torch.Tensor:
