@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +84,7 @@ def write_checkpoint(root: Path, state: State) -> str:
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.tensors().items()}
     # written from the tensors' own memory and hashed back from the file in chunks: no copy of the
     # checkpoint's bytes is held (the same bytes as safetensors.torch.save)
-    safetensors.torch.save_file(tensors, path, metadata={"step": str(state.step)})
+    _save(tensors, path, {"step": str(state.step)})
     return file_sha256(path)
 
 
@@ -97,8 +98,16 @@ def write_segment(root: Path, start: int, steps: list[tuple[int, dict, bytes, by
             tensors[f"log:{t}"] = _uint8(log)
     path = segment_path(root, start)
     path.parent.mkdir(parents=True, exist_ok=True)
-    safetensors.torch.save_file(tensors, path)
+    _save(tensors, path)
     return file_sha256(path)
+
+
+def _save(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | None = None) -> None:
+    """safetensors.torch.save_file, readable as an ordinary write would leave it: the library writes a
+    private (0600) temporary file and renames it, and a prover serves its transcript, perhaps from a
+    web server running as another user. The folder's mode (made under the umask) less execute bits."""
+    safetensors.torch.save_file(tensors, path, metadata=metadata)
+    os.chmod(path, path.parent.stat().st_mode & 0o666)
 
 
 def _uint8(data: bytes) -> torch.Tensor:

@@ -131,3 +131,11 @@ def test_params_and_differing_tensor_read_a_checkpoint_a_tensor_at_a_time(transc
     assert tr.differing_tensor(4, state) == f"momentum:{last}"
     state.params[last] = _sign_flipped(state.params[last])
     assert tr.differing_tensor(4, state) == f"param:{last}"
+
+
+def test_transcript_files_are_as_readable_as_the_manifest(transcripts):
+    """safetensors writes 0600 temporaries: a prover's web server (another user) could not serve them."""
+    d = transcripts["mlp", "det64"]
+    want = (d / "manifest.json").stat().st_mode & 0o777
+    assert {p.stat().st_mode & 0o777 for p in (d / "checkpoints").iterdir()} == {want}
+    assert {p.stat().st_mode & 0o777 for p in (d / "segments").iterdir()} == {want}
