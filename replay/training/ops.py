@@ -173,9 +173,13 @@ class _Embedding(torch.autograd.Function):
     def backward(ctx, dy):
         (idx,) = ctx.saved_tensors
         flat, rows = idx.reshape(-1), dy.reshape(-1, dy.shape[-1])
-        zero = torch.zeros(ctx.rows, rows.shape[1], dtype=dy.dtype, device=dy.device)
-        dw = zero.index_add(0, flat, rows)
-        err = lambda: zero.index_add(0, flat, rows.abs()) * gamma(flat.numel())
+        shape = (ctx.rows, rows.shape[1])
+        # in place on fresh zeros (what index_add does out of place, the same sums): a vocabulary-sized
+        # table is 300 MB in float64 at GPT-2 size, so no zero table is kept beside it, and the bound
+        # (formed when recording, or where a replay's log names this point) costs one more, not two
+        zeros = lambda: torch.zeros(shape, dtype=dy.dtype, device=dy.device)
+        dw = zeros().index_add_(0, flat, rows)
+        err = lambda: zeros().index_add_(0, flat, rows.abs()).mul_(gamma(flat.numel()))
         return None, active()(ctx.op * SLOTS + 1, dw, full_bound(err, dw.shape)), None
 
 
