@@ -234,15 +234,17 @@ class _Conv2d(torch.autograd.Function):
         y = torch.matmul(w2, cols) + b.unsqueeze(-1)
         ho = (h + 2 * padding - kh) // stride + 1
         wo = (wd + 2 * padding - kw) // stride + 1
-        ctx.save_for_backward(cols, w2)
+        # the input, not its columns (kh*kw times its size at stride 1): backward unfolds it again, exact copies
+        ctx.save_for_backward(x, w2)
         ctx.op, ctx.geom = op, ((h, wd), (kh, kw), stride, padding, w.shape)
         return R(op * SLOTS, y, dot_bound(w2, cols, bias=b, bias_rows=True)).reshape(bsz, o, ho, wo)
 
     @staticmethod
     def backward(ctx, dy):
         R = active()
-        cols, w2 = _no_fold(ctx.saved_tensors)
+        x, w2 = _no_fold(ctx.saved_tensors)
         (h, wd), ksize, stride, padding, wshape = ctx.geom
+        cols = F.unfold(x, ksize, padding=padding, stride=stride)
         key = ctx.op * SLOTS
         bsz, o = dy.shape[:2]
         g = dy.reshape(bsz, o, -1)  # (B, O, L)
