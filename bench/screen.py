@@ -36,7 +36,7 @@ from replay.protocol.transcript import Transcript  # noqa: E402
 from replay.prover.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER, Recorder  # noqa: E402
 from replay.training import architectures as models  # noqa: E402
 from replay.training.bundled_data import Batches  # noqa: E402
-from replay.training.train import State, initial_state, train_step  # noqa: E402
+from replay.training.train import initial_state, train_step  # noqa: E402
 
 
 class Memorize:
@@ -60,14 +60,13 @@ class Forged:
     """A transcript with one checkpoint's parameters replaced (in memory: the screen reads only these)."""
 
     def __init__(self, tr: Transcript, step: int, params: dict):
-        self.tr, self.step, self.params = tr, step, params
+        self.tr, self.step, self.forged = tr, step, params
 
     def __getattr__(self, name):
         return getattr(self.tr, name)
 
-    def checkpoint(self, step: int) -> State:
-        state = self.tr.checkpoint(step)
-        return State(step, self.params, state.buffers) if step == self.step else state
+    def params(self, step: int) -> dict:
+        return self.forged if step == self.step else self.tr.params(step)
 
 
 def batches_for(row: str, seed: int):
@@ -88,7 +87,7 @@ def trained_elsewhere(row: str, steps: int, seed: int) -> dict:
 
 
 def interpolated(tr: Transcript, k: int, gen: torch.Generator) -> dict:
-    a, b = tr.checkpoint(tr.checkpoints[k - 1]).params, tr.checkpoint(tr.checkpoints[k + 1]).params
+    a, b = tr.params(tr.checkpoints[k - 1]), tr.params(tr.checkpoints[k + 1])
     out = {}
     for name in a:
         mid, dist = (a[name] + b[name]) / 2, (b[name] - a[name]).abs()

@@ -26,6 +26,7 @@ from typing import Protocol
 import torch
 
 from replay.protocol.engine import Budget, Mismatch, Replayer
+from replay.protocol.hashing import same_bits
 from replay.protocol.transcript import Transcript
 from replay.training.determinism import Rounder, decode_log
 from replay.training.train import State, train_step
@@ -40,23 +41,13 @@ class TranscriptStore(Protocol):
 def bits_equal(a, b) -> bool:
     """Two training states hold the same bit patterns in every tensor (-0.0 is not +0.0; NaN payloads count)."""
     x, y = a.tensors(), b.tensors()
-    return x.keys() == y.keys() and all(_same_bits(x[k], y[k]) for k in x)
-
-
-def _same_bits(u: torch.Tensor, v: torch.Tensor) -> bool:
-    if u.dtype != v.dtype or u.shape != v.shape:
-        return False
-    u, v = u.detach().cpu().contiguous(), v.detach().cpu().contiguous()
-    if u.is_floating_point():
-        as_int = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16}[u.dtype]
-        u, v = u.view(as_int), v.view(as_int)
-    return torch.equal(u, v)
+    return x.keys() == y.keys() and all(same_bits(x[k], y[k]) for k in x)
 
 
 def first_differing_tensor(a, b) -> str | None:
     x, y = a.tensors(), b.tensors()
     for k in x:
-        if k not in y or not _same_bits(x[k], y[k]):
+        if k not in y or not same_bits(x[k], y[k]):
             return k
     return None
 

@@ -19,6 +19,17 @@ def flatten(params: dict[str, torch.Tensor]) -> np.ndarray:
     return np.concatenate(parts).astype("<f4", copy=False)
 
 
+def same_bits(u: torch.Tensor, v: torch.Tensor) -> bool:
+    """Same dtype, shape and bit patterns (-0.0 is not +0.0; NaN payloads count)."""
+    if u.dtype != v.dtype or u.shape != v.shape:
+        return False
+    u, v = u.detach().cpu().contiguous(), v.detach().cpu().contiguous()
+    if u.is_floating_point():
+        as_int = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16}[u.dtype]
+        u, v = u.view(as_int), v.view(as_int)
+    return torch.equal(u, v)
+
+
 def shard_layout(n_params: int, serials: list[str]) -> list[dict]:
     """Contiguous, equal-ish slices of the flat parameters, one per chip serial."""
     n = len(serials)
@@ -26,7 +37,7 @@ def shard_layout(n_params: int, serials: list[str]) -> list[dict]:
 
 
 def shard_hash(flat: np.ndarray, start: int, end: int) -> str:
-    return hashlib.sha256(flat[start:end].tobytes()).hexdigest()
+    return hashlib.sha256(flat[start:end]).hexdigest()
 
 
 def shard_hashes(params: dict[str, torch.Tensor], layout: list[dict]) -> list[str]:
@@ -40,6 +51,6 @@ def shard_hashes(params: dict[str, torch.Tensor], layout: list[dict]) -> list[st
         for h, s in zip(hashers, layout):
             a, b = max(s["start"], lo), min(s["end"], hi)
             if a < b:
-                h.update(part[a - lo : b - lo].tobytes())
+                h.update(part[a - lo : b - lo])  # the array's own bytes (contiguous), not a copy
         offset = hi
     return [h.hexdigest() for h in hashers]

@@ -115,7 +115,7 @@ def screen(tr, tick=lambda: None) -> dict:
         tick()
         for j in sorted(needs[idx] - set(samples)):
             samples[j] = sample(tr.segment(cps[j]))
-        params = tr.checkpoint(c).params
+        params = tr.params(c)
         for j in sorted(needs[idx]):
             losses[idx, j] = example_losses(model, params, samples[j])
         if idx in jobs:

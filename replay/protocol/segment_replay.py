@@ -5,7 +5,7 @@ bit for bit), a failed segment's first divergence found by dispute bisection (bi
 from __future__ import annotations
 
 from replay.protocol import hashing
-from replay.protocol.bisect import bits_equal, dispute, divergence_from_commitments, first_differing_tensor
+from replay.protocol.bisect import dispute, divergence_from_commitments, first_differing_tensor
 from replay.protocol.engine import BudgetExhausted, Mismatch, Replayer
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_errors import CommitmentMismatch, MalformedTranscript
@@ -47,10 +47,11 @@ def replay_segments(tr: Transcript, replayer: Replayer, todo: list[int], report:
     reasons = []
     for start in todo:
         end = tr.next_checkpoint(start)
-        failure, replayed = None, None
+        failure, replayed, differing = None, None, None
         try:
             replayed = replayer.run(start, end)
-            ok = bits_equal(replayed, tr.checkpoint(end))
+            differing = tr.differing_tensor(end, replayed)  # streamed: one checkpoint tensor held at a time
+            ok = differing is None
             what = f"replayed state at step {end} differs from its checkpoint"
             if not ok and report["mismatch_step"] is None:
                 report["mismatch_step"] = end
@@ -62,11 +63,11 @@ def replay_segments(tr: Transcript, replayer: Replayer, todo: list[int], report:
         if not ok:
             reasons.append(f"segment {start}..{end}: {what}")
             if "dispute" not in report and not isinstance(failure, CommitmentMismatch):
-                report["dispute"] = _dispute(tr, start, end, store, replayer, failure, replayed)
+                report["dispute"] = _dispute(tr, start, end, store, replayer, failure, replayed, differing)
     return reasons
 
 
-def _dispute(tr: Transcript, start: int, end: int, store, replayer, failure, replayed) -> dict:
+def _dispute(tr: Transcript, start: int, end: int, store, replayer, failure, replayed, differing) -> dict:
     """First divergent step and operation of a failed segment: against the prover's store when one answers
     (Verde's refereed bisection), else against the transcript's own per-step commitments (bisect.py)."""
     if store is not None:
@@ -76,5 +77,4 @@ def _dispute(tr: Transcript, start: int, end: int, store, replayer, failure, rep
             raise
         except Exception as e:
             return {"error": f"the prover's store failed: {type(e).__name__}: {str(e)[:200]}"}
-    checkpoint = None if replayed is None else tr.checkpoint(end)
-    return divergence_from_commitments(start, end, failure, replayed, checkpoint, first_differing_tensor)
+    return divergence_from_commitments(start, end, failure, replayed, None, lambda ours, theirs: differing)

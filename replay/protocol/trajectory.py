@@ -84,7 +84,7 @@ def trajectory_checks(tr, report: dict, tick) -> list[str]:
     for i, c in enumerate(tr.checkpoints):
         tick()
         try:
-            flat = hashing.flatten(tr.checkpoint(c).params)
+            flat = hashing.flatten(tr.params(c))
         except CommitmentMismatch as e:
             reasons.append(str(e))
             break

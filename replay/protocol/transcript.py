@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 
 from replay.protocol import limits
+from replay.protocol.hashing import same_bits
 from replay.protocol.manifest_schema import validate_manifest
 from replay.protocol.transcript_errors import CommitmentMismatch, MalformedTranscript
-from replay.protocol.transcript_files import DTYPES, MAX_HEADER_BYTES, NAMES, parse_safetensors, read_file
+from replay.protocol.transcript_files import DTYPES, MAX_HEADER_BYTES, NAMES, read_file, read_safetensors
 from replay.protocol.transcript_layout import (
     batch_digest,
     canonical_json,
@@ -66,22 +67,39 @@ class Transcript:
     def next_checkpoint(self, step: int) -> int:
         return min(c for c in self.checkpoints if c > step)
 
-    def _committed(self, path: Path, want: str, max_bytes: int) -> bytes:
-        data = read_file(path, max_bytes, self.root)
-        if sha256(data) != want:
-            raise CommitmentMismatch(f"{path.parent.name}/{path.name} does not match the manifest's commitment")
-        return data
-
     def checkpoint(self, step: int) -> State:
+        """The training state committed at `step` (parameters and optimizer buffers), streamed per tensor."""
+        return State.from_tensors(step, self._checkpoint_tensors(step), self.names, self.buffers)
+
+    def params(self, step: int) -> dict[str, torch.Tensor]:
+        """Only the parameters committed at `step` (the whole file is still read and hashed; the optimizer
+        buffers, two thirds of an AdamW checkpoint, are dropped as they are read)."""
+        tensors = self._checkpoint_tensors(step, lambda key, tensor: key.startswith("param:"))
+        return {k: tensors[f"param:{k}"] for k in self.names}
+
+    def differing_tensor(self, step: int, state: State) -> str | None:
+        """The first tensor of `state` (in State.tensors() order) whose bits differ from the checkpoint at
+        `step`, or None when every bit agrees; compared as each is read, so only one is held at a time."""
+        ours, seen, differing = state.tensors(), set(), set()
+
+        def compare(key: str, tensor: torch.Tensor) -> bool:
+            seen.add(key)
+            if key not in ours or not same_bits(ours[key], tensor):
+                differing.add(key)
+            return False
+
+        self._checkpoint_tensors(step, compare)
+        differing |= set(ours) - seen
+        return next((k for k in [*ours, *sorted(differing)] if k in differing), None)
+
+    def _checkpoint_tensors(self, step: int, keep=lambda key, tensor: True) -> dict[str, torch.Tensor]:
         expected = {}
         for k, s in self.shapes.items():
             for prefix in ("param", *self.buffers):
                 expected[f"{prefix}:{k}"] = ("float32", s)
         limit = sum(4 * math.prod(s) for s in self.shapes.values()) * (1 + len(self.buffers)) + MAX_HEADER_BYTES + 8
-        path = checkpoint_path(self.root, step)
-        data = self._committed(path, self.manifest["checkpoints"][str(step)], limit)
-        tensors = parse_safetensors(data, f"checkpoints/{path.name}", expected)
-        return State.from_tensors(step, tensors, self.names, self.buffers)
+        digest = self.manifest["checkpoints"][str(step)]
+        return read_safetensors(checkpoint_path(self.root, step), self.root, limit, digest, expected, keep)
 
     def segment(self, start: int) -> list[tuple[int, dict, bytes | None]]:
         """[(t, batch, rounding log bytes or None)] for the steps of the segment starting at `start`.
@@ -103,9 +121,8 @@ class Transcript:
             if self.precision == "det64":
                 expected[f"log:{t}"] = ("uint8", self.log_bytes)
                 limit += self.log_bytes
-        path = segment_path(self.root, start)
-        data = self._committed(path, self.manifest["segments"][str(start)], limit)
-        tensors = parse_safetensors(data, f"segments/{path.name}", expected)
+        digest = self.manifest["segments"][str(start)]
+        tensors = read_safetensors(segment_path(self.root, start), self.root, limit, digest, expected)
         out = []
         for t in range(start, end):
             batch = {"x": tensors[f"x:{t}"], "y": tensors[f"y:{t}"]}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,12 @@ def canonical_json(obj) -> bytes:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in chunks."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def batch_digest(batch: dict[str, torch.Tensor]) -> str:
@@ -75,8 +82,10 @@ def write_checkpoint(root: Path, state: State) -> str:
     path = checkpoint_path(root, state.step)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.tensors().items()}
-    path.write_bytes(safetensors.torch.save(tensors, metadata={"step": str(state.step)}))
-    return sha256(path.read_bytes())
+    # written from the tensors' own memory and hashed back from the file in chunks: no copy of the
+    # checkpoint's bytes is held (the same bytes as safetensors.torch.save)
+    _save(tensors, path, {"step": str(state.step)})
+    return file_sha256(path)
 
 
 def write_segment(root: Path, start: int, steps: list[tuple[int, dict, bytes, bytes | None]]) -> str:
@@ -89,8 +98,16 @@ def write_segment(root: Path, start: int, steps: list[tuple[int, dict, bytes, by
             tensors[f"log:{t}"] = _uint8(log)
     path = segment_path(root, start)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(safetensors.torch.save(tensors))
-    return sha256(path.read_bytes())
+    _save(tensors, path)
+    return file_sha256(path)
+
+
+def _save(tensors: dict[str, torch.Tensor], path: Path, metadata: dict | None = None) -> None:
+    """safetensors.torch.save_file, readable as an ordinary write would leave it: the library writes a
+    private (0600) temporary file and renames it, and a prover serves its transcript, perhaps from a
+    web server running as another user. The folder's mode (made under the umask) less execute bits."""
+    safetensors.torch.save_file(tensors, path, metadata=metadata)
+    os.chmod(path, path.parent.stat().st_mode & 0o666)
 
 
 def _uint8(data: bytes) -> torch.Tensor:

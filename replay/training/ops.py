@@ -173,9 +173,13 @@ class _Embedding(torch.autograd.Function):
     def backward(ctx, dy):
         (idx,) = ctx.saved_tensors
         flat, rows = idx.reshape(-1), dy.reshape(-1, dy.shape[-1])
-        zero = torch.zeros(ctx.rows, rows.shape[1], dtype=dy.dtype, device=dy.device)
-        dw = zero.index_add(0, flat, rows)
-        err = lambda: zero.index_add(0, flat, rows.abs()) * gamma(flat.numel())
+        shape = (ctx.rows, rows.shape[1])
+        # in place on fresh zeros (what index_add does out of place, the same sums): a vocabulary-sized
+        # table is 300 MB in float64 at GPT-2 size, so no zero table is kept beside it, and the bound
+        # (formed when recording, or where a replay's log names this point) costs one more, not two
+        zeros = lambda: torch.zeros(shape, dtype=dy.dtype, device=dy.device)
+        dw = zeros().index_add_(0, flat, rows)
+        err = lambda: zeros().index_add_(0, flat, rows.abs()).mul_(gamma(flat.numel()))
         return None, active()(ctx.op * SLOTS + 1, dw, full_bound(err, dw.shape)), None
 
 
@@ -230,15 +234,17 @@ class _Conv2d(torch.autograd.Function):
         y = torch.matmul(w2, cols) + b.unsqueeze(-1)
         ho = (h + 2 * padding - kh) // stride + 1
         wo = (wd + 2 * padding - kw) // stride + 1
-        ctx.save_for_backward(cols, w2)
+        # the input, not its columns (kh*kw times its size at stride 1): backward unfolds it again, exact copies
+        ctx.save_for_backward(x, w2)
         ctx.op, ctx.geom = op, ((h, wd), (kh, kw), stride, padding, w.shape)
         return R(op * SLOTS, y, dot_bound(w2, cols, bias=b, bias_rows=True)).reshape(bsz, o, ho, wo)
 
     @staticmethod
     def backward(ctx, dy):
         R = active()
-        cols, w2 = _no_fold(ctx.saved_tensors)
+        x, w2 = _no_fold(ctx.saved_tensors)
         (h, wd), ksize, stride, padding, wshape = ctx.geom
+        cols = F.unfold(x, ksize, padding=padding, stride=stride)
         key = ctx.op * SLOTS
         bsz, o = dy.shape[:2]
         g = dy.reshape(bsz, o, -1)  # (B, O, L)

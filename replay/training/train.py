@@ -164,10 +164,16 @@ def _train_step(model, state: State, batch: dict, optimizer: dict, precision: st
         loss = functional_call(model, params, (x, y, ops))
         grads = torch.autograd.grad(loss, list(params.values()))
 
+    # The graph (whose leaves are the float64 parameters) goes with the loss's grad_fn; each parameter's
+    # float64 copy and gradient go as soon as its update is done: the new state then takes their
+    # place instead of adding to them (a step's peak is its state, not three states, at GPT-2 size).
+    loss, grads = loss.detach(), list(grads)
     kind, lr = optimizer["kind"], lr_at(optimizer["lr"], t)
     new_p, new_b = {}, {b: {} for b in state.buffers}
     with torch.no_grad():
-        for (name, p), g in zip(params.items(), grads):
+        for i, name in enumerate(list(params)):
+            p, g = params.pop(name), grads[i]
+            grads[i] = None
 
             def note(what: str, r: torch.Tensor, name=name) -> torch.Tensor:
                 """An update's rounding to float32: exact arithmetic on identical inputs, never logged, traced."""

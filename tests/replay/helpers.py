@@ -114,3 +114,11 @@ class ManyCheckpoints:
         gen = torch.Generator().manual_seed(step)
         params = {k: v + torch.randn(v.shape, generator=gen) * 1e-3 for k, v in self.init.params.items()}
         return State(step, params, {"momentum": {k: torch.zeros_like(v) for k, v in params.items()}})
+
+    def params(self, step: int):
+        return self.checkpoint(step).params
+
+    def differing_tensor(self, step: int, state):
+        from replay.protocol.bisect import first_differing_tensor
+
+        return first_differing_tensor(state, self.checkpoint(step))

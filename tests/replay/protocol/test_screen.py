@@ -50,8 +50,8 @@ def test_screen_flags_a_checkpoint_that_did_not_learn_its_batches(transcripts):
         def __getattr__(self, name):
             return getattr(tr, name)
 
-        def checkpoint(self, step):
-            return tr.checkpoint(4 if step == 8 else step)
+        def params(self, step):
+            return tr.params(4 if step == 8 else step)
 
     r = screen(Stale())
     assert 8 in r["flagged"] and r["z"]["8"] == 0.0
