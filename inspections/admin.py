@@ -94,7 +94,7 @@ class CampaignAdmin(ReadOnlyAdmin):
     def rule(self, campaign):
         return flops(campaign.rule_flops)
 
-    @admin.display(description="plan per period: paper / exact samples (detection)")
+    @admin.display(description="plan per period (the campaign's model)")
     def plan(self, campaign):
         return (
             format_html_join(
@@ -325,17 +325,11 @@ def _coverage_line(run: dict) -> str:
 
 
 def _plan_line(prover: str, row: dict) -> str:
+    """The plan the campaign's draws follow, in words (the other model is on the campaign's page)."""
     if row.get("impossible", True):
-        return f"{prover}: {row['chips']} chips, the run is impossible here"
-
-    def one(model: str) -> str:
-        plan = row.get(model, {})
-        if "error" in plan:
-            return f"{model} n/a ({plan['error']})"
-        return f"{model} {plan['samples_per_period']} ({plan['detection_probability']:.3f})"
-
-    drawn = f"; draws {row['drawn']} (detection {row['drawn_detection']:.3f})" if "drawn" in row else ""
-    return f"{prover}: {row['chips']} chips, {one('paper')} / {one('exact')}{drawn}"
+        return f"{prover}: {row['chips']:,} chips, the run is impossible here"
+    chosen = row.get(row.get("model") or DEFAULT_MODEL, {})
+    return f"{prover}: {chosen.get('error') or chosen.get('words') or '-'}"
 
 
 class InspectionBodyForm(forms.ModelForm):
