@@ -180,7 +180,7 @@ def plan_words(samples: int, chips: int, detection: float | None) -> str:
     """A plan as a sentence: what a draw inspects each period and what that buys over the run."""
     if samples >= chips:
         asked = f" (the model asks {samples:,})" if samples > chips else ""
-        inspect = f"all {chips:,} chips each period{asked}"
+        inspect = f"{_all_chips(chips)} each period{asked}"
     else:
         inspect = f"{samples:,} of {chips:,} chips each period"
     return inspect if detection is None else f"{inspect}, detecting the run with probability {detection:.3f}"
@@ -190,8 +190,12 @@ def plan_error_words(error: sampling_plans.PlanError) -> str:
     """Why there is no plan, in words (never the exception's text with its parameter names)."""
     if isinstance(error, sampling_plans.UnattainableTarget):
         return (
-            f"the target {error.p:.3f} cannot be reached: even inspecting all {error.chips:,} chips every period "
+            f"the target {error.p:.3f} cannot be reached: even inspecting {_all_chips(error.chips)} every period "
             f"detects the run with probability {error.max_detection_probability:.3f} at most; lower the target or "
             "use the paper's model"
         )
     return f"no plan: {PLAN_FIELD_WORDS.get(error.field, error.field.replace('_', ' '))} {error.message}"
+
+
+def _all_chips(chips: int) -> str:
+    return "its only chip" if chips == 1 else f"all {chips:,} chips"

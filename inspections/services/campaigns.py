@@ -54,7 +54,7 @@ def _dates_check(starts_on, ends_on, period_days: int) -> None:
     if not isinstance(starts_on, date) or (ends_on is not None and not isinstance(ends_on, date)):
         _fail("starts_on", "must be a date")
     if ends_on is not None and ends_on < starts_on:
-        _fail("ends_on", f"must not be before starts_on ({starts_on.isoformat()})")
+        _fail("ends_on", f"must not be before the start ({starts_on.isoformat()})")
     try:
         starts_on + timedelta(days=MAX_DAYS + period_days)  # every period the draw computes stays a date
     except OverflowError:
@@ -120,9 +120,15 @@ def campaign_clean(
         "model": model,
         **({"holders": OWNERS_ONLY} if country else {}),
     }
-    if not selectors.targets_of(country, list(Organisation.objects.filter(slug__in=provers)), bool(country)):
-        _fail("country", f"no prover: no owner/operator holds chips a draw counts in {country}")
     return params
+
+
+def campaign_targets_check(params: dict) -> None:
+    """No campaign without a prover: a country where no owner/operator holds chips a draw counts is refused (the
+    preview shows "no prover" and offers no Create; ``campaign_create`` refuses it whoever calls)."""
+    provers = list(Organisation.objects.filter(slug__in=params["provers"]))
+    if not selectors.targets_of(params["country"], provers, params.get("holders") == OWNERS_ONLY):
+        _fail("country", f"no prover: no owner/operator holds chips a draw counts in {params['country']}")
 
 
 def _provers_check(provers) -> None:
@@ -152,6 +158,7 @@ def campaign_create(*, actor: str = "regulator", **fields) -> Campaign:
     """Put the campaign on the ledger (``campaign.created``) with its first seed's commitment; ``fields`` as
     ``campaign_clean`` takes them."""
     params = campaign_clean(**fields)
+    campaign_targets_check(params)
     starts_on, ends_on = fields["starts_on"], fields.get("ends_on")
     targets = list(Organisation.objects.filter(slug__in=params["provers"]))
     entry = ledger.append_entry("campaign.created", params, actor)
