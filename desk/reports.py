@@ -76,6 +76,13 @@ def _tasks(counts: dict) -> list[str]:
 TASK_COLUMNS = ["inspections drawn", "done", "overdue", "open"]
 
 
+def _runs(campaign: Campaign) -> str:
+    if campaign.ends_on is not None and campaign.ends_on < campaign.starts_on:
+        return f"never: stopped before its start on {campaign.starts_on.isoformat()}"
+    ends = campaign.ends_on.isoformat() if campaign.ends_on else "until stopped"
+    return f"{campaign.starts_on.isoformat()} – {ends}"
+
+
 # --- what each report says ---------------------------------------------------------------------
 
 
@@ -143,13 +150,14 @@ def campaign_report(campaign: Campaign) -> Report:
             "period",
             f"{campaign.period_days} days; run {campaign.run_days} days; {campaign.snapshot_rate} snapshots/chip/day",
         ),
-        (
-            "runs",
-            f"{campaign.starts_on.isoformat()} – {campaign.ends_on.isoformat() if campaign.ends_on else 'until stopped'}",
-        ),
+        ("runs", _runs(campaign)),
         (
             "state",
-            "stopped" if campaign.stopped_seq is not None else "amended" if campaign.amended_seq else "as created",
+            "stopped"
+            if campaign.stopped_seq is not None
+            else "amended"
+            if campaign.amended_seq is not None
+            else "as created",
         ),
         ("next draw", f"period {next_draw['period']} on {next_draw['day'].isoformat()}" if next_draw else "none"),
         *_ledger_facts(),

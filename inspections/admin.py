@@ -5,6 +5,7 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Exists, OuterRef, Q
+from django.forms.utils import pretty_name
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.utils import timezone
@@ -105,7 +106,7 @@ class CampaignAddForm(forms.Form):
             "country": f"{params['country']} — {country_name(params['country'])}" if params["country"] else "-",
             "model": dict(Campaign._meta.get_field("model").choices).get(params["model"], params["model"]),
         }
-        return [(self.fields[name].label or name, values[name]) for name in self.fields if name in values]
+        return [(self.fields[name].label or pretty_name(name), values[name]) for name in self.fields if name in values]
 
 
 @admin.register(Campaign)

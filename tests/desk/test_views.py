@@ -166,7 +166,7 @@ def test_the_entry_index_is_kept_on_append_and_matches_its_rebuild(world):
 def test_change_lists_export_as_csv_without_formulas(regulator):
     response = regulator.get("/admin/desk/export/registry/chip.csv", {"status": "installed"})
     lines = response.content.decode().splitlines()
-    assert response.status_code == 200 and lines[0] == "Serial,Model,Status,Owner,Possessor,Facility,Country"
+    assert response.status_code == 200 and lines[0] == "serial,model,status,owner,possessor,facility,country"
     assert all(",installed," in line for line in lines[1:]) and len(lines) > 1
     crosstab = regulator.get(reverse("desk:crosstab"))
     assert crosstab.content.decode().splitlines()[0].startswith("prover,")
@@ -222,3 +222,19 @@ def test_admin_lists_read_as_titles_and_engineering_units(regulator):
     html = regulator.get("/admin/registry/chipmodel/").content.decode()
     assert "989 TFLOP/s" in html and "80 GiB" in html
     assert "object (" not in regulator.get("/admin/inspections/alert/").content.decode()
+
+
+def test_a_campaign_is_amended_on_its_page_and_the_auditor_may_not(client, world):
+    from inspections.demo_campaign import DEMO_CAMPAIGN
+
+    page = reverse("desk:campaign", args=[DEMO_CAMPAIGN])
+    client.force_login(world["users"].get(username="auditor"))
+    html = client.get(page).content.decode()
+    assert 'id="next-draw"' in html and 'id="campaign-versions"' in html and 'id="amend-campaign"' not in html
+    assert client.post(page, {"action": "stop", "stop-on": timezone.localdate().isoformat()}).status_code == 403
+    client.force_login(world["users"].get(username="regulator-staff"))
+    refused = client.post(page, {"action": "stop", "stop-on": "2020-01-01"})
+    assert refused.status_code == 200 and "must not be in the past" in refused.content.decode()
+    assert not Entry.objects.filter(kind="campaign.stopped").exists()
+    response = client.post(page, {"action": "stop", "stop-on": timezone.localdate().isoformat()})
+    assert response.status_code == 302 and Entry.objects.filter(kind="campaign.stopped").count() == 1
