@@ -127,7 +127,10 @@ def _cosigners(text: str, witnesses: list[str]) -> list[str]:
     body, signatures = note.split_note(text)
     found = []
     for vkey in witnesses:
-        witness = note.parse_verifier_key(vkey.strip())
+        try:
+            witness = note.parse_verifier_key(vkey.strip())
+        except (note.NoteError, ValueError) as err:
+            raise LedgerFault("checkpoint", f"witness key {vkey!r} is not a valid verifier key: {err}") from err
         for sig in signatures:
             if sig.name == witness.name and sig.key_id == witness.key_id:
                 try:
@@ -152,12 +155,15 @@ def _check_entry(item, last: int, checkpoint: note.Checkpoint, subject: dict) ->
         raise LedgerFault(seq, "leaf or proof is not base64") from err
     if not merkle.verify_inclusion(merkle.leaf_hash(leaf), seq, checkpoint.size, proof, checkpoint.root):
         raise LedgerFault(seq, f"the leaf is not in the signed tree of size {checkpoint.size} (inclusion proof fails)")
-    try:
+    try:  # a leaf the log signed is JSON of bounded depth; anything else fails here, never with a traceback
         parsed = json.loads(leaf)
-    except ValueError as err:
-        raise LedgerFault(seq, "the leaf is not JSON") from err
+        about = isinstance(parsed, dict) and concerns(
+            subject, parsed.get("kind"), parsed.get("actor"), parsed.get("payload")
+        )
+    except (ValueError, RecursionError) as err:
+        raise LedgerFault(seq, "the leaf is not a JSON entry") from err
     if not isinstance(parsed, dict) or parsed.get("seq") != seq:
         raise LedgerFault(seq, f"the leaf says seq {parsed.get('seq') if isinstance(parsed, dict) else None!r}")
-    if not concerns(subject, parsed.get("kind"), parsed.get("actor"), parsed.get("payload")):
+    if not about:
         raise LedgerFault(seq, f"the entry does not concern {subject}")
     return seq
