@@ -291,10 +291,16 @@ def campaign_next_draw(campaign: Campaign) -> dict | None:
 
 def campaign_versions(campaign: Campaign) -> list[dict]:
     """The ledger entries that made the campaign what it is, oldest first: created, each amendment, a stop; each
-    names the entry it supersedes (the ledger is append-only: nothing is edited in place)."""
-    seqs = [campaign.created_seq]
-    seqs += [e["seq"] for e in ledger.entries_of("campaign.amended", limit=1000, campaign=campaign.slug)]
-    seqs += [e["seq"] for e in ledger.entries_of("campaign.stopped", limit=1, campaign=campaign.slug)]
+    names the entry it supersedes (the ledger is append-only: nothing is edited in place). Followed back from the
+    latest through ``supersedes``: one primary-key read per version, no scan of the ledger."""
+    entries = []
+    seq = next(s for s in (campaign.stopped_seq, campaign.amended_seq, campaign.created_seq) if s is not None)
+    while seq is not None and len(entries) < MAX_VERSIONS:
+        found = ledger.entries_at([seq])
+        if not found:
+            break
+        entries.append(found[0])
+        seq = found[0]["payload"].get("supersedes") if found[0]["kind"] != "campaign.created" else None
     return [
         {
             "seq": entry["seq"],
@@ -304,8 +310,11 @@ def campaign_versions(campaign: Campaign) -> list[dict]:
             "supersedes": entry["payload"].get("supersedes"),
             "what": _version_words(entry),
         }
-        for entry in ledger.entries_at(seqs)
+        for entry in reversed(entries)
     ]
+
+
+MAX_VERSIONS = 1000
 
 
 def _version_words(entry: dict) -> str:
@@ -435,8 +444,10 @@ def organisation_extract(organisation: Organisation) -> dict:
 
 
 def campaign_extract(campaign: Campaign) -> dict:
-    """The campaign's own entries (created, seeds, draws, amendments, a stop), with their proofs."""
-    seqs = [campaign.created_seq, *ledger.entry_seqs_naming("campaign", campaign.slug)]
+    """The campaign's own entries (created, amendments, a stop, seeds, draws: from its projections), with proofs."""
+    seqs = [version["seq"] for version in campaign_versions(campaign)]
+    seqs += campaign.seeds.values_list("committed_seq", flat=True)
+    seqs += campaign.draws.values_list("drawn_seq", flat=True)
     return ledger.extract_of({"campaign": campaign.slug}, seqs)
 
 

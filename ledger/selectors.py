@@ -238,12 +238,6 @@ def checkpoint_cosigners(checkpoint: Checkpoint) -> list[str]:
 MAX_EXTRACT = 10_000  # entries in one extract (the latest ones; the document counts those left out)
 
 
-def entry_seqs_naming(name: str, value: str, limit: int = MAX_EXTRACT + 1) -> list[int]:
-    """The seqs of the latest ``limit`` entries whose payload's top-level ``name`` is ``value``, in seq order."""
-    seqs = Entry.objects.filter(**{f"payload__{name}": value}).order_by("-seq").values_list("seq", flat=True)
-    return sorted(seqs[:limit])
-
-
 def extract_of(subject: dict, seqs: list[int]) -> dict:
     """A ``tlog.extract`` document: the entries at ``seqs`` (the latest MAX_EXTRACT) with their inclusion proofs
     against the checkpoint this log serves; entries newer than it are counted, not listed (no proof yet)."""
