@@ -7,6 +7,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from desk.models import EntrySubject
+from desk.rebuild_index import differences as index_differences
 from inspections.models import Campaign, Draw
 from inspections.rebuild_inspections import differences, rebuild
 from inspections.services import campaigns
@@ -97,6 +99,9 @@ def test_amend_supersedes_the_entry_in_force_and_the_draws_follow_it(provers):
     assert sorted(drawn["provers"]) == ["owner-a"]
     assert audit_draw(campaign.slug, 0).matches and audit_draw(campaign.slug, 1).matches  # each with its params
     assert differences(rebuild()) == []
+    about_owner_a = EntrySubject.objects.filter(subject="org:owner-a", kind="campaign.amended").count()
+    assert about_owner_a == 2 and not EntrySubject.objects.filter(subject="org:owner-b", kind="campaign.amended")
+    assert index_differences() == []
 
 
 def test_amend_refuses_what_it_cannot_change(provers):
