@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
@@ -21,7 +21,7 @@ from ledger import selectors as ledger
 from registry.models import Chip, ChipEvent, Facility, Organisation, OrganisationKey, Role
 from registry.selectors import organisation_of
 from rules import sampling_plans
-from rules.inspection_planning import ELIGIBLE
+from rules.inspection_planning import ELIGIBLE, next_draw
 
 from .models import EntrySubject, Figure, Job, KindDay
 from .services.figures import figures_refresh
@@ -284,6 +284,68 @@ def campaign_provers(campaign: Campaign) -> list[str]:
     return list(campaign.provers.order_by("slug").values_list("slug", flat=True))
 
 
+def campaign_next_draw(campaign: Campaign) -> dict | None:
+    """When the campaign draws next: the period and the moment (the day's start, UTC; beat's next run draws a due
+    period), or None when it has no period left (ended or stopped)."""
+    today = timezone.now().date()
+    found = next_draw(campaign, today, set(campaign.draws.values_list("period", flat=True)))
+    if found is None:
+        return None
+    period, day = found
+    at = datetime.combine(day, time.min, tzinfo=UTC)
+    return {"period": period, "day": day, "at": at, "due": day <= today}
+
+
+def campaign_versions(campaign: Campaign) -> list[dict]:
+    """The ledger entries that made the campaign what it is, oldest first: created, each amendment, a stop; each
+    names the entry it supersedes (the ledger is append-only: nothing is edited in place). Followed back from the
+    latest through ``supersedes``: one primary-key read per version, no scan of the ledger."""
+    entries = []
+    seq = next(s for s in (campaign.stopped_seq, campaign.amended_seq, campaign.created_seq) if s is not None)
+    while seq is not None and len(entries) < MAX_VERSIONS:
+        found = ledger.entries_at([seq])
+        if not found:
+            break
+        entries.append(found[0])
+        seq = found[0]["payload"].get("supersedes") if found[0]["kind"] != "campaign.created" else None
+    return [
+        {
+            "seq": entry["seq"],
+            "kind": entry["kind"],
+            "time": entry["time"],
+            "actor": entry["actor"],
+            "supersedes": entry["payload"].get("supersedes"),
+            "what": _version_words(entry),
+        }
+        for entry in reversed(entries)
+    ]
+
+
+MAX_VERSIONS = 1000
+
+
+def _version_words(entry: dict) -> str:
+    payload = entry["payload"]
+    if entry["kind"] == "campaign.amended":
+        params = payload.get("params", {})
+        return "amended: " + "; ".join(
+            f"{CAMPAIGN_WORDS.get(n, n)} {params.get(n)}" for n in payload.get("changed", [])
+        )
+    if entry["kind"] == "campaign.stopped":
+        return f"stopped: no draw after {payload.get('ends_on')}"
+    return "created"
+
+
+CAMPAIGN_WORDS = {
+    "provers": "provers",
+    "rule_flops": "rule (H, FLOPs)",
+    "detection_probability": "detection target",
+    "snapshot_rate": "snapshots per chip per day",
+    "model": "sampling model",
+    "ends_on": "ends on",
+}
+
+
 # --- organisation page ---------------------------------------------------------------------------
 
 ORG_ROWS = 50
@@ -340,6 +402,84 @@ def organisation_story(organisation: Organisation) -> dict:
         "members": list(organisation.members.select_related("user").order_by("user__username")[:ORG_ROWS]),
         "recent": recent,
     }
+
+
+def tasks_by_state(tasks) -> dict[str, int]:
+    """Inspection tasks as the dashboard counts them: done, overdue (marked, or past due and not done), open."""
+    today = timezone.now().date()
+    late = Q(status=InspectionTask.Status.OVERDUE) | Q(status__in=["assigned", "accepted"], due_on__lt=today)
+    counts = tasks.aggregate(
+        total=Count("id"),
+        done=Count("id", filter=Q(status=InspectionTask.Status.DONE)),
+        overdue=Count("id", filter=late),
+    )
+    counts["open"] = counts["total"] - counts["done"] - counts["overdue"]
+    return counts
+
+
+def tasks_by_state_of_campaign(campaign: Campaign) -> dict[str, dict[str, int]]:
+    """prover slug -> its inspections in this campaign by state (zeros for a prover never drawn)."""
+    today = timezone.now().date()
+    late = Q(status=InspectionTask.Status.OVERDUE) | Q(status__in=["assigned", "accepted"], due_on__lt=today)
+    rows = (
+        InspectionTask.objects.filter(draw__campaign=campaign)
+        .values("prover__slug")
+        .annotate(
+            total=Count("id"),
+            done=Count("id", filter=Q(status=InspectionTask.Status.DONE)),
+            overdue=Count("id", filter=late),
+        )
+        .order_by()
+    )
+    found: dict[str, dict[str, int]] = defaultdict(lambda: {"total": 0, "done": 0, "overdue": 0, "open": 0})
+    for row in rows:
+        found[row["prover__slug"]] = {
+            "total": row["total"],
+            "done": row["done"],
+            "overdue": row["overdue"],
+            "open": row["total"] - row["done"] - row["overdue"],
+        }
+    return found
+
+
+def organisation_extract(organisation: Organisation) -> dict:
+    """The ledger entries about the organisation (the entry index: made by it or naming it), with their proofs."""
+    seqs = (
+        EntrySubject.objects.filter(subject=f"org:{organisation.slug}").order_by("-seq").values_list("seq", flat=True)
+    )
+    return ledger.extract_of({"organisation": organisation.slug}, list(seqs[: ledger.MAX_EXTRACT + 1]))
+
+
+def campaign_extract(campaign: Campaign) -> dict:
+    """The campaign's own entries (created, amendments, a stop, seeds, draws: from its projections), with proofs."""
+    seqs = [version["seq"] for version in campaign_versions(campaign)]
+    seqs += campaign.seeds.values_list("committed_seq", flat=True)
+    seqs += campaign.draws.values_list("drawn_seq", flat=True)
+    return ledger.extract_of({"campaign": campaign.slug}, seqs)
+
+
+def prover_compliance(organisation: Organisation) -> dict:
+    """What a prover's compliance report states beyond its story: its inspections by state, alerts by state and
+    severity, and per campaign targeting it the plan its draws follow and the detection achieved so far."""
+    tasks = InspectionTask.objects.filter(prover=organisation)
+    alerts = Alert.objects.filter(prover=organisation).values_list("kind", "state")
+    by_state: dict[tuple[str, str], int] = defaultdict(int)
+    for kind, state in alerts:
+        by_state[(SEVERITY.get(kind, "low"), state)] += 1
+    campaigns = []
+    for campaign in Campaign.objects.filter(Q(provers=organisation) | Q(provers=None)).distinct().order_by("slug"):
+        detail = campaign_detail(campaign)
+        if organisation.slug not in detail["plans"] and organisation.slug not in detail["achieved"]:
+            continue  # a country campaign that does not target it
+        campaigns.append(
+            {
+                "campaign": campaign,
+                "plan": detail["plans"].get(organisation.slug, {}),
+                "achieved": detail["achieved"].get(organisation.slug),
+                "tasks": tasks_by_state(tasks.filter(draw__campaign=campaign)),
+            }
+        )
+    return {"tasks": tasks_by_state(tasks), "alerts": dict(sorted(by_state.items())), "campaigns": campaigns}
 
 
 # --- chip page ------------------------------------------------------------------------------------

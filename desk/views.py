@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import csv
-import html
+import json
 from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.utils import lookup_field
+from django.contrib.admin.utils import label_for_field, lookup_field
 from django.contrib.auth import login as auth_login
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.cache import cache
@@ -16,11 +16,13 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.html import strip_tags
-from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from . import plots, search_selectors, selectors
+from inspections.services import campaigns
+
+from . import plots, reports, search_selectors, selectors
+from .exports import attachment, csv_cell, export_filename
+from .forms import CampaignAmendForm, CampaignStopForm
 from .models import Job
 from .services import jobs, triage
 
@@ -244,6 +246,17 @@ def draw_page(request, pk: int):
 
 def campaign_page(request, slug: str):
     campaign = _found(selectors.campaign_of_page(slug))
+    can_act = request.user.has_perm("inspections.change_campaign") and campaign.stopped_seq is None
+    action = request.POST.get("action") if request.method == "POST" else None
+    amend = CampaignAmendForm(request.POST if action == "amend" else None, campaign=campaign)
+    stop = CampaignStopForm(request.POST if action == "stop" else None)
+    if action:
+        if not request.user.has_perm("inspections.change_campaign"):
+            raise PermissionDenied
+        done = _campaign_act(campaign, action, amend if action == "amend" else stop, request.user.get_username())
+        if done:
+            messages.success(request, done)
+            return redirect(reverse("desk:campaign", args=[campaign.slug]))
     detail = selectors.campaign_detail(campaign)
     achieved = [value for value in detail["achieved"].values() if value is not None]
     context = _context(
@@ -252,9 +265,33 @@ def campaign_page(request, slug: str):
         campaign=campaign,
         detail=detail,
         weakest=min(achieved) if achieved else None,
-        provers=", ".join(selectors.campaign_provers(campaign)) or f"every holder in {campaign.country}",
+        provers=", ".join(selectors.campaign_provers(campaign)) or f"every owner/operator in {campaign.country}",
+        next_draw=selectors.campaign_next_draw(campaign),
+        versions=selectors.campaign_versions(campaign),
+        amend=amend,
+        stop=stop,
+        can_act=can_act,
+        open_form=action or "",
     )
     return render(request, "admin/desk/campaign.html", context)
+
+
+def _campaign_act(campaign, action: str, form, by: str) -> str | None:
+    """Amend or stop through the service (a superseding ledger entry); a refusal lands on the form."""
+    if not form.is_valid():
+        return None
+    try:
+        if action == "amend":
+            campaign = campaigns.campaign_amend(campaign, actor="regulator", **form.changes())
+            return f"Campaign {campaign.slug} amended at ledger seq {campaign.amended_seq} (by {by})."
+        campaign = campaigns.campaign_stop(campaign, on=form.cleaned_data["on"], actor="regulator")
+        return (
+            f"Campaign {campaign.slug} stopped at ledger seq {campaign.stopped_seq}: no draw after {campaign.ends_on}."
+        )
+    except ValidationError as error:
+        for field, reasons in error.message_dict.items():
+            form.add_error(field if field in form.fields else None, reasons)
+        return None
 
 
 def task_page(request, pk: int):
@@ -311,9 +348,11 @@ def changelist_csv(request, app_label: str, model_name: str):
     changelist = model_admin.get_changelist_instance(request)
     columns = [c for c in changelist.list_display if c != "action_checkbox"]
     response = HttpResponse(content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{app_label}-{model_name}.csv"'
+    filters = [(name, value) for name, values in request.GET.lists() for value in values]
+    name = export_filename(str(model_admin.model._meta.verbose_name_plural), "csv", filters)
+    response["Content-Disposition"] = attachment(name)
     writer = csv.writer(response)
-    writer.writerow(columns)
+    writer.writerow([csv_cell(label_for_field(c, model_admin.model, model_admin)) for c in columns])
     for obj in changelist.queryset.iterator(chunk_size=2000):
         row = []
         for name in columns:
@@ -321,24 +360,9 @@ def changelist_csv(request, app_label: str, model_name: str):
                 _, _, value = lookup_field(name, obj, model_admin)
             except Exception:  # a column that cannot be read for this row stays empty
                 value = ""
-            row.append(_csv_cell(value))
+            row.append(csv_cell(value))
         writer.writerow(row)
     return response
-
-
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")  # with full-width
-
-
-def _csv_cell(value) -> str:
-    """Plain text a spreadsheet shows as text: link columns lose their HTML, and no cell starts a formula
-    (also after leading whitespace or control characters, which spreadsheets skip)."""
-    text = "" if value is None else str(value)
-    if isinstance(value, SafeString) or "<" in text:  # a link column (format_html): its visible text only
-        text = html.unescape(strip_tags(text))
-    stripped = text.lstrip(" \t\r\n\x0b\x0c")
-    if text[:1] in FORMULA_STARTS or stripped[:1] in FORMULA_STARTS:
-        return "'" + text
-    return text
 
 
 def crosstab_csv(request):
@@ -348,10 +372,59 @@ def crosstab_csv(request):
     table = selectors.figures()["prover_country"].data
     countries = sorted({country for row in table.values() for country in row})
     response = HttpResponse(content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = 'attachment; filename="prover-by-country.csv"'
+    response["Content-Disposition"] = attachment(export_filename("prover-by-country", "csv"))
     writer = csv.writer(response)
     writer.writerow(["prover", *countries, "total"])
     for prover in sorted(table):
         row = table[prover]
         writer.writerow([prover, *(row.get(c, 0) for c in countries), sum(row.values())])
     return response
+
+
+# --- reports and ledger extracts ---------------------------------------------------------------------
+
+REPORT_TYPES = {"csv": "text/csv; charset=utf-8", "pdf": "application/pdf"}
+
+
+def _report_response(report, extension: str) -> HttpResponse:
+    if extension not in REPORT_TYPES:
+        raise Http404("a report is csv or pdf")
+    body = reports.report_csv(report) if extension == "csv" else reports.report_pdf(report)
+    response = HttpResponse(body, content_type=REPORT_TYPES[extension])
+    response["Content-Disposition"] = attachment(report.filename(extension))
+    return response
+
+
+def organisation_report(request, slug: str, extension: str):
+    """A prover's compliance report (its chips, inspections, campaigns and what they achieved, alerts, claims)."""
+    if not request.user.has_perm("registry.view_organisation"):
+        raise PermissionDenied
+    return _report_response(reports.prover_report(_found(selectors.organisation_of_page(slug))), extension)
+
+
+def campaign_report(request, slug: str, extension: str):
+    if not request.user.has_perm("inspections.view_campaign"):
+        raise PermissionDenied
+    return _report_response(reports.campaign_report(_found(selectors.campaign_of_page(slug))), extension)
+
+
+def _extract_response(document: dict, what: str) -> HttpResponse:
+    body = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = attachment(export_filename(what, "json"))
+    return response
+
+
+def organisation_extract(request, slug: str):
+    """The ledger entries about an organisation with their inclusion proofs: ``python -m ledger.verify --extract``."""
+    if not request.user.has_perm("ledger.view_entry"):
+        raise PermissionDenied
+    organisation = _found(selectors.organisation_of_page(slug))
+    return _extract_response(selectors.organisation_extract(organisation), f"ledger-extract-organisation-{slug}")
+
+
+def campaign_extract(request, slug: str):
+    if not request.user.has_perm("ledger.view_entry"):
+        raise PermissionDenied
+    campaign = _found(selectors.campaign_of_page(slug))
+    return _extract_response(selectors.campaign_extract(campaign), f"ledger-extract-campaign-{slug}")

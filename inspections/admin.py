@@ -5,6 +5,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Exists, OuterRef, Q
+from django.forms.utils import pretty_name
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.utils import timezone
@@ -12,6 +13,7 @@ from django.utils.html import format_html, format_html_join
 
 from ledger.admin import ReadOnlyAdmin
 from registry.models import Organisation, Role
+from rules.countries import COUNTRIES, country_name
 from rules.inspection_planning import DEFAULT_MODEL, MODELS
 from rules.sampling_plans import DAYS_PER_YEAR
 from rules.units import flops
@@ -21,34 +23,67 @@ from .models import Alert, AlertNotification, Campaign, Claim, Draw, InspectionB
 from .services import alerts, bodies, campaigns
 from .severity import SEVERITIES, past_sla_q, severity_of, severity_q, sla_deadline
 
+COUNTRY_CHOICES = [("", "— none: name the provers above —")] + [
+    (code, f"{code} — {name}") for code, name in sorted(COUNTRIES.items())
+]
+
+
+class CountryField(forms.ChoiceField):
+    """A country from the ISO 3166-1 list; a typed code is taken in either case ("nl" is NL)."""
+
+    def to_python(self, value):
+        return super().to_python(value).strip().upper()
+
+
+class DateInput(forms.DateInput):
+    """The browser's date picker (ISO dates in and out)."""
+
+    input_type = "date"
+
+    def __init__(self, **attrs):
+        super().__init__(attrs=attrs, format="%Y-%m-%d")
+
 
 class CampaignAddForm(forms.Form):
-    slug = forms.SlugField(max_length=64)
+    slug = forms.SlugField(max_length=64, label="Campaign name", help_text="its name on the ledger, e.g. frontier-2027")
     provers = forms.ModelMultipleChoiceField(
         Organisation.objects.none(),
         required=False,
         to_field_name="slug",
-        help_text="owners/operators holding chips; or leave empty and name a country",
+        help_text="owners/operators holding chips a draw counts; or leave empty and choose a country",
     )
-    country = forms.CharField(max_length=2, required=False, help_text="target every holder of chips in this country")
-    rule_flops = forms.FloatField(help_text="H: training compute the rule forbids, e.g. 1e25")
-    detection_probability = forms.FloatField(initial=0.9)
-    snapshot_rate = forms.FloatField(initial=0.1, help_text="snapshots per chip per day")
-    period_days = forms.IntegerField(initial=30)
-    run_days = forms.IntegerField(initial=365)
-    starts_on = forms.DateField(help_text="YYYY-MM-DD")
-    ends_on = forms.DateField(required=False)
+    country = CountryField(
+        choices=COUNTRY_CHOICES,
+        required=False,
+        help_text="target every owner/operator holding chips in this country (a vendor's stock is not a prover's)",
+        error_messages={"invalid_choice": "%(value)s is not an ISO 3166-1 country code: choose one from the list"},
+    )
+    rule_flops = forms.FloatField(
+        label="Rule (H)", help_text="the training compute the rule forbids, in FLOPs, e.g. 1e25"
+    )
+    detection_probability = forms.FloatField(
+        initial=0.9, label="Detection target", help_text="probability of catching a violating run over the run"
+    )
+    snapshot_rate = forms.FloatField(initial=0.1, label="Snapshots per chip per day", help_text="f")
+    period_days = forms.IntegerField(initial=30, label="Period (days)", help_text="one draw per period")
+    run_days = forms.IntegerField(initial=365, label="Run length (days)", help_text="T: how long a violating run lasts")
+    starts_on = forms.DateField(label="Starts on", help_text="today or later: a campaign is never backdated")
+    ends_on = forms.DateField(required=False, label="Ends on", help_text="empty: runs until stopped")
     model = forms.TypedChoiceField(
-        choices=[(m, m) for m in MODELS],
+        choices=[(m, label) for m, label in Campaign._meta.get_field("model").choices],
         initial=DEFAULT_MODEL,
         required=False,
         empty_value=DEFAULT_MODEL,
+        label="Sampling model",
         help_text="paper: with replacement (Shavit 2023); exact: without replacement",
     )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["provers"].queryset = selectors.prover_candidates()
+        today = timezone.now().date().isoformat()
+        self.fields["starts_on"].widget = DateInput(min=today)
+        self.fields["ends_on"].widget = DateInput(min=today)
 
     def clean(self):
         data = super().clean()
@@ -62,6 +97,17 @@ class CampaignAddForm(forms.Form):
                 self.add_error(field if field in self.fields else None, reasons)
         return data
 
+    def shown(self, params: dict) -> list[tuple[str, str]]:
+        """The checked parameters as the regulator reads them: labels, units and names, no field names."""
+        values = {
+            **params,
+            "rule_flops": flops(params["rule_flops"]),
+            "provers": ", ".join(params["provers"]) or "-",
+            "country": f"{params['country']} — {country_name(params['country'])}" if params["country"] else "-",
+            "model": dict(Campaign._meta.get_field("model").choices).get(params["model"], params["model"]),
+        }
+        return [(self.fields[name].label or pretty_name(name), values[name]) for name in self.fields if name in values]
+
 
 @admin.register(Campaign)
 class CampaignAdmin(ReadOnlyAdmin):
@@ -69,12 +115,13 @@ class CampaignAdmin(ReadOnlyAdmin):
         "campaign_page",
         "country",
         "rule",
-        "detection_probability",
+        "target",
         "period_days",
         "model",
         "plan",
         "starts_on",
         "ends_on",
+        "state",
     )
     list_display_links = None
     readonly_fields = ("plan",)
@@ -90,11 +137,22 @@ class CampaignAdmin(ReadOnlyAdmin):
             return redirect("desk:campaign", campaign.slug)
         return super().change_view(request, object_id)
 
+    @admin.display(description="detection target", ordering="detection_probability")
+    def target(self, campaign):
+        return campaign.detection_probability
+
+    @admin.display(description="state")
+    def state(self, campaign):
+        """Stopped, amended (with the entry in force) or as created: a campaign is never edited in place."""
+        if campaign.stopped_seq is not None:
+            return f"stopped (#{campaign.stopped_seq})"
+        return f"amended (#{campaign.amended_seq})" if campaign.amended_seq is not None else "as created"
+
     @admin.display(description="rule (H)", ordering="rule_flops")
     def rule(self, campaign):
         return flops(campaign.rule_flops)
 
-    @admin.display(description="plan per period: paper / exact samples (detection)")
+    @admin.display(description="plan per period (the campaign's model)")
     def plan(self, campaign):
         return (
             format_html_join(
@@ -127,7 +185,7 @@ class CampaignAdmin(ReadOnlyAdmin):
                     self.message_user(request, message)
                     return redirect("desk:campaign", campaign.slug)
             else:
-                preview = _preview(form.params)
+                preview = {**_preview(form.params), "shown": form.shown(form.params)}
         context = {
             **self.admin_site.each_context(request),
             "title": "Start a campaign: preview" if preview else "Start a campaign",
@@ -150,8 +208,7 @@ def _preview(params: dict) -> dict:
             if row.get("impossible") is False and "samples_per_period" in row.get(model, {})
         )
         cost[model] = {"per_period": per_period, "per_year": round(per_period * periods_per_year)}
-    shown = {**params, "rule_flops": flops(params["rule_flops"]), "provers": ", ".join(params["provers"]) or "-"}
-    return {"plans": plans, "cost": cost, "model": params["model"], "params": params, "shown": shown}
+    return {"plans": plans, "cost": cost, "model": params["model"], "params": params}
 
 
 @admin.register(Draw)
@@ -431,17 +488,11 @@ def _coverage_line(run: dict) -> str:
 
 
 def _plan_line(prover: str, row: dict) -> str:
+    """The plan the campaign's draws follow, in words (the other model is on the campaign's page)."""
     if row.get("impossible", True):
-        return f"{prover}: {row['chips']} chips, the run is impossible here"
-
-    def one(model: str) -> str:
-        plan = row.get(model, {})
-        if "error" in plan:
-            return f"{model} n/a ({plan['error']})"
-        return f"{model} {plan['samples_per_period']} ({plan['detection_probability']:.3f})"
-
-    drawn = f"; draws {row['drawn']} (detection {row['drawn_detection']:.3f})" if "drawn" in row else ""
-    return f"{prover}: {row['chips']} chips, {one('paper')} / {one('exact')}{drawn}"
+        return f"{prover}: {row['chips']:,} chips, the run is impossible here"
+    chosen = row.get(row.get("model") or DEFAULT_MODEL, {})
+    return f"{prover}: {chosen.get('error') or chosen.get('words') or '-'}"
 
 
 class InspectionBodyForm(forms.ModelForm):

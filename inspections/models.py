@@ -30,7 +30,12 @@ class Campaign(models.Model):
         default="paper",
         help_text="the sampling model that sets each period's sample size",
     )
+    holders = models.CharField(
+        max_length=8, blank=True, default="", help_text='"owners": a country campaign targets owners/operators only'
+    )
     created_seq = models.BigIntegerField()
+    amended_seq = models.BigIntegerField(null=True, blank=True, help_text="the campaign.amended entry in force")
+    stopped_seq = models.BigIntegerField(null=True, blank=True, help_text="the campaign.stopped entry")
 
     def __str__(self) -> str:
         return self.slug

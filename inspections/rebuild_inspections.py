@@ -5,7 +5,8 @@ module's, into scratch worlds held in memory (never the live tables); then every
 projection row is compared with its rebuilt twin, keyed by natural keys (slugs, serials,
 periods, ledger seqs), so database ids do not matter:
 
-    campaign         slug                      parameters, starts/ends, created_seq (and model, where the field exists)
+    campaign         slug                      parameters as amended, starts/ends, created_seq (and model, where the
+                                               field exists), holders, amended_seq, stopped_seq
     campaign provers slug                      the named provers (empty for a country campaign)
     campaign seed    campaign/period           commitment, committed_seq; the seed itself once the draw revealed it
     draw             campaign/period           checkpoint size and root, drawn_seq, drawn_at
@@ -81,6 +82,7 @@ CAMPAIGN_FIELDS = (
     "starts_on",
     "ends_on",
 )
+LIFECYCLE_FIELDS = ("holders", "amended_seq", "stopped_seq")  # a country campaign's targets; amendments and stops
 FINDING_DEFAULTS = {
     "owner_refused": False,
     "seal_intact": None,
@@ -159,8 +161,22 @@ def _campaign_created(world, seq, time, actor, payload):
         **{name: payload[name] for name in CAMPAIGN_FIELDS},
         "provers": sorted(payload["provers"]),
         "model": payload.get("model", "paper"),
+        "holders": payload.get("holders", ""),
         "created_seq": seq,
+        "amended_seq": None,
+        "stopped_seq": None,
     }
+
+
+def _campaign_amended(world, seq, time, actor, payload):
+    """The parameters in force from now on (the entry restates them all); the campaign's identity stays."""
+    campaign, params = world.campaigns[payload["campaign"]], payload["params"]
+    campaign.update({name: params[name] for name in CAMPAIGN_FIELDS if name not in ("country", "starts_on")})
+    campaign.update(provers=sorted(params["provers"]), model=params.get("model", "paper"), amended_seq=seq)
+
+
+def _campaign_stopped(world, seq, time, actor, payload):
+    world.campaigns[payload["campaign"]].update(ends_on=payload["ends_on"], stopped_seq=seq)
 
 
 def _seed_committed(world, seq, time, actor, payload):
@@ -419,6 +435,8 @@ def _claim_failed(world, seq, time, actor, payload):
 HANDLERS = {
     "inspection_body.registered": _body_registered,
     "campaign.created": _campaign_created,
+    "campaign.amended": _campaign_amended,
+    "campaign.stopped": _campaign_stopped,
     "campaign.seed_committed": _seed_committed,
     "campaign.drawn": _drawn,
     "inspection.accepted": _accepted,
@@ -454,6 +472,7 @@ def tables(world: World):
             slug: tuple(c[name] for name in CAMPAIGN_FIELDS)
             + (c["created_seq"],)
             + ((c["model"],) if with_model else ())
+            + tuple(c[name] for name in LIFECYCLE_FIELDS)
             for slug, c in world.campaigns.items()
         },
     )
@@ -581,7 +600,7 @@ def _task_key(row: tuple) -> TaskKey | None:
 
 
 def _live_campaigns(with_model: bool) -> dict:
-    columns = ("slug", *CAMPAIGN_FIELDS, "created_seq", *(("model",) if with_model else ()))
+    columns = ("slug", *CAMPAIGN_FIELDS, "created_seq", *(("model",) if with_model else ()), *LIFECYCLE_FIELDS)
     live = {}
     for row in Campaign.objects.values_list(*columns):
         values = dict(zip(columns, row, strict=True))

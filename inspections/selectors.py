@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 
 from registry.models import Chip, Organisation, Role
-from rules.inspection_planning import ELIGIBLE, prover_plan
+from rules.inspection_planning import ELIGIBLE, OWNERS_ONLY, counts_as_prover, prover_plan
 
 from .models import Campaign, CaseText, Claim, CoverageReverification, InspectionTask, SnapshotLog
 
@@ -51,15 +51,19 @@ def claim_of(organisation: Organisation | None, claim_id: int) -> Claim | None:
 
 def campaign_targets(campaign: Campaign) -> list[tuple[Organisation, int, float | None]]:
     """The campaign's provers with their eligible chip counts and fastest model, in one grouped scan."""
-    return targets_of(campaign.country, [] if campaign.country else list(campaign.provers.all()))
+    provers = [] if campaign.country else list(campaign.provers.all())
+    return targets_of(campaign.country, provers, campaign.holders == OWNERS_ONLY)
 
 
-def targets_of(country: str, provers: list[Organisation]) -> list[tuple[Organisation, int, float | None]]:
+def targets_of(
+    country: str, provers: list[Organisation], owners_only: bool = False
+) -> list[tuple[Organisation, int, float | None]]:
     """Provers (named, or every owner of eligible chips in ``country``) with their eligible chip counts and
     fastest model.
 
     A country campaign targets every owner of eligible chips located there (a country may
     hold 10^7 chips: one pass over them, not one per prover); the plan counts all the prover's chips.
+    ``owners_only``: only holders registered as owners/operators (a vendor's warehouse stock is no prover's).
     """
     eligible = Chip.objects.filter(status__in=ELIGIBLE)
     if country:
@@ -73,6 +77,8 @@ def targets_of(country: str, provers: list[Organisation]) -> list[tuple[Organisa
             .filter(here__gt=0)
         )
         provers = list(Organisation.objects.filter(pk__in=[row["owner"] for row in rows]).order_by("slug"))
+        if owners_only:
+            provers = [prover for prover in provers if counts_as_prover({"holders": OWNERS_ONLY}, prover.roles)]
     else:
         provers = sorted(provers, key=lambda prover: prover.slug)
         rows = (
@@ -99,7 +105,8 @@ def campaign_preview(params: dict) -> dict[str, dict]:
     campaign = Campaign(**{k: v for k, v in params.items() if k in PLAN_FIELDS})
     provers = list(Organisation.objects.filter(slug__in=params["provers"]))
     return {
-        prover.slug: prover_plan(campaign, count, peak) for prover, count, peak in targets_of(campaign.country, provers)
+        prover.slug: prover_plan(campaign, count, peak)
+        for prover, count, peak in targets_of(campaign.country, provers, params.get("holders") == OWNERS_ONLY)
     }
 
 

@@ -21,6 +21,8 @@ def audit_draw(campaign: str, period: int) -> Audit:
         entry = ledger.first_entry(kind, **match)
         if entry is not None:
             records.take(entry["seq"], kind, entry["payload"])
+    for entry in ledger.entries_of("campaign.amended", limit=10_000, campaign=campaign):
+        records.take(entry["seq"], "campaign.amended", entry["payload"])
     audit = not_drawn(records)
     if audit is not None:
         return audit

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Count, Q
 
 from tlog import merkle
+from tlog.extract import build_extract
 
+from . import keys
 from .models import Checkpoint, Entry
 
 ENTRY_FIELDS = ("seq", "time", "kind", "actor", "payload")
@@ -228,3 +231,27 @@ def witnesses_to_ask(checkpoint: Checkpoint) -> list:
 def checkpoint_cosigners(checkpoint: Checkpoint) -> list[str]:
     """Names of the witnesses that cosigned this checkpoint."""
     return list(checkpoint.cosignatures.order_by("witness__name").values_list("witness__name", flat=True))
+
+
+# --- extracts: some entries with their proofs, checked offline (tlog.extract) -------------------------
+
+MAX_EXTRACT = 10_000  # entries in one extract (the latest ones; the document counts those left out)
+
+
+def extract_of(subject: dict, seqs: list[int]) -> dict:
+    """A ``tlog.extract`` document: the entries at ``seqs`` (the latest MAX_EXTRACT) with their inclusion proofs
+    against the checkpoint this log serves; entries newer than it are counted, not listed (no proof yet)."""
+    checkpoint = checkpoint_served(settings.LEDGER_WITNESS_QUORUM)
+    if checkpoint is None:
+        raise ValidationError({"checkpoint": "the log has no signed checkpoint yet"})
+    wanted = sorted(set(seqs))
+    proved = [seq for seq in wanted if seq < checkpoint.size]
+    older = max(0, len(proved) - MAX_EXTRACT)
+    proved = proved[older:]
+    proofs = inclusion_proofs(proved, checkpoint.size, size_is_signed=True) if proved else {}
+    leaves_by_seq = dict(Entry.objects.filter(seq__in=proved).values_list("seq", "leaf"))
+    entries = [(seq, bytes(leaves_by_seq[seq]), proofs[seq]) for seq in proved]
+    text = checkpoint_text(checkpoint)
+    return build_extract(
+        subject, keys.verifier_key(), text, entries, newer=len(wanted) - len(proved) - older, older=older
+    )

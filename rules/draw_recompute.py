@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from rules import draw_ranking
-from rules.inspection_planning import ELIGIBLE, Holdings, prover_sample
+from rules.inspection_planning import ELIGIBLE, Holdings, counts_as_prover, prover_sample
 from rules.registry_world import Scratch
 
 MATCH, MISMATCH, NOT_DRAWN, UNKNOWN = "match", "mismatch", "not drawn yet", "no such campaign"
@@ -27,17 +27,27 @@ class DrawRecords:
     created: dict | None = None
     committed: dict | None = None
     drawn: dict | None = None
+    amended: list[dict] = field(default_factory=list)  # the campaign's ``campaign.amended`` entries, in seq order
 
     def take(self, seq: int, kind: str, payload: dict) -> None:
-        """Keep an entry if it is one of this draw's (the first of each kind)."""
+        """Keep an entry if it is one of this draw's (the first of each kind), or an amendment of its campaign."""
         if kind == "campaign.created" and payload.get("slug") == self.campaign:
             self.created = self.created or {"seq": seq, "payload": payload}
+        elif kind == "campaign.amended" and payload.get("campaign") == self.campaign:
+            self.amended.append({"seq": seq, "payload": payload})
         elif kind in ("campaign.seed_committed", "campaign.drawn") and (
             payload.get("campaign"),
             payload.get("period"),
         ) == (self.campaign, self.period):
             slot = "committed" if kind == "campaign.seed_committed" else "drawn"
             setattr(self, slot, getattr(self, slot) or {"seq": seq, "payload": payload})
+
+    def params_in_force(self) -> dict:
+        """The campaign's parameters when it was drawn: the last amendment before the draw, else as created."""
+        before = [
+            a for a in self.amended if a["seq"] < self.drawn["seq"] and isinstance(a["payload"].get("params"), dict)
+        ]
+        return max(before, key=lambda a: a["seq"])["payload"]["params"] if before else self.created["payload"]
 
     @property
     def checkpoint_size(self) -> int | None:
@@ -99,7 +109,7 @@ def check_draw(records: DrawRecords, world: Scratch, root_at_size: bytes) -> Aud
         audit.fail("the seed was not committed before the checkpoint the draw used")
     if root_at_size != root:
         audit.fail(f"the draw's root is not the ledger's root at size {size}")
-    _compare_samples(audit, records.created["payload"], drawn, seed, root, world)
+    _compare_samples(audit, records.params_in_force(), drawn, seed, root, world)
     return audit
 
 
@@ -107,7 +117,14 @@ def _compare_samples(audit: Audit, params: dict, drawn: dict, seed: bytes, root:
     campaign = SimpleNamespace(**params)
     eligible = [state for state in world.chips.values() if state.status in ELIGIBLE]
     if params.get("country"):
-        targets = sorted({state.owner for state in eligible if state.country == params["country"]})
+        roles = {slug: org.get("roles") for slug, org in world.organisations.items()}
+        targets = sorted(
+            {
+                state.owner
+                for state in eligible
+                if state.country == params["country"] and counts_as_prover(params, roles.get(state.owner))
+            }
+        )
     else:
         targets = sorted(params.get("provers") or [])
     if sorted(drawn.get("provers") or {}) != targets:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 
 from rules import sampling_plans
 from rules.chip_lifecycle import ACTIVE, Status
@@ -18,6 +18,36 @@ from rules.chip_lifecycle import ACTIVE, Status
 ELIGIBLE = sorted(s.value for s in ACTIVE | {Status.IN_TRANSIT})
 MODELS = ("paper", "exact")  # the paper's plan (with replacement) or the exact one (without)
 DEFAULT_MODEL = "paper"  # also what a campaign created before campaigns chose a model uses
+# A country campaign whose ``campaign.created`` says ``"holders": "owners"`` targets only holders registered as
+# owners/operators: a vendor's warehouse stock (chips it holds, not yet sold to an owner) is no prover's.
+# Older country campaigns (no ``holders``) targeted every holder, and their draws are audited as they were made.
+OWNERS_ONLY = "owners"
+PROVER_ROLE = "owner"
+# What a ``campaign.amended`` entry may change, from the next draw on (docs/draws.md).
+AMENDABLE = ("provers", "rule_flops", "detection_probability", "snapshot_rate", "model", "ends_on")
+
+
+def counts_as_prover(params, roles) -> bool:
+    """Whether a holder of eligible chips is a target of the (country) campaign ``params``."""
+    holders = params.get("holders") if isinstance(params, dict) else getattr(params, "holders", "")
+    return holders != OWNERS_ONLY or PROVER_ROLE in (roles or [])
+
+
+def next_draw(campaign, today: date, drawn: set[int]) -> tuple[int, date] | None:
+    """(period, day) of the campaign's next draw: the current period if it is not drawn yet (beat draws it on its
+    next run), else the next period's first day; None when the campaign has no period left."""
+    period = campaign_period(campaign, today)
+    if period is None:
+        if today >= campaign.starts_on:
+            return None  # ended or stopped
+        period, day = 0, campaign.starts_on
+    elif period in drawn:
+        period, day = period + 1, campaign.starts_on + timedelta(days=(period + 1) * campaign.period_days)
+    else:
+        day = today
+    if campaign.ends_on is not None and day > campaign.ends_on:
+        return None
+    return period, day
 
 
 def campaign_period(campaign, on: date) -> int | None:
@@ -117,7 +147,7 @@ def prover_plan(campaign, chips: int, peak_flops: float | None) -> dict:
         try:
             plan = _plan(campaign, chips, peak_flops, model)
         except sampling_plans.PlanError as error:
-            row[model] = {"error": str(error)}
+            row[model] = {"error": plan_error_words(error)}
             continue
         row["chips_needed"], row["impossible"] = plan.chips_needed, plan.impossible
         row[model] = {
@@ -125,6 +155,8 @@ def prover_plan(campaign, chips: int, peak_flops: float | None) -> dict:
             "samples_per_year": plan.samples_per_year,
             "detection_probability": plan.detection_probability,
         }
+        if not plan.impossible:
+            row[model]["words"] = plan_words(plan.samples_per_period, chips, plan.detection_probability)
     chosen = row.get(row["model"], {})
     if row.get("impossible") is False and "samples_per_period" in chosen:
         row["drawn"] = min(chosen["samples_per_period"], chips)
@@ -139,3 +171,31 @@ def prover_plan(campaign, chips: int, peak_flops: float | None) -> dict:
             exact=True,
         )
     return row
+
+
+PLAN_FIELD_WORDS = {"flops": "the rule (H)", "p": "the detection target", "chips": "the chips held"}
+
+
+def plan_words(samples: int, chips: int, detection: float | None) -> str:
+    """A plan as a sentence: what a draw inspects each period and what that buys over the run."""
+    if samples >= chips:
+        asked = f" (the model asks {samples:,})" if samples > chips else ""
+        inspect = f"{_all_chips(chips)} each period{asked}"
+    else:
+        inspect = f"{samples:,} of {chips:,} chips each period"
+    return inspect if detection is None else f"{inspect}, detecting the run with probability {detection:.3f}"
+
+
+def plan_error_words(error: sampling_plans.PlanError) -> str:
+    """Why there is no plan, in words (never the exception's text with its parameter names)."""
+    if isinstance(error, sampling_plans.UnattainableTarget):
+        return (
+            f"the target {error.p:.3f} cannot be reached: even inspecting {_all_chips(error.chips)} every period "
+            f"detects the run with probability {error.max_detection_probability:.3f} at most; lower the target or "
+            "use the paper's model"
+        )
+    return f"no plan: {PLAN_FIELD_WORDS.get(error.field, error.field.replace('_', ' '))} {error.message}"
+
+
+def _all_chips(chips: int) -> str:
+    return "its only chip" if chips == 1 else f"all {chips:,} chips"

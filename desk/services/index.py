@@ -33,6 +33,8 @@ def subjects(kind: str, actor: str, payload: dict) -> set[str]:
     for name in ORG_FIELDS:
         found.add(payload.get(name))
     provers = payload.get("provers")
+    if kind == "campaign.amended" and isinstance(payload.get("params"), dict):
+        provers = payload["params"].get("provers")  # the provers in force from the amendment on
     if isinstance(provers, list | dict):
         found.update(provers)
     orgs = {f"org:{slug}" for slug in found if isinstance(slug, str) and slug not in NOT_ORGANISATIONS}

@@ -59,6 +59,8 @@ EVENT_NAMES = {
     "campaign.created": "campaign created",
     "campaign.seed_committed": "draw seed committed",
     "campaign.drawn": "drawn for inspection",
+    "campaign.amended": "campaign amended",
+    "campaign.stopped": "campaign stopped",
     "inspection.accepted": "inspection accepted",
     "inspection.identity_checked": "identity checked",
     "inspection.snapshot_log": "snapshot log uploaded",

@@ -17,12 +17,15 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger import services as ledger
-from registry.models import Chip, Organisation
+from registry.models import Chip, Organisation, Role
 from rules import draw_ranking, sampling_plans
+from rules.countries import COUNTRIES
 from rules.inspection_planning import (
+    AMENDABLE,
     DEFAULT_MODEL,
     ELIGIBLE,
     MODELS,
+    OWNERS_ONLY,
     Coverage,
     Holdings,
     assign,
@@ -51,7 +54,7 @@ def _dates_check(starts_on, ends_on, period_days: int) -> None:
     if not isinstance(starts_on, date) or (ends_on is not None and not isinstance(ends_on, date)):
         _fail("starts_on", "must be a date")
     if ends_on is not None and ends_on < starts_on:
-        _fail("ends_on", f"must not be before starts_on ({starts_on.isoformat()})")
+        _fail("ends_on", f"must not be before the start ({starts_on.isoformat()})")
     try:
         starts_on + timedelta(days=MAX_DAYS + period_days)  # every period the draw computes stays a date
     except OverflowError:
@@ -71,16 +74,20 @@ def campaign_clean(
     run_days: int = 365,
     ends_on: date | None = None,
     model: str = DEFAULT_MODEL,
+    today: date | None = None,
 ) -> dict:
-    """The ``campaign.created`` payload, checked; writes nothing (the admin's preview shows its plan first)."""
+    """The ``campaign.created`` payload, checked; writes nothing (the admin's preview shows its plan first).
+
+    ``today`` (default: the server's date) is the day before which a campaign may not start: no backdating."""
     country = country_clean(country) if (country or "").strip() else ""
+    if country and country not in COUNTRIES:
+        _fail("country", f"{country!r} is not an ISO 3166-1 country code")
     if Campaign.objects.filter(slug=slug).exists():
         _fail("slug", f"{slug!r} is taken")
     if bool(provers) == bool(country):
         _fail("provers", "name the provers, or a country whose chip holders are all targeted — one of the two")
-    known = set(Organisation.objects.filter(slug__in=provers).values_list("slug", flat=True))
-    if len(known) != len(set(provers)):
-        _fail("provers", f"unknown: {sorted(set(provers) - known)}")
+    _provers_check(provers)
+    _start_check(starts_on, today or timezone.now().date())
     _number_check("rule_flops", rule_flops)
     _number_check("detection_probability", detection_probability)
     _number_check("snapshot_rate", snapshot_rate)
@@ -98,11 +105,8 @@ def campaign_clean(
     _dates_check(starts_on, ends_on, period_days)
     if model not in MODELS:
         _fail("model", f"one of {list(MODELS)}")
-    try:  # the plan must be representable: e.g. H = 1e40 (a typo for 1e26) needs more than 2^53 chips
-        sampling_plans.plan(rule_flops, 1, detection_probability, snapshot_rate, period_days, run_days)
-    except sampling_plans.PlanError as error:
-        _fail(PLAN_FIELDS.get(error.field, error.field), error.message)
-    return {
+    _plan_check(rule_flops, detection_probability, snapshot_rate, period_days, run_days)
+    params = {
         "slug": slug,
         "provers": sorted(provers),
         "country": country,
@@ -114,7 +118,39 @@ def campaign_clean(
         "starts_on": starts_on.isoformat(),
         "ends_on": ends_on.isoformat() if ends_on else None,
         "model": model,
+        **({"holders": OWNERS_ONLY} if country else {}),
     }
+    return params
+
+
+def campaign_targets_check(params: dict) -> None:
+    """No campaign without a prover: a country where no owner/operator holds chips a draw counts is refused (the
+    preview shows "no prover" and offers no Create; ``campaign_create`` refuses it whoever calls)."""
+    provers = list(Organisation.objects.filter(slug__in=params["provers"]))
+    if not selectors.targets_of(params["country"], provers, params.get("holders") == OWNERS_ONLY):
+        _fail("country", f"no prover: no owner/operator holds chips a draw counts in {params['country']}")
+
+
+def _provers_check(provers) -> None:
+    """Every named prover is a registered owner/operator: a vendor, fab or inspection body trains nothing."""
+    found = {org.slug: org for org in Organisation.objects.filter(slug__in=provers)}
+    if len(found) != len(set(provers)):
+        _fail("provers", f"unknown: {sorted(set(provers) - set(found))}")
+    not_owners = sorted(slug for slug, org in found.items() if not org.has_role(Role.OWNER))
+    if not_owners:
+        _fail("provers", f"not an owner/operator (prover): {not_owners}")
+
+
+def _start_check(starts_on, today: date) -> None:
+    if isinstance(starts_on, date) and starts_on < today:
+        _fail("starts_on", f"must not be in the past: the earliest start is today, {today.isoformat()}")
+
+
+def _plan_check(rule_flops, detection_probability, snapshot_rate, period_days, run_days) -> None:
+    try:  # the plan must be representable: e.g. H = 1e40 (a typo for 1e26) needs more than 2^53 chips
+        sampling_plans.plan(rule_flops, 1, detection_probability, snapshot_rate, period_days, run_days)
+    except sampling_plans.PlanError as error:
+        _fail(PLAN_FIELDS.get(error.field, error.field), error.message)
 
 
 @transaction.atomic
@@ -122,6 +158,7 @@ def campaign_create(*, actor: str = "regulator", **fields) -> Campaign:
     """Put the campaign on the ledger (``campaign.created``) with its first seed's commitment; ``fields`` as
     ``campaign_clean`` takes them."""
     params = campaign_clean(**fields)
+    campaign_targets_check(params)
     starts_on, ends_on = fields["starts_on"], fields.get("ends_on")
     targets = list(Organisation.objects.filter(slug__in=params["provers"]))
     entry = ledger.append_entry("campaign.created", params, actor)
@@ -131,10 +168,113 @@ def campaign_create(*, actor: str = "regulator", **fields) -> Campaign:
         starts_on=starts_on,
         ends_on=ends_on,
         model=params["model"],
+        holders=params.get("holders", ""),
         created_seq=entry.seq,
     )
     campaign.provers.set(targets)
     _commit_seed(campaign, campaign_period(campaign, timezone.now().date()) or 0, actor)
+    return campaign
+
+
+def campaign_params(campaign: Campaign) -> dict:
+    """The parameters in force, in the shape of the ``campaign.created`` payload (what an amendment restates)."""
+    names = ("slug", "country", "rule_flops", "detection_probability", "snapshot_rate", "period_days", "run_days")
+    return {
+        **{name: getattr(campaign, name) for name in names},
+        "provers": sorted(campaign.provers.values_list("slug", flat=True)),
+        "starts_on": campaign.starts_on.isoformat(),
+        "ends_on": campaign.ends_on.isoformat() if campaign.ends_on else None,
+        "model": campaign.model,
+        **({"holders": campaign.holders} if campaign.holders else {}),
+    }
+
+
+def _open_check(campaign: Campaign) -> None:
+    if campaign.stopped_seq is not None:
+        _fail("campaign", f"{campaign.slug} was stopped (ledger seq {campaign.stopped_seq}): start a new campaign")
+
+
+def campaign_amend_clean(campaign: Campaign, *, today: date | None = None, **changes) -> dict:
+    """The ``campaign.amended`` payload, checked; writes nothing. Only ``AMENDABLE`` fields change, from the next
+    draw on; the whole parameter set in force is restated, with the seq of the entry it supersedes."""
+    _open_check(campaign)
+    today = today or timezone.now().date()
+    unknown = sorted(set(changes) - set(AMENDABLE))
+    if unknown:
+        _fail(unknown[0], f"cannot be amended (amendable: {', '.join(AMENDABLE)}); start a new campaign instead")
+    before = campaign_params(campaign)
+    after = {**before, **changes}
+    if isinstance(after["ends_on"], date):
+        after["ends_on"] = after["ends_on"].isoformat()
+    after["provers"] = sorted(after["provers"])
+    changed = sorted(name for name in changes if after[name] != before[name])
+    if not changed:
+        _fail("campaign", "nothing to amend: every value given is the one in force")
+    if "provers" in changed:
+        if campaign.country:
+            _fail("provers", f"a country campaign targets every owner/operator in {campaign.country}")
+        if not after["provers"]:
+            _fail("provers", "no prover: name at least one")
+        _provers_check(after["provers"])
+    for name in ("rule_flops", "detection_probability", "snapshot_rate"):
+        _number_check(name, after[name])
+    if not 0 < after["detection_probability"] < 1:
+        _fail("detection_probability", "must be between 0 and 1")
+    if after["model"] not in MODELS:
+        _fail("model", f"one of {list(MODELS)}")
+    if "ends_on" in changed and after["ends_on"] is not None:
+        ends_on = date.fromisoformat(after["ends_on"])
+        if ends_on < max(today, campaign.starts_on):
+            _fail("ends_on", f"must not be before {max(today, campaign.starts_on).isoformat()}: to end now, stop it")
+    _plan_check(
+        after["rule_flops"],
+        after["detection_probability"],
+        after["snapshot_rate"],
+        after["period_days"],
+        after["run_days"],
+    )
+    supersedes = campaign.amended_seq if campaign.amended_seq is not None else campaign.created_seq
+    return {"campaign": campaign.slug, "supersedes": supersedes, "changed": changed, "params": after}
+
+
+@transaction.atomic
+def campaign_amend(campaign: Campaign, *, actor: str = "regulator", today: date | None = None, **changes) -> Campaign:
+    """Supersede the campaign's parameters from the next draw on (``campaign.amended``); draws already made keep
+    theirs: the audit recomputes each draw with the parameters in force when it was drawn."""
+    campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+    payload = campaign_amend_clean(campaign, today=today, **changes)
+    entry = ledger.append_entry("campaign.amended", payload, actor)
+    params = payload["params"]
+    for name in ("rule_flops", "detection_probability", "snapshot_rate", "model"):
+        setattr(campaign, name, params[name])
+    campaign.ends_on = date.fromisoformat(params["ends_on"]) if params["ends_on"] else None
+    campaign.amended_seq = entry.seq
+    campaign.save()
+    if not campaign.country:
+        campaign.provers.set(Organisation.objects.filter(slug__in=params["provers"]))
+    return campaign
+
+
+@transaction.atomic
+def campaign_stop(
+    campaign: Campaign, *, on: date | None = None, actor: str = "regulator", today: date | None = None
+) -> Campaign:
+    """No draw from ``on`` (default today, never earlier) on: a ``campaign.stopped`` entry superseding the last one
+    in force, whose ``ends_on`` is the last day with draws. Tasks already drawn stay open."""
+    campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+    _open_check(campaign)
+    today = today or timezone.now().date()
+    on = on or today
+    if not isinstance(on, date) or on < today:
+        _fail("on", f"must not be in the past: the earliest stop is today, {today.isoformat()}")
+    last_day = on - timedelta(days=1)
+    if campaign.ends_on is not None and campaign.ends_on <= last_day:
+        _fail("on", f"the campaign already ends on {campaign.ends_on.isoformat()}")
+    supersedes = campaign.amended_seq if campaign.amended_seq is not None else campaign.created_seq
+    payload = {"campaign": campaign.slug, "supersedes": supersedes, "ends_on": last_day.isoformat()}
+    entry = ledger.append_entry("campaign.stopped", payload, actor)
+    campaign.ends_on, campaign.stopped_seq = last_day, entry.seq
+    campaign.save(update_fields=["ends_on", "stopped_seq"])
     return campaign
 
 

@@ -42,6 +42,7 @@ REGULATOR_STAFF_PERMISSIONS = [
     ("registry", "view_apitoken"),  # the admin lists prefixes and owners, never a token
     ("registry", "change_apitoken"),  # revoke
     ("inspections", "add_campaign"),
+    ("inspections", "change_campaign"),  # amend or stop (each a superseding ledger entry, never an edit in place)
     ("inspections", "add_inspectionbody"),
     ("ledger", "add_witness"),
     ("inspections", "view_casetext"),  # private case text (triage reasons, assignees, finding notes): staff only

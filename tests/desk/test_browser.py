@@ -8,10 +8,12 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
 from inspections.models import Draw
 from ledger import services as ledger
@@ -221,6 +223,82 @@ def test_regulator_staff_read_a_campaign_then_preview_and_create_one(browser, li
     page.wait_for_url("**/admin/desk/campaign/fleet-2027/")
     assert "created at ledger seq" in page.inner_text("ul.messagelist")
     assert Entry.objects.filter(kind="campaign.created", payload__slug="fleet-2027").count() == 1
+
+
+def test_a_campaigns_lifecycle_from_the_form_to_amend_and_stop(browser, live_server, world):
+    """The form refuses a backdated start and a campaign without a prover (Create disabled, and refused when
+    forced); a valid one shows its plan in words, counts down to its first draw, is amended and stopped as new
+    ledger entries, and its compliance report downloads under a dated name."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    today = timezone.localdate()
+    page = _login(browser, live_server, "regulator-staff")
+    page.goto(f"{live_server.url}/admin/inspections/campaign/add/")
+    assert page.get_attribute("#id_starts_on", "type") == "date"
+    assert page.get_attribute("#id_starts_on", "min") == today.isoformat()
+    assert page.locator("#id_country option[value=FR]").inner_text() == "FR — France"
+
+    # Backdated: the date picker will not submit it; forced past the browser, the server refuses it.
+    page.fill("#id_slug", "fr-2027")
+    page.select_option("#id_country", "FR")
+    page.fill("#id_rule_flops", "1e24")
+    page.fill("#id_starts_on", (today - timedelta(days=3)).isoformat())
+    assert page.eval_on_selector("#id_starts_on", "input => input.validity.rangeUnderflow")
+    page.eval_on_selector("#campaign-preview", "form => form.noValidate = true")
+    page.click("#preview-campaign")
+    page.wait_for_selector(".errorlist")
+    assert "must not be in the past" in page.inner_text("#campaign-preview")
+
+    # Nobody holds chips in France: the preview says so and Create is disabled; forced, the server refuses it.
+    size = ledger_size()
+    page.fill("#id_starts_on", today.isoformat())
+    page.click("#preview-campaign")
+    page.wait_for_selector("#no-prover")
+    assert page.is_disabled("#create-campaign") and "No prover" in page.inner_text("#no-prover")
+    page.eval_on_selector("#create-campaign", "button => button.disabled = false")
+    page.click("#create-campaign")
+    page.wait_for_selector(".errorlist")
+    assert "no prover" in page.inner_text("#campaign-preview") and ledger_size() == size
+
+    # Named provers, starting in three days: the plan in words, created on the ledger.
+    page.select_option("#id_country", "")
+    page.select_option("#id_provers", ["owner-a"])
+    page.fill("#id_slug", "fleet-2027")
+    page.fill("#id_starts_on", (today + timedelta(days=3)).isoformat())
+    page.click("#preview-campaign")
+    page.wait_for_selector("#preview-plan tr[data-prover=owner-a]")
+    shown = page.inner_text("#content")
+    assert "chips each period" in page.inner_text("#preview-plan") and "Rule (H)" in shown
+    assert "rule_flops" not in shown and "detection_probability" not in shown
+    page.screenshot(path=str(SHOTS / "campaign-form-preview.png"), full_page=True)
+    page.click("#create-campaign")
+    page.wait_for_url("**/admin/desk/campaign/fleet-2027/")
+    page.wait_for_function("document.querySelector('#next-draw .countdown').textContent.startsWith('in 2 d')")
+
+    # Amend: a new entry superseding the created one.
+    page.click("#amend-campaign summary")
+    page.fill("#id_amend-detection_probability", "0.95")
+    page.click("#amend-submit")
+    page.wait_for_selector("ul.messagelist")
+    assert "amended at ledger seq" in page.inner_text("ul.messagelist")
+    created = Entry.objects.get(kind="campaign.created", payload__slug="fleet-2027")
+    amended = Entry.objects.get(kind="campaign.amended", payload__campaign="fleet-2027")
+    assert amended.payload["supersedes"] == created.seq and amended.payload["changed"] == ["detection_probability"]
+    assert page.locator("#campaign-versions tr.version").count() == 2
+
+    # Stop: no draw from today on; nothing more to amend or stop.
+    page.click("#stop-campaign summary")
+    page.click("#stop-submit")
+    page.wait_for_selector("ul.messagelist")
+    assert "stopped at ledger seq" in page.inner_text("ul.messagelist")
+    assert "none: stopped" in page.inner_text("#next-draw") and page.locator("#amend-campaign").count() == 0
+    stopped = Entry.objects.get(kind="campaign.stopped", payload__campaign="fleet-2027")
+    assert stopped.payload["supersedes"] == amended.seq
+    page.screenshot(path=str(SHOTS / "campaign-stopped.png"), full_page=True)
+
+    # Its compliance report, under a dated name.
+    with page.expect_download() as download:
+        page.click("#campaign-reports a:text('CSV')")
+    assert download.value.suggested_filename == f"compliance-campaign-fleet-2027-{today.isoformat()}.csv"
 
 
 OVERFLOW = "document.documentElement.scrollWidth > document.documentElement.clientWidth"

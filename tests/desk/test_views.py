@@ -1,7 +1,11 @@
 """The regulator's desk through Django's test client: pages render, act through services, refuse the auditor."""
 
+import csv
+import io
+
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from desk import selectors, tasks
 from desk.models import EntrySubject, Job
@@ -162,10 +166,31 @@ def test_the_entry_index_is_kept_on_append_and_matches_its_rebuild(world):
 def test_change_lists_export_as_csv_without_formulas(regulator):
     response = regulator.get("/admin/desk/export/registry/chip.csv", {"status": "installed"})
     lines = response.content.decode().splitlines()
-    assert response.status_code == 200 and lines[0].startswith("chip_page,model,status")
+    assert response.status_code == 200 and lines[0] == "serial,model,status,owner,possessor,facility,country"
     assert all(",installed," in line for line in lines[1:]) and len(lines) > 1
-    crosstab = regulator.get(reverse("desk:crosstab")).content.decode().splitlines()
-    assert crosstab[0].startswith("prover,") and any(line.startswith("owner-a,") for line in crosstab)
+    crosstab = regulator.get(reverse("desk:crosstab"))
+    assert crosstab.content.decode().splitlines()[0].startswith("prover,")
+    assert any(line.startswith("owner-a,") for line in crosstab.content.decode().splitlines())
+    today = timezone.localdate().isoformat()
+    assert crosstab["Content-Disposition"] == f'attachment; filename="prover-by-country-{today}.csv"'
+
+
+def test_a_csv_is_named_after_its_list_its_filters_and_the_day(regulator):
+    """Filtered or not, on two days: never the same name; the cells are plain text (no HTML, no formula)."""
+    today = timezone.localdate().isoformat()
+    filtered = regulator.get(
+        "/admin/desk/export/registry/chip.csv", {"owner": "owner-a", "status": "installed", "o": "2"}
+    )
+    assert filtered["Content-Disposition"] == f'attachment; filename="chips-owner-owner-a-status-installed-{today}.csv"'
+    whole = regulator.get("/admin/desk/export/registry/chip.csv")
+    assert whole["Content-Disposition"] == f'attachment; filename="chips-{today}.csv"'
+    exact = regulator.get("/admin/desk/export/inspections/inspectiontask.csv", {"status__exact": "assigned"})
+    assert exact["Content-Disposition"] == f'attachment; filename="inspection-tasks-status-assigned-{today}.csv"'
+    odd = regulator.get("/admin/desk/export/registry/chip.csv", {"q": '../"x y"/..'})
+    assert odd["Content-Disposition"] == f'attachment; filename="chips-q-x-y-{today}.csv"'
+    rows = list(csv.reader(io.StringIO(filtered.content.decode())))
+    assert len(rows) > 1 and all(row[2] == "installed" for row in rows[1:])
+    assert not any("<" in cell or "href" in cell for row in rows for cell in row)
 
 
 def test_link_columns_export_as_plain_text(regulator):
@@ -178,7 +203,7 @@ def test_link_columns_export_as_plain_text(regulator):
     ["=1+1", "+1", "-1", "@SUM(A1)", '\t=HYPERLINK("http://x")', "\r=1", "\n=1", " =1", "\uff1d1+1", "\t"],
 )
 def test_no_cell_starts_a_formula(value):
-    from desk.views import _csv_cell
+    from desk.exports import csv_cell as _csv_cell
 
     cell = _csv_cell(value)
     assert cell.startswith("'") and cell[1:] == value
@@ -187,7 +212,7 @@ def test_no_cell_starts_a_formula(value):
 def test_plain_cells_are_left_alone():
     from django.utils.html import format_html
 
-    from desk.views import _csv_cell
+    from desk.exports import csv_cell as _csv_cell
 
     assert _csv_cell("owner-a") == "owner-a" and _csv_cell(None) == "" and _csv_cell(3) == "3"
     assert _csv_cell(format_html('<a href="/x">{}</a>', "=evil & co")) == "'=evil & co"
@@ -197,3 +222,19 @@ def test_admin_lists_read_as_titles_and_engineering_units(regulator):
     html = regulator.get("/admin/registry/chipmodel/").content.decode()
     assert "989 TFLOP/s" in html and "80 GiB" in html
     assert "object (" not in regulator.get("/admin/inspections/alert/").content.decode()
+
+
+def test_a_campaign_is_amended_on_its_page_and_the_auditor_may_not(client, world):
+    from inspections.demo_campaign import DEMO_CAMPAIGN
+
+    page = reverse("desk:campaign", args=[DEMO_CAMPAIGN])
+    client.force_login(world["users"].get(username="auditor"))
+    html = client.get(page).content.decode()
+    assert 'id="next-draw"' in html and 'id="campaign-versions"' in html and 'id="amend-campaign"' not in html
+    assert client.post(page, {"action": "stop", "stop-on": timezone.localdate().isoformat()}).status_code == 403
+    client.force_login(world["users"].get(username="regulator-staff"))
+    refused = client.post(page, {"action": "stop", "stop-on": "2020-01-01"})
+    assert refused.status_code == 200 and "must not be in the past" in refused.content.decode()
+    assert not Entry.objects.filter(kind="campaign.stopped").exists()
+    response = client.post(page, {"action": "stop", "stop-on": timezone.localdate().isoformat()})
+    assert response.status_code == 302 and Entry.objects.filter(kind="campaign.stopped").count() == 1

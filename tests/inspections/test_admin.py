@@ -45,6 +45,7 @@ def test_editing_an_inspection_body_registers_it_again(regulator):
     assert Entry.objects.filter(kind="inspection_body.registered").count() == 2
 
 
-def test_the_campaign_list_shows_the_paper_and_exact_plans(regulator):
+def test_the_campaign_list_shows_each_provers_plan_in_words(regulator):
     html = regulator.get("/admin/inspections/campaign/").content.decode()
-    assert "paper " in html and "exact " in html and "owner-a" in html
+    assert "owner-a: " in html and " chips each period, detecting the run with probability " in html
+    assert "as created" in html and "samples_per_period" not in html and "p=" not in html

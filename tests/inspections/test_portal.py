@@ -217,7 +217,10 @@ def test_the_campaign_seed_is_nowhere_in_the_admin_or_api(inspector):
         ({"rule_flops": "1e40"}, "not representable"),
         ({"snapshot_rate": "0"}, "snapshot_rate"),
         ({"snapshot_rate": "-1"}, "snapshot_rate"),
-        ({"ends_on": "2026-12-01"}, "must not be before starts_on"),
+        ({"ends_on": "2026-12-01"}, "must not be before the start"),
+        ({"country": "xx"}, "XX is not an ISO 3166-1 country code"),
+        ({"starts_on": "2020-01-01"}, "must not be in the past"),
+        ({"country": "FR"}, "no prover"),  # Create refused server-side: nobody holds chips in France
         ({"period_days": str(2**31), "run_days": str(2**31)}, "whole number of days"),
     ],
 )

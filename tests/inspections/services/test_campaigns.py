@@ -139,7 +139,8 @@ def test_audit_catches_a_seed_that_does_not_match_its_commitment(provers):
 
 
 def test_beat_task_draws_each_due_period_once(provers):
-    campaign(starts_on=timezone.now().date() - timedelta(days=45))  # in period 1
+    started = timezone.now().date() - timedelta(days=45)
+    campaign(starts_on=started, today=started)  # created 45 days ago: now in period 1
     assert draw_due_campaigns() == ["frontier-2026:1"]
     assert draw_due_campaigns() == []
     assert Draw.objects.get().period == 1
@@ -177,8 +178,8 @@ def test_bad_campaigns_are_refused_and_write_nothing(provers, overrides, field):
 
 def test_one_failing_campaign_raises_an_alert_and_the_others_still_draw(provers, monkeypatch):
     started = timezone.now().date() - timedelta(days=45)
-    broken = campaign(slug="a-broken", starts_on=started)
-    campaign(slug="b-healthy", starts_on=started)
+    broken = campaign(slug="a-broken", starts_on=started, today=started)  # created 45 days ago
+    campaign(slug="b-healthy", starts_on=started, today=started)
     real = campaigns.campaign_draw
 
     def failing(camp, period, *args, **kwargs):
@@ -199,8 +200,8 @@ def test_one_failing_campaign_raises_an_alert_and_the_others_still_draw(provers,
 def test_an_unrepresentable_plan_of_an_old_campaign_is_recorded_not_a_crash(provers):
     """H = 1e40 accepted before the planner's check: the draw records the plan error, later campaigns still draw."""
     started = timezone.now().date() - timedelta(days=45)
-    broken = campaign(slug="a-typo", starts_on=started)
-    campaign(slug="b-healthy", starts_on=started)
+    broken = campaign(slug="a-typo", starts_on=started, today=started)
+    campaign(slug="b-healthy", starts_on=started, today=started)
     type(broken).objects.filter(pk=broken.pk).update(rule_flops=1e40)
     assert draw_due_campaigns() == ["a-typo:1", "b-healthy:1"]
     drawn = Entry.objects.get(kind="campaign.drawn", payload__campaign="a-typo").payload
@@ -221,7 +222,8 @@ def test_a_period_is_drawn_once(provers):
 
 
 def test_a_missed_period_is_committed_first_and_drawn_on_the_next_run(provers):
-    camp = campaign(starts_on=timezone.now().date() - timedelta(days=70))  # created in period 2
+    started = timezone.now().date() - timedelta(days=70)
+    camp = campaign(starts_on=started, today=started)  # started 70 days ago, created in period 2
     CampaignSeed.objects.filter(campaign=camp).delete()  # as if nothing was ever committed
     assert draw_due_campaigns() == []  # commits period 2's seed
     assert CampaignSeed.objects.filter(campaign=camp, period=2).exists() and not Draw.objects.exists()
