@@ -10,7 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from matplotlib.ticker import EngFormatter
+from matplotlib.ticker import EngFormatter, MaxNLocator
 
 plt.rcParams.update({"font.size": 9, "svg.fonttype": "none", "axes.spines.top": False, "axes.spines.right": False})
 SIZE = (5.2, 2.6)
@@ -25,6 +25,12 @@ def _svg(figure) -> str:
     return text[text.index("<svg") :]  # drop the XML prolog and doctype: the SVG is inlined in HTML
 
 
+def count_axis(axis) -> None:
+    """A count's axis: whole-number ticks (no 7.5 entries), large ones as 12k."""
+    axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    axis.set_major_formatter(EngFormatter())
+
+
 def bars(rows: list[list], title: str, link=None) -> str:
     """Horizontal bars; ``link(label)`` gives each bar's URL (the filtered list behind it), or None for none."""
     figure, axes = plt.subplots(figsize=SIZE)
@@ -34,7 +40,7 @@ def bars(rows: list[list], title: str, link=None) -> str:
         url = link(label) if link else None
         if url:
             bar.set_url(url)  # the SVG wraps the bar in <a href>: a click opens the list
-    axes.xaxis.set_major_formatter(EngFormatter())
+    count_axis(axes.xaxis)
     axes.set_title(title, loc="left")
     return _svg(figure)
 
@@ -47,7 +53,8 @@ def lines(series: dict[str, list[tuple]], title: str, days: int) -> str:
         if points:
             axes.plot([day for day, _ in points], [n for _, n in points], marker=".", label=name)
     axes.set_title(title, loc="left")
-    axes.yaxis.set_major_formatter(EngFormatter())
+    axes.set_ylim(bottom=0)  # from zero: three days of 6, 8 and 11 entries are not a steep climb
+    count_axis(axes.yaxis)
     if any(series.values()):
         axes.legend(frameon=False)
     else:
