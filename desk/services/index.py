@@ -21,7 +21,9 @@ NOT_ORGANISATIONS = {"system", ""}
 
 
 def subjects(kind: str, actor: str, payload: dict) -> set[str]:
-    """``org:<slug>`` for every organisation this entry is about."""
+    """``org:<slug>`` for every organisation this entry is about; ``task:<pk>`` for the inspection task and
+    ``campaign:<slug>`` for the campaign it names (a task's and a draw's page read their entries through these,
+    not by scanning the ledger for a kind)."""
     found = {actor}
     if kind == "org.registered":
         found.add(payload.get("slug"))
@@ -30,7 +32,13 @@ def subjects(kind: str, actor: str, payload: dict) -> set[str]:
     provers = payload.get("provers")
     if isinstance(provers, list | dict):
         found.update(provers)
-    return {f"org:{slug}" for slug in found if isinstance(slug, str) and slug not in NOT_ORGANISATIONS}
+    about = {f"org:{slug}" for slug in found if isinstance(slug, str) and slug not in NOT_ORGANISATIONS}
+    task, campaign = payload.get("task"), payload.get("campaign")
+    if isinstance(task, int) and not isinstance(task, bool):
+        about.add(f"task:{task}")
+    if isinstance(campaign, str) and campaign:
+        about.add(f"campaign:{campaign}"[:80])
+    return about
 
 
 def rows_for(entries: Iterable) -> tuple[list[tuple], Counter]:
