@@ -1,5 +1,7 @@
 """The regulator's desk through Django's test client: pages render, act through services, refuse the auditor."""
 
+import importlib
+
 import pytest
 from django.core.cache import cache
 from django.urls import reverse
@@ -267,3 +269,18 @@ def test_the_task_page_reads_identity_checks_through_the_entry_index(regulator, 
     checked = EntrySubject.objects.get(subject=f"task:{task.pk}", kind="inspection.identity_checked").seq
     table = page[page.index('id="task-identity"') :].split("</table>")[0]
     assert f">#{checked}</a>" in table and "FAILED" in table
+
+
+def test_migration_0004_adds_the_task_and_campaign_rows_of_entries_already_on_the_ledger(world):
+    from django.apps import apps
+
+    migration = importlib.import_module("desk.migrations.0004_entry_index_tasks_campaigns")
+    expected = set(EntrySubject.objects.filter(subject__regex=r"^(task|campaign):").values_list("subject", "seq"))
+    assert any(s.startswith("campaign:") for s, _ in expected)
+    EntrySubject.objects.filter(subject__regex=r"^(task|campaign):").delete()  # a ledger indexed before 0004
+    migration.add_rows(apps, None)
+    migration.add_rows(apps, None)  # twice: nothing doubled
+    assert (
+        set(EntrySubject.objects.filter(subject__regex=r"^(task|campaign):").values_list("subject", "seq")) == expected
+    )
+    assert not differences()
