@@ -2,7 +2,7 @@
 
 kombu's polling transports wait inside ``drain_events``: Celery's loop asks for up to 2 s, and kombu
 sleeps its polling interval (1 s) between looks at the queue folder. A worker told to stop (Ctrl-C,
-SIGTERM) noticed only when that wait ended, and took ~4 s to exit. Here the wait between looks is cut
+SIGTERM) noticed only when that wait ended, up to 3 s later. Here the wait between looks is cut
 into short naps that end as soon as Celery's worker state says stop; messages are looked for as often
 as before.
 """
