@@ -421,7 +421,9 @@ def search(query: str) -> dict:
     if not query or "\x00" in query:
         return {"chips": [], "organisations": [], "facilities": [], "entries": []}
     chips = list(
-        Chip.objects.filter(serial__startswith=query).select_related("owner", "model").order_by("serial")[:SEARCH_LIMIT]
+        Chip.objects.filter(serial__startswith=query, serial__gte=query)  # >=: the index walk starts at the prefix
+        .select_related("owner", "model")
+        .order_by("serial")[:SEARCH_LIMIT]
     )
     organisations = list(
         Organisation.objects.filter(Q(slug__startswith=query.lower()) | Q(legal_name__istartswith=query))[:SEARCH_LIMIT]

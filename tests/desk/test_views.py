@@ -1,6 +1,7 @@
 """The regulator's desk through Django's test client: pages render, act through services, refuse the auditor."""
 
 import importlib
+import re
 
 import pytest
 from django.core.cache import cache
@@ -284,3 +285,14 @@ def test_migration_0004_adds_the_task_and_campaign_rows_of_entries_already_on_th
         set(EntrySubject.objects.filter(subject__regex=r"^(task|campaign):").values_list("subject", "seq")) == expected
     )
     assert not differences()
+
+
+def test_a_serial_prefix_search_lists_the_matching_chips_by_serial(regulator):
+    serials = sorted(Chip.objects.values_list("serial", flat=True))
+    prefix = serials[len(serials) // 2][:-1]
+    expected = [s for s in serials if s.startswith(prefix)]
+    page = regulator.get(reverse("admin:registry_chip_changelist"), {"q": prefix}).content.decode()
+    listed = [s for s in re.findall(r'href="/admin/desk/chip/([^/"]+)/"', page)]
+    assert listed == expected  # all of them, in serial order (the index walk from the prefix)
+    found = selectors.search(prefix)["chips"]
+    assert [chip.serial for chip in found] == expected[: selectors.SEARCH_LIMIT]
