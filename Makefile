@@ -7,8 +7,11 @@ WITNESS_NAME ?= localhost/witness
 WITNESS_PORT ?= 8099
 STAMP  := $(VENV)/.installed
 TEST_VAR_DIR ?= $(CURDIR)/var/test
+# Every file `make run` writes (database, keys, broker, beat's schedule, gunicorn's control socket).
+VAR_DIR ?= $(or $(CHIPLEDGER_VAR_DIR),$(CURDIR)/var)
+export CHIPLEDGER_VAR_DIR := $(VAR_DIR)
 
-.PHONY: run test install setup bench clean aics-venv
+.PHONY: run serve test install setup bench clean aics-venv
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,11 +29,11 @@ setup: install
 	$(PY) manage.py seed_demo
 	$(PY) manage.py ledger_checkpoint > /dev/null
 	@# The demo's own C2SP tlog-witness (Procfile: witness): its key, registered on the ledger once.
-	$(PY) -m ledger.witness --print-key --key-file var/witness.key --name $(WITNESS_NAME) > var/witness.vkey
-	$(PY) manage.py register_witness "$$(cat var/witness.vkey)" 2>/dev/null || echo "witness already registered"
+	$(PY) -m ledger.witness --print-key --key-file $(VAR_DIR)/witness.key --name $(WITNESS_NAME) > $(VAR_DIR)/witness.vkey
+	$(PY) manage.py register_witness "$$(cat $(VAR_DIR)/witness.vkey)" 2>/dev/null || echo "witness already registered"
 
-# Web (gunicorn) + Celery worker + Celery beat, in the foreground; Ctrl-C stops all three.
-run: setup
+# Web (gunicorn) + Celery worker + Celery beat + the witness, in the foreground (bin/serve); Ctrl-C stops all four.
+define SERVE
 	@echo ""
 	@echo "  chipledger is starting on http://127.0.0.1:$(PORT)/"
 	@echo "    admin      http://127.0.0.1:$(PORT)/admin/"
@@ -40,8 +43,15 @@ run: setup
 	@echo "    verifier   $(PY) -m ledger.verify --url http://127.0.0.1:$(PORT)"
 	@echo "    tiles      http://127.0.0.1:$(PORT)/tlog/checkpoint  (C2SP tlog-tiles; witness on :$(WITNESS_PORT))"
 	@echo ""
-	PORT=$(PORT) WITNESS_PORT=$(WITNESS_PORT) LEDGER_WITNESS_URLS=$(WITNESS_NAME)=http://127.0.0.1:$(WITNESS_PORT)/ \
-	DJANGO_HTTPS=0 $(VENV)/bin/honcho start --no-prefix -f Procfile 2>&1 || true
+	@PORT=$(PORT) WITNESS_PORT=$(WITNESS_PORT) WITNESS_NAME=$(WITNESS_NAME) bin/serve 2>&1 || true
+endef
+
+run: setup
+	$(SERVE)
+
+# The same without setup (a database already migrated, a ledger key, the witness key).
+serve: install
+	$(SERVE)
 
 # Tests keep every file of their own under var/test (database, broker, keys): a running `make run` is never touched.
 # TEST_VAR_DIR moves them (CI runs its two legs side by side, each in a folder of its own).

@@ -20,6 +20,10 @@ environ.Env.read_env(BASE_DIR / ".env")  # optional; real environment wins
 
 VAR_DIR = Path(env("CHIPLEDGER_VAR_DIR", default=str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+# Caches of the libraries the processes load live under var/ too, never in $HOME: matplotlib's font list
+# (desk plots) and the replay verifier's compiled rounding kernel (a subprocess inherits the environment).
+os.environ.setdefault("MPLCONFIGDIR", str(VAR_DIR / "matplotlib"))
+os.environ.setdefault("REPLAY_NATIVE_CACHE", str(VAR_DIR / "replay-native"))
 
 
 def _secret_key() -> str:
@@ -136,6 +140,7 @@ else:
     for _folder in (_queue, _processed, _results, _control):
         _folder.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT = "config.broker:Transport"  # kombu's, with a prompt stop on Ctrl-C
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue),
         "data_folder_out": str(_queue),

@@ -9,7 +9,8 @@ from django.db import models
 
 
 class EntrySubject(models.Model):
-    """A ledger entry concerns an organisation (``org:<slug>``): the search index behind "entries about X"."""
+    """A ledger entry concerns an organisation (``org:<slug>``), an inspection task (``task:<pk>``) or a campaign
+    (``campaign:<slug>``): the index behind "entries about X" and the task and draw pages."""
 
     subject = models.CharField(max_length=80)
     seq = models.BigIntegerField()

@@ -126,7 +126,7 @@ def chips_found(query: str, organisations: list, facilities: list, page: int) ->
         on_list = ("country", query.upper())
     else:
         chips, why, on_list, counted = (
-            Chip.objects.filter(serial__startswith=query),
+            Chip.objects.filter(serial__startswith=query, serial__gte=query),  # >=: the index walk starts there
             "serial starts with it",
             None,
             False,

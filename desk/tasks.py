@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from .services import figures, jobs
+from .services import charts, figures, jobs
 
 
 @shared_task(name="desk.tasks.run_job", acks_late=True)
@@ -18,8 +18,8 @@ def sweep_jobs() -> list[int]:
 
 @shared_task(name="desk.tasks.refresh_figures")
 def refresh_figures() -> list[str]:
-    """Beat: recompute the dashboard's aggregates over the big tables."""
-    return figures.figures_refresh()
+    """Beat: recompute the dashboard's aggregates over the big tables, then draw its plots."""
+    return [*figures.figures_refresh(), charts.charts_refresh()]
 
 
 @shared_task(name="desk.tasks.sweep_integrity")

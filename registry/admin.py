@@ -221,7 +221,16 @@ class ChipAdmin(ReadOnlyAdmin):
             return queryset, False
         if Organisation.objects.filter(slug=term).exists():
             return queryset.filter(owner__slug=term) | queryset.filter(possessor__slug=term), True
-        return queryset.filter(serial__startswith=term), False
+        # ">= term" starts the serial index's walk at the prefix: PostgreSQL's estimate of a LIKE prefix is
+        # coarse (1% of 10^6 chips for 100), and its plan walked 500,000 rows by id to find 50 (0.4 s).
+        return queryset.filter(serial__startswith=term, serial__gte=term), False
+
+    def get_ordering(self, request):
+        """A serial search lists by serial (the unique index, from the prefix on); any other list newest first."""
+        term = request.GET.get("q", "").strip()
+        if term and not Organisation.objects.filter(slug=term).exists():
+            return ("serial",)
+        return super().get_ordering(request)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         chip = self.get_object(request, object_id)

@@ -50,6 +50,15 @@ def _prover_country() -> dict[str, dict[str, int]]:
     return table
 
 
+def _owner_facility_status() -> dict[str, list[list]]:
+    """Owner slug -> [facility slug, status, chips] rows: the organisation page of an owner of many chips."""
+    table: dict[str, list[list]] = {}
+    rows = Chip.objects.values_list("owner__slug", "facility__slug", "status").annotate(n=Count("id")).order_by()
+    for owner, facility, status, n in rows:
+        table.setdefault(owner, []).append([facility or "", status, n])
+    return table
+
+
 COMPUTERS = {
     "prover_country": _prover_country,
     "chips_by_country": lambda: _grouped("country"),
@@ -57,6 +66,7 @@ COMPUTERS = {
     "chips_by_model": lambda: _grouped("model__name"),
     "chips_by_status": lambda: _grouped("status"),
     "open_campaigns": _campaigns,
+    "owner_facility_status": _owner_facility_status,
 }
 
 

@@ -26,7 +26,9 @@ HASH_PREFIX_HEX = 16  # the index keeps 64 bits of each leaf hash; a match is co
 
 
 def subjects(kind: str, actor: str, payload: dict) -> set[str]:
-    """``org:<slug>`` for every organisation this entry is about, ``ref:<reference>`` for each business reference."""
+    """``org:<slug>`` for every organisation this entry is about, ``ref:<reference>`` for each business reference;
+    ``task:<pk>`` for the inspection task and ``campaign:<slug>`` for the campaign it names (a task's and a draw's
+    page read their entries through these, not by scanning the ledger for a kind)."""
     found = {actor}
     if kind == "org.registered":
         found.add(payload.get("slug"))
@@ -37,9 +39,16 @@ def subjects(kind: str, actor: str, payload: dict) -> set[str]:
         provers = payload["params"].get("provers")  # the provers in force from the amendment on
     if isinstance(provers, list | dict):
         found.update(provers)
-    orgs = {f"org:{slug}" for slug in found if isinstance(slug, str) and slug not in NOT_ORGANISATIONS}
-    refs = {f"ref:{payload[name]}" for name in REFERENCE_FIELDS if isinstance(payload.get(name), str) and payload[name]}
-    return {subject for subject in orgs | refs if len(subject) <= MAX_SUBJECT}
+    about = {f"org:{slug}" for slug in found if isinstance(slug, str) and slug not in NOT_ORGANISATIONS}
+    about |= {
+        f"ref:{payload[name]}" for name in REFERENCE_FIELDS if isinstance(payload.get(name), str) and payload[name]
+    }
+    task, campaign = payload.get("task"), payload.get("campaign")
+    if isinstance(task, int) and not isinstance(task, bool):
+        about.add(f"task:{task}")
+    if isinstance(campaign, str) and campaign:
+        about.add(f"campaign:{campaign}"[:80])
+    return {subject for subject in about if len(subject) <= MAX_SUBJECT}
 
 
 def hash_subject(leaf_hash: bytes) -> str:

@@ -1,19 +1,24 @@
 """The regulator's desk through Django's test client: pages render, act through services, refuse the auditor."""
 
 import csv
+import importlib
 import io
+import re
 
 import pytest
+from django.core.cache import cache
 from django.urls import reverse
 from django.utils import timezone
 
-from desk import selectors, tasks
-from desk.models import EntrySubject, Job
+from desk import search_selectors, selectors, tasks
+from desk.models import EntrySubject, Figure, Job
 from desk.rebuild_index import differences
-from desk.services import jobs
+from desk.services import index, jobs
+from desk.services.figures import figures_refresh
 from desk.services.jobs import job_run, job_start
 from inspections import queue
-from inspections.models import Alert, Draw
+from inspections.models import Alert, Campaign, Draw
+from inspections.services import inspectors
 from ledger.models import Entry
 from registry.models import Chip
 
@@ -32,6 +37,21 @@ def test_the_dashboard_does_not_group_the_chips_per_request(regulator, django_as
     with django_assert_max_num_queries(25):
         html = regulator.get("/admin/").content.decode()
     assert "<svg" in html
+
+
+def test_the_beat_task_draws_the_plots_so_the_dashboard_does_not(regulator, monkeypatch):
+    tasks.refresh_figures()
+    drawn = regulator.get("/admin/").content.decode()
+    monkeypatch.setattr("desk.services.charts.plots.bars", lambda *a, **k: pytest.fail("drawn per request"))
+    monkeypatch.setattr("desk.services.charts.plots.lines", lambda *a, **k: pytest.fail("drawn per request"))
+    cache.clear()
+    html = regulator.get("/admin/").content.decode()
+    assert html.count("<svg") >= 5 and html.count("<svg") == drawn.count("<svg")
+    # Another campaign's curve, or figures newer than the drawn plots: drawn on request.
+    Figure.objects.filter(name="chips_by_country").update(computed_at=timezone.now())
+    cache.clear()
+    with pytest.raises(pytest.fail.Exception, match="drawn per request"):
+        regulator.get("/admin/")
 
 
 def test_a_serial_search_opens_the_chip_page_with_its_timeline(regulator):
@@ -238,3 +258,80 @@ def test_a_campaign_is_amended_on_its_page_and_the_auditor_may_not(client, world
     assert not Entry.objects.filter(kind="campaign.stopped").exists()
     response = client.post(page, {"action": "stop", "stop-on": timezone.localdate().isoformat()})
     assert response.status_code == 302 and Entry.objects.filter(kind="campaign.stopped").count() == 1
+
+
+def test_the_campaign_list_reads_the_stored_plans_of_open_campaigns(regulator):
+    figures_refresh()
+    listing = regulator.get("/admin/inspections/campaign/").content.decode()
+    live = selectors.stored_campaign_plans(Campaign.objects.get(slug="frontier-runs-2026").pk)
+    assert live and all(f"{slug}: {row['chips']} chips" in listing for slug, row in live.items())
+    stored = Figure.objects.get(name="open_campaigns")
+    for campaign in stored.data:
+        for row in campaign["provers"].values():
+            row["chips"] = 987654  # what the beat task counted, not what a request would count now
+    stored.save()
+    assert "987654 chips" in regulator.get("/admin/inspections/campaign/").content.decode()
+    Figure.objects.filter(name="open_campaigns").delete()
+    assert "987654 chips" not in regulator.get("/admin/inspections/campaign/").content.decode()
+
+
+def test_an_owner_of_many_chips_gets_stored_counts_with_their_time(regulator, world, monkeypatch):
+    owner = Chip.objects.values_list("owner__slug", flat=True).first()
+    url = reverse("desk:organisation", args=[owner])
+    total = Chip.objects.filter(owner__slug=owner).count()
+    assert f">{total}</a></h2>" in regulator.get(url).content.decode()  # a small owner: counted now
+    figures_refresh()
+    stored = Figure.objects.get(name="owner_facility_status")
+    stored.data[owner] = [["", "installed", 777777]]
+    stored.save()
+    assert "777777" not in regulator.get(url).content.decode()
+    monkeypatch.setattr(selectors, "STORED_OWNER_ABOVE", total - 1)  # now it is a big owner
+    page = regulator.get(url).content.decode()
+    assert ">777777</a></h2>" in page and 'id="org-chips-as-of"' in page
+
+
+def test_the_entry_index_names_the_task_and_campaign_an_entry_is_about():
+    assert index.subjects("inspection.identity_checked", "body-nl", {"task": 7, "chip": "S1"}) == {
+        "org:body-nl",
+        "task:7",
+    }
+    assert "campaign:frontier" in index.subjects("campaign.seed_committed", "regulator", {"campaign": "frontier"})
+    assert not any(s.startswith("task:") for s in index.subjects("x", "a", {"task": True}))  # a flag, not a task
+
+
+def test_the_task_page_reads_identity_checks_through_the_entry_index(regulator, world):
+    task = world["task"]
+    body = task.inspection_body
+    inspectors.task_accept(task, body)
+    challenge = inspectors.identity_challenge_issue(task, body)
+    inspectors.identity_answer_check(task, body, challenge.nonce, "AAAA")
+    page = regulator.get(reverse("desk:task", args=[task.pk])).content.decode()
+    checked = EntrySubject.objects.get(subject=f"task:{task.pk}", kind="inspection.identity_checked").seq
+    table = page[page.index('id="task-identity"') :].split("</table>")[0]
+    assert f">#{checked}</a>" in table and "FAILED" in table
+
+
+def test_migration_0004_adds_the_task_and_campaign_rows_of_entries_already_on_the_ledger(world):
+    from django.apps import apps
+
+    migration = importlib.import_module("desk.migrations.0004_entry_index_tasks_campaigns")
+    expected = set(EntrySubject.objects.filter(subject__regex=r"^(task|campaign):").values_list("subject", "seq"))
+    assert any(s.startswith("campaign:") for s, _ in expected)
+    EntrySubject.objects.filter(subject__regex=r"^(task|campaign):").delete()  # a ledger indexed before 0004
+    migration.add_rows(apps, None)
+    migration.add_rows(apps, None)  # twice: nothing doubled
+    assert (
+        set(EntrySubject.objects.filter(subject__regex=r"^(task|campaign):").values_list("subject", "seq")) == expected
+    )
+    assert not differences()
+
+
+def test_a_serial_prefix_search_lists_the_matching_chips_by_serial(regulator):
+    serials = sorted(Chip.objects.values_list("serial", flat=True))
+    prefix = serials[len(serials) // 2][:-1]
+    expected = [s for s in serials if s.startswith(prefix)]
+    page = regulator.get(reverse("admin:registry_chip_changelist"), {"q": prefix}).content.decode()
+    listed = [s for s in re.findall(r'href="/admin/desk/chip/([^/"]+)/"', page)]
+    assert listed == expected  # all of them, in serial order (the index walk from the prefix)
+    found = search_selectors.search(prefix)["chips"]["rows"]
+    assert [chip.serial for chip in found] == expected[: search_selectors.CHIP_PAGE]
