@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import http.client
 import json
 import os
@@ -277,8 +278,14 @@ def _mirror_base(url: str) -> str:
     raise ValueError(f"not an http(s) or file:// mirror URL: {url!r}")
 
 
+@functools.lru_cache(maxsize=64)
+def _local_directory(base: str) -> str:
+    """The directory of a file:// tiles prefix (parsed once: an audit reads thousands of files under it)."""
+    return str(Path(urllib.request.url2pathname(urllib.parse.urlsplit(base).path)))
+
+
 def _read_file(base: str, path: str, limit: int) -> bytes | None:
-    local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(base + path).path))
+    local = os.path.join(_local_directory(base), path)
     try:
         with open(local, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
