@@ -146,3 +146,40 @@ def test_the_audit_in_worker_processes_answers_as_in_one(copy, tmp_path, altered
     assert alone[0] == ("fault" if altered else "ok")
     assert _outcome(folder, jobs=1, chunk=100) == alone
     assert _outcome(folder, jobs=2, chunk=100) == alone  # runs of 100 bundles: a level-1 tile ends mid-run
+
+
+def test_ledger_verify_tiles_only_runs_its_workers_from_the_command_line(copy, tmp_path):
+    """Two runs of bundles (260 > 256): the worker processes are spawned from ``python -m ledger.verify``."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import nacl.signing
+
+    from tlog import note
+
+    key = nacl.signing.SigningKey.generate()
+    origin = "example.org/audit/tlog"
+    folder = tmp_path / "copy"
+    shutil.copytree(copy, folder)
+    (folder / "checkpoint").write_text(note.sign_note(note.checkpoint_body(origin, SIZE, ROOT), origin, key))
+    vkey = note.verifier_key(origin, bytes(key.verify_key))
+    repo = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO") and k != "DATABASE_URL"}
+    env["PYTHONPATH"] = str(repo)
+    args = ["--url", "http://127.0.0.1:9", "--key", vkey, "--mirror", folder.as_uri(), "--tiles-only", "--json"]
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "ledger.verify", *args, *extra]
+        return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+
+    result = run("--jobs", "2")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tiles_checked"] == 263 and json.loads(result.stdout)["root"] == ROOT.hex()
+    data = bytearray((folder / "tile/0/257").read_bytes())
+    data[100] ^= 4  # hash 3 of tile 257: leaf 257 * 256 + 3
+    (folder / "tile/0/257").write_bytes(bytes(data))
+    failed = run("--jobs", "2")
+    assert failed.returncode == 1 and "FAIL seq=65795: tile/0/257 differs" in failed.stderr, failed.stderr
+    assert run("--jobs", "1").stderr == failed.stderr
