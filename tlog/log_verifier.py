@@ -32,6 +32,7 @@ import multiprocessing
 import os
 import random
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
@@ -318,12 +319,18 @@ def _bundle_runs(client: LogClient, size: int, jobs: int, chunk: int):
     if jobs <= 1 or len(starts) <= 1:
         yield from map(run, starts, ends)
         return
-    # spawn, not fork: the caller may hold threads (a test's live server) or a database connection
-    pool = ProcessPoolExecutor(min(jobs, len(starts)), mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(min(jobs, len(starts)), mp_context=multiprocessing.get_context(_start_method()))
     try:
         yield from pool.map(run, starts, ends)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _start_method() -> str:
+    """fork where it is safe (Linux, one thread: a worker starts in milliseconds, importing nothing), else
+    spawn (a fresh interpreter: a caller holding threads, such as a test's live server, cannot hand a
+    worker a lock held by a thread that does not exist there)."""
+    return "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
 
 
 def audit_bundle_run(client: LogClient, size: int, first: int, end: int) -> tuple[bytes, bytes, int, Exception | None]:

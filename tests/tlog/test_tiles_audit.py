@@ -183,3 +183,19 @@ def test_ledger_verify_tiles_only_runs_its_workers_from_the_command_line(copy, t
     failed = run("--jobs", "2")
     assert failed.returncode == 1 and "FAIL seq=65795: tile/0/257 differs" in failed.stderr, failed.stderr
     assert run("--jobs", "1").stderr == failed.stderr
+
+
+def test_workers_are_forked_only_from_a_single_threaded_caller(copy):
+    import threading
+
+    from tlog import log_verifier
+
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait)
+    thread.start()
+    try:
+        assert log_verifier._start_method() == "spawn"  # a fresh interpreter: no lock of a thread left behind
+        assert _audit(copy, jobs=2, chunk=100) == 263
+    finally:
+        release.set()
+        thread.join()
