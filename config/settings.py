@@ -239,10 +239,10 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- Ledger -------------------------------------------------------------------
 # The log's origin, the first line of every checkpoint and the name in its verifier key (C2SP). tlog-tiles
-# says it SHOULD be the tiles URL prefix without its scheme: given LEDGER_PUBLIC_URL (where the public reaches
-# this service, e.g. https://example.org/chipledger) it is derived from it (example.org/chipledger/tlog); else
-# LEDGER_ORIGIN, else the demo's localhost/chipledger. It names a log when the log is opened: an opened log
-# keeps the origin its genesis entry recorded (ledger.keys.origin; docs/ledger.md, Origin).
+# says it SHOULD be the tiles URL prefix without its scheme. LEDGER_ORIGIN if set; else derived from
+# LEDGER_PUBLIC_URL (where the public reaches this service, e.g. https://example.org/chipledger ->
+# example.org/chipledger/tlog); else the demo's localhost/chipledger. It names a log when the log is opened:
+# an opened log keeps the origin its genesis entry recorded (ledger.keys.origin; docs/ledger.md, Origin).
 LEDGER_PUBLIC_URL = env("LEDGER_PUBLIC_URL", default="")
 LEDGER_ORIGIN = env("LEDGER_ORIGIN", default="") or origin_from_public_url(LEDGER_PUBLIC_URL) or "localhost/chipledger"
 # Base64 of a 32-byte Ed25519 seed. If unset, a key file is created on first use.
