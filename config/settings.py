@@ -8,6 +8,7 @@ PostgreSQL and Redis. See README "Configuration".
 import os
 import secrets
 import sys
+import urllib.parse
 from datetime import timedelta
 from pathlib import Path
 
@@ -33,6 +34,31 @@ def _secret_key() -> str:
         path.write_text(secrets.token_urlsafe(50))
         path.chmod(0o600)
     return path.read_text().strip()
+
+
+def origin_from_public_url(url: str) -> str:
+    """The tlog-tiles origin of a service reached at ``url``: its tiles prefix (``<url>/tlog``) without the scheme.
+
+    https://example.org/chipledger -> example.org/chipledger/tlog; "" for "". Raises ValueError for a URL that
+    is not a plain http(s) one (no user, query or fragment) or whose origin could not be a note key name.
+    """
+    if not url:
+        return ""
+    parts = urllib.parse.urlsplit(url)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or "@" in parts.netloc
+        or parts.query
+        or parts.fragment
+    ):
+        raise ValueError(
+            f"LEDGER_PUBLIC_URL must be a plain http(s) URL like https://example.org/chipledger, not {url!r}"
+        )
+    origin = f"{parts.netloc.lower()}{parts.path.rstrip('/')}/tlog"
+    if "+" in origin or any(c.isspace() for c in origin):
+        raise ValueError(f"LEDGER_PUBLIC_URL gives origin {origin!r}: a note's key name has no '+' and no space")
+    return origin
 
 
 SECRET_KEY = env("DJANGO_SECRET_KEY", default=None) or _secret_key()
@@ -217,8 +243,13 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # --- Ledger -------------------------------------------------------------------
-# Origin line of every checkpoint: a schema-less URL naming this log (C2SP).
-LEDGER_ORIGIN = env("LEDGER_ORIGIN", default="localhost/chipledger")
+# The log's origin, the first line of every checkpoint and the name in its verifier key (C2SP). tlog-tiles
+# says it SHOULD be the tiles URL prefix without its scheme. LEDGER_ORIGIN if set; else derived from
+# LEDGER_PUBLIC_URL (where the public reaches this service, e.g. https://example.org/chipledger ->
+# example.org/chipledger/tlog); else the demo's localhost/chipledger. It names a log when the log is opened:
+# an opened log keeps the origin its genesis entry recorded (ledger.keys.origin; docs/ledger.md, Origin).
+LEDGER_PUBLIC_URL = env("LEDGER_PUBLIC_URL", default="")
+LEDGER_ORIGIN = env("LEDGER_ORIGIN", default="") or origin_from_public_url(LEDGER_PUBLIC_URL) or "localhost/chipledger"
 # Base64 of a 32-byte Ed25519 seed. If unset, a key file is created on first use.
 LEDGER_SIGNING_KEY = env("LEDGER_SIGNING_KEY", default="")
 LEDGER_KEY_FILE = Path(env("LEDGER_KEY_FILE", default=str(VAR_DIR / "ledger-signing.key")))

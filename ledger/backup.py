@@ -41,7 +41,6 @@ from datetime import date, datetime, time
 from pathlib import Path
 
 from django.apps import apps
-from django.conf import settings
 from django.core import serializers
 from django.core.management.color import no_style
 from django.db import connection, transaction
@@ -182,7 +181,7 @@ def _trailer_body(entries: int, rows: dict, sha256: str) -> str:
 
 
 def _trailer(entries: int, rows: dict, sha256: str) -> dict:
-    signed = note.sign_note(_trailer_body(entries, rows, sha256), settings.LEDGER_ORIGIN, keys.signing_key())
+    signed = note.sign_note(_trailer_body(entries, rows, sha256), keys.origin(), keys.signing_key())
     return {"entries": entries, "rows": rows, "sha256": sha256, "signature": signed}
 
 

@@ -1,13 +1,18 @@
-"""The log's Ed25519 signing key: a setting, never code (docs/ledger.md, Checkpoints)."""
+"""The log's Ed25519 signing key and its origin: settings, never code (docs/ledger.md, Checkpoints, Origin)."""
 
 import base64
 import functools
+import logging
 import os
 
 from django.conf import settings
 from nacl.signing import SigningKey
 
 from tlog import note
+
+from . import selectors
+
+log = logging.getLogger(__name__)
 
 
 def _load_or_create_seed() -> bytes:
@@ -34,6 +39,33 @@ def signing_key() -> SigningKey:
     return SigningKey(seed)
 
 
+def origin() -> str:
+    """The log's origin: the one its genesis entry recorded, else (a log not opened yet) ``LEDGER_ORIGIN``.
+
+    The origin is the log's name for life: it is the checkpoints' first line and the name in the verifier
+    key, whose key ID hashes it, so witnesses (keyed by origin) and verifiers (pinning the key) would see
+    another log under another one. ``LEDGER_ORIGIN`` names a log when it is opened; changing it later
+    changes nothing but a warning.
+    """
+    recorded = selectors.genesis_origin()
+    if recorded is None:
+        return settings.LEDGER_ORIGIN
+    if recorded != settings.LEDGER_ORIGIN:
+        _warn_origin_kept(settings.LEDGER_ORIGIN, recorded)
+    return recorded
+
+
+@functools.cache
+def _warn_origin_kept(configured: str, recorded: str) -> None:
+    log.warning(
+        "LEDGER_ORIGIN is %r but this log was opened as %r (its genesis entry): the log keeps %r "
+        "(docs/ledger.md, Origin)",
+        configured,
+        recorded,
+        recorded,
+    )
+
+
 def verifier_key() -> str:
     """``<origin>+<hex keyid>+<base64(0x01||pubkey)>``: what outside verifiers pin."""
-    return note.verifier_key(settings.LEDGER_ORIGIN, bytes(signing_key().verify_key))
+    return note.verifier_key(origin(), bytes(signing_key().verify_key))

@@ -161,6 +161,16 @@ def checkpoint_latest() -> Checkpoint | None:
     return Checkpoint.objects.order_by("-size").first()
 
 
+GENESIS_KIND = "ledger.opened"
+
+
+def genesis_origin() -> str | None:
+    """The origin the log's genesis entry (entry 0) recorded; None before the log is opened."""
+    payload = Entry.objects.filter(seq=0, kind=GENESIS_KIND).values_list("payload", flat=True).first()
+    origin = payload.get("origin") if isinstance(payload, dict) else None
+    return origin if isinstance(origin, str) else None
+
+
 def checkpoint_problem(size: int, checkpoint: Checkpoint, check_root: bool = True) -> str | None:
     """Why a log of ``size`` entries does not extend ``checkpoint``, or None (O(log n) rows)."""
     if size < checkpoint.size:

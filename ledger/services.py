@@ -126,7 +126,7 @@ def _refuse_if_behind_its_checkpoint(size: int) -> None:
     _extends_checkpoint = known
 
 
-GENESIS_KIND = "ledger.opened"
+GENESIS_KIND = selectors.GENESIS_KIND
 
 
 def ledger_open() -> bool:
@@ -138,7 +138,7 @@ def ledger_open() -> bool:
         _lock_ledger()
         if _head()[0] != 0:
             return False
-        append_entry(GENESIS_KIND, {"origin": settings.LEDGER_ORIGIN, "verifier_key": keys.verifier_key()}, "system")
+        append_entry(GENESIS_KIND, {"origin": keys.origin(), "verifier_key": keys.verifier_key()}, "system")
         return True
 
 
@@ -245,8 +245,9 @@ def checkpoint_sign() -> Checkpoint:
         if latest is not None and latest.size == size:
             return latest
         root = merkle.root(frontier_hashes(size))
-        body = note.checkpoint_body(settings.LEDGER_ORIGIN, size, root)
-        text = note.sign_note(body, settings.LEDGER_ORIGIN, keys.signing_key())
+        origin = keys.origin()
+        body = note.checkpoint_body(origin, size, root)
+        text = note.sign_note(body, origin, keys.signing_key())
         return Checkpoint.objects.create(size=size, root=root, note=text)
 
 

@@ -5,10 +5,14 @@ Plain Django views, not DRF: a tile read is the hot path of every mirror and mon
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 
 from django.conf import settings
+from django.core.cache import cache
 from django.http import HttpResponse, HttpResponseNotModified
+from django.utils.cache import patch_vary_headers
+from django.utils.http import parse_etags
 from django.views.decorators.http import require_safe
 
 from tlog import tiles as tile_paths
@@ -21,6 +25,8 @@ SHORT_LIVED = "public, max-age=60"
 CHECKPOINT_CACHE = "no-cache, max-age=0"
 OCTETS = "application/octet-stream"
 MAX_LEAVES = 2**53  # entry seqs are below 2^53 (I-JSON): no tile starts beyond
+GZIP_LEVEL = 6
+GZIP_CACHE_SECONDS = 24 * 3600  # a full bundle's compressed bytes never change: compressed once a day at most
 
 
 def _not_found(reason: str) -> HttpResponse:
@@ -50,11 +56,60 @@ def tile(request, path: str):
     data = tile_reads.entry_bundle(index, width) if level is None else tile_reads.tile(level, index, width)
     if data is None:
         return _not_found(f"no such tile in the tree yet: tile/{path}")
+    # Entry bundles go gzip-compressed to a client that accepts it (the spec's SHOULD); hash tiles are random
+    # bytes that do not compress. Each representation has its own strong ETag, and both say Vary.
+    compressed = level is None and accepts_gzip(request.headers.get("Accept-Encoding", ""))
+    if compressed:
+        data = _gzipped_bundle(width, data)
     etag = '"' + hashlib.sha256(data).hexdigest() + '"'
-    if request.headers.get("If-None-Match") == etag:
-        response = HttpResponseNotModified()
-    else:
-        response = HttpResponse(data, content_type=OCTETS)
+    response = HttpResponseNotModified() if _matches(request, etag) else HttpResponse(data, content_type=OCTETS)
+    if compressed and response.status_code == 200:
+        response["Content-Encoding"] = "gzip"
+    if level is None:
+        patch_vary_headers(response, ("Accept-Encoding",))
     response["ETag"] = etag
     response["Cache-Control"] = IMMUTABLE if width is None else SHORT_LIVED
     return response
+
+
+def _matches(request, etag: str) -> bool:
+    """If-None-Match names this representation (weak comparison, as RFC 9110 asks for it)."""
+    header = request.headers.get("If-None-Match", "")
+    if header.strip() == "*":
+        return True
+    return etag in {tag.removeprefix("W/") for tag in parse_etags(header)}
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether an Accept-Encoding header accepts gzip: listed (or ``*``) with a q-value above 0."""
+    qualities = {}
+    for item in accept_encoding.split(","):
+        coding, *params = (part.strip() for part in item.split(";"))
+        quality = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        qualities[coding.lower()] = quality
+    for coding in ("gzip", "x-gzip", "*"):
+        if coding in qualities:
+            return qualities[coding] > 0
+    return False
+
+
+def _gzipped_bundle(width: int | None, data: bytes) -> bytes:
+    """Deterministic gzip (no name, mtime 0): the same bytes, hence the same ETag, on every request.
+
+    A full bundle's compressed bytes are cached under the SHA-256 of its own bytes, never under its index:
+    a cache that outlives a database can then never serve another log's bundle."""
+    if width is not None:
+        return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+    key = "tlog:gzip:" + hashlib.sha256(data).hexdigest()
+    body = cache.get(key)
+    if body is None:
+        body = gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+        cache.set(key, body, GZIP_CACHE_SECONDS)
+    return body

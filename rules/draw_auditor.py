@@ -60,8 +60,8 @@ def _node_from_tiles(client: LogClient, node: merkle.NodeId, size: int) -> bytes
     tile_index, offset = divmod(first, tiles.TILE_WIDTH)
     width = tiles.tile_width(size, tile_level, tile_index)
     data = client.tile(tile_level, tile_index, None if width == tiles.TILE_WIDTH else width)
-    row = [data[i : i + 32] for i in range(32 * offset, 32 * (offset + (1 << height)), 32)]
-    if len(row) != 1 << height or any(len(h) != 32 for h in row):
+    row = data[32 * offset : 32 * (offset + (1 << height))]
+    if len(row) != 32 << height:
         raise LedgerFault("checkpoint", f"tile {tile_level}/{tile_index} is too short for node {node}")
     return tiles.perfect_root(row)
 

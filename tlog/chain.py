@@ -61,6 +61,9 @@ class LedgerFault(Exception):
         self.where = where
         self.reason = reason
 
+    def __reduce__(self):  # raised in a worker process, re-raised by the parent
+        return type(self), (self.where, self.reason)
+
     @staticmethod
     def _where(where: int | str) -> str:
         return f"seq={where}" if isinstance(where, int) else str(where)

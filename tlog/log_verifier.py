@@ -1,7 +1,7 @@
 """Verify a chipledger log from the outside: no Django, no database.
 
     python -m tlog.log_verifier --url https://ledger.example [--key VKEY] [--witness VKEY ...]
-                                [--quorum K] [--mirror URL ...] [--json]
+                                [--quorum K] [--mirror URL ...] [--tiles-only [--jobs N]] [--json]
     python -m tlog.log_verifier --extract FILE [--key VKEY] [--witness VKEY ...] [--quorum K] [--json]
 
 (``python -m ledger.verify`` runs the same with the same arguments: the command third parties know.)
@@ -12,7 +12,8 @@ re-runs the hash chain and the RFC 9162 tree over the leaf bytes, compares the r
 the signed one, and checks every hash tile against the recomputed hashes. Witness cosignatures on the
 checkpoint are counted for the witness keys given. One inclusion proof and one consistency proof, at
 positions the server cannot predict, are checked against the log's proof endpoints (skipped, when
-mirrors are given, if the log itself cannot be reached).
+mirrors are given, if the log itself cannot be reached). ``--tiles-only`` checks the checkpoint and then
+only every tile and bundle against it, in ``--jobs`` worker processes.
 
 ``--extract FILE`` checks a ledger extract offline instead (``tlog.extract``: entries about one organisation or
 campaign, each with its inclusion proof against a signed checkpoint); nothing is fetched.
@@ -29,10 +30,14 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
-import hashlib
+import functools
 import json
+import multiprocessing
+import os
 import random
 import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from tlog import extract as extracts
@@ -64,6 +69,7 @@ class Report:
     quorum: int = 0
     inclusion_checked: int | None = None  # the index whose inclusion proof was checked
     consistency_checked: int | None = None  # the first size whose consistency proof was checked
+    tiles_checked: int | None = None  # with --tiles-only: how many hash tiles were checked
 
     @property
     def valid_cosignatures(self) -> int:
@@ -160,6 +166,42 @@ def check_entry(seq: int, entry: dict, chain: ChainVerifier) -> tuple[bytes, dic
     return leaf_hash, parsed
 
 
+def open_log(
+    client: LogClient, pinned_key: str | None, witnesses: list[str], quorum: int
+) -> tuple[str, note.Checkpoint, list[WitnessResult]]:
+    """The log's key, its signed checkpoint, and its witnesses' cosignatures (at least ``quorum`` valid)."""
+    witness_keys = [parse_key(w, f"witness key {w!r}") for w in witnesses]
+    served_key = log_key(client, pinned_key)
+    verifier = parse_key(served_key, "served key")
+    text = client.checkpoint()
+    checkpoint = check_checkpoint(text, verifier)
+    cosigs = check_cosignatures(text, witness_keys)
+    valid = sum(c.valid for c in cosigs)
+    if valid < quorum:
+        raise LedgerFault("checkpoint", f"{valid} valid witness cosignature(s), quorum is {quorum}")
+    return served_key, checkpoint, cosigs
+
+
+def audit_log(
+    client: LogClient, pinned_key: str | None = None, witnesses: list[str] = (), quorum: int = 0, jobs: int = 1
+) -> Report:
+    """``--tiles-only``: the checkpoint as in ``verify_log``, then every tile and bundle against it
+    (``audit_tiles``, in ``jobs`` processes), without the hash chain over the leaves' JSON or the proof
+    endpoints: what a mirror or a monitor of any tlog-tiles log checks. Raises LedgerFault or FetchError."""
+    served_key, checkpoint, cosigs = open_log(client, pinned_key, witnesses, quorum)
+    checked = audit_tiles(client, checkpoint.size, checkpoint.root, jobs=jobs)
+    return Report(
+        origin=checkpoint.origin,
+        size=checkpoint.size,
+        root=checkpoint.root.hex(),
+        key=served_key,
+        key_pinned=pinned_key is not None,
+        witnesses=cosigs,
+        quorum=quorum,
+        tiles_checked=checked,
+    )
+
+
 def verify_log(
     client: LogClient,
     pinned_key: str | None = None,
@@ -173,19 +215,8 @@ def verify_log(
     ``progress(done, total)`` is called now and then while entries are checked.
     """
     rng = rng or random.SystemRandom()
-    witness_keys = [parse_key(w, f"witness key {w!r}") for w in witnesses]
-
-    served_key = log_key(client, pinned_key)
-    verifier = parse_key(served_key, "served key")
-
-    text = client.checkpoint()
-    checkpoint = check_checkpoint(text, verifier)
+    served_key, checkpoint, cosigs = open_log(client, pinned_key, witnesses, quorum)
     size, root = checkpoint.size, checkpoint.root
-
-    cosigs = check_cosignatures(text, witness_keys)
-    valid = sum(c.valid for c in cosigs)
-    if valid < quorum:
-        raise LedgerFault("checkpoint", f"{valid} valid witness cosignature(s), quorum is {quorum}")
 
     # Spot checks at positions drawn before any entry is seen.
     inclusion_index = rng.randrange(size) if size > 0 else None
@@ -197,9 +228,10 @@ def verify_log(
     seq = 0
     for index, width in tiles.bundles_for_size(size):
         leaves = client.bundle(index, width)
-        hashes = [merkle.leaf_hash(leaf) for leaf in leaves]
+        hashes = tiles.leaf_hashes(leaves)
         _audit(auditor.add_bundle, index, hashes)
-        for leaf, leaf_hash in zip(leaves, hashes, strict=True):
+        for position, leaf in enumerate(leaves):
+            leaf_hash = hashes[tiles.HASH_SIZE * position : tiles.HASH_SIZE * (position + 1)]
             chain.feed(seq, leaf, leaf_hash)
             if seq == inclusion_index:
                 inclusion_hash = leaf_hash
@@ -240,33 +272,96 @@ def verify_log(
     )
 
 
-def audit_tiles(client: LogClient, size: int, root: bytes) -> int:
+AUDIT_CHUNK = 256  # entry bundles per worker task: 65,536 entries, one level-1 tile
+
+
+def audit_tiles(client: LogClient, size: int, root: bytes, jobs: int = 1, chunk: int = AUDIT_CHUNK) -> int:
     """Authenticate every entry bundle and hash tile of the tree of ``size`` leaves against ``root``.
 
     The tiles-only part of ``verify_log`` (no chain, no JSON): each leaf is hashed once, each tile compared
     with the recomputed hashes, the root recomputed from the leaves. Returns the number of tiles checked.
     Raises LedgerFault or FetchError.
+
+    ``jobs`` > 1 audits runs of ``chunk`` bundles (their level-0 tiles and the bundles' roots: nearly all
+    the hashing) in that many worker processes; the levels above are checked here from the roots, in
+    order. The outcome is the same as with one job, the same first fault included: a run's fault is
+    raised only after every tile the one-job audit would have checked before it.
     """
-    sha256 = hashlib.sha256
     auditor = tiles.TileAuditor(client.tile)
     bundle_roots: list[bytes] = []  # the tree above level 8 is folded from full bundles' roots
-    tail: list[bytes] = []
-    for index, width in tiles.bundles_for_size(size):
-        hashes = [sha256(b"\x00" + leaf).digest() for leaf in client.bundle(index, width)]
-        try:
-            bundle_root = auditor.add_bundle(index, hashes)
-        except tiles.TileMismatch as mismatch:
-            raise LedgerFault(mismatch.first_leaf, str(mismatch)) from None
-        if bundle_root is None:
-            tail = hashes
-        else:
+    tail = b""
+    for roots, run_tail, checked, fault in _bundle_runs(client, size, jobs, chunk):
+        auditor.tiles_checked += checked
+        for start in range(0, len(roots), tiles.HASH_SIZE):
+            bundle_root = roots[start : start + tiles.HASH_SIZE]
+            _audit(auditor.add_root, bundle_root)
             bundle_roots.append(bundle_root)
+        if fault is not None:
+            raise fault
+        tail = tail or run_tail
     high, _ = merkle.append_leaves([], 0, bundle_roots)
-    low, _ = merkle.append_leaves([], 0, tail)
+    low, _ = merkle.append_leaves([], 0, [tail[i : i + tiles.HASH_SIZE] for i in range(0, len(tail), tiles.HASH_SIZE)])
     if merkle.fold_range(high + low) != root:
         raise LedgerFault("checkpoint", f"root {root.hex()} is not the root of the entry bundles")
     _audit(auditor.finish)
     return auditor.tiles_checked
+
+
+def default_jobs() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _bundle_runs(client: LogClient, size: int, jobs: int, chunk: int):
+    """``audit_bundle_run`` over consecutive runs of ``chunk`` bundles, in order, in ``jobs`` processes."""
+    bundles = -(-size // tiles.TILE_WIDTH)
+    starts = range(0, bundles, chunk)
+    ends = [min(start + chunk, bundles) for start in starts]
+    run = functools.partial(audit_bundle_run, client, size)
+    if jobs <= 1 or len(starts) <= 1:
+        yield from map(run, starts, ends)
+        return
+    pool = ProcessPoolExecutor(min(jobs, len(starts)), mp_context=multiprocessing.get_context(_start_method()))
+    try:
+        yield from pool.map(run, starts, ends)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _start_method() -> str:
+    """fork where it is safe (Linux, one thread: a worker starts in milliseconds, importing nothing), else
+    spawn (a fresh interpreter: a caller holding threads, such as a test's live server, cannot hand a
+    worker a lock held by a thread that does not exist there)."""
+    return "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
+
+
+def audit_bundle_run(client: LogClient, size: int, first: int, end: int) -> tuple[bytes, bytes, int, Exception | None]:
+    """Bundles [first, end) of the tree of ``size`` leaves, each against its level-0 tile.
+
+    Returns (the joined roots of the full bundles checked, the partial bundle's joined leaf hashes if it is
+    in the run, how many tiles were checked, the fault that stopped the run or None). A worker's task:
+    the fault is returned, not raised, so the caller first checks what came before it.
+    """
+    roots, tail, checked = [], b"", 0
+    try:
+        for index in range(first, end):
+            width = tiles.tile_width(size, 0, index)
+            width = None if width == tiles.TILE_WIDTH else width
+            hashes = tiles.leaf_hashes(client.bundle(index, width))
+            tiles.check_tile(client.tile, 0, index, width, hashes)
+            checked += 1
+            if width is None:
+                roots.append(tiles.perfect_root(hashes))
+            else:
+                tail = hashes
+    except tiles.TileMismatch as mismatch:
+        return b"".join(roots), tail, checked, LedgerFault(mismatch.first_leaf, str(mismatch))
+    except (LedgerFault, FetchError) as fault:
+        return b"".join(roots), tail, checked, fault
+    return b"".join(roots), tail, checked, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,6 +388,18 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         metavar="URL",
         help="a tlog-tiles mirror of the log (http(s) or file://), tried in order after the log's own /tlog/",
     )
+    parser.add_argument(
+        "--tiles-only",
+        action="store_true",
+        help="only authenticate every tile and entry bundle against the checkpoint (no chain, no proof endpoints)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=default_jobs(),
+        metavar="N",
+        help="with --tiles-only: audit in N worker processes (default: the CPU count)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help=argparse.SUPPRESS)
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
@@ -306,6 +413,9 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         parser.error("give --url (a log) or --extract (an extract file), one of the two")
     if args.quorum < 0 or args.quorum > len(args.witness):
         print(f"error: --quorum {args.quorum} needs that many --witness keys", file=sys.stderr)
+        return 2
+    if args.jobs < 1:
+        print(f"error: --jobs is at least 1, not {args.jobs}", file=sys.stderr)
         return 2
     if args.extract is not None:
         return extract_main(args)
@@ -322,7 +432,10 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     if args.key is None:
         print("warning: no --key given; trusting the key the log serves", file=sys.stderr)
     try:
-        report = verify_log(client, args.key, args.witness, args.quorum, progress=progress)
+        if args.tiles_only:
+            report = audit_log(client, args.key, args.witness, args.quorum, jobs=args.jobs)
+        else:
+            report = verify_log(client, args.key, args.witness, args.quorum, progress=progress)
     except LedgerFault as fail:
         print(fail.line(), file=sys.stderr)
         if args.json:

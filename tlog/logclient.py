@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import http.client
 import json
 import os
@@ -19,6 +20,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 from pathlib import Path
 
 from tlog import tiles
@@ -77,7 +79,12 @@ class LogClient:
         return f"{url}?{urllib.parse.urlencode(params)}" if params else url
 
     def _open(self, request: urllib.request.Request, limit: int) -> tuple[int, bytes]:
-        """Return (status, body) for any HTTP answer; raise FetchError if there is none.
+        """Return (status, body) for any HTTP answer; raise FetchError if there is none."""
+        status, body, _ = self._exchange(request, limit)
+        return status, body
+
+    def _exchange(self, request: urllib.request.Request, limit: int) -> tuple[int, bytes, str]:
+        """Return (status, body, Content-Encoding) for any HTTP answer; raise FetchError if there is none.
 
         ``timeout`` bounds the whole request, not only each read: a server dripping a byte at a time is cut
         off when the deadline passes (its socket is shut down under the blocked read).
@@ -88,10 +95,11 @@ class LogClient:
         deadline.start()
         try:
             with opener.open(request, timeout=self.timeout) as resp:
-                answer = resp.status, _read_limited(resp, limit, request.full_url)
+                encoding = resp.headers.get("Content-Encoding", "")
+                answer = resp.status, _read_limited(resp, limit, request.full_url), encoding
         except urllib.error.HTTPError as err:
             with err:
-                answer = err.code, _read_limited(err, LIMIT_SMALL, request.full_url, truncate=True)
+                answer = err.code, _read_limited(err, LIMIT_SMALL, request.full_url, truncate=True), ""
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             if deadline.expired:
                 raise FetchError(f"{request.full_url}: no complete answer within {self.timeout:g} s") from err
@@ -170,12 +178,14 @@ class LogClient:
         return None
 
     def _tile_http(self, url: str, limit: int) -> bytes | None:
-        status, body = self._open(urllib.request.Request(url, method="GET"), limit)
+        """GET a tiles resource, asking for gzip (entry bundles compress several times over)."""
+        request = urllib.request.Request(url, method="GET", headers={"Accept-Encoding": "gzip, identity"})
+        status, body, encoding = self._exchange(request, limit + limit // 64 + 4096)  # gzip's worst-case growth
         if status in (404, 410):
             return None
         if status != 200:
             raise FetchError(f"GET {url}: HTTP {status}: {_snippet(body)}")
-        return body
+        return _decoded(url, body, encoding, limit)
 
     def tile(self, level: int, index: int, width: int | None) -> bytes:
         """Hash tile ``tile/<level>/<index>[.p/<width>]``; a partial one read from the full tile if dropped."""
@@ -269,6 +279,27 @@ class LogClient:
             return status, body.decode("utf-8", "replace")
 
 
+def _decoded(url: str, body: bytes, encoding: str, limit: int) -> bytes:
+    """The body as sent (identity) or gunzipped: at most ``limit`` bytes, one whole gzip member."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        if len(body) > limit:
+            raise FetchError(f"{url}: response larger than {limit} bytes")
+        return body
+    if encoding != "gzip":
+        raise FetchError(f"{url}: unsupported Content-Encoding {encoding!r}")
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = inflate.decompress(body, limit + 1)  # bounded: a small gzip body may inflate to gigabytes
+    except zlib.error as err:
+        raise FetchError(f"{url}: bad gzip body ({err})") from err
+    if len(data) > limit or inflate.unconsumed_tail:
+        raise FetchError(f"{url}: response larger than {limit} bytes once gunzipped")
+    if not inflate.eof or inflate.unused_data:
+        raise FetchError(f"{url}: gzip body cut short or of more than one member")
+    return data
+
+
 def _mirror_base(url: str) -> str:
     """A mirror's tiles prefix, ending in '/'. http(s), or file:// for a local copy of the tiles."""
     parts = urllib.parse.urlsplit(url)
@@ -277,8 +308,14 @@ def _mirror_base(url: str) -> str:
     raise ValueError(f"not an http(s) or file:// mirror URL: {url!r}")
 
 
+@functools.lru_cache(maxsize=64)
+def _local_directory(base: str) -> str:
+    """The directory of a file:// tiles prefix (parsed once: an audit reads thousands of files under it)."""
+    return str(Path(urllib.request.url2pathname(urllib.parse.urlsplit(base).path)))
+
+
 def _read_file(base: str, path: str, limit: int) -> bytes | None:
-    local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(base + path).path))
+    local = os.path.join(_local_directory(base), path)
     try:
         with open(local, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size

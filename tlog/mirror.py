@@ -1,6 +1,6 @@
 """Copy a log's C2SP tlog-tiles into a directory any static file server can serve: no Django.
 
-    python -m tlog.mirror --url https://log.example/tlog/ --out DIR --key VKEY
+    python -m tlog.mirror --url https://log.example/tlog/ --out DIR --key VKEY [--jobs N]
 
 Fetches the checkpoint, checks it with the pinned log key, fetches every tile and entry bundle of its
 tree that the directory lacks (full ones never change; partial ones are fetched again), audits the whole
@@ -19,11 +19,11 @@ from pathlib import Path
 
 from tlog import note, tiles
 from tlog.chain import LedgerFault
-from tlog.log_verifier import audit_tiles, check_checkpoint, parse_key
+from tlog.log_verifier import audit_tiles, check_checkpoint, default_jobs, parse_key
 from tlog.logclient import LIMIT_BUNDLE, LIMIT_SMALL, LIMIT_TILE, FetchError, LogClient
 
 
-def mirror(url: str, out: Path, key: str) -> tuple[int, int]:
+def mirror(url: str, out: Path, key: str, jobs: int = 1) -> tuple[int, int]:
     """(tree size, files fetched). Raises LedgerFault or FetchError."""
     source = LogClient.mirror_only([url])
     text = (source.tile_resource("checkpoint", LIMIT_SMALL) or b"").decode("utf-8", "replace")
@@ -42,7 +42,7 @@ def mirror(url: str, out: Path, key: str) -> tuple[int, int]:
             raise FetchError(f"{url}{path}: not served")
         _write(target, data)
         fetched += 1
-    audit_tiles(LogClient.mirror_only([out.resolve().as_uri()]), checkpoint.size, checkpoint.root)
+    audit_tiles(LogClient.mirror_only([out.resolve().as_uri()]), checkpoint.size, checkpoint.root, jobs=jobs)
     _write(out / "checkpoint", text.encode())
     return checkpoint.size, fetched
 
@@ -65,9 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", required=True, help="the log's tiles prefix, e.g. https://host/tlog/")
     parser.add_argument("--out", required=True, type=Path, help="the mirror's directory")
     parser.add_argument("--key", required=True, help="the log's verifier key")
+    parser.add_argument(
+        "--jobs", type=int, default=default_jobs(), metavar="N", help="audit in N processes (default: the CPU count)"
+    )
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs is at least 1, not {args.jobs}")
     try:
-        size, fetched = mirror(args.url, args.out, args.key)
+        size, fetched = mirror(args.url, args.out, args.key, args.jobs)
     except LedgerFault as fault:
         print(fault.line(), file=sys.stderr)
         return 1

@@ -169,14 +169,21 @@ def split_tile(data: bytes) -> list[bytes]:
 
 
 # --- checking served tiles ------------------------------------------------------------
+# A row of hashes is kept as one bytes object (32 bytes each), never as a list of 32-byte objects: a tile
+# is compared with one ``==``, and each level up is one list comprehension over 64-byte slices. The audit
+# is bound by CPython's cost per SHA-256 call, so nothing else is done per hash.
 
 
-def perfect_root(hashes: list[bytes]) -> bytes:
-    """The root of a perfect subtree whose bottom row is ``hashes`` (a power of two of them)."""
-    row = hashes
-    while len(row) > 1:
-        row = [_sha256(b"\x01" + row[i] + row[i + 1]).digest() for i in range(0, len(row), 2)]
-    return row[0]
+def leaf_hashes(leaves: list[bytes]) -> bytes:
+    """The RFC 9162 leaf hashes of ``leaves``, joined."""
+    return b"".join([_sha256(b"\x00" + leaf).digest() for leaf in leaves])
+
+
+def perfect_root(row: bytes) -> bytes:
+    """The root of a perfect subtree whose bottom row is ``row``: a power of two of joined 32-byte hashes."""
+    while len(row) > HASH_SIZE:
+        row = b"".join([_sha256(b"\x01" + row[i : i + 2 * HASH_SIZE]).digest() for i in range(0, len(row), 64)])
+    return row
 
 
 class TileMismatch(ValueError):
@@ -184,16 +191,33 @@ class TileMismatch(ValueError):
 
     def __init__(self, path: str, first_leaf: int, position: int):
         super().__init__(f"{path} differs from the entries' hashes at its hash {position}")
-        self.path, self.first_leaf = path, first_leaf
+        self.path, self.first_leaf, self.position = path, first_leaf, position
+
+    def __reduce__(self):  # raised in a worker process, re-raised by the parent
+        return type(self), (self.path, self.first_leaf, self.position)
+
+
+def check_tile(read_tile, level: int, index: int, width: int | None, row: bytes) -> None:
+    """Raise TileMismatch unless ``read_tile(level, index, width)`` is exactly ``row`` (joined hashes)."""
+    served = read_tile(level, index, width)
+    if served == row:
+        return
+    position = next(
+        (i for i in range(len(row) // HASH_SIZE) if served[32 * i : 32 * i + 32] != row[32 * i : 32 * i + 32]),
+        0,
+    )
+    first_leaf = (index * TILE_WIDTH + position) << (TILE_HEIGHT * level)
+    raise TileMismatch(tile_path(level, index, width), first_leaf, position)
 
 
 class TileAuditor:
     """Checks every hash tile of a tree against the leaf hashes of its entry bundles, fed in order.
 
     ``read_tile(level, index, width)`` returns the served bytes. ``add_bundle`` checks the bundle's level-0
-    tile at once (so a bad leaf is named where it is); each full tile's root goes up a level, and a tile
-    above level 0 is checked when its 256 hashes are known. ``finish()`` checks the right edge above level 0.
-    Cost: one SHA-256 per hash above level 0, i.e. about one per leaf.
+    tile at once (so a bad leaf is named where it is) and ``add_root`` takes the root of a full bundle whose
+    level-0 tile was checked elsewhere (a worker process); each full bundle's root goes up to level 1, and
+    a tile above level 0 is checked when its 256 hashes are known. ``finish()`` checks the right edge above
+    level 0. Cost: one SHA-256 per hash above level 0, i.e. about one per leaf.
     """
 
     def __init__(self, read_tile):
@@ -202,15 +226,20 @@ class TileAuditor:
         self.done: list[int] = [0]  # full tiles checked per level
         self.tiles_checked = 0
 
-    def add_bundle(self, index: int, leaf_hashes: list[bytes]) -> bytes | None:
-        """Check bundle ``index``'s level-0 tile; returns the bundle's subtree root if it is full."""
-        full = len(leaf_hashes) == TILE_WIDTH
-        self._compare(0, index, None if full else len(leaf_hashes), leaf_hashes)
+    def add_bundle(self, index: int, leaf_hashes: bytes) -> bytes | None:
+        """Check bundle ``index``'s level-0 tile (its joined leaf hashes); returns its root if it is full."""
+        full = len(leaf_hashes) == TILE_WIDTH * HASH_SIZE
+        check_tile(self.read_tile, 0, index, None if full else len(leaf_hashes) // HASH_SIZE, leaf_hashes)
+        self.tiles_checked += 1
         if not full:
             return None
         root = perfect_root(leaf_hashes)
-        self._push(1, root)
+        self.add_root(root)
         return root
+
+    def add_root(self, root: bytes) -> None:
+        """The root of the next full bundle, whose level-0 tile is already checked."""
+        self._push(1, root)
 
     def _push(self, level: int, digest: bytes) -> None:
         while len(self.pending) <= level:
@@ -219,20 +248,17 @@ class TileAuditor:
         hashes = self.pending[level]
         hashes.append(digest)
         if len(hashes) == TILE_WIDTH:
-            self._compare(level, self.done[level], None, hashes)
+            row = b"".join(hashes)
+            self._check(level, self.done[level], None, row)
             self.pending[level] = []
             self.done[level] += 1
-            self._push(level + 1, perfect_root(hashes))
+            self._push(level + 1, perfect_root(row))
 
-    def _compare(self, level: int, index: int, width: int | None, hashes: list[bytes]) -> None:
-        served = self.read_tile(level, index, width)
-        if served != b"".join(hashes):
-            position = next((i for i in range(len(hashes)) if served[32 * i : 32 * i + 32] != hashes[i]), 0)
-            first_leaf = (index * TILE_WIDTH + position) << (TILE_HEIGHT * level)
-            raise TileMismatch(tile_path(level, index, width), first_leaf, position)
+    def _check(self, level: int, index: int, width: int | None, row: bytes) -> None:
+        check_tile(self.read_tile, level, index, width, row)
         self.tiles_checked += 1
 
     def finish(self) -> None:
         for level, hashes in enumerate(self.pending):
             if level and hashes:
-                self._compare(level, self.done[level], len(hashes), hashes)
+                self._check(level, self.done[level], len(hashes), b"".join(hashes))

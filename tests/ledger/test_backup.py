@@ -291,8 +291,8 @@ def test_deeper_checks_still_name_the_line(exported, migrated, tmp_path):
     assert imported.returncode == 1 and "line 6: seq=4" in imported.stderr, imported.stderr
 
 
-def test_a_file_of_another_log_is_refused(exported, settings):
-    settings.LEDGER_ORIGIN = "another.example/log"  # another name, so another verifier key
+def test_a_file_of_another_log_is_refused(exported, monkeypatch):
+    monkeypatch.setattr(keys, "origin", lambda: "another.example/log")  # another name, so another verifier key
     with pytest.raises(ImportRefused, match="not signed by this log's key"):
         import_ledger(exported)
 

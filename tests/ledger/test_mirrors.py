@@ -153,3 +153,26 @@ def test_tlog_mirror_copies_audits_and_refreshes_only_what_changed(live_server, 
     assert again.returncode == 0 and again.stdout == "OK entries=700 fetched=3\n", again.stderr
     result = _run("ledger.verify", "--url", DEAD_LOG, "--key", key, "--mirror", static_server(tmp_path))
     assert result.stdout == f"OK entries=700 root={bytes(checkpoint.root).hex()}\n", result.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_verify_tiles_only_audits_every_tile_of_a_mirror_and_names_an_altered_one(live_server, static_server, tmp_path):
+    import json
+
+    append_sample_entries(600)
+    checkpoint = services.checkpoint_sign()
+    copy_tiles(live_server.url + "/tlog/", tmp_path)
+    args = ["--url", DEAD_LOG, "--key", keys.verifier_key(), "--mirror", static_server(tmp_path), "--tiles-only"]
+    result = _run("ledger.verify", *args, "--jobs", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["size"] == 600 and report["root"] == bytes(checkpoint.root).hex()
+    assert report["tiles_checked"] == 4  # L0: 2 full + 1 partial; L1: 1 partial
+    level1 = tmp_path / "tile/1/000.p/2"
+    data = bytearray(level1.read_bytes())
+    data[40] ^= 1  # the root of bundle 1
+    level1.write_bytes(bytes(data))
+    failed = _run("ledger.verify", *args)
+    assert failed.returncode == 1 and "FAIL seq=256: tile/1/000.p/2 differs" in failed.stderr, failed.stderr
+    refused = _run("ledger.verify", *args, "--jobs", "0")
+    assert refused.returncode == 2 and "--jobs is at least 1" in refused.stderr

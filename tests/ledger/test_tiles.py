@@ -107,6 +107,57 @@ def test_a_crafted_tile_path_is_a_4xx_never_a_500_nor_a_second_name(client, path
 
 
 @pytest.mark.django_db
+def test_entry_bundles_are_gzipped_for_a_client_that_accepts_it(client):
+    import gzip
+
+    append_sample_entries(600)
+    leaves = _leaves()
+    plain = client.get("/tlog/tile/entries/000")
+    zipped = client.get("/tlog/tile/entries/000", HTTP_ACCEPT_ENCODING="gzip, identity")
+    assert "Content-Encoding" not in plain and zipped["Content-Encoding"] == "gzip"
+    assert gzip.decompress(zipped.content) == plain.content and tiles.decode_bundle(plain.content) == leaves[:256]
+    assert len(zipped.content) < len(plain.content) / 2
+    assert client.get("/tlog/tile/entries/000", HTTP_ACCEPT_ENCODING="gzip").content == zipped.content  # cached
+    assert all("Accept-Encoding" in response["Vary"] for response in (plain, zipped))
+    assert (
+        zipped["ETag"] == '"' + hashlib.sha256(zipped.content).hexdigest() + '"' != plain["ETag"]
+    )  # one per representation
+    revalidated = client.get("/tlog/tile/entries/000", HTTP_ACCEPT_ENCODING="gzip", HTTP_IF_NONE_MATCH=zipped["ETag"])
+    assert revalidated.status_code == 304 and "Accept-Encoding" in revalidated["Vary"]
+    assert client.get("/tlog/tile/entries/000", HTTP_IF_NONE_MATCH=zipped["ETag"]).status_code == 200  # not this one's
+    assert client.get("/tlog/tile/entries/000", HTTP_IF_NONE_MATCH=f'"x", W/{plain["ETag"]}').status_code == 304
+    partial = client.get("/tlog/tile/entries/002.p/88", HTTP_ACCEPT_ENCODING="gzip")
+    assert tiles.decode_bundle(gzip.decompress(partial.content)) == leaves[512:600]
+    refused = client.get("/tlog/tile/entries/000", HTTP_ACCEPT_ENCODING="gzip;q=0, identity")
+    assert "Content-Encoding" not in refused and refused.content == plain.content
+    tile = client.get("/tlog/tile/0/000", HTTP_ACCEPT_ENCODING="gzip")  # hashes do not compress: never gzipped
+    assert "Content-Encoding" not in tile and "Accept-Encoding" not in tile.get("Vary", "")
+
+
+@pytest.mark.parametrize(
+    ("header", "accepted"),
+    [
+        ("gzip", True),
+        ("gzip, deflate, br", True),
+        ("br;q=1.0, GZIP;q=0.5", True),
+        ("x-gzip", True),
+        ("*", True),
+        ("", False),
+        ("identity", False),
+        ("gzip;q=0", False),
+        ("gzip;q=0.000, *", False),
+        ("*;q=0", False),
+        ("deflate, br", False),
+        ("gzip;q=nonsense", False),
+    ],
+)
+def test_accept_encoding_is_read_with_its_q_values(header, accepted):
+    from ledger.tile_views import accepts_gzip
+
+    assert accepts_gzip(header) is accepted
+
+
+@pytest.mark.django_db
 def test_level_1_tiles_are_roots_of_full_level_0_tiles(client):
     append_sample_entries(256 * 256 + 300)
     leaves = _leaves()
