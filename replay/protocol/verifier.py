@@ -141,7 +141,9 @@ def verify(
             chips_and_time.parse_prover_chips((raw or {}).get("prover_chips")),
             compute["flops_per_step"],
             chips_and_time.parse_run_snapshots((raw or {}).get("run_snapshots")),
+            tr.steps,
         )
+        report["chip_step_flops"] = chips_and_time.chip_step_flops(tr.layout, compute["flops_per_step"], claim_list)
         reasons += why
         report["conflicts"] = report["checks"]["chips"]["conflicts"][:100]
         if report["checks"]["chips"]["rule"] is not None:  # a broken registry rule is a rule finding
