@@ -48,10 +48,13 @@ def read_file(path: Path, max_bytes: int, root: Path | None = None) -> bytes:
     return data
 
 
-def parse_safetensors(data: bytes, name: str, expected: dict[str, tuple[str, list | int]]) -> dict[str, torch.Tensor]:
+def parse_safetensors(
+    data: bytes, name: str, expected: dict[str, tuple[str, list | int]], optional=frozenset()
+) -> dict[str, torch.Tensor]:
     """Validate a safetensors file's header against `expected` {tensor: (dtype, shape)} before loading it.
 
-    A shape given as an int n means 'one-dimensional, at most n elements' (rounding logs).
+    A shape given as an int n means 'one-dimensional, at most n elements' (rounding logs). Tensors named in
+    `optional` may be absent; every other expected tensor must be there, and nothing else.
     """
     if len(data) < 8:
         raise MalformedTranscript(f"{name}: truncated (no safetensors header)")
@@ -67,8 +70,9 @@ def parse_safetensors(data: bytes, name: str, expected: dict[str, tuple[str, lis
     meta = header.pop("__metadata__", {})
     if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
         raise MalformedTranscript(f"{name}: bad safetensors metadata")
-    if set(header) != set(expected):
-        extra, missing = sorted(set(header) - set(expected))[:3], sorted(set(expected) - set(header))[:3]
+    if not set(expected) - set(optional) <= set(header) <= set(expected):
+        extra = sorted(set(header) - set(expected))[:3]
+        missing = sorted(set(expected) - set(optional) - set(header))[:3]
         raise MalformedTranscript(f"{name}: tensors do not match the manifest (unexpected {extra}, missing {missing})")
     spans = []
     for key, info in header.items():

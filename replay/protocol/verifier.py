@@ -16,7 +16,8 @@
 5. Cheap whole-transcript checks: every data commitment, the seed-derived initial weights, update
    sizes against the learning-rate schedule (and no straight-line stretches: interpolated
    checkpoints), the loss trending down (transcript_checks.py).
-A replay mismatch with a prover's store at hand goes to dispute bisection (bisect.py).
+A replay mismatch is bisected to its first divergent step and operation against the transcript's per-step
+commitments (or a prover's store, in tests): the report's "dispute" (bisect.py).
 
 Verdict: "verified" only if every check ran and passed within the budget; "malformed" for input
 that is not a transcript; "rejected" otherwise, with reasons.
