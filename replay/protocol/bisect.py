@@ -229,6 +229,7 @@ def committed_dispute(tr: Transcript, start: int, end: int, replayer) -> dict | 
                     "detail": f"step {t}: the first operation whose output "
                     f"differs from the transcript's commitment is {name}",
                 }
+    if ops is not None and tensor is not None:
         return {
             **out,
             "op": f"state after the step ({tensor})",
