@@ -169,3 +169,20 @@ def test_the_cli_names_the_first_divergent_step_and_op(honest, tmp_path, capsys)
     )
     assert code == 1
     assert f"first divergent step: 5, operation: {name}" in capsys.readouterr().out
+
+
+def test_a_claim_whose_replay_does_not_reach_its_step_is_bisected_too(honest, tmp_path):
+    """A claim at step 6 replays from checkpoint 4 through the doctored step 5: that replay's failure is bisected
+    against the same commitments (no segment of the run need fail first)."""
+    import json
+
+    key, name = _an_op_of_step(honest, 5, 2)
+    cheat = record(tmp_path / "c", "mlp", recorder=cheats.SkewedOp, at=5, key=key, commitments="ops", snapshot_rate=2.0)
+    c = json.loads((cheat / "claims.json").read_text())
+    c["claims"] = [x for x in c["claims"] if x["step"] == 6][:1]
+    assert c["claims"]
+    v = verify(cheat, c, Budget(segments=0), coverage_target=0.0)
+    assert v.verdict == "rejected"
+    assert any(r.startswith("replay from checkpoint 4 failed") for r in v.reasons), v.reasons
+    d = v.details["dispute"]
+    assert d["step"] == 5 and d["op"] == name and d["source"] == "step commitments", d
