@@ -10,7 +10,9 @@ replay. The chips' firmware counts every FLOP it executes, the hidden steps incl
 
 1. Random draws: verifications with fresh nonces and no claims (so no mandatory segment helps), at most 2
    fresh segments each, the run's replayed segments carried over, until the run's coverage reaches the
-   target 0.9 or a verification rejects. Caught = rejected. Expected >= 0.9 (= the coverage reached).
+   target 0.9 or a verification rejects. Caught = rejected. Expected >= 0.9 (= the coverage reached). A
+   rejection's dispute, bisected against the transcript's step commitments, must name the step after which
+   the state was swapped.
 2. Hidden work: the run's claims verified with the chips' signed logs, then the chips' next run (honest, on the
    same chips, their firmware carrying on: counters, keys, log chain) verified with the first run's claims and
    figures in its history, as the ledger gives them: rejected for unaccounted work by either? (Hidden steps after
@@ -196,7 +198,7 @@ def one(i: int, tmp: Path) -> dict:
     made: list = []
     cheat = HiddenCompute(tmp / f"c{i}", "mlp", at=at, extra=STEPS, firmware=kept(truthful(at, STEPS), made), **common)
     cheat = cheat.run()
-    done, rounds, caught = [], 0, False
+    done, rounds, caught, dispute = [], 0, False, {}
     while True:
         v = verify(
             cheat,
@@ -208,7 +210,7 @@ def one(i: int, tmp: Path) -> dict:
         )
         rounds += 1
         if v.verdict == "rejected":
-            caught = True
+            caught, dispute = True, v.details.get("dispute") or {}
             break
         done += v.details["segments_replayed"]
         if v.details["coverage"] >= TARGET or rounds > 20:
@@ -233,6 +235,9 @@ def one(i: int, tmp: Path) -> dict:
         "fabricated_segment": at - INTERVAL,
         "draw_caught": caught,
         "draw_rounds": rounds,
+        # the swap follows step at-1: the bisection against the transcript's step commitments must name it
+        "dispute_step_named": caught and dispute.get("step") == at - 1,
+        "dispute": {k: dispute.get(k) for k in ("step", "op", "source")} if caught else None,
         "coverage_at_stop": len(set(done)) / (STEPS // INTERVAL),
         "hidden_work_caught": hidden_caught,
         "hidden_caught_by": "run" if work.verdict == "rejected" else ("next run" if hidden_caught else None),
@@ -258,6 +263,7 @@ def main() -> int:
         "runs": n,
         "draw_caught": sum(r["draw_caught"] for r in rows),
         "mean_verifications": sum(r["draw_rounds"] for r in rows) / n,
+        "dispute_step_named": sum(r["dispute_step_named"] for r in rows),
         "hidden_work_caught": sum(r["hidden_work_caught"] for r in rows),
         "parked_caught": sum(r["parked_caught"] for r in rows),
         "parked_still_verified": sum(r["parked_still_verified"] for r in rows),
@@ -285,6 +291,9 @@ def main() -> int:
         print(f"| {label} | {summary[k]} / {n} | {summary[k] / n:.3f} |")
     print(f"\nmean verifications per run until caught or target: {summary['mean_verifications']:.2f}")
     print(f"hidden work caught only across the two runs: {summary['hidden_caught_by_next_run']}")
+    print(
+        f"caught fabrications whose dispute names the swapped step: {summary['dispute_step_named']} of {summary['draw_caught']}"
+    )
     for f in summary["failures"]:
         print("FAILURE", f)
     return 0
