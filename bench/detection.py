@@ -10,13 +10,18 @@ replay. The chips' firmware counts every FLOP it executes, the hidden steps incl
 
 1. Random draws: verifications with fresh nonces and no claims (so no mandatory segment helps), at most 2
    fresh segments each, the run's replayed segments carried over, until the run's coverage reaches the
-   target 0.9 or a verification rejects. Caught = rejected. Expected >= 0.9 (= the coverage reached).
-2. Hidden work: the run's claims verified with the chips' signed logs: rejected for unaccounted work?
+   target 0.9 or a verification rejects. Caught = rejected. Expected >= 0.9 (= the coverage reached). A
+   rejection's dispute, bisected against the transcript's step commitments, must name the step after which
+   the state was swapped.
+2. Hidden work: the run's claims verified with the chips' signed logs, then the chips' next run (honest, on the
+   same chips, their firmware carrying on: counters, keys, log chain) verified with the first run's claims and
+   figures in its history, as the ledger gives them: rejected for unaccounted work by either? (Hidden steps after
+   every chip's last snapshot of the run lie between two runs' snapshots: only the pair across them shows them.)
 3. Parked snapshots: an HONEST run of the same seed whose first chip goes on logging every six hours
    after the run, its counters advancing (it works on something else), each snapshot answered as the
    run's last step: rejected for unaccounted work? (Control: the same with still counters verifies.)
 
-Baseline in the same run: the honest control of 3 (must verify). Prints a markdown table and writes
+Baseline in the same run: the honest control of 3 and its own next run, back to back (must verify). Prints a markdown table and writes
 bench/out/detection.json.
 """
 
@@ -73,6 +78,64 @@ def recorders():
     return Recorder, HiddenCompute, truthful
 
 
+def kept(firmware_class, made: list):
+    """A firmware factory that keeps what it made (the chips carry on into the next run)."""
+
+    def make(layout, seed, rate):
+        made.append(firmware_class(layout, seed, rate))
+        return made[-1]
+
+    return make
+
+
+def next_run(Recorder, out: Path, first: Path, made: list, common: dict) -> Path:
+    """The same chips' next run, honest, an hour after the first ended: their firmware carries on."""
+    from replay.protocol.firmware import EPOCH, Firmware
+
+    start = EPOCH + timedelta(seconds=60 * STEPS + 3600)
+
+    def carry_on(layout, seed, rate):
+        return Firmware(layout, seed, rate, chips=made[0].chips, start=start)
+
+    serials = [c.serial for c in made[0].chips]
+    options = {**common, "seed": common["seed"] + 100_000}
+    return Recorder(out, "mlp", serials=serials, firmware=carry_on, **options).run()
+
+
+def after(second: Path, first: Path, first_verdict) -> object:
+    """The second run's claims as the regulator's side sends them: each with its snapshot's signed work counters,
+    the chips' claims of the first run in its history with the first run's figures (its verdict's count)."""
+    from replay import Budget, verify
+
+    def signed(d):
+        out = {}
+        for line in (d / "snapshots.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            out[rec["serial"], rec["counter"]] = (rec["busy_ns"], rec["flops"])
+        return out
+
+    c, work = json.loads((second / "claims.json").read_text()), signed(second)
+    for x in c["claims"]:
+        x["busy_ns"], x["flops"] = work[x["serial"], x["counter"]]
+    earlier, work = json.loads((first / "claims.json").read_text()), signed(first)
+    history: dict[str, list] = {}
+    for x in earlier["claims"]:
+        busy, flops = work[x["serial"], x["counter"]]
+        history.setdefault(x["serial"], []).append(
+            {
+                **{k: x[k] for k in ("counter", "time", "step")},
+                "run": "first",
+                "manifest": earlier["manifest"],
+                "busy_ns": busy,
+                "flops": flops,
+                "run_steps": first_verdict.details["steps"],
+                "chip_step_flops": first_verdict.details["chip_step_flops"][x["serial"]],
+            }
+        )
+    c["history"] = history
+    return verify(second, c, Budget(segments=0), coverage_target=0.0, nonce=secrets.token_bytes(16))
+
+
 def park(d: Path, advancing: bool) -> None:
     """The first chip logs 8 more snapshots, six hours apart, answered as the run's last step."""
     from replay.protocol.firmware import Chip, chip_key, parse_record, record_hash
@@ -117,6 +180,7 @@ def one(i: int, tmp: Path) -> dict:
     import torch
 
     from replay import Budget, verify
+    from replay.protocol.firmware import Firmware
 
     torch.set_num_threads(1)
     Recorder, HiddenCompute, truthful = recorders()
@@ -131,8 +195,10 @@ def one(i: int, tmp: Path) -> dict:
         "checkpoint_interval": INTERVAL,
         "snapshot_rate": 0.5,
     }
-    cheat = HiddenCompute(tmp / f"c{i}", "mlp", at=at, extra=STEPS, firmware=truthful(at, STEPS), **common).run()
-    done, rounds, caught = [], 0, False
+    made: list = []
+    cheat = HiddenCompute(tmp / f"c{i}", "mlp", at=at, extra=STEPS, firmware=kept(truthful(at, STEPS), made), **common)
+    cheat = cheat.run()
+    done, rounds, caught, dispute = [], 0, False, {}
     while True:
         v = verify(
             cheat,
@@ -144,15 +210,20 @@ def one(i: int, tmp: Path) -> dict:
         )
         rounds += 1
         if v.verdict == "rejected":
-            caught = True
+            caught, dispute = True, v.details.get("dispute") or {}
             break
         done += v.details["segments_replayed"]
         if v.details["coverage"] >= TARGET or rounds > 20:
             break
     work = with_logs(cheat)
-    hidden_caught = work.verdict == "rejected" and any(r.startswith("unaccounted work") for r in work.reasons)
-    honest = Recorder(tmp / f"h{i}", "mlp", **common).run()
+    following = after(next_run(Recorder, tmp / f"n{i}", cheat, made, common), cheat, work)
+    hidden_caught = any(
+        v.verdict == "rejected" and any(r.startswith("unaccounted work") for r in v.reasons) for v in (work, following)
+    )
+    made = []
+    honest = Recorder(tmp / f"h{i}", "mlp", firmware=kept(Firmware, made), **common).run()
     control = with_logs(honest)
+    control_next = after(next_run(Recorder, tmp / f"m{i}", honest, made, common), honest, control)
     still = Path(shutil.copytree(honest, tmp / f"s{i}"))
     park(still, advancing=False)
     parked_still = with_logs(still)
@@ -164,12 +235,16 @@ def one(i: int, tmp: Path) -> dict:
         "fabricated_segment": at - INTERVAL,
         "draw_caught": caught,
         "draw_rounds": rounds,
+        # the swap follows step at-1: the bisection against the transcript's step commitments must name it
+        "dispute_step_named": caught and dispute.get("step") == at - 1,
+        "dispute": {k: dispute.get(k) for k in ("step", "op", "source")} if caught else None,
         "coverage_at_stop": len(set(done)) / (STEPS // INTERVAL),
         "hidden_work_caught": hidden_caught,
+        "hidden_caught_by": "run" if work.verdict == "rejected" else ("next run" if hidden_caught else None),
         "parked_caught": parked.verdict == "rejected" and any(r.startswith("unaccounted work") for r in parked.reasons),
         "parked_still_verified": parked_still.verdict == "verified",
-        "honest_verified": control.verdict == "verified",
-        "honest_reasons": control.reasons[:2] + parked_still.reasons[:2],
+        "honest_verified": control.verdict == "verified" and control_next.verdict == "verified",
+        "honest_reasons": control.reasons[:2] + control_next.reasons[:2] + parked_still.reasons[:2],
     }
 
 
@@ -181,17 +256,19 @@ def main() -> int:
         rows = []
         for i in range(args.runs):
             rows.append(one(i, Path(tmp)))
-            for k in ("c", "h", "s", "b"):
+            for k in ("c", "n", "h", "m", "s", "b"):
                 shutil.rmtree(Path(tmp, f"{k}{i}"), ignore_errors=True)
     n = len(rows)
     summary = {
         "runs": n,
         "draw_caught": sum(r["draw_caught"] for r in rows),
         "mean_verifications": sum(r["draw_rounds"] for r in rows) / n,
+        "dispute_step_named": sum(r["dispute_step_named"] for r in rows),
         "hidden_work_caught": sum(r["hidden_work_caught"] for r in rows),
         "parked_caught": sum(r["parked_caught"] for r in rows),
         "parked_still_verified": sum(r["parked_still_verified"] for r in rows),
         "honest_verified": sum(r["honest_verified"] for r in rows),
+        "hidden_caught_by_next_run": sum(r["hidden_caught_by"] == "next run" for r in rows),
         "failures": [
             r
             for r in rows
@@ -206,13 +283,17 @@ def main() -> int:
     print("|---|---|---|")
     for k, label in (
         ("draw_caught", f"one fabricated segment, random draws until coverage {TARGET}"),
-        ("hidden_work_caught", "2x hidden work, firmware counters"),
+        ("hidden_work_caught", "2x hidden work, firmware counters (the run, then the chips' next run)"),
         ("parked_caught", "parked snapshots with advancing counters"),
         ("parked_still_verified", "control: parked with still counters (verified)"),
-        ("honest_verified", "control: honest run (verified)"),
+        ("honest_verified", "control: honest run and its chips' next run, back to back (both verified)"),
     ):
         print(f"| {label} | {summary[k]} / {n} | {summary[k] / n:.3f} |")
     print(f"\nmean verifications per run until caught or target: {summary['mean_verifications']:.2f}")
+    print(f"hidden work caught only across the two runs: {summary['hidden_caught_by_next_run']}")
+    print(
+        f"caught fabrications whose dispute names the swapped step: {summary['dispute_step_named']} of {summary['draw_caught']}"
+    )
     for f in summary["failures"]:
         print("FAILURE", f)
     return 0

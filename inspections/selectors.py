@@ -136,6 +136,8 @@ def rule_flops_for_chip(chip: Chip) -> float:
 # --- what a claim's verification is told (the verifier contract's claims file, docs/claims.md) ------
 
 MAX_HISTORY = 1000  # a chip's earlier claims passed to the verifier (latest first)
+# results of a replay that ran (its report counted the run's figures from the committed manifest)
+REPLAYED_RESULTS = (Claim.Result.VERIFIED, Claim.Result.MISMATCH, Claim.Result.RULE_VIOLATED)
 
 
 def claim_request(claim: Claim, *, own_covered: bool = False) -> dict:
@@ -170,13 +172,20 @@ def claim_request(claim: Claim, *, own_covered: bool = False) -> dict:
 def chip_claim_history(claim: Claim) -> list[dict]:
     """The chip's other claims (any run, any counter, filed before or after this one), oldest first: order and
     overlap are checked against all of them, whatever order they were filed and answered in (the latest 1000
-    around this snapshot: the nearest counters first)."""
+    around this snapshot: the nearest counters first). Each carries its run's length and the FLOPs a step of
+    that run costs this chip, as our verifier counted them from the run's manifest when it replayed one of the
+    chip's claims of that run (absent until then): the work between two runs' snapshots is accounted with them."""
+    serial = claim.snapshot.chip.serial
     earlier = (
         Claim.objects.filter(snapshot__chip=claim.snapshot.chip_id)
         .exclude(pk=claim.pk)
         .order_by("-snapshot__counter")
-        .values("snapshot__counter", "snapshot__time", "snapshot__work", "step", "run", "manifest")[:MAX_HISTORY]
+        .values("snapshot__counter", "snapshot__time", "snapshot__work", "step", "run", "manifest", "result", "report")[
+            :MAX_HISTORY
+        ]
     )
+    rows = list(reversed(earlier))
+    figures = run_figures(serial, rows)
     return [
         {
             "counter": c["snapshot__counter"],
@@ -185,9 +194,22 @@ def chip_claim_history(claim: Claim) -> list[dict]:
             "run": c["run"],
             "manifest": c["manifest"],
             **work_counters(c["snapshot__work"]),
+            **figures.get(c["manifest"], {}),
         }
-        for c in reversed(earlier)
+        for c in rows
     ]
+
+
+def run_figures(serial: str, rows: list[dict]) -> dict[str, dict]:
+    """manifest -> {run_steps, chip_step_flops} from the reports of the chip's replayed claims (our verifier's
+    count from the committed manifest, on the ledger in ``claim.verified``; never the prover's word)."""
+    out: dict[str, dict] = {}
+    for c in rows:
+        report = c["report"] if isinstance(c["report"], dict) else {}
+        steps, flops = report.get("steps"), (report.get("chip_step_flops") or {}).get(serial)
+        if c["result"] in REPLAYED_RESULTS and type(steps) is int and type(flops) in (int, float):
+            out.setdefault(c["manifest"], {"run_steps": steps, "chip_step_flops": flops})
+    return out
 
 
 def work_counters(work) -> dict:

@@ -2,7 +2,8 @@
 
     python -m replay record --arch {mlp,cnn,gpt} --steps N --out DIR [--chips 4] [--seed S]
         [--preset gpt2-small] [--config JSON] [--batch B] [--device cpu|cuda|auto]
-        [--precision det64|float32|float64] [--chip-dir var/chip-keys --serials H000000,H000001]
+        [--precision det64|float32|float64] [--commitments steps|ops|none]
+        [--chip-dir var/chip-keys --serials H000000,H000001]
     python -m replay claim DIR [--serials H000004] [--run NAME] [--location URL] [--out body.json]
     python -m replay verify SOURCE --claims FILE --json [--nonce HEX] [--snapshots FILE] [--keys FILE]
 
@@ -116,6 +117,14 @@ def _main(argv: list[str] | None) -> int:
         help="det64 (the only claimable mode); float32 and float64 are plain baselines for benchmarks",
     )
     r.add_argument("--snapshot-rate", type=float, default=0.05, help="snapshots per chip per step (Poisson)")
+    r.add_argument(
+        "--commitments",
+        choices=["steps", "ops", "none"],
+        default="steps",
+        help="per-step commitments a dispute is bisected against: steps (each tensor of the state after every "
+        "step; the default), ops (also every rounded output: names the first divergent operation; about twice the "
+        "recording time) or none",
+    )
     r.add_argument("--chip-dir", type=Path, help="the chip simulator's folder of your registered chips (var/chip-keys)")
     r.add_argument("--serials", help="comma-separated serials of your registered chips to train on (with --chip-dir)")
     c = sub.add_parser("claim", help="the claims API's body answering the snapshots an inspector read")
@@ -164,6 +173,7 @@ def _main(argv: list[str] | None) -> int:
                 snapshot_rate=args.snapshot_rate,
                 progress=True,
                 device=args.device,
+                commitments=args.commitments,
             )
             recorder.check()
         except ValueError as e:
@@ -224,6 +234,7 @@ def _record_on_chips(args) -> int:
             snapshot_rate=args.snapshot_rate,
             progress=True,
             device=args.device,
+            commitments=args.commitments,
         )
     except ValueError as e:
         print(f"record: {e}", file=sys.stderr)

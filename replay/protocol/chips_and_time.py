@@ -15,6 +15,10 @@ history and this run's claims together, in time order:
   an idle chip named with an empty shard logs nothing of the run and adds nothing (skipped when
   prover_chips is absent).
 
+* work: the FLOPs the chip's firmware counted between consecutive snapshots of this run match the claimed
+  steps; between a snapshot of this run and the chip's adjacent snapshot of another run they are at most the
+  rest of the earlier run and the start of the later one (the other run's figures from `history`).
+
 And the layout's working chips must be the prover's in the registry as it was at the run's time
 (`prover_chips`: the chips it holds now and the chips whose snapshots it answered): a rule, reported as
 a rule finding, not a replay mismatch. A chip sold or decommissioned after the run changes nothing.
@@ -69,9 +73,13 @@ def parse_history(raw) -> dict[str, list[dict]]:
         for i, h in enumerate(items):
             what = f"history[{serial[:64]!r}][{i}]"
             base = {"counter", "time", "step", "run", "manifest"}
-            if not isinstance(h, dict) or not base <= set(h) <= base | WORK_KEYS:
-                raise MalformedTranscript(f"{what} must have counter, time, step, run, manifest (and busy_ns, flops)")
+            if not isinstance(h, dict) or not base <= set(h) <= base | WORK_KEYS | RUN_KEYS:
+                raise MalformedTranscript(
+                    f"{what} must have counter, time, step, run, manifest (and busy_ns, flops, run_steps, "
+                    "chip_step_flops)"
+                )
             check_work(h, what)
+            check_run_figures(h, what)
             if type(h["counter"]) is not int or type(h["step"]) is not int or h["counter"] < 0 or h["step"] < 0:
                 raise MalformedTranscript(f"{what}: counter and step must be non-negative integers")
             if not isinstance(h["manifest"], str) or not _HEX.fullmatch(h["manifest"]):
@@ -82,6 +90,22 @@ def parse_history(raw) -> dict[str, list[dict]]:
 
 
 WORK_KEYS = {"busy_ns", "flops"}
+# The other run's figures as our verifier counted them from its committed manifest (never the prover's word):
+# its length and the FLOPs one step costs this chip's shard. They account the work across two runs.
+RUN_KEYS = {"run_steps", "chip_step_flops"}
+
+
+def check_run_figures(h: dict, what: str) -> None:
+    """A history row's run figures, when given: both, a step count and a finite non-negative FLOP figure."""
+    present = [k for k in RUN_KEYS if h.get(k) is not None]
+    if present and len(present) != 2:
+        raise MalformedTranscript(f"{what}: run_steps and chip_step_flops come together")
+    if present:
+        steps, flops = h["run_steps"], h["chip_step_flops"]
+        if type(steps) is not int or not 0 <= steps <= 10**12:
+            raise MalformedTranscript(f"{what}.run_steps must be an integer in 0..10^12")
+        if type(flops) not in (int, float) or not math.isfinite(flops) or not 0 <= flops <= 1e30:
+            raise MalformedTranscript(f"{what}.chip_step_flops must be a number in [0, 1e30]")
 
 
 def check_work(c: dict, what: str) -> None:
@@ -136,6 +160,7 @@ def check(
     prover_chips,
     flops_per_step: float,
     run_snapshots: dict | None = None,
+    steps: int | None = None,
 ) -> tuple[list[str], dict]:
     """Reasons to reject (empty if none) and a report. `run` is this transcript's manifest hash.
 
@@ -152,9 +177,13 @@ def check(
                 f"rule violated: the shard layout names {len(foreign)} working chip(s) the registry does not list "
                 f"for the prover at the run's time, e.g. {foreign[0][:64]!r}"
             )
+    share = {s["serial"]: (s["end"] - s["start"]) / max(1, layout[-1]["end"]) for s in layout}
     events: dict[str, list[dict]] = {}
     for serial, rows in history.items():
-        events.setdefault(serial, []).extend({**h, "run": h["manifest"], "mine": False} for h in rows)
+        ours = {"run_steps": steps, "chip_step_flops": flops_per_step * share.get(serial, 0.0)}
+        events.setdefault(serial, []).extend(
+            {**h, **(ours if h["manifest"] == run else {}), "run": h["manifest"], "mine": False} for h in rows
+        )
     untimed = sum(c["at"] is None for c in claims)
     for c in claims:
         if c["at"] is None:
@@ -168,6 +197,8 @@ def check(
                 "run": run,
                 "mine": True,
                 "flops": c.get("flops"),
+                "run_steps": steps,
+                "chip_step_flops": flops_per_step * share.get(c["serial"], 0.0),
             }
         )
     spans = _run_spans(run, events, run_snapshots or {}, set(working))
@@ -177,16 +208,22 @@ def check(
         why, involved = _chip(serial[:64], evs, run, peaks, spans, flops_per_step)
         reasons += why
         conflicts += involved
-    share = {s["serial"]: (s["end"] - s["start"]) / max(1, layout[-1]["end"]) for s in layout}
-    unaccounted, counted_pairs = [], 0
+    unaccounted, counted = [], {"pairs": 0, "across_runs": 0, "across_runs_unchecked": 0}
     for serial, evs in sorted(events.items()):
         why, involved, pairs = _work(serial[:64], evs, run, share.get(serial, 0.0), flops_per_step)
         reasons += why
         conflicts += involved
         unaccounted += why
-        counted_pairs += pairs
+        for k, n in pairs.items():
+            counted[k] += n
     report = {
-        "work": {"pairs_checked": counted_pairs, "tolerance": WORK_TOLERANCE, "problems": unaccounted[:20]},
+        "work": {
+            "pairs_checked": counted["pairs"],
+            "across_runs": counted["across_runs"],
+            "across_runs_unchecked": counted["across_runs_unchecked"],
+            "tolerance": WORK_TOLERANCE,
+            "problems": unaccounted[:20],
+        },
         "chips": len(events),
         "pace_checked": peaks is not None,
         "peak_flops": None if peaks is None else sum(peaks.values()),
@@ -278,10 +315,12 @@ def _chip(serial: str, evs: list[dict], run: str, peaks, spans, flops_per_step: 
     return reasons, conflicts
 
 
-def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: float) -> tuple[list, list, int]:
-    """Work the chip's firmware counted between consecutive snapshots of this run against the FLOPs of the
-    steps between them (its shard's share): more is unaccounted work, less is work claimed but not done;
-    a parked chip (the step stands still) counts nothing. (reasons, conflicts, pairs checked)."""
+def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: float) -> tuple[list, list, dict]:
+    """Work the chip's firmware counted between consecutive snapshots against the FLOPs of the steps between
+    them (its shard's share): within this run, more is unaccounted work, less is work claimed but not done, and
+    a parked chip (the step stands still) counts nothing; between this run and another (no snapshot of the chip
+    in between), more than the rest of the earlier run and the start of the later one is unaccounted work.
+    (reasons, conflicts, {"pairs", "across_runs", "across_runs_unchecked"})."""
     by_counter = {}
     for e in evs:
         if e.get("flops") is not None:
@@ -291,11 +330,20 @@ def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: 
         # the chip's first record ever: its counters count from fabrication, so everything it did before that
         # snapshot must be this run's steps so far (work before a chip's first snapshot hides nowhere)
         ordered.insert(0, {"counter": -1, "flops": 0, "step": 0, "run": run, "mine": True})
-    reasons, conflicts, pairs = [], [], 0
+    reasons, conflicts, pairs = [], [], {"pairs": 0, "across_runs": 0, "across_runs_unchecked": 0}
     for a, b in zip(ordered, ordered[1:]):
-        if a["run"] != run or b["run"] != run:
-            continue  # across runs: each run accounts for its own snapshots
-        pairs += 1
+        if a["run"] != b["run"]:
+            if run in (a["run"], b["run"]):
+                detail = _across_runs(serial, a, b, pairs)
+                if detail:
+                    reasons.append(detail)
+                    conflicts += [
+                        {"counter": e["counter"], "kind": "work", "detail": detail} for e in (a, b) if not e.get("mine")
+                    ]
+            continue
+        if a["run"] != run:
+            continue  # another run's own pairs: its own verification accounts for them
+        pairs["pairs"] += 1
         counted = b["flops"] - a["flops"]
         expected = max(b["step"] - a["step"], 0) * flops_per_step * share
         slack = WORK_TOLERANCE * max(expected, flops_per_step * share)
@@ -325,3 +373,36 @@ def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: 
             if not e.get("mine"):
                 conflicts.append({"counter": e["counter"], "kind": "work", "detail": detail})
     return reasons, conflicts, pairs
+
+
+def _across_runs(serial: str, a: dict, b: dict, pairs: dict) -> str | None:
+    """The work between a chip's snapshot of one run and its next snapshot, of another run: at most the rest of
+    the earlier run (its steps after `a`) and the later run's steps before `b`, within the tolerance; an idle or
+    parked chip counts nothing in between. Only an excess is evidence (a run may stop early, a chip join late).
+    Judged only when no snapshot of the chip lies between them (one not yet claimed holds work of its own claim)
+    and both runs' figures are ours; else left for the other run's verification (counted as unchecked)."""
+    if b["counter"] != a["counter"] + 1:
+        return None
+    figures = [(e.get("run_steps"), e.get("chip_step_flops")) for e in (a, b)]
+    if any(steps is None or flops is None for steps, flops in figures):
+        pairs["across_runs_unchecked"] += 1
+        return None
+    pairs["across_runs"] += 1
+    (steps_a, flops_a), (_, flops_b) = figures
+    counted = b["flops"] - a["flops"]
+    expected = max(steps_a - a["step"], 0) * flops_a + b["step"] * flops_b
+    if counted <= expected + WORK_TOLERANCE * max(expected, flops_a, flops_b):
+        return None
+    return (
+        f"unaccounted work: chip {serial} counted {counted:.4g} FLOPs between counter {a['counter']} (step "
+        f"{a['step']} of {steps_a}, run {a['run'][:16]}...) and counter {b['counter']} (step {b['step']}, run "
+        f"{b['run'][:16]}...), the rest of the first run and the start of the second need {expected:.4g}"
+    )
+
+
+def chip_step_flops(layout: list[dict], flops_per_step: float, claims: list[dict]) -> dict[str, float]:
+    """{serial: FLOPs one step costs its shard} for the claimed chips: what the ledger keeps of this run so that a
+    later run's verification can account the work between the two (history's chip_step_flops)."""
+    total = max(1, layout[-1]["end"]) if layout else 1
+    share = {s["serial"]: (s["end"] - s["start"]) / total for s in layout}
+    return {c["serial"]: flops_per_step * share[c["serial"]] for c in claims if c["serial"] in share}

@@ -10,10 +10,11 @@ Torch-free: the worker imports it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 VERDICTS = ("verified", "rejected", "malformed", "error", "incomplete", "unavailable")
-MAX_REASONS, MAX_FINDINGS, MAX_CONFLICTS, MAX_SEGMENTS = 20, 50, 100, 100_000
+MAX_REASONS, MAX_FINDINGS, MAX_CONFLICTS, MAX_SEGMENTS, MAX_CHIPS = 20, 50, 100, 100_000, 1000
 
 
 def _int(v) -> int | None:
@@ -23,6 +24,18 @@ def _int(v) -> int | None:
 def _label(v) -> str:
     """A short printable label (device, version), or "" for anything else."""
     return v if isinstance(v, str) and len(v) <= 64 and v.isprintable() else ""
+
+
+def _figures(v) -> dict:
+    """{serial: non-negative finite number} (at most MAX_CHIPS of them); anything else left out."""
+    if not isinstance(v, dict):
+        return {}
+    good = {
+        k: x
+        for k, x in v.items()
+        if isinstance(k, str) and len(k) <= 64 and type(x) in (int, float) and math.isfinite(x) and x >= 0
+    }
+    return dict(list(good.items())[:MAX_CHIPS])
 
 
 def _objects(v, limit: int) -> tuple[dict, ...]:
@@ -47,6 +60,9 @@ class Report:
     conflicts: tuple[dict, ...] = ()  # the chip's other claims (by counter) a reason involves
     claims: tuple[dict, ...] = ()  # per claimed snapshot: serial, counter, step, ok
     budget_exhausted: bool = False  # the claim's own checks did not finish (verdict "incomplete")
+    # serial -> FLOPs one step of this run costs the chip's shard (counted, not declared): a later run's
+    # verification accounts the work between the two runs' snapshots with it (chips_and_time.py)
+    chip_step_flops: dict = field(default_factory=dict)
     device: str = ""  # where the verdict was reached ("cpu", "cuda:0")
     torch: str = ""  # and with which torch
 
@@ -79,6 +95,7 @@ class Report:
             conflicts=_objects(obj.get("conflicts"), MAX_CONFLICTS),
             claims=_objects(obj.get("claims"), 10_000),
             budget_exhausted=obj.get("budget_exhausted") is True,
+            chip_step_flops=_figures(obj.get("chip_step_flops")),
             device=_label(obj.get("device")),
             torch=_label(obj.get("torch")),
         )
@@ -115,4 +132,5 @@ class Report:
             "conflicts": list(self.conflicts),
             "device": self.device,
             "torch": self.torch,
+            "chip_step_flops": self.chip_step_flops,
         }

@@ -5,7 +5,7 @@ bit for bit), a failed segment's first divergence found by dispute bisection (bi
 from __future__ import annotations
 
 from replay.protocol import hashing
-from replay.protocol.bisect import dispute, divergence_from_commitments, first_differing_tensor
+from replay.protocol.bisect import committed_dispute, dispute, divergence_from_commitments
 from replay.protocol.engine import BudgetExhausted, Mismatch, Replayer
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_errors import CommitmentMismatch, MalformedTranscript
@@ -30,7 +30,7 @@ def replay_claims(tr: Transcript, replayer: Replayer, claims: list[dict], report
             if isinstance(e, Mismatch) and report["mismatch_step"] is None:
                 report["mismatch_step"] = e.step
             if isinstance(e, Mismatch) and "dispute" not in report:
-                report["dispute"] = divergence_from_commitments(start, until, e, None, None, first_differing_tensor)
+                report["dispute"] = _dispute(tr, start, tr.next_checkpoint(start), None, replayer, e, None, None)
             continue
         for c in group:
             ok = hashes[c["step"]][c["shard"]] == c["hash"]
@@ -68,8 +68,10 @@ def replay_segments(tr: Transcript, replayer: Replayer, todo: list[int], report:
 
 
 def _dispute(tr: Transcript, start: int, end: int, store, replayer, failure, replayed, differing) -> dict:
-    """First divergent step and operation of a failed segment: against the prover's store when one answers
-    (Verde's refereed bisection), else against the transcript's own per-step commitments (bisect.py)."""
+    """First divergent step and operation of a failed segment (Verde's refereed bisection): against the prover's
+    store when one answers (tests), else against the per-step states and ops the transcript committed to; a
+    transcript without them, or a bisection the budget cannot finish, is named from its losses and logs (bisect.py).
+    The verdict is the segment's mismatch either way: the dispute only says where it begins."""
     if store is not None:
         try:
             return dispute(tr, start, end, store, replayer)
@@ -77,4 +79,8 @@ def _dispute(tr: Transcript, start: int, end: int, store, replayer, failure, rep
             raise
         except Exception as e:
             return {"error": f"the prover's store failed: {type(e).__name__}: {str(e)[:200]}"}
-    return divergence_from_commitments(start, end, failure, replayed, None, lambda ours, theirs: differing)
+    fallback = divergence_from_commitments(start, end, failure, replayed, None, lambda ours, theirs: differing)
+    try:
+        return committed_dispute(tr, start, end, replayer) or fallback
+    except BudgetExhausted as e:  # the evidence stands; only its bisection is cut short
+        return {**fallback, "bisection": f"not finished: {e}"}

@@ -64,15 +64,16 @@ def read_file(path: Path, max_bytes: int, root: Path | None = None) -> bytes:
 Expected = dict[str, tuple[str, list | int]]
 
 
-def parse_safetensors(data: bytes, name: str, expected: Expected) -> dict[str, torch.Tensor]:
+def parse_safetensors(data: bytes, name: str, expected: Expected, optional=frozenset()) -> dict[str, torch.Tensor]:
     """Validate a safetensors file's header against `expected` {tensor: (dtype, shape)} before loading it.
 
-    A shape given as an int n means 'one-dimensional, at most n elements' (rounding logs).
+    A shape given as an int n means 'one-dimensional, at most n elements' (rounding logs). Tensors named in
+    `optional` may be absent; every other expected tensor must be there, and nothing else.
     """
     if len(data) < 8:
         raise MalformedTranscript(f"{name}: truncated (no safetensors header)")
     n = _header_length(data[:8], len(data), name)
-    check_header(data[8 : 8 + n], len(data) - 8 - n, name, expected)
+    check_header(data[8 : 8 + n], len(data) - 8 - n, name, expected, optional)
     try:
         # safetensors' own parser (a JSON header and raw tensor bytes, never pickle), on bytes whose
         # header we have already checked against the manifest.
@@ -88,9 +89,12 @@ def _header_length(prefix: bytes, size: int, name: str) -> int:
     return n
 
 
-def check_header(raw: bytes, body: int, name: str, expected: Expected) -> list[tuple[str, torch.dtype, list[int]]]:
+def check_header(
+    raw: bytes, body: int, name: str, expected: Expected, optional=frozenset()
+) -> list[tuple[str, torch.dtype, list[int]]]:
     """[(key, dtype, shape)] in the order of their bytes, which tile the `body` bytes after the header
-    exactly; anything else, or a tensor the manifest does not imply, is MalformedTranscript."""
+    exactly; anything else, or a tensor the manifest does not imply, is MalformedTranscript (those named in
+    `optional` may be absent)."""
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
@@ -100,8 +104,9 @@ def check_header(raw: bytes, body: int, name: str, expected: Expected) -> list[t
     meta = header.pop("__metadata__", {})
     if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
         raise MalformedTranscript(f"{name}: bad safetensors metadata")
-    if set(header) != set(expected):
-        extra, missing = sorted(set(header) - set(expected))[:3], sorted(set(expected) - set(header))[:3]
+    if not set(expected) - set(optional) <= set(header) <= set(expected):
+        extra = sorted(set(header) - set(expected))[:3]
+        missing = sorted(set(expected) - set(optional) - set(header))[:3]
         raise MalformedTranscript(f"{name}: tensors do not match the manifest (unexpected {extra}, missing {missing})")
     spans = []
     for key, info in header.items():
@@ -141,6 +146,7 @@ def read_safetensors(
     digest: str,
     expected: Expected,
     keep: Callable[[str, torch.Tensor], bool] = lambda key, tensor: True,
+    optional=frozenset(),
 ) -> dict[str, torch.Tensor]:
     """A committed safetensors file's tensors, streamed: {key: tensor} for each tensor that `keep(key,
     tensor)` (called as each is read, in file order) wants kept.
@@ -158,7 +164,7 @@ def read_safetensors(
         if size > max_bytes:
             raise MalformedTranscript(f"{rel}: {size} bytes, more than the {max_bytes} allowed")
         try:
-            out = _stream(f, h, size, rel, expected, keep)
+            out = _stream(f, h, size, rel, expected, keep, optional)
         except MalformedTranscript:
             _drain(f, h, max_bytes)
             if h.hexdigest() != digest:
@@ -169,7 +175,7 @@ def read_safetensors(
     return out
 
 
-def _stream(f, h, size: int, name: str, expected: Expected, keep) -> dict[str, torch.Tensor]:
+def _stream(f, h, size: int, name: str, expected: Expected, keep, optional) -> dict[str, torch.Tensor]:
     if size < 8:
         _read_into(f, h, memoryview(bytearray(size)), name)
         raise MalformedTranscript(f"{name}: truncated (no safetensors header)")
@@ -179,7 +185,7 @@ def _stream(f, h, size: int, name: str, expected: Expected, keep) -> dict[str, t
     raw = bytearray(n)
     _read_into(f, h, memoryview(raw), name)
     out = {}
-    for key, dtype, shape in check_header(bytes(raw), size - 8 - n, name, expected):
+    for key, dtype, shape in check_header(bytes(raw), size - 8 - n, name, expected, optional):
         tensor = torch.empty(shape, dtype=dtype)
         if tensor.numel():
             _read_into(f, h, memoryview(tensor.reshape(-1).view(torch.uint8).numpy()), name)

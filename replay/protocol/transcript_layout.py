@@ -8,7 +8,10 @@ Layout of a transcript directory:
     segments/<start:08d>.safetensors    for each step t of the segment [start, next checkpoint):
                                         'x:<t>', 'y:<t>' (the batch), 'proof:<t>' (uint8: the inclusion proofs of
                                         its examples in the committed dataset, data_commitment.py) and, in det64,
-                                        'log:<t>' (uint8 rounding log)
+                                        'log:<t>' (uint8 rounding log); optional per-step commitments for
+                                        dispute bisection: 'state:<t>' (uint8[32 per tensor], state_digests of
+                                        the state after step t) and 'ops:<t>' (uint8[40 per output],
+                                        op_digests of every rounded output of step t in execution order)
 
 manifest.json (format "chipledger-replay/1"): arch (allow-list) and config, precision ("det64" or
 "float32"), seed, optimizer (sgd with momentum / adamw, hyper-parameters, learning-rate schedule),
@@ -63,6 +66,55 @@ def batch_digest(batch: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+def state_digests(state: State) -> bytes:
+    """The state's per-step commitment: for each of its tensors (parameters and optimizer state) in name order, the
+    SHA-256 of its name, dtype, shape and little-endian bytes (32 bytes each). A dispute bisects against it and
+    names the first tensor whose bits differ."""
+    tensors = state.tensors()
+    out = bytearray()
+    for name in sorted(tensors):
+        h = hashlib.sha256()
+        _tensor_into(h, name, tensors[name])
+        out += h.digest()
+    return bytes(out)
+
+
+def _tensor_into(h, name: str, v: torch.Tensor) -> None:
+    a = v.detach().cpu().contiguous().numpy()
+    h.update(f"{name}:{a.dtype.name}:{','.join(map(str, a.shape))}\n".encode())
+    h.update(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+
+
+OP_DIGEST_BYTES = 40  # a rounding point's key (int64, little-endian) and the SHA-256 of its output
+
+
+def op_digests(trace: list) -> bytes:
+    """A step's per-op commitment: for each rounded output (key, name, float32 tensor) of a Rounder's trace, in
+    execution order, its key and the SHA-256 of its dtype, shape and bytes."""
+    out = bytearray()
+    for key, _name, value in trace:
+        out += int(key).to_bytes(8, "little", signed=True) + op_digest(value)
+    return bytes(out)
+
+
+def op_digest(value: torch.Tensor) -> bytes:
+    """SHA-256 of one rounded output's dtype, shape and little-endian bytes."""
+    h = hashlib.sha256()
+    _tensor_into(h, "", value)
+    return h.digest()
+
+
+def parse_op_digests(data: bytes) -> dict[int, bytes] | None:
+    """{key: digest} of a step's op commitment (the first digest of a key counts); None if not well formed."""
+    if len(data) % OP_DIGEST_BYTES:
+        return None
+    out: dict[int, bytes] = {}
+    for i in range(0, len(data), OP_DIGEST_BYTES):
+        key = int.from_bytes(data[i : i + 8], "little", signed=True)
+        out.setdefault(key, data[i + 8 : i + OP_DIGEST_BYTES])
+    return out
+
+
 def checkpoint_steps(steps: int, interval: int) -> list[int]:
     return sorted(set(range(0, steps, interval)) | {steps})
 
@@ -88,14 +140,19 @@ def write_checkpoint(root: Path, state: State) -> str:
     return file_sha256(path)
 
 
-def write_segment(root: Path, start: int, steps: list[tuple[int, dict, bytes, bytes | None]]) -> str:
-    """steps: [(t, batch, inclusion proofs, rounding log or None)]."""
+def write_segment(root: Path, start: int, steps: list[tuple]) -> str:
+    """steps: [(t, batch, inclusion proofs, rounding log or None[, state digest or None, op digests or None])]."""
     tensors = {}
-    for t, batch, proofs, log in steps:
+    for t, batch, proofs, log, *commitments in steps:
         tensors[f"x:{t}"], tensors[f"y:{t}"] = batch["x"].contiguous(), batch["y"].contiguous()
         tensors[f"proof:{t}"] = _uint8(proofs)
         if log is not None:
             tensors[f"log:{t}"] = _uint8(log)
+        state, ops = (commitments + [None, None])[:2]
+        if state is not None:
+            tensors[f"state:{t}"] = _uint8(state)
+        if ops is not None:
+            tensors[f"ops:{t}"] = _uint8(ops)
     path = segment_path(root, start)
     path.parent.mkdir(parents=True, exist_ok=True)
     _save(tensors, path)

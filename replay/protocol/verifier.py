@@ -16,7 +16,8 @@
 5. Cheap whole-transcript checks: every data commitment, the seed-derived initial weights, update
    sizes against the learning-rate schedule (and no straight-line stretches: interpolated
    checkpoints), the loss trending down (transcript_checks.py).
-A replay mismatch with a prover's store at hand goes to dispute bisection (bisect.py).
+A replay mismatch is bisected to its first divergent step and operation against the transcript's per-step
+commitments (or a prover's store, in tests): the report's "dispute" (bisect.py).
 
 Verdict: "verified" only if every check ran and passed within the budget; "malformed" for input
 that is not a transcript; "rejected" otherwise, with reasons.
@@ -141,7 +142,9 @@ def verify(
             chips_and_time.parse_prover_chips((raw or {}).get("prover_chips")),
             compute["flops_per_step"],
             chips_and_time.parse_run_snapshots((raw or {}).get("run_snapshots")),
+            tr.steps,
         )
+        report["chip_step_flops"] = chips_and_time.chip_step_flops(tr.layout, compute["flops_per_step"], claim_list)
         reasons += why
         report["conflicts"] = report["checks"]["chips"]["conflicts"][:100]
         if report["checks"]["chips"]["rule"] is not None:  # a broken registry rule is a rule finding

@@ -24,6 +24,8 @@ from replay.protocol.transcript_layout import (
     FORMAT,
     batch_digest,
     checkpoint_steps,
+    op_digests,
+    state_digests,
     write_checkpoint,
     write_manifest,
     write_segment,
@@ -33,6 +35,7 @@ from replay.training import bundled_data as data
 from replay.training.determinism import Rounder, encode_log
 from replay.training.train import initial_state, train_step
 
+COMMITMENTS = ("ops", "steps", "none")
 DEFAULT_BATCH = {"mlp": 64, "cnn": 32, "gpt": 16}
 DEFAULT_OPTIMIZER = {
     "mlp": {
@@ -89,6 +92,7 @@ class Recorder:
         serials: list[str] | None = None,
         firmware=None,
         device: str = "cpu",
+        commitments: str | None = None,
     ):
         self.out, self.arch, self.steps, self.seed = Path(out), arch, steps, seed
         self.config = config or models.DEFAULTS[arch]
@@ -106,14 +110,33 @@ class Recorder:
         self.batches = batches or data.Batches(arch, self.config, self.batch, seed)
         self.step_seconds: list[float] = []  # the prover's time per training step (for benchmarks)
         self.device = resolve_device(device)
+        # per-step commitments for dispute bisection (transcript_layout.py): "steps" (the default: each tensor of
+        # the state after each step, a hash per tensor, a few percent of a step), "ops" (and every rounded output
+        # of each step: the first divergent operation exactly, at about twice the recording time) or "none"
+        self.commitments = commitments or "steps"
+        if self.commitments not in COMMITMENTS:
+            raise ValueError(f"commitments {commitments!r}: use one of {', '.join(COMMITMENTS)}")
 
     def draw(self, t: int):
         """(batch of step t, its inclusion proofs): the sampler's draw. A cheating prover overrides this."""
         return self.batches.draw(t)
 
+    def rounder(self, t: int) -> Rounder | None:
+        """The rounder of step t (det64), tracing every rounded output when ops are committed. A cheat overrides it."""
+        if self.precision != "det64":
+            return None
+        return Rounder("record", trace=[] if self.commitments == "ops" else None)
+
     def after_step(self, model, state):
         """The state after a step, as recorded. A cheating prover overrides this."""
         return state
+
+    def commit(self, state, rounder) -> tuple[bytes | None, bytes | None]:
+        """(state digest, op digests) of a step as recorded, per `commitments`."""
+        if self.commitments == "none":
+            return None, None
+        ops = op_digests(rounder.trace) if rounder is not None and rounder.trace is not None else None
+        return state_digests(state), ops
 
     def check(self) -> None:
         """Refuse, before anything is allocated, a run beyond the replay budgets of this device
@@ -155,14 +178,14 @@ class Recorder:
         for t in tqdm(range(self.steps), desc=f"record {self.arch}", disable=not self.progress, file=sys.stderr):
             batch, proofs = self.draw(t)
             started = time.perf_counter()
-            rounder = Rounder("record") if self.precision == "det64" else None
+            rounder = self.rounder(t)
             state, loss = train_step(model, state, batch, self.optimizer, self.precision, rounder)
             state = self.after_step(model, state)
             log = encode_log(rounder.entries) if rounder is not None else None
             self.check_log(t, log, rounder)
             self.step_seconds.append(time.perf_counter() - started)
             records.append({"data": batch_digest(batch), "loss": loss})
-            segment.append((t, batch, proofs, log))
+            segment.append((t, batch, proofs, log, *self.commit(state, rounder)))
             for chip, rec in firmware.tick(state.step, hashing.shard_hashes(state.params, layout)):
                 claims.append(
                     {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from replay import Recorder
+from replay.training.determinism import Rounder
 from replay.training.train import train_step
 
 
@@ -47,3 +48,29 @@ class HiddenCompute(Recorder):
             hidden, _ = train_step(model, hidden, self.batches(10_000 + k), self.optimizer, "float32")
         hidden.step = step
         return hidden
+
+
+class _SkewedRounder(Rounder):
+    """Rounds as recorded, but one rounding point's input is 0.1% off: a doctored (or faulty) kernel."""
+
+    target: int = -1
+
+    def __call__(self, key, v, bound):
+        return super().__call__(key, v * (1 + 1e-3) if key == self.target else v, bound)
+
+
+class SkewedOp(Recorder):
+    """At step `at`, the operation of rounding point `key` computes 0.1% off; everything after follows from it,
+    and the transcript (losses, logs, checkpoints, per-step commitments) is what the prover computed."""
+
+    def __init__(self, *a, at: int, key: int, **kw):
+        super().__init__(*a, **kw)
+        self.at, self.key = at, key
+
+    def rounder(self, t):
+        honest = super().rounder(t)
+        if t != self.at:
+            return honest
+        skewed = _SkewedRounder("record", trace=honest.trace)
+        skewed.target = self.key
+        return skewed

@@ -503,3 +503,47 @@ def test_a_runs_claims_share_one_copy_so_a_later_failing_share_changes_nothing(
     first.refresh_from_db()
     second.refresh_from_db()
     assert first.nonce != second.nonce and first.material == second.material == MANIFEST
+
+
+def test_another_runs_figures_reach_the_verifier_from_the_ledger(
+    snapshots, stub, django_capture_on_commit_callbacks, tmp_path
+):
+    """Issue #19 (hidden work between two runs): the verifier's count of a run's length and of the FLOPs a step
+    costs the chip goes on the ledger with the verdict; a claim of another run on the same chip is sent the chip's
+    earlier claim with those figures (ours, never the prover's), so the work between the two runs is accounted."""
+    serial = snapshots.chip.serial
+    stub.set(verdict="verified", extra={"chip_step_flops": {serial: 5.0e7}})
+    first = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0)
+    assert claim_services.claim_verify(first.pk) == "verified"
+    entry = Entry.objects.filter(kind="claim.verified").latest("seq")
+    assert entry.payload["chip_step_flops"] == {serial: 5.0e7} and entry.payload["steps"] == 20
+    other_bytes = b'{"checkpoints":{},"segments":{},"x":1}'
+    (tmp_path / "roots" / "run2").mkdir()
+    (tmp_path / "roots" / "run2" / "manifest.json").write_bytes(other_bytes)
+    stub.set(verdict="verified")
+    second = claim(
+        snapshots,
+        stub,
+        django_capture_on_commit_callbacks,
+        counter=1,
+        step=3,
+        run="run-2",
+        manifest=hashlib.sha256(other_bytes).hexdigest(),
+        location=str(tmp_path / "roots" / "run2"),
+    )
+    assert claim_services.claim_verify(second.pk) == "verified"
+    [row] = stub.runs()[1]["claims"]["history"][serial]
+    assert row["counter"] == 0 and row["manifest"] == MANIFEST
+    assert row["run_steps"] == 20 and row["chip_step_flops"] == 5.0e7
+    rebuild_ok()
+
+
+def test_a_run_not_replayed_yet_sends_no_figures(snapshots, stub, django_capture_on_commit_callbacks):
+    """A claim still pending (or malformed: no count of ours) gives its run no figures: the verifier leaves the pair
+    across the two runs to that run's own verification."""
+    stub.set(verdict="verified")
+    claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0)  # pending: never verified here
+    second = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=1)
+    assert claim_services.claim_verify(second.pk) == "verified"
+    [row] = stub.runs()[0]["claims"]["history"][snapshots.chip.serial]
+    assert "run_steps" not in row and "chip_step_flops" not in row

@@ -49,6 +49,10 @@ def transcript(tmp_path_factory):
 @pytest.fixture
 def answered(transcript, settings, tmp_path, django_capture_on_commit_callbacks):
     """The transcript's chips registered, owned by owner-a, inspected: their snapshots await claims."""
+    return answer(transcript, settings, tmp_path, django_capture_on_commit_callbacks)
+
+
+def answer(transcript, settings, tmp_path, django_capture_on_commit_callbacks):
     root = tmp_path / "transcripts"
     shutil.copytree(transcript, root / "mlp-run")
     settings.TRANSCRIPT_ROOTS = [str(root)]
@@ -232,3 +236,64 @@ def test_the_recorders_own_claims_file_posted_by_mistake_is_one_error_with_the_w
     ((problem, hint),) = errors.values()
     assert problem == "unknown keys shard, hash, time; missing run, manifest, location"
     assert "python -m replay claim" in hint
+
+
+@pytest.fixture(scope="module")
+def doctored(tmp_path_factory):
+    """(transcript, step, operation): a cheating prover's run (MLP, 20 steps, 2 chips, per-op commitments) whose
+    kernel computed one operation of step 5 0.1% off, everything after following from it."""
+    import torch
+
+    from replay.protocol.bisect import RecomputingStore, step_trace
+    from replay.protocol.transcript import Transcript
+    from replay.prover.recorder import Recorder
+    from replay.training import architectures as models
+    from tests.replay import cheats
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("doctored")
+    options = {"steps": 20, "chips": 2, "snapshot_rate": 0.5, "commitments": "ops"}
+    honest = Recorder(root / "honest", "mlp", **options).run()
+    tr = Transcript(honest)
+    _, batch, log = tr.segment(0)[5]
+    state = RecomputingStore(honest).state(5)
+    # the op to doctor: read off the honest run's own step 5 (any forward rounding point would do)
+    key, name, _ = step_trace(tr, models.build(tr.arch, tr.config), state, batch, log)[2]
+    out = cheats.SkewedOp(root / "mlp-run", "mlp", at=5, key=key, **options).run()
+    return out, 5, name
+
+
+def test_a_doctored_operation_is_bisected_in_production_and_named_on_the_ledger_and_desk(
+    doctored, settings, tmp_path, django_capture_on_commit_callbacks, admin_client
+):
+    """Issue #19: a claim whose replay disagrees is bisected by the worker's verifier (no prover store: the
+    transcript's per-step and per-op commitments) to the first divergent step and operation, named in the verdict,
+    its ledger entry, the alert and the claim's desk page."""
+    transcript, step, op = doctored
+    answered = answer(transcript, settings, tmp_path, django_capture_on_commit_callbacks)
+    wanted = {(s.chip.serial, s.counter) for s in Snapshot.objects.select_related("chip")}
+    items = [
+        {
+            "serial": c["serial"],
+            "counter": c["counter"],
+            "run": "mlp-run",
+            "step": c["step"],
+            "manifest": answered["claims"]["manifest"],
+            "location": answered["location"],
+        }
+        for c in answered["claims"]["claims"]
+        if (c["serial"], c["counter"]) in wanted and step < c["step"] <= 10
+    ][:1]
+    assert items, "no drawn chip logged a snapshot of steps 6..10"
+    with django_capture_on_commit_callbacks(execute=False):
+        response = answered["client"].post("/api/inspections/claims", {"claims": items})
+    assert response.status_code == 201, response.content
+    claim_id = response.json()["claims"][0]
+    assert verify_claim(claim_id) == "mismatch"
+    entry = Entry.objects.get(kind="claim.verified")
+    dispute = entry.payload["dispute"]
+    assert dispute["step"] == step and dispute["op"] == op and dispute["source"] == "step commitments", dispute
+    alert = Alert.objects.get(kind=Alert.Kind.CLAIM_FAILED)
+    assert f"first divergent step {step}, operation {op}" in alert.detail
+    page = admin_client.get(f"/admin/desk/claim/{claim_id}/").content.decode()
+    assert f"First divergent step <strong>{step}</strong>, first divergent operation <strong>{op}</strong>" in page

@@ -11,7 +11,8 @@ from replay.protocol.bisect import RecomputingStore
 from replay.training import data_commitment as dataset
 from replay.training.determinism import decode_log, encode_log
 
-from ..helpers import STEPS, copy, edit_segment
+from .. import cheats
+from ..helpers import STEPS, copy, edit_segment, record
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +86,103 @@ def test_flipped_rounding_decision_is_pinned_to_its_op(honest, tmp_path):
             return
         assert v.verdict == "verified"
     pytest.fail("no flip among 12 changed the trajectory")
+
+
+# --- in production: bisected against the transcript's own per-step commitments (no store) ------------------
+
+
+def _an_op_of_step(transcript, t: int, index: int) -> tuple[int, str]:
+    """(key, name) of the index-th rounded output of step t, as the verifier traces it."""
+    from replay.protocol.bisect import step_trace
+    from replay.protocol.transcript import Transcript
+    from replay.training import architectures as models
+
+    tr = Transcript(transcript)
+    start = tr.segment_start(t)
+    state = RecomputingStore(transcript).state(t)
+    _, batch, log = tr.segment(start)[t - start]
+    trace = step_trace(tr, models.build(tr.arch, tr.config), state, batch, log)
+    return trace[index][0], trace[index][1]
+
+
+@pytest.mark.parametrize("commitments", ["ops", "steps"])
+def test_a_doctored_op_is_bisected_to_its_step_and_op_from_the_transcript_alone(honest, tmp_path, commitments):
+    """A cheating prover's kernel computes one operation of step 5 0.1% off and records everything that follows
+    from it (per-step commitments included). With no prover to ask, the verifier bisects against what the
+    transcript committed: step 5, and with per-op commitments the doctored operation by name."""
+    from replay.protocol.firmware import Firmware  # noqa: F401 -- the cheat records with the usual chips
+
+    key, name = _an_op_of_step(honest, 5, 2)
+    cheat = record(tmp_path / "c", "mlp", recorder=cheats.SkewedOp, at=5, key=key, commitments=commitments)
+    v = verify(cheat, None, Budget(segments=100))
+    assert v.verdict == "rejected", v.reasons
+    d = v.details["dispute"]
+    assert d["step"] == 5 and d["source"] == "step commitments", d
+    if commitments == "ops":
+        assert d["op"] == name and d["key"] == key, d
+    else:
+        assert d["op"], d  # the rounding point or the loss of the step that does not replay
+
+
+@pytest.mark.parametrize("commitments", ["ops", "steps"])
+def test_a_swapped_state_is_bisected_to_the_step_after_which_it_was_swapped(tmp_path, commitments):
+    """Hidden compute swapped in after step 7 (the state at checkpoint 8 trained elsewhere): every operation of
+    step 7 is as committed, the committed state after it is not their result."""
+    cheat = record(tmp_path / "c", "mlp", recorder=cheats.HiddenCompute, at=8, extra=4, commitments=commitments)
+    v = verify(cheat, None, Budget(segments=100))
+    assert v.verdict == "rejected", v.reasons
+    d = v.details["dispute"]
+    assert d["step"] == 7 and d["source"] == "step commitments" and d["tensor"], d
+    assert d["op"] == (f"state after the step ({d['tensor']})" if commitments == "ops" else f"update of {d['tensor']}")
+
+
+def test_without_step_commitments_the_losses_and_logs_still_name_the_step(honest, tmp_path):
+    key, _ = _an_op_of_step(honest, 5, 2)
+    cheat = record(tmp_path / "c", "mlp", recorder=cheats.SkewedOp, at=5, key=key, commitments="none")
+    d = verify(cheat, None, Budget(segments=100)).details["dispute"]
+    assert d["step"] == 5 and d["source"] == "commitments", d
+
+
+def test_commitments_never_decide_an_honest_run(honest, tmp_path):
+    """Per-step commitments only locate a divergence the replay already found: garbage in them leaves an honest
+    transcript verified (its every bit replays)."""
+    import torch
+
+    edited = copy(honest, tmp_path / "e")
+    edit_segment(edited, 4, lambda t: t.update({"state:5": torch.zeros_like(t["state:5"])}))
+    assert verify(edited, None, Budget(segments=100)).verdict == "verified"
+
+
+def test_the_cli_names_the_first_divergent_step_and_op(honest, tmp_path, capsys):
+    """`python -m replay verify` prints the bisection's step and operation."""
+    import json
+
+    from replay.__main__ import main
+
+    key, name = _an_op_of_step(honest, 5, 2)
+    cheat = record(tmp_path / "c", "mlp", recorder=cheats.SkewedOp, at=5, key=key, commitments="ops")
+    (tmp_path / "none.json").write_text(
+        json.dumps({"manifest": json.loads((cheat / "claims.json").read_text())["manifest"], "claims": []})
+    )
+    code = main(
+        ["verify", str(cheat), "--claims", str(tmp_path / "none.json"), "--segments", "100", "--nonce", "00" * 16]
+    )
+    assert code == 1
+    assert f"first divergent step: 5, operation: {name}" in capsys.readouterr().out
+
+
+def test_a_claim_whose_replay_does_not_reach_its_step_is_bisected_too(honest, tmp_path):
+    """A claim at step 6 replays from checkpoint 4 through the doctored step 5: that replay's failure is bisected
+    against the same commitments (no segment of the run need fail first)."""
+    import json
+
+    key, name = _an_op_of_step(honest, 5, 2)
+    cheat = record(tmp_path / "c", "mlp", recorder=cheats.SkewedOp, at=5, key=key, commitments="ops", snapshot_rate=2.0)
+    c = json.loads((cheat / "claims.json").read_text())
+    c["claims"] = [x for x in c["claims"] if x["step"] == 6][:1]
+    assert c["claims"]
+    v = verify(cheat, c, Budget(segments=0), coverage_target=0.0)
+    assert v.verdict == "rejected"
+    assert any(r.startswith("replay from checkpoint 4 failed") for r in v.reasons), v.reasons
+    d = v.details["dispute"]
+    assert d["step"] == 5 and d["op"] == name and d["source"] == "step commitments", d

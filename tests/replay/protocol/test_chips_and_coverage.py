@@ -10,7 +10,7 @@ from replay import Budget, verify
 from replay.__main__ import main
 
 from .. import cheats
-from ..helpers import claims, copy, manifest, record, save_manifest
+from ..helpers import STEPS, claims, copy, manifest, record, save_manifest
 
 ALL = Budget(segments=100)
 
@@ -333,10 +333,129 @@ def test_work_before_a_chips_first_snapshot_is_accounted_from_fabrication():
         return {"counter": counter, "step": step, "flops": flops, "run": "r", "mine": True}
 
     ok, _, pairs = _work("c", [ev(0, 4, 400), ev(1, 6, 600)], "r", 1.0, 100.0)
-    assert ok == [] and pairs == 2
+    assert ok == [] and pairs["pairs"] == 2
     late, _, _ = _work("c", [ev(0, 4, 100), ev(1, 6, 300)], "r", 1.0, 100.0)
     assert late == []
     hidden, _, _ = _work("c", [ev(0, 4, 900), ev(1, 6, 1100)], "r", 1.0, 100.0)
     assert len(hidden) == 1 and "since fabrication" in hidden[0]
     again, _, _ = _work("c", [ev(3, 4, 900), ev(4, 6, 1100)], "r", 1.0, 100.0)
     assert again == []  # not its first record: earlier work belongs to earlier snapshots
+
+
+def _two_runs(tmp_path, hidden_after_first: int, gap_hours: float = 0.0):
+    """Run A then run B on the same three chips, their firmware carrying on (counters, keys, log chain), as a
+    prover's chips do. With ``hidden_after_first`` > 0 the chips train that many steps off the books right
+    after run A's last tick: after every chip's last snapshot of A, before B's first."""
+    from datetime import timedelta
+
+    from replay.protocol.firmware import EPOCH, Firmware
+
+    serials = ["X-0", "X-1", "X-2"]
+    made: list[Firmware] = []
+
+    class HiddenAfterTheRun(Firmware):
+        def tick(self, step, hashes):
+            out = super().tick(step, hashes)
+            if step == STEPS and hidden_after_first:  # after the last snapshot of the run
+                for chip, share in zip(self.chips, self.share):
+                    chip.work(60.0 * hidden_after_first, round(hidden_after_first * self.step_flops * share))
+            return out
+
+    def first(layout, seed, rate):
+        made.append(HiddenAfterTheRun(layout, seed, rate))
+        return made[-1]
+
+    def second(layout, seed, rate):
+        start = EPOCH + timedelta(seconds=60 * STEPS + 60 + 3600 * gap_hours)
+        made.append(Firmware(layout, seed, rate, chips=made[0].chips, start=start))
+        for chip, item in zip(made[-1].chips, layout):
+            assert chip.serial == item["serial"]
+        return made[-1]
+
+    a = record(tmp_path / "a", "mlp", serials=serials, snapshot_rate=0.5, firmware=first, seed=1)
+    b = record(tmp_path / "b", "mlp", serials=serials, snapshot_rate=0.5, firmware=second, seed=2)
+    return a, b
+
+
+def _ledger_history(other, report):
+    """The history the ledger gives for ``other``'s chips: its claims, with the run's length and each chip's FLOPs
+    per step as the verifier counted them when it verified that run (``report``)."""
+    c = claims(other)
+    rows = {}
+    for x in c["claims"]:
+        rows.setdefault(x["serial"], []).append(
+            {
+                "counter": x["counter"],
+                "time": x["time"],
+                "step": x["step"],
+                "run": "other",
+                "manifest": c["manifest"],
+                "run_steps": report["steps"],
+                "chip_step_flops": report["chip_step_flops"][x["serial"]],
+            }
+        )
+    flops = _signed_work(other)
+    for serial, items in rows.items():
+        for h in items:
+            h["busy_ns"], h["flops"] = flops[serial, h["counter"]]
+    return rows
+
+
+def _signed_work(d):
+    """{(serial, counter): (busy_ns, flops)} of the chips' signed records of run ``d``."""
+    out = {}
+    for line in (d / "snapshots.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        out[rec["serial"], rec["counter"]] = (rec["busy_ns"], rec["flops"])
+    return out
+
+
+def _with_work(d, **extra):
+    """Run ``d``'s claims as the regulator's side sends them: each with its snapshot's signed work counters (read
+    off the chip's log by the inspector), the other runs' claims in ``history``."""
+    c = {**claims(d), **extra}
+    work = _signed_work(d)
+    for x in c["claims"]:
+        x["busy_ns"], x["flops"] = work[x["serial"], x["counter"]]
+    return verify(d, c, Budget(segments=0), coverage_target=0.0)
+
+
+@pytest.mark.parametrize("hidden", [0, STEPS])
+def test_work_between_two_runs_is_accounted_by_their_claims(tmp_path, hidden):
+    """2x hidden work after every chip's last snapshot of run A and before its first of run B: no pair of one
+    run's snapshots brackets it, the pair across the two runs does. Whichever run is verified second (with the
+    other's claims in its history) finds it; honest back-to-back runs verify both ways."""
+    a, b = _two_runs(tmp_path, hidden)
+    alone_a, alone_b = _with_work(a), _with_work(b)
+    assert alone_a.verdict == "verified" and alone_b.verdict == "verified", alone_a.reasons + alone_b.reasons
+    b_after_a = _with_work(b, history=_ledger_history(a, alone_a.details))
+    a_after_b = _with_work(a, history=_ledger_history(b, alone_b.details))
+    for v in (b_after_a, a_after_b):
+        if hidden:
+            assert v.verdict == "rejected" and any(r.startswith("unaccounted work") for r in v.reasons), v.reasons
+            assert [f for f in v.details["findings"] if f["kind"] == "unaccounted_work"]
+            assert v.details["conflicts"] and {x["kind"] for x in v.details["conflicts"]} == {"work"}
+        else:
+            assert v.verdict == "verified", v.reasons
+            assert v.details["checks"]["chips"]["work"]["across_runs"] > 0
+
+
+def test_an_idle_gap_between_two_runs_is_no_work(tmp_path):
+    """Counters still for two days between two honest runs: nothing to account."""
+    a, b = _two_runs(tmp_path, 0, gap_hours=48)
+    v = _with_work(b, history=_ledger_history(a, _with_work(a).details))
+    assert v.verdict == "verified", v.reasons
+    assert v.details["checks"]["chips"]["work"]["across_runs"] > 0
+
+
+def test_a_pair_across_runs_without_the_other_runs_figures_is_left_for_later(tmp_path):
+    """The other run not verified yet (no figures of ours for it): the pair is not judged now, and counted as
+    unchecked; the other run's own verification, with this one's claims in its history, judges it."""
+    a, b = _two_runs(tmp_path, STEPS)
+    history = _ledger_history(a, _with_work(a).details)
+    for items in history.values():
+        for h in items:
+            del h["run_steps"], h["chip_step_flops"]
+    v = _with_work(b, history=history)
+    assert v.verdict == "verified", v.reasons
+    assert v.details["checks"]["chips"]["work"]["across_runs_unchecked"] > 0

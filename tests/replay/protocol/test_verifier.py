@@ -249,7 +249,10 @@ def test_disputes_are_bisected_without_a_prover_store(mlp, capsys):
     assert "first divergent step: 6" in out and "operation: loss" in out
 
 
-def test_a_checkpoint_that_no_step_explains_is_pinned_to_the_last_update(mlp):
+def test_a_checkpoint_that_no_step_explains_is_pinned_to_the_checkpoint_after_the_last_step(mlp):
+    """Every step of the segment replays to the state the transcript committed for it; the checkpoint is not that
+    state: the segment's last step, op "checkpoint", and the first tensor whose bits differ."""
+
     def edit(t):
         k = next(k for k in t if k.startswith("param:"))
         t[k] = t[k].clone()
@@ -258,7 +261,8 @@ def test_a_checkpoint_that_no_step_explains_is_pinned_to_the_last_update(mlp):
     edit_checkpoint(mlp, 8, edit)
     v = run_verify(mlp)
     d = v.details["dispute"]
-    assert d["step"] == 7 and d["op"].startswith("update of param:"), d
+    assert d["step"] == 7 and d["op"] == "checkpoint" and d["tensor"].startswith("param:"), d
+    assert d["source"] == "step commitments"
 
 
 def test_under_reported_compute_is_caught(mlp):
