@@ -17,6 +17,7 @@ from inspections import selectors as inspections
 from inspections.claim_explanations import finding_explained
 from inspections.models import Alert, AlertAction, Campaign, Claim, Draw, Finding, InspectionTask, Snapshot
 from inspections.severity import SEVERITIES, SEVERITY, past_sla_q, sla_deadline
+from ledger import keys
 from ledger import selectors as ledger
 from ledger.admin_tools import EstimatedCountPaginator
 from registry.models import Chip, ChipEvent, Facility, Organisation, OrganisationKey, Role
@@ -473,7 +474,9 @@ def organisation_extract(organisation: Organisation) -> dict:
     seqs = (
         EntrySubject.objects.filter(subject=f"org:{organisation.slug}").order_by("-seq").values_list("seq", flat=True)
     )
-    return ledger.extract_of({"organisation": organisation.slug}, list(seqs[: ledger.MAX_EXTRACT + 1]))
+    return ledger.extract_of(
+        {"organisation": organisation.slug}, list(seqs[: ledger.MAX_EXTRACT + 1]), keys.verifier_key()
+    )
 
 
 def campaign_extract(campaign: Campaign) -> dict:
@@ -481,7 +484,7 @@ def campaign_extract(campaign: Campaign) -> dict:
     seqs = [version["seq"] for version in campaign_versions(campaign)]
     seqs += campaign.seeds.values_list("committed_seq", flat=True)
     seqs += campaign.draws.values_list("drawn_seq", flat=True)
-    return ledger.extract_of({"campaign": campaign.slug}, seqs)
+    return ledger.extract_of({"campaign": campaign.slug}, seqs, keys.verifier_key())
 
 
 def prover_compliance(organisation: Organisation) -> dict:

@@ -16,7 +16,6 @@ from django.db.models import Count, Q
 from tlog import merkle
 from tlog.extract import build_extract
 
-from . import keys
 from .models import Checkpoint, Entry
 
 ENTRY_FIELDS = ("seq", "time", "kind", "actor", "payload")
@@ -248,9 +247,10 @@ def checkpoint_cosigners(checkpoint: Checkpoint) -> list[str]:
 MAX_EXTRACT = 10_000  # entries in one extract (the latest ones; the document counts those left out)
 
 
-def extract_of(subject: dict, seqs: list[int]) -> dict:
+def extract_of(subject: dict, seqs: list[int], verifier_key: str) -> dict:
     """A ``tlog.extract`` document: the entries at ``seqs`` (the latest MAX_EXTRACT) with their inclusion proofs
-    against the checkpoint this log serves; entries newer than it are counted, not listed (no proof yet)."""
+    against the checkpoint this log serves, signed by ``verifier_key``'s log (``ledger.keys``, which reads the
+    genesis origin from here: passed in, not imported); entries newer than it are counted, not listed."""
     checkpoint = checkpoint_served(settings.LEDGER_WITNESS_QUORUM)
     if checkpoint is None:
         raise ValidationError({"checkpoint": "the log has no signed checkpoint yet"})
@@ -262,6 +262,4 @@ def extract_of(subject: dict, seqs: list[int]) -> dict:
     leaves_by_seq = dict(Entry.objects.filter(seq__in=proved).values_list("seq", "leaf"))
     entries = [(seq, bytes(leaves_by_seq[seq]), proofs[seq]) for seq in proved]
     text = checkpoint_text(checkpoint)
-    return build_extract(
-        subject, keys.verifier_key(), text, entries, newer=len(wanted) - len(proved) - older, older=older
-    )
+    return build_extract(subject, verifier_key, text, entries, newer=len(wanted) - len(proved) - older, older=older)
