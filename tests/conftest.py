@@ -82,14 +82,24 @@ def _uses_services(item) -> bool:
     return bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
-def pytest_collection_modifyitems(config, items):
-    """``CHIPLEDGER_PURE_TESTS=skip``: leave out the tests that touch no database or broker.
+BROWSER_FIXTURES = {"browser", "chromium", "page"}  # Playwright's Chromium (tests/desk/test_browser.py and others)
 
-    CI runs them once, in the SQLite leg; the PostgreSQL + Redis leg runs only what the services can change.
+
+def _left_out(item) -> bool:
+    if os.environ.get("CHIPLEDGER_PURE_TESTS") == "skip" and not _uses_services(item):
+        return True
+    return os.environ.get("CHIPLEDGER_BROWSER_TESTS") == "skip" and bool(
+        BROWSER_FIXTURES & set(getattr(item, "fixturenames", ()))
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """``CHIPLEDGER_PURE_TESTS=skip``: leave out the tests that touch no database or broker;
+    ``CHIPLEDGER_BROWSER_TESTS=skip``: leave out the pages' browser tests.
+
+    CI runs both once, in the SQLite leg; the PostgreSQL + Redis leg runs only what the services can change.
     """
-    if os.environ.get("CHIPLEDGER_PURE_TESTS") != "skip":
-        return
-    pure = [item for item in items if not _uses_services(item)]
-    if pure:
-        config.hook.pytest_deselected(items=pure)
-        items[:] = [item for item in items if _uses_services(item)]
+    left_out = [item for item in items if _left_out(item)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not _left_out(item)]
