@@ -6,24 +6,14 @@ import pytest
 from inspections.models import Alert
 from inspections.services.alerts import alert_act, alert_raise
 from registry.models import Chip, ChipModel, Organisation
-from tests.desk.test_browser import CHROMIUM, SHOTS, WAIT_MS, browser  # noqa: F401 - browser is a fixture
+from tests.desk.test_browser import CHROMIUM, SHOTS, browser  # noqa: F401 - browser is a fixture
+from tests.desk.test_browser import _login as signed_in
 from tests.registry.factories import fabricate
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium: apt-get install -y chromium"),
 ]
-
-
-def signed_in(browser, live_server, username: str):  # noqa: F811 - the fixture's name
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.set_default_timeout(WAIT_MS)
-    page.goto(f"{live_server.url}/admin/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", "demo-pass-123")
-    page.click("input[type=submit]")
-    page.wait_for_url(f"{live_server.url}/admin/")
-    return page
 
 
 def pick(page, *alerts) -> None:

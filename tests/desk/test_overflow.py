@@ -8,7 +8,6 @@ Screenshots land in var/screenshots/overflow/ (CI artefacts).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -20,10 +19,10 @@ from desk.models import Job
 from inspections.models import Alert, Campaign, Claim, Draw, InspectionTask
 from ledger import services as ledger
 from registry.models import Chip, Organisation
+from tests.desk.test_browser import browser  # noqa: F401 (fixture)
 from tests.desk.test_pages import inspected, mismatch  # noqa: F401 (fixtures)
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--headless=new", "--disable-background-networking", "--no-first-run"]
 WIDTHS = (1280, 1920)
 SHOTS = Path(settings.BASE_DIR) / "var" / "screenshots" / "overflow"
 
@@ -83,13 +82,8 @@ def portal_pages() -> list[str]:
 
 
 @pytest.fixture
-def chromium():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop in this thread
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield browser
-        browser.close()
+def chromium(browser):  # noqa: F811 - test_browser's fixture, under the name this file uses
+    return browser
 
 
 def logged_in(chromium, live_server, width: int, username: str, login_path: str, landing: str):
