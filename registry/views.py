@@ -44,7 +44,7 @@ class ChipEventView(APIView):
 
     @extend_schema(
         operation_id="chips_event",
-        summary="Record a lifecycle event for up to 10,000 chips, all or nothing",
+        summary="Record a lifecycle event for up to 64 chips (one ledger entry), all or nothing",
         description=(
             "`event` is `fabricate` (fab role) or a lifecycle event; the body is `chips: [serial, ...]` plus the "
             "event's fields below (an unknown field is refused by name). Every body carries `timestamp` (Unix "
