@@ -298,3 +298,12 @@ def test_the_identity_entry_carries_a_commitment_not_the_challenge_nonce(draw):
     entry = Entry.objects.filter(kind="inspection.identity_checked").get()
     assert challenge["nonce"] not in json.dumps(entry.payload)
     assert CaseText.objects.get(commitment=entry.payload["challenge"]).text == challenge["nonce"]
+
+
+def test_the_chip_simulators_identity_message_is_the_one_the_server_checks():
+    # Lives here, not in tests/replay: the replay tests run without Django (on a GPU machine too).
+    from inspections.services.inspectors import identity_message
+    from replay.prover import chipsim
+
+    assert chipsim.identity_message("A000001", "00ff") == identity_message("A000001", "00ff")
+    assert chipsim.identity_message("A000001", "00ff") != identity_message("A000002", "00ff")
