@@ -185,6 +185,20 @@ class IdentityChallenge(models.Model):
     answered = models.BooleanField(default=False)
 
 
+class IdentityCheck(models.Model):
+    """The outcome of one identity check (``inspection.identity_checked``), projected so the portal and the desk read
+    a task's checks by task instead of scanning the ledger for the kind. Rebuilt from the ledger."""
+
+    task = models.ForeignKey(InspectionTask, on_delete=models.PROTECT, related_name="identity_checks")
+    seq = models.BigIntegerField(unique=True)
+    checked_at = models.DateTimeField()
+    passed = models.BooleanField()
+    reason = models.TextField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"identity check #{self.seq} ({'passed' if self.passed else 'failed'})"
+
+
 class SnapshotLog(models.Model):
     """A chip's firmware log as the inspector uploaded it; checked by a Celery task."""
 
