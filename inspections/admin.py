@@ -434,7 +434,17 @@ def age_text(age) -> str:
 class AlertNotificationAdmin(ReadOnlyAdmin):
     """Email and webhook notices of high alerts: whether each was delivered, and the last error if not."""
 
-    list_display = ("alert", "channel", "target", "state", "attempts", "last_error", "created_at", "sent_at")
+    list_display = (
+        "alert",
+        "channel",
+        "target",
+        "state",
+        "attempts",
+        "next_try_at",
+        "last_error",
+        "created_at",
+        "sent_at",
+    )
     list_filter = ("state", "channel")
     list_select_related = ("alert__prover",)
 

@@ -365,6 +365,7 @@ class AlertNotification(models.Model):
 
     class State(models.TextChoices):
         QUEUED = "queued"
+        SENDING = "sending"  # a worker holds it until next_try_at (its lease); past that the sweep re-sends it
         RETRYING = "retrying", "failed, retrying"
         SENT = "sent"
         FAILED = "failed", "failed, gave up"
@@ -377,6 +378,9 @@ class AlertNotification(models.Model):
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    next_try_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the next try is due (sending: when the worker's hold lapses)"
+    )
 
     class Meta:
         ordering = ["-pk"]

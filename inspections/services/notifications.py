@@ -1,16 +1,27 @@
 """Notices of high-severity alerts: an email through Django's mail backend and a signed webhook, each delivered by
 the worker after the alert's transaction commits, retried with backoff, and kept as an ``AlertNotification`` row
-whose state and last error the desk shows (a failing receiver is seen, not lost in a log)."""
+whose state and last error the desk shows (a failing receiver is seen, not lost in a log).
+
+A worker takes a notice before sending it, by one atomic ``UPDATE ... WHERE`` (queued or retrying, or sending with
+a lapsed hold -> sending, held for ``_hold()``): of two workers holding messages for the same notice, the database
+lets exactly one take it, so a notice is never sent twice at once and never again once sent. Tries are counted on
+the row, so the bound (``ALERT_NOTIFY_TRIES``) holds however many messages were sent for it. A beat sweep
+(``notices_resend``) re-sends each notice whose try is overdue (its message lost: a broker restart, a killed
+worker, a refused send) and gives up on one out of tries.
+"""
 
 from __future__ import annotations
 
 import json
 import time
 import urllib.request
+from datetime import datetime, timedelta
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -21,6 +32,8 @@ from ..webhooks import SIGNATURE_HEADER, webhook_signature
 
 BACKOFF_CAP = 3600.0
 ERROR_CHARS = 2000
+SWEEP_BATCH = 500
+UNSENT = (AlertNotification.State.QUEUED, AlertNotification.State.RETRYING, AlertNotification.State.SENDING)
 
 
 def alert_notices_queue(alert: Alert) -> list[AlertNotification]:
@@ -32,38 +45,89 @@ def alert_notices_queue(alert: Alert) -> list[AlertNotification]:
         targets.append((AlertNotification.Channel.EMAIL, ", ".join(settings.ALERT_EMAILS)))
     if settings.ALERT_WEBHOOK_URL:
         targets.append((AlertNotification.Channel.WEBHOOK, _shown_url(settings.ALERT_WEBHOOK_URL)))
-    notices = [AlertNotification.objects.create(alert=alert, channel=c, target=t) for c, t in targets]
+    now = timezone.now()
+    notices = [AlertNotification.objects.create(alert=alert, channel=c, target=t, next_try_at=now) for c, t in targets]
     for notice in notices:
-        enqueue_after_commit(
-            DELIVER_ALERT_NOTICE, notice.pk, on_failure=lambda error, pk=notice.pk: notice_unsent(pk, error)
-        )
+        _enqueue(notice.pk)
     return notices
 
 
 def notice_unsent(notice_id: int, error: Exception) -> None:
-    """The broker refused the notice: it is marked failed (and shown), not silently dropped."""
-    AlertNotification.objects.filter(pk=notice_id).update(
-        state=AlertNotification.State.FAILED, last_error=f"not queued, the broker refused it: {error}"[:ERROR_CHARS]
+    """The broker refused the notice's message: the row says so, and the sweep re-sends it (no try was spent)."""
+    AlertNotification.objects.filter(
+        pk=notice_id, state__in=(AlertNotification.State.QUEUED, AlertNotification.State.RETRYING)
+    ).update(
+        state=AlertNotification.State.RETRYING,
+        next_try_at=timezone.now(),
+        last_error=f"not queued, the broker refused it (the sweep re-sends it): {error}"[:ERROR_CHARS],
     )
 
 
-def notice_deliver(notice_id: int, *, final: bool) -> bool:
-    """Try to deliver one notice; True when it is delivered (now or before). A failure is recorded on the row,
-    ``failed`` when this was the ``final`` try, else ``retrying``; False tells the task to retry."""
+def notice_deliver(notice_id: int) -> AlertNotification:
+    """Take the notice and try to deliver it; the row after the try. ``sent``: delivered (now or before);
+    ``retrying``: this try failed, the next is due at ``next_try_at``; ``failed``: out of tries; ``sending``: another
+    worker holds it (this one sends nothing)."""
+    taken = _take(notice_id, timezone.now())
     notice = AlertNotification.objects.select_related("alert__prover", "alert__chip").get(pk=notice_id)
-    if notice.state == AlertNotification.State.SENT:
-        return True  # a redelivered message: the receiver has it already
-    notice.attempts += 1
+    if not taken:
+        return notice  # sent, given up, or held by another worker: a duplicate message does nothing
     try:
         (_send_email if notice.channel == AlertNotification.Channel.EMAIL else _send_webhook)(notice)
     except Exception as error:
+        final = notice.attempts >= settings.ALERT_NOTIFY_TRIES
         notice.state = AlertNotification.State.FAILED if final else AlertNotification.State.RETRYING
+        notice.next_try_at = None if final else timezone.now() + timedelta(seconds=notice_backoff(notice.attempts))
         notice.last_error = f"try {notice.attempts}: {type(error).__name__}: {error}"[:ERROR_CHARS]
-        notice.save(update_fields=["state", "attempts", "last_error"])
-        return False
-    notice.state, notice.sent_at = AlertNotification.State.SENT, timezone.now()
-    notice.save(update_fields=["state", "attempts", "sent_at"])
-    return True
+        notice.save(update_fields=["state", "next_try_at", "last_error"])
+        return notice
+    notice.state, notice.sent_at, notice.next_try_at = AlertNotification.State.SENT, timezone.now(), None
+    notice.save(update_fields=["state", "sent_at", "next_try_at"])
+    return notice
+
+
+def _take(notice_id: int, now: datetime) -> bool:
+    """Hold the notice for this worker and count the try, in one statement the database applies to one worker only
+    (PostgreSQL re-checks the WHERE after a concurrent update; SQLite serialises writers)."""
+    takeable = Q(state__in=(AlertNotification.State.QUEUED, AlertNotification.State.RETRYING)) | Q(
+        state=AlertNotification.State.SENDING, next_try_at__lt=now
+    )
+    held = AlertNotification.objects.filter(takeable, pk=notice_id, attempts__lt=settings.ALERT_NOTIFY_TRIES)
+    return (
+        held.update(state=AlertNotification.State.SENDING, attempts=F("attempts") + 1, next_try_at=now + _hold()) == 1
+    )
+
+
+def _hold() -> timedelta:
+    """How long a worker holds a notice it took: a send is bounded by the webhook's timeout (mail by the backend's);
+    past this the worker is presumed dead and the sweep re-sends the notice."""
+    return timedelta(seconds=2 * settings.ALERT_WEBHOOK_TIMEOUT + 60)
+
+
+def notices_resend(now: datetime) -> dict:
+    """Beat: re-send every undelivered notice whose try is overdue by ``ALERT_NOTIFY_SWEEP_GRACE`` (its message was
+    lost), and give up on one out of tries; returns the counts. Rows another sweep is at are skipped (skip_locked),
+    and a re-sent message takes the notice like any other, so a delivered notice is never sent again."""
+    cutoff = now - timedelta(seconds=settings.ALERT_NOTIFY_SWEEP_GRACE)
+    overdue = AlertNotification.objects.filter(state__in=UNSENT).filter(
+        Q(next_try_at__lt=cutoff) | Q(next_try_at=None, created_at__lt=cutoff)
+    )
+    counts = {"resent": 0, "failed": 0}
+    with transaction.atomic():
+        for notice in overdue.select_for_update(skip_locked=True).order_by("pk")[:SWEEP_BATCH]:
+            if notice.attempts >= settings.ALERT_NOTIFY_TRIES:
+                notice.state, notice.next_try_at = AlertNotification.State.FAILED, None
+                notice.last_error = f"gave up after {notice.attempts} tries (the last never reported back)"
+                notice.save(update_fields=["state", "next_try_at", "last_error"])
+                counts["failed"] += 1
+                continue
+            AlertNotification.objects.filter(pk=notice.pk).update(next_try_at=now)  # next sweep: one grace later
+            _enqueue(notice.pk)
+            counts["resent"] += 1
+    return counts
+
+
+def _enqueue(notice_id: int) -> None:
+    enqueue_after_commit(DELIVER_ALERT_NOTICE, notice_id, on_failure=lambda error: notice_unsent(notice_id, error))
 
 
 def notice_backoff(tries: int) -> float:
