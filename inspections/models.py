@@ -353,7 +353,9 @@ class CaseText(models.Model):
 
 
 class AlertNotification(models.Model):
-    """One outgoing notice of a high-severity alert (an email, or a signed webhook): operational, not a projection.
+    """One outgoing notice of a high-severity alert (an email, or a signed webhook), or an email to an inspection
+    body's members of the tasks a draw assigned it (``draw`` and ``inspection_body`` set, no alert): operational,
+    not a projection.
 
     The worker delivers it, retrying with backoff; each try's outcome stays here, so a failure shows on the alert's
     page and in the admin instead of vanishing in a log. It carries only what the ledger already shows publicly.
@@ -370,7 +372,9 @@ class AlertNotification(models.Model):
         SENT = "sent"
         FAILED = "failed", "failed, gave up"
 
-    alert = models.ForeignKey(Alert, on_delete=models.PROTECT, related_name="notifications")
+    alert = models.ForeignKey(Alert, on_delete=models.PROTECT, related_name="notifications", null=True, blank=True)
+    draw = models.ForeignKey(Draw, on_delete=models.PROTECT, related_name="notices", null=True, blank=True)
+    inspection_body = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="+", null=True, blank=True)
     channel = models.CharField(max_length=8, choices=Channel.choices)
     target = models.CharField(max_length=500, help_text="the recipients, or the webhook's URL")
     state = models.CharField(max_length=8, choices=State.choices, default=State.QUEUED)
@@ -387,4 +391,5 @@ class AlertNotification(models.Model):
         indexes = [models.Index(fields=["state"], name="alert_notice_state")]
 
     def __str__(self) -> str:
-        return f"{self.channel} notice of alert #{self.alert_id} ({self.state})"
+        about = f"alert #{self.alert_id}" if self.alert_id else f"draw #{self.draw_id}'s tasks"
+        return f"{self.channel} notice of {about} ({self.state})"

@@ -9,10 +9,8 @@ from __future__ import annotations
 import base64
 import logging
 import math
-from collections import defaultdict
 from datetime import date, timedelta
 
-from django.core.mail import send_mail
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -35,6 +33,7 @@ from rules.inspection_planning import (
 from .. import selectors
 from ..models import Alert, Campaign, CampaignSeed, Draw, InspectionBody, InspectionTask
 from .alerts import CLOSED, alert_raise
+from .notifications import assignment_notices_queue
 from .validation import country_clean
 from .validation import fail as _fail
 
@@ -448,24 +447,4 @@ def _create_tasks(draw: Draw, provers: dict, assignments: dict, today: date, seq
                 task.chip,
                 task,
             )
-    transaction.on_commit(lambda: _notify_inspectors(draw))
-
-
-def _notify_inspectors(draw: Draw) -> None:
-    """One email per inspection body member with the tasks assigned to the body (console backend by default)."""
-    by_body = defaultdict(list)
-    for task in draw.tasks.select_related("chip__facility", "inspection_body").exclude(inspection_body=None):
-        by_body[task.inspection_body].append(task)
-    for body, tasks in by_body.items():
-        recipients = [m.user.email for m in body.members.select_related("user") if m.user.email]
-        if recipients:
-            lines = "\n".join(
-                f"  {t.chip.serial} at {t.chip.facility.slug if t.chip.facility else 'no facility'}, due {t.due_on}"
-                for t in tasks
-            )
-            send_mail(
-                f"{len(tasks)} chip inspections assigned ({draw.campaign.slug}, period {draw.period})",
-                f"Inspections assigned to {body.slug}:\n{lines}\n",
-                None,
-                recipients,
-            )
+    assignment_notices_queue(draw)  # each body's members: emailed by the worker, re-sent by the sweep if lost

@@ -1,6 +1,7 @@
 """Notices of high-severity alerts: an email through Django's mail backend and a signed webhook, each delivered by
 the worker after the alert's transaction commits, retried with backoff, and kept as an ``AlertNotification`` row
-whose state and last error the desk shows (a failing receiver is seen, not lost in a log).
+whose state and last error the desk shows (a failing receiver is seen, not lost in a log). The email listing the
+inspections a draw assigned a body goes out through the same rows (``assignment_notices_queue``).
 
 A worker takes a notice before sending it, by one atomic ``UPDATE ... WHERE`` (queued or retrying, or sending with
 a lapsed hold -> sending, held for ``_hold()``): of two workers holding messages for the same notice, the database
@@ -25,7 +26,9 @@ from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from ..models import Alert, AlertNotification
+from registry.models import Organisation
+
+from ..models import Alert, AlertNotification, Draw
 from ..queue import DELIVER_ALERT_NOTICE, enqueue_after_commit
 from ..severity import severity_of
 from ..webhooks import SIGNATURE_HEADER, webhook_signature
@@ -52,6 +55,28 @@ def alert_notices_queue(alert: Alert) -> list[AlertNotification]:
     return notices
 
 
+def assignment_notices_queue(draw: Draw) -> list[AlertNotification]:
+    """One email notice per inspection body with members who have an email, listing the tasks the draw assigned it;
+    written in the draw's transaction (so a crash after the commit loses none) and sent by the worker after it."""
+    bodies = draw.tasks.exclude(inspection_body=None).values_list("inspection_body", flat=True).distinct()
+    now, notices = timezone.now(), []
+    for body in Organisation.objects.filter(pk__in=bodies).order_by("slug"):
+        recipients = _members_emails(body)
+        if recipients:
+            notices.append(
+                AlertNotification.objects.create(
+                    draw=draw,
+                    inspection_body=body,
+                    channel=AlertNotification.Channel.EMAIL,
+                    target=", ".join(recipients)[:500],
+                    next_try_at=now,
+                )
+            )
+    for notice in notices:
+        _enqueue(notice.pk)
+    return notices
+
+
 def notice_unsent(notice_id: int, error: Exception) -> None:
     """The broker refused the notice's message: the row says so, and the sweep re-sends it (no try was spent)."""
     AlertNotification.objects.filter(
@@ -68,11 +93,16 @@ def notice_deliver(notice_id: int) -> AlertNotification:
     ``retrying``: this try failed, the next is due at ``next_try_at``; ``failed``: out of tries; ``sending``: another
     worker holds it (this one sends nothing)."""
     taken = _take(notice_id, timezone.now())
-    notice = AlertNotification.objects.select_related("alert__prover", "alert__chip").get(pk=notice_id)
+    notice = AlertNotification.objects.select_related(
+        "alert__prover", "alert__chip", "draw__campaign", "inspection_body"
+    ).get(pk=notice_id)
     if not taken:
         return notice  # sent, given up, or held by another worker: a duplicate message does nothing
     try:
-        (_send_email if notice.channel == AlertNotification.Channel.EMAIL else _send_webhook)(notice)
+        if notice.draw_id:
+            _send_assignment(notice)
+        else:
+            (_send_email if notice.channel == AlertNotification.Channel.EMAIL else _send_webhook)(notice)
     except Exception as error:
         final = notice.attempts >= settings.ALERT_NOTIFY_TRIES
         notice.state = AlertNotification.State.FAILED if final else AlertNotification.State.RETRYING
@@ -161,6 +191,27 @@ def _send_email(notice: AlertNotification) -> None:
     subject = f"[chipledger] high alert: {notice.alert.get_kind_display()} ({alert['prover']})"
     lines = [f"{key}: {value}" for key, value in alert.items() if value is not None]
     send_mail(subject, "\n".join(lines), settings.DEFAULT_FROM_EMAIL, settings.ALERT_EMAILS, fail_silently=False)
+
+
+def _send_assignment(notice: AlertNotification) -> None:
+    """The tasks the draw assigned the body, to its members (as they are now: one who left gets nothing)."""
+    draw, body = notice.draw, notice.inspection_body
+    tasks = list(draw.tasks.filter(inspection_body=body).select_related("chip__facility").order_by("chip__serial"))
+    lines = "\n".join(
+        f"  {t.chip.serial} at {t.chip.facility.slug if t.chip.facility else 'no facility'}, due {t.due_on}"
+        for t in tasks
+    )
+    send_mail(
+        f"{len(tasks)} chip inspections assigned ({draw.campaign.slug}, period {draw.period})",
+        f"Inspections assigned to {body.slug}:\n{lines}\n",
+        None,
+        _members_emails(body),
+        fail_silently=False,
+    )
+
+
+def _members_emails(body: Organisation) -> list[str]:
+    return [m.user.email for m in body.members.select_related("user").order_by("user__pk") if m.user.email]
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
