@@ -101,6 +101,7 @@ def make_world() -> dict:
         world["keys"][slug], world["tokens"][slug] = key, api_token_issue(user)[1]
         world[slug] = org
     services.facility_register(owner=world["fab-tw"], slug="fab-1", kind="fab", country="TW", actor="fab-tw")
+    services.facility_register(owner=world["vendor-a"], slug="wh-1", kind="warehouse", country="US", actor="vendor-a")
     services.chip_model_register(
         vendor=world["vendor-a"],
         slug="h100-sxm",
@@ -237,7 +238,9 @@ def grow(world: dict, size: int) -> None:
             event="exported",
             payload={"chips": serials, "consignee": "vendor-a", "reference": "PO-2", "export_licence": "EL-2"},
         )
-        services.chips_record_event(organisation=world["vendor-a"], event="received", payload={"chips": serials})
+        services.chips_record_event(
+            organisation=world["vendor-a"], event="received", payload={"chips": serials, "facility": "wh-1"}
+        )
         world["serials"] += serials
         current += count
         print(f"  registry: {current:,} chips", file=sys.stderr)

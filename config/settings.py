@@ -236,6 +236,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "desk.tasks.sweep_integrity",
         "schedule": timedelta(seconds=env.int("DESK_INTEGRITY_SWEEP_INTERVAL", default=3600)),
     },
+    # A notice whose message was lost (a broker restart, a killed worker) is re-sent; see ALERT_NOTIFY_SWEEP_GRACE.
+    "inspections-notices": {
+        "task": "inspections.tasks.resend_alert_notices",
+        "schedule": timedelta(seconds=env.int("ALERT_NOTIFY_SWEEP_INTERVAL", default=300)),
+    },
     "inspections-draw": {
         "task": "inspections.tasks.draw_due_campaigns",
         "schedule": timedelta(seconds=env.int("INSPECTIONS_DRAW_INTERVAL", default=3600)),
@@ -406,6 +411,8 @@ ALERT_WEBHOOK_SECRET = env("ALERT_WEBHOOK_SECRET", default="")
 ALERT_WEBHOOK_TIMEOUT = env.float("ALERT_WEBHOOK_TIMEOUT", default=10.0)
 ALERT_NOTIFY_TRIES = env.int("ALERT_NOTIFY_TRIES", default=8)
 ALERT_NOTIFY_BACKOFF = env.float("ALERT_NOTIFY_BACKOFF", default=30.0)
+# The sweep re-sends a notice whose try is this many seconds overdue (its message was lost).
+ALERT_NOTIFY_SWEEP_GRACE = env.float("ALERT_NOTIFY_SWEEP_GRACE", default=300.0)
 # The desk's address in notices (links to the alert's page), e.g. https://desk.example.org; empty: paths only.
 DESK_BASE_URL = env("DESK_BASE_URL", default="")
 

@@ -389,7 +389,7 @@ def owner_chip_rows(organisation: Organisation) -> tuple[list, datetime | None]:
 def organisation_story(organisation: Organisation) -> dict:
     """An organisation's story on one page: the chips it owns by facility and status (one grouped query on
     the (owner, status) index), its facilities, open alerts, claims by verdict and the latest, the campaigns
-    that target it, its keys with their registration and revocation entries, and the latest entries about it."""
+    that target it (and those that did until an amendment dropped it), its keys with their registration and revocation entries, and the latest entries about it."""
     chips: dict[str, dict[str, int]] = defaultdict(dict)
     rows, chips_as_of = owner_chip_rows(organisation)
     for facility, status, n in rows:
@@ -402,11 +402,12 @@ def organisation_story(organisation: Organisation) -> dict:
     )
     verdicts = dict(Claim.objects.filter(prover=organisation).values_list("result").annotate(n=Count("id")).order_by())
     claims = list(Claim.objects.filter(prover=organisation).select_related("snapshot__chip").order_by("-pk")[:10])
-    campaigns = list(
-        Campaign.objects.filter(Q(provers=organisation) | Q(provers=None, country=organisation.country))
-        .distinct()
-        .order_by("-starts_on")[:ORG_ROWS]
-    )
+    current = Q(provers=organisation) | Q(provers=None, country=organisation.country)
+    named = Q(slug__in=campaigns_that_named(organisation))
+    campaigns = list(Campaign.objects.filter(current | named).distinct().order_by("-starts_on")[:ORG_ROWS])
+    in_force = set(Campaign.objects.filter(current, pk__in=[c.pk for c in campaigns]).values_list("pk", flat=True))
+    for campaign in campaigns:
+        campaign.former = campaign.pk not in in_force  # named once, dropped by an amendment since
     seqs = EntrySubject.objects.filter(subject=f"org:{organisation.slug}").order_by("-seq")
     recent = [
         {k: e[k] for k in ("seq", "time", "kind", "actor")}
@@ -429,6 +430,16 @@ def organisation_story(organisation: Organisation) -> dict:
         "members": list(organisation.members.select_related("user").order_by("user__username")[:ORG_ROWS]),
         "recent": recent,
     }
+
+
+def campaigns_that_named(organisation: Organisation) -> set[str]:
+    """Slugs of the campaigns whose creation or an amendment named the organisation as a prover (the entry index's
+    ``org:`` rows): one an amendment dropped it from still belongs to its history."""
+    seqs = EntrySubject.objects.filter(
+        subject=f"org:{organisation.slug}", kind__in=("campaign.created", "campaign.amended")
+    ).values_list("seq", flat=True)
+    entries = ledger.entries_at(list(seqs[: ORG_ROWS * 4]))
+    return {e["payload"].get("campaign") or e["payload"].get("slug") for e in entries} - {None}
 
 
 def tasks_by_state(tasks) -> dict[str, int]:

@@ -432,11 +432,24 @@ def age_text(age) -> str:
 
 @admin.register(AlertNotification)
 class AlertNotificationAdmin(ReadOnlyAdmin):
-    """Email and webhook notices of high alerts: whether each was delivered, and the last error if not."""
+    """Email and webhook notices of high alerts, and emails of the tasks a draw assigned a body: whether each was
+    delivered, and the last error if not."""
 
-    list_display = ("alert", "channel", "target", "state", "attempts", "last_error", "created_at", "sent_at")
+    list_display = (
+        "alert",
+        "draw",
+        "inspection_body",
+        "channel",
+        "target",
+        "state",
+        "attempts",
+        "next_try_at",
+        "last_error",
+        "created_at",
+        "sent_at",
+    )
     list_filter = ("state", "channel")
-    list_select_related = ("alert__prover",)
+    list_select_related = ("alert__prover", "draw__campaign", "inspection_body")
 
 
 @admin.register(Claim)

@@ -185,6 +185,20 @@ class IdentityChallenge(models.Model):
     answered = models.BooleanField(default=False)
 
 
+class IdentityCheck(models.Model):
+    """The outcome of one identity check (``inspection.identity_checked``), projected so the portal and the desk read
+    a task's checks by task instead of scanning the ledger for the kind. Rebuilt from the ledger."""
+
+    task = models.ForeignKey(InspectionTask, on_delete=models.PROTECT, related_name="identity_checks")
+    seq = models.BigIntegerField(unique=True)
+    checked_at = models.DateTimeField()
+    passed = models.BooleanField()
+    reason = models.TextField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"identity check #{self.seq} ({'passed' if self.passed else 'failed'})"
+
+
 class SnapshotLog(models.Model):
     """A chip's firmware log as the inspector uploaded it; checked by a Celery task."""
 
@@ -339,7 +353,9 @@ class CaseText(models.Model):
 
 
 class AlertNotification(models.Model):
-    """One outgoing notice of a high-severity alert (an email, or a signed webhook): operational, not a projection.
+    """One outgoing notice of a high-severity alert (an email, or a signed webhook), or an email to an inspection
+    body's members of the tasks a draw assigned it (``draw`` and ``inspection_body`` set, no alert): operational,
+    not a projection.
 
     The worker delivers it, retrying with backoff; each try's outcome stays here, so a failure shows on the alert's
     page and in the admin instead of vanishing in a log. It carries only what the ledger already shows publicly.
@@ -351,11 +367,14 @@ class AlertNotification(models.Model):
 
     class State(models.TextChoices):
         QUEUED = "queued"
+        SENDING = "sending"  # a worker holds it until next_try_at (its lease); past that the sweep re-sends it
         RETRYING = "retrying", "failed, retrying"
         SENT = "sent"
         FAILED = "failed", "failed, gave up"
 
-    alert = models.ForeignKey(Alert, on_delete=models.PROTECT, related_name="notifications")
+    alert = models.ForeignKey(Alert, on_delete=models.PROTECT, related_name="notifications", null=True, blank=True)
+    draw = models.ForeignKey(Draw, on_delete=models.PROTECT, related_name="notices", null=True, blank=True)
+    inspection_body = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="+", null=True, blank=True)
     channel = models.CharField(max_length=8, choices=Channel.choices)
     target = models.CharField(max_length=500, help_text="the recipients, or the webhook's URL")
     state = models.CharField(max_length=8, choices=State.choices, default=State.QUEUED)
@@ -363,10 +382,14 @@ class AlertNotification(models.Model):
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    next_try_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the next try is due (sending: when the worker's hold lapses)"
+    )
 
     class Meta:
         ordering = ["-pk"]
         indexes = [models.Index(fields=["state"], name="alert_notice_state")]
 
     def __str__(self) -> str:
-        return f"{self.channel} notice of alert #{self.alert_id} ({self.state})"
+        about = f"alert #{self.alert_id}" if self.alert_id else f"draw #{self.draw_id}'s tasks"
+        return f"{self.channel} notice of {about} ({self.state})"

@@ -15,6 +15,7 @@ periods, ledger seqs), so database ids do not matter:
     finding          campaign/period/serial    what the inspector recorded, recorded_seq
     alert            raised_seq                kind, prover, chip, task, detail, raised_at, state, assignee,
                                                updated_seq, and every triage action (alert.updated)
+    identity check   seq                       task, passed, reason, checked_at (inspection.identity_checked)
     snapshot log     checked_seq               task, sha256, status, problems (the text is not on the ledger:
                                                each live text is hashed against its recorded sha256 instead)
     snapshot         serial/counter            log, time, shard, hash, claim_due_on, and the firmware's work
@@ -62,6 +63,7 @@ from .models import (
     CoverageReverification,
     Draw,
     Finding,
+    IdentityCheck,
     InspectionBody,
     InspectionTask,
     Snapshot,
@@ -117,6 +119,7 @@ class World:
     findings: dict[TaskKey, dict] = field(default_factory=dict)
     alerts: dict[int, dict] = field(default_factory=dict)
     logs: dict[int, dict] = field(default_factory=dict)
+    identity_checks: dict[int, tuple] = field(default_factory=dict)  # by seq: task key, passed, reason, time
     snapshots: dict[tuple[str, int], dict] = field(default_factory=dict)
     claims: dict[tuple[str, int], dict] = field(default_factory=dict)
     claim_keys: dict[int, tuple[str, int]] = field(default_factory=dict)  # live claim id -> (serial, counter)
@@ -237,6 +240,11 @@ def _finding(world, seq, time, actor, payload):
         "recorded_seq": seq,
     }
     world.tasks[key]["status"] = InspectionTask.Status.DONE.value
+
+
+def _identity_checked(world, seq, time, actor, payload):
+    key = _task(world, seq, payload["task"], payload["chip"])
+    world.identity_checks[seq] = (key, payload["passed"], payload["reason"], time)
 
 
 def _alert(world, seq, time, actor, payload):
@@ -450,7 +458,8 @@ HANDLERS = {
     "claim.material_copied": _material_copied,
     "claim.conflict": _claim_conflict,
     "claim.reverified": _claim_reverified,
-    # inspection.identity_checked changes no projection: the challenges it answers are not on the ledger.
+    # the challenges these answer are not on the ledger (private, short-lived): only the outcomes are projected
+    "inspection.identity_checked": _identity_checked,
 }
 
 
@@ -533,6 +542,7 @@ def tables(world: World):
         {seq: (log["task"], log["sha256"], log["status"], log["problems"]) for seq, log in world.logs.items()},
     )
     yield "snapshot log text", _live_log_text_hashes(), {}
+    yield "identity check", _live_identity_checks(), world.identity_checks
     yield (
         "snapshot",
         _live_snapshots(),
@@ -775,6 +785,14 @@ def _live_claims(world: World) -> dict:
             copy_failures,
         )
     return live
+
+
+def _live_identity_checks() -> dict:
+    rows = IdentityCheck.objects.values_list("seq", *TASK_KEY, "passed", "reason", "checked_at")
+    return {
+        seq: ((slug, period, serial), passed, reason, _time(at))
+        for seq, slug, period, serial, passed, reason, at in rows.iterator(chunk_size=10000)
+    }
 
 
 def _live_reverifications() -> dict:

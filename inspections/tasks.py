@@ -1,10 +1,9 @@
 """Celery tasks of the inspections app: thin wrappers over services (docs/ARCHITECTURE.md, Writes and reads)."""
 
 from celery import shared_task
-from django.conf import settings
 from django.utils import timezone
 
-from .models import Claim, SnapshotLog
+from .models import AlertNotification, Claim, SnapshotLog
 from .services import campaigns, claims, inspectors, notifications, pending, sweeps
 
 
@@ -60,10 +59,15 @@ def reverify_coverage_claim(claim_id: int) -> str:
 
 @shared_task(bind=True, name="inspections.tasks.deliver_alert_notice", acks_late=True, max_retries=None)
 def deliver_alert_notice(self, notice_id: int) -> bool:
-    """Email or post (signed) one notice of a high alert; a failure is recorded and retried with backoff."""
-    tries = self.request.retries + 1
-    final = tries >= settings.ALERT_NOTIFY_TRIES
-    delivered = notifications.notice_deliver(notice_id, final=final)
-    if not delivered and not final:
-        raise self.retry(countdown=notifications.notice_backoff(tries))
-    return delivered
+    """Email or post (signed) one notice of a high alert; a failure is recorded and retried with backoff (the tries
+    are counted on the notice, which bounds them). True: the notice is delivered."""
+    notice = notifications.notice_deliver(notice_id)
+    if notice.state == AlertNotification.State.RETRYING:
+        raise self.retry(countdown=max(0.0, (notice.next_try_at - timezone.now()).total_seconds()))
+    return notice.state == AlertNotification.State.SENT
+
+
+@shared_task(name="inspections.tasks.resend_alert_notices")
+def resend_alert_notices() -> dict:
+    """Beat: notices whose message was lost are re-sent; those out of tries are given up."""
+    return notifications.notices_resend(timezone.now())

@@ -206,7 +206,7 @@ def _sell(orgs, vendor: str, owner: str, serials: list[str], datacentre: str, ex
         )
     else:
         _event(orgs, vendor, "shipped", serials, consignee=owner, reference=f"SO-{owner}")
-    _event(orgs, owner, "received", serials)
+    _event(orgs, owner, "received", serials, facility=datacentre)
     _event(orgs, owner, "installed", serials, facility=datacentre)
     _event(orgs, vendor, "transfer_offered", serials, to_owner=owner, reference=f"SO-{owner}")
     _event(orgs, owner, "transfer_accepted", serials)

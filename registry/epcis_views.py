@@ -85,7 +85,7 @@ class CaptureView(APIView):
             "(the serial component is the chip serial); organisations and facilities: "
             f"`{epcis_format.ORG_URI}<slug>` / `{epcis_format.FACILITY_URI}<slug>` or bare slugs. Commissioning needs "
             "`ilmd.chipledger:model` and `ilmd.chipledger:publicKeys` {epc: base64 Ed25519 key}; a cross-border "
-            "shipment needs `chipledger:exportLicence`. Events whose `eventID` (or, without one, the SHA-256 of "
+            "shipment needs `chipledger:exportLicence`; receiving needs the facility (`bizLocation` or `readPoint`). Events whose `eventID` (or, without one, the SHA-256 of "
             "the event's RFC 8785 canonical JSON) was captured before are skipped and reported as `duplicate`. "
             "Full mapping: rules/epcis_format.py."
         ),

@@ -18,7 +18,7 @@ Capture (``POST /api/epcis/capture``)
       bizStep          action   lifecycle
       commissioning    ADD      fabricated     ilmd: chipledger:model, chipledger:publicKeys {epc: base64}
       shipping         OBSERVE  shipped, or exported when it crosses a border (needs chipledger:exportLicence)
-      receiving        OBSERVE  received       into the facility of bizLocation (else readPoint)
+      receiving        OBSERVE  received       into the facility of bizLocation (else readPoint): required
       decommissioning  DELETE   decommissioned
       destroying       DELETE   destroyed
 

@@ -114,7 +114,7 @@ class World:
         self.event("vendor-us", "transfer_offered", serials, to_owner=owner)
         self.event(owner, "transfer_accepted", serials)
         if receive:
-            self.event(owner, "received", serials)
+            self.event(owner, "received", serials, facility=f"da-{owner}")
             self.event(owner, "installed", serials, facility=f"da-{owner}")
 
     def train(self, prover: str, serials: list[str], *, steps: int = 12, seed: int = 1, rate: float = 0.04) -> Path:

@@ -109,7 +109,7 @@ def _buy(world: World, owner: str, lot: str) -> list[str]:
     world.event("vendor-a", "shipped", serials, consignee=owner, reference=f"SO-{owner}")
     world.event("vendor-a", "transfer_offered", serials, to_owner=owner)
     world.event(owner, "transfer_accepted", serials)
-    world.event(owner, "received", serials)
+    world.event(owner, "received", serials, facility=f"dc-{owner}")
     world.event(owner, "installed", serials, facility=f"dc-{owner}")
     return serials
 

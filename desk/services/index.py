@@ -1,7 +1,8 @@
 """The desk's index of ledger entries, written in the same transaction as each append.
 
 Which organisations and business references an entry concerns is read from its actor and its
-payload's top-level fields alone (a pure function), and its leaf hash from the leaf, so the rebuild
+payload's top-level fields alone (a pure function), and its leaf hash from the leaf (a campaign amendment
+also reads the entry it supersedes, for the provers it drops), so the rebuild
 (``desk.rebuild_index``) derives the same rows from the ledger: the search finds entries by
 organisation, reference and hash through them. Per-day counts by kind feed the dashboard's time series.
 """
@@ -13,6 +14,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from django.db import connection
+
+from ledger import selectors as ledger
 
 from ..models import EntrySubject, KindDay
 
@@ -51,6 +54,23 @@ def subjects(kind: str, actor: str, payload: dict) -> set[str]:
     return {subject for subject in about if len(subject) <= MAX_SUBJECT}
 
 
+def dropped_provers(kind: str, payload: dict) -> set[str]:
+    """``org:`` rows for the provers of the entry a ``campaign.amended`` supersedes: an amendment that drops a prover
+    concerns it too, so the dropped organisation's history (its page, the search) still shows it. The one place the
+    index reads beyond the entry itself: the superseded entry, by the seq the payload names."""
+    seq = payload.get("supersedes")
+    if kind != "campaign.amended" or not isinstance(seq, int) or isinstance(seq, bool):
+        return set()
+    before = [e["payload"] for e in ledger.entries_at([seq]) if e["kind"] in ("campaign.created", "campaign.amended")]
+    if not before:
+        return set()
+    params = before[0].get("params")
+    provers = params.get("provers") if isinstance(params, dict) else before[0].get("provers")
+    if not isinstance(provers, list):
+        return set()
+    return {f"org:{slug}" for slug in provers if isinstance(slug, str) and slug and len(slug) + 4 <= MAX_SUBJECT}
+
+
 def hash_subject(leaf_hash: bytes) -> str:
     """The index row that finds an entry by (the first 64 bits of) its leaf hash."""
     return "hash:" + bytes(leaf_hash).hex()[:HASH_PREFIX_HEX]
@@ -62,6 +82,7 @@ def rows_for(entries: Iterable) -> tuple[list[tuple], Counter]:
     rows, counts = [], Counter()
     for entry in entries:
         found = subjects(entry.kind, entry.actor, entry.payload) | {hash_subject(entry.hash)}
+        found |= dropped_provers(entry.kind, entry.payload)
         rows.extend((subject, entry.seq, entry.kind) for subject in found)
         counts[(_day(entry.time), entry.kind)] += 1
     return rows, counts

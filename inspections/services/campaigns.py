@@ -9,17 +9,14 @@ from __future__ import annotations
 import base64
 import logging
 import math
-from collections import defaultdict
 from datetime import date, timedelta
 
-from django.core.mail import send_mail
 from django.db import connection, transaction
 from django.utils import timezone
 
 from ledger import services as ledger
 from registry.models import Chip, Organisation, Role
 from rules import draw_ranking, sampling_plans
-from rules.countries import COUNTRIES
 from rules.inspection_planning import (
     AMENDABLE,
     DEFAULT_MODEL,
@@ -36,6 +33,7 @@ from rules.inspection_planning import (
 from .. import selectors
 from ..models import Alert, Campaign, CampaignSeed, Draw, InspectionBody, InspectionTask
 from .alerts import CLOSED, alert_raise
+from .notifications import assignment_notices_queue
 from .validation import country_clean
 from .validation import fail as _fail
 
@@ -79,9 +77,7 @@ def campaign_clean(
     """The ``campaign.created`` payload, checked; writes nothing (the admin's preview shows its plan first).
 
     ``today`` (default: the server's date) is the day before which a campaign may not start: no backdating."""
-    country = country_clean(country) if (country or "").strip() else ""
-    if country and country not in COUNTRIES:
-        _fail("country", f"{country!r} is not an ISO 3166-1 country code")
+    country = country_clean(country) if (country or "").strip() else ""  # an assigned ISO 3166-1 code, or none
     if Campaign.objects.filter(slug=slug).exists():
         _fail("slug", f"{slug!r} is taken")
     if bool(provers) == bool(country):
@@ -451,24 +447,4 @@ def _create_tasks(draw: Draw, provers: dict, assignments: dict, today: date, seq
                 task.chip,
                 task,
             )
-    transaction.on_commit(lambda: _notify_inspectors(draw))
-
-
-def _notify_inspectors(draw: Draw) -> None:
-    """One email per inspection body member with the tasks assigned to the body (console backend by default)."""
-    by_body = defaultdict(list)
-    for task in draw.tasks.select_related("chip__facility", "inspection_body").exclude(inspection_body=None):
-        by_body[task.inspection_body].append(task)
-    for body, tasks in by_body.items():
-        recipients = [m.user.email for m in body.members.select_related("user") if m.user.email]
-        if recipients:
-            lines = "\n".join(
-                f"  {t.chip.serial} at {t.chip.facility.slug if t.chip.facility else 'no facility'}, due {t.due_on}"
-                for t in tasks
-            )
-            send_mail(
-                f"{len(tasks)} chip inspections assigned ({draw.campaign.slug}, period {draw.period})",
-                f"Inspections assigned to {body.slug}:\n{lines}\n",
-                None,
-                recipients,
-            )
+    assignment_notices_queue(draw)  # each body's members: emailed by the worker, re-sent by the sweep if lost

@@ -23,7 +23,7 @@ from registry.models import Organisation
 from rules.chip_lifecycle import Status
 
 from .. import queue, verification
-from ..models import Alert, Finding, IdentityChallenge, InspectionTask, Snapshot, SnapshotLog
+from ..models import Alert, Finding, IdentityChallenge, IdentityCheck, InspectionTask, Snapshot, SnapshotLog
 from .alerts import CLOSED, alert_act, alert_raise
 from .campaigns import campaign_create
 from .casefiles import case_text_commit
@@ -93,7 +93,8 @@ def identity_answer_check(
         "passed": reason is None,
         "reason": reason,
     }
-    ledger.append_entry("inspection.identity_checked", outcome, body.slug, submission)
+    entry = ledger.append_entry("inspection.identity_checked", outcome, body.slug, submission)
+    IdentityCheck.objects.create(task=task, seq=entry.seq, checked_at=entry.time, passed=reason is None, reason=reason)
     if reason is not None:
         alert_raise(Alert.Kind.IDENTITY_FAILED, task.prover, f"{task.chip.serial}: {reason}", task.chip, task)
     else:

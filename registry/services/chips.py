@@ -188,7 +188,9 @@ EVENT_FIELDS = {
         "destination_country": False,
         "export_licence": True,
     },
-    "received": {"facility": False},
+    # a receipt names the facility the chips arrive at: a chip "in stock" must be in stock somewhere. Requests only:
+    # rules.chip_lifecycle still replays older ledgers whose receipts named none.
+    "received": {"facility": True},
     "packaged": {"facility": False},
     "installed": {"facility": True},
     "transfer_offered": {"to_owner": True, "reference": False},

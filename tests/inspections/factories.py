@@ -16,7 +16,7 @@ def make_provers() -> None:
         facility(owner, f"dc-{slug}")
         serials = fabricate(fab, model, count)
         event(fab, "exported", serials, consignee=slug, reference="PO", export_licence="EL")
-        event(owner, "received", serials)
+        event(owner, "received", serials, facility=f"dc-{slug}")
         event(owner, "installed", serials, facility=f"dc-{slug}")
         event(fab, "transfer_offered", serials, to_owner=slug)
         event(owner, "transfer_accepted", serials)

@@ -42,6 +42,12 @@ def test_editing_an_inspection_body_registers_it_again(regulator):
         f"/admin/inspections/inspectionbody/{body.pk}/change/", {"countries": "NLD", "capacity_per_period": "7"}
     )
     assert refused.status_code == 200 and "alpha-2" in refused.content.decode()
+    unassigned = regulator.post(
+        f"/admin/inspections/inspectionbody/{body.pk}/change/", {"countries": "nl, qq", "capacity_per_period": "7"}
+    )
+    assert unassigned.status_code == 200 and "&#x27;QQ&#x27; is not an ISO 3166-1 country code" in (
+        unassigned.content.decode()
+    )
     assert Entry.objects.filter(kind="inspection_body.registered").count() == 2
 
 

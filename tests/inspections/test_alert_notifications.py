@@ -26,11 +26,16 @@ SECRET = "whsec-test-0123456789"
 
 
 class Receiver(BaseHTTPRequestHandler):
-    """Answers each POST with the next status of ``statuses`` (then 200) and keeps what it got."""
+    """Answers each POST with the next status of ``statuses`` (then 200) and keeps what it got; with ``hold`` set,
+    only once the test releases it."""
 
     def do_POST(self):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         self.server.received.append((dict(self.headers), body))
+        if self.server.hold:  # (arrived, release): tell the test a request is in, answer once it says so
+            arrived, release = self.server.hold
+            arrived.set()
+            release.wait(30)
         status = self.server.statuses.pop(0) if self.server.statuses else 200
         self.send_response(status)
         if status in (301, 302, 307):
@@ -45,7 +50,7 @@ class Receiver(BaseHTTPRequestHandler):
 @pytest.fixture
 def receiver(settings):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    server.received, server.statuses = [], []
+    server.received, server.statuses, server.hold = [], [], None
     threading.Thread(target=server.serve_forever, daemon=True).start()
     settings.ALERT_WEBHOOK_URL = f"http://127.0.0.1:{server.server_address[1]}/hooks/chipledger"
     settings.ALERT_WEBHOOK_SECRET = SECRET

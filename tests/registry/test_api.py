@@ -36,6 +36,7 @@ def world():
     owner_a, owner_key = organisation("owner-a", ["owner"], "US")
     regulator, regulator_key = organisation("regulator", ["regulator"], "US")
     facility(owner_a, "dc-owner-a")
+    facility(vendor_a, "wh-vendor-a", kind="warehouse")
     facility(fab, "fab-tw-1", kind="fab")
     model = chip_model(vendor_a)
     return {
@@ -62,7 +63,7 @@ def vendor_stock(world, count=3) -> list[str]:
     fab = world["fab"].org
     serials = fabricate(fab, world["model"], count, "fab-tw-1")
     event(fab, "exported", serials, consignee="vendor-a", reference="PO-1", export_licence="TW-EL-1")
-    event(world["vendor_a"].org, "received", serials)
+    event(world["vendor_a"].org, "received", serials, facility="wh-vendor-a")
     return serials
 
 
@@ -260,6 +261,19 @@ def test_only_the_possessor_ships_and_only_the_consignee_receives(world):
         "dc-owner-a",
         "in_stock",
     )
+
+
+def test_a_receipt_must_name_the_facility_the_chips_arrive_at(world):
+    """A chip received "nowhere" would be in stock at no facility and in no country the desk can show."""
+    serials = vendor_stock(world)
+    ship = {"chips": serials, "consignee": "owner-a", "reference": "INV-8"}
+    assert world["vendor_a"].post(EVENTS + "ship", ship).status_code == 201
+    size = ledger_selectors.ledger_size()
+    response = world["owner_a"].post(EVENTS + "receive", {"chips": serials})
+    assert response.status_code == 400
+    assert response.json() == {"facility": ["required for received"]}
+    assert ledger_selectors.ledger_size() == size
+    assert set(Chip.objects.filter(serial__in=serials).values_list("status", flat=True)) == {"in_transit"}
 
 
 def test_transfer_is_pending_until_accepted(world):

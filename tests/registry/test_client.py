@@ -43,7 +43,7 @@ def test_client_fabricates_ships_and_reads(fab):
     client.event("export", serials, consignee="vendor-a", reference="PO-1", export_licence="EL-1")
     assert [e["kind"] for e in client.chip(serials[0])["history"]] == ["chip.fabricated", "chip.exported"]
     with pytest.raises(ApiError) as error:
-        client.event("receive", serials)  # only the consignee may receive
+        client.event("receive", serials, facility="fab-1")  # only the consignee may receive
     assert error.value.status == 400 and "chips[0]" in error.value.answer
 
 

@@ -32,6 +32,13 @@ def test_registering_again_replaces_coverage_and_capacity(inspectorate):
     assert [e.payload["countries"] for e in entries] == [["NL"], ["FR"]] and again.registered_seq == entries[1].seq
 
 
+def test_a_country_must_be_an_assigned_iso_3166_code(inspectorate):
+    with pytest.raises(ValidationError) as error:
+        inspection_body_register(organisation="inspect-eu", countries=["NL", "xx"], capacity_per_period=5)
+    assert error.value.message_dict == {"countries": ["'XX' is not an ISO 3166-1 country code"]}
+    assert not Entry.objects.filter(kind="inspection_body.registered").exists()
+
+
 @pytest.mark.parametrize(
     "overrides, field",
     [
@@ -39,6 +46,8 @@ def test_registering_again_replaces_coverage_and_capacity(inspectorate):
         ({"organisation": "owner-a"}, "organisation"),  # not an inspection body
         ({"countries": ["NLD"]}, "countries"),
         ({"countries": ["N1"]}, "countries"),
+        ({"countries": ["NL", "xx"]}, "countries"),  # two letters, but no country's code
+        ({"countries": ["UK"]}, "countries"),  # the United Kingdom is GB in ISO 3166-1
         ({"countries": "NL"}, "countries"),
         ({"countries": ["NL", "nl"]}, "countries"),
         ({"capacity_per_period": 0}, "capacity_per_period"),

@@ -68,7 +68,7 @@ def answer(transcript, settings, tmp_path, django_capture_on_commit_callbacks):
     )
     serials = list(keys)
     event(fab, "exported", serials, consignee="owner-a", reference="PO", export_licence="EL")
-    event(owner, "received", serials)
+    event(owner, "received", serials, facility="dc-a")
     event(fab, "transfer_offered", serials, to_owner="owner-a")
     event(owner, "transfer_accepted", serials)
     campaign = campaigns.campaign_create(

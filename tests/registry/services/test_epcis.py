@@ -273,6 +273,19 @@ def test_only_the_possessor_captures_a_shipment_and_only_the_consignee_a_receipt
     assert ledger_selectors.ledger_size() == size + 1
 
 
+def test_a_receiving_event_without_a_location_is_refused_naming_biz_location(world):
+    serials = at_vendor_a(world, 1)
+    epcs = [sgtin(serials[0])]
+    assert capture(world["vendor_a"], shipping(epcs, "owner-a")).status_code == 201
+    size = ledger_selectors.ledger_size()
+    nowhere = object_event(epcs, "urn:epcglobal:cbv:bizstep:receiving", "OBSERVE")
+    response = capture(world["owner_a"], nowhere)
+    assert response.status_code == 400
+    assert response.json() == {"epcisBody.eventList[0].bizLocation": ["required for received"]}
+    assert ledger_selectors.ledger_size() == size
+    assert Chip.objects.get(serial=serials[0]).status == "in_transit"
+
+
 def test_duplicates_are_only_reported_for_chips_the_caller_may_see(world):
     serials = at_vendor_a(world, 1)
     ship = shipping([sgtin(serials[0])], "owner-a", eventID="urn:uuid:6b1d0c1e-5a2f-4c3e-8d7a-000000000001")
