@@ -49,6 +49,12 @@ def _no_fold(tensors):
     return tuple(t.detach() for t in tensors)
 
 
+def _matmul_operands(tensors):
+    """`_no_fold` where the operands' dims differ (a broadcast product); equal dims fold nothing, and
+    a detach is an ATen op (two per product, forward and backward)."""
+    return tuple(tensors) if len({t.dim() for t in tensors}) == 1 else _no_fold(tensors)
+
+
 class _Matmul(torch.autograd.Function):
     """C = scale * (A @ B) + bias. A (..., M, K), B (..., K, N) with equal batch dims, bias (N,)."""
 
@@ -56,7 +62,7 @@ class _Matmul(torch.autograd.Function):
     def forward(ctx, a, b, bias, scale, name):
         R = active()
         op = R.op(name)
-        a, b = _no_fold((a, b))
+        a, b = _matmul_operands((a, b))
         c = torch.matmul(a, b)
         if scale != 1.0:
             c = c * scale
@@ -69,7 +75,7 @@ class _Matmul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         R = active()
-        a, b = _no_fold(ctx.saved_tensors)
+        a, b = _matmul_operands(ctx.saved_tensors)
         key = ctx.op * SLOTS
         if ctx.scale != 1.0:
             g = g * ctx.scale
