@@ -287,7 +287,7 @@ def straddle_mask(v: torch.Tensor, w, positive: bool = True) -> torch.Tensor:
         lo32.copy_(torch.sub(v, w, out=buf))
         hi32.copy_(torch.add(v, w, out=buf))
         mask = torch.ne(lo, hi)
-    return mask.logical_and_(w > 0.0) if positive and isinstance(w, torch.Tensor) else mask
+    return mask.bitwise_and_(w > 0.0) if positive and isinstance(w, torch.Tensor) else mask
 
 
 def close_calls(v: torch.Tensor, err) -> torch.Tensor:
@@ -501,7 +501,9 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
     def exact_gathered(idx):
         ba, bb, i, j = coords(idx)
         if a.dim() == 2 and b.dim() == 2:
-            rows, cols = a[i], b.index_select(1, j).t()  # (a[i]: four ATen ops, index_select on dim 0 six)
+            rows = a[i]  # four ATen ops; index_select on dim 0 records six
+            # a linear layer's b is its weight's transpose: index_select on dim 1 would copy all of b first
+            cols = b.index_select(1, j).t() if b.is_contiguous() else b.t()[j]
         else:
             rows, cols = a[(*ba, i)], b.transpose(-2, -1)[(*bb, j)]
         # |x y| is |x| |y| bit for bit (IEEE rounding is symmetric in sign), in one op where two abs were three
