@@ -627,6 +627,22 @@ def slots(n: int) -> int:
     return n if n <= SMALL_POINT else max(SMALL_POINT, n >> 6)
 
 
+PICK_BY_TOPK = {"cpu"}  # device types whose rounding points pick their candidates with top-k
+
+
+def pick(flags: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """k slots for the flagged elements of a flat bool mask: (each slot flagged, as uint8; its flat
+    index). Every flagged element has a slot while there are at most k; the other slots hold
+    unflagged elements, in any order (`_flush` tells them apart and sorts on the host). On a CPU one
+    top-k over the mask's bytes: one ATen op, where nonzero_static records fifteen. Elsewhere
+    nonzero_static, a stream compaction: CUDA's top-k sorts the whole mask of a slice over 100,000
+    elements (memory and time of a sort per rounding point)."""
+    if flags.device.type in PICK_BY_TOPK:
+        return torch.topk(flags.view(torch.uint8), k, sorted=False)
+    idx = torch.nonzero_static(flags, size=k, fill_value=-1).view(-1)
+    return (idx >= 0).view(torch.uint8), idx.clamp(min=0)
+
+
 class Rounder:
     """Rounds float64 results to float32 at the fixed points of one training step.
 
@@ -733,9 +749,7 @@ class Rounder:
         else:
             w = window * SAFETY if bound.exact is None else window  # a dot's window has SAFETY in it
             mask = straddle_mask(v, w, positive=bound.exact is None)
-            # the k largest flags: every flagged element while there are at most k (sorted=False: any
-            # order, `_flush` sorts on the host); one ATen op where nonzero_static is fifteen on a CPU
-            cand, idx = torch.topk(_flat(mask).view(torch.uint8), k, sorted=False)
+            cand, idx = pick(_flat(mask), k)
             x = torch.take(v, idx)
         if bound.exact is not None:
             e = bound.exact(idx)

@@ -114,10 +114,13 @@ def test_overflowing_slots_fall_back_to_the_reference_path(monkeypatch):
     assert s0.equal(s1) and l0 == l1 and roomy.entries == tight.entries
 
 
-def test_deferred_and_reference_paths_log_the_same_close_calls(monkeypatch):
+@pytest.mark.parametrize("topk", [True, False], ids=["topk", "nonzero_static"])
+def test_deferred_and_reference_paths_log_the_same_close_calls(monkeypatch, topk):
     """Random values near rounding midpoints, full and per-row bounds: the device path's decisions
-    equal the reference path's, entry for entry (zero and NaN widths, -0 values included)."""
+    equal the reference path's, entry for entry (zero and NaN widths, -0 values included), whether
+    a large point picks its candidates by top-k (a CPU) or by compaction (what CUDA runs)."""
     monkeypatch.setattr(native, "_LIB", False)
+    monkeypatch.setattr(det, "PICK_BY_TOPK", {"cpu"} if topk else set())
     g = torch.Generator().manual_seed(3)
     base = torch.randint(-(2**20), 2**20, (64, 48), generator=g).double() * 2.0**-10
     v = base + (torch.rand(64, 48, generator=g, dtype=torch.float64) - 0.5) * 2.0**-30
