@@ -150,14 +150,51 @@ def _arange(n: int, device) -> torch.Tensor:
     return cache[key]
 
 
-def _minus_one(device) -> torch.Tensor:
-    """-1 as a 0-d int64 tensor on device, cached per thread: torch.where with a Python -1 wraps and
+def _ones(n: int, device) -> torch.Tensor:
+    """n ones as uint8 on device, cached per thread: every slot of a small rounding point is a candidate."""
+    cache = _SCRATCH.__dict__
+    key = ("ones", torch.device(device), n)
+    if key not in cache:
+        cache[key] = torch.ones(n, dtype=torch.uint8, device=device)
+    return cache[key]
+
+
+def _const(value: int, device) -> torch.Tensor:
+    """value as a 0-d int64 tensor on device, cached per thread: torch.where with a Python int wraps and
     converts the scalar each call (five profiler events instead of two)."""
     cache = _SCRATCH.__dict__
-    key = ("minus_one", torch.device(device))
+    key = ("const", torch.device(device), value)
     if key not in cache:
-        cache[key] = torch.tensor(-1, device=device)
+        cache[key] = torch.tensor(value, device=device)
     return cache[key]
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """t.reshape(-1) in one ATen op where t is contiguous (reshape records two)."""
+    return t.view(-1) if t.is_contiguous() else t.reshape(-1)
+
+
+CAT_GRAIN = 32768  # ATen's CPU grain size: torch.cat's parallel path starts at this many elements
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    """torch.cat(parts), the same values. On a CPU with several threads a result of CAT_GRAIN elements
+    or more takes ATen's parallel path, which records a narrow, a slice and an as_strided per input
+    (a step's 86 points: ~800 ATen ops for _flush's four concatenations); here runs of small inputs
+    are joined first on the serial path, one op a run, and the runs then."""
+    if len(parts) == 1:
+        return parts[0]
+    if parts[0].device.type != "cpu" or torch.get_num_threads() == 1:
+        return torch.cat(parts)
+    runs, run, size = [], [], 0
+    for t in parts:
+        if run and size + t.numel() >= CAT_GRAIN:
+            runs.append(torch.cat(run) if len(run) > 1 else run[0])
+            run, size = [], 0
+        run.append(t)
+        size += t.numel()
+    runs.append(torch.cat(run) if len(run) > 1 else run[0])
+    return torch.cat(runs) if len(runs) > 1 else runs[0]
 
 
 def converted(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -250,7 +287,7 @@ def straddle_mask(v: torch.Tensor, w, positive: bool = True) -> torch.Tensor:
         lo32.copy_(torch.sub(v, w, out=buf))
         hi32.copy_(torch.add(v, w, out=buf))
         mask = torch.ne(lo, hi)
-    return mask.logical_and_(w > 0.0) if positive and isinstance(w, torch.Tensor) else mask
+    return mask.bitwise_and_(w > 0.0) if positive and isinstance(w, torch.Tensor) else mask
 
 
 def close_calls(v: torch.Tensor, err) -> torch.Tensor:
@@ -325,9 +362,8 @@ def unravel(idx: torch.Tensor, shape) -> tuple[torch.Tensor, ...]:
         return (idx,) if shape else ()
     out = []
     for d in shape[:0:-1]:
-        q = torch.div(idx, d, rounding_mode="floor")
-        out.append(idx - q * d)
-        idx = q
+        out.append(torch.remainder(idx, d))  # one op each, where q and idx - q * d were three
+        idx = torch.div(idx, d, rounding_mode="floor")
     out.append(idx)
     return tuple(out[::-1])
 
@@ -409,7 +445,7 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
         return memo["b"]
 
     def bias_at(i, j):
-        return babs[i] if bias_rows else babs[j]
+        return torch.take(babs, i if bias_rows else j)  # babs is 1-D: take is two ATen ops, indexing four
 
     def coarse():
         na, nb = norm_a(), norm_b()
@@ -453,9 +489,10 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
     def window():  # the candidates' window, SAFETY included: Cauchy-Schwarz per element, as the native
         # kernel's filter, ||A_i|| g ||B_j|| + |bias|; the exact bound decides (Rounder._flush)
         nb = torch.linalg.vector_norm(b, dim=-2)
-        w = (norm_a() * (g * SAFETY)).unsqueeze(-1) * nb.unsqueeze(-2)
+        na = norm_a() * (g * SAFETY)
+        w = na.view(*na.shape, 1) * nb.view(*nb.shape[:-1], 1, nb.shape[-1])  # (views: one ATen op, unsqueeze two)
         if babs is not None and babs.numel():
-            w = w + (babs.unsqueeze(-1) if bias_rows else babs) * SAFETY
+            w = w + (babs.view(-1, 1) if bias_rows else babs) * SAFETY
         return w
 
     def exact_fixed(idx):  # the exact bound at a fixed number of indices: gathers only, no host sync;
@@ -464,10 +501,13 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
     def exact_gathered(idx):
         ba, bb, i, j = coords(idx)
         if a.dim() == 2 and b.dim() == 2:
-            rows, cols = a.index_select(0, i), b.index_select(1, j).t()
+            rows = a[i]  # four ATen ops; index_select on dim 0 records six
+            # a linear layer's b is its weight's transpose: index_select on dim 1 would copy all of b first
+            cols = b.index_select(1, j).t() if b.is_contiguous() else b.t()[j]
         else:
             rows, cols = a[(*ba, i)], b.transpose(-2, -1)[(*bb, j)]
-        e = (rows.abs_() * cols.abs()).sum(-1).mul_(g)
+        # |x y| is |x| |y| bit for bit (IEEE rounding is symmetric in sign), in one op where two abs were three
+        e = (rows * cols).abs_().sum(-1).mul_(g)
         return e + bias_at(i, j) if babs is not None else e
 
     return Bound(math.inf, at, coarse=coarse, cheap=cheap, fused=fused, window=window, exact=exact_fixed)
@@ -587,6 +627,22 @@ def slots(n: int) -> int:
     return n if n <= SMALL_POINT else max(SMALL_POINT, n >> 6)
 
 
+PICK_BY_TOPK = {"cpu"}  # device types whose rounding points pick their candidates with top-k
+
+
+def pick(flags: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """k slots for the flagged elements of a flat bool mask: (each slot flagged, as uint8; its flat
+    index). Every flagged element has a slot while there are at most k; the other slots hold
+    unflagged elements, in any order (`_flush` tells them apart and sorts on the host). On a CPU one
+    top-k over the mask's bytes: one ATen op, where nonzero_static records fifteen. Elsewhere
+    nonzero_static, a stream compaction: CUDA's top-k sorts the whole mask of a slice over 100,000
+    elements (memory and time of a sort per rounding point)."""
+    if flags.device.type in PICK_BY_TOPK:
+        return torch.topk(flags.view(torch.uint8), k, sorted=False)
+    idx = torch.nonzero_static(flags, size=k, fill_value=-1).view(-1)
+    return (idx >= 0).view(torch.uint8), idx.clamp(min=0)
+
+
 class Rounder:
     """Rounds float64 results to float32 at the fixed points of one training step.
 
@@ -672,8 +728,11 @@ class Rounder:
         return r
 
     def _record_deferred(self, key, v, bound) -> torch.Tensor:
-        """The device path: candidates by the bound's window into slots(n) fixed slots, their exact
-        bounds gathered; decided in `_flush`. About twenty element-wise ops, none waiting for the device."""
+        """The device path: candidates into slots(n) fixed slots with their exact bounds, decided in
+        `_flush`; nothing waits for the device. A point with a slot per element hands over all of it
+        (its window is not even formed as a test: `_flush` decides on the exact bound, and every close
+        call lies inside the window); a larger one keeps the elements its window flags, picked by one
+        top-k over the flags (with filler elements when fewer; `_flush` tells them apart)."""
         window = bound.window if bound.window is not None else bound.coarse
         if window is None:
             window = bound.max
@@ -682,28 +741,23 @@ class Rounder:
         full = isinstance(window, torch.Tensor) and window.shape == v.shape
         if not isinstance(window, torch.Tensor) and not window > 0:
             return v.float().double()
-        w = window * SAFETY if bound.exact is None else window  # a dot's window has SAFETY in it
         r = _round(v)
         n = v.numel()
         k = slots(n)
-        # With a slot per element the w > 0 test can wait for `_flush`, which makes it on the exact
-        # bound of every candidate (a full window is that bound): the same close calls, two ops fewer.
-        mask = straddle_mask(v, w, positive=bound.exact is None and k < n)
-        if k == n:  # a slot per element: no compaction
-            safe = _arange(n, v.device)
-            idx = torch.where(mask.view(-1), safe, _minus_one(v.device))
-            x = v.reshape(-1)
+        if k == n:
+            idx, cand, x = _arange(n, v.device), _ones(n, v.device), _flat(v)
         else:
-            idx = torch.nonzero_static(mask.view(-1), size=k, fill_value=-1).view(-1)
-            safe = idx.clamp(min=0)
-            x = torch.take(v, safe)
+            w = window * SAFETY if bound.exact is None else window  # a dot's window has SAFETY in it
+            mask = straddle_mask(v, w, positive=bound.exact is None)
+            cand, idx = pick(_flat(mask), k)
+            x = torch.take(v, idx)
         if bound.exact is not None:
-            e = bound.exact(safe)
+            e = bound.exact(idx)
         elif full:
-            e = window.reshape(-1) if k == n else torch.take(window, safe)
+            e = _flat(window) if k == n else torch.take(window, idx)
         else:
-            e = bound.at(safe)
-        self._pending.append((key, idx, x, e if e.dtype == x.dtype else e.to(x.dtype), k < n))
+            e = bound.at(idx)
+        self._pending.append((key, idx, x, e if e.dtype == x.dtype else e.to(x.dtype), cand, k < n))
         return r
 
     def _flush(self) -> None:
@@ -711,27 +765,31 @@ class Rounder:
         step's one synchronisation): close calls exactly as `Bound.close_calls` decides them (the
         window v +- SAFETY * err, err > 0, holds a rounding midpoint), codes as `_log` writes them."""
         pending, self._pending = self._pending, []
-        idx = torch.cat([p[1] for p in pending])
-        x = torch.cat([p[2] for p in pending])
-        e = torch.cat([p[3] for p in pending])
+        idx, x, e, cand = (_cat([p[i] for p in pending]) for i in (1, 2, 3, 4))
+        cand = cand.view(torch.bool)
         ew = e * SAFETY
-        close = (idx >= 0) & (e > 0.0) & ((x - ew).float().view(torch.int32) != (x + ew).float().view(torch.int32))
+        close = cand & (e > 0.0) & ((x - ew).float().view(torch.int32) != (x + ew).float().view(torch.int32))
         r = x.float()
         ew = e * WIDE
         wide = ordinal((x + ew).float()) - ordinal((x - ew).float()) > 1
         code = torch.where(wide, (r.view(torch.int32).long() & 0xFFFFFFFF) | (1 << 32), ordinal(r) & 1)
-        packed = torch.stack([idx, torch.where(close, code, -1)]).cpu().numpy()
+        # -1: a flagged element that is no close call; -2: a filler slot (the point had room to spare)
+        code = torch.where(close, code, torch.where(cand, _const(-1, idx.device), _const(-2, idx.device)))
+        packed = torch.stack([idx, code]).cpu().numpy()
         at = 0
-        for key, slot_idx, _, _, partial in pending:
+        for key, slot_idx, _, _, _, partial in pending:
             n = slot_idx.numel()
             raw, codes = packed[0, at : at + n], packed[1, at : at + n]
             at += n
-            if partial and raw[-1] >= 0:
-                raise LogOverflow(f"rounding point {self.name(key)}: more than {n} candidates")
+            if partial and not (codes == -2).any():
+                raise LogOverflow(f"rounding point {self.name(key)}: {n} candidates or more")
             keep = codes >= 0
             if keep.any():
-                c = codes[keep].tolist()
-                self._entries[key] = (raw[keep].tolist(), [bool(b) if b < 2 else b & 0xFFFFFFFF for b in c])
+                raw, c = raw[keep], codes[keep]
+                if partial:  # top-k's order is its own
+                    order = raw.argsort(kind="stable")
+                    raw, c = raw[order], c[order]
+                self._entries[key] = (raw.tolist(), [bool(b) if b < 2 else b & 0xFFFFFFFF for b in c.tolist()])
 
     @staticmethod
     def _close_calls(v, bound):

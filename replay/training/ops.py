@@ -49,6 +49,12 @@ def _no_fold(tensors):
     return tuple(t.detach() for t in tensors)
 
 
+def _matmul_operands(tensors):
+    """`_no_fold` where the operands' dims differ (a broadcast product); equal dims fold nothing, and
+    a detach is an ATen op (two per product, forward and backward)."""
+    return tuple(tensors) if len({t.dim() for t in tensors}) == 1 else _no_fold(tensors)
+
+
 class _Matmul(torch.autograd.Function):
     """C = scale * (A @ B) + bias. A (..., M, K), B (..., K, N) with equal batch dims, bias (N,)."""
 
@@ -56,7 +62,7 @@ class _Matmul(torch.autograd.Function):
     def forward(ctx, a, b, bias, scale, name):
         R = active()
         op = R.op(name)
-        a, b = _no_fold((a, b))
+        a, b = _matmul_operands((a, b))
         c = torch.matmul(a, b)
         if scale != 1.0:
             c = c * scale
@@ -69,7 +75,7 @@ class _Matmul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         R = active()
-        a, b = _no_fold(ctx.saved_tensors)
+        a, b = _matmul_operands(ctx.saved_tensors)
         key = ctx.op * SLOTS
         if ctx.scale != 1.0:
             g = g * ctx.scale
@@ -196,6 +202,7 @@ class _CrossEntropy(torch.autograd.Function):
         s = e.sum(-1, keepdim=True)
         ls = torch.log(s)
         row = ls - z.gather(1, targets.unsqueeze(1))
+        del z  # logits-sized: freed before the probabilities are formed (in e's place: same divisions)
         inv_n = 1.0 / n
         loss = row.sum() * inv_n
 
@@ -203,7 +210,7 @@ class _CrossEntropy(torch.autograd.Function):
             err_row = gamma(v + 8) + ls.abs() * EXP_ERR + row.abs() * U
             return (row.abs().sum() * gamma(n + 1) + err_row.sum()) * inv_n
 
-        p = e / s
+        p = e.div_(s)
         ctx.save_for_backward(p, targets)
         ctx.op, ctx.inv_n, ctx.v = op, inv_n, v
         return R(op * SLOTS, loss, full_bound(err, loss.shape, steers=False))  # the loss feeds no update
@@ -212,9 +219,15 @@ class _CrossEntropy(torch.autograd.Function):
     def backward(ctx, gl):
         p, targets = ctx.saved_tensors
         c = gl * ctx.inv_n
-        onehot = torch.zeros_like(p).scatter(1, targets.unsqueeze(1), 1.0)
-        dz = (p - onehot) * c
-        err = lambda: (p * gamma(ctx.v + 10) + (p - onehot).abs() * U) * c.abs() + dz.abs() * (2 * U)
+        # logits-sized float64 tensors, the step's largest at a real vocabulary: in place where the
+        # result is the same (x + y is y + x bit for bit), so that fewer are alive at once
+        onehot = torch.zeros_like(p).scatter_(1, targets.unsqueeze(1), 1.0)
+        dz = (p - onehot).mul_(c)
+
+        def err():
+            e = (p - onehot).abs_().mul_(U).add_(p * gamma(ctx.v + 10)).mul_(c.abs())
+            return e.add_(dz.abs().mul_(2 * U))
+
         # scale floor |c| (= |dL/dlogit| of a wrong prediction): see Bound.scale
         return active()(ctx.op * SLOTS + 1, dz, full_bound(err, dz.shape, scale=c.abs().reshape(()))), None, None
 
@@ -250,12 +263,12 @@ class _Conv2d(torch.autograd.Function):
         g = dy.reshape(bsz, o, -1)  # (B, O, L)
         m = bsz * g.shape[2]
         dw = R(key + 1, torch.matmul(g, cols.transpose(1, 2)).sum(0), _weight_grad_bound(g, cols)).reshape(wshape)
+        del cols  # kh*kw times the input: gone before its gradient's columns are made (memory)
         db = R(key + 2, g.sum((0, 2)), full_bound(lambda: g.abs().sum((0, 2)) * gamma(m), (o,)))
         dx = None
         if ctx.needs_input_grad[0]:
-            dcols = torch.matmul(w2.t(), g)  # (B, CK, L)
             fold = lambda t: F.fold(t, (h, wd), ksize, padding=padding, stride=stride)
-            dx = fold(dcols)
+            dx = fold(torch.matmul(w2.t(), g))  # the columns (B, CK, L) freed at once, before the rounding point
             dx = R(key + 3, dx, full_bound(lambda: _conv_input_grad_bound(w2, g, fold, ksize, dx.shape), dx.shape))
         return dx, dw, db, None, None, None
 
@@ -273,7 +286,8 @@ def _conv_input_grad_bound(w2, g, fold, ksize, shape) -> torch.Tensor:
     nw = (w2 * w2).reshape(o, -1, kk).sum((0, 2)).sqrt()  # (C,): ||W[:, c, :, :]||
     sq = (g * g).sum(1, keepdim=True)  # (B, 1, L)
     window = fold(sq.expand(-1, kk, -1)).sqrt()  # (B, 1, H, W)
-    return (window * nw.reshape(1, -1, 1, 1) * gamma(o + kk + 2)).expand(shape).contiguous()
+    # in place: one full-size temporary, not two (the same multiplications)
+    return (window * nw.reshape(1, -1, 1, 1)).mul_(gamma(o + kk + 2)).expand(shape).contiguous()
 
 
 def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor) -> Bound:

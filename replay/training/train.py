@@ -96,21 +96,32 @@ def lr_at(schedule: dict, t: int) -> float:
     return lr + (final - lr) * (t - warmup) / max(1, total - warmup)
 
 
-def _sgd(hp: dict, lr: float, p, g, bufs: dict, to32):
+def _sgd(hp: dict, lr: float, p, g, bufs: dict, to32, own: bool = False):
+    """own: `bufs` are this step's own copies (float64 of the float32 state), reused in place: the same
+    operations in the same order (an in-place op is the same kernel), fewer conversions and allocations."""
     if hp.get("weight_decay", 0.0):
         g = g + p * hp["weight_decay"]
-    mom = to32("momentum", bufs["momentum"] * hp["momentum"] + g)
-    return to32("param", p - converted(mom, p.dtype) * lr), {"momentum": mom}
+    b = bufs["momentum"]
+    mom = to32("momentum", b.mul_(hp["momentum"]).add_(g) if own else b * hp["momentum"] + g)
+    step = b.copy_(mom).mul_(lr) if own else converted(mom, p.dtype) * lr
+    return to32("param", p - step), {"momentum": mom}
 
 
-def _adamw(hp: dict, lr: float, t: int, p, g, bufs: dict, to32):
+def _adamw(hp: dict, lr: float, t: int, p, g, bufs: dict, to32, own: bool = False):
+    """own: as in `_sgd`."""
     b1, b2 = hp["betas"]
-    m = to32("m", bufs["m"] * b1 + g * (1.0 - b1))
-    v = to32("v", bufs["v"] * b2 + (g * g) * (1.0 - b2))
-    mhat = converted(m, p.dtype) * (1.0 / (1.0 - ipow(b1, t + 1)))
-    vhat = converted(v, p.dtype) * (1.0 / (1.0 - ipow(b2, t + 1)))
-    upd = mhat / (torch.sqrt(vhat) + hp["eps"])
-    return to32("param", p - (upd + p * hp.get("weight_decay", 0.0)) * lr), {"m": m, "v": v}
+    m = to32("m", bufs["m"].mul_(b1).add_(g * (1.0 - b1)) if own else bufs["m"] * b1 + g * (1.0 - b1))
+    v = to32("v", bufs["v"].mul_(b2).add_((g * g) * (1.0 - b2)) if own else bufs["v"] * b2 + (g * g) * (1.0 - b2))
+    c1, c2 = 1.0 / (1.0 - ipow(b1, t + 1)), 1.0 / (1.0 - ipow(b2, t + 1))
+    if own:
+        mhat, vhat = bufs["m"].copy_(m).mul_(c1), bufs["v"].copy_(v).mul_(c2)
+        upd = mhat.div_(vhat.sqrt_().add_(hp["eps"]))
+        upd = upd.add_(p * hp.get("weight_decay", 0.0)).mul_(lr)
+    else:
+        mhat, vhat = converted(m, p.dtype) * c1, converted(v, p.dtype) * c2
+        upd = mhat / (torch.sqrt(vhat) + hp["eps"])
+        upd = (upd + p * hp.get("weight_decay", 0.0)) * lr
+    return to32("param", p - upd), {"m": m, "v": v}
 
 
 def _fused_update(kind: str, hp: dict, lr: float, t: int, p32, g, bufs32: dict):
@@ -195,10 +206,11 @@ def _train_step(model, state: State, batch: dict, optimizer: dict, precision: st
             else:
                 to32 = lambda what, v, note=note: note(what, converted(v, torch.float32))
                 bufs = {b: converted(v, dt) for b, v in bufs32.items()}
+                own = all(bufs[b] is not bufs32[b] for b in bufs)  # fresh copies, not the state itself
                 if kind == "sgd":
-                    new_p[name], nb = _sgd(optimizer, lr, p.detach(), g, bufs, to32)
+                    new_p[name], nb = _sgd(optimizer, lr, p.detach(), g, bufs, to32, own)
                 else:
-                    new_p[name], nb = _adamw(optimizer, lr, t, p.detach(), g, bufs, to32)
+                    new_p[name], nb = _adamw(optimizer, lr, t, p.detach(), g, bufs, to32, own)
             for b, v in nb.items():
                 new_b[b][name] = v
     if rounder is not None:

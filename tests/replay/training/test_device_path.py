@@ -71,10 +71,9 @@ def test_det64_records_without_host_synchronisation_per_rounding_point(monkeypat
     ops32, syncs32 = _per_step("float32", model, state, batch, opt)
     ops64, syncs64 = _per_step("det64", model, state, batch, opt)
     assert syncs64 <= syncs32 + 1, (syncs64, syncs32)
-    # before this path: +173 nonzero per step and 4.3x the ops; now 2.5x with 1 thread, 2.85x with 2
-    # (a large torch.cat is split per input there); the goal, 2x, is not met yet (docs/replay-limits.md):
-    # the bound keeps it from sliding back
-    assert ops64 <= 3.0 * ops32, (ops64, ops32)
+    # before this path: +173 nonzero per step and 4.3x the ops; now 1.85x with 1 thread, 1.90x with 2
+    # (bench/RESULTS.md): the issue's goal, 2x, held here
+    assert ops64 <= 2.0 * ops32, (ops64, ops32)
 
 
 @pytest.mark.parametrize("use_native", [True, False])
@@ -115,10 +114,13 @@ def test_overflowing_slots_fall_back_to_the_reference_path(monkeypatch):
     assert s0.equal(s1) and l0 == l1 and roomy.entries == tight.entries
 
 
-def test_deferred_and_reference_paths_log_the_same_close_calls(monkeypatch):
+@pytest.mark.parametrize("topk", [True, False], ids=["topk", "nonzero_static"])
+def test_deferred_and_reference_paths_log_the_same_close_calls(monkeypatch, topk):
     """Random values near rounding midpoints, full and per-row bounds: the device path's decisions
-    equal the reference path's, entry for entry (zero and NaN widths, -0 values included)."""
+    equal the reference path's, entry for entry (zero and NaN widths, -0 values included), whether
+    a large point picks its candidates by top-k (a CPU) or by compaction (what CUDA runs)."""
     monkeypatch.setattr(native, "_LIB", False)
+    monkeypatch.setattr(det, "PICK_BY_TOPK", {"cpu"} if topk else set())
     g = torch.Generator().manual_seed(3)
     base = torch.randint(-(2**20), 2**20, (64, 48), generator=g).double() * 2.0**-10
     v = base + (torch.rand(64, 48, generator=g, dtype=torch.float64) - 0.5) * 2.0**-30
@@ -128,7 +130,11 @@ def test_deferred_and_reference_paths_log_the_same_close_calls(monkeypatch):
     err[2, :2] = float("nan")
     a = torch.randn(256, 512, generator=g, dtype=torch.float64).float().double()
     b = torch.randn(512, 128, generator=g, dtype=torch.float64).float().double()
-    for w, bound in ((v, det.full_bound(err, v.shape)), (a @ b, det.dot_bound(a, b))):
+    # a large point (top-k slots, fillers, host-side sorting): the same near-midpoint values tiled
+    big, big_err = v.repeat(4, 2), err.repeat(4, 2)
+    assert big.numel() > det.SMALL_POINT
+    cases = ((v, det.full_bound(err, v.shape)), (big, det.full_bound(big_err, big.shape)), (a @ b, det.dot_bound(a, b)))
+    for w, bound in cases:
         ref, dev = Rounder("record", defer=False), Rounder("record")
         r0, r1 = ref(0, w, bound), dev(0, w, bound)
         assert torch.equal(r0.view(torch.int64), r1.view(torch.int64))
