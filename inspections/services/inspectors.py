@@ -12,7 +12,7 @@ import hashlib
 import logging
 import re
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
@@ -31,6 +31,8 @@ from .casefiles import case_text_commit
 from .validation import fail as _fail
 
 CHALLENGE_SECONDS = 600
+# A chip's clock may run this far ahead of ours before its snapshots' times are reported as in the future.
+CLOCK_SKEW = timedelta(minutes=15)
 CLAIM_DAYS = 30  # the prover must answer a logged snapshot within this many days
 MAX_LOG_BYTES = 5 * 2**20
 PHOTO_HASH = re.compile(r"[0-9a-f]{64}")
@@ -239,6 +241,7 @@ def snapshot_log_record(log: SnapshotLog, problems: list[dict], records: list[di
     if problems:
         summary = "; ".join(f"{_where(p)}: {p['kind']} ({p['detail']})" for p in problems[:5])
         alert_raise(Alert.Kind.LOG_PROBLEMS, task.prover, f"{chip.serial}: {summary}", chip, task)
+    _clock_ahead_alert(task, records, entry.time)
     if records and chip.status == Status.IN_TRANSIT:
         detail = (
             f"{chip.serial} logged {len(records)} training snapshot(s) while the registry has it in transit to "
@@ -246,6 +249,22 @@ def snapshot_log_record(log: SnapshotLog, problems: list[dict], records: list[di
         )
         alert_raise(Alert.Kind.UNRECORDED_USE, task.prover, detail, chip, task)
     return log
+
+
+def _clock_ahead_alert(task: InspectionTask, records: list[dict], read_at) -> None:
+    """Snapshots the chip signed at times after the log was read (beyond CLOCK_SKEW): a low alert naming them.
+    The log stays intact (signatures and chain are authentic, and the chip's times are only its word): an honest
+    chip with a wrong clock must not be accused of tampering, but the regulator sees the times and may ask."""
+    limit = read_at + CLOCK_SKEW
+    ahead = [r for r in records if datetime.fromisoformat(r["time"].replace("Z", "+00:00")) > limit]
+    if not ahead:
+        return
+    shown = ", ".join(f"#{r['counter']} at {r['time']}" for r in ahead[:5]) + (" …" if len(ahead) > 5 else "")
+    detail = (
+        f"{task.chip.serial}: {len(ahead)} snapshot(s) signed after the log was read at "
+        f"{read_at:%Y-%m-%dT%H:%M:%SZ} (its clock is ahead): {shown}"
+    )
+    alert_raise(Alert.Kind.CLOCK_AHEAD, task.prover, detail, task.chip, task)
 
 
 def _where(problem: dict) -> str:

@@ -112,3 +112,37 @@ def test_snapshots_signed_before_a_sale_and_read_after_it_are_the_sellers(draw, 
         assert answer(seller, task.chip.serial, 0).status_code == 201
         assert answer(buyer, task.chip.serial, 1).status_code == 201
     assert Snapshot.objects.filter(chip=task.chip).count() == 2
+
+
+# --- snapshots signed in the future (probe #12): a low alert naming them, never a tampered log ---------------
+
+
+def test_snapshots_signed_after_the_log_was_read_are_a_low_alert_naming_them_and_the_log_stays_intact(
+    draw, django_capture_on_commit_callbacks
+):
+    from inspections.severity import severity_of
+
+    eu, task = inspector("inspect-eu"), a_task("inspect-eu")
+    key = with_chip_key(task)
+    now = datetime.now(UTC)
+    times = [
+        now - timedelta(days=1),
+        now + timedelta(minutes=5),
+        now + timedelta(days=2),
+        datetime(2099, 1, 1, tzinfo=UTC),
+    ]
+    read_log(eu, task, signed_log(key, task.chip.serial, times), django_capture_on_commit_callbacks)
+    alert = Alert.objects.get(kind="clock_ahead")  # within the skew allowance, #1 is not named
+    assert alert.task == task and alert.prover == task.prover and severity_of(alert.kind) == "low"
+    assert "2 snapshot(s)" in alert.detail and "#2 at " in alert.detail and "#3 at 2099-01-01T00:00:00Z" in alert.detail
+    assert "#1 at" not in alert.detail
+    assert not Alert.objects.filter(kind="log_problems").exists()  # a wrong clock is no forgery
+    assert Snapshot.objects.filter(chip=task.chip).count() == 4
+    assert Entry.objects.filter(kind="alert.raised", payload__kind="clock_ahead").exists()
+
+
+def test_a_log_signed_in_the_past_raises_no_clock_alert(draw, django_capture_on_commit_callbacks):
+    eu, task = inspector("inspect-eu"), a_task("inspect-eu")
+    key = with_chip_key(task)
+    read_log(eu, task, firmware_log(key, task.chip.serial, 3), django_capture_on_commit_callbacks)
+    assert not Alert.objects.exists()
