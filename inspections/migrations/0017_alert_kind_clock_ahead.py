@@ -4,15 +4,33 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inspections', '0016_notice_sweep_and_assignment_notices'),
+        ("inspections", "0016_notice_sweep_and_assignment_notices"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='alert',
-            name='kind',
-            field=models.CharField(choices=[('overdue', 'Overdue'), ('not_found', 'Not Found'), ('refused', 'Refused'), ('lost', 'Lost'), ('identity_failed', 'Identity Failed'), ('log_problems', 'Log Problems'), ('unassigned', 'Unassigned'), ('unanswered', 'Unanswered'), ('claim_failed', 'Claim Failed'), ('verifier_failed', 'Verifier Failed'), ('diverted', 'Diverted'), ('lifecycle', 'Lifecycle'), ('unrecorded_use', 'chip used off the record'), ('draw_failed', 'campaign draw failed'), ('clock_ahead', 'chip clock ahead')], max_length=32),
+            model_name="alert",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("overdue", "Overdue"),
+                    ("not_found", "Not Found"),
+                    ("refused", "Refused"),
+                    ("lost", "Lost"),
+                    ("identity_failed", "Identity Failed"),
+                    ("log_problems", "Log Problems"),
+                    ("unassigned", "Unassigned"),
+                    ("unanswered", "Unanswered"),
+                    ("claim_failed", "Claim Failed"),
+                    ("verifier_failed", "Verifier Failed"),
+                    ("diverted", "Diverted"),
+                    ("lifecycle", "Lifecycle"),
+                    ("unrecorded_use", "chip used off the record"),
+                    ("draw_failed", "campaign draw failed"),
+                    ("clock_ahead", "chip clock ahead"),
+                ],
+                max_length=32,
+            ),
         ),
     ]

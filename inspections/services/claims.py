@@ -125,6 +125,8 @@ def _positions(positions: list[int]) -> str:
 
 
 def _claim_item(item) -> dict:
+    if not isinstance(item["serial"], str) or not 0 < len(item["serial"]) <= 64:
+        raise ValidationError(f"serial is the chip's serial (1-64 characters), not {json.dumps(item['serial'])[:32]}")
     for name in ("counter", "step"):
         value = item[name]
         if type(value) is not int or value < 0:
