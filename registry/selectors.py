@@ -7,7 +7,6 @@ from datetime import datetime
 from django.db.models import Q, QuerySet
 
 from ledger import selectors as ledger_selectors
-from ledger.models import Entry
 from rules import epcis_format
 
 from .models import Chip, ChipEvent, Member, Organisation, Role
@@ -106,10 +105,9 @@ def chip_owner_at(chip: Chip, when: datetime, recorded_seq: int) -> str:
     inspection reading the chip's log). The chip's clock is held within what the ledger knows: a time before the
     chip's registration (a clock behind, or a chip registered after it entered service) is placed at its
     recording, and so is a time after its recording (a clock ahead: it was signed before it was read)."""
-    times = dict(Entry.objects.filter(seq__in=[chip.fabricated_seq, recorded_seq]).values_list("seq", "time"))
+    times = ledger_selectors.entry_times([chip.fabricated_seq, recorded_seq])
     registered, recorded = times.get(chip.fabricated_seq), times.get(recorded_seq)
     if recorded is not None and (when > recorded or (registered is not None and when < registered)):
         when = recorded
     sales = ChipEvent.objects.filter(chip=chip, kind="chip.transfer_accepted").values("seq")
-    buyer = Entry.objects.filter(seq__in=sales, time__lte=when).order_by("-seq").values_list("actor", flat=True).first()
-    return buyer or chip.fab.slug
+    return ledger_selectors.latest_actor_by(sales, when) or chip.fab.slug

@@ -124,7 +124,7 @@ TABLE = [
         "api/inspections/tasks/<int:task_id>/accept",
         "/api/inspections/tasks/{task}/accept",
         {},
-        row(403, anonymous=401, inspect_us=200, inspect_eu=404),
+        row(403, anonymous=401, inspect_us=400, inspect_eu=404),  # the world's task is accepted (its log): once
     ),
     ("post", "api/inspections/claims", "/api/inspections/claims", {"claims": []}, row(400, anonymous=401, auditor=403)),
     (
