@@ -7,12 +7,13 @@ import json
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import label_for_field, lookup_field
 from django.contrib.auth import login as auth_login
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404, HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -140,7 +141,7 @@ def search(request):
     """Search across everything; a query that is exactly one chip's serial opens that chip."""
     query = request.GET.get("q", "")[:100]
     page = request.GET.get("page", "1")
-    results = search_selectors.search(query, int(page) if page.isdigit() and len(page) < 7 else 1)
+    results = search_selectors.search(query, int(page) if page.isascii() and page.isdigit() and len(page) < 7 else 1)
     chips = results["chips"]["rows"] if results["chips"] else []
     if len(chips) == 1 and chips[0].serial == query.strip():
         return redirect(reverse("desk:chip", args=[query.strip()]))
@@ -316,7 +317,14 @@ def changelist_csv(request, app_label: str, model_name: str):
         raise PermissionDenied
     params = request.GET.copy()
     request.GET = params
-    changelist = model_admin.get_changelist_instance(request)
+    try:
+        changelist = model_admin.get_changelist_instance(request)
+    except IncorrectLookupParameters as error:  # the change list redirects with ?e=1; a file cannot: say why
+        reason = " ".join(str(m) for m in getattr(error.args[0], "messages", error.args)) if error.args else ""
+        return HttpResponseBadRequest(
+            f"filters: the query string does not filter this list ({reason or 'an unknown or malformed filter'})",
+            content_type="text/plain; charset=utf-8",
+        )
     columns = [c for c in changelist.list_display if c != "action_checkbox"]
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     filters = [(name, value) for name, values in request.GET.lists() for value in values]

@@ -28,6 +28,11 @@ COUNTRY_CHOICES = [("", "— none: name the provers above —")] + [
 ]
 
 
+def _a_pk(object_id: str) -> bool:
+    """A primary key in a URL: ASCII digits (str.isdigit() also admits '²', which int() refuses: a 500)."""
+    return object_id.isascii() and object_id.isdigit()
+
+
 class CountryField(forms.ChoiceField):
     """A country from the ISO 3166-1 list; a typed code is taken in either case ("nl" is NL)."""
 
@@ -132,7 +137,7 @@ class CampaignAdmin(ReadOnlyAdmin):
         return format_html('<a href="{}">{}</a>', reverse("desk:campaign", args=[campaign.slug]), campaign.slug)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        campaign = Campaign.objects.filter(pk=object_id).first() if object_id.isdigit() else None
+        campaign = Campaign.objects.filter(pk=object_id).first() if _a_pk(object_id) else None
         if campaign is not None:
             return redirect("desk:campaign", campaign.slug)
         return super().change_view(request, object_id)
@@ -228,7 +233,7 @@ class DrawAdmin(ReadOnlyAdmin):
         return format_html('<a href="{}">{}</a>', reverse("desk:draw", args=[draw.pk]), draw)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        return redirect("desk:draw", object_id) if object_id.isdigit() else super().change_view(request, object_id)
+        return redirect("desk:draw", object_id) if _a_pk(object_id) else super().change_view(request, object_id)
 
 
 class OverdueFilter(admin.SimpleListFilter):
@@ -285,7 +290,7 @@ class InspectionTaskAdmin(ReadOnlyAdmin):
         return format_html('<a href="{}">task #{}</a>', reverse("desk:task", args=[task.pk]), task.pk)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        return redirect("desk:task", object_id) if object_id.isdigit() else super().change_view(request, object_id)
+        return redirect("desk:task", object_id) if _a_pk(object_id) else super().change_view(request, object_id)
 
 
 class SeverityFilter(admin.SimpleListFilter):
@@ -406,7 +411,7 @@ class AlertAdmin(ReadOnlyAdmin):
         return severity_of(alert.kind)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        return redirect("desk:alert", object_id) if object_id.isdigit() else super().change_view(request, object_id)
+        return redirect("desk:alert", object_id) if _a_pk(object_id) else super().change_view(request, object_id)
 
 
 def _bulk_summary(model_admin, request, action: str, found: dict) -> None:
@@ -475,7 +480,7 @@ class ClaimAdmin(ReadOnlyAdmin):
         return format_html('<a href="{}">claim #{}</a>', reverse("desk:claim", args=[claim.pk]), claim.pk)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        return redirect("desk:claim", object_id) if object_id.isdigit() else super().change_view(request, object_id)
+        return redirect("desk:claim", object_id) if _a_pk(object_id) else super().change_view(request, object_id)
 
     @admin.display(description="run coverage (one fabricated segment caught)")
     def run_coverage(self, claim):

@@ -126,6 +126,7 @@ class Alert(models.Model):
         LIFECYCLE = "lifecycle"  # chips decommissioned or destroyed: the regulator checks reason and evidence
         UNRECORDED_USE = "unrecorded_use", "chip used off the record"
         DRAW_FAILED = "draw_failed", "campaign draw failed"
+        CLOCK_AHEAD = "clock_ahead", "chip clock ahead"  # snapshots signed after they were read: a clock, no forgery
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     prover = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="alerts")

@@ -1,14 +1,16 @@
 """Reads of the inspections app: inspectors see only their own body's tasks; campaigns' targets and plans."""
 
 from collections import Counter
+from datetime import datetime
 
 from django.conf import settings
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 
 from registry.models import Chip, Organisation, Role
+from registry.selectors import chip_owner_at
 from rules.inspection_planning import ELIGIBLE, OWNERS_ONLY, counts_as_prover, prover_plan
 
-from .models import Campaign, CaseText, Claim, CoverageReverification, InspectionTask, SnapshotLog
+from .models import Campaign, CaseText, Claim, CoverageReverification, InspectionTask, Snapshot, SnapshotLog
 
 
 def case_texts(user, commitments) -> dict[str, str]:
@@ -125,6 +127,14 @@ PLAN_FIELDS = (
 def campaign_plan(campaign: Campaign) -> dict[str, dict]:
     """prover slug -> both plans (paper and exact) for its chips today, and what the campaign's model draws."""
     return {prover.slug: prover_plan(campaign, count, peak) for prover, count, peak in campaign_targets(campaign)}
+
+
+def snapshot_owner(snapshot: Snapshot) -> str:
+    """The slug of who answers a logged snapshot: the chip's owner at the snapshot's signed time (the registry
+    as it was then), not today's: the seller answers for the training it did before a sale, the buyer never.
+    (``registry.selectors.chip_owner_at`` holds a chip's clock within the ledger's knowledge of it.)"""
+    signed_at = datetime.fromisoformat(snapshot.time.replace("Z", "+00:00"))  # the checker admitted RFC 3339 UTC
+    return chip_owner_at(snapshot.chip, signed_at, snapshot.log.checked_seq)
 
 
 def rule_flops_for_chip(chip: Chip) -> float:

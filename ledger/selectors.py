@@ -7,6 +7,7 @@ is the only place that names the ledger's tables. Proofs read O(log n) rows.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -98,6 +99,16 @@ def entries_of(kind: str, limit: int = 100, **payload_match) -> list[dict]:
 def entries_at(seqs: Iterable[int]) -> list[dict]:
     """The entries with these seqs (ints, or a query of a ``seq`` column), in seq order: seq, time, kind, actor, payload."""
     return list(Entry.objects.filter(seq__in=seqs).order_by("seq").values(*ENTRY_FIELDS))
+
+
+def entry_times(seqs: Iterable[int]) -> dict[int, datetime]:
+    """seq -> the ledger's time of each of these entries."""
+    return dict(Entry.objects.filter(seq__in=seqs).values_list("seq", "time"))
+
+
+def latest_actor_by(seqs, when: datetime) -> str | None:
+    """The actor of the latest of these entries (ints, or a query of a ``seq`` column) made at or before ``when``."""
+    return Entry.objects.filter(seq__in=seqs, time__lte=when).order_by("-seq").values_list("actor", flat=True).first()
 
 
 def ledger_size() -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db.models import Q, QuerySet
 
 from ledger import selectors as ledger_selectors
@@ -94,3 +96,18 @@ def captured_event_ids(organisation: Organisation, serials) -> set[str]:
     chips = chips_visible_to(organisation).filter(serial__in=serials).values("id")
     entries = ledger_selectors.entries_at(ChipEvent.objects.filter(chip__in=chips).values("seq"))
     return {(entry["payload"].get("epcis") or {}).get("event_id") for entry in entries} - {None}
+
+
+def chip_owner_at(chip: Chip, when: datetime, recorded_seq: int) -> str:
+    """The slug of the chip's owner at ``when`` (a time the chip itself signed), as the ledger recorded it then:
+    the fab that made it, then each accepted transfer's buyer from the time of its entry (only
+    ``chip.transfer_accepted`` changes an owner). ``recorded_seq``: the entry that recorded the signed time (an
+    inspection reading the chip's log). The chip's clock is held within what the ledger knows: a time before the
+    chip's registration (a clock behind, or a chip registered after it entered service) is placed at its
+    recording, and so is a time after its recording (a clock ahead: it was signed before it was read)."""
+    times = ledger_selectors.entry_times([chip.fabricated_seq, recorded_seq])
+    registered, recorded = times.get(chip.fabricated_seq), times.get(recorded_seq)
+    if recorded is not None and (when > recorded or (registered is not None and when < registered)):
+        when = recorded
+    sales = ChipEvent.objects.filter(chip=chip, kind="chip.transfer_accepted").values("seq")
+    return ledger_selectors.latest_actor_by(sales, when) or chip.fab.slug

@@ -121,7 +121,7 @@ def _alive(pid: int) -> bool:
 
 
 def _owner(text: str) -> int | None:
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _sweep_leftovers(stdout) -> None:

@@ -11,6 +11,7 @@ from inspections.services import inspectors
 from ledger import services as ledger_services
 from registry import services
 from tests.inspections.conftest import draw as drawn_world
+from tests.inspections.factories import accepted
 from tests.registry.factories import SignedClient, organisation
 
 pytestmark = pytest.mark.django_db
@@ -123,7 +124,7 @@ TABLE = [
         "api/inspections/tasks/<int:task_id>/accept",
         "/api/inspections/tasks/{task}/accept",
         {},
-        row(403, anonymous=401, inspect_us=200, inspect_eu=404),
+        row(403, anonymous=401, inspect_us=400, inspect_eu=404),  # the world's task is accepted (its log): once
     ),
     ("post", "api/inspections/claims", "/api/inspections/claims", {"claims": []}, row(400, anonymous=401, auditor=403)),
     (
@@ -191,7 +192,7 @@ def world():
     clients["regulator"] = SignedClient(regulator, regulator_key)
     clients["auditor"] = SignedClient(regulator, SigningKey.generate())  # an auditor holds no signing key
     task = InspectionTask.objects.filter(inspection_body__slug="inspect-us").select_related("chip").first()
-    log = inspectors.snapshot_log_upload(task, task.inspection_body, "{}\n")
+    log = inspectors.snapshot_log_upload(accepted(task), task.inspection_body, "{}\n")
     claim = _a_claim(task, log)
     ledger_services.checkpoint_sign()
     return {"clients": clients, "chip": task.chip.serial, "task": task.pk, "log": log.pk, "claim": claim}

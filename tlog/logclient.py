@@ -387,7 +387,7 @@ class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
 def _read_limited(resp, limit: int, url: str, truncate: bool = False) -> bytes:
     # read(n) allocates n bytes up front: ask for no more than the announced length (bundles may be 16 MiB).
     announced = resp.headers.get("Content-Length", "") if resp.headers is not None else ""
-    if announced.isdigit() and int(announced) < limit:
+    if announced.isascii() and announced.isdigit() and int(announced) < limit:
         body = resp.read(int(announced) + 1)
         return body if len(body) <= limit else _too_large(body, limit, url, truncate)
     body = resp.read(limit + 1)

@@ -48,12 +48,15 @@ def claims_submit(*, prover: Organisation, claims: list, submission: dict | None
         try:
             clean = _claim_item(item)
             snapshot = (
-                Snapshot.objects.select_related("chip__owner")
+                Snapshot.objects.select_related("chip__fab", "log")
                 .filter(chip__serial=clean["serial"], counter=clean["counter"])
                 .first()
             )
-            if snapshot is None or snapshot.chip.owner_id != prover.pk:
-                raise ValidationError("no logged snapshot of your chip with this serial and counter")
+            if snapshot is None or selectors.snapshot_owner(snapshot) != prover.slug:
+                raise ValidationError(
+                    "no logged snapshot of your chip with this serial and counter (a snapshot is answered by "
+                    "whoever owned the chip at the snapshot's time)"
+                )
             if Claim.objects.filter(snapshot=snapshot).exists():
                 raise ValidationError("this snapshot was already answered")
             if any(other.pk == snapshot.pk for other in snapshots):
@@ -122,6 +125,8 @@ def _positions(positions: list[int]) -> str:
 
 
 def _claim_item(item) -> dict:
+    if not isinstance(item["serial"], str) or not 0 < len(item["serial"]) <= 64:
+        raise ValidationError(f"serial is the chip's serial (1-64 characters), not {json.dumps(item['serial'])[:32]}")
     for name in ("counter", "step"):
         value = item[name]
         if type(value) is not int or value < 0:

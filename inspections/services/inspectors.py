@@ -7,11 +7,12 @@ Each step is a ledger entry made by the inspection body (``inspection.accepted``
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import logging
 import re
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
@@ -30,15 +31,29 @@ from .casefiles import case_text_commit
 from .validation import fail as _fail
 
 CHALLENGE_SECONDS = 600
+# A chip's clock may run this far ahead of ours before its snapshots' times are reported as in the future.
+CLOCK_SKEW = timedelta(minutes=15)
 CLAIM_DAYS = 30  # the prover must answer a logged snapshot within this many days
 MAX_LOG_BYTES = 5 * 2**20
 PHOTO_HASH = re.compile(r"[0-9a-f]{64}")
+NONCE = re.compile(r"[0-9a-f]{64}")  # what identity_challenge_issue makes: secrets.token_hex(32)
+SIGNATURE_BYTES = 64  # Ed25519
 logger = logging.getLogger(__name__)
 
 
 def _own_task(task: InspectionTask, body: Organisation) -> None:
     if task.inspection_body_id != body.pk:
         raise InspectionTask.DoesNotExist  # another body's task does not exist for this one
+
+
+def _task_open(task: InspectionTask, body: Organisation) -> None:
+    """The body's task, accepted and not done: the work at the chip (challenge, identity answer, log) happens
+    between accepting a task and recording its finding. The portal and the API refuse alike (400, ``status``)."""
+    _own_task(task, body)
+    if task.status == InspectionTask.Status.DONE:
+        _fail("status", "the task is done: its findings are recorded, nothing more is taken")
+    if task.status == InspectionTask.Status.ASSIGNED:
+        _fail("status", "the task is not accepted yet: accept it first")
 
 
 @transaction.atomic
@@ -60,10 +75,8 @@ def identity_message(serial: str, nonce: str) -> bytes:
 @transaction.atomic
 def identity_challenge_issue(task: InspectionTask, body: Organisation) -> IdentityChallenge:
     """A fresh challenge; an inspector may ask again (a mistyped answer) until the task is done or past due."""
-    _own_task(task, body)
+    _task_open(task, body)
     now = timezone.now()
-    if task.status == InspectionTask.Status.DONE:
-        _fail("status", "the task is done: its findings are recorded")
     if now.date() > task.due_on:
         _fail("status", f"the task was due {task.due_on}: identity checks are closed")
     return IdentityChallenge.objects.create(
@@ -77,19 +90,21 @@ def identity_answer_check(
 ) -> dict:
     """Verify the chip's answer against the key registered at fabrication; the outcome goes on the ledger.
 
-    A wrong, replayed or expired answer is a failed identity check, never a pass.
+    A well-formed answer whose signature does not verify, or one to a replayed or expired challenge, is a failed
+    identity check (an alert against the prover), never a pass. A malformed answer (a challenge this task was
+    never issued, a signature that is no base64 Ed25519 signature) says nothing of the chip: it is the
+    inspector's typo, refused naming the field, and changes nothing.
     """
-    _own_task(task, body)
-    challenge = IdentityChallenge.objects.select_for_update().filter(task=task, nonce=nonce).first()
-    reason = _identity_problem(task, challenge, signature)
-    if challenge is not None:
-        challenge.answered = True
-        challenge.save(update_fields=["answered"])
+    _task_open(task, body)
+    challenge, raw = _identity_answer_clean(task, nonce, signature)
+    reason = _identity_problem(task, challenge, raw)
+    challenge.answered = True
+    challenge.save(update_fields=["answered"])
     # The challenge's nonce is private case text: the entry carries its salted commitment.
     outcome = {
         "task": task.pk,
         "chip": task.chip.serial,
-        "challenge": case_text_commit(nonce if isinstance(nonce, str) else ""),
+        "challenge": case_text_commit(nonce),
         "passed": reason is None,
         "reason": reason,
     }
@@ -109,17 +124,29 @@ def _supersede_identity_alerts(task: InspectionTask, body: Organisation) -> None
         alert_act(alert, action="supersede", by=body.slug, reason=reason, actor=body.slug)
 
 
-def _identity_problem(task: InspectionTask, challenge: IdentityChallenge | None, signature: str) -> str | None:
+def _identity_answer_clean(task: InspectionTask, nonce, signature) -> tuple[IdentityChallenge, bytes]:
+    """The task's challenge (locked) and the signature's bytes, or a ValidationError naming the field."""
+    if not isinstance(nonce, str) or not NONCE.fullmatch(nonce):
+        _fail("challenge", "the challenge's nonce as issued: 64 lowercase hex digits")
+    try:
+        raw = base64.b64decode(signature, validate=True) if isinstance(signature, str) else b""
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != SIGNATURE_BYTES:
+        _fail("signature", f"the chip's Ed25519 signature in base64 ({SIGNATURE_BYTES} bytes)")
+    challenge = IdentityChallenge.objects.select_for_update().filter(task=task, nonce=nonce).first()
     if challenge is None:
-        return "no such challenge was issued for this task"
+        _fail("challenge", "no such challenge was issued for this task (issue one with challenge)")
+    return challenge, raw
+
+
+def _identity_problem(task: InspectionTask, challenge: IdentityChallenge, signature: bytes) -> str | None:
     if challenge.answered:
         return "the challenge was already answered (replayed)"
     if timezone.now() > challenge.expires_at:
         return "the challenge expired"
     try:
-        VerifyKey(bytes(task.chip.public_key)).verify(
-            identity_message(task.chip.serial, challenge.nonce), base64.b64decode(signature, validate=True)
-        )
+        VerifyKey(bytes(task.chip.public_key)).verify(identity_message(task.chip.serial, challenge.nonce), signature)
     except (BadSignatureError, ValueError, TypeError):
         return "the signature does not verify under the chip's registered key"
     return None
@@ -128,7 +155,7 @@ def _identity_problem(task: InspectionTask, challenge: IdentityChallenge | None,
 @transaction.atomic
 def snapshot_log_upload(task: InspectionTask, body: Organisation, text: str) -> SnapshotLog:
     """Store the log; a Celery task checks it after commit (the checker lives in replay)."""
-    _own_task(task, body)
+    _task_open(task, body)
     try:
         size = len(text.encode())
     except UnicodeEncodeError:  # a lone surrogate: no UTF-8 text, and PostgreSQL cannot store it
@@ -214,6 +241,7 @@ def snapshot_log_record(log: SnapshotLog, problems: list[dict], records: list[di
     if problems:
         summary = "; ".join(f"{_where(p)}: {p['kind']} ({p['detail']})" for p in problems[:5])
         alert_raise(Alert.Kind.LOG_PROBLEMS, task.prover, f"{chip.serial}: {summary}", chip, task)
+    _clock_ahead_alert(task, records, entry.time)
     if records and chip.status == Status.IN_TRANSIT:
         detail = (
             f"{chip.serial} logged {len(records)} training snapshot(s) while the registry has it in transit to "
@@ -221,6 +249,22 @@ def snapshot_log_record(log: SnapshotLog, problems: list[dict], records: list[di
         )
         alert_raise(Alert.Kind.UNRECORDED_USE, task.prover, detail, chip, task)
     return log
+
+
+def _clock_ahead_alert(task: InspectionTask, records: list[dict], read_at) -> None:
+    """Snapshots the chip signed at times after the log was read (beyond CLOCK_SKEW): a low alert naming them.
+    The log stays intact (signatures and chain are authentic, and the chip's times are only its word): an honest
+    chip with a wrong clock must not be accused of tampering, but the regulator sees the times and may ask."""
+    limit = read_at + CLOCK_SKEW
+    ahead = [r for r in records if datetime.fromisoformat(r["time"].replace("Z", "+00:00")) > limit]
+    if not ahead:
+        return
+    shown = ", ".join(f"#{r['counter']} at {r['time']}" for r in ahead[:5]) + (" …" if len(ahead) > 5 else "")
+    detail = (
+        f"{task.chip.serial}: {len(ahead)} snapshot(s) signed after the log was read at "
+        f"{read_at:%Y-%m-%dT%H:%M:%SZ} (its clock is ahead): {shown}"
+    )
+    alert_raise(Alert.Kind.CLOCK_AHEAD, task.prover, detail, task.chip, task)
 
 
 def _where(problem: dict) -> str:

@@ -6,9 +6,10 @@ from datetime import date
 
 from django.db import transaction
 
-from registry.models import Chip
+from registry.models import Chip, Organisation
 from rules.chip_lifecycle import Status
 
+from .. import selectors
 from ..models import Alert, InspectionTask, Snapshot
 from .alerts import alert_raise
 
@@ -47,12 +48,16 @@ def lost_chip_sweep() -> int:
 
 @transaction.atomic
 def unanswered_sweep(today: date) -> int:
-    """Snapshots past their claim deadline with no claim: one alert each."""
+    """Snapshots past their claim deadline with no claim: one alert each, against whoever owed the answer (the
+    chip's owner at the snapshot's time: a chip sold since is still the seller's for that snapshot)."""
     alerted = Alert.objects.filter(kind=Alert.Kind.UNANSWERED).values_list("detail", flat=True)
     count = 0
-    for snapshot in Snapshot.objects.filter(claim_due_on__lt=today, claim__isnull=True).select_related("chip__owner"):
+    for snapshot in Snapshot.objects.filter(claim_due_on__lt=today, claim__isnull=True).select_related(
+        "chip__fab", "log"
+    ):
         detail = f"snapshot {snapshot.chip.serial} #{snapshot.counter} ({snapshot.hash[:16]}…) was not answered"
         if detail not in alerted:
-            alert_raise(Alert.Kind.UNANSWERED, snapshot.chip.owner, detail, snapshot.chip)
+            owed_by = Organisation.objects.get(slug=selectors.snapshot_owner(snapshot))
+            alert_raise(Alert.Kind.UNANSWERED, owed_by, detail, snapshot.chip)
             count += 1
     return count

@@ -152,7 +152,7 @@ def committed_files(manifest: dict) -> list[tuple[str, str]]:
     out = []
     for folder in ("checkpoints", "segments"):
         for step, digest in manifest[folder].items():
-            if not (step.isdigit() and len(step) <= 12) or not (
+            if not (step.isascii() and step.isdigit() and len(step) <= 12) or not (
                 isinstance(digest, str) and len(digest) == 64 and set(digest) <= set("0123456789abcdef")
             ):
                 raise ValueError(folder)

@@ -85,7 +85,7 @@ def _redirect(url: str, location: str | None, name: str) -> str:
 def _save(response, path: Path, name: str, budget: FetchBudget, cap: int | None) -> None:
     limit = budget.bytes if cap is None else min(cap, budget.bytes)
     declared = response.getheader("Content-Length")
-    if declared and declared.isdigit() and int(declared) > limit:
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise FetchRefused(f"{name}: {int(declared)} bytes, more than the {limit} left to fetch")
     path.parent.mkdir(parents=True, exist_ok=True)
     size = 0

@@ -52,7 +52,7 @@ def inspected(world):
     body = task.inspection_body
     inspectors.task_accept(task, body)
     challenge = inspectors.identity_challenge_issue(task, body)
-    inspectors.identity_answer_check(task, body, challenge.nonce, "AAAA")
+    inspectors.identity_answer_check(task, body, challenge.nonce, "A" * 86 + "==")
     log = inspectors.snapshot_log_upload(task, body, "log\n")
     problem = {"kind": "gap", "line": 3, "counter": 2, "detail": "counter jumps from 1 to 3"}
     records = [{"counter": n, "time": f"2026-11-01T0{n}:00:00Z", "shard": 0, "hash": f"{n:064x}"} for n in (0, 1)]

@@ -306,7 +306,7 @@ def test_the_task_page_reads_identity_checks_through_the_entry_index(regulator, 
     body = task.inspection_body
     inspectors.task_accept(task, body)
     challenge = inspectors.identity_challenge_issue(task, body)
-    inspectors.identity_answer_check(task, body, challenge.nonce, "AAAA")
+    inspectors.identity_answer_check(task, body, challenge.nonce, "A" * 86 + "==")
     page = regulator.get(reverse("desk:task", args=[task.pk])).content.decode()
     checked = EntrySubject.objects.get(subject=f"task:{task.pk}", kind="inspection.identity_checked").seq
     table = page[page.index('id="task-identity"') :].split("</table>")[0]

@@ -16,6 +16,7 @@ from inspections.models import IdentityCheck
 from inspections.rebuild_inspections import differences, rebuild
 from inspections.services import inspectors
 from ledger.models import Entry
+from tests.inspections.factories import accepted
 from tests.inspections.services.test_inspectors import a_task, with_chip_key
 
 pytestmark = pytest.mark.django_db
@@ -24,7 +25,7 @@ MIGRATION = importlib.import_module("inspections.migrations.0015_identity_check_
 
 def checked_twice(task):
     """One failed check (a wrong key), then one that passes."""
-    body, key = task.inspection_body, with_chip_key(task)
+    body, key = accepted(task).inspection_body, with_chip_key(task)
     for signer in (SigningKey.generate(), key):
         challenge = inspectors.identity_challenge_issue(task, body)
         signature = signer.sign(inspectors.identity_message(task.chip.serial, challenge.nonce)).signature

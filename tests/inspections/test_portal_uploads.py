@@ -5,6 +5,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from inspections.models import InspectionTask, SnapshotLog
 from inspections.services import inspectors
+from tests.inspections.factories import accepted
 from tests.inspections.test_portal import inspector  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.django_db
     ],
 )
 def test_a_bad_upload_is_refused_naming_the_field(inspector, upload, reason):  # noqa: F811
-    task = InspectionTask.objects.first()
+    task = accepted(InspectionTask.objects.select_related("inspection_body").first())
     data = {"action": "log"} | ({"log": upload} if upload else {})
     page = inspector.post(f"/portal/tasks/{task.pk}/", data, follow=True)
     assert page.status_code == 200 and reason in page.content.decode()
@@ -30,6 +31,15 @@ def test_a_bad_upload_is_refused_naming_the_field(inspector, upload, reason):  #
 def test_an_oversized_upload_is_refused_by_its_size(inspector, monkeypatch):  # noqa: F811
     monkeypatch.setattr(inspectors, "MAX_LOG_BYTES", 100)
     upload = SimpleUploadedFile("log.jsonl", b"x" * 101)
-    task = InspectionTask.objects.first()
+    task = accepted(InspectionTask.objects.select_related("inspection_body").first())
     page = inspector.post(f"/portal/tasks/{task.pk}/", {"action": "log", "log": upload}, follow=True)
     assert "log: at most 100 bytes" in page.content.decode() and not SnapshotLog.objects.exists()
+
+
+def test_no_log_before_the_task_is_accepted(inspector):  # noqa: F811
+    task = InspectionTask.objects.first()
+    html = inspector.get(f"/portal/tasks/{task.pk}/").content.decode()
+    assert 'value="log"' not in html and 'value="challenge"' not in html and "Accept the task first" in html
+    upload = SimpleUploadedFile("log.jsonl", b'{"serial": "x"}\n')
+    page = inspector.post(f"/portal/tasks/{task.pk}/", {"action": "log", "log": upload}, follow=True)
+    assert "accept it first" in page.content.decode() and not SnapshotLog.objects.exists()

@@ -5,6 +5,7 @@ import pytest
 from inspections import queue, tasks
 from inspections.models import InspectionTask
 from inspections.services import inspectors
+from tests.inspections.factories import accepted
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +22,7 @@ def test_an_upload_is_checked_after_commit(draw, monkeypatch, django_capture_on_
     )
     task = InspectionTask.objects.exclude(inspection_body=None).select_related("inspection_body").first()
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        log = inspectors.snapshot_log_upload(task, task.inspection_body, "{}\n")
+        log = inspectors.snapshot_log_upload(accepted(task), task.inspection_body, "{}\n")
     assert sent == [] and len(callbacks) == 1
     callbacks[0]()
     assert sent == [(queue.CHECK_SNAPSHOT_LOG, (log.pk,))]

@@ -21,7 +21,7 @@ from inspections.services.alerts import alert_act
 from inspections.services.bodies import inspection_body_register
 from registry.models import Organisation
 from replay.protocol import firmware
-from tests.inspections.factories import H100, YEAR, make_provers
+from tests.inspections.factories import H100, YEAR, accepted, make_provers
 from tests.inspections.services import test_claim_results as claim_results
 from tests.registry.factories import event
 
@@ -66,6 +66,8 @@ def world(django_capture_on_commit_callbacks):
         )
         inspectors.task_accept(eu[1], body)
         inspectors.finding_submit(eu[1], body, {"chip_found": False, "owner_refused": True})
+        for task in eu[2:6]:
+            inspectors.task_accept(task, body)
         challenge = inspectors.identity_challenge_issue(eu[2], body)
         inspectors.identity_answer_check(eu[2], body, challenge.nonce, base64.b64encode(bytes(64)).decode())
         log = inspectors.snapshot_log_upload(eu[3], body, "record 0\nrecord 1\n")
@@ -369,7 +371,7 @@ def claim_world(monkeypatch, settings, tmp_path, django_capture_on_commit_callba
         lines.append(chip.snapshot(datetime(2026, 11, 1, n, tzinfo=UTC), f"{n:064x}"))
     stub = claim_results.stub.__wrapped__(settings, tmp_path, monkeypatch)
     with django_capture_on_commit_callbacks(execute=False):
-        log = inspectors.snapshot_log_upload(task, task.inspection_body, "\n".join(lines) + "\n")
+        log = inspectors.snapshot_log_upload(accepted(task), task.inspection_body, "\n".join(lines) + "\n")
     assert inspectors.snapshot_log_check(log.pk) == "intact"
 
     def file(counter: int, step: int) -> Claim:

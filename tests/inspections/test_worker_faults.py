@@ -18,6 +18,7 @@ from inspections.services import inspectors
 from inspections.tasks import check_snapshot_log
 from ledger.models import Entry
 from tests.helpers import requires_postgres, subprocess_database_url, wait_for
+from tests.inspections.factories import accepted
 from tests.inspections.services.test_inspectors import a_task, firmware_log, with_chip_key
 
 pytestmark = [
@@ -39,7 +40,7 @@ def start_worker(queue: str, fault_dir, pool: str) -> subprocess.Popen:
 
 @pytest.fixture
 def log(draw, django_capture_on_commit_callbacks):
-    task = a_task("inspect-eu")
+    task = accepted(a_task("inspect-eu"))
     key = with_chip_key(task)
     with django_capture_on_commit_callbacks(execute=False):
         return inspectors.snapshot_log_upload(

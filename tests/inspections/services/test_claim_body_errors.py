@@ -49,3 +49,9 @@ def test_scattered_items_with_one_problem_are_listed_once():
 def test_a_bad_number_names_its_field_and_value(field, value):
     errors = refusal([dict(GOOD, **{field: value})])
     assert errors["claims[0]"][0].startswith(f"{field} must be a non-negative integer")
+
+
+@pytest.mark.parametrize("serial", [["a"], {"a": 1}, 5, None, True, 1.5, "", "x" * 65])
+def test_a_serial_that_is_no_chip_serial_is_named_as_such(serial):
+    errors = refusal([dict(GOOD, serial=serial)])
+    assert list(errors) == ["claims[0]"] and errors["claims[0]"][0].startswith("serial is the chip's serial")

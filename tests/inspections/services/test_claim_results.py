@@ -17,6 +17,7 @@ from inspections.models import Alert, Claim, InspectionTask
 from inspections.services import claims as claim_services
 from inspections.services import inspectors
 from ledger.models import Entry
+from tests.inspections.factories import accepted
 
 pytestmark = pytest.mark.django_db
 STUB = Path(__file__).resolve().parents[1] / "stub_verifier.py"
@@ -64,7 +65,7 @@ def snapshots(draw, django_capture_on_commit_callbacks):
         .first()
     )
     with django_capture_on_commit_callbacks(execute=False):
-        log = inspectors.snapshot_log_upload(task, task.inspection_body, "log\n")
+        log = inspectors.snapshot_log_upload(accepted(task), task.inspection_body, "log\n")
         records = [{"counter": n, "time": f"2026-11-01T0{n}:00:00Z", "shard": 0, "hash": f"{n:064x}"} for n in range(4)]
         inspectors.snapshot_log_record(log, [], records)
     return task
@@ -466,7 +467,7 @@ def test_the_firmware_work_counters_reach_the_verifier(draw, stub, django_captur
     )
     big = 2**70 + 1
     with django_capture_on_commit_callbacks(execute=False):
-        log = inspectors.snapshot_log_upload(task, task.inspection_body, "log\n")
+        log = inspectors.snapshot_log_upload(accepted(task), task.inspection_body, "log\n")
         records = [
             {
                 "counter": n,

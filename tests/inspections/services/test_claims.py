@@ -21,6 +21,7 @@ from inspections.services import claims as claim_services
 from inspections.tasks import check_snapshot_log, verify_claim
 from ledger.models import Entry
 from registry import services as registry
+from tests.inspections.factories import accepted
 from tests.registry.factories import SignedClient, chip_model, event, facility, organisation
 
 pytestmark = pytest.mark.django_db
@@ -81,7 +82,7 @@ def answer(transcript, settings, tmp_path, django_capture_on_commit_callbacks):
         if not mine:
             continue  # this chip logged nothing during the short run
         with django_capture_on_commit_callbacks(execute=False):
-            log = inspectors.snapshot_log_upload(task, task.inspection_body, "\n".join(mine) + "\n")
+            log = inspectors.snapshot_log_upload(accepted(task), task.inspection_body, "\n".join(mine) + "\n")
         assert check_snapshot_log(log.pk) == "intact"
     claims = json.loads((transcript / "claims.json").read_text())
     return {"client": SignedClient(owner, owner_key), "claims": claims, "location": str(root / "mlp-run")}

@@ -8,7 +8,16 @@ import pytest
 from django.utils import timezone
 from nacl.signing import SigningKey
 
-from inspections.models import Alert, Campaign, CaseText, Finding, IdentityChallenge, InspectionTask, Snapshot
+from inspections.models import (
+    Alert,
+    Campaign,
+    CaseText,
+    Finding,
+    IdentityChallenge,
+    InspectionTask,
+    Snapshot,
+    SnapshotLog,
+)
 from inspections.services import inspectors
 from inspections.tasks import check_snapshot_log
 from ledger.models import Entry
@@ -80,7 +89,14 @@ def test_an_inspector_sees_and_acts_only_on_its_bodys_tasks(draw):
     assert inspector("owner-a").get("/api/inspections/tasks").status_code == 403  # a prover is no inspector
 
 
+def accept(client, task) -> None:
+    """The inspector accepts the task (once): the work at the chip comes after."""
+    if InspectionTask.objects.filter(pk=task.pk, status=InspectionTask.Status.ASSIGNED).exists():
+        assert client.post(f"/api/inspections/tasks/{task.pk}/accept").status_code == 200
+
+
 def identity(client, task, key, tamper=None):
+    accept(client, task)
     challenge = client.post(f"/api/inspections/tasks/{task.pk}/challenge").json()
     signature = key.sign(challenge["message"].encode()).signature
     if tamper:
@@ -100,7 +116,7 @@ def test_chip_identity_passes_with_the_chips_key(draw):
     assert Entry.objects.filter(kind="inspection.identity_checked", payload__passed=True).exists()
 
 
-@pytest.mark.parametrize("case", ["wrong_key", "replayed", "expired", "unknown_nonce"])
+@pytest.mark.parametrize("case", ["wrong_key", "replayed", "expired"])
 def test_a_bad_identity_answer_is_a_failed_check_and_an_alert(draw, case):
     task, client = a_task("inspect-eu"), inspector("inspect-eu")
     key = with_chip_key(task)
@@ -124,8 +140,6 @@ def test_a_bad_identity_answer_is_a_failed_check_and_an_alert(draw, case):
             return challenge, signature
 
         _, outcome = identity(client, task, key, tamper=expire)
-    else:
-        _, outcome = identity(client, task, key, tamper=lambda c, s: ({**c, "nonce": "0" * 64}, s))
     assert outcome["passed"] is False and outcome["reason"]
     assert Alert.objects.filter(kind="identity_failed", chip=task.chip).exists()
 
@@ -150,6 +164,7 @@ def firmware_log(key: SigningKey, serial: str, count: int) -> list[str]:
 
 
 def upload(client, task, lines):
+    accept(client, task)
     return client.post(
         f"/api/inspections/tasks/{task.pk}/snapshot-log", {"log": "\n".join(lines) + "\n"}, format="json"
     )
@@ -245,10 +260,10 @@ def test_a_failed_identity_check_can_be_retried_and_its_alert_is_superseded(draw
 @pytest.mark.parametrize("closed", ["past_due", "done"])
 def test_no_identity_retry_after_the_deadline_or_the_findings(draw, closed):
     task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    accept(client, task)
     if closed == "past_due":
         InspectionTask.objects.filter(pk=task.pk).update(due_on=timezone.now().date() - timedelta(days=1))
     else:
-        client.post(f"/api/inspections/tasks/{task.pk}/accept")
         client.post(f"/api/inspections/tasks/{task.pk}/finding", {"chip_found": True}, format="json")
     response = client.post(f"/api/inspections/tasks/{task.pk}/challenge")
     assert response.status_code == 400 and "status" in response.json()
@@ -307,3 +322,82 @@ def test_the_chip_simulators_identity_message_is_the_one_the_server_checks():
 
     assert chipsim.identity_message("A000001", "00ff") == identity_message("A000001", "00ff")
     assert chipsim.identity_message("A000001", "00ff") != identity_message("A000002", "00ff")
+
+
+# --- malformed identity answers are the inspector's typos, not failed checks (probe #4) --------------------
+
+
+@pytest.mark.parametrize(
+    "answer, field",
+    [
+        ({"challenge": "x"}, "challenge"),
+        ({"challenge": 5}, "challenge"),
+        ({"challenge": "0" * 64}, "challenge"),  # well formed, but never issued for this task
+        ({"signature": "!!!"}, "signature"),
+        ({"signature": "AAAA"}, "signature"),  # base64, but 3 bytes: no Ed25519 signature
+        ({"signature": "A" * 87 + "="}, "signature"),  # 65 bytes
+    ],
+)
+def test_a_malformed_identity_answer_is_refused_naming_the_field_and_changes_nothing(draw, answer, field):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    key = with_chip_key(task)
+    accept(client, task)
+    challenge = client.post(f"/api/inspections/tasks/{task.pk}/challenge").json()
+    signature = base64.b64encode(key.sign(challenge["message"].encode()).signature).decode()
+    size = Entry.objects.count()
+    body = {"challenge": challenge["nonce"], "signature": signature, **answer}
+    refused = client.post(f"/api/inspections/tasks/{task.pk}/identity", body, format="json")
+    assert refused.status_code == 400 and field in refused.json(), refused.content
+    assert Entry.objects.count() == size and not Alert.objects.exists()
+    assert not IdentityChallenge.objects.get(nonce=challenge["nonce"]).answered  # the real answer still counts
+    passed = client.post(
+        f"/api/inspections/tasks/{task.pk}/identity",
+        {"challenge": challenge["nonce"], "signature": signature},
+        format="json",
+    )
+    assert passed.status_code == 200 and passed.json()["passed"] is True
+
+
+def test_a_well_formed_signature_that_does_not_verify_is_a_failed_check(draw):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    with_chip_key(task)
+    accept(client, task)
+    challenge = client.post(f"/api/inspections/tasks/{task.pk}/challenge").json()
+    body = {"challenge": challenge["nonce"], "signature": base64.b64encode(bytes(64)).decode()}
+    outcome = client.post(f"/api/inspections/tasks/{task.pk}/identity", body, format="json").json()
+    assert outcome["passed"] is False and "does not verify" in outcome["reason"]
+    assert Alert.objects.filter(kind="identity_failed", task=task).exists()
+
+
+# --- the work at the chip happens between accept and finding, on the API as in the portal (probe #5) ------
+
+
+@pytest.mark.parametrize("action", ["challenge", "identity", "snapshot-log"])
+@pytest.mark.parametrize("state", ["assigned", "done"])
+def test_no_work_at_the_chip_before_accept_or_after_the_finding(
+    draw, django_capture_on_commit_callbacks, action, state
+):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    key = with_chip_key(task)
+    path = f"/api/inspections/tasks/{task.pk}"
+    challenge = None
+    if state == "done":
+        accept(client, task)
+        challenge = client.post(f"{path}/challenge").json()
+        assert client.post(f"{path}/finding", {"chip_found": True}, format="json").status_code == 201
+    else:
+        challenge = {"nonce": "0" * 64, "message": "x"}
+    signature = base64.b64encode(key.sign(challenge["message"].encode()).signature).decode()
+    bodies = {
+        "challenge": {},
+        "identity": {"challenge": challenge["nonce"], "signature": signature},
+        "snapshot-log": {"log": "\n".join(firmware_log(key, task.chip.serial, 2)) + "\n"},
+    }
+    size, logs = Entry.objects.count(), SnapshotLog.objects.count()
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        refused = client.post(f"{path}/{action}", bodies[action], format="json")
+    assert refused.status_code == 400 and "status" in refused.json(), refused.content
+    expected = "accept it first" if state == "assigned" else "the task is done"
+    assert expected in str(refused.json()["status"])
+    assert (Entry.objects.count(), SnapshotLog.objects.count()) == (size, logs) and not callbacks
+    assert not Alert.objects.exists() and not Snapshot.objects.exists()

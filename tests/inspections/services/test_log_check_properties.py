@@ -18,6 +18,7 @@ from inspections.models import SnapshotLog
 from inspections.services import inspectors
 from ledger import selectors as ledger_selectors
 from replay.protocol.firmware import canonical
+from tests.inspections.factories import accepted
 from tests.inspections.services.test_inspectors import a_task, firmware_log, with_chip_key
 
 pytestmark = pytest.mark.django_db
@@ -109,7 +110,7 @@ def mutation(draw, lines: list[str], key, several: bool = True):
 
 @pytest.fixture
 def chip_task(draw):
-    task = a_task("inspect-eu")
+    task = accepted(a_task("inspect-eu"))
     key = with_chip_key(task)
     lines = firmware_log(key, task.chip.serial, 4)
     authentic = [{k: json.loads(line)[k] for k in ("counter", "time", "shard", "hash")} for line in lines]

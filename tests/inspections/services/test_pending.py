@@ -10,6 +10,7 @@ from inspections.models import Alert, Claim, SnapshotLog
 from inspections.services import claims, inspectors, pending
 from inspections.tasks import check_snapshot_log
 from ledger.models import Entry
+from tests.inspections.factories import accepted
 from tests.inspections.services.test_inspectors import a_task, firmware_log, with_chip_key
 
 pytestmark = pytest.mark.django_db
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def stuck(draw, django_capture_on_commit_callbacks):
     """One pending log and one pending claim, both sent to the worker long before the deadline."""
-    task = a_task("inspect-eu")
+    task = accepted(a_task("inspect-eu"))
     key = with_chip_key(task)
     with django_capture_on_commit_callbacks(execute=False):
         intact = inspectors.snapshot_log_upload(

@@ -10,6 +10,7 @@ from inspections.services import inspectors
 from inspections.tasks import check_snapshot_log
 from ledger.models import Entry
 from replay.protocol.firmware import canonical
+from tests.inspections.factories import accepted
 from tests.inspections.services.test_inspectors import a_task, firmware_log, with_chip_key
 
 pytestmark = pytest.mark.django_db
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.django_db
 
 def uploaded(task, text: str, capture) -> SnapshotLog:
     with capture(execute=False):
-        return inspectors.snapshot_log_upload(task, task.inspection_body, text)
+        return inspectors.snapshot_log_upload(accepted(task), task.inspection_body, text)
 
 
 def signed(key, serial: str, **fields) -> str:
@@ -66,7 +67,7 @@ def test_a_check_that_crashes_is_a_recorded_verdict_with_an_alert(
 def test_a_log_with_nul_or_nothing_in_it_is_refused_naming_the_field(draw, text):
     from django.core.exceptions import ValidationError
 
-    task = a_task("inspect-eu")
+    task = accepted(a_task("inspect-eu"))
     with pytest.raises(ValidationError) as refused:
         inspectors.snapshot_log_upload(task, task.inspection_body, text)
     assert "log" in refused.value.message_dict and not SnapshotLog.objects.exists()
