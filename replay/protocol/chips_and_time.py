@@ -43,6 +43,7 @@ MAX_HISTORY = 1_000_000
 # what it reports per step. Tighter than 2x, so two-fold hidden work never hides in it.
 WORK_TOLERANCE = 0.25
 MAX_WORK = 2**128 - 1
+MAX_UNCHECKED = 100  # pairs across runs named in a report (a claim has at most two per chip)
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z")
 _HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -208,7 +209,7 @@ def check(
         why, involved = _chip(serial[:64], evs, run, peaks, spans, flops_per_step)
         reasons += why
         conflicts += involved
-    unaccounted, counted = [], {"pairs": 0, "across_runs": 0, "across_runs_unchecked": 0}
+    unaccounted, counted = [], {"pairs": 0, "across_runs": 0, "across_runs_unchecked": 0, "unchecked": []}
     for serial, evs in sorted(events.items()):
         why, involved, pairs = _work(serial[:64], evs, run, share.get(serial, 0.0), flops_per_step)
         reasons += why
@@ -221,6 +222,8 @@ def check(
             "pairs_checked": counted["pairs"],
             "across_runs": counted["across_runs"],
             "across_runs_unchecked": counted["across_runs_unchecked"],
+            # which pairs: the regulator's side re-checks them once both runs have figures of ours (docs/claims.md §4)
+            "unchecked": counted["unchecked"][:MAX_UNCHECKED],
             "tolerance": WORK_TOLERANCE,
             "problems": unaccounted[:20],
         },
@@ -320,7 +323,7 @@ def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: 
     them (its shard's share): within this run, more is unaccounted work, less is work claimed but not done, and
     a parked chip (the step stands still) counts nothing; between this run and another (no snapshot of the chip
     in between), more than the rest of the earlier run and the start of the later one is unaccounted work.
-    (reasons, conflicts, {"pairs", "across_runs", "across_runs_unchecked"})."""
+    (reasons, conflicts, {"pairs", "across_runs", "across_runs_unchecked", "unchecked": [{serial, counters}]})."""
     by_counter = {}
     for e in evs:
         if e.get("flops") is not None:
@@ -330,7 +333,7 @@ def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: 
         # the chip's first record ever: its counters count from fabrication, so everything it did before that
         # snapshot must be this run's steps so far (work before a chip's first snapshot hides nowhere)
         ordered.insert(0, {"counter": -1, "flops": 0, "step": 0, "run": run, "mine": True})
-    reasons, conflicts, pairs = [], [], {"pairs": 0, "across_runs": 0, "across_runs_unchecked": 0}
+    reasons, conflicts, pairs = [], [], {"pairs": 0, "across_runs": 0, "across_runs_unchecked": 0, "unchecked": []}
     for a, b in zip(ordered, ordered[1:]):
         if a["run"] != b["run"]:
             if run in (a["run"], b["run"]):
@@ -386,6 +389,7 @@ def _across_runs(serial: str, a: dict, b: dict, pairs: dict) -> str | None:
     figures = [(e.get("run_steps"), e.get("chip_step_flops")) for e in (a, b)]
     if any(steps is None or flops is None for steps, flops in figures):
         pairs["across_runs_unchecked"] += 1
+        pairs["unchecked"].append({"serial": serial, "counters": [a["counter"], b["counter"]]})
         return None
     pairs["across_runs"] += 1
     (steps_a, flops_a), (_, flops_b) = figures

@@ -459,3 +459,11 @@ def test_a_pair_across_runs_without_the_other_runs_figures_is_left_for_later(tmp
     v = _with_work(b, history=history)
     assert v.verdict == "verified", v.reasons
     assert v.details["checks"]["chips"]["work"]["across_runs_unchecked"] > 0
+    # named in the report, pair by pair, for the regulator's side to re-check once run A has figures of ours
+    first_of_b = {}
+    for x in claims(b)["claims"]:
+        first_of_b[x["serial"]] = min(first_of_b.get(x["serial"], x["counter"]), x["counter"])
+    named = v.report.summary()["across_runs_unchecked"]
+    assert named and all(p["counters"] == [first_of_b[p["serial"]] - 1, first_of_b[p["serial"]]] for p in named)
+    judged = _with_work(b, history=_ledger_history(a, _with_work(a).details))
+    assert judged.verdict == "rejected" and judged.report.summary()["across_runs_unchecked"] == []
