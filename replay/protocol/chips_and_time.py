@@ -204,9 +204,10 @@ def check(
         )
     spans = _run_spans(run, events, run_snapshots or {}, set(working))
     peaks = None if prover_chips is None else {s: prover_chips.get(s, 0.0) for s in working}
+    bottleneck = None if prover_chips is None else _bottleneck(prover_chips, share, working)
     conflicts: list[dict] = []
     for serial, evs in sorted(events.items()):
-        why, involved = _chip(serial[:64], evs, run, peaks, spans, flops_per_step)
+        why, involved = _chip(serial[:64], evs, run, peaks, spans, flops_per_step, bottleneck)
         reasons += why
         conflicts += involved
     unaccounted, counted = [], {"pairs": 0, "across_runs": 0, "across_runs_unchecked": 0, "unchecked": []}
@@ -252,7 +253,22 @@ def _capacity(peaks: dict, spans: dict, a, b) -> float:
     return sum(p for s, p in peaks.items() if s in spans and spans[s][0] <= b and a <= spans[s][1])
 
 
-def _chip(serial: str, evs: list[dict], run: str, peaks, spans, flops_per_step: float) -> tuple[list[str], list]:
+def _bottleneck(prover_chips: dict, share: dict, working: list[str]) -> tuple[str, float] | None:
+    """(serial, FLOP/s of the whole step) of the working chip that limits the run's pace: every step needs each
+    shard's share of its FLOPs, done by the chip holding it at no more than its peak, so the run steps at most at
+    min(peak / share) of its registered working chips (a chip holding a sliver of the model adds nothing to the
+    pace of the chips holding the rest: a fast chip padded in with one parameter is no capacity). Unregistered
+    chips are a broken rule, checked apart."""
+    rates = [(prover_chips[s] / share[s], s) for s in working if s in prover_chips and share.get(s, 0.0) > 0]
+    if not rates:
+        return None
+    rate, serial = min(rates)
+    return serial, rate
+
+
+def _chip(
+    serial: str, evs: list[dict], run: str, peaks, spans, flops_per_step: float, bottleneck=None
+) -> tuple[list[str], list]:
     reasons, seen, uniq, conflicts = [], {}, [], []
 
     def involve(kind: str, detail: str, *pair) -> None:
@@ -297,6 +313,16 @@ def _chip(serial: str, evs: list[dict], run: str, peaks, spans, flops_per_step: 
                     "pace",
                     f"chip {serial}: steps {a['step']}..{b['step']} need {need:.3e} FLOPs between {a['time']} and "
                     f"{b['time']}, more than the working chips that logged this run can do ({can:.3e})",
+                    a,
+                    b,
+                )
+            elif bottleneck is not None and need > (b["at"] - a["at"]).total_seconds() * bottleneck[1]:
+                slow, rate = bottleneck
+                involve(
+                    "pace",
+                    f"chip {serial}: steps {a['step']}..{b['step']} need {need:.3e} FLOPs between {a['time']} and "
+                    f"{b['time']}; chip {slow[:64]} must do its shard's share of every step, so the run can do at "
+                    f"most {(b['at'] - a['at']).total_seconds() * rate:.3e} (its peak over its share)",
                     a,
                     b,
                 )
