@@ -264,8 +264,11 @@ def one(i: int, tmp: Path, draws_only: bool = False) -> dict:
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     """Exact two-sided binomial confidence interval for k successes of n (bisection on the binomial tails)."""
 
-    def at_least(j, p):  # P(X >= j), increasing in p
-        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(j, n + 1))
+    def at_least(j, p):  # P(X >= j), increasing in p (terms in logs: no overflow for large n)
+        if p <= 0.0 or p >= 1.0:
+            return float(p >= 1.0 or j <= 0)
+        log = lambda i: math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+        return sum(math.exp(log(i) + i * math.log(p) + (n - i) * math.log1p(-p)) for i in range(j, n + 1))
 
     def solve(f, want):
         lo, hi = 0.0, 1.0
