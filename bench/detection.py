@@ -183,7 +183,9 @@ def one(i: int, tmp: Path, draws_only: bool = False) -> dict:
     import torch
 
     from replay import Budget, verify
+    from replay.protocol import coverage
     from replay.protocol.firmware import Firmware
+    from replay.protocol.transcript_layout import canonical_json
 
     torch.set_num_threads(1)
     Recorder, HiddenCompute, truthful = recorders()
@@ -201,17 +203,24 @@ def one(i: int, tmp: Path, draws_only: bool = False) -> dict:
     made: list = []
     cheat = HiddenCompute(tmp / f"c{i}", "mlp", at=at, extra=STEPS, firmware=kept(truthful(at, STEPS), made), **common)
     cheat = cheat.run()
-    done, rounds, caught, dispute, failed = [], 0, False, {}, []
+    done, rounds, caught, dispute, failed, nonces, recomputed = [], 0, False, {}, [], [], True
+    starts = list(range(0, STEPS, INTERVAL))
     while True:
+        nonces.append(secrets.token_bytes(16))
         v = verify(
             cheat,
             None,
             Budget(segments=2),
-            nonce=secrets.token_bytes(16),
+            nonce=nonces[-1],
             replayed_segments=sorted(done),
             coverage_target=TARGET,
         )
         rounds += 1
+        # what an outside verifier recomputes from the nonce (docs/transcripts.md §4) is what was replayed
+        seed = coverage.seed(nonces[-1], v.details["manifest"], canonical_json([]))
+        recomputed &= coverage.plan(starts, [], set(done), seed, TARGET, 2) == [
+            x["start"] for x in v.details["segments"]
+        ]
         failed += [x["start"] for x in v.details["segments"] if not x["ok"]]
         if v.verdict == "rejected":
             caught, dispute = True, v.details.get("dispute") or {}
@@ -224,6 +233,8 @@ def one(i: int, tmp: Path, draws_only: bool = False) -> dict:
         "fabricated_segment": at - INTERVAL,
         "draw_caught": caught,
         "draw_rounds": rounds,
+        "nonces": [n.hex() for n in nonces],  # each verification's draw, recomputable offline
+        "draw_recomputed": recomputed,
         # every segment a verification replayed: the fabricated one must be the only one failing, and a run
         # that verified must never have replayed it (a miss is a fabricated segment the draw left out)
         "failed_segments": sorted(set(failed)),
@@ -289,7 +300,9 @@ def draw_failures(rows: list[dict]) -> list[dict]:
     return [
         r
         for r in rows
-        if set(r["failed_segments"]) - {r["fabricated_segment"]} or r["fabricated_replayed"] != r["draw_caught"]
+        if set(r["failed_segments"]) - {r["fabricated_segment"]}
+        or r["fabricated_replayed"] != r["draw_caught"]
+        or not r["draw_recomputed"]
     ]
 
 
