@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import secrets
 import shutil
 import sys
 import tempfile
 from datetime import datetime, timedelta
+from fractions import Fraction
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 CONFIG = {"sizes": [16, 32, 4]}
 STEPS, INTERVAL, TARGET = 20, 2, 0.9
+SEGMENTS = STEPS // INTERVAL
 
 
 def recorders():
@@ -176,11 +179,13 @@ def with_logs(d: Path):
     )
 
 
-def one(i: int, tmp: Path) -> dict:
+def one(i: int, tmp: Path, draws_only: bool = False) -> dict:
     import torch
 
     from replay import Budget, verify
+    from replay.protocol import coverage
     from replay.protocol.firmware import Firmware
+    from replay.protocol.transcript_layout import canonical_json
 
     torch.set_num_threads(1)
     Recorder, HiddenCompute, truthful = recorders()
@@ -198,23 +203,49 @@ def one(i: int, tmp: Path) -> dict:
     made: list = []
     cheat = HiddenCompute(tmp / f"c{i}", "mlp", at=at, extra=STEPS, firmware=kept(truthful(at, STEPS), made), **common)
     cheat = cheat.run()
-    done, rounds, caught, dispute = [], 0, False, {}
+    done, rounds, caught, dispute, failed, nonces, recomputed = [], 0, False, {}, [], [], True
+    starts = list(range(0, STEPS, INTERVAL))
     while True:
+        nonces.append(secrets.token_bytes(16))
         v = verify(
             cheat,
             None,
             Budget(segments=2),
-            nonce=secrets.token_bytes(16),
+            nonce=nonces[-1],
             replayed_segments=sorted(done),
             coverage_target=TARGET,
         )
         rounds += 1
+        # what an outside verifier recomputes from the nonce (docs/transcripts.md §4) is what was replayed
+        seed = coverage.seed(nonces[-1], v.details["manifest"], canonical_json([]))
+        recomputed &= coverage.plan(starts, [], set(done), seed, TARGET, 2) == [
+            x["start"] for x in v.details["segments"]
+        ]
+        failed += [x["start"] for x in v.details["segments"] if not x["ok"]]
         if v.verdict == "rejected":
             caught, dispute = True, v.details.get("dispute") or {}
             break
         done += v.details["segments_replayed"]
         if v.details["coverage"] >= TARGET or rounds > 20:
             break
+    draws = {
+        "seed": i,
+        "fabricated_segment": at - INTERVAL,
+        "draw_caught": caught,
+        "draw_rounds": rounds,
+        "nonces": [n.hex() for n in nonces],  # each verification's draw, recomputable offline
+        "draw_recomputed": recomputed,
+        # every segment a verification replayed: the fabricated one must be the only one failing, and a run
+        # that verified must never have replayed it (a miss is a fabricated segment the draw left out)
+        "failed_segments": sorted(set(failed)),
+        "fabricated_replayed": caught or (at - INTERVAL) in done,
+        # the swap follows step at-1: the bisection against the transcript's step commitments must name it
+        "dispute_step_named": caught and dispute.get("step") == at - 1,
+        "dispute": {k: dispute.get(k) for k in ("step", "op", "source")} if caught else None,
+        "coverage_at_stop": len(set(done)) / (STEPS // INTERVAL),
+    }
+    if draws_only:
+        return draws
     work = with_logs(cheat)
     following = after(next_run(Recorder, tmp / f"n{i}", cheat, made, common), cheat, work)
     hidden_caught = any(
@@ -231,14 +262,7 @@ def one(i: int, tmp: Path) -> dict:
     park(busy, advancing=True)
     parked = with_logs(busy)
     return {
-        "seed": i,
-        "fabricated_segment": at - INTERVAL,
-        "draw_caught": caught,
-        "draw_rounds": rounds,
-        # the swap follows step at-1: the bisection against the transcript's step commitments must name it
-        "dispute_step_named": caught and dispute.get("step") == at - 1,
-        "dispute": {k: dispute.get(k) for k in ("step", "op", "source")} if caught else None,
-        "coverage_at_stop": len(set(done)) / (STEPS // INTERVAL),
+        **draws,
         "hidden_work_caught": hidden_caught,
         "hidden_caught_by": "run" if work.verdict == "rejected" else ("next run" if hidden_caught else None),
         "parked_caught": parked.verdict == "rejected" and any(r.startswith("unaccounted work") for r in parked.reasons),
@@ -248,53 +272,105 @@ def one(i: int, tmp: Path) -> dict:
     }
 
 
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact two-sided binomial confidence interval for k successes of n (bisection on the binomial tails)."""
+
+    def at_least(j, p):  # P(X >= j), increasing in p (terms in logs: no overflow for large n)
+        if p <= 0.0 or p >= 1.0:
+            return float(p >= 1.0 or j <= 0)
+        log = lambda i: math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+        return sum(math.exp(log(i) + i * math.log(p) + (n - i) * math.log1p(-p)) for i in range(j, n + 1))
+
+    def solve(f, want):
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if f(mid) < want else (lo, mid)
+        return (lo + hi) / 2
+
+    a = (1 - level) / 2
+    low = 0.0 if k == 0 else solve(lambda p: at_least(k, p), a)  # P(X >= k) = a/2
+    high = 1.0 if k == n else solve(lambda p: at_least(k + 1, p), 1 - a)  # P(X <= k) = a/2
+    return low, high
+
+
+def draw_failures(rows: list[dict]) -> list[dict]:
+    """Runs that break the premise of the figure: a segment other than the fabricated one failed, or a run
+    verified although its fabricated segment was replayed (the catch would then not be the draw's alone)."""
+    return [
+        r
+        for r in rows
+        if set(r["failed_segments"]) - {r["fabricated_segment"]}
+        or r["fabricated_replayed"] != r["draw_caught"]
+        or not r["draw_recomputed"]
+    ]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=100)
+    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--draws-only", action="store_true", help="only measure 1 (the fabricated segment's draw)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="detection-") as tmp:
         rows = []
-        for i in range(args.runs):
-            rows.append(one(i, Path(tmp)))
+        for i in range(args.first_seed, args.first_seed + args.runs):
+            rows.append(one(i, Path(tmp), args.draws_only))
             for k in ("c", "n", "h", "m", "s", "b"):
                 shutil.rmtree(Path(tmp, f"{k}{i}"), ignore_errors=True)
     n = len(rows)
+    caught = sum(r["draw_caught"] for r in rows)
     summary = {
         "runs": n,
-        "draw_caught": sum(r["draw_caught"] for r in rows),
+        "draw_caught": caught,
+        "draw_caught_ci95": clopper_pearson(caught, n),
+        # by construction: a uniform draw that stops at the first count meeting the target
+        "draw_expected": math.ceil(Fraction(str(TARGET)) * SEGMENTS) / SEGMENTS,
         "mean_verifications": sum(r["draw_rounds"] for r in rows) / n,
         "dispute_step_named": sum(r["dispute_step_named"] for r in rows),
-        "hidden_work_caught": sum(r["hidden_work_caught"] for r in rows),
-        "parked_caught": sum(r["parked_caught"] for r in rows),
-        "parked_still_verified": sum(r["parked_still_verified"] for r in rows),
-        "honest_verified": sum(r["honest_verified"] for r in rows),
-        "hidden_caught_by_next_run": sum(r["hidden_caught_by"] == "next run" for r in rows),
-        "failures": [
+        "draw_failures": draw_failures(rows)[:10],
+    }
+    if not args.draws_only:
+        summary.update(
+            {
+                k: sum(r[k] for r in rows)
+                for k in ("hidden_work_caught", "parked_caught", "parked_still_verified", "honest_verified")
+            }
+        )
+        summary["hidden_caught_by_next_run"] = sum(r["hidden_caught_by"] == "next run" for r in rows)
+        summary["failures"] = [
             r
             for r in rows
             if not (
                 r["hidden_work_caught"] and r["parked_caught"] and r["honest_verified"] and r["parked_still_verified"]
             )
-        ][:10],
-    }
+        ][:10]
     Path(ROOT, "bench", "out").mkdir(exist_ok=True)
-    Path(ROOT, "bench", "out", "detection.json").write_text(json.dumps({"summary": summary, "runs": rows}, indent=1))
+    name = "detection-draws.json" if args.draws_only else "detection.json"
+    Path(ROOT, "bench", "out", name).write_text(json.dumps({"summary": summary, "runs": rows}, indent=1))
+    low, high = summary["draw_caught_ci95"]
     print("| measure | caught / runs | rate |")
     print("|---|---|---|")
+    print(
+        f"| one fabricated segment, random draws until coverage {TARGET} | {caught} / {n} | {caught / n:.3f} "
+        f"(95% CI {low:.3f}-{high:.3f}; {summary['draw_expected']:.2f} by construction) |"
+    )
     for k, label in (
-        ("draw_caught", f"one fabricated segment, random draws until coverage {TARGET}"),
         ("hidden_work_caught", "2x hidden work, firmware counters (the run, then the chips' next run)"),
         ("parked_caught", "parked snapshots with advancing counters"),
         ("parked_still_verified", "control: parked with still counters (verified)"),
         ("honest_verified", "control: honest run and its chips' next run, back to back (both verified)"),
     ):
-        print(f"| {label} | {summary[k]} / {n} | {summary[k] / n:.3f} |")
+        if k in summary:
+            print(f"| {label} | {summary[k]} / {n} | {summary[k] / n:.3f} |")
     print(f"\nmean verifications per run until caught or target: {summary['mean_verifications']:.2f}")
-    print(f"hidden work caught only across the two runs: {summary['hidden_caught_by_next_run']}")
+    if "hidden_caught_by_next_run" in summary:
+        print(f"hidden work caught only across the two runs: {summary['hidden_caught_by_next_run']}")
+    print(f"caught fabrications whose dispute names the swapped step: {summary['dispute_step_named']} of {caught}")
     print(
-        f"caught fabrications whose dispute names the swapped step: {summary['dispute_step_named']} of {summary['draw_caught']}"
+        f"missed runs whose fabricated segment was never replayed: {sum(not r['fabricated_replayed'] for r in rows)} of {n - caught}"
     )
-    for f in summary["failures"]:
+    for f in summary["draw_failures"] + summary.get("failures", []):
         print("FAILURE", f)
     return 0
 

@@ -326,6 +326,45 @@ def coverage_reverifications_due(limit: int) -> list[int]:
     return due
 
 
+def cross_run_rechecks_due(limit: int, chip: Chip | None = None) -> list[int]:
+    """Verified claims to replay again because a pair of their chip's snapshots across two runs (counters k and
+    k + 1) was never judged. A claim's verification judges that pair only when the other run has figures of ours
+    (docs/transcripts.md §5); two such claims verified at the same moment each saw the other unreplayed and left
+    the pair to it. Due: the pair is listed unchecked in the latest report of BOTH claims (one listing alone means
+    the other claim's replay judged it) and both were replayed (each run now has figures). The later claim of the
+    pair is re-checked (the earlier one if only it is verified); its new report judges the pair, which ends it.
+    Oldest first, at most ``limit``; ``chip``: only that chip's claims."""
+    claims = Claim.objects.filter(result__in=REPLAYED_RESULTS, report__has_key="across_runs_unchecked").exclude(
+        report__across_runs_unchecked=[]
+    )
+    if chip is not None:
+        claims = claims.filter(snapshot__chip=chip)
+    rows = {
+        pk: (serial, counter, result, report)
+        for pk, serial, counter, result, report in claims.values_list(
+            "pk", "snapshot__chip__serial", "snapshot__counter", "result", "report"
+        ).iterator(chunk_size=10000)
+    }
+    later = CoverageReverification.objects.filter(claim__in=list(rows)).order_by("seq")
+    latest = {pk: row[3] for pk, row in rows.items()}
+    latest.update(dict(later.values_list("claim", "report")))  # a re-verification's report supersedes the claim's
+    listed: dict[tuple[str, int], tuple[int, str, set]] = {}
+    for pk, (serial, counter, result, _) in rows.items():
+        pairs = (latest[pk] or {}).get("across_runs_unchecked") or []
+        unjudged = {(p["serial"], *p["counters"]) for p in pairs if isinstance(p, dict) and p.get("serial") == serial}
+        listed[serial, counter] = (pk, result, unjudged)
+    due = set()
+    for (serial, counter), (pk, result, unjudged) in listed.items():
+        pair = (serial, counter, counter + 1)
+        other = listed.get((serial, counter + 1))
+        if pair not in unjudged or other is None or pair not in other[2]:
+            continue
+        verified = [c for c, r in ((other[0], other[1]), (pk, result)) if r == Claim.Result.VERIFIED]
+        if verified:
+            due.add(verified[0])
+    return sorted(due)[:limit]
+
+
 def runs() -> list[dict]:
     """Every run with claims (latest first), each with its coverage (the regulator's list of runs)."""
     keys = (

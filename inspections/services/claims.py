@@ -478,12 +478,16 @@ def claim_retries_enqueue(now: datetime) -> int:
 # --- coverage accumulates: scheduled re-verifications of runs below their target ----------------------------
 
 REPLAYED = (Claim.Result.VERIFIED, Claim.Result.MISMATCH, Claim.Result.RULE_VIOLATED)  # a replay's own outcomes
+MAX_PAIRS_DUE = 100_000  # a chip's claims with a pair across runs to re-check (bounded by its snapshots anyway)
 
 
 def coverage_reverifications_enqueue(limit: int | None = None) -> int:
     """The beat's share of coverage work: one verified claim of each run below its target (at most
-    ``REPLAY_COVERAGE_RUNS`` runs, longest-waiting first) is sent to be re-verified."""
-    due = selectors.coverage_reverifications_due(limit or settings.REPLAY_COVERAGE_RUNS)
+    ``REPLAY_COVERAGE_RUNS`` runs, longest-waiting first) is sent to be re-verified; so is each claim whose pair of
+    snapshots across two runs no verification judged (both verified at the same moment: at most as many again)."""
+    limit = limit or settings.REPLAY_COVERAGE_RUNS
+    due = selectors.coverage_reverifications_due(limit)
+    due += [c for c in selectors.cross_run_rechecks_due(limit) if c not in due]
     for claim_id in due:
         queue.enqueue_coverage_reverification(claim_id)
     return len(due)
@@ -498,7 +502,9 @@ def claim_coverage_reverify(claim_id: int) -> str:
     claim = Claim.objects.select_related("snapshot__chip", "prover").get(pk=claim_id)
     if claim.result != Claim.Result.VERIFIED:
         return "not verified"
-    if selectors.run_coverage(claim.prover, claim.manifest)["target_met"]:
+    if selectors.run_coverage(claim.prover, claim.manifest)["target_met"] and claim.pk not in (
+        selectors.cross_run_rechecks_due(MAX_PAIRS_DUE, chip=claim.snapshot.chip)
+    ):
         return "target met"
     try:
         verdict = claim_replay(claim, own_covered=True)
@@ -535,6 +541,7 @@ def claim_reverification_record(claim_id: int, verdict: dict | Report) -> Covera
     row = CoverageReverification.objects.create(
         claim=claim, seq=entry.seq, result=result, mismatch_step=step, report=summary
     )
+    _conflicts_record(claim, summary["conflicts"])  # e.g. work across two runs, found by a re-check of the pair
     if result != Claim.Result.VERIFIED:
         where = f" at step {step}" if step is not None else ""
         alert_raise(

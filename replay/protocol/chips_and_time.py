@@ -43,6 +43,7 @@ MAX_HISTORY = 1_000_000
 # what it reports per step. Tighter than 2x, so two-fold hidden work never hides in it.
 WORK_TOLERANCE = 0.25
 MAX_WORK = 2**128 - 1
+MAX_UNCHECKED = 100  # pairs across runs named in a report (a claim has at most two per chip)
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z")
 _HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -203,12 +204,13 @@ def check(
         )
     spans = _run_spans(run, events, run_snapshots or {}, set(working))
     peaks = None if prover_chips is None else {s: prover_chips.get(s, 0.0) for s in working}
+    bottleneck = None if prover_chips is None else _bottleneck(prover_chips, share, working)
     conflicts: list[dict] = []
     for serial, evs in sorted(events.items()):
-        why, involved = _chip(serial[:64], evs, run, peaks, spans, flops_per_step)
+        why, involved = _chip(serial[:64], evs, run, peaks, spans, flops_per_step, bottleneck)
         reasons += why
         conflicts += involved
-    unaccounted, counted = [], {"pairs": 0, "across_runs": 0, "across_runs_unchecked": 0}
+    unaccounted, counted = [], {"pairs": 0, "across_runs": 0, "across_runs_unchecked": 0, "unchecked": []}
     for serial, evs in sorted(events.items()):
         why, involved, pairs = _work(serial[:64], evs, run, share.get(serial, 0.0), flops_per_step)
         reasons += why
@@ -221,6 +223,8 @@ def check(
             "pairs_checked": counted["pairs"],
             "across_runs": counted["across_runs"],
             "across_runs_unchecked": counted["across_runs_unchecked"],
+            # which pairs: the regulator's side re-checks them once both runs have figures of ours (docs/claims.md §4)
+            "unchecked": counted["unchecked"][:MAX_UNCHECKED],
             "tolerance": WORK_TOLERANCE,
             "problems": unaccounted[:20],
         },
@@ -249,7 +253,22 @@ def _capacity(peaks: dict, spans: dict, a, b) -> float:
     return sum(p for s, p in peaks.items() if s in spans and spans[s][0] <= b and a <= spans[s][1])
 
 
-def _chip(serial: str, evs: list[dict], run: str, peaks, spans, flops_per_step: float) -> tuple[list[str], list]:
+def _bottleneck(prover_chips: dict, share: dict, working: list[str]) -> tuple[str, float] | None:
+    """(serial, FLOP/s of the whole step) of the working chip that limits the run's pace: every step needs each
+    shard's share of its FLOPs, done by the chip holding it at no more than its peak, so the run steps at most at
+    min(peak / share) of its registered working chips (a chip holding a sliver of the model adds nothing to the
+    pace of the chips holding the rest: a fast chip padded in with one parameter is no capacity). Unregistered
+    chips are a broken rule, checked apart."""
+    rates = [(prover_chips[s] / share[s], s) for s in working if s in prover_chips and share.get(s, 0.0) > 0]
+    if not rates:
+        return None
+    rate, serial = min(rates)
+    return serial, rate
+
+
+def _chip(
+    serial: str, evs: list[dict], run: str, peaks, spans, flops_per_step: float, bottleneck=None
+) -> tuple[list[str], list]:
     reasons, seen, uniq, conflicts = [], {}, [], []
 
     def involve(kind: str, detail: str, *pair) -> None:
@@ -297,6 +316,16 @@ def _chip(serial: str, evs: list[dict], run: str, peaks, spans, flops_per_step: 
                     a,
                     b,
                 )
+            elif bottleneck is not None and need > (b["at"] - a["at"]).total_seconds() * bottleneck[1]:
+                slow, rate = bottleneck
+                involve(
+                    "pace",
+                    f"chip {serial}: steps {a['step']}..{b['step']} need {need:.3e} FLOPs between {a['time']} and "
+                    f"{b['time']}; chip {slow[:64]} must do its shard's share of every step, so the run can do at "
+                    f"most {(b['at'] - a['at']).total_seconds() * rate:.3e} (its peak over its share)",
+                    a,
+                    b,
+                )
     if mine:
         lo, hi = mine[0]["at"], mine[-1]["at"]
         others: dict[str, list] = {}
@@ -320,7 +349,7 @@ def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: 
     them (its shard's share): within this run, more is unaccounted work, less is work claimed but not done, and
     a parked chip (the step stands still) counts nothing; between this run and another (no snapshot of the chip
     in between), more than the rest of the earlier run and the start of the later one is unaccounted work.
-    (reasons, conflicts, {"pairs", "across_runs", "across_runs_unchecked"})."""
+    (reasons, conflicts, {"pairs", "across_runs", "across_runs_unchecked", "unchecked": [{serial, counters}]})."""
     by_counter = {}
     for e in evs:
         if e.get("flops") is not None:
@@ -330,7 +359,7 @@ def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: 
         # the chip's first record ever: its counters count from fabrication, so everything it did before that
         # snapshot must be this run's steps so far (work before a chip's first snapshot hides nowhere)
         ordered.insert(0, {"counter": -1, "flops": 0, "step": 0, "run": run, "mine": True})
-    reasons, conflicts, pairs = [], [], {"pairs": 0, "across_runs": 0, "across_runs_unchecked": 0}
+    reasons, conflicts, pairs = [], [], {"pairs": 0, "across_runs": 0, "across_runs_unchecked": 0, "unchecked": []}
     for a, b in zip(ordered, ordered[1:]):
         if a["run"] != b["run"]:
             if run in (a["run"], b["run"]):
@@ -386,6 +415,7 @@ def _across_runs(serial: str, a: dict, b: dict, pairs: dict) -> str | None:
     figures = [(e.get("run_steps"), e.get("chip_step_flops")) for e in (a, b)]
     if any(steps is None or flops is None for steps, flops in figures):
         pairs["across_runs_unchecked"] += 1
+        pairs["unchecked"].append({"serial": serial, "counters": [a["counter"], b["counter"]]})
         return None
     pairs["across_runs"] += 1
     (steps_a, flops_a), (_, flops_b) = figures

@@ -38,6 +38,20 @@ def _figures(v) -> dict:
     return dict(list(good.items())[:MAX_CHIPS])
 
 
+def _pairs(v) -> tuple[dict, ...]:
+    """[{serial, counters: [a, a + 1]}]: the chip's pairs of snapshots across two runs left unchecked."""
+    good = (
+        {"serial": x["serial"], "counters": list(x["counters"])}
+        for x in _objects(v, MAX_CONFLICTS)
+        if isinstance(x.get("serial"), str)
+        and len(x["serial"]) <= 64
+        and isinstance(x.get("counters"), list)
+        and len(x["counters"]) == 2
+        and all(type(c) is int for c in x["counters"])
+    )
+    return tuple(good)
+
+
 def _objects(v, limit: int) -> tuple[dict, ...]:
     return tuple(x for x in v if isinstance(x, dict))[:limit] if isinstance(v, list | tuple) else ()
 
@@ -63,6 +77,9 @@ class Report:
     # serial -> FLOPs one step of this run costs the chip's shard (counted, not declared): a later run's
     # verification accounts the work between the two runs' snapshots with it (chips_and_time.py)
     chip_step_flops: dict = field(default_factory=dict)
+    # pairs of a chip's snapshots across two runs not judged (the other run had no figures of ours yet): the
+    # regulator's side re-checks such a pair once both runs have them (inspections.selectors.cross_run_rechecks_due)
+    across_runs_unchecked: tuple[dict, ...] = ()
     device: str = ""  # where the verdict was reached ("cpu", "cuda:0")
     torch: str = ""  # and with which torch
 
@@ -96,6 +113,7 @@ class Report:
             claims=_objects(obj.get("claims"), 10_000),
             budget_exhausted=obj.get("budget_exhausted") is True,
             chip_step_flops=_figures(obj.get("chip_step_flops")),
+            across_runs_unchecked=_pairs(obj.get("across_runs_unchecked")),
             device=_label(obj.get("device")),
             torch=_label(obj.get("torch")),
         )
@@ -133,4 +151,5 @@ class Report:
             "device": self.device,
             "torch": self.torch,
             "chip_step_flops": self.chip_step_flops,
+            "across_runs_unchecked": list(self.across_runs_unchecked),
         }

@@ -150,6 +150,7 @@ def verify(
         if report["checks"]["chips"]["rule"] is not None:  # a broken registry rule is a rule finding
             report["rules"]["layout_registered"] = report["checks"]["chips"]["rule"]
         work = report["checks"]["chips"]["work"]
+        report["across_runs_unchecked"] = work["unchecked"]
         if work["pairs_checked"]:  # the firmware's counters account for the claimed steps, or a rule is broken
             report["rules"]["work_accounted"] = {"ok": not work["problems"], "pairs_checked": work["pairs_checked"]}
         if work["problems"]:

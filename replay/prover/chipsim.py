@@ -6,6 +6,7 @@ database the regulator's server reads):
 
     <dir>/<serial>.key   base64 32-byte Ed25519 seed (mode 0600)
     <dir>/<serial>.log   the chip's firmware log, one signed record a line (replay.protocol.firmware format)
+    <dir>/<serial>.state the firmware's monotonic work counters as the chip holds them now (JSON: busy_ns, flops)
 
 What the chip does, and what an inspector or a prover asks of it:
 
@@ -39,6 +40,7 @@ from replay.prover.claim_body import claims_body
 
 SERIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 STEP_SECONDS = 60  # the simulated chips' clock: a minute a training step
+WORK = ("busy_ns", "flops")
 
 
 def identity_message(serial: str, nonce: str) -> bytes:
@@ -84,17 +86,41 @@ class ChipStore:
         return path.read_text() if path.exists() else ""
 
     def firmware_chip(self, serial: str, shard: int) -> Chip:
-        """The chip's firmware state for a run where it holds ``shard``: its counter goes on from its log."""
+        """The chip's firmware state for a run where it holds ``shard``: its record counter and chain go on from
+        its log; its work counters from what the chip holds (``.state``), never below its last record. The counters
+        count every FLOP the chip executed, logged or not: the work of an earlier run after the chip's last
+        snapshot of it (or of a run it logged nothing in) is still in them, as in real firmware; restarting them
+        from the last record would forget it -- counters going backwards, and hidden work erased."""
         chip = Chip(serial, shard, self.key(serial))
         lines = [line for line in self.export(serial).splitlines() if line.strip()]
-        if lines:
-            last = parse_record(lines[-1])
-            chip.counter, chip.prev = last["counter"] + 1, record_hash(last)
-            # the work counters run on from the chip's last record (firmware that never counted stays silent)
+        last = parse_record(lines[-1]) if lines else None
+        chip.counter, chip.prev = (last["counter"] + 1, record_hash(last)) if last else (0, ZERO)
+        held = self._held(serial)
+        if held is not None:
+            chip.busy_ns, chip.flops = held["busy_ns"], held["flops"]
+        elif last is not None:  # a folder from before .state: the last record is all that is known
             chip.busy_ns, chip.flops = last.get("busy_ns"), last.get("flops")
-        else:
-            chip.counter, chip.prev = 0, ZERO
+        if last is not None and chip.flops is not None and last.get("flops") is not None:
+            chip.busy_ns, chip.flops = max(chip.busy_ns, last["busy_ns"]), max(chip.flops, last["flops"])
         return chip
+
+    def _held(self, serial: str) -> dict | None:
+        """The work counters the chip holds ({busy_ns, flops}: ints, or None for firmware that never counted)."""
+        path = self._path(serial, ".state")
+        if not path.exists():
+            return None
+        held = json.loads(path.read_text())
+        if not isinstance(held, dict) or any(not (held.get(k) is None or type(held.get(k)) is int) for k in WORK):
+            raise ValueError(f"chip {serial}: its state file is not {{busy_ns, flops}}")
+        return {k: held.get(k) for k in WORK}
+
+    def hold(self, chip: Chip) -> None:
+        """Keep the chip's work counters after a run (written whole, then renamed: a crash leaves the old ones,
+        and ``firmware_chip`` never reads them below the log's last record)."""
+        path = self._path(chip.serial, ".state")
+        scratch = path.with_suffix(".state.tmp")
+        scratch.write_text(json.dumps({"busy_ns": chip.busy_ns, "flops": chip.flops}) + "\n")
+        os.replace(scratch, path)
 
     def _last_time(self, serial: str) -> datetime:
         """When the chip last logged (its clock never runs backwards: the checker calls that a rollback)."""
@@ -136,6 +162,8 @@ class ChipStore:
         out = Recorder(out, arch, steps=steps, serials=serials, firmware=firmware, **recorder_options).run()
         for serial in serials:
             self.append(serial, [line for line in made[0].lines if json.loads(line)["serial"] == serial])
+        for chip in made[0].chips:  # after the log: a crash in between leaves counters no lower than the log's
+            self.hold(chip)
         return out
 
 

@@ -1,7 +1,8 @@
 """A stand-in for ``python -m replay verify`` that speaks the verifier contract (docs/claims.md).
 
 What it does comes from $STUB_VERIFIER (JSON): {"mode": "verdict" | "crash" | "signal" | "garbage" | "memory" |
-"hang" | "inconsistent" | "other-nonce", "verdict": ..., "segments": [...], "total": N, "extra": {more output keys}}. Each run appends its
+"hang" | "inconsistent" | "other-nonce", "verdict": ..., "segments": [...], "total": N, "extra": {more output keys},
+"pairs": true (list the claim's pairs across runs whose other run has no figures, as the verifier does)}. Each run appends its
 argv, claims file, $TMPDIR and $REPLAY_FETCH_* as one JSON line to $STUB_RECORD.
 """
 
@@ -13,6 +14,16 @@ import threading
 from pathlib import Path
 
 EXIT = {"verified": 0, "rejected": 1, "malformed": 2, "error": 3, "incomplete": 4}
+
+
+def unchecked_pairs(claims: dict) -> list[dict]:
+    """The claim's chip's snapshots at counter +- 1 of another run without that run's figures (run_steps)."""
+    out = []
+    for c in claims["claims"]:
+        for h in claims.get("history", {}).get(c["serial"], []):
+            if abs(h["counter"] - c["counter"]) == 1 and h["manifest"] != claims["manifest"] and "run_steps" not in h:
+                out.append({"serial": c["serial"], "counters": sorted([h["counter"], c["counter"]])})
+    return out
 
 
 def main() -> int:
@@ -50,6 +61,7 @@ def main() -> int:
         "flops": 1.0e9,
         "steps": 20,
         "rules": {},
+        **({"across_runs_unchecked": unchecked_pairs(claims)} if spec.get("pairs") else {}),
         **spec.get("extra", {}),
     }
     print(json.dumps(out))

@@ -119,3 +119,92 @@ def test_a_rebuilt_reverification_changed_behind_the_ledger_is_reported(verified
     CoverageReverification.objects.update(report={"segments_replayed": [0, 1, 2, 3]})
     with pytest.raises(AssertionError, match="claim reverification"):
         rebuild_ok()
+
+
+def _run_two_claim(snapshots, stub, django_capture_on_commit_callbacks) -> Claim:  # noqa: F811
+    """The chip's next snapshot (counter 1) answered for another run of the prover (another transcript)."""
+    second = Path(stub.location).parent / "run-2"
+    second.mkdir()
+    (second / "manifest.json").write_bytes(b'{"checkpoints": {}, "segments": {}, "run": 2}')
+    manifest = hashlib.sha256((second / "manifest.json").read_bytes()).hexdigest()
+    return claim(
+        snapshots,
+        stub,
+        django_capture_on_commit_callbacks,
+        counter=1,
+        step=5,
+        run="run-2",
+        manifest=manifest,
+        location=str(second),
+    )
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_two_runs_verified_at_the_same_moment_have_their_pair_across_runs_rechecked(
+    snapshots,  # noqa: F811
+    stub,  # noqa: F811
+    django_capture_on_commit_callbacks,
+    beat,
+    hidden,
+):
+    """Issue #19: the last snapshot of one run and the chip's next, of another run, verified by two workers at the
+    same moment: each replay saw the other claim unreplayed (no figures of ours for its run) and left the pair to
+    it, so no verification judged the work between the two runs. The beat re-checks the later claim once both runs
+    have figures; its replay judges the pair (hidden work there: a conflict and an alert on both claims), and then
+    nothing more is due. Both runs' coverage is met, so nothing else would replay them."""
+    figures = {"chip_step_flops": {snapshots.chip.serial: 5.0e7}}  # the verifier's count, on the ledger
+    stub.set(verdict="verified", segments=[0], total=1, pairs=True, extra=figures)
+    first = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0)
+    second = _run_two_claim(snapshots, stub, django_capture_on_commit_callbacks)
+    replays = [claim_services.claim_replay(Claim.objects.get(pk=c.pk)) for c in (first, second)]
+    for c, verdict in zip((first, second), replays):  # recorded only after both replays ran
+        assert claim_services.claim_result_record(c.pk, verdict).result == "verified"
+    pair = {"serial": snapshots.chip.serial, "counters": [0, 1]}
+    for c in (first, second):
+        assert Claim.objects.get(pk=c.pk).report["across_runs_unchecked"] == [pair]
+    assert beat() == 1 and enqueued(stub) == [second.pk]
+    if hidden:
+        detail = "unaccounted work: chip counted more between counter 0 and counter 1 than the two runs need"
+        stub.set(
+            verdict="rejected",
+            reasons=[detail],
+            segments=[0],
+            total=1,
+            pairs=True,
+            extra={
+                "rules": {"work_accounted": {"ok": False}},
+                "conflicts": [{"counter": 0, "kind": "work", "detail": detail}],
+            },
+        )
+    assert claim_services.claim_coverage_reverify(second.pk) == ("rule_violated" if hidden else "verified")
+    [row] = stub.runs()[-1]["claims"]["history"][snapshots.chip.serial]
+    assert row["counter"] == 0 and row["run_steps"] == 20  # the other run's figures: the pair is judged now
+    assert CoverageReverification.objects.get(claim=second.pk).report["across_runs_unchecked"] == []
+    assert beat() == 0 and claim_services.claim_coverage_reverify(second.pk) == "target met"
+    if hidden:
+        conflict = Entry.objects.get(kind="claim.conflict")
+        assert conflict.payload["counters"] == [1, 0] and conflict.payload["kind"] == "work"
+        alerts = Alert.objects.filter(kind=Alert.Kind.CLAIM_FAILED).values_list("detail", flat=True)
+        assert any("#0 conflicts with" in a for a in alerts) and any("#1 conflicts with" in a for a in alerts)
+    else:
+        assert not Alert.objects.exists()
+    rebuild_ok()
+
+
+def test_a_pair_judged_by_the_later_replay_is_not_rechecked(
+    snapshots,  # noqa: F811
+    stub,  # noqa: F811
+    django_capture_on_commit_callbacks,
+    beat,
+):
+    """One after the other: the first claim left the pair (the other run was not replayed yet), the second judged
+    it with the first run's figures. Nothing is due: only a pair left by both replays is re-checked."""
+    figures = {"chip_step_flops": {snapshots.chip.serial: 5.0e7}}  # the verifier's count, on the ledger
+    stub.set(verdict="verified", segments=[0], total=1, pairs=True, extra=figures)
+    first = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0)
+    second = _run_two_claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_verify(first.pk) == "verified"
+    assert claim_services.claim_verify(second.pk) == "verified"
+    assert Claim.objects.get(pk=first.pk).report["across_runs_unchecked"]  # left to the other claim
+    assert Claim.objects.get(pk=second.pk).report["across_runs_unchecked"] == []  # which judged it
+    assert beat() == 0 and not selectors.cross_run_rechecks_due(10)

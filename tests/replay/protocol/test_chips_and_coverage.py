@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 
@@ -174,6 +175,32 @@ def test_idle_chips_do_not_pad_the_pace(mlp):
     padded = verify(mlp, {**c, "prover_chips": {**working, **idle}}, Budget(segments=0), coverage_target=0.0)
     assert any("more than the working chips" in r for r in padded.reasons), padded.reasons
     assert padded.details["checks"]["chips"]["peak_flops"] == len(working)  # 1 FLOP/s each, the idle ones left out
+
+
+def test_chips_with_a_sliver_of_the_model_do_not_pad_the_pace(mlp):
+    """Issue #19 case 3, re-probed: the padding chips hold ONE parameter each (a non-empty shard) and log snapshots
+    of the run all along (their sliver's hashes, answered by the prover), so they count as working. Their peak
+    adds nothing: each step needs every shard's share of its FLOPs, so each working chip must do its own share
+    at its own peak, and the chips holding the model are too slow."""
+    m = manifest(mlp)
+    a, b = two_on_one_chip(mlp)
+    assert a["serial"] != m["shards"][0]["serial"]
+    seconds = (datetime.fromisoformat(b["time"][:-1]) - datetime.fromisoformat(a["time"][:-1])).total_seconds()
+    need = (b["step"] - a["step"]) * verify_with(mlp).details["flops_per_step"]
+    working = {s["serial"]: {"model": "toy", "peak_flops_16bit": need / seconds / 4} for s in m["shards"]}
+    pads = [f"PAD-{i}" for i in range(30)]
+    m["shards"][0]["start"] = len(pads)  # the slivers come off the first chip's shard (its claims are left out)
+    m["shards"] = [{"serial": s, "start": i, "end": i + 1} for i, s in enumerate(pads)] + m["shards"]
+    save_manifest(mlp, m)
+    c = claims(mlp)
+    c["claims"] = [{**x, "shard": x["shard"] + len(pads)} for x in (a, b)]
+    prover = {**working, **{s: {"model": "h100", "peak_flops_16bit": 1e18} for s in pads}}
+    logged = {s: [a["time"], b["time"]] for s in pads}  # the slivers' snapshots, all through the interval
+    padded = verify(mlp, {**c, "prover_chips": prover, "run_snapshots": logged}, Budget(segments=0))
+    assert padded.verdict == "rejected" and any("its peak over its share" in r for r in padded.reasons), padded.reasons
+    fast = {s: {"model": "toy", "peak_flops_16bit": need / seconds} for s in working}  # each can do all of it
+    fine = verify(mlp, {**c, "prover_chips": {**prover, **fast}, "run_snapshots": logged}, Budget(segments=0))
+    assert fine.verdict == "verified", fine.reasons
 
 
 def test_a_chip_sold_after_the_run_is_a_rule_finding_only_if_never_the_provers(mlp):
@@ -459,3 +486,11 @@ def test_a_pair_across_runs_without_the_other_runs_figures_is_left_for_later(tmp
     v = _with_work(b, history=history)
     assert v.verdict == "verified", v.reasons
     assert v.details["checks"]["chips"]["work"]["across_runs_unchecked"] > 0
+    # named in the report, pair by pair, for the regulator's side to re-check once run A has figures of ours
+    first_of_b = {}
+    for x in claims(b)["claims"]:
+        first_of_b[x["serial"]] = min(first_of_b.get(x["serial"], x["counter"]), x["counter"])
+    named = v.report.summary()["across_runs_unchecked"]
+    assert named and all(p["counters"] == [first_of_b[p["serial"]] - 1, first_of_b[p["serial"]]] for p in named)
+    judged = _with_work(b, history=_ledger_history(a, _with_work(a).details))
+    assert judged.verdict == "rejected" and judged.report.summary()["across_runs_unchecked"] == []

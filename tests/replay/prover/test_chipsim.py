@@ -136,3 +136,30 @@ def test_replay_record_on_registered_chips_logs_their_own_firmware(tmp_path, cap
     assert main([*args, "--chip-dir", str(tmp_path / "chips")]) == 2  # --serials goes with it
     assert main([*args[:-2], "--out", str(tmp_path / "sim"), "--chips", "1"]) == 0
     assert "in no registry" in capsys.readouterr().err
+
+
+def _records(store, serial):
+    return [json.loads(line) for line in store.export(serial).splitlines()]
+
+
+def test_work_counters_never_go_backwards_across_runs_even_unlogged_work(tmp_path):
+    """Issue #19: the firmware's work counters count every FLOP the chip executed since fabrication. A first run in
+    which the chip logged nothing (its work after its last snapshot, likewise) stays in them: the chip's next run,
+    simulated after a restart (a new store on the same folder), carries on from what the chip holds, not from its
+    last logged record -- which would forget that work (counters going backwards, hidden work erased)."""
+    chipsim.ChipStore(tmp_path / "chips").make("P0001")
+    chipsim.ChipStore(tmp_path / "chips").train(["P0001"], tmp_path / "run-1", steps=6, seed=1, snapshot_rate=1e-9)
+    assert _records(chipsim.ChipStore(tmp_path / "chips"), "P0001") == []  # six steps, nothing logged
+    store = chipsim.ChipStore(tmp_path / "chips")  # a restart
+    run = store.train(["P0001"], tmp_path / "run-2", steps=6, seed=2, snapshot_rate=5.0)
+    steps = {c["counter"]: c["step"] for c in json.loads((run / "claims.json").read_text())["claims"]}
+    first, second = _records(store, "P0001")[:2]
+    per_step = (second["flops"] - first["flops"]) / (steps[1] - steps[0])  # one chip: the whole model's step
+    assert per_step > 0 and first["flops"] == (6 + steps[0]) * per_step  # run 1's six steps are counted
+    held = json.loads((tmp_path / "chips" / "P0001.state").read_text())
+    last = _records(store, "P0001")[-1]
+    assert held["flops"] == 12 * per_step >= last["flops"] and held["busy_ns"] >= last["busy_ns"]
+    (tmp_path / "chips" / "P0001.state").write_text(json.dumps({"busy_ns": 0, "flops": 0}))  # an older state
+    chip = chipsim.ChipStore(tmp_path / "chips").firmware_chip("P0001", 0)
+    assert (chip.flops, chip.busy_ns) == (last["flops"], last["busy_ns"])  # never below the chip's last record
+    assert chip.counter == last["counter"] + 1
