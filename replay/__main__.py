@@ -14,8 +14,11 @@ snapshots an inspector read off --serials (docs/claims.md); the transcript's own
 verifier's input, not that body.
 
 SOURCE is a transcript directory or an http(s) URL of one (fetched first, in this process, by
-replay.protocol.fetch). verify prints the verdict and exits 0 (verified), 1 (rejected), 2 (malformed) or 3
-(error: the verifier itself failed -- never the prover's fault). --nonce must carry at least 16
+replay.protocol.fetch). verify prints the verdict and exits 0 (verified), 1 (rejected), 2 (malformed), 3
+(error: the verifier itself failed -- never the prover's fault) or 4 (incomplete: the budget ran out before
+the claim's own checks); a bad budget option is a usage error (exit 2, no verdict). record and claim exit
+2 naming a bad argument before anything is written (record: the verifier's own manifest bounds; --out a
+new or empty folder). --nonce must carry at least 16
 bytes; when omitted one is drawn (secrets.token_hex(16)) and reported. Both commands honour the
 caller's thread count (OMP_NUM_THREADS; torch reads it at start-up). docs/transcripts.md has the
 output's fields.
