@@ -14,8 +14,11 @@ snapshots an inspector read off --serials (docs/claims.md); the transcript's own
 verifier's input, not that body.
 
 SOURCE is a transcript directory or an http(s) URL of one (fetched first, in this process, by
-replay.protocol.fetch). verify prints the verdict and exits 0 (verified), 1 (rejected), 2 (malformed) or 3
-(error: the verifier itself failed -- never the prover's fault). --nonce must carry at least 16
+replay.protocol.fetch). verify prints the verdict and exits 0 (verified), 1 (rejected), 2 (malformed), 3
+(error: the verifier itself failed -- never the prover's fault) or 4 (incomplete: the budget ran out before
+the claim's own checks); a bad budget option is a usage error (exit 2, no verdict). record and claim exit
+2 naming a bad argument before anything is written (record: the verifier's own manifest bounds; --out a
+new or empty folder). --nonce must carry at least 16
 bytes; when omitted one is drawn (secrets.token_hex(16)) and reported. Both commands honour the
 caller's thread count (OMP_NUM_THREADS; torch reads it at start-up). docs/transcripts.md has the
 output's fields.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import secrets
 import sys
@@ -32,9 +36,10 @@ import tempfile
 import traceback
 from pathlib import Path
 
+from replay.protocol import manifest_schema as schema
 from replay.protocol.engine import Budget
 from replay.protocol.verifier import verify
-from replay.prover.recorder import Recorder
+from replay.prover.recorder import DEFAULT_INTERVAL, MAX_SNAPSHOT_RATE, Recorder, check_out
 from replay.training.architectures import ARCHS, DEFAULTS, PRESETS, validate_config
 
 EXIT = {"verified": 0, "rejected": 1, "malformed": 2, "error": 3, "incomplete": 4}
@@ -44,13 +49,16 @@ FETCH_MAX_FILES = 100_000
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; a crash of the verifier itself is the verdict "error" (exit 3), never a rejection."""
+    """The command line. A bad argument exits 2 naming it (verify: a usage error, or the verdict "malformed"
+    naming --nonce); a crash of the verifier itself is the verdict "error" (exit 3), never a rejection."""
+    return _main(argv)
+
+
+def _verify_or_error(args) -> int:
     try:
-        return _main(argv)
-    except SystemExit:
-        raise
+        return _verify_source(args)
     except BaseException as e:  # MemoryError, RecursionError, a bug: the verifier failed, not the prover
-        if isinstance(e, KeyboardInterrupt):
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
         traceback.print_exc(file=sys.stderr)
         _emit({"verdict": "error", "reasons": [f"the verifier failed: {type(e).__name__}"]}, as_json=True)
@@ -85,6 +93,37 @@ def _emit(out: dict, as_json: bool) -> None:
             print(f"  finding ({finding['kind']}): {finding['detail']}")
 
 
+def _usage_error(parser: argparse.ArgumentParser, message: str) -> int:
+    """argparse's own form (usage, then "prog: error: message"), returned as exit 2 rather than raised."""
+    parser.print_usage(sys.stderr)
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _finite_positive(text: str) -> float:
+    """A float option that must be a finite positive number (nan and inf are operator typos, not settings)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite positive number, not {text!r}")
+    return value
+
+
+def _integer_from(lo: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = lo - 1
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be an integer of at least {lo}, not {text!r}")
+        return value
+
+    return parse
+
+
 def _refuse(reason: str, as_json: bool, nonce: str = "") -> int:
     _emit({"verdict": "malformed", "reasons": [reason], "nonce": nonce}, as_json)
     return EXIT["malformed"]
@@ -103,20 +142,29 @@ def _main(argv: list[str] | None) -> int:
         help="a named model shape (gpt2-small: 12x768, vocab 50257, block 1024; 163M parameters, the head untied)",
     )
     r.add_argument("--config", help='JSON object of shape fields over the preset or defaults, e.g. {"block": 64}')
-    r.add_argument("--batch", type=int, help="examples per step (default: per architecture)")
+    r.add_argument("--batch", type=int, help=f"examples per step, 1 to {schema.MAX_BATCH} (default: per architecture)")
     r.add_argument("--device", default="cpu", help="cpu, cuda[:n] or auto (cuda where there is one)")
-    r.add_argument("--steps", type=int, required=True)
-    r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--chips", type=int, default=4)
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--checkpoint-interval", type=int, default=10)
+    r.add_argument("--steps", type=int, required=True, help=f"training steps, 1 to {schema.MAX_STEPS}")
+    r.add_argument("--out", type=Path, required=True, help="a new or empty folder (a transcript is never overwritten)")
+    r.add_argument("--chips", type=int, default=4, help=f"simulated chips, 1 to {schema.MAX_SHARDS}")
+    r.add_argument("--seed", type=int, default=0, help=f"0 to {schema.MAX_SEED}")
+    r.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        help=f"steps between checkpoints, 1 to --steps (default: {DEFAULT_INTERVAL}, or --steps when fewer)",
+    )
     r.add_argument(
         "--precision",
         choices=["det64", "float32", "float64"],
         default="det64",
         help="det64 (the only claimable mode); float32 and float64 are plain baselines for benchmarks",
     )
-    r.add_argument("--snapshot-rate", type=float, default=0.05, help="snapshots per chip per step (Poisson)")
+    r.add_argument(
+        "--snapshot-rate",
+        type=float,
+        default=0.05,
+        help=f"snapshots per chip per step (a Poisson rate in [0, {MAX_SNAPSHOT_RATE:g}])",
+    )
     r.add_argument(
         "--commitments",
         choices=["steps", "ops", "none"],
@@ -139,10 +187,12 @@ def _main(argv: list[str] | None) -> int:
     v.add_argument("--snapshots", type=Path, help="the chips' signed logs (JSON lines)")
     v.add_argument("--keys", type=Path, help="chip public keys {serial: base64}; default DIR/chips.json (demo only)")
     v.add_argument("--nonce", help="verifier's nonce (hex, >= 16 bytes), drawn after the prover committed")
-    v.add_argument("--max-seconds", type=float, default=600.0)
-    v.add_argument("--max-steps", type=int)
-    v.add_argument("--segments", type=int, default=2, help="random segments to replay")
-    v.add_argument("--max-flops", type=float, default=1e26, help="rule threshold on training compute")
+    v.add_argument("--max-seconds", type=_finite_positive, default=600.0, help="the replay's time budget")
+    v.add_argument("--max-steps", type=_integer_from(1), help="the replay's budget of training steps")
+    v.add_argument("--segments", type=_integer_from(0), default=2, help="random segments to replay")
+    v.add_argument(
+        "--max-flops", type=_finite_positive, default=1e26, help="rule threshold on training compute (FLOPs)"
+    )
     v.add_argument(
         "--device", default=os.environ.get("REPLAY_DEVICE") or "cpu", help="default: $REPLAY_DEVICE, else cpu"
     )
@@ -151,42 +201,13 @@ def _main(argv: list[str] | None) -> int:
     args = p.parse_args(argv)
 
     if args.cmd == "claim":
-        return _claim(args)
+        return _claim(args, c)
     if args.cmd == "record":
-        if (args.chip_dir is None) != (args.serials is None):
-            print("record: --chip-dir and --serials go together", file=sys.stderr)
-            return 2
-        if args.chip_dir is not None:
-            return _record_on_chips(args)
-        try:
-            arch, config = _model_shape(args)
-            recorder = Recorder(
-                args.out,
-                arch,
-                steps=args.steps,
-                seed=args.seed,
-                chips=args.chips,
-                config=config,
-                batch=args.batch,
-                checkpoint_interval=args.checkpoint_interval,
-                precision=args.precision,
-                snapshot_rate=args.snapshot_rate,
-                progress=True,
-                device=args.device,
-                commitments=args.commitments,
-            )
-            recorder.check()
-        except ValueError as e:
-            print(f"record: {e}", file=sys.stderr)
-            return 2
-        print(recorder.run())
-        print(
-            f"record: chips {', '.join(recorder.serials)} are simulated and in no registry: a verifier can replay this "
-            "run, but no snapshot of it can be claimed (train with --chip-dir and --serials on your registered chips)",
-            file=sys.stderr,
-        )
-        return 0
+        return _record(args, r)
+    return _verify_or_error(args)
 
+
+def _verify_source(args) -> int:
     raw = secrets.token_hex(MIN_NONCE_BYTES) if args.nonce is None else args.nonce
     try:
         nonce = bytes.fromhex(raw)
@@ -214,31 +235,47 @@ def _main(argv: list[str] | None) -> int:
         return _verify(args, src, nonce)
 
 
-def _record_on_chips(args) -> int:
+def _record(args, parser: argparse.ArgumentParser) -> int:
+    """Every argument is checked (against the verifier's own bounds) before anything is written: a bad one
+    exits 2 naming it, with --out and every chip log untouched."""
+    if (args.chip_dir is None) != (args.serials is None):
+        return _usage_error(parser, "--chip-dir and --serials go together")
+    try:
+        check_out(args.out)
+        arch, config = _model_shape(args)
+        options = {
+            "steps": args.steps,
+            "seed": args.seed,
+            "config": config,
+            "batch": args.batch,
+            "checkpoint_interval": args.checkpoint_interval,
+            "precision": args.precision,
+            "snapshot_rate": args.snapshot_rate,
+            "progress": True,
+            "device": args.device,
+            "commitments": args.commitments,
+        }
+        if args.chip_dir is not None:
+            return _record_on_chips(args, arch, options)
+        recorder = Recorder(args.out, arch, chips=args.chips, **options)
+        recorder.check()
+        out = recorder.run()
+    except ValueError as e:
+        return _usage_error(parser, str(e))
+    print(out)
+    print(
+        f"record: chips {', '.join(recorder.serials)} are simulated and in no registry: a verifier can replay this "
+        "run, but no snapshot of it can be claimed (train with --chip-dir and --serials on your registered chips)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _record_on_chips(args, arch: str, options: dict) -> int:
     """Train on the prover's registered chips: their own firmware (the simulator's keys) logs the snapshots."""
     from replay.prover.chipsim import ChipStore
 
-    serials = [s for s in args.serials.split(",") if s]
-    try:
-        arch, config = _model_shape(args)
-        out = ChipStore(args.chip_dir).train(
-            serials,
-            args.out,
-            arch=arch,
-            steps=args.steps,
-            seed=args.seed,
-            config=config,
-            batch=args.batch,
-            checkpoint_interval=args.checkpoint_interval,
-            precision=args.precision,
-            snapshot_rate=args.snapshot_rate,
-            progress=True,
-            device=args.device,
-            commitments=args.commitments,
-        )
-    except ValueError as e:
-        print(f"record: {e}", file=sys.stderr)
-        return 2
+    out = ChipStore(args.chip_dir).train(args.serials.split(","), args.out, arch=arch, **options)
     print(out)
     print(
         f"record: once an inspector has read a chip, answer it: python -m replay claim {out} --serials SERIAL",
@@ -247,30 +284,30 @@ def _record_on_chips(args) -> int:
     return 0
 
 
-def _claim(args) -> int:
+def _claim(args, parser: argparse.ArgumentParser) -> int:
     from replay.prover.claim_body import claims_body
 
+    if args.out is not None and args.out.is_dir():
+        return _usage_error(parser, f"--out {args.out} is a folder: name the file to write the body to")
     serials = [s for s in (args.serials or "").split(",") if s] or None
     try:
         body = claims_body(args.dir, serials, args.run, args.location)
     except (OSError, ValueError) as e:
-        print(f"claim: {e}", file=sys.stderr)
-        return 2
+        return _usage_error(parser, str(e))
     text = json.dumps(body, indent=1) + "\n"
     if args.out is None:
         sys.stdout.write(text)
-    else:
+        return 0
+    try:
         args.out.write_text(text)
-        print(f"claim: {len(body['claims'])} claim(s) written to {args.out}", file=sys.stderr)
+    except OSError as e:
+        return _usage_error(parser, f"--out {args.out}: cannot write it ({e.strerror or type(e).__name__})")
+    print(f"claim: {len(body['claims'])} claim(s) written to {args.out}", file=sys.stderr)
     return 0
 
 
 def _model_shape(args) -> tuple[str, dict]:
     """(architecture, config) from --preset / --arch and --config; ValueError names the bad field."""
-    if args.steps < 1:
-        raise ValueError("--steps must be at least 1")
-    if args.batch is not None and not 1 <= args.batch <= 1 << 20:
-        raise ValueError("--batch must be an integer in [1, 1048576]")
     if args.preset:
         arch, config = PRESETS[args.preset]
         if args.arch and args.arch != arch:

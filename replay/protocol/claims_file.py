@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from replay.protocol import chips_and_time
+from replay.protocol.firmware import MAX_COUNTER
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_errors import MalformedTranscript
 
@@ -16,6 +17,18 @@ CLAIMS_KEYS = {"manifest", "claims"}
 CLAIM_KEYS = {"serial", "counter", "shard", "hash", "step"}
 CLAIMS_OPTIONAL = {"history", "prover_chips", "replayed_segments", "coverage_target", "run_snapshots"}
 MAX_CLAIMS = 100_000
+API_BODY_KEYS = {"run", "location"}  # fields of the claims API's body (docs/claims.md §1), none of this file's
+
+
+def _api_body_hint(raw) -> str:
+    """A pointer to the right file when the caller handed over the claims API's body instead of this one."""
+    items = raw.get("claims") if isinstance(raw, dict) else None
+    if isinstance(items, list) and any(isinstance(c, dict) and API_BODY_KEYS & set(c) for c in items):
+        return (
+            ": this is the claims API's body (python -m replay claim); verify reads the recorder's claims.json "
+            "(its claims carry shard, hash and time), e.g. DIR/claims.json"
+        )
+    return ""
 
 
 def read_json(obj_or_path, what: str):
@@ -45,19 +58,31 @@ def parse_claims(raw, tr: Transcript) -> list[dict]:
         or not CLAIMS_KEYS <= set(raw) <= CLAIMS_KEYS | CLAIMS_OPTIONAL
         or not isinstance(raw["claims"], list)
     ):
-        raise MalformedTranscript('claims must be {"manifest": <hash>, "claims": [...]} (optional: history, ...)')
+        raise MalformedTranscript(
+            'claims must be {"manifest": <hash>, "claims": [...]} (optional: history, ...)' + _api_body_hint(raw)
+        )
     if len(raw["claims"]) > MAX_CLAIMS:
         raise MalformedTranscript(f"more than {MAX_CLAIMS} claims")
     shard_of = {s["serial"]: i for i, s in enumerate(tr.layout)}
-    out = []
+    out, seen = [], {}
     for i, c in enumerate(raw["claims"]):
         # time is part of the contract; a caller that omits it loses the order and pace checks of that
         # claim (reported as untimed), never the replay
         if not isinstance(c, dict) or not CLAIM_KEYS <= set(c) <= CLAIM_KEYS | {"time"} | chips_and_time.WORK_KEYS:
-            raise MalformedTranscript(f"claims[{i}] must have serial, counter, shard, hash, step, time")
+            raise MalformedTranscript(
+                f"claims[{i}] must have serial, counter, shard, hash, step, time" + _api_body_hint(raw)
+            )
         chips_and_time.check_work(c, f"claims[{i}]")
         if not all(type(c[k]) is int for k in ("counter", "shard", "step")) or not isinstance(c["hash"], str):
             raise MalformedTranscript(f"claims[{i}] has fields of the wrong type")
+        if not 0 <= c["counter"] <= MAX_COUNTER:
+            raise MalformedTranscript(f"claims[{i}].counter must be an integer in [0, {MAX_COUNTER}]")
+        snapshot = (c["serial"], c["counter"])
+        if snapshot in seen:  # one snapshot answered twice: a malformed file, never a second claim to weigh
+            raise MalformedTranscript(
+                f"claims[{i}] repeats claims[{seen[snapshot]}] (chip {str(c['serial'])[:64]!r}, counter {c['counter']})"
+            )
+        seen[snapshot] = i
         if c["serial"] not in shard_of or c["shard"] != shard_of[c["serial"]]:
             raise MalformedTranscript(
                 f"claims[{i}]: chip {str(c['serial'])[:64]!r} does not hold shard {c['shard']} in the layout"

@@ -16,6 +16,8 @@ from replay.training.train import OPTIMIZERS
 MAX_STEPS = 200_000
 MAX_BATCH = 4096
 MAX_SHARDS = 4096
+MAX_SEED = 2**63 - 1
+MAX_SERIAL = 64  # characters of a chip serial
 HEX = set("0123456789abcdef")
 
 
@@ -29,6 +31,13 @@ def integer_in(v, lo: int, hi: int, what: str) -> int:
     if type(v) is not int or not lo <= v <= hi:
         raise MalformedTranscript(f"{what} must be an integer in [{lo}, {hi}]")
     return v
+
+
+def serial_problem(v) -> str | None:
+    """Why `v` is no chip serial a manifest may name, or None (the recorder asks the same before it records)."""
+    if not isinstance(v, str) or not 1 <= len(v) <= MAX_SERIAL or not v.isprintable():
+        return f"must be a printable string of 1..{MAX_SERIAL} characters"
+    return None
 
 
 def hex_digest(v, what: str) -> str:
@@ -133,7 +142,7 @@ def validate_manifest(m, device=None) -> dict:
         raise MalformedTranscript(str(e)) from None
     if m["precision"] not in ("det64", "float32"):
         raise MalformedTranscript("precision must be det64 or float32")
-    integer_in(m["seed"], 0, 2**63 - 1, "seed")
+    integer_in(m["seed"], 0, MAX_SEED, "seed")
     steps = integer_in(m["steps"], 1, MAX_STEPS, "steps")
     interval = integer_in(m["checkpoint_interval"], 1, steps, "checkpoint_interval")
     validate_optimizer(m["optimizer"], steps)
@@ -166,8 +175,9 @@ def validate_manifest(m, device=None) -> dict:
     pos, serials = 0, set()
     for i, s in enumerate(shards):
         exact_keys(s, {"serial", "start", "end"}, f"shards[{i}]")
-        if not isinstance(s["serial"], str) or not 1 <= len(s["serial"]) <= 64 or not s["serial"].isprintable():
-            raise MalformedTranscript(f"shards[{i}].serial must be a printable string of 1..64 characters")
+        problem = serial_problem(s["serial"])
+        if problem:
+            raise MalformedTranscript(f"shards[{i}].serial {problem}")
         if s["serial"] in serials:
             raise MalformedTranscript(f"shards[{i}].serial repeats {s['serial']!r}")
         serials.add(s["serial"])

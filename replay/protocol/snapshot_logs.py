@@ -12,6 +12,22 @@ from nacl.signing import VerifyKey
 
 from replay.protocol.firmware import parse_record, verify_log
 from replay.protocol.transcript import Transcript
+from replay.protocol.transcript_errors import MalformedTranscript
+
+
+def check_keys(keys) -> dict:
+    """The chip keys file {serial: base64 Ed25519 public key}, every key usable: a key that is not one is a
+    malformed input (the registry's or the caller's), not evidence against the chip whose log it would check."""
+    if not isinstance(keys, dict):
+        raise MalformedTranscript("chip keys must be an object {serial: base64 public key}")
+    for serial, key in keys.items():
+        try:
+            VerifyKey(base64.b64decode(key, validate=True))
+        except (TypeError, ValueError, binascii.Error):
+            raise MalformedTranscript(
+                f"chip keys[{str(serial)[:64]!r}] is not a base64 Ed25519 public key (32 bytes)"
+            ) from None
+    return keys
 
 
 def check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Transcript) -> list[str]:

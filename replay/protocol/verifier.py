@@ -37,7 +37,7 @@ from replay.protocol.engine import Budget, BudgetExhausted, Replayer
 from replay.protocol.report import Report
 from replay.protocol.screen import screen_or_reason
 from replay.protocol.segment_replay import replay_claims, replay_segments
-from replay.protocol.snapshot_logs import check_snapshots, work_from_logs
+from replay.protocol.snapshot_logs import check_keys, check_snapshots, work_from_logs
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_checks import whole_transcript_checks
 from replay.protocol.transcript_errors import CommitmentMismatch, MalformedTranscript
@@ -128,9 +128,7 @@ def verify(
         reasons += why
         if snapshots is not None:
             lines = snapshots if isinstance(snapshots, list) else read_lines(snapshots)
-            keys = read_json(chip_keys, "chip keys") or {}
-            if not isinstance(keys, dict):
-                raise MalformedTranscript("chip keys must be an object {serial: base64 public key}")
+            keys = check_keys(read_json(chip_keys, "chip keys") or {})
             lines = [line for line in lines if line.strip()]
             reasons += check_snapshots(lines, keys, claim_list, tr)
             work_from_logs(lines, claim_list)

@@ -151,15 +151,19 @@ class ChipStore:
         """The prover trains on these chips: run the recorder with the chips' own firmware; their logs grow."""
         from replay.prover.recorder import Recorder  # torch only when training
 
-        start, step_seconds = self.clock(serials, steps)
         made: list[Firmware] = []
 
         def firmware(layout, seed, rate):
-            chips = [self.firmware_chip(item["serial"], shard) for shard, item in enumerate(layout)]
+            assert [item["serial"] for item in layout] == list(serials)  # shard i is held by serials[i]
             made.append(Firmware(layout, seed, rate, step_seconds=step_seconds, chips=chips, start=start))
             return made[-1]
 
-        out = Recorder(out, arch, steps=steps, serials=serials, firmware=firmware, **recorder_options).run()
+        # everything checked and read before anything is written: the options (a repeated serial would fork a
+        # chip's log for good), then every chip's key, log and counters; only then the transcript, then the logs
+        recorder = Recorder(out, arch, steps=steps, serials=serials, firmware=firmware, **recorder_options)
+        chips = [self.firmware_chip(serial, shard) for shard, serial in enumerate(serials)]
+        start, step_seconds = self.clock(serials, steps)
+        out = recorder.run()
         for serial in serials:
             self.append(serial, [line for line in made[0].lines if json.loads(line)["serial"] == serial])
         for chip in made[0].chips:  # after the log: a crash in between leaves counters no lower than the log's
@@ -182,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("export", help="print the chip's signed snapshot log").add_argument("serial")
     train = sub.add_parser("train", help="train on these chips; they log snapshots")
     train.add_argument("--chips", required=True, help="comma-separated serials")
-    train.add_argument("--out", type=Path, required=True)
+    train.add_argument("--out", type=Path, required=True, help="a new or empty folder")
     train.add_argument("--arch", default="mlp")
     train.add_argument("--steps", type=int, default=30)
     train.add_argument("--seed", type=int, default=0)
@@ -202,8 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "export":
             sys.stdout.write(store.export(args.serial))
         elif args.cmd == "train":
-            serials = [s for s in args.chips.split(",") if s]
+            serials = args.chips.split(",")
             options = {"seed": args.seed, "snapshot_rate": args.snapshot_rate}
+            from replay.prover.recorder import check_out
+
+            check_out(args.out)  # a new or empty folder: never another run's transcript
             print(store.train(serials, args.out, arch=args.arch, steps=args.steps, **options))
         else:
             serials = [s for s in (args.serials or "").split(",") if s] or None

@@ -32,7 +32,21 @@ def recorded_claims(transcript) -> dict:
         raise ValueError(f"{path} is not JSON ({error.msg})") from None
     if not isinstance(recorded, dict) or not {"manifest", "claims"} <= set(recorded):
         raise ValueError(f"{path} is not a recorder's claims.json (it has no manifest and claims)")
+    if not isinstance(recorded["manifest"], str) or not isinstance(recorded["claims"], list):
+        raise ValueError(f"{path} is not a recorder's claims.json (manifest: a hash, claims: a list)")
+    for i, claim in enumerate(recorded["claims"]):
+        if not _recorded_claim(claim):
+            raise ValueError(f"{path}: claims[{i}] is not a recorded claim ({{serial, counter, step, ...}})")
     return recorded
+
+
+def _recorded_claim(claim) -> bool:
+    """A claim as the recorder writes it: a serial, and a counter and step that are integers from 0."""
+    return (
+        isinstance(claim, dict)
+        and isinstance(claim.get("serial"), str)
+        and all(type(claim.get(k)) is int and claim[k] >= 0 for k in ("counter", "step"))
+    )
 
 
 def claims_body(transcript, serials: list[str] | None = None, run: str | None = None, location=None) -> dict:
@@ -44,6 +58,11 @@ def claims_body(transcript, serials: list[str] | None = None, run: str | None = 
     if not 0 < len(run) <= MAX_RUN_NAME:
         raise ValueError(f"the run's name must be 1 to {MAX_RUN_NAME} characters")
     logged = {c["serial"] for c in recorded["claims"]}
+    if not logged:  # the API refuses an empty body: say why there is nothing to send
+        raise ValueError(
+            f"the run in {transcript} logged no snapshot (no chip, or none logged in its steps at its snapshot "
+            "rate): there is nothing to claim"
+        )
     unknown = sorted(set(serials or []) - logged)
     if unknown:
         raise ValueError(

@@ -11,14 +11,18 @@ which step produced it).
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from replay.protocol import hashing, limits
+from replay.protocol import manifest_schema as schema
 from replay.protocol.firmware import Firmware
 from replay.protocol.transcript_layout import (
     FORMAT,
@@ -36,6 +40,9 @@ from replay.training.determinism import Rounder, encode_log
 from replay.training.train import initial_state, train_step
 
 COMMITMENTS = ("ops", "steps", "none")
+PRECISIONS = ("det64", "float32", "float64")  # float64: a plain baseline for benchmarks, which no verifier takes
+DEFAULT_INTERVAL = 10  # steps between checkpoints, or the whole run when it is shorter
+MAX_SNAPSHOT_RATE = 10.0  # Poisson events per chip per step: above ~5 a chip logs at nearly every step
 DEFAULT_BATCH = {"mlp": 64, "cnn": 32, "gpt": 16}
 DEFAULT_OPTIMIZER = {
     "mlp": {
@@ -70,6 +77,60 @@ def resolve_device(device: str) -> torch.device:
     return dev
 
 
+def _integer_in(value, lo: int, hi: int, option: str, why: str = "") -> None:
+    if type(value) is not int or not lo <= value <= hi:
+        raise ValueError(f"{option} must be an integer in [{lo}, {hi}]{why}, not {value!r}")
+
+
+def check_options(steps, interval, batch, seed, chips, snapshot_rate) -> None:
+    """Refuse, before anything is written, a run whose transcript a verifier would call malformed: the bounds
+    are the manifest schema's own (replay/protocol/manifest_schema.py). ``chips``: a count, or the serials.
+    ValueError names the record command's option and its range."""
+    _integer_in(steps, 1, schema.MAX_STEPS, "--steps")
+    _integer_in(interval, 1, steps, "--checkpoint-interval", " (at most --steps)")
+    _integer_in(batch, 1, schema.MAX_BATCH, "--batch")
+    _integer_in(seed, 0, schema.MAX_SEED, "--seed")
+    if isinstance(chips, int):
+        _integer_in(chips, 1, schema.MAX_SHARDS, "--chips")
+    else:
+        if not 1 <= len(chips) <= schema.MAX_SHARDS:
+            raise ValueError(f"--serials must name 1 to {schema.MAX_SHARDS} chips, not {len(chips)}")
+        if "" in chips:
+            raise ValueError("--serials names an empty serial (a stray comma?)")
+        for serial in chips:
+            problem = schema.serial_problem(serial)
+            if problem:
+                raise ValueError(f"--serials: {str(serial)[:80]!r} {problem}")
+        repeated = sorted(s for s, n in Counter(chips).items() if n > 1)
+        if repeated:  # one chip cannot hold two shards: the verifier would refuse the layout
+            raise ValueError(f"--serials names {', '.join(repeated)} more than once")
+    rate = snapshot_rate
+    if type(rate) not in (int, float) or not math.isfinite(rate) or not 0 <= rate <= MAX_SNAPSHOT_RATE:
+        raise ValueError(f"--snapshot-rate must be a number in [0, {MAX_SNAPSHOT_RATE:g}], not {rate!r}")
+
+
+def check_out(out) -> None:
+    """Refuse an --out that is not a new or empty folder (ValueError naming it): a transcript is never
+    overwritten, nor mixed with another run's files (an old checkpoint left beside a new manifest)."""
+    out = Path(out)
+    if out.exists() or out.is_symlink():
+        if out.is_symlink() or not out.is_dir():
+            raise ValueError(f"--out {out} is not a folder")
+        try:
+            held = sorted(p.name for p in out.iterdir())
+        except OSError as e:
+            raise ValueError(f"--out {out}: cannot read it ({e.strerror})") from None
+        if held:
+            raise ValueError(
+                f"--out {out} already holds {', '.join(held[:3])}{', ...' if len(held) > 3 else ''}: give a new or "
+                "empty folder (record never overwrites a transcript)"
+            )
+        return
+    parent = next(p for p in out.absolute().parents if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out}: cannot create a folder under {parent}")
+
+
 class Recorder:
     """Trains `arch` for `steps` steps and writes the transcript to `out`."""
 
@@ -84,7 +145,7 @@ class Recorder:
         config: dict | None = None,
         optimizer: dict | None = None,
         batch: int | None = None,
-        checkpoint_interval: int = 10,
+        checkpoint_interval: int | None = None,
         precision: str = "det64",
         snapshot_rate: float = 0.05,
         progress: bool = False,
@@ -97,13 +158,20 @@ class Recorder:
         self.out, self.arch, self.steps, self.seed = Path(out), arch, steps, seed
         self.config = config or models.DEFAULTS[arch]
         self.optimizer = optimizer or DEFAULT_OPTIMIZER[arch]
-        self.batch = batch or DEFAULT_BATCH[arch]
+        self.batch = DEFAULT_BATCH[arch] if batch is None else batch
+        if checkpoint_interval is None and type(steps) is int:  # the default adapts to a short run
+            checkpoint_interval = min(DEFAULT_INTERVAL, max(steps, 1))
         self.interval, self.precision, self.rate, self.progress = (
             checkpoint_interval,
             precision,
             snapshot_rate,
             progress,
         )
+        check_options(
+            steps, checkpoint_interval, self.batch, seed, chips if serials is None else serials, snapshot_rate
+        )
+        if precision not in PRECISIONS:
+            raise ValueError(f"--precision {precision!r}: use one of {', '.join(PRECISIONS)}")
         self.serials = serials or [f"SIM-{seed:04d}-{i:03d}" for i in range(chips)]
         # firmware(layout, seed, rate) -> Firmware: the chips' own firmware (replay.prover.chipsim); default simulated.
         self.firmware = firmware or Firmware

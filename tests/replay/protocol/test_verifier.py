@@ -304,10 +304,14 @@ def test_random_segments_depend_on_the_nonce(transcripts):
     assert len(picks) > 1
 
 
-def test_unusable_chip_keys_are_a_reason_not_a_crash(mlp):
-    (mlp / "chips.json").write_text(
-        json.dumps({s: "not base64!" for s in json.loads((mlp / "chips.json").read_text())})
-    )
+def test_unusable_chip_keys_are_malformed_and_a_missing_one_a_reason_not_a_crash(mlp):
+    """A key that is no key is a malformed input (the keys file's, not the chip's: probe #17); a chip whose log
+    no key checks is a reason against the run."""
+    keys = json.loads((mlp / "chips.json").read_text())
+    (mlp / "chips.json").write_text(json.dumps({s: "not base64!" for s in keys}))
+    v = run_verify(mlp)
+    assert v.verdict == "malformed" and "is not a base64 Ed25519 public key" in v.reasons[0]
+    (mlp / "chips.json").write_text(json.dumps(dict(list(keys.items())[1:])))
     assert rejected_because(run_verify(mlp), "no usable public key")
     (mlp / "chips.json").write_text("[1, 2]")
     assert run_verify(mlp).verdict == "malformed"

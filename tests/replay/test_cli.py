@@ -1,0 +1,297 @@
+"""The command line's arguments (python -m replay record|claim|verify): a bad one exits 2 naming it, before
+anything is written (no transcript, no chip log touched), and never reads as a verdict against the prover."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.__main__ import main
+from replay.protocol import manifest_schema as schema
+from replay.prover import chipsim
+from replay.prover.recorder import MAX_SNAPSHOT_RATE, check_options
+
+TINY_MLP = ["--arch", "mlp", "--config", '{"sizes": [8, 8, 4]}', "--batch", "4"]
+
+
+def record(out, *extra) -> int:
+    return main(["record", *TINY_MLP, "--out", str(out), *extra])
+
+
+def verify(d, *extra) -> int:
+    return main(["verify", str(d), "--claims", str(d / "claims.json"), "--json", "--nonce", "00" * 16, *extra])
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "the verifier failed" not in err
+    return err
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory):
+    """A tiny run on two registered chips (the simulator's keys), logging at nearly every step."""
+    base = tmp_path_factory.mktemp("cli")
+    store = chipsim.ChipStore(base / "chips")
+    store.make("H1")
+    store.make("H2")
+    out = base / "run"
+    chips = ["--chip-dir", str(base / "chips"), "--serials", "H1,H2", "--snapshot-rate", "5"]
+    assert record(out, "--steps", "3", *chips) == 0
+    return out
+
+
+# --- record ------------------------------------------------------------------------------------------
+
+
+def test_the_default_checkpoint_interval_adapts_to_a_short_run_and_the_transcript_verifies(tmp_path, capsys):
+    out = tmp_path / "t"
+    assert record(out, "--steps", "5") == 0
+    assert json.loads((out / "manifest.json").read_text())["checkpoint_interval"] == 5
+    capsys.readouterr()
+    assert verify(out) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv,named",
+    [
+        (["--steps", "5", "--checkpoint-interval", "10"], "--checkpoint-interval must be an integer in [1, 5]"),
+        (["--steps", "2", "--checkpoint-interval", "0"], "--checkpoint-interval must be an integer in [1, 2]"),
+        (["--steps", "2", "--checkpoint-interval", "-1"], "--checkpoint-interval"),
+        (["--steps", "0"], f"--steps must be an integer in [1, {schema.MAX_STEPS}]"),
+        (["--steps", str(schema.MAX_STEPS + 1)], "--steps"),
+        (
+            ["--steps", "1", "--batch", str(schema.MAX_BATCH + 1)],
+            f"--batch must be an integer in [1, {schema.MAX_BATCH}]",
+        ),
+        (["--steps", "1", "--batch", "0"], "--batch"),
+        (["--steps", "1", "--chips", "0"], f"--chips must be an integer in [1, {schema.MAX_SHARDS}]"),
+        (["--steps", "1", "--chips", "-3"], "--chips"),
+        (["--steps", "1", "--chips", "100000000"], "--chips"),
+        (["--steps", "1", "--seed", str(2**64)], f"--seed must be an integer in [0, {schema.MAX_SEED}]"),
+        (["--steps", "1", "--seed", "-1"], "--seed"),
+        (["--steps", "1", "--snapshot-rate", "nan"], "--snapshot-rate must be a number in [0, "),
+        (["--steps", "1", "--snapshot-rate", "inf"], "--snapshot-rate"),
+        (["--steps", "1", "--snapshot-rate", "-1"], "--snapshot-rate"),
+        (["--steps", "1", "--snapshot-rate", str(MAX_SNAPSHOT_RATE * 2)], "--snapshot-rate"),
+    ],
+)
+def test_record_refuses_what_a_verifier_would_call_malformed_naming_the_option(argv, named, tmp_path, capsys):
+    out = tmp_path / "t"
+    assert record(out, *argv) == 2
+    err = _error(capsys)
+    assert named in err and "usage:" in err
+    assert not out.exists()
+
+
+def test_an_explicit_interval_within_the_run_is_kept(tmp_path):
+    out = tmp_path / "t"
+    assert record(out, "--steps", "4", "--checkpoint-interval", "2") == 0
+    assert json.loads((out / "manifest.json").read_text())["checkpoint_interval"] == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.integers(-5, schema.MAX_STEPS + 5),
+    interval=st.integers(-5, 50),
+    batch=st.integers(-5, schema.MAX_BATCH + 5),
+    seed=st.integers(-5, 2**64),
+    chips=st.integers(-5, schema.MAX_SHARDS + 5),
+    rate=st.floats(allow_nan=True, allow_infinity=True),
+)
+def test_the_options_record_takes_are_exactly_those_the_manifest_schema_takes(
+    steps, interval, batch, seed, chips, rate
+):
+    """One source of truth: record accepts an option iff the verifier's schema bounds accept what it writes."""
+    inside = (
+        1 <= steps <= schema.MAX_STEPS
+        and 1 <= interval <= steps
+        and 1 <= batch <= schema.MAX_BATCH
+        and 0 <= seed <= schema.MAX_SEED
+        and 1 <= chips <= schema.MAX_SHARDS
+        and math.isfinite(rate)
+        and 0 <= rate <= MAX_SNAPSHOT_RATE
+    )
+    try:
+        check_options(steps, interval, batch, seed, chips, rate)
+    except ValueError as e:
+        assert not inside and str(e).startswith("--")
+    else:
+        assert inside
+
+
+def test_record_refuses_an_out_that_is_a_file_or_holds_a_transcript(tmp_path, capsys):
+    a_file = tmp_path / "f"
+    a_file.write_text("keep me")
+    assert record(a_file, "--steps", "1") == 2
+    assert "--out" in _error(capsys) and a_file.read_text() == "keep me"
+    assert record(a_file / "under", "--steps", "1") == 2
+    assert "--out" in _error(capsys)
+
+    out = tmp_path / "t"
+    assert record(out, "--steps", "2") == 0
+    before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert record(out, "--steps", "1", "--seed", "3") == 2
+    assert "already holds" in _error(capsys)
+    assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # nothing mixed in
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert record(empty, "--steps", "1") == 0  # an empty folder is a new one
+
+
+def test_a_repeated_serial_is_refused_before_any_chip_log_is_touched(tmp_path, capsys):
+    store = chipsim.ChipStore(tmp_path / "chips")
+    store.make("H1")
+    assert (
+        record(
+            tmp_path / "a",
+            "--steps",
+            "2",
+            "--chip-dir",
+            str(tmp_path / "chips"),
+            "--serials",
+            "H1",
+            "--snapshot-rate",
+            "5",
+        )
+        == 0
+    )
+    capsys.readouterr()
+    before = sorted((p.name, p.read_bytes()) for p in (tmp_path / "chips").iterdir())
+    out = tmp_path / "b"
+    chips = ["--chip-dir", str(tmp_path / "chips"), "--snapshot-rate", "5"]
+    for serials, named in (
+        ("H1,H1", "--serials names H1 more than once"),
+        ("H1,", "empty serial"),
+        ("H1,H9", "no chip H9"),
+    ):
+        assert record(out, "--steps", "2", *chips, "--serials", serials) == 2
+        assert named in _error(capsys)
+        assert not out.exists()
+        assert sorted((p.name, p.read_bytes()) for p in (tmp_path / "chips").iterdir()) == before
+
+
+def test_the_chip_simulator_refuses_a_repeated_serial_and_an_occupied_out(tmp_path, capsys):
+    store = chipsim.ChipStore(tmp_path / "chips")
+    store.make("H1")
+    with pytest.raises(ValueError, match="more than once"):
+        store.train(["H1", "H1"], tmp_path / "t", steps=2, snapshot_rate=5.0)
+    assert not (tmp_path / "t").exists() and not (tmp_path / "chips" / "H1.log").exists()
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "manifest.json").write_text("{}")
+    argv = ["--dir", str(tmp_path / "chips"), "train", "--chips", "H1", "--out", str(tmp_path / "t"), "--steps", "2"]
+    assert chipsim.main(argv) == 2
+    assert "already holds manifest.json" in capsys.readouterr().err
+
+
+# --- claim -------------------------------------------------------------------------------------------
+
+
+def test_claim_refuses_a_folder_out_and_a_malformed_claims_file_naming_them(honest, tmp_path, capsys):
+    assert main(["claim", str(honest), "--out", str(tmp_path)]) == 2
+    assert f"--out {tmp_path} is a folder" in _error(capsys)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for claims, named in (
+        ({"manifest": "ab", "claims": [1]}, "claims[0] is not a recorded claim"),
+        ({"manifest": "ab", "claims": [{"serial": "H1", "counter": -1, "step": 1}]}, "claims[0]"),
+        ({"manifest": 5, "claims": []}, "manifest"),
+    ):
+        (bad / "claims.json").write_text(json.dumps(claims))
+        assert main(["claim", str(bad)]) == 2
+        assert named in _error(capsys)
+
+
+def test_claim_on_a_run_that_logged_nothing_says_why_instead_of_an_empty_body(tmp_path, capsys):
+    out = tmp_path / "t"
+    assert record(out, "--steps", "1", "--snapshot-rate", "0") == 0
+    assert json.loads((out / "claims.json").read_text())["claims"] == []
+    capsys.readouterr()
+    assert main(["claim", str(out), "--out", str(tmp_path / "body.json")]) == 2
+    assert "logged no snapshot" in _error(capsys) and not (tmp_path / "body.json").exists()
+
+
+# --- verify ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--max-flops", "nan"],
+        ["--max-flops", "inf"],
+        ["--max-flops", "0"],
+        ["--max-flops", "-1e26"],
+        ["--max-seconds", "nan"],
+        ["--max-seconds", "-1"],
+        ["--max-seconds", "0"],
+        ["--max-steps", "0"],
+        ["--segments", "-5"],
+    ],
+)
+def test_verify_refuses_a_bad_budget_as_a_usage_error_never_a_verdict(argv, honest, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        verify(honest, *argv)
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert argv[0] in captured.err and "verdict" not in captured.out  # nothing a worker would take as a verdict
+
+
+def _claims(honest, edit) -> dict:
+    claims = json.loads((honest / "claims.json").read_text())
+    edit(claims)
+    return claims
+
+
+@pytest.mark.parametrize(
+    "edit,reason",
+    [
+        (lambda d: d["claims"][0].update(counter=-1), "claims[0].counter must be an integer in [0, "),
+        (lambda d: d["claims"].extend(d["claims"]), "repeats claims[0]"),
+        (lambda d: d["claims"].__setitem__(slice(None), d["claims"] * 600), "repeats claims[0]"),
+    ],
+)
+def test_negative_counters_and_repeated_claims_are_malformed(edit, reason, honest, tmp_path, capsys):
+    path = tmp_path / "claims.json"
+    path.write_text(json.dumps(_claims(honest, edit)))
+    assert main(["verify", str(honest), "--claims", str(path), "--json", "--nonce", "00" * 16]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "malformed" and reason in out["reasons"][0]
+
+
+def test_the_claims_api_body_handed_to_verify_is_named(honest, tmp_path, capsys):
+    body = tmp_path / "body.json"
+    assert main(["claim", str(honest), "--out", str(body)]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(honest), "--claims", str(body), "--json", "--nonce", "00" * 16]) == 2
+    reason = json.loads(capsys.readouterr().out)["reasons"][0]
+    assert "claims API's body" in reason and "claims.json" in reason
+
+
+@pytest.mark.parametrize("keys", [{"H1": "!!"}, {"H1": 5}, {"H1": "AAAA"}])
+def test_a_chip_key_that_is_no_key_is_malformed_not_a_rejection(keys, honest, tmp_path, capsys):
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps(keys))
+    snapshots = ["--snapshots", str(honest / "snapshots.jsonl"), "--keys", str(path)]
+    assert verify(honest, *snapshots) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "malformed" and "chip keys['H1']" in out["reasons"][0]
+    assert verify(honest, "--snapshots", str(honest / "snapshots.jsonl")) == 0  # its own keys: verified
+
+
+def test_the_exit_codes_the_readme_lists_are_the_ones_verify_returns():
+    """README.md and docs/transcripts.md list every exit status of verify (incomplete's 4 included)."""
+    from pathlib import Path
+
+    from replay.__main__ import EXIT
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    for verdict, code in EXIT.items():
+        assert f"{code} {verdict}" in readme, verdict
+        assert f"| `{verdict}` | {code} |" in (root / "docs" / "transcripts.md").read_text()
