@@ -96,7 +96,7 @@ class KeyRegisterView(APIView):
     )
     def post(self, request):
         organisation = caller_organisation(request)
-        return signed_write_response(request, organisation, partial(self.write, organisation))
+        return signed_write_response(request, organisation, partial(self.write, organisation), fields=("public_key",))
 
     @staticmethod
     def write(organisation: Organisation, data: dict, submission: dict) -> dict:
@@ -120,7 +120,7 @@ class KeyRevokeView(APIView):
     )
     def post(self, request):
         organisation = caller_organisation(request)
-        return signed_write_response(request, organisation, partial(self.write, organisation))
+        return signed_write_response(request, organisation, partial(self.write, organisation), fields=("key_id",))
 
     @staticmethod
     def write(organisation: Organisation, data: dict, submission: dict) -> dict:
@@ -131,6 +131,9 @@ class KeyRevokeView(APIView):
             submission=submission,
         )
         return {"seq": key.revoked_seq, "kind": "org.key_revoked", "key_id": key.key_id}
+
+
+FACILITY_FIELDS = ("slug", "kind", "country", "location")
 
 
 class FacilityRegisterView(APIView):
@@ -146,7 +149,7 @@ class FacilityRegisterView(APIView):
     )
     def post(self, request):
         organisation = caller_organisation(request)
-        return signed_write_response(request, organisation, partial(self.write, organisation))
+        return signed_write_response(request, organisation, partial(self.write, organisation), fields=FACILITY_FIELDS)
 
     @staticmethod
     def write(organisation: Organisation, data: dict, submission: dict) -> dict:

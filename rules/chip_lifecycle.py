@@ -115,7 +115,10 @@ def _at_facility(chip: ChipState, facts: Facts, payload: dict, status: Status) -
         return replace(chip, status=status)
     if facts.facility_owner != facts.actor:
         raise LifecycleError(f"facility {facility!r} does not belong to {facts.actor}")
-    return replace(chip, status=status, facility=facility, country=facts.facility_country or chip.country)
+    country = facts.facility_country or chip.country
+    if chip.country and country != chip.country:  # only a shipment or an export moves a chip (and ship checks)
+        raise LifecycleError(f"{chip.country} to {country} (facility {facility!r}) crosses a border: record an export")
+    return replace(chip, status=status, facility=facility, country=country)
 
 
 def _consigned(chip: ChipState, facts: Facts, payload: dict) -> ChipState:

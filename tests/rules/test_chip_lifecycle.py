@@ -162,3 +162,15 @@ def test_a_chip_is_packaged_once():
     )
     with pytest.raises(LifecycleError, match="already packaged"):
         apply_chip_event(back_in_stock, "packaged", facts(OWNER), {})
+
+
+@pytest.mark.parametrize("event", ["installed", "packaged", "received"])
+def test_a_facility_abroad_is_a_border_crossing_not_an_install(event):
+    """Install, package and receive move a chip to a facility; one in another country needs an export first."""
+    state = prepared(event, Status.IN_TRANSIT if event == "received" else Status.IN_STOCK)
+    actor = actor_for(event, state)
+    abroad = Facts(actor=actor, facility_owner=actor, facility_country="CN", facility_kind="datacentre")
+    with pytest.raises(LifecycleError, match=r"US to CN .*crosses a border: record an export"):
+        apply_chip_event(state, event, abroad, {"facility": "dc-cn"})
+    at_home = apply_chip_event(state, event, facts(actor), {"facility": "dc-1"})
+    assert (at_home.facility, at_home.country) == ("dc-1", "US")
