@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import tempfile
+import unicodedata
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -128,11 +129,13 @@ def _claim_item(item) -> dict:
             raise ValidationError(f"{name} must be a non-negative integer, not {json.dumps(value)[:32]}")
     if not isinstance(item["manifest"], str) or not re.fullmatch(r"[0-9a-f]{64}", item["manifest"]):
         raise ValidationError("manifest is the transcript's hex SHA-256 manifest hash")
-    location = item["location"]
-    if not isinstance(location, str) or not location or len(location) > 1024:
-        raise ValidationError("location is a path or an http(s) URL")
+    problem = transcript_location.location_problem(item["location"])
+    if problem:
+        raise ValidationError(problem)
     if not isinstance(item["run"], str) or not 0 < len(item["run"]) <= 128:
         raise ValidationError("run names the training run (1-128 characters)")
+    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in item["run"]):  # "run-1\n" is not run-1
+        raise ValidationError("run must not contain control characters (newlines, tabs) or lone surrogates")
     return item
 
 

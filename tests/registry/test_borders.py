@@ -1,4 +1,4 @@
-"""A chip crosses a border only by an export: install, package and receive refuse a facility abroad, and a
+"""A chip crosses a border only by an export (or a receipt, alerted): install and package refuse a facility abroad; a
 facility's or organisation's country is an assigned ISO 3166-1 code, so no made-up country hides a border."""
 
 import pytest
