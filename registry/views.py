@@ -11,6 +11,8 @@ from django.core.exceptions import ValidationError
 from django.http import Http404
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import generics
+from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import ValidationError as BadRequest
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
@@ -185,6 +187,21 @@ class ChipCursor(CursorPagination):
     page_size = 100
     max_page_size = 1000
     page_size_query_param = "page_size"
+
+    def decode_cursor(self, request):
+        """A cursor is opaque but not free: one that is not a cursor of this list is a 400 naming ``cursor``
+        (DRF answers 404, as if the list were missing; a position that is not an id would reach the query)."""
+        try:
+            base64.b64decode(request.query_params.get(self.cursor_query_param, ""), validate=True)
+            cursor = super().decode_cursor(request)
+        except (NotFound, ValueError):  # DRF's decoder skips what is not base64: "%%%" would be the first page
+            cursor = None
+            position = "not a cursor"
+        else:
+            position = cursor and cursor.position
+        if position is not None and not str(position).isdigit():
+            raise BadRequest({"cursor": ["not a cursor of this list: follow the next and previous links"]})
+        return cursor
 
 
 class ChipListView(generics.ListAPIView):

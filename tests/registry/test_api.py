@@ -342,6 +342,19 @@ def test_list_filters_and_cursor_pagination(world):
     assert {c["serial"] for c in second["results"]}.isdisjoint({c["serial"] for c in first["results"]})
 
 
+@pytest.mark.parametrize(
+    "cursor",
+    ["garbage", base64.b64encode(b"p=abc").decode(), base64.b64encode(b"o=x").decode(), "%%%", ""],
+)
+def test_a_cursor_that_is_not_one_of_the_list_is_a_400_naming_cursor(world, cursor):
+    vendor_stock(world, 1)
+    answer = world["regulator"].get("/api/registry/chips", cursor=cursor)
+    if cursor == "":  # no cursor: the first page
+        assert answer.status_code == 200
+        return
+    assert answer.status_code == 400 and list(answer.json()) == ["cursor"], answer.content
+
+
 def test_user_without_organisation_is_refused(world):
     from django.contrib.auth import get_user_model
     from rest_framework.test import APIClient
