@@ -208,7 +208,9 @@ def _shown(value) -> str:
         return repr(value[:80])
     if value is None or isinstance(value, bool | float) or (isinstance(value, int) and abs(value) < 10**60):
         return repr(value)
-    return f"a {type(value).__name__}"
+    return {"int": "an integer of more than 60 digits", "dict": "an object", "list": "a list"}.get(
+        type(value).__name__, "a value"
+    )
 
 
 def _cbv_word(value, vocabulary: str, path: str) -> str:
