@@ -240,11 +240,11 @@ class ClaimsView(APIView):
     )
     def post(self, request):
         organisation = caller_organisation(request)
-        return signed_write_response(request, organisation, partial(_claims_submit, organisation), fields=("claims",))
+        return signed_write_response(request, organisation, partial(_claims_submit, organisation))
 
 
 def _claims_submit(prover: Organisation, data: dict, submission: dict) -> dict:
-    rows = claims.claims_submit(prover=prover, claims=data.get("claims"), submission=submission)
+    rows = claims.claims_body_submit(prover=prover, body=data, submission=submission)
     return {"seq": rows[0].claimed_seq, "kind": "claim.submitted", "claims": [row.pk for row in rows]}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import logging
@@ -34,6 +35,29 @@ RECORDER_HINT = (
     "this looks like the recorder's claims.json (the verifier's input): make the API's body with "
     "`python -m replay claim TRANSCRIPT_DIR --serials SERIALS` (docs/claims.md)"
 )
+
+
+BODY_MEMBERS = ("claims", "timestamp", "nonce")
+
+
+def claims_body_submit(*, prover: Organisation, body: dict, submission: dict | None = None) -> list[Claim]:
+    """``claims_submit`` for a whole signed body: a member besides ``claims`` is refused by name (the body is
+    published on the ledger), unless the body is the recorder's claims.json, which ``claims_submit`` names as
+    such with the command that makes the API's body."""
+    claims = body.get("claims")
+    unknown = sorted(str(name)[:64] for name in body if name not in BODY_MEMBERS)
+    looks_recorded = isinstance(claims, list) and any(isinstance(c, dict) and set(c) >= RECORDER_FIELDS for c in claims)
+    if unknown and not looks_recorded:
+        hint = {
+            name: "; did you mean 'claims'?" if difflib.get_close_matches(name, ["claims"]) else "" for name in unknown
+        }
+        raise ValidationError(
+            {
+                name: f"unknown field: the signed body is published on the ledger (this write takes claims){hint[name]}"
+                for name in unknown
+            }
+        )
+    return claims_submit(prover=prover, claims=claims, submission=submission)
 
 
 @transaction.atomic
