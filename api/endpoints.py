@@ -3,6 +3,8 @@ answer, and the OpenAPI description of a signed write."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status
 from rest_framework.exceptions import PermissionDenied
@@ -51,8 +53,13 @@ def caller_organisation(request) -> Organisation:
 
 
 def signed_write_response(
-    request, organisation: Organisation, perform: Perform, success_status: int = status.HTTP_201_CREATED
+    request,
+    organisation: Organisation,
+    perform: Perform,
+    success_status: int = status.HTTP_201_CREATED,
+    fields: Collection[str] | None = None,
 ) -> Response:
-    """``signed_writes.signed_write_handle`` over a DRF request: the exact body bytes and the headers."""
-    answer = signed_write_handle(organisation, request.body, request.headers, perform, success_status)
+    """``signed_writes.signed_write_handle`` over a DRF request: the exact body bytes and the headers; ``fields``
+    the members the write takes (any other is refused by name)."""
+    answer = signed_write_handle(organisation, request.body, request.headers, perform, success_status, fields)
     return Response(answer.data, status=answer.status)

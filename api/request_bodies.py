@@ -3,7 +3,9 @@
 The limits (bytes) are documented in docs/operations.md; each is sized for the largest legal request of its
 endpoint. The parser refuses what the database or the ledger cannot hold, naming where in the document:
 nesting deeper than ``MAX_DEPTH``, NUL characters (PostgreSQL text and jsonb refuse them), integers beyond
-I-JSON's ±(2^53 − 1) (the ledger's canonical JSON), and non-finite numbers (NaN, Infinity, 1e400).
+I-JSON's ±(2^53 − 1) (the ledger's canonical JSON), non-finite numbers (NaN, Infinity, 1e400), and a member
+name repeated in one object (RFC 8259 leaves the meaning open: Python keeps the last, other readers the first or
+refuse, so a stored signed body would say two things; I-JSON forbids it).
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class BodyProblem(ValueError):
 def loads(body: bytes | str):
     """Parse a request body; raise BodyProblem(field, reason) for anything the system cannot hold."""
     try:
-        data = json.loads(body)
+        data = json.loads(body, object_pairs_hook=_object_once)
     except RecursionError:
         raise BodyProblem("body", f"nested deeper than {MAX_DEPTH} levels") from None
     except BodyProblem:
@@ -102,6 +104,20 @@ def loads(body: bytes | str):
     except (ValueError, UnicodeDecodeError):  # includes integers over 4,300 digits
         raise BodyProblem("body", "is not valid JSON") from None
     check(data)
+    return data
+
+
+def _object_once(pairs: list) -> dict:
+    """An object whose member names are each given once, or BodyProblem naming the repeated one."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen = set()
+        for name, _ in pairs:
+            if name in seen and ("\x00" in name or not _encodable(name)):  # a name no answer can carry
+                raise BodyProblem("body", "a member name contains a NUL character or a lone surrogate")
+            if name in seen:
+                raise BodyProblem(name[:64] or '""', "the member appears twice in one object: give it once")
+            seen.add(name)
     return data
 
 

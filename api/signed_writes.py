@@ -7,7 +7,8 @@ write (400, 409) is answered like an accepted one: with a key, its answer is kep
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import difflib
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
@@ -20,6 +21,7 @@ from registry.models import Organisation
 from . import errors, request_bodies
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+ENVELOPE = ("timestamp", "nonce")  # every signed body's own fields (registry.signing)
 # The write itself: (the body's JSON object, the submission the ledger keeps) -> the answer's JSON object.
 Perform = Callable[[dict, dict], dict]
 
@@ -31,9 +33,18 @@ class Answer:
 
 
 def signed_write_handle(
-    organisation: Organisation, body: bytes, headers: Mapping[str, str], perform: Perform, success_status: int = 201
+    organisation: Organisation,
+    body: bytes,
+    headers: Mapping[str, str],
+    perform: Perform,
+    success_status: int = 201,
+    fields: Collection[str] | None = None,
 ) -> Answer:
     """Check ``body`` (the exact bytes signed) and its headers, then ``perform`` the write once.
+
+    ``fields``: the members the write takes besides ``timestamp`` and ``nonce``; any other is refused by name
+    (a 400 kept like any refusal), since the signed body goes onto the public ledger as it is. ``None`` where
+    ``perform`` checks its members itself (chip events, EPCIS documents).
 
     Raises what the API answers without keeping it: a body that is not a JSON object (400), a bad signature,
     stale timestamp or spent nonce (403), and whatever ``perform`` raises besides a refusal (404, 403, ...).
@@ -48,6 +59,8 @@ def signed_write_handle(
         return Answer(*earlier)
     try:
         with transaction.atomic():
+            if fields is not None:
+                unknown_fields_refuse(data, fields)
             answer = perform(data, signed.submission())
             services.idempotent_answer_record(organisation, key, body, success_status, answer)
     except IntegrityError:
@@ -60,6 +73,23 @@ def signed_write_handle(
         services.idempotent_answer_record(organisation, key, body, refused.status, refused.data)
         return refused
     return Answer(success_status, answer)
+
+
+def unknown_fields_refuse(data: dict, fields: Collection[str]) -> None:
+    """A 400 naming every member of ``data`` that is neither in ``fields`` nor the envelope, with the field it
+    probably meant (``claim`` -> ``claims``)."""
+    unknown = sorted(name for name in data if name not in fields and name not in ENVELOPE)
+    if not unknown:
+        return
+    takes = ", ".join(sorted(fields)) or "nothing besides timestamp and nonce"
+    errors = {}
+    for name in unknown:
+        guess = difflib.get_close_matches(name, list(fields), n=1, cutoff=0.6)
+        hint = f"; did you mean {guess[0]!r}?" if guess else ""
+        errors[name[:64]] = (
+            f"unknown field: the signed body is published on the ledger (this write takes {takes}){hint}"
+        )
+    raise ValidationError(errors)
 
 
 def _nonce_spend(organisation: Organisation, signed, key: str | None, body: bytes) -> tuple[int, dict] | None:

@@ -13,13 +13,45 @@ from __future__ import annotations
 
 import os
 import stat
+import unicodedata
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
 URL_SCHEMES = ("http://", "https://")
 FOLDERS = ("checkpoints", "segments")
 MAX_ENTRIES = 100_000
+
+
+MAX_LOCATION = 1024
+
+
+def location_problem(location) -> str | None:
+    """Why a claim may not carry ``location``, or None. The location is published on the ledger for ever, so
+    it carries no secret: no user:password@, and no query or fragment (a presigned URL's token would let
+    anyone read the transcript, the model's weights among it); a prover keeps a transcript private behind
+    a share under ``TRANSCRIPT_ROOTS`` or a server that admits the verifier by address."""
+    if not isinstance(location, str) or not 0 < len(location) <= MAX_LOCATION:
+        return f"location is an absolute path or an http(s) URL of at most {MAX_LOCATION} characters"
+    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in location):
+        return "location must not contain control characters (newlines, tabs) or lone surrogates"
+    if location.startswith("/"):
+        return None
+    if not is_url(location):
+        scheme = location.split(":", 1)[0][:16] + ":" if ":" in location else "a relative path"
+        return f"location is an absolute path or an http(s) URL, not {scheme}"
+    parts = urlsplit(location)
+    if "@" in parts.netloc:
+        return "location must not carry credentials (user:password@): it is published on the ledger"
+    if parts.query or parts.fragment or "?" in location or "#" in location:
+        return (
+            "location must not carry a query or fragment: it is published on the ledger, and a token in it "
+            "would open the transcript to everyone"
+        )
+    if not parts.hostname:
+        return "location is an http(s) URL with a host"
+    return None
 
 
 class TranscriptUnavailable(Exception):

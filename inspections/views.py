@@ -70,13 +70,14 @@ class InspectorWriteView(APIView):
     throttle_classes = [OrganisationRateThrottle]
     parser_classes = [StrictJSONParser]
     success_status = status.HTTP_200_OK
+    body_fields: tuple[str, ...] | None = ()  # what the body takes besides timestamp and nonce; None: ``act`` checks
 
     def write(self, request, task_id: int):
         organisation = caller_organisation(request)
         if not organisation.has_role(Role.INSPECTION_BODY):  # refused before any signature work
             raise PermissionDenied({"user": ["is not a member of an inspection body"]})
         perform = partial(self.task_act, organisation, task_id)
-        return signed_write_response(request, organisation, perform, self.success_status)
+        return signed_write_response(request, organisation, perform, self.success_status, self.body_fields)
 
     def task_act(self, organisation: Organisation, task_id: int, data: dict, submission: dict) -> dict:
         task = selectors.task_of(organisation, task_id)
@@ -146,6 +147,8 @@ class IdentityIn(serializers.Serializer):
 
 
 class IdentityView(InspectorWriteView):
+    body_fields = ("challenge", "signature")
+
     @extend_schema(
         request=IdentityIn,
         parameters=SIGNED_PARAMETERS,
@@ -174,6 +177,7 @@ class LogIn(serializers.Serializer):
 
 class SnapshotLogView(InspectorWriteView):
     success_status = status.HTTP_202_ACCEPTED
+    body_fields = ("log",)
 
     @extend_schema(
         request=LogIn,
@@ -203,6 +207,7 @@ class SnapshotLogStatusView(InspectorView):
 
 class FindingView(InspectorWriteView):
     success_status = status.HTTP_201_CREATED
+    body_fields = None  # inspectors.finding_submit names each unknown field
 
     @extend_schema(
         request={"application/json": dict},
@@ -239,7 +244,7 @@ class ClaimsView(APIView):
 
 
 def _claims_submit(prover: Organisation, data: dict, submission: dict) -> dict:
-    rows = claims.claims_submit(prover=prover, claims=data.get("claims"), submission=submission)
+    rows = claims.claims_body_submit(prover=prover, body=data, submission=submission)
     return {"seq": rows[0].claimed_seq, "kind": "claim.submitted", "claims": [row.pk for row in rows]}
 
 

@@ -11,6 +11,8 @@ from django.core.exceptions import ValidationError
 from django.http import Http404
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import generics
+from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import ValidationError as BadRequest
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
@@ -96,7 +98,7 @@ class KeyRegisterView(APIView):
     )
     def post(self, request):
         organisation = caller_organisation(request)
-        return signed_write_response(request, organisation, partial(self.write, organisation))
+        return signed_write_response(request, organisation, partial(self.write, organisation), fields=("public_key",))
 
     @staticmethod
     def write(organisation: Organisation, data: dict, submission: dict) -> dict:
@@ -120,7 +122,7 @@ class KeyRevokeView(APIView):
     )
     def post(self, request):
         organisation = caller_organisation(request)
-        return signed_write_response(request, organisation, partial(self.write, organisation))
+        return signed_write_response(request, organisation, partial(self.write, organisation), fields=("key_id",))
 
     @staticmethod
     def write(organisation: Organisation, data: dict, submission: dict) -> dict:
@@ -131,6 +133,9 @@ class KeyRevokeView(APIView):
             submission=submission,
         )
         return {"seq": key.revoked_seq, "kind": "org.key_revoked", "key_id": key.key_id}
+
+
+FACILITY_FIELDS = ("slug", "kind", "country", "location")
 
 
 class FacilityRegisterView(APIView):
@@ -146,7 +151,7 @@ class FacilityRegisterView(APIView):
     )
     def post(self, request):
         organisation = caller_organisation(request)
-        return signed_write_response(request, organisation, partial(self.write, organisation))
+        return signed_write_response(request, organisation, partial(self.write, organisation), fields=FACILITY_FIELDS)
 
     @staticmethod
     def write(organisation: Organisation, data: dict, submission: dict) -> dict:
@@ -182,6 +187,21 @@ class ChipCursor(CursorPagination):
     page_size = 100
     max_page_size = 1000
     page_size_query_param = "page_size"
+
+    def decode_cursor(self, request):
+        """A cursor is opaque but not free: one that is not a cursor of this list is a 400 naming ``cursor``
+        (DRF answers 404, as if the list were missing; a position that is not an id would reach the query)."""
+        try:
+            base64.b64decode(request.query_params.get(self.cursor_query_param, ""), validate=True)
+            cursor = super().decode_cursor(request)
+        except (NotFound, ValueError):  # DRF's decoder skips what is not base64: "%%%" would be the first page
+            cursor = None
+            position = "not a cursor"
+        else:
+            position = cursor and cursor.position
+        if position is not None and not str(position).isdigit():
+            raise BadRequest({"cursor": ["not a cursor of this list: follow the next and previous links"]})
+        return cursor
 
 
 class ChipListView(generics.ListAPIView):

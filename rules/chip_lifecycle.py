@@ -109,13 +109,19 @@ def _check_party(chip: ChipState, party: str, actor: str, event: str) -> None:
         raise LifecycleError(f"only the chip's {party.replace('_', ' ')} may record {event.replace('_', ' ')}")
 
 
-def _at_facility(chip: ChipState, facts: Facts, payload: dict, status: Status) -> ChipState:
+def _at_facility(chip: ChipState, facts: Facts, payload: dict, status: Status, moves: bool = False) -> ChipState:
+    """The chip at the named facility. Only a receipt (``moves``) may put it in another country: a chip in
+    transit arrives where it arrives, and a receipt elsewhere than consigned is recorded and alerted
+    (``registry.services.chips``); installing or packaging it abroad would be a border crossing with no export."""
     facility = payload.get("facility")
     if facility is None:
         return replace(chip, status=status)
     if facts.facility_owner != facts.actor:
         raise LifecycleError(f"facility {facility!r} does not belong to {facts.actor}")
-    return replace(chip, status=status, facility=facility, country=facts.facility_country or chip.country)
+    country = facts.facility_country or chip.country
+    if not moves and chip.country and country != chip.country:
+        raise LifecycleError(f"{chip.country} to {country} (facility {facility!r}) crosses a border: record an export")
+    return replace(chip, status=status, facility=facility, country=country)
 
 
 def _consigned(chip: ChipState, facts: Facts, payload: dict) -> ChipState:
@@ -148,7 +154,7 @@ def _exported(chip: ChipState, facts: Facts, payload: dict) -> ChipState:
 
 def _received(chip: ChipState, facts: Facts, payload: dict) -> ChipState:
     received = replace(chip, possessor=chip.consignee, consignee=None)
-    return _at_facility(received, facts, payload, Status.IN_STOCK)
+    return _at_facility(received, facts, payload, Status.IN_STOCK, moves=True)
 
 
 def _transfer_offered(chip: ChipState, facts: Facts, payload: dict) -> ChipState:

@@ -40,10 +40,15 @@ Capture (``POST /api/epcis/capture``)
   possessing_party when receiving. Other steps refuse source/destination lists: they hand nothing over.
   Chips the caller may not see are reported as unknown, as the reads answer 404 for them.
 - Members not listed above: ``recordTime``, ``disposition``, ``persistentDisposition``,
-  ``certificationInfo``, ``bizTransactionList`` off shipping and members of other extension
-  namespaces are informational (the signed document stays on the ledger verbatim). Any other member
-  (``errorDeclaration``, ``quantityList``, ``sensorElementList`` ...) or unknown ``chipledger:``
-  member is refused, as is everything malformed, with a 400 naming its path.
+  ``certificationInfo`` and ``bizTransactionList`` off shipping are informational (the signed document
+  stays on the ledger verbatim). Any other member (``errorDeclaration``, ``quantityList``,
+  ``sensorElementList`` ...), an unknown ``chipledger:`` member, and every member of another extension
+  namespace (``acme:note``) is refused, as is everything malformed, with a 400 naming its path: the signed
+  document is published on the ledger for ever, so free text a capture does not need never reaches it.
+  For the same reason the document takes only ``@context`` (the GS1 EPCIS 2.0 context and
+  ``{"chipledger": "https://chipledger.example/epcis/"}``), ``type``, ``schemaVersion``, ``creationDate``,
+  ``epcisBody`` (only ``eventList``), ``timestamp`` and ``nonce`` at the top (no ``epcisHeader``, ``sender``
+  ...), and an ``ilmd`` only ``chipledger:model`` and ``chipledger:publicKeys``.
 - Dedupe on ``eventID``, any URI taken as given (GS1's ``ni:///sha-256;<hex>?ver=CBV2.0`` hash ids are
   not recomputed). Without one the id is ``ni:///sha-256;<hex>?ver=chipledger-jcs-1``: SHA-256 of the
   RFC 8785 (JCS) canonical JSON of the event object as sent. The id is kept in the entry's payload
@@ -107,6 +112,9 @@ APPLIED = {
     "chipledger:evidence",
 }
 INFORMATIONAL = {"recordTime", "disposition", "persistentDisposition", "certificationInfo"}
+DOCUMENT_MEMBERS = {"@context", "type", "schemaVersion", "creationDate", "epcisBody", "timestamp", "nonce"}
+ILMD_MEMBERS = {f"{EXTENSION}:model", f"{EXTENSION}:publicKeys"}
+PUBLISHED = "the signed document is published on the ledger, so it carries only what a capture applies"
 
 SGTIN = re.compile(r"urn:epc:id:sgtin:([0-9]{6,12})\.([0-9]{1,7})\.([!-~]+)")
 DIGITAL_LINK = re.compile(r"https://[A-Za-z0-9.-]+(?::[0-9]+)?/01/([0-9]{14})/21/([!-\"$-.0->@-~]+)")
@@ -200,7 +208,9 @@ def _shown(value) -> str:
         return repr(value[:80])
     if value is None or isinstance(value, bool | float) or (isinstance(value, int) and abs(value) < 10**60):
         return repr(value)
-    return f"a {type(value).__name__}"
+    return {"int": "an integer of more than 60 digits", "dict": "an object", "list": "a list"}.get(
+        type(value).__name__, "a value"
+    )
 
 
 def _cbv_word(value, vocabulary: str, path: str) -> str:
@@ -238,15 +248,24 @@ def parse_document(data: dict) -> list[CaptureEvent]:
 
 
 def _check_header(data: dict) -> list:
+    for name in data:
+        if name not in DOCUMENT_MEMBERS:
+            _fail(name[:64], f"unsupported document member: {PUBLISHED}")
     contexts = data.get("@context") if isinstance(data.get("@context"), list) else [data.get("@context")]
     if not GS1_CONTEXTS & {c for c in contexts if isinstance(c, str)}:
         _fail("@context", f"must include the EPCIS 2.0 JSON-LD context {GS1_CONTEXT}")
+    for index, context in enumerate(contexts):
+        if not (isinstance(context, str) and context in GS1_CONTEXTS) and context != CONTEXT[1]:
+            _fail(f"@context[{index}]", f"only {GS1_CONTEXT} and {CONTEXT[1]}: {PUBLISHED}")
     if data.get("type") != "EPCISDocument":
         _fail("type", f"must be 'EPCISDocument', not {_shown(data.get('type'))}")
     if data.get("schemaVersion") != "2.0":
         _fail("schemaVersion", f"must be '2.0' (EPCIS 2.0), not {_shown(data.get('schemaVersion'))}")
     _datetime(data.get("creationDate"), "creationDate")
     body = data.get("epcisBody")
+    for name in body if isinstance(body, dict) else ():
+        if name != "eventList":
+            _fail(f"epcisBody.{name[:64]}", f"unsupported member: {PUBLISHED}")
     events = body.get("eventList") if isinstance(body, dict) else None
     if not isinstance(events, list) or not 1 <= len(events) <= MAX_EVENTS:
         _fail("epcisBody.eventList", f"required: a list of 1 to {MAX_EVENTS} events")
@@ -308,9 +327,10 @@ def parse_event(raw, path: str) -> CaptureEvent:
 
 def _check_members(raw: dict, path: str) -> None:
     for name in raw:
-        ours = name.startswith(f"{EXTENSION}:")
-        if name in APPLIED or name in INFORMATIONAL or (":" in name and not ours):
+        if name in APPLIED or name in INFORMATIONAL:
             continue
+        if ":" in name and not name.startswith(f"{EXTENSION}:"):
+            _fail(f"{path}.{name[:64]}", f"a member of another namespace (only {EXTENSION}: is taken): {PUBLISHED}")
         _fail(f"{path}.{name}", "unsupported member: chipledger cannot apply it to the chip lifecycle")
 
 
@@ -399,6 +419,9 @@ def _with_ilmd(event: CaptureEvent, raw: dict, epcs: dict[str, str], path: str) 
     ilmd = raw.get("ilmd")
     if not isinstance(ilmd, dict):
         _fail(f"{path}.ilmd", "required on commissioning: {chipledger:model, chipledger:publicKeys: {epc: key}}")
+    for name in ilmd:
+        if name not in ILMD_MEMBERS:
+            _fail(f"{path}.ilmd.{name[:64]}", f"unsupported member (only {sorted(ILMD_MEMBERS)}): {PUBLISHED}")
     model = ilmd.get(f"{EXTENSION}:model")
     if not isinstance(model, str) or not SLUG.fullmatch(model):
         _fail(f"{path}.ilmd.{EXTENSION}:model", "required: the chip model's slug, e.g. 'h100-sxm'")

@@ -82,3 +82,30 @@ def test_the_parser_accepts_only_what_the_database_and_ledger_hold(document):
     flat = json.dumps(parsed, allow_nan=False)  # no NaN or infinity got through
     assert "\\u0000" not in flat
     flat.encode("utf-8")  # no lone surrogate got through
+
+
+@given(
+    members=hst.dictionaries(
+        hst.text(hst.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=6),
+        hst.integers(-9, 9),
+        min_size=1,
+        max_size=5,
+    ),
+    repeat=hst.integers(min_value=0),
+    depth=hst.integers(0, 3),
+)
+@hsettings(max_examples=200, deadline=None)
+def test_a_member_name_repeated_in_one_object_is_refused_by_name(members, repeat, depth):
+    """{"chips":["A"],"chips":["B"]}: a signed body that says two things (readers differ on which wins)."""
+    names = list(members)
+    again = names[repeat % len(names)]
+    text = json.dumps(members)[:-1] + f", {json.dumps(again)}: 0}}"
+    for _ in range(depth):
+        text = f'{{"outer": [{text}]}}'
+    with pytest.raises(bodies.BodyProblem) as problem:
+        bodies.loads(text.encode("utf-8", "surrogatepass"))
+    assert (problem.value.field, problem.value.reason) == (
+        again[:64] or '""',
+        "the member appears twice in one object: give it once",
+    )
+    assert bodies.loads(json.dumps(members)) == members  # once each: read as written

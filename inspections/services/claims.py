@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import logging
 import re
 import tempfile
+import unicodedata
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -33,6 +35,29 @@ RECORDER_HINT = (
     "this looks like the recorder's claims.json (the verifier's input): make the API's body with "
     "`python -m replay claim TRANSCRIPT_DIR --serials SERIALS` (docs/claims.md)"
 )
+
+
+BODY_MEMBERS = ("claims", "timestamp", "nonce")
+
+
+def claims_body_submit(*, prover: Organisation, body: dict, submission: dict | None = None) -> list[Claim]:
+    """``claims_submit`` for a whole signed body: a member besides ``claims`` is refused by name (the body is
+    published on the ledger), unless the body is the recorder's claims.json, which ``claims_submit`` names as
+    such with the command that makes the API's body."""
+    claims = body.get("claims")
+    unknown = sorted(str(name)[:64] for name in body if name not in BODY_MEMBERS)
+    looks_recorded = isinstance(claims, list) and any(isinstance(c, dict) and set(c) >= RECORDER_FIELDS for c in claims)
+    if unknown and not looks_recorded:
+        hint = {
+            name: "; did you mean 'claims'?" if difflib.get_close_matches(name, ["claims"]) else "" for name in unknown
+        }
+        raise ValidationError(
+            {
+                name: f"unknown field: the signed body is published on the ledger (this write takes claims){hint[name]}"
+                for name in unknown
+            }
+        )
+    return claims_submit(prover=prover, claims=claims, submission=submission)
 
 
 @transaction.atomic
@@ -133,11 +158,13 @@ def _claim_item(item) -> dict:
             raise ValidationError(f"{name} must be a non-negative integer, not {json.dumps(value)[:32]}")
     if not isinstance(item["manifest"], str) or not re.fullmatch(r"[0-9a-f]{64}", item["manifest"]):
         raise ValidationError("manifest is the transcript's hex SHA-256 manifest hash")
-    location = item["location"]
-    if not isinstance(location, str) or not location or len(location) > 1024:
-        raise ValidationError("location is a path or an http(s) URL")
+    problem = transcript_location.location_problem(item["location"])
+    if problem:
+        raise ValidationError(problem)
     if not isinstance(item["run"], str) or not 0 < len(item["run"]) <= 128:
         raise ValidationError("run names the training run (1-128 characters)")
+    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in item["run"]):  # "run-1\n" is not run-1
+        raise ValidationError("run must not contain control characters (newlines, tabs) or lone surrogates")
     return item
 
 

@@ -60,7 +60,7 @@ def _task_open(task: InspectionTask, body: Organisation) -> None:
 def task_accept(task: InspectionTask, body: Organisation, submission: dict | None = None) -> InspectionTask:
     _own_task(task, body)
     if task.status != InspectionTask.Status.ASSIGNED:
-        _fail("status", f"a {task.status} task cannot be accepted")
+        _fail("status", f"the task is {task.status}: only an assigned task can be accepted")
     ledger.append_entry("inspection.accepted", {"task": task.pk, "chip": task.chip.serial}, body.slug, submission)
     task.status = InspectionTask.Status.ACCEPTED
     task.save(update_fields=["status"])
@@ -271,6 +271,12 @@ def _where(problem: dict) -> str:
     return "log" if problem["line"] is None else f"line {problem['line']}"
 
 
+def _no_finding_reason(status: str) -> str:
+    if status == InspectionTask.Status.ASSIGNED:
+        return "the task is not accepted yet: accept it first"
+    return f"the task is {status}: its findings are already recorded"
+
+
 FINDING_FIELDS = {
     "chip_found": bool,
     "owner_refused": bool,
@@ -285,7 +291,7 @@ FINDING_FIELDS = {
 def finding_submit(task: InspectionTask, body: Organisation, data: dict, submission: dict | None = None) -> Finding:
     _own_task(task, body)
     if task.status not in (InspectionTask.Status.ACCEPTED, InspectionTask.Status.OVERDUE):
-        _fail("status", f"a {task.status} task takes no finding (accept it first)")
+        _fail("status", _no_finding_reason(task.status))
     finding = _finding_fields(data)
     if finding.get("notes") and submission is not None:
         _fail("notes", "are private, and a signed body is published whole on the ledger: record them in the portal")

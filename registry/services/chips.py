@@ -198,6 +198,9 @@ EVENT_FIELDS = {
     "destroyed": {"reason": True, "evidence": True},
 }
 ORGANISATION_FIELDS = {"consignee", "to_owner"}  # fields that name a registered organisation
+# who may own chips: the regulator and inspection bodies check chips, and owning one would make them a party
+# to what they check (and a prover in the draws)
+OWNING_ROLES = {Role.FAB, Role.PACKAGER, Role.VENDOR, Role.OWNER}
 END_REASONS = ("end_of_life", "failed", "damaged", "recalled", "regulatory_order")
 EVIDENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/#-]{0,127}")  # e.g. sha256:<hex of the certificate>, or its id
 
@@ -235,6 +238,8 @@ def chips_record_event(
         normalised["epcis"] = epcis
     serials = normalised["chips"]
     rows = _locked_chip_rows(serials)
+    if event == "transfer_offered":
+        _owner_check(normalised["to_owner"])
     facts = _facts(organisation, event, normalised)
     errors, after = {}, {}
     for position, serial in enumerate(serials):
@@ -370,6 +375,14 @@ def shipment_destination_country(payload: dict) -> str:
     if claimed is not None and claimed != country:
         fail("destination_country", f"the destination is {country} ({where}); it follows from registered facts")
     return country
+
+
+def _owner_check(slug: str) -> None:
+    """A transfer goes only to an organisation that may own chips (an unknown one is named by the lifecycle)."""
+    to = Organisation.objects.filter(slug=slug).first()
+    if to is not None and not OWNING_ROLES & set(to.roles):
+        roles = ", ".join(to.roles)
+        fail("to_owner", f"{slug} ({roles}) may not own chips: only a fab, packager, vendor or owner may")
 
 
 def _visible(organisation: Organisation, row: dict) -> bool:

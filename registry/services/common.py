@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 
+from rules.countries import COUNTRIES
+from rules.identifiers import COUNTRY
+
 from ..models import Organisation
 
 
@@ -16,3 +19,12 @@ def organisation_by_slug(slug: str, field: str) -> Organisation:
     if organisation is None:
         fail(field, f"unknown organisation {slug!r}")
     return organisation
+
+
+def country_check(country, field: str = "country") -> None:
+    """An assigned ISO 3166-1 alpha-2 code (``rules.countries``): "ZZ" has the shape of a code but names no
+    country, and a chip's country decides which border a move crosses."""
+    if not isinstance(country, str) or not COUNTRY.fullmatch(country):
+        fail(field, "ISO 3166-1 alpha-2 code, e.g. 'NL'")
+    if country not in COUNTRIES:
+        fail(field, f"{country!r} is not an ISO 3166-1 country code")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 from django.db import transaction
 
 from ledger import services as ledger
-from rules.identifiers import COUNTRY, SLUG
+from rules.identifiers import SLUG
 
 from ..models import ChipModel, Facility, Organisation
-from .common import fail
+from .common import country_check, fail
 
 
 @transaction.atomic
@@ -28,8 +30,9 @@ def facility_register(
         fail("slug", f"{slug!r} is taken")
     if kind not in Facility.Kind.values:
         fail("kind", f"one of {Facility.Kind.values}")
-    if not COUNTRY.fullmatch(country or ""):
-        fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
+    country_check(country)
+    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in location or ""):  # as the chip events' fields
+        fail("location", "must not contain control characters (newlines, tabs) or lone surrogates")
     payload = {"slug": slug, "owner": owner.slug, "kind": kind, "country": country, "location": location}
     entry = ledger.append_entry("facility.registered", payload, actor, submission)
     return Facility.objects.create(

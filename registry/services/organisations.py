@@ -6,13 +6,14 @@ import base64
 from collections.abc import Sequence
 
 from django.db import IntegrityError, transaction
+from nacl.bindings import crypto_core_ed25519_is_valid_point
 
 from ledger import services as ledger
-from rules.identifiers import COUNTRY, SLUG, SYSTEM
+from rules.identifiers import SLUG, SYSTEM
 
 from .. import signing
 from ..models import ApiNonce, Member, Organisation, OrganisationKey, Role
-from .common import fail, organisation_by_slug
+from .common import country_check, fail, organisation_by_slug
 
 
 @transaction.atomic
@@ -23,8 +24,7 @@ def organisation_register(
         fail("slug", "lower-case letters, digits and hyphens, at most 64")
     if Organisation.objects.filter(slug=slug).exists() or slug == SYSTEM:
         fail("slug", f"{slug!r} is taken")
-    if not COUNTRY.fullmatch(country or ""):
-        fail("country", "ISO 3166-1 alpha-2 code, e.g. 'NL'")
+    country_check(country)
     unknown = set(roles) - set(Role.values)
     if not roles or unknown:
         fail("roles", f"one or more of {sorted(Role.values)}")
@@ -51,16 +51,27 @@ def organisation_register(
 def organisation_key_register(
     *, organisation: Organisation, public_key: bytes, actor: str, submission: dict | None = None
 ) -> OrganisationKey:
-    if len(public_key) != 32:
-        fail("public_key", "an Ed25519 public key is 32 bytes")
-    key_id = signing.key_id_for(public_key)
-    if OrganisationKey.objects.filter(key_id=key_id).exists():
-        fail("public_key", "this key is already registered")
+    key_id = _new_key_id(public_key)
     payload = {"org": organisation.slug, "key_id": key_id, "public_key": base64.b64encode(public_key).decode()}
     entry = ledger.append_entry("org.key_registered", payload, actor, submission)
     return OrganisationKey.objects.create(
         organisation=organisation, key_id=key_id, public_key=public_key, registered_seq=entry.seq
     )
+
+
+def _new_key_id(public_key: bytes) -> str:
+    """The key id of a usable Ed25519 public key not yet registered, or a 400 naming ``public_key``.
+
+    libsodium's point check refuses what no signing key has as its public key: bytes off the curve and the
+    small-order points (all zeros among them), for which forged signatures verify against any message."""
+    if len(public_key) != 32:
+        fail("public_key", "an Ed25519 public key is 32 bytes")
+    if not crypto_core_ed25519_is_valid_point(public_key):
+        fail("public_key", "not a usable Ed25519 public key (off the curve or of small order)")
+    key_id = signing.key_id_for(public_key)
+    if OrganisationKey.objects.filter(key_id=key_id).exists():
+        fail("public_key", "this key is already registered")
+    return key_id
 
 
 @transaction.atomic
@@ -70,6 +81,9 @@ def organisation_key_revoke(
     key = OrganisationKey.objects.select_for_update().filter(organisation=organisation, key_id=key_id).first()
     if key is None or key.revoked_seq is not None:
         fail("key_id", f"no active key {key_id!r} of {organisation.slug}")
+    if not OrganisationKey.objects.filter(organisation=organisation, revoked_seq=None).exclude(pk=key.pk).exists():
+        # nothing could sign afterwards, not even a new key; a lost key is replaced by the regulator instead
+        fail("key_id", f"{key_id!r} is the only active key of {organisation.slug}: register another key first")
     entry = ledger.append_entry("org.key_revoked", {"org": organisation.slug, "key_id": key_id}, actor, submission)
     key.revoked_seq = entry.seq
     key.save(update_fields=["revoked_seq"])
@@ -88,11 +102,7 @@ def organisation_key_replace(
     reason = reason.strip() if isinstance(reason, str) else ""
     if not reason or "\x00" in reason or len(reason) > MAX_REASON:
         fail("reason", f"say why the key is replaced (1 to {MAX_REASON} characters, no NUL)")
-    if len(public_key) != 32:
-        fail("public_key", "an Ed25519 public key is 32 bytes")
-    key_id = signing.key_id_for(public_key)
-    if OrganisationKey.objects.filter(key_id=key_id).exists():
-        fail("public_key", "this key is already registered")
+    key_id = _new_key_id(public_key)
     lost = list(OrganisationKey.objects.select_for_update().filter(organisation=organisation, revoked_seq=None))
     for old in lost:
         payload = {"org": organisation.slug, "key_id": old.key_id, "reason": reason}

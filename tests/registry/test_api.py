@@ -286,6 +286,17 @@ def test_transfer_is_pending_until_accepted(world):
     assert set(Chip.objects.filter(serial__in=serials).values_list("owner__slug", flat=True)) == {"vendor-a"}
 
 
+@pytest.mark.parametrize("roles", [["regulator"], ["inspection_body"]])
+def test_chips_are_not_transferred_to_an_organisation_that_may_not_own_them(world, roles):
+    """The regulator and inspection bodies check chips; owning one would make them a party to what they check."""
+    organisation("checker", roles, "US")
+    serials = vendor_stock(world, 1)
+    before = Entry.objects.count()
+    answer = world["fab"].post(EVENTS + "transfer-offer", {"chips": serials, "to_owner": "checker"})
+    assert answer.status_code == 400 and "may not own chips" in answer.json()["to_owner"][0]
+    assert Entry.objects.count() == before and Chip.objects.get(serial=serials[0]).pending_owner is None
+
+
 def test_unknown_event_and_malformed_bodies(world):
     client = world["vendor_a"]
     assert client.post(EVENTS + "teleport", {"chips": ["SN-1"]}).status_code == 404
@@ -329,6 +340,19 @@ def test_list_filters_and_cursor_pagination(world):
     assert len(first["results"]) == 2 and first["next"]
     second = client.api.get(first["next"]).json()
     assert {c["serial"] for c in second["results"]}.isdisjoint({c["serial"] for c in first["results"]})
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    ["garbage", base64.b64encode(b"p=abc").decode(), base64.b64encode(b"o=x").decode(), "%%%", ""],
+)
+def test_a_cursor_that_is_not_one_of_the_list_is_a_400_naming_cursor(world, cursor):
+    vendor_stock(world, 1)
+    answer = world["regulator"].get("/api/registry/chips", cursor=cursor)
+    if cursor == "":  # no cursor: the first page
+        assert answer.status_code == 200
+        return
+    assert answer.status_code == 400 and list(answer.json()) == ["cursor"], answer.content
 
 
 def test_user_without_organisation_is_refused(world):

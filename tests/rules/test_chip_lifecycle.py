@@ -162,3 +162,22 @@ def test_a_chip_is_packaged_once():
     )
     with pytest.raises(LifecycleError, match="already packaged"):
         apply_chip_event(back_in_stock, "packaged", facts(OWNER), {})
+
+
+@pytest.mark.parametrize("event", ["installed", "packaged"])
+def test_a_facility_abroad_is_a_border_crossing_not_an_install(event):
+    """Install and package put a held chip at a facility; one in another country needs an export first."""
+    state = prepared(event, Status.IN_STOCK)
+    actor = actor_for(event, state)
+    abroad = Facts(actor=actor, facility_owner=actor, facility_country="CN", facility_kind="datacentre")
+    with pytest.raises(LifecycleError, match=r"US to CN .*crosses a border: record an export"):
+        apply_chip_event(state, event, abroad, {"facility": "dc-cn"})
+    at_home = apply_chip_event(state, event, facts(actor), {"facility": "dc-1"})
+    assert (at_home.facility, at_home.country) == ("dc-1", "US")
+
+
+def test_a_receipt_abroad_is_recorded_where_it_happened():
+    """A chip in transit arrives where it arrives: the registry records it there and alerts the diversion."""
+    state = prepared("received", Status.IN_TRANSIT)
+    abroad = Facts(actor=OWNER, facility_owner=OWNER, facility_country="NL", facility_kind="datacentre")
+    assert apply_chip_event(state, "received", abroad, {"facility": "dc-nl"}).country == "NL"

@@ -55,3 +55,34 @@ def test_a_bad_number_names_its_field_and_value(field, value):
 def test_a_serial_that_is_no_chip_serial_is_named_as_such(serial):
     errors = refusal([dict(GOOD, serial=serial)])
     assert list(errors) == ["claims[0]"] and errors["claims[0]"][0].startswith("serial is the chip's serial")
+
+
+@pytest.mark.parametrize(
+    "location, reason",
+    [
+        ("https://user:secretpass@example.org/t/", "must not carry credentials"),
+        ("https://example.org/t/?X-Amz-Signature=abc", "must not carry a query or fragment"),
+        ("https://example.org/t/#token=abc", "must not carry a query or fragment"),
+        ("file:///etc/passwd", "not file:"),
+        ("s3://bucket/t", "not s3:"),
+        ("runs/t", "not a relative path"),
+        ("/runs/t\n", "must not contain control characters"),
+        ("https:///t", "with a host"),
+    ],
+)
+def test_a_location_is_published_so_it_carries_no_secret_and_is_a_path_or_an_http_url(location, reason):
+    """The location goes onto the public ledger: user:pass@ or a presigned token in it would be published."""
+    (problem,) = refusal([dict(GOOD, location=location)])["claims[0]"]
+    assert problem.startswith("location ") and reason in problem
+
+
+def test_a_run_name_takes_no_control_characters():
+    (problem,) = refusal([dict(GOOD, run="run-1\n")])["claims[0]"]
+    assert problem.startswith("run must not contain control characters")
+
+
+@pytest.mark.parametrize("location", ["/srv/transcripts/run 6", "https://transcripts.example.org:8443/run-6/"])
+def test_a_path_or_a_plain_url_passes_the_location_check(location):
+    """Reaches the snapshot lookup (no snapshot here): the location itself was taken."""
+    (problem,) = refusal([dict(GOOD, location=location)])["claims[0]"]
+    assert problem == "no logged snapshot of your chip with this serial and counter"

@@ -242,6 +242,35 @@ def test_a_finding_needs_an_accepted_task_and_valid_fields(draw):
     assert refused.status_code == 201 and Alert.objects.filter(kind="refused").exists()
 
 
+def test_the_task_status_refusals_say_what_to_do(draw):
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    early = client.post(f"/api/inspections/tasks/{task.pk}/finding", {"chip_found": True})
+    assert early.json() == {"status": ["the task is not accepted yet: accept it first"]}
+    assert client.post(f"/api/inspections/tasks/{task.pk}/accept").status_code == 200
+    again = client.post(f"/api/inspections/tasks/{task.pk}/accept")
+    assert again.json() == {"status": ["the task is accepted: only an assigned task can be accepted"]}
+    assert client.post(f"/api/inspections/tasks/{task.pk}/finding", {"chip_found": True}).status_code == 201
+    late = client.post(f"/api/inspections/tasks/{task.pk}/finding", {"chip_found": True})
+    assert late.json() == {"status": ["the task is done: its findings are already recorded"]}
+
+
+@pytest.mark.parametrize(
+    "action, body, field",
+    [
+        ("accept", {"colour": "red"}, "colour"),
+        ("identity", {"challenge": "x", "signature": "AA==", "note": "n"}, "note"),
+    ],
+)
+def test_an_inspector_write_refuses_a_member_it_does_not_take_by_name(draw, action, body, field):
+    """The signed body is published on the ledger: an unknown member is refused, not carried there unread."""
+    task, client = a_task("inspect-eu"), inspector("inspect-eu")
+    size = Entry.objects.count()
+    answer = client.post(f"/api/inspections/tasks/{task.pk}/{action}", body)
+    assert answer.status_code == 400 and list(answer.json()) == [field], answer.json()
+    assert "unknown field" in answer.json()[field][0]
+    assert Entry.objects.count() == size and InspectionTask.objects.get(pk=task.pk).status == "assigned"
+
+
 def test_a_failed_identity_check_can_be_retried_and_its_alert_is_superseded(draw):
     task, client = a_task("inspect-eu"), inspector("inspect-eu")
     key = with_chip_key(task)

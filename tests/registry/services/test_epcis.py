@@ -213,6 +213,16 @@ def _broken(case, serials):
         events[0]["chipledger:exportLicence"] = "TW-EL-1"
     elif case == "parties_on_commissioning":
         events[0]["destinationList"] = second["destinationList"]
+    elif case == "foreign_namespace_member":  # published for ever: a customer's name would be too
+        second["acme:note"] = "secret customer Acme Corp"
+    elif case == "foreign_namespace_in_ilmd":
+        events[0]["ilmd"]["acme:note"] = "secret"
+    elif case == "unknown_document_member":
+        doc["epcisHeader"] = {"note": "secret"}
+    elif case == "unknown_body_member":
+        doc["epcisBody"]["note"] = "secret"
+    elif case == "foreign_context":
+        doc["@context"].append({"acme": "https://acme.example/secret-customer/"})
     return doc
 
 
@@ -232,6 +242,11 @@ MALFORMED = {
     "missing_event_time": "epcisBody.eventList[1].eventTime",
     "licence_off_shipping": "epcisBody.eventList[0].chipledger:exportLicence",
     "parties_on_commissioning": "epcisBody.eventList[0].destinationList",
+    "foreign_namespace_member": "epcisBody.eventList[1].acme:note",
+    "foreign_namespace_in_ilmd": "epcisBody.eventList[0].ilmd.acme:note",
+    "unknown_document_member": "epcisHeader",
+    "unknown_body_member": "epcisBody.note",
+    "foreign_context": "@context[2]",
 }
 
 
