@@ -120,7 +120,10 @@ class World:
     def train(self, prover: str, serials: list[str], *, steps: int = 12, seed: int = 1, rate: float = 0.04) -> Path:
         """The prover trains a small model on these chips; the chips log signed snapshot hashes of its weights."""
         out = Path(settings.TRANSCRIPT_ROOTS[0]) / prover / f"run-{seed}"
-        self.chips.train(serials, out, arch="mlp", steps=steps, seed=seed, snapshot_rate=rate)
+        # dated after the chips' sale, just made: a snapshot before it would be the vendor's to answer
+        self.chips.train(
+            serials, out, arch="mlp", steps=steps, seed=seed, snapshot_rate=rate, not_before=timezone.now()
+        )
         return out
 
     def train_off_chips(self, prover: str, serials: list[str], *, steps: int = 12, seed: int = 50) -> Path:

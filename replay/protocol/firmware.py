@@ -1,7 +1,7 @@
 """Chip firmware simulator and the pure checker of its signed snapshot logs.
 
-Each chip holds an Ed25519 key and, at random steps (a Poisson process, `rate` snapshots per step),
-appends one record to its log, a JSON line:
+Each chip holds an Ed25519 key and, at random steps (a Poisson process, `rate` snapshots per step) and at
+the end of each run (`Firmware.finish`), appends one record to its log, a JSON line:
 
     {"serial", "counter", "time", "shard", "hash", "prev", "sig"}
 
@@ -143,6 +143,7 @@ class Firmware:
         self.p = 1.0 - math.exp(-rate)  # P(at least one Poisson event during a step)
         self.step_seconds = step_seconds
         self.lines: list[str] = []
+        self.logged_at: dict[int, set[str]] = {}  # step -> serials that snapshotted at it (finish adds none twice)
         # FLOPs of one training step of the whole model (set by the recorder); each chip counts its shard's part
         self.step_flops: int | None = None
         sizes = [s["end"] - s["start"] for s in layout]
@@ -157,6 +158,21 @@ class Firmware:
                 chip.work(self.step_seconds * (share > 0), round(self.step_flops * share))
         for chip in self.chips:
             if self.rng.random() < self.p:
+                line = chip.snapshot(self.start + timedelta(seconds=step * self.step_seconds), hashes[chip.shard])
+                self.lines.append(line)
+                out.append((chip, json.loads(line)))
+                self.logged_at.setdefault(step, set()).add(chip.serial)
+        return out
+
+    def finish(self, step: int, hashes: list[str]) -> list[tuple[Chip, dict]]:
+        """The run's end (the job frees the device): every chip that did not snapshot at `step` logs one now.
+        Firmware snapshots at random steps, so without this a chip could end a run, or a whole short run, with
+        nothing logged, and the work it counted would fall on its next run's first snapshot as unaccounted
+        work: an honest prover accused. Real firmware does the same when a job releases the device."""
+        done = self.logged_at.get(step, set())
+        out = []
+        for chip in self.chips:
+            if chip.serial not in done:
                 line = chip.snapshot(self.start + timedelta(seconds=step * self.step_seconds), hashes[chip.shard])
                 self.lines.append(line)
                 out.append((chip, json.loads(line)))

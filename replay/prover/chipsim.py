@@ -134,21 +134,35 @@ class ChipStore:
             with self._path(serial, ".log").open("a") as handle:
                 handle.write("".join(line + "\n" for line in lines))
 
-    def clock(self, serials: list[str], steps: int, now: datetime | None = None) -> tuple[datetime, float]:
+    def clock(
+        self, serials: list[str], steps: int, now: datetime | None = None, not_before: datetime | None = None
+    ) -> tuple[datetime, float]:
         """(start, seconds per step) of the chips' clock for a run of ``steps`` steps that ends by ``now``: a
         minute a step, the run dated so that it has just finished (a chip never logs a time in the future).
         After a recent run on the same chips the steps are squeezed into the time since their last record (a
         chip's clock never runs backwards: the checker calls that a rollback), at least a second a step: a run
-        started within seconds of the last one may end up to a second a step ahead of the clock."""
+        started within seconds of the last one may end up to a second a step ahead of the clock. ``not_before``:
+        the run cannot have started earlier (the chips were bought then: a snapshot before that is the seller's)."""
         now = (now or datetime.now(UTC)).replace(microsecond=0)
-        last = max([self._last_time(s) for s in serials], default=datetime.min.replace(tzinfo=UTC))
+        floor = [not_before.replace(microsecond=0) + timedelta(seconds=1)] if not_before else []
+        last = max([self._last_time(s) for s in serials] + floor, default=datetime.min.replace(tzinfo=UTC))
         start = now - timedelta(seconds=steps * STEP_SECONDS)
         if start > last:
             return start, float(STEP_SECONDS)
         return last, max(1.0, (now - last).total_seconds() // (steps + 1))
 
-    def train(self, serials: list[str], out, *, arch: str = "mlp", steps: int = 30, **recorder_options) -> Path:
-        """The prover trains on these chips: run the recorder with the chips' own firmware; their logs grow."""
+    def train(
+        self,
+        serials: list[str],
+        out,
+        *,
+        arch: str = "mlp",
+        steps: int = 30,
+        not_before: datetime | None = None,
+        **recorder_options,
+    ) -> Path:
+        """The prover trains on these chips: run the recorder with the chips' own firmware; their logs grow.
+        ``not_before``: when the prover got the chips (the run's snapshots are dated after it)."""
         from replay.prover.recorder import Recorder  # torch only when training
 
         made: list[Firmware] = []
@@ -162,7 +176,7 @@ class ChipStore:
         # chip's log for good), then every chip's key, log and counters; only then the transcript, then the logs
         recorder = Recorder(out, arch, steps=steps, serials=serials, firmware=firmware, **recorder_options)
         chips = [self.firmware_chip(serial, shard) for shard, serial in enumerate(serials)]
-        start, step_seconds = self.clock(serials, steps)
+        start, step_seconds = self.clock(serials, steps, not_before=not_before)
         out = recorder.run()
         for serial in serials:
             self.append(serial, [line for line in made[0].lines if json.loads(line)["serial"] == serial])

@@ -254,7 +254,11 @@ class Recorder:
             self.step_seconds.append(time.perf_counter() - started)
             records.append({"data": batch_digest(batch), "loss": loss})
             segment.append((t, batch, proofs, log, *self.commit(state, rounder)))
-            for chip, rec in firmware.tick(state.step, hashing.shard_hashes(state.params, layout)):
+            hashes = hashing.shard_hashes(state.params, layout)
+            logged = firmware.tick(state.step, hashes)
+            if t == self.steps - 1:
+                logged += firmware.finish(state.step, hashes)
+            for chip, rec in logged:
                 claims.append(
                     {
                         "serial": chip.serial,

@@ -369,7 +369,7 @@ def test_work_before_a_chips_first_snapshot_is_accounted_from_fabrication():
     assert again == []  # not its first record: earlier work belongs to earlier snapshots
 
 
-def _two_runs(tmp_path, hidden_after_first: int, gap_hours: float = 0.0):
+def _two_runs(tmp_path, hidden_after_first: int, gap_hours: float = 0.0, first_rate: float = 0.5):
     """Run A then run B on the same three chips, their firmware carrying on (counters, keys, log chain), as a
     prover's chips do. With ``hidden_after_first`` > 0 the chips train that many steps off the books right
     after run A's last tick: after every chip's last snapshot of A, before B's first."""
@@ -381,9 +381,9 @@ def _two_runs(tmp_path, hidden_after_first: int, gap_hours: float = 0.0):
     made: list[Firmware] = []
 
     class HiddenAfterTheRun(Firmware):
-        def tick(self, step, hashes):
-            out = super().tick(step, hashes)
-            if step == STEPS and hidden_after_first:  # after the last snapshot of the run
+        def finish(self, step, hashes):
+            out = super().finish(step, hashes)
+            if hidden_after_first:  # after the run's closing snapshots: no pair of run A's brackets it
                 for chip, share in zip(self.chips, self.share):
                     chip.work(60.0 * hidden_after_first, round(hidden_after_first * self.step_flops * share))
             return out
@@ -399,7 +399,7 @@ def _two_runs(tmp_path, hidden_after_first: int, gap_hours: float = 0.0):
             assert chip.serial == item["serial"]
         return made[-1]
 
-    a = record(tmp_path / "a", "mlp", serials=serials, snapshot_rate=0.5, firmware=first, seed=1)
+    a = record(tmp_path / "a", "mlp", serials=serials, snapshot_rate=first_rate, firmware=first, seed=1)
     b = record(tmp_path / "b", "mlp", serials=serials, snapshot_rate=0.5, firmware=second, seed=2)
     return a, b
 
@@ -465,6 +465,20 @@ def test_work_between_two_runs_is_accounted_by_their_claims(tmp_path, hidden):
         else:
             assert v.verdict == "verified", v.reasons
             assert v.details["checks"]["chips"]["work"]["across_runs"] > 0
+
+
+def test_a_run_whose_chips_logged_nothing_at_random_still_closes_with_a_snapshot(tmp_path):
+    """Snapshots come at random: a chip may draw none in a whole run. The firmware logs one at the run's end
+    (replay.protocol.firmware.Firmware.finish), so that run's work is its own claims' and never falls on the
+    next run's first snapshot as unaccounted work (an honest prover accused)."""
+    a, b = _two_runs(tmp_path, 0, first_rate=0.0)
+    closing = claims(a)["claims"]
+    assert sorted(c["serial"] for c in closing) == ["X-0", "X-1", "X-2"] and {c["step"] for c in closing} == {STEPS}
+    alone_a = _with_work(a)
+    assert alone_a.verdict == "verified", alone_a.reasons
+    v = _with_work(b, history=_ledger_history(a, alone_a.details))
+    assert v.verdict == "verified", v.reasons
+    assert v.details["checks"]["chips"]["work"]["across_runs"] > 0
 
 
 def test_an_idle_gap_between_two_runs_is_no_work(tmp_path):
