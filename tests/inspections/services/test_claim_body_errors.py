@@ -85,4 +85,4 @@ def test_a_run_name_takes_no_control_characters():
 def test_a_path_or_a_plain_url_passes_the_location_check(location):
     """Reaches the snapshot lookup (no snapshot here): the location itself was taken."""
     (problem,) = refusal([dict(GOOD, location=location)])["claims[0]"]
-    assert problem == "no logged snapshot of your chip with this serial and counter"
+    assert problem.startswith("no logged snapshot of your chip with this serial and counter")
