@@ -87,6 +87,13 @@ def test_the_seller_answers_snapshots_read_before_the_sale_and_the_buyer_cannot(
     assert Claim.objects.get().prover.slug == seller.org.slug
 
 
+def next_second(moment: datetime) -> datetime:
+    """Wait until the clock's whole second is past ``moment``'s; the new time."""
+    while (now := datetime.now(UTC)).replace(microsecond=0) <= moment.replace(microsecond=0):
+        time.sleep(0.01)
+    return now
+
+
 def test_snapshots_signed_before_a_sale_and_read_after_it_are_the_sellers(draw, django_capture_on_commit_callbacks):
     """The inspector reads the chip at the buyer's: the snapshots the chip signed before the sale (by its own
     clock, between its registration and the sale) are the seller's; those signed after, the buyer's. Unanswered,
@@ -94,12 +101,11 @@ def test_snapshots_signed_before_a_sale_and_read_after_it_are_the_sellers(draw, 
     eu, task = inspector("inspect-eu"), a_task("inspect-eu")
     key = with_chip_key(task)
     eu.post(f"/api/inspections/tasks/{task.pk}/accept")
-    time.sleep(1.1)  # the chip's clock has whole seconds: sign strictly after its registration
-    before = datetime.now(UTC)
-    time.sleep(1.1)
+    # the chip's clock has whole seconds: each moment strictly after the one before, to the second
+    before = next_second(datetime.now(UTC))
+    next_second(before)
     seller, buyer = sell(task)
-    time.sleep(1.1)
-    after = datetime.now(UTC)
+    after = next_second(datetime.now(UTC))
     read_log(eu, task, signed_log(key, task.chip.serial, [before, after]), django_capture_on_commit_callbacks)
     with django_capture_on_commit_callbacks(execute=False):
         assert answer(buyer, task.chip.serial, 0).status_code == 400
