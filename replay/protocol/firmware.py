@@ -158,10 +158,7 @@ class Firmware:
                 chip.work(self.step_seconds * (share > 0), round(self.step_flops * share))
         for chip in self.chips:
             if self.rng.random() < self.p:
-                line = chip.snapshot(self.start + timedelta(seconds=step * self.step_seconds), hashes[chip.shard])
-                self.lines.append(line)
-                out.append((chip, json.loads(line)))
-                self.logged_at.setdefault(step, set()).add(chip.serial)
+                out.append(self._log(chip, step, hashes))
         return out
 
     def finish(self, step: int, hashes: list[str]) -> list[tuple[Chip, dict]]:
@@ -170,13 +167,13 @@ class Firmware:
         nothing logged, and the work it counted would fall on its next run's first snapshot as unaccounted
         work: an honest prover accused. Real firmware does the same when a job releases the device."""
         done = self.logged_at.get(step, set())
-        out = []
-        for chip in self.chips:
-            if chip.serial not in done:
-                line = chip.snapshot(self.start + timedelta(seconds=step * self.step_seconds), hashes[chip.shard])
-                self.lines.append(line)
-                out.append((chip, json.loads(line)))
-        return out
+        return [self._log(chip, step, hashes) for chip in self.chips if chip.serial not in done]
+
+    def _log(self, chip: Chip, step: int, hashes: list[str]) -> tuple[Chip, dict]:
+        line = chip.snapshot(self.start + timedelta(seconds=step * self.step_seconds), hashes[chip.shard])
+        self.lines.append(line)
+        self.logged_at.setdefault(step, set()).add(chip.serial)
+        return chip, json.loads(line)
 
     def public_keys(self) -> dict[str, str]:
         return {c.serial: public_key_b64(c.key) for c in self.chips}
