@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 CONFIG = {"sizes": [16, 32, 4]}
 STEPS, INTERVAL, TARGET = 20, 2, 0.9
+ADVERSARY_STEPS = 40  # 20 segments: with 10, ceil(0.9 (10 - m)) = 10 - m would replay every unforced one
 SEGMENTS = STEPS // INTERVAL
 
 
@@ -179,7 +180,7 @@ def with_logs(d: Path):
     )
 
 
-def one(i: int, tmp: Path, draws_only: bool = False) -> dict:
+def one(i: int, tmp: Path, draws_only: bool = False, adversary: bool = False) -> dict:
     import torch
 
     from replay import Budget, verify
@@ -190,9 +191,10 @@ def one(i: int, tmp: Path, draws_only: bool = False) -> dict:
     torch.set_num_threads(1)
     Recorder, HiddenCompute, truthful = recorders()
     rng = random.Random(i)
-    at = INTERVAL * rng.randint(1, STEPS // INTERVAL - 1)
+    steps = ADVERSARY_STEPS if adversary else STEPS
+    at = INTERVAL * rng.randint(1, steps // INTERVAL - 1)
     common = {
-        "steps": STEPS,
+        "steps": steps,
         "seed": i,
         "chips": 3,
         "config": CONFIG,
@@ -203,30 +205,34 @@ def one(i: int, tmp: Path, draws_only: bool = False) -> dict:
     made: list = []
     cheat = HiddenCompute(tmp / f"c{i}", "mlp", at=at, extra=STEPS, firmware=kept(truthful(at, STEPS), made), **common)
     cheat = cheat.run()
-    done, rounds, caught, dispute, failed, nonces, recomputed = [], 0, False, {}, [], [], True
-    starts = list(range(0, STEPS, INTERVAL))
+    done, drawn, rounds, caught, dispute, failed, nonces, recomputed = [], [], 0, False, {}, [], [], True
+    starts = list(range(0, steps, INTERVAL))
+    answers = away_from(cheat, at - INTERVAL, steps) if adversary else [None]
     while True:
         nonces.append(secrets.token_bytes(16))
+        answer = answers[rounds % len(answers)]  # one claim per verification, as the ledger sends them
         v = verify(
             cheat,
-            None,
+            answer,
             Budget(segments=2),
             nonce=nonces[-1],
             replayed_segments=sorted(done),
+            drawn_segments=sorted(drawn),
             coverage_target=TARGET,
         )
         rounds += 1
-        # what an outside verifier recomputes from the nonce (docs/transcripts.md §4) is what was replayed
-        seed = coverage.seed(nonces[-1], v.details["manifest"], canonical_json([]))
-        recomputed &= coverage.plan(starts, [], set(done), seed, TARGET, 2) == [
-            x["start"] for x in v.details["segments"]
-        ]
+        if answer is None:  # what an outside verifier recomputes from the nonce (docs/transcripts.md §4)
+            seed = coverage.seed(nonces[-1], v.details["manifest"], canonical_json([]))
+            recomputed &= coverage.plan(starts, [], set(done), seed, TARGET, 2, drawn) == [
+                x["start"] for x in v.details["segments"]
+            ]
         failed += [x["start"] for x in v.details["segments"] if not x["ok"]]
         if v.verdict == "rejected":
             caught, dispute = True, v.details.get("dispute") or {}
             break
         done += v.details["segments_replayed"]
-        if v.details["coverage"] >= TARGET or rounds > 20:
+        drawn += v.details["segments_drawn"]
+        if v.details["coverage"] >= TARGET or rounds > 40:
             break
     draws = {
         "seed": i,
@@ -242,7 +248,9 @@ def one(i: int, tmp: Path, draws_only: bool = False) -> dict:
         # the swap follows step at-1: the bisection against the transcript's step commitments must name it
         "dispute_step_named": caught and dispute.get("step") == at - 1,
         "dispute": {k: dispute.get(k) for k in ("step", "op", "source")} if caught else None,
-        "coverage_at_stop": len(set(done)) / (STEPS // INTERVAL),
+        "coverage_at_stop": len(set(drawn)) / (len(set(drawn)) + len(set(starts) - set(done))),
+        "forced": sorted(set(done) - set(drawn)),
+        "expected": expected_catch(len(starts), len(set(done) - set(drawn))),
     }
     if draws_only:
         return draws
@@ -270,6 +278,29 @@ def one(i: int, tmp: Path, draws_only: bool = False) -> dict:
         "honest_verified": control.verdict == "verified" and control_next.verdict == "verified",
         "honest_reasons": control.reasons[:2] + control_next.reasons[:2] + parked_still.reasons[:2],
     }
+
+
+def away_from(d: Path, fabricated: int, steps: int) -> list[dict]:
+    """The run's claims (one per verification) a prover answers knowing where it fabricated: only those whose
+    forced segment (the one before the checkpoint the claim replays from) is not the fabricated one, and whose
+    own replay (from that checkpoint to its step) does not run through it either: the draws alone must catch it."""
+    from replay.protocol import coverage
+
+    c = json.loads((d / "claims.json").read_text())
+    checkpoints = list(range(0, steps + 1, INTERVAL))
+    start = lambda step: max(k for k in checkpoints if k <= max(step - 1, 0))
+    out = [
+        {**c, "claims": [x]}
+        for x in c["claims"]
+        if fabricated not in coverage.mandatory(checkpoints, [x["step"]]) and start(x["step"]) != fabricated
+    ]
+    return out or [None]
+
+
+def expected_catch(segments: int, forced: int) -> float:
+    """The draw's guarantee for a fabrication placed away from the forced segments: ceil(t (n - m)) / (n - m)."""
+    open_ = segments - forced
+    return math.ceil(Fraction(str(TARGET)) * open_) / open_ if open_ else 1.0
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -311,11 +342,17 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--draws-only", action="store_true", help="only measure 1 (the fabricated segment's draw)")
+    p.add_argument(
+        "--adversary",
+        action="store_true",
+        help="measure 1 only, on 40-step runs whose claims force segments away from the fabricated one (each "
+        "verification answers one such claim): the prover that knows its claims",
+    )
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="detection-") as tmp:
         rows = []
         for i in range(args.first_seed, args.first_seed + args.runs):
-            rows.append(one(i, Path(tmp), args.draws_only))
+            rows.append(one(i, Path(tmp), args.draws_only or args.adversary, args.adversary))
             for k in ("c", "n", "h", "m", "s", "b"):
                 shutil.rmtree(Path(tmp, f"{k}{i}"), ignore_errors=True)
     n = len(rows)
@@ -325,12 +362,13 @@ def main() -> int:
         "draw_caught": caught,
         "draw_caught_ci95": clopper_pearson(caught, n),
         # by construction: a uniform draw that stops at the first count meeting the target
-        "draw_expected": math.ceil(Fraction(str(TARGET)) * SEGMENTS) / SEGMENTS,
+        "draw_expected": sum(r["expected"] for r in rows) / n,
+        "forced_per_run": sum(len(r["forced"]) for r in rows) / n,
         "mean_verifications": sum(r["draw_rounds"] for r in rows) / n,
         "dispute_step_named": sum(r["dispute_step_named"] for r in rows),
         "draw_failures": draw_failures(rows)[:10],
     }
-    if not args.draws_only:
+    if not (args.draws_only or args.adversary):
         summary.update(
             {
                 k: sum(r[k] for r in rows)
@@ -346,15 +384,22 @@ def main() -> int:
             )
         ][:10]
     Path(ROOT, "bench", "out").mkdir(exist_ok=True)
-    name = "detection-draws.json" if args.draws_only else "detection.json"
+    name = (
+        "detection-adversary.json"
+        if args.adversary
+        else "detection-draws.json"
+        if args.draws_only
+        else "detection.json"
+    )
     Path(ROOT, "bench", "out", name).write_text(json.dumps({"summary": summary, "runs": rows}, indent=1))
     low, high = summary["draw_caught_ci95"]
     print("| measure | caught / runs | rate |")
     print("|---|---|---|")
     print(
         f"| one fabricated segment, random draws until coverage {TARGET} | {caught} / {n} | {caught / n:.3f} "
-        f"(95% CI {low:.3f}-{high:.3f}; {summary['draw_expected']:.2f} by construction) |"
+        f"(95% CI {low:.3f}-{high:.3f}; {summary['draw_expected']:.3f} by construction) |"
     )
+    print(f"segments forced by the claims, per run: {summary['forced_per_run']:.2f}")
     for k, label in (
         ("hidden_work_caught", "2x hidden work, firmware counters (the run, then the chips' next run)"),
         ("parked_caught", "parked snapshots with advancing counters"),

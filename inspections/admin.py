@@ -507,7 +507,8 @@ def _coverage_line(run: dict) -> str:
     if not run["segments_total"]:
         return "no segment replayed yet"
     met = "target met" if run["target_met"] else f"below target {run['target']:.2f}"
-    return f"{len(run['segments_replayed'])}/{run['segments_total']} segments, {run['coverage']:.3f} ({met})"
+    replayed, drawn = len(run["segments_replayed"]), len(run["segments_drawn"])
+    return f"{replayed}/{run['segments_total']} segments ({drawn} drawn), {run['coverage']:.3f} ({met})"
 
 
 def _plan_line(prover: str, row: dict) -> str:

@@ -11,6 +11,7 @@ from registry.selectors import chip_owner_at
 from rules.inspection_planning import ELIGIBLE, OWNERS_ONLY, counts_as_prover, prover_plan
 
 from .models import Campaign, CaseText, Claim, CoverageReverification, InspectionTask, Snapshot, SnapshotLog
+from .verification import run_coverage_share
 
 
 def case_texts(user, commitments) -> dict[str, str]:
@@ -156,6 +157,7 @@ def claim_request(claim: Claim, *, own_covered: bool = False) -> dict:
     ``claim.verified`` and ``claim.reverified`` entries, through their projections). ``own_covered``: a coverage
     re-verification, which counts the claim's own replayed segments as covered so that it draws fresh ones."""
     snapshot = claim.snapshot
+    replayed, drawn = _run_replays(claim.prover, claim.manifest, None if own_covered else claim.pk)
     return {
         "manifest": claim.manifest,
         "claims": [
@@ -172,9 +174,8 @@ def claim_request(claim: Claim, *, own_covered: bool = False) -> dict:
         "history": {snapshot.chip.serial: chip_claim_history(claim)},
         "prover_chips": prover_chips(claim.prover),
         "run_snapshots": run_snapshot_times(claim.prover, claim.manifest),
-        "replayed_segments": sorted(
-            run_segments(claim.prover, claim.manifest, exclude=None if own_covered else claim.pk)
-        ),
+        "replayed_segments": sorted(replayed),
+        "drawn_segments": sorted(drawn),
         "coverage_target": settings.REPLAY_COVERAGE_TARGET,
     }
 
@@ -265,25 +266,33 @@ def run_claims(prover: Organisation, manifest: str) -> QuerySet[Claim]:
 def run_segments(prover: Organisation, manifest: str, exclude: int | None = None) -> set[int]:
     """Start steps of the run's segments that verified claims and their coverage re-verifications have replayed
     (each passed its replay)."""
+    return _run_replays(prover, manifest, exclude)[0]
+
+
+def _run_replays(prover: Organisation, manifest: str, exclude: int | None) -> tuple[set[int], set[int]]:
     verified = run_claims(prover, manifest).filter(result=Claim.Result.VERIFIED).exclude(pk=exclude)
     again = CoverageReverification.objects.filter(claim__in=verified, result=Claim.Result.VERIFIED).values_list(
         "report", flat=True
     )
-    found: set[int] = set()
+    replayed: set[int] = set()
+    drawn: set[int] = set()
     for report in [*verified.values_list("report", flat=True), *again]:
-        found.update(s for s in report.get("segments_replayed") or [] if type(s) is int)
-    return found
+        these = {s for s in report.get("segments_replayed") or [] if type(s) is int}
+        replayed |= these
+        drawn |= {s for s in report.get("segments_drawn") or [] if type(s) is int and s in these}
+    return replayed, drawn
 
 
 def run_coverage(prover: Organisation, manifest: str) -> dict:
-    """Which of the run's segments have been replayed, and the probability that one fabricated segment
-    (anywhere in the run, uniformly) would have been caught: replayed / total segments."""
+    """Which of the run's segments have been replayed, and the probability that one fabricated segment placed
+    where no claim forced a replay would have been caught: drawn / (drawn + never replayed). Segments of
+    reports that do not say which were drawn count as forced."""
     claims = list(run_claims(prover, manifest).values("run", "result", "report"))
-    replayed = run_segments(prover, manifest)
+    replayed, drawn = _run_replays(prover, manifest, None)
     totals = [c["report"].get("segments_total") for c in claims if c["result"] == Claim.Result.VERIFIED]
     total = max((t for t in totals if type(t) is int and t > 0), default=0)
     reported = [c["report"].get("coverage") for c in claims if c["result"] == Claim.Result.VERIFIED]
-    caught = min(1.0, len(replayed) / total) if total else 0.0
+    caught = run_coverage_share(total, min(len(replayed), total), min(len(drawn), total)) if total else 0.0
     return {
         "prover": prover.slug,
         "manifest": manifest,
@@ -292,6 +301,7 @@ def run_coverage(prover: Organisation, manifest: str) -> dict:
         "results": dict(sorted(Counter(c["result"] for c in claims).items())),
         "segments_total": total,
         "segments_replayed": sorted(replayed),
+        "segments_drawn": sorted(drawn),
         "coverage": caught,
         "verifier_coverage": max((r for r in reported if isinstance(r, (int, float))), default=None),
         "target": settings.REPLAY_COVERAGE_TARGET,

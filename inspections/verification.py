@@ -28,6 +28,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from replay.protocol.coverage import drawn_share
 from replay.protocol.firmware import parse_record, verify_log
 from replay.protocol.report import Report
 
@@ -235,3 +236,8 @@ def _limit() -> None:
     limit = settings.REPLAY_MAX_MEMORY_BYTES
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def run_coverage_share(total: int, replayed: int, drawn: int) -> float:
+    """A run's coverage from its counts of segments (replay.protocol.coverage: only random draws cover)."""
+    return drawn_share(total, replayed, drawn)

@@ -69,6 +69,7 @@ EMPTY = {  # every field of the contract's output, for verdicts reached before a
     "mismatch_step": None,
     "nonce": "",
     "segments_replayed": [],
+    "segments_drawn": [],
     "segments_total": 0,
     "coverage": 0.0,
     "screen": None,

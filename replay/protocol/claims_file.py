@@ -15,7 +15,7 @@ from replay.protocol.transcript_errors import MalformedTranscript
 DEFAULT_COVERAGE = 0.9
 CLAIMS_KEYS = {"manifest", "claims"}
 CLAIM_KEYS = {"serial", "counter", "shard", "hash", "step"}
-CLAIMS_OPTIONAL = {"history", "prover_chips", "replayed_segments", "coverage_target", "run_snapshots"}
+CLAIMS_OPTIONAL = {"history", "prover_chips", "replayed_segments", "drawn_segments", "coverage_target", "run_snapshots"}
 MAX_CLAIMS = 100_000
 API_BODY_KEYS = {"run", "location"}  # fields of the claims API's body (docs/claims.md §1), none of this file's
 
@@ -93,14 +93,21 @@ def parse_claims(raw, tr: Transcript) -> list[dict]:
     return out
 
 
-def coverage_context(raw, tr: Transcript, coverage_target, replayed_segments) -> tuple[float, set[int]]:
-    """(coverage target, segments of this run replayed earlier): arguments win over the claims file's fields."""
+def coverage_context(
+    raw, tr: Transcript, coverage_target, replayed_segments, drawn_segments=None
+) -> tuple[float, set[int], set[int]]:
+    """(coverage target, segments of this run replayed earlier, those of them a random draw chose): arguments win
+    over the claims file's fields. Replayed segments not listed as drawn count as forced (no coverage)."""
     raw = raw or {}
     target = raw.get("coverage_target", DEFAULT_COVERAGE) if coverage_target is None else coverage_target
     if type(target) not in (int, float) or not 0 <= target <= 1:
         raise MalformedTranscript("coverage_target must be a number in [0, 1]")
     earlier = raw.get("replayed_segments", []) if replayed_segments is None else replayed_segments
+    drawn = raw.get("drawn_segments", []) if drawn_segments is None else drawn_segments
     starts = set(tr.checkpoints[:-1])
-    if not isinstance(earlier, list) or not all(type(s) is int and s in starts for s in earlier):
-        raise MalformedTranscript("replayed_segments must list start steps of this run's segments")
-    return float(target), set(earlier)
+    for name, value in (("replayed_segments", earlier), ("drawn_segments", drawn)):
+        if not isinstance(value, list) or not all(type(s) is int and s in starts for s in value):
+            raise MalformedTranscript(f"{name} must list start steps of this run's segments")
+    if not set(drawn) <= set(earlier):
+        raise MalformedTranscript("drawn_segments must be replayed_segments too (a drawn segment was replayed)")
+    return float(target), set(earlier), set(drawn)

@@ -1,20 +1,23 @@
-"""Which segments a verification replays, and the coverage they give (docs/transcripts.md).
+"""Which segments a verification replays, and the coverage they give (docs/transcripts.md §4).
 
 A segment is the run of steps between two checkpoints, named by its start step. A claim at step s
 replays from the checkpoint c before s, so it trusts c: the segment that produced c is always
-replayed and compared with c ("mandatory"). Then segments not yet replayed for this run are drawn in
-the order of SHA-256("chipledger-segments/1" ‖ seed ‖ start as 8 bytes LE), seed = SHA-256(nonce ‖
-manifest hash ‖ canonical claims): fresh randomness the prover cannot steer (the nonce is drawn after
+replayed and compared with c ("mandatory", or forced). Then segments not yet replayed for this run are
+drawn in the order of SHA-256("chipledger-segments/1" ‖ seed ‖ start as 8 bytes LE), seed = SHA-256(nonce
+‖ manifest hash ‖ canonical claims): fresh randomness the prover cannot steer (the nonce is drawn after
 its material is in the verifier's hands, and no field it controls is hashed before the nonce). At most
 `at_most` are drawn per claim (bounded work), none once the run's coverage reaches the target.
 
-Coverage: the probability that ONE fabricated segment anywhere in the run would have been caught by
-the segments replayed so far (this claim's and earlier claims'): replayed distinct segments / all.
+Coverage counts draws only. The prover knows which segments its claims force (it knows the claims' steps),
+so it would fabricate a segment no claim forces: a forced replay says nothing about those. Coverage is the
+probability that one fabricated segment placed where no claim forced a replay is caught by the draws:
+drawn / (drawn + never replayed). Forced segments never drawn leave both counts.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 
 def mandatory(checkpoints: list[int], claim_steps: list[int]) -> list[int]:
@@ -37,19 +40,38 @@ def order(seed_: bytes, starts: list[int]) -> list[int]:
     return sorted(starts, key=rank)
 
 
-def plan(starts: list[int], must: list[int], earlier: set[int], seed_: bytes, target: float, at_most: int) -> list[int]:
+def plan(
+    starts: list[int],
+    must: list[int],
+    earlier: set[int],
+    seed_: bytes,
+    target: float,
+    at_most: int,
+    drawn: Iterable[int] = (),
+) -> list[int]:
     """Segments to replay now: the mandatory ones, then at most `at_most` fresh draws (bounded work per
     claim: a run's coverage grows over its claims and re-verifications, never in one giant replay);
-    none once the run's coverage target is met."""
+    none once the run's coverage target is met. `earlier`: the run's segments replayed so far, `drawn`:
+    those of them a random draw chose (the rest were forced)."""
     chosen = list(must)
-    covered = set(earlier) | set(must)
-    for drawn, s in enumerate(order(seed_, [s for s in starts if s not in covered])):
-        if drawn >= at_most or len(covered) / len(starts) >= target:
+    replayed, drawn = set(earlier) | set(must), set(drawn)
+    for k, s in enumerate(order(seed_, [s for s in starts if s not in replayed])):
+        if k >= at_most or coverage(starts, replayed, drawn) >= target:
             break
         chosen.append(s)
-        covered.add(s)
+        replayed.add(s)
+        drawn.add(s)
     return chosen
 
 
-def coverage(starts: list[int], replayed: set[int]) -> float:
-    return len(set(starts) & replayed) / len(starts) if starts else 1.0
+def coverage(starts: Iterable[int], replayed: Iterable[int], drawn: Iterable[int]) -> float:
+    """P(one fabricated segment where no claim forced a replay is caught) = drawn / (drawn + never replayed)."""
+    starts = set(starts)
+    drawn = set(drawn) & starts
+    return drawn_share(len(starts), len((set(replayed) & starts) | drawn), len(drawn))
+
+
+def drawn_share(total: int, replayed: int, drawn: int) -> float:
+    """The same from counts (replayed includes drawn): a run with every segment forced, or none, is covered."""
+    open_ = drawn + total - replayed
+    return drawn / open_ if open_ > 0 else 1.0

@@ -52,6 +52,14 @@ def _pairs(v) -> tuple[dict, ...]:
     return tuple(good)
 
 
+def _drawn(segments, drawn) -> tuple[int, ...]:
+    """Drawn segments are replayed ones: anything else in the list is dropped (it would inflate coverage)."""
+    if not isinstance(segments, list) or not isinstance(drawn, list):
+        return ()
+    replayed = {s for s in segments if type(s) is int}
+    return tuple(sorted({s for s in drawn if type(s) is int and s in replayed}))[:MAX_SEGMENTS]
+
+
 def _objects(v, limit: int) -> tuple[dict, ...]:
     return tuple(x for x in v if isinstance(x, dict))[:limit] if isinstance(v, list | tuple) else ()
 
@@ -63,6 +71,7 @@ class Report:
     mismatch_step: int | None = None
     nonce: str = ""
     segments_replayed: tuple[int, ...] = ()
+    segments_drawn: tuple[int, ...] = ()  # those of them a random draw chose (the rest a claim forced)
     segments_total: int | None = None
     coverage: float | None = None
     screen: dict | None = None
@@ -88,7 +97,7 @@ class Report:
         """A report from the CLI's JSON; raises ValueError only when there is no verdict to speak of."""
         if not isinstance(obj, dict) or obj.get("verdict") not in VERDICTS:
             raise ValueError("not a verifier report")
-        segments = obj.get("segments_replayed")
+        segments, drawn = obj.get("segments_replayed"), obj.get("segments_drawn")
         coverage = obj.get("coverage")
         flops = obj.get("flops")
         return cls(
@@ -101,6 +110,7 @@ class Report:
             segments_replayed=tuple(sorted({s for s in segments if type(s) is int}))[:MAX_SEGMENTS]
             if isinstance(segments, list)
             else (),
+            segments_drawn=_drawn(segments, drawn),
             segments_total=_int(obj.get("segments_total")),
             coverage=coverage if type(coverage) in (int, float) else None,
             screen=obj.get("screen") if isinstance(obj.get("screen"), dict) else None,
@@ -142,6 +152,7 @@ class Report:
             "rules": self.rules,
             "nonce": self.nonce,
             "segments_replayed": list(self.segments_replayed),
+            "segments_drawn": list(self.segments_drawn),
             "segments_total": self.segments_total,
             "coverage": self.coverage,
             "screen": self.screen,

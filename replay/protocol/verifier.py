@@ -79,11 +79,12 @@ def verify(
     store=None,
     coverage_target: float | None = None,
     replayed_segments: list[int] | None = None,
+    drawn_segments: list[int] | None = None,
 ) -> Verdict:
     """Verify a transcript directory against claims (a dict or a path to claims.json). See the module docstring.
 
-    The claims' optional fields (history, prover_chips, replayed_segments, coverage_target; the CLI
-    contract) come from the ledger and the registry; the keyword arguments override the last two.
+    The claims' optional fields (history, prover_chips, replayed_segments, drawn_segments, coverage_target; the
+    CLI contract) come from the ledger and the registry; the keyword arguments override the last three.
     """
     budget, rules = budget or Budget(), {**DEFAULT_RULES, **(rules or {})}
     report = {
@@ -95,6 +96,7 @@ def verify(
         "nonce": nonce.hex(),
         "mismatch_step": None,
         "segments_replayed": [],
+        "segments_drawn": [],
         "segments_total": 0,
         "coverage": 0.0,
         "screen": None,
@@ -119,8 +121,8 @@ def verify(
         report["segments_total"] = len(tr.checkpoints) - 1
         raw = read_json(claims, "claims")
         claim_list = parse_claims(raw, tr)
-        target, earlier = coverage_context(raw, tr, coverage_target, replayed_segments)
-        report["coverage"] = coverage.coverage(tr.checkpoints[:-1], earlier)
+        target, earlier, earlier_drawn = coverage_context(raw, tr, coverage_target, replayed_segments, drawn_segments)
+        report["coverage"] = coverage.coverage(tr.checkpoints[:-1], earlier, earlier_drawn)
         if raw is not None and raw["manifest"] != tr.hash:
             reasons.append("the claims answer for a different transcript (manifest hash differs)")
         compute, why = count_compute(tr, rules)
@@ -169,7 +171,7 @@ def verify(
         seed = coverage.seed(nonce, tr.hash, claims_bytes)
         starts = tr.checkpoints[:-1]
         must = coverage.mandatory(tr.checkpoints, [c["step"] for c in claim_list])
-        fresh = coverage.plan(starts, must, earlier, seed, target, budget.segments)[len(must) :]
+        fresh = coverage.plan(starts, must, earlier, seed, target, budget.segments, earlier_drawn)[len(must) :]
         try:
             reasons += whole_transcript_checks(tr, report, tick)
             report["checks"]["screen"], why = screen_or_reason(tr, tick)  # reported, not a reason: see screen.py
@@ -201,8 +203,10 @@ def verify(
             except BudgetExhausted as e:
                 report["budget_spent"] = str(e)
         done = {s["start"] for s in report["segments"]}
+        drawn = done & set(fresh)  # replayed by a random draw (the budget may end the draws early)
         report["segments_replayed"] = sorted(done)
-        report["coverage"] = coverage.coverage(starts, earlier | done)
+        report["segments_drawn"] = sorted(drawn)
+        report["coverage"] = coverage.coverage(starts, earlier | done, earlier_drawn | drawn)
         report["replayed_steps"] = replayer.steps
         report["checks"]["rounding_window"] = {"max_ratio": replayer.max_window, "threshold": REL_WINDOW}
     except MalformedTranscript as e:

@@ -1,7 +1,8 @@
 """A stand-in for ``python -m replay verify`` that speaks the verifier contract (docs/claims.md).
 
 What it does comes from $STUB_VERIFIER (JSON): {"mode": "verdict" | "crash" | "signal" | "garbage" | "memory" |
-"hang" | "inconsistent" | "other-nonce", "verdict": ..., "segments": [...], "total": N, "extra": {more output keys},
+"hang" | "inconsistent" | "other-nonce", "verdict": ..., "segments": [...], "drawn": [...] (those of the segments a
+random draw chose; default all of them), "total": N, "extra": {more output keys},
 "pairs": true (list the claim's pairs across runs whose other run has no figures, as the verifier does)}. Each run appends its
 argv, claims file, $TMPDIR and $REPLAY_FETCH_* as one JSON line to $STUB_RECORD.
 """
@@ -48,15 +49,18 @@ def main() -> int:
     verdict = spec.get("verdict", "verified")
     segments = spec.get("segments", [0])
     total = spec.get("total", 10)
+    drawn = spec.get("drawn", segments)
     replayed = set(segments) | set(claims.get("replayed_segments", []))
+    all_drawn = set(drawn) | set(claims.get("drawn_segments", []))
     out = {
         "verdict": "error" if mode == "crash" else verdict,
         "reasons": ["the verifier hit a bug"] if mode == "crash" else spec.get("reasons", []),
         "mismatch_step": spec.get("mismatch_step"),
         "nonce": "00" * 16 if mode == "other-nonce" else nonce,
         "segments_replayed": segments,
+        "segments_drawn": drawn,
         "segments_total": total,
-        "coverage": len(replayed) / total,
+        "coverage": len(all_drawn) / (len(all_drawn) + total - len(replayed)),
         "screen": None,
         "flops": 1.0e9,
         "steps": 20,

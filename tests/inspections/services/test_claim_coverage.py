@@ -63,7 +63,7 @@ def test_a_run_below_target_is_reverified_until_the_target_is_met(
     assert {e.payload["nonce"] for e in entries} == {verified.nonce}
     assert Claim.objects.get(pk=verified.pk).result == "verified" and not Alert.objects.exists()
     page = admin_client.get(f"/admin/desk/claim/{verified.pk}/").content.decode()
-    assert "4 of 4 segments replayed across 1 claim(s) and 3 scheduled re-verification(s)" in page
+    assert "4 of 4 segments replayed (4 drawn at random, the rest forced by claims) across 1 claim(s) and 3" in page
     rebuild_ok()
 
 

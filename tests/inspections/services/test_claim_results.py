@@ -144,6 +144,27 @@ def test_the_run_coverage_accumulates_across_claims_on_the_ledger(snapshots, stu
     assert "3 claims" in rebuild_ok()
 
 
+def test_segments_a_claim_forced_give_no_coverage(snapshots, stub, django_capture_on_commit_callbacks):
+    """The prover knows which segments its claims force (the segment before each claim's checkpoint) and would
+    fabricate another: only random draws cover, and the next claim's verifier is told which were drawn."""
+    stub.set(verdict="verified", segments=[0, 9], drawn=[0], total=10)
+    first = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0)
+    claim_services.claim_verify(first.pk)
+    entry = Entry.objects.filter(kind="claim.verified").order_by("-seq").first()
+    assert entry.payload["segments_drawn"] == [0] and entry.payload["segments_replayed"] == [0, 9]
+    run = selectors.run_coverage(snapshots.prover, MANIFEST)
+    assert run["segments_drawn"] == [0] and run["coverage"] == pytest.approx(1 / 9)  # 9 is out of the count
+    stub.set(verdict="verified", segments=[3], total=10)
+    second = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=1)
+    claim_services.claim_verify(second.pk)
+    sent = stub.runs()[-1]["claims"]
+    assert sent["replayed_segments"] == [0, 9] and sent["drawn_segments"] == [0]
+    assert selectors.run_coverage(snapshots.prover, MANIFEST)["coverage"] == pytest.approx(2 / 9)
+    # a report from before draws were told apart names none: its segments count as forced, never as coverage
+    Claim.objects.filter(pk=first.pk).update(report={"segments_replayed": [0, 9], "segments_total": 10})
+    assert selectors.run_coverage(snapshots.prover, MANIFEST)["coverage"] == pytest.approx(1 / 8)
+
+
 def test_a_failed_claims_segments_do_not_count_as_covered(snapshots, stub, django_capture_on_commit_callbacks):
     stub.set(verdict="rejected", segments=[0, 1, 2, 3, 4, 5, 6, 7, 8], total=10, mismatch_step=13)
     c = claim(snapshots, stub, django_capture_on_commit_callbacks)
@@ -383,7 +404,7 @@ def test_the_admin_lists_runs_with_their_coverage(snapshots, stub, admin_client,
     text = page.content.decode()
     assert "owner-a" in text and "9 / 10" in text and "0.900" in text and "met" in text
     listing = admin_client.get("/admin/inspections/claim/").content.decode()
-    assert "9/10 segments, 0.900 (target met)" in listing
+    assert "9/10 segments (9 drawn), 0.900 (target met)" in listing
 
 
 def test_no_verdict_at_all_is_the_verifiers_failure_not_the_provers(

@@ -104,8 +104,11 @@ def test_each_claim_replays_a_bounded_number_of_segments_and_coverage_accumulate
     assert none.verdict == "verified" and none.details["segments_replayed"] == []  # no claim, no fresh draw
     done: list[int] = []
     for claim_no in range(3):
-        v = verify(d, None, Budget(segments=1), nonce=bytes([claim_no]) * 16, replayed_segments=done)
+        v = verify(
+            d, None, Budget(segments=1), nonce=bytes([claim_no]) * 16, replayed_segments=done, drawn_segments=done
+        )
         assert v.verdict == "verified" and len(v.details["segments_replayed"]) == 1
+        assert v.details["segments_drawn"] == v.details["segments_replayed"]  # no claim: every replay a draw
         done += v.details["segments_replayed"]
         assert v.details["coverage"] == pytest.approx(len(set(done)) / 3)
     assert sorted(done) == [0, 4, 8]
@@ -119,6 +122,30 @@ def test_each_claim_replays_a_bounded_number_of_segments_and_coverage_accumulate
     }
     assert len(picks) > 1
     assert verify(d, None, replayed_segments=[3]).verdict == "malformed"
+
+
+def test_a_fabrication_away_from_the_claims_forced_segment_is_drawn_to_the_target(tmp_path):
+    """The prover knows its claims (after step 8) force segment 4..8 and fabricates 0..4 instead. Coverage counts
+    draws only: at target 0.6 the draws take ceil(0.6 x 2) = 2 of the two unforced segments, so 0..4 is always
+    replayed (counting the forced one, a single draw would have met 0.6 of 3 and missed it half the time)."""
+    d = record(tmp_path / "t", "mlp", recorder=cheats.HiddenCompute, at=4, extra=40, snapshot_rate=2.0)
+    c = claims(d)
+    c["claims"] = [x for x in c["claims"] if x["step"] > 8]
+    assert c["claims"]
+    for n in range(6):
+        v = verify(d, c, Budget(segments=5), nonce=bytes([n]) * 16, coverage_target=0.6)
+        assert v.verdict == "rejected" and 0 in v.details["segments_replayed"], (n, v.details["segments_replayed"])
+        assert v.details["mismatch_step"] == 4 and 4 not in v.details["segments_drawn"]
+    # earlier replays the claims file does not list as drawn count as forced: no coverage, the draw goes on
+    v = verify(d, c, Budget(segments=5), nonce=b"x" * 16, coverage_target=0.5, replayed_segments=[0])
+    assert v.details["segments_drawn"] == [8] and v.details["coverage"] == 1.0
+    told = verify(
+        d, c, Budget(segments=5), nonce=b"x" * 16, coverage_target=0.5, replayed_segments=[0], drawn_segments=[0]
+    )
+    assert told.details["segments_drawn"] == [] and told.details["coverage"] == pytest.approx(0.5)
+    for bad in ([8], "0", [0.0], [1]):
+        odd = verify(d, c, nonce=b"x" * 16, replayed_segments=[0], drawn_segments=bad)
+        assert odd.verdict == "malformed" and "drawn_segments" in odd.reasons[0], (bad, odd.reasons)
 
 
 def test_a_spent_budget_is_incomplete_never_a_rejection(transcripts):
