@@ -36,6 +36,21 @@ def exported(tmp_path):
     return path
 
 
+@pytest.fixture(scope="module")
+def exported_once(django_db_setup, django_db_blocker, tmp_path_factory):
+    """The same demo world's export, made once for the tests that only read or edit the file (seeding a world
+    costs seconds): seeded and exported inside a transaction that is rolled back, so no test sees the world."""
+    from django.db import transaction
+
+    path = tmp_path_factory.mktemp("export") / "ledger.jsonl.gz"
+    with django_db_blocker.unblock(), transaction.atomic():
+        call_command("seed_demo", "--password", "demo-pass-123", "--chips", "50", stdout=io.StringIO())
+        call_command("export_ledger", str(path), stdout=io.StringIO())
+        transaction.set_rollback(True)
+    path.chmod(0o444)  # a test edits a copy of its lines, never the file
+    return path
+
+
 def _manage(database, *command: str) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
@@ -207,9 +222,9 @@ def test_a_forged_file_without_the_log_key_is_refused_before_anything_is_written
     ],
 )
 def test_a_forged_ledger_must_end_at_a_signed_checkpoint_even_with_the_log_key(
-    exported, migrated, tmp_path, forge, reason
+    exported_once, migrated, tmp_path, forge, reason
 ):
-    lines = _lines(exported)
+    lines = _lines(exported_once)
     forge(lines)
     imported, verified = _fresh_database(
         migrated, tmp_path, ["import_ledger", _write(tmp_path, _resigned(lines))], ["verify_ledger"]
@@ -219,8 +234,10 @@ def test_a_forged_ledger_must_end_at_a_signed_checkpoint_even_with_the_log_key(
     assert "OK entries=0 " in verified.stdout  # the failed import left nothing behind
 
 
-def test_a_forged_superuser_signed_with_the_log_key_is_still_not_imported_unless_named(exported, migrated, tmp_path):
-    lines = _lines(exported)
+def test_a_forged_superuser_signed_with_the_log_key_is_still_not_imported_unless_named(
+    exported_once, migrated, tmp_path
+):
+    lines = _lines(exported_once)
     _forged_superuser(lines)
     imported, users = _fresh_database(
         migrated,
@@ -261,8 +278,8 @@ def _row_after_trailer(lines):
         (_row_after_trailer, "something follows the trailer"),
     ],
 )
-def test_a_cut_file_is_refused_and_says_so(exported, migrated, tmp_path, cut, reason):
-    lines = _lines(exported)
+def test_a_cut_file_is_refused_and_says_so(exported_once, migrated, tmp_path, cut, reason):
+    lines = _lines(exported_once)
     cut(lines)
     (imported,) = _fresh_database(migrated, tmp_path, ["import_ledger", _write(tmp_path, lines)])
     assert imported.returncode == 1 and reason in imported.stderr, imported.stderr
@@ -270,8 +287,8 @@ def test_a_cut_file_is_refused_and_says_so(exported, migrated, tmp_path, cut, re
 
 
 @pytest.mark.parametrize("keep", [0.3, 0.999])
-def test_a_truncated_gzip_is_a_clear_error_not_a_traceback(exported, migrated, tmp_path, keep):
-    data = exported.read_bytes()
+def test_a_truncated_gzip_is_a_clear_error_not_a_traceback(exported_once, migrated, tmp_path, keep):
+    data = exported_once.read_bytes()
     cut = tmp_path / "cut.jsonl.gz"
     cut.write_bytes(data[: int(len(data) * keep)])
     (imported,) = _fresh_database(migrated, tmp_path, ["import_ledger", str(cut)])
@@ -279,9 +296,9 @@ def test_a_truncated_gzip_is_a_clear_error_not_a_traceback(exported, migrated, t
     assert "cut short or corrupt" in imported.stderr and "Traceback" not in imported.stderr, imported.stderr
 
 
-def test_deeper_checks_still_name_the_line(exported, migrated, tmp_path):
+def test_deeper_checks_still_name_the_line(exported_once, migrated, tmp_path):
     """A re-signed file (the forger holds the key) with a tampered leaf is still caught by the chain."""
-    lines = _lines(exported)
+    lines = _lines(exported_once)
     entry = json.loads(lines[5])
     leaf = json.loads(base64.b64decode(entry["leaf"]))
     leaf["actor"] = "someone-else"
