@@ -77,8 +77,8 @@ def honest(world: World) -> Outcome:
     world.sell(chips_a, "prover-a")
     world.sell(chips_b, "prover-b")
     out.tell("vendor-us shipped 10 chips to prover-a and 4 to prover-b; both recorded receipt and installation")
-    transcript = world.train("prover-a", chips_a[:8], seed=6, rate=0.02)
-    out.tell("prover-a trained a small model on 8 of its chips; the chips logged signed snapshot hashes")
+    transcript = world.train("prover-a", chips_a[:4], seed=6, rate=0.02)
+    out.tell("prover-a trained a small model on 4 of its chips; the chips logged signed snapshot hashes")
     world.campaign(["prover-a", "prover-b"])
     first, *rest = world.tasks("prover-a")
     # The inspector mistypes the chip's signature once, then retries within the deadline.
