@@ -23,6 +23,13 @@ def _own_key_folders(settings, tmp_path_factory):
     settings.DEMO_TOKEN_DIR = folder / "demo-tokens"
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """Tests hash passwords with a fast hasher (Django's advice for tests): a demo world hashes one per user, and
+    PBKDF2's 10^6 rounds made seeding one cost seconds per test. Servers started by tests keep the real one."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def _test_is_transactional(request) -> bool:
     marker = request.node.get_closest_marker("django_db")
     return bool(marker and marker.kwargs.get("transaction")) or bool(TRANSACTIONAL_FIXTURES & set(request.fixturenames))

@@ -486,6 +486,7 @@ def claim_reverify(claim_id: int, now: datetime | None = None) -> dict:
         "recorded_result": claim.result,
         "reasons": summary["reasons"],
         "segments_replayed": summary["segments_replayed"][:1000],
+        "segments_drawn": summary["segments_drawn"][:1000],
         "segments_total": summary["segments_total"],
     }
 
