@@ -270,17 +270,21 @@ def run_segments(prover: Organisation, manifest: str, exclude: int | None = None
 
 
 def _run_replays(prover: Organisation, manifest: str, exclude: int | None) -> tuple[set[int], set[int]]:
+    """(segments replayed, segments a draw chose and no claim forced) over the run's verified replays."""
     verified = run_claims(prover, manifest).filter(result=Claim.Result.VERIFIED).exclude(pk=exclude)
     again = CoverageReverification.objects.filter(claim__in=verified, result=Claim.Result.VERIFIED).values_list(
         "report", flat=True
     )
     replayed: set[int] = set()
     drawn: set[int] = set()
+    forced: set[int] = set()
     for report in [*verified.values_list("report", flat=True), *again]:
         these = {s for s in report.get("segments_replayed") or [] if type(s) is int}
+        chosen = {s for s in report.get("segments_drawn") or [] if type(s) is int and s in these}
         replayed |= these
-        drawn |= {s for s in report.get("segments_drawn") or [] if type(s) is int and s in these}
-    return replayed, drawn
+        drawn |= chosen
+        forced |= these - chosen
+    return replayed, drawn - forced  # a segment any claim forced is no coverage, drawn before or after
 
 
 def run_coverage(prover: Organisation, manifest: str) -> dict:

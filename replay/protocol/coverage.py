@@ -10,8 +10,10 @@ its material is in the verifier's hands, and no field it controls is hashed befo
 
 Coverage counts draws only. The prover knows which segments its claims force (it knows the claims' steps),
 so it would fabricate a segment no claim forces: a forced replay says nothing about those. Coverage is the
-probability that one fabricated segment placed where no claim forced a replay is caught by the draws:
-drawn / (drawn + never replayed). Forced segments never drawn leave both counts.
+probability that one fabricated segment placed where no claim forces a replay is caught by the draws:
+|drawn - forced| / |segments - forced| = drawn / (drawn + never replayed) once forced segments leave the
+drawn set. A segment forced by any claim, before or after a draw chose it, is forced: a prover that could
+force the drawn segments (or luck) must not turn draws of segments it never needed to fabricate into coverage.
 """
 
 from __future__ import annotations
@@ -52,9 +54,9 @@ def plan(
     """Segments to replay now: the mandatory ones, then at most `at_most` fresh draws (bounded work per
     claim: a run's coverage grows over its claims and re-verifications, never in one giant replay);
     none once the run's coverage target is met. `earlier`: the run's segments replayed so far, `drawn`:
-    those of them a random draw chose (the rest were forced)."""
+    those of them a random draw chose and no claim forced (the rest were forced)."""
     chosen = list(must)
-    replayed, drawn = set(earlier) | set(must), set(drawn)
+    replayed, drawn = set(earlier) | set(must), set(drawn) - set(must)
     for k, s in enumerate(order(seed_, [s for s in starts if s not in replayed])):
         if k >= at_most or coverage(starts, replayed, drawn) >= target:
             break
@@ -65,7 +67,8 @@ def plan(
 
 
 def coverage(starts: Iterable[int], replayed: Iterable[int], drawn: Iterable[int]) -> float:
-    """P(one fabricated segment where no claim forced a replay is caught) = drawn / (drawn + never replayed)."""
+    """P(one fabricated segment where no claim forced a replay is caught) = drawn / (drawn + never replayed);
+    `drawn`: segments a draw chose and no claim forced."""
     starts = set(starts)
     drawn = set(drawn) & starts
     return drawn_share(len(starts), len((set(replayed) & starts) | drawn), len(drawn))

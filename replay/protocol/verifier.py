@@ -171,6 +171,7 @@ def verify(
         seed = coverage.seed(nonce, tr.hash, claims_bytes)
         starts = tr.checkpoints[:-1]
         must = coverage.mandatory(tr.checkpoints, [c["step"] for c in claim_list])
+        earlier_drawn -= set(must)  # forced now: no longer coverage, drawn earlier or not
         fresh = coverage.plan(starts, must, earlier, seed, target, budget.segments, earlier_drawn)[len(must) :]
         try:
             reasons += whole_transcript_checks(tr, report, tick)

@@ -163,6 +163,12 @@ def test_segments_a_claim_forced_give_no_coverage(snapshots, stub, django_captur
     # a report from before draws were told apart names none: its segments count as forced, never as coverage
     Claim.objects.filter(pk=first.pk).update(report={"segments_replayed": [0, 9], "segments_total": 10})
     assert selectors.run_coverage(snapshots.prover, MANIFEST)["coverage"] == pytest.approx(1 / 8)
+    # a later claim that forces a segment drawn earlier takes it out of the coverage: forced is forced
+    stub.set(verdict="verified", segments=[3, 5], drawn=[5], total=10)
+    third = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=2)
+    claim_services.claim_verify(third.pk)
+    run = selectors.run_coverage(snapshots.prover, MANIFEST)
+    assert run["segments_drawn"] == [5] and run["coverage"] == pytest.approx(1 / 7)
 
 
 def test_a_failed_claims_segments_do_not_count_as_covered(snapshots, stub, django_capture_on_commit_callbacks):

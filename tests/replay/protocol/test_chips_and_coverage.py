@@ -143,6 +143,12 @@ def test_a_fabrication_away_from_the_claims_forced_segment_is_drawn_to_the_targe
         d, c, Budget(segments=5), nonce=b"x" * 16, coverage_target=0.5, replayed_segments=[0], drawn_segments=[0]
     )
     assert told.details["segments_drawn"] == [] and told.details["coverage"] == pytest.approx(0.5)
+    # a segment drawn earlier that this claim forces is no longer coverage: one of the two others must be drawn
+    forced = verify(
+        d, c, Budget(segments=5), nonce=b"y" * 16, coverage_target=0.5, replayed_segments=[4], drawn_segments=[4]
+    )
+    assert len(forced.details["segments_drawn"]) == 1 and 4 not in forced.details["segments_drawn"]
+    assert forced.details["coverage"] == pytest.approx(0.5)  # 1 of {0, 8}; counting 4 would say 2/3
     for bad in ([8], "0", [0.0], [1]):
         odd = verify(d, c, nonce=b"x" * 16, replayed_segments=[0], drawn_segments=bad)
         assert odd.verdict == "malformed" and "drawn_segments" in odd.reasons[0], (bad, odd.reasons)
