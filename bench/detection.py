@@ -208,6 +208,7 @@ def one(i: int, tmp: Path, draws_only: bool = False, adversary: bool = False) ->
     done, drawn, rounds, caught, dispute, failed, nonces, recomputed = [], [], 0, False, {}, [], [], True
     starts = list(range(0, steps, INTERVAL))
     answers = away_from(cheat, at - INTERVAL, steps) if adversary else [None]
+    forced: set[int] = set()
     while True:
         nonces.append(secrets.token_bytes(16))
         answer = answers[rounds % len(answers)]  # one claim per verification, as the ledger sends them
@@ -217,13 +218,13 @@ def one(i: int, tmp: Path, draws_only: bool = False, adversary: bool = False) ->
             Budget(segments=2),
             nonce=nonces[-1],
             replayed_segments=sorted(done),
-            drawn_segments=sorted(drawn),
+            drawn_segments=sorted(set(drawn) - forced),  # as the ledger sends it: drawn, never forced
             coverage_target=TARGET,
         )
         rounds += 1
         if answer is None:  # what an outside verifier recomputes from the nonce (docs/transcripts.md §4)
             seed = coverage.seed(nonces[-1], v.details["manifest"], canonical_json([]))
-            recomputed &= coverage.plan(starts, [], set(done), seed, TARGET, 2, drawn) == [
+            recomputed &= coverage.plan(starts, [], set(done), seed, TARGET, 2, set(drawn) - forced) == [
                 x["start"] for x in v.details["segments"]
             ]
         failed += [x["start"] for x in v.details["segments"] if not x["ok"]]
@@ -232,6 +233,7 @@ def one(i: int, tmp: Path, draws_only: bool = False, adversary: bool = False) ->
             break
         done += v.details["segments_replayed"]
         drawn += v.details["segments_drawn"]
+        forced |= set(v.details["segments_replayed"]) - set(v.details["segments_drawn"])
         if v.details["coverage"] >= TARGET or rounds > 40:
             break
     draws = {
@@ -248,9 +250,9 @@ def one(i: int, tmp: Path, draws_only: bool = False, adversary: bool = False) ->
         # the swap follows step at-1: the bisection against the transcript's step commitments must name it
         "dispute_step_named": caught and dispute.get("step") == at - 1,
         "dispute": {k: dispute.get(k) for k in ("step", "op", "source")} if caught else None,
-        "coverage_at_stop": len(set(drawn)) / (len(set(drawn)) + len(set(starts) - set(done))),
-        "forced": sorted(set(done) - set(drawn)),
-        "expected": expected_catch(len(starts), len(set(done) - set(drawn))),
+        "coverage_at_stop": len(set(drawn) - forced) / (len(set(drawn) - forced) + len(set(starts) - set(done))),
+        "forced": sorted(forced),
+        "expected": expected_catch(len(starts), len(forced)),
     }
     if draws_only:
         return draws

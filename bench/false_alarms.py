@@ -134,9 +134,9 @@ def verify_all(dirs: list[str]) -> list[dict]:
         claims = json.loads(Path(d, "claims.json").read_text())
         layout = json.loads(Path(d, "manifest.json").read_text())["shards"]
         claims["prover_chips"] = {s["serial"]: {"model": "sim", "peak_flops_16bit": 1e15} for s in layout}
-        done, drawn, rounds, verdicts, reasons, seconds = [], [], 0, [], [], 0.0
+        done, drawn, forced, rounds, verdicts, reasons, seconds = [], [], set(), 0, [], [], 0.0
         while True:
-            claims["replayed_segments"], claims["drawn_segments"] = sorted(set(done)), sorted(set(drawn))
+            claims["replayed_segments"], claims["drawn_segments"] = sorted(set(done)), sorted(set(drawn) - forced)
             started = time.perf_counter()
             v = verify(
                 d,
@@ -152,6 +152,7 @@ def verify_all(dirs: list[str]) -> list[dict]:
             reasons += v.reasons[:3]
             done += v.details.get("segments_replayed", [])
             drawn += v.details.get("segments_drawn", [])
+            forced |= set(v.details.get("segments_replayed", [])) - set(v.details.get("segments_drawn", []))
             if v.verdict != "verified" or v.details["coverage"] >= 0.9 or rounds >= 50:
                 break
         out.append(
