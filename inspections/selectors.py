@@ -291,7 +291,7 @@ def run_coverage(prover: Organisation, manifest: str) -> dict:
     """Which of the run's segments have been replayed, and the probability that one fabricated segment placed
     where no claim forced a replay would have been caught: drawn / (drawn + never replayed). Segments of
     reports that do not say which were drawn count as forced."""
-    claims = list(run_claims(prover, manifest).values("run", "result", "report"))
+    claims = list(run_claims(prover, manifest).order_by("claimed_seq").values("run", "result", "report"))
     replayed, drawn = _run_replays(prover, manifest, None)
     totals = [c["report"].get("segments_total") for c in claims if c["result"] == Claim.Result.VERIFIED]
     total = max((t for t in totals if type(t) is int and t > 0), default=0)
@@ -307,7 +307,8 @@ def run_coverage(prover: Organisation, manifest: str) -> dict:
         "segments_replayed": sorted(replayed),
         "segments_drawn": sorted(drawn),
         "coverage": caught,
-        "verifier_coverage": max((r for r in reported if isinstance(r, (int, float))), default=None),
+        # the latest verified claim's own figure: coverage can fall (a drawn segment later forced stops counting)
+        "verifier_coverage": next((r for r in reversed(reported) if isinstance(r, (int, float))), None),
         "target": settings.REPLAY_COVERAGE_TARGET,
         "target_met": caught >= settings.REPLAY_COVERAGE_TARGET,
         "reverifications": CoverageReverification.objects.filter(
