@@ -318,9 +318,11 @@ def run_coverage(prover: Organisation, manifest: str) -> dict:
 
 
 def coverage_reverifications_due(limit: int) -> list[int]:
-    """One verified claim (the latest) of each run below its coverage target, at most ``limit`` runs: the runs
-    re-verified longest ago (or never) first, so no run starves behind newer ones."""
-    verified = Claim.objects.filter(result=Claim.Result.VERIFIED).order_by("-claimed_seq")
+    """One verified claim of each run below its coverage target, at most ``limit`` runs: the runs re-verified
+    longest ago (or never) first, so no run starves behind newer ones. The run's EARLIEST verified claim, which
+    no later filing changes: a re-verification draws with its claim's published nonce, so with the latest claim a
+    prover that computed the next draw would hit its fabricated segment could file a newer claim to redirect it."""
+    verified = Claim.objects.filter(result=Claim.Result.VERIFIED).order_by("claimed_seq")
     latest: dict[tuple[int, str], int] = {}
     for pk, prover, manifest in verified.values_list("pk", "prover", "manifest").iterator(chunk_size=10000):
         latest.setdefault((prover, manifest), pk)

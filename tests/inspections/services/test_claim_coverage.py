@@ -67,6 +67,21 @@ def test_a_run_below_target_is_reverified_until_the_target_is_met(
     rebuild_ok()
 
 
+def test_a_newer_claim_does_not_redirect_the_reverification(
+    verified,
+    snapshots,  # noqa: F811
+    stub,  # noqa: F811
+    beat,
+    django_capture_on_commit_callbacks,
+):
+    """The re-verification's draw is computable from its claim's published nonce: were the beat to take the run's
+    latest claim, a prover could file a newer one whenever the next draw would hit its fabricated segment."""
+    stub.set(verdict="verified", segments=[1], total=4)
+    newer = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=1)
+    assert claim_services.claim_verify(newer.pk) == "verified"
+    assert beat() == 1 and enqueued(stub)[-1] == verified.pk != newer.pk
+
+
 @pytest.mark.parametrize("mode", ["incomplete", "crash", "signal"])
 def test_a_spent_budget_or_our_failure_records_nothing_and_is_tried_again(verified, stub, mode, beat):  # noqa: F811
     stub.set(verdict="incomplete", segments=[], total=4) if mode == "incomplete" else stub.set(mode=mode)
