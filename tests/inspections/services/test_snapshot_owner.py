@@ -2,10 +2,10 @@
 not today's owner: a chip sold after it trained is still the seller's for that training, never the buyer's."""
 
 import base64
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.utils import timezone
 from nacl.signing import SigningKey
 
 from inspections.models import Alert, Claim, Snapshot
@@ -87,25 +87,38 @@ def test_the_seller_answers_snapshots_read_before_the_sale_and_the_buyer_cannot(
     assert Claim.objects.get().prover.slug == seller.org.slug
 
 
-def next_second(moment: datetime) -> datetime:
-    """Wait until the clock's whole second is past ``moment``'s; the new time."""
-    while (now := datetime.now(UTC)).replace(microsecond=0) <= moment.replace(microsecond=0):
-        time.sleep(0.01)
-    return now
+class LedgerClock:
+    """The clock the ledger stamps entries with, moved by the test in whole seconds (no waiting on the real one):
+    it starts at the next whole second after now, so every earlier entry is strictly before it."""
+
+    def __init__(self):
+        self.now = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def tick(self) -> datetime:
+        self.now += timedelta(seconds=1)
+        return self.now
 
 
-def test_snapshots_signed_before_a_sale_and_read_after_it_are_the_sellers(draw, django_capture_on_commit_callbacks):
+def test_snapshots_signed_before_a_sale_and_read_after_it_are_the_sellers(
+    draw, django_capture_on_commit_callbacks, monkeypatch
+):
     """The inspector reads the chip at the buyer's: the snapshots the chip signed before the sale (by its own
     clock, between its registration and the sale) are the seller's; those signed after, the buyer's. Unanswered,
     each owner is alerted for its own."""
     eu, task = inspector("inspect-eu"), a_task("inspect-eu")
     key = with_chip_key(task)
     eu.post(f"/api/inspections/tasks/{task.pk}/accept")
-    # the chip's clock has whole seconds: each moment strictly after the one before, to the second
-    before = next_second(datetime.now(UTC))
-    next_second(before)
+    # the chip's clock has whole seconds: registration < before < sale < after < the log's reading, to the second
+    clock = LedgerClock()
+    monkeypatch.setattr(timezone, "now", clock)
+    before = clock.tick()
+    clock.tick()
     seller, buyer = sell(task)
-    after = next_second(datetime.now(UTC))
+    after = clock.tick()
+    clock.tick()
     read_log(eu, task, signed_log(key, task.chip.serial, [before, after]), django_capture_on_commit_callbacks)
     with django_capture_on_commit_callbacks(execute=False):
         assert answer(buyer, task.chip.serial, 0).status_code == 400
