@@ -263,12 +263,6 @@ def run_claims(prover: Organisation, manifest: str) -> QuerySet[Claim]:
     return Claim.objects.filter(prover=prover, manifest=manifest)
 
 
-def run_segments(prover: Organisation, manifest: str, exclude: int | None = None) -> set[int]:
-    """Start steps of the run's segments that verified claims and their coverage re-verifications have replayed
-    (each passed its replay)."""
-    return _run_replays(prover, manifest, exclude)[0]
-
-
 def _run_replays(prover: Organisation, manifest: str, exclude: int | None) -> tuple[set[int], set[int]]:
     """(segments replayed, segments a draw chose and no claim forced) over the run's verified replays."""
     verified = run_claims(prover, manifest).filter(result=Claim.Result.VERIFIED).exclude(pk=exclude)

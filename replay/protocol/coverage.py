@@ -55,13 +55,15 @@ def plan(
     claim: a run's coverage grows over its claims and re-verifications, never in one giant replay);
     none once the run's coverage target is met. `earlier`: the run's segments replayed so far, `drawn`:
     those of them a random draw chose and no claim forced (the rest were forced)."""
+    drawn = (set(drawn) - set(must)) & set(starts)
+    replayed = set(earlier) | set(must) | drawn
+    pool = [s for s in starts if s not in replayed]
+    open_ = len(drawn) + len(pool)  # stays put: each draw moves one segment from never replayed to drawn
     chosen = list(must)
-    replayed, drawn = set(earlier) | set(must), set(drawn) - set(must)
-    for k, s in enumerate(order(seed_, [s for s in starts if s not in replayed])):
-        if k >= at_most or coverage(starts, replayed, drawn) >= target:
+    for s in order(seed_, pool)[:at_most]:
+        if _share(len(drawn), open_) >= target:
             break
         chosen.append(s)
-        replayed.add(s)
         drawn.add(s)
     return chosen
 
@@ -76,5 +78,9 @@ def coverage(starts: Iterable[int], replayed: Iterable[int], drawn: Iterable[int
 
 def drawn_share(total: int, replayed: int, drawn: int) -> float:
     """The same from counts (replayed includes drawn): a run with every segment forced, or none, is covered."""
-    open_ = drawn + total - replayed
+    return _share(drawn, drawn + total - replayed)
+
+
+def _share(drawn: int, open_: int) -> float:
+    """drawn of the open segments (drawn + never replayed); none open: every segment replayed, covered."""
     return drawn / open_ if open_ > 0 else 1.0
