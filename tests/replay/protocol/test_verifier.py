@@ -333,6 +333,10 @@ def test_the_verifier_returns_a_typed_report(mlp):
         {"verdict": "verified", "reasons": "x", "mismatch_step": "7", "segments_replayed": [1, "a", 1]}
     )
     assert odd.reasons == () and odd.mismatch_step is None and odd.segments_replayed == (1,)
+    # drawn segments count as coverage: only those the report also replayed, as integers (a bool is no step)
+    drawn = Report.from_json({"verdict": "verified", "segments_replayed": [0, 4], "segments_drawn": [4, 8, True, "0"]})
+    assert drawn.segments_drawn == (4,) and drawn.summary()["segments_drawn"] == [4]
+    assert Report.from_json({"verdict": "verified", "segments_drawn": [0]}).segments_drawn == ()
     labelled = Report.from_json({"verdict": "verified", "device": "cuda:0", "torch": "2.13.0", "x": 1})
     assert (labelled.device, labelled.torch) == ("cuda:0", "2.13.0")
     assert Report.from_json({"verdict": "verified", "device": "x" * 65, "torch": ["2"]}).summary()["device"] == ""
