@@ -36,7 +36,6 @@ import shutil
 import sys
 import tempfile
 from datetime import datetime, timedelta
-from fractions import Fraction
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,7 +179,7 @@ def with_logs(d: Path):
     )
 
 
-def one(i: int, tmp: Path, draws_only: bool = False, adversary: bool = False) -> dict:
+def one(i: int, tmp: Path, draws_only: bool = False, adversary: bool = False, adaptive: bool = False) -> dict:
     import torch
 
     from replay import Budget, verify
@@ -209,24 +208,29 @@ def one(i: int, tmp: Path, draws_only: bool = False, adversary: bool = False) ->
     starts = list(range(0, steps, INTERVAL))
     answers = away_from(cheat, at - INTERVAL, steps) if adversary else [None]
     forced: set[int] = set()
+    pools: list[tuple[int, int]] = []
+    old_rule_fooled = False  # drawn / (drawn + never replayed) >= target with the fabrication unreplayed
     while True:
         nonces.append(secrets.token_bytes(16))
         answer = answers[rounds % len(answers)]  # one claim per verification, as the ledger sends them
+        # having seen the draws, the old rule's best attack: once 9 unforced draws would meet the target with
+        # only the fabrication left unreplayed, file claims forcing every other never-replayed segment it can
+        if adaptive and len(set(drawn) - forced) >= 9:
+            answer = forcing(answers, set(done), steps) or answer
         v = verify(
             cheat,
             answer,
             Budget(segments=2),
             nonce=nonces[-1],
             replayed_segments=sorted(done),
-            drawn_segments=sorted(set(drawn) - forced),  # as the ledger sends it: drawn, never forced
+            earlier_draws=[list(p) for p in pools],  # as the ledger sends it: each verification's (pool, drawn)
             coverage_target=TARGET,
         )
         rounds += 1
         if answer is None:  # what an outside verifier recomputes from the nonce (docs/transcripts.md §4)
             seed = coverage.seed(nonces[-1], v.details["manifest"], canonical_json([]))
-            recomputed &= coverage.plan(starts, [], set(done), seed, TARGET, 2, set(drawn) - forced) == [
-                x["start"] for x in v.details["segments"]
-            ]
+            planned = coverage.draw(starts, [], set(done), seed, TARGET, 2, coverage.missed(pools))
+            recomputed &= list(planned.fresh) == [x["start"] for x in v.details["segments"]]
         failed += [x["start"] for x in v.details["segments"] if not x["ok"]]
         if v.verdict == "rejected":
             caught, dispute = True, v.details.get("dispute") or {}
@@ -234,6 +238,9 @@ def one(i: int, tmp: Path, draws_only: bool = False, adversary: bool = False) ->
         done += v.details["segments_replayed"]
         drawn += v.details["segments_drawn"]
         forced |= set(v.details["segments_replayed"]) - set(v.details["segments_drawn"])
+        pools.append((v.details["draw_pool"], len(v.details["segments_drawn"])))
+        unforced = set(drawn) - forced
+        old_rule_fooled |= len(unforced) / (len(unforced) + len(set(starts) - set(done))) >= TARGET
         if v.details["coverage"] >= TARGET or rounds > 40:
             break
     draws = {
@@ -243,6 +250,7 @@ def one(i: int, tmp: Path, draws_only: bool = False, adversary: bool = False) ->
         "draw_rounds": rounds,
         "nonces": [n.hex() for n in nonces],  # each verification's draw, recomputable offline
         "draw_recomputed": recomputed,
+        "old_rule_fooled": old_rule_fooled,  # only ever set before the fabrication was replayed
         # every segment a verification replayed: the fabricated one must be the only one failing, and a run
         # that verified must never have replayed it (a miss is a fabricated segment the draw left out)
         "failed_segments": sorted(set(failed)),
@@ -250,9 +258,8 @@ def one(i: int, tmp: Path, draws_only: bool = False, adversary: bool = False) ->
         # the swap follows step at-1: the bisection against the transcript's step commitments must name it
         "dispute_step_named": caught and dispute.get("step") == at - 1,
         "dispute": {k: dispute.get(k) for k in ("step", "op", "source")} if caught else None,
-        "coverage_at_stop": len(set(drawn) - forced) / (len(set(drawn) - forced) + len(set(starts) - set(done))),
+        "coverage_at_stop": coverage.coverage(coverage.missed(pools), len(set(starts) - set(done))),
         "forced": sorted(forced),
-        "expected": expected_catch(len(starts), len(forced)),
     }
     if draws_only:
         return draws
@@ -282,6 +289,24 @@ def one(i: int, tmp: Path, draws_only: bool = False, adversary: bool = False) ->
     }
 
 
+def forcing(answers: list[dict | None], replayed: set[int], steps: int) -> dict | None:
+    """One claims file holding every claim (away from the fabrication) whose forced segment was never replayed:
+    the prover that files claims after seeing the draws, to shrink what a fabrication must escape."""
+    from replay.protocol import coverage
+
+    checkpoints = list(range(0, steps + 1, INTERVAL))
+    chosen, seen = [], set()
+    for a in answers:
+        if a is None:
+            continue
+        [x] = a["claims"]
+        segment = coverage.mandatory(checkpoints, [x["step"]])
+        if segment and segment[0] not in replayed and segment[0] not in seen:
+            seen.add(segment[0])
+            chosen.append(x)
+    return {**answers[0], "claims": chosen} if chosen else None
+
+
 def away_from(d: Path, fabricated: int, steps: int) -> list[dict]:
     """The run's claims (one per verification) a prover answers knowing where it fabricated: only those whose
     forced segment (the one before the checkpoint the claim replays from) is not the fabricated one, and whose
@@ -297,12 +322,6 @@ def away_from(d: Path, fabricated: int, steps: int) -> list[dict]:
         if fabricated not in coverage.mandatory(checkpoints, [x["step"]]) and start(x["step"]) != fabricated
     ]
     return out or [None]
-
-
-def expected_catch(segments: int, forced: int) -> float:
-    """The draw's guarantee for a fabrication placed away from the forced segments: ceil(t (n - m)) / (n - m)."""
-    open_ = segments - forced
-    return math.ceil(Fraction(str(TARGET)) * open_) / open_ if open_ else 1.0
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -350,11 +369,18 @@ def main() -> int:
         help="measure 1 only, on 40-step runs whose claims force segments away from the fabricated one (each "
         "verification answers one such claim): the prover that knows its claims",
     )
+    p.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="as --adversary, but once 9 segments were drawn the prover files claims forcing every never-replayed "
+        "segment it can (other than its fabrication): the old rule drawn / (drawn + never replayed) is counted beside",
+    )
     args = p.parse_args()
+    args.adversary |= args.adaptive
     with tempfile.TemporaryDirectory(prefix="detection-") as tmp:
         rows = []
         for i in range(args.first_seed, args.first_seed + args.runs):
-            rows.append(one(i, Path(tmp), args.draws_only or args.adversary, args.adversary))
+            rows.append(one(i, Path(tmp), args.draws_only or args.adversary, args.adversary, args.adaptive))
             for k in ("c", "n", "h", "m", "s", "b"):
                 shutil.rmtree(Path(tmp, f"{k}{i}"), ignore_errors=True)
     n = len(rows)
@@ -363,9 +389,8 @@ def main() -> int:
         "runs": n,
         "draw_caught": caught,
         "draw_caught_ci95": clopper_pearson(caught, n),
-        # by construction: a uniform draw that stops at the first count meeting the target
-        "draw_expected": sum(r["expected"] for r in rows) / n,
         "forced_per_run": sum(len(r["forced"]) for r in rows) / n,
+        "old_rule_fooled": sum(r["old_rule_fooled"] for r in rows),
         "mean_verifications": sum(r["draw_rounds"] for r in rows) / n,
         "dispute_step_named": sum(r["dispute_step_named"] for r in rows),
         "draw_failures": draw_failures(rows)[:10],
@@ -387,7 +412,9 @@ def main() -> int:
         ][:10]
     Path(ROOT, "bench", "out").mkdir(exist_ok=True)
     name = (
-        "detection-adversary.json"
+        "detection-adaptive.json"
+        if args.adaptive
+        else "detection-adversary.json"
         if args.adversary
         else "detection-draws.json"
         if args.draws_only
@@ -399,9 +426,13 @@ def main() -> int:
     print("|---|---|---|")
     print(
         f"| one fabricated segment, random draws until coverage {TARGET} | {caught} / {n} | {caught / n:.3f} "
-        f"(95% CI {low:.3f}-{high:.3f}; {summary['draw_expected']:.3f} by construction) |"
+        f"(95% CI {low:.3f}-{high:.3f}; >= {TARGET} by construction: docs/transcripts.md §4) |"
     )
     print(f"segments forced by the claims, per run: {summary['forced_per_run']:.2f}")
+    print(
+        f"runs the count drawn / (drawn + never replayed) would have declared covered with the fabrication "
+        f"unreplayed: {summary['old_rule_fooled']} of {n}"
+    )
     for k, label in (
         ("hidden_work_caught", "2x hidden work, firmware counters (the run, then the chips' next run)"),
         ("parked_caught", "parked snapshots with advancing counters"),

@@ -135,8 +135,9 @@ def verify_all(dirs: list[str]) -> list[dict]:
         layout = json.loads(Path(d, "manifest.json").read_text())["shards"]
         claims["prover_chips"] = {s["serial"]: {"model": "sim", "peak_flops_16bit": 1e15} for s in layout}
         done, drawn, forced, rounds, verdicts, reasons, seconds = [], [], set(), 0, [], [], 0.0
+        pools: list[tuple[int, int]] = []
         while True:
-            claims["replayed_segments"], claims["drawn_segments"] = sorted(set(done)), sorted(set(drawn) - forced)
+            claims["replayed_segments"], claims["earlier_draws"] = sorted(set(done)), [list(p) for p in pools]
             started = time.perf_counter()
             v = verify(
                 d,
@@ -153,6 +154,8 @@ def verify_all(dirs: list[str]) -> list[dict]:
             done += v.details.get("segments_replayed", [])
             drawn += v.details.get("segments_drawn", [])
             forced |= set(v.details.get("segments_replayed", [])) - set(v.details.get("segments_drawn", []))
+            if v.details.get("draw_pool") is not None:
+                pools.append((v.details["draw_pool"], len(v.details.get("segments_drawn", []))))
             if v.verdict != "verified" or v.details["coverage"] >= 0.9 or rounds >= 50:
                 break
         out.append(

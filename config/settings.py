@@ -302,6 +302,9 @@ REPLAY_FETCH_ALLOWED_HOSTS = env.list("REPLAY_FETCH_ALLOWED_HOSTS", default=[])
 REPLAY_COVERAGE_TARGET = env.float("REPLAY_COVERAGE_TARGET", default=0.9)
 # Runs below their coverage target re-verified per beat (REPLAY_COVERAGE_INTERVAL), one claim each: bounded work
 REPLAY_COVERAGE_RUNS = env.int("REPLAY_COVERAGE_RUNS", default=20)
+# A run whose re-verification drew nothing new (its claims' own replays fill REPLAY_MAX_SECONDS) is tried again
+# after this long, not every beat; the desk shows it as stalled.
+REPLAY_STALLED_RETRY_SECONDS = env.int("REPLAY_STALLED_RETRY_SECONDS", default=86400)
 # A verifier failure (crash, kill, timeout) is retried after REPLAY_RETRY_SECONDS * 2^(attempt-1), at most
 # REPLAY_MAX_ATTEMPTS attempts in all; then an alert asks the regulator to look.
 REPLAY_MAX_ATTEMPTS = env.int("REPLAY_MAX_ATTEMPTS", default=5)

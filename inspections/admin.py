@@ -507,6 +507,8 @@ def _coverage_line(run: dict) -> str:
     if not run["segments_total"]:
         return "no segment replayed yet"
     met = "target met" if run["target_met"] else f"below target {run['target']:.2f}"
+    if run["segments_pending"]:
+        met += f", {len(run['segments_pending'])} cut draw(s) pending"
     replayed, drawn = len(run["segments_replayed"]), len(run["segments_drawn"])
     return f"{replayed}/{run['segments_total']} segments ({drawn} drawn), {run['coverage']:.3f} ({met})"
 

@@ -314,6 +314,19 @@ class Claim(models.Model):
     copy_failures = models.PositiveSmallIntegerField(
         default=0, help_text="attempts to copy the prover's material that failed (the prover's share)"
     )
+    reverify_nonce = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        help_text="the next coverage re-verification's nonce: fresh, committed on the ledger before it runs "
+        "(claim.reverification_drawn), reused on retries, revealed and cleared when one is recorded",
+    )
+    coverage_stalled_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="when a coverage re-verification of this claim last drew nothing new: its own replays filled the "
+        "budget (REPLAY_MAX_SECONDS). The beat waits REPLAY_STALLED_RETRY_SECONDS before trying again",
+    )
 
     def __str__(self) -> str:
         return f"{self.prover.slug} {self.run} step {self.step} ({self.result})"

@@ -25,7 +25,9 @@ periods, ledger seqs), so database ids do not matter:
                                                (final from claim.verified; "error", failures, retry_at from
                                                claim.verification_failed; copy_failures from either), material
                                                and the nonce's hash (claim.material_copied), and the nonce itself
-                                               once a later verdict revealed it (a secret until then)
+                                               once a later verdict revealed it (a secret until then); the pending
+                                               re-verification nonce's hash (claim.reverification_drawn, cleared
+                                               by the claim.reverified entry that reveals it)
     claim reverification  seq                  claim, result, mismatch_step, report (claim.reverified)
 
 claim.conflict projects onto the alerts raised with it; its claims must exist (else a ReplayError).
@@ -360,6 +362,7 @@ def _claims_submitted(world, seq, time, actor, payload):
             "nonce_sha256": None,
             "nonce": None,
             "copy_failures": 0,
+            "reverify_sha256": None,  # the pending re-verification nonce's commitment (claim.reverification_drawn)
         }
 
 
@@ -390,13 +393,34 @@ def _claim_verified(world, seq, time, actor, payload):
 
 
 def _claim_reverified(world, seq, time, actor, payload):
-    _reveal_nonce(_claim(world, seq, "claim.reverified", payload), payload.get("nonce"))
+    claim = _claim(world, seq, "claim.reverified", payload)
+    nonce = payload.get("nonce")
+    if isinstance(nonce, str) and _nonce_hash(nonce) == claim["nonce_sha256"]:
+        _reveal_nonce(claim, nonce)  # re-verifications before they had nonces of their own reused the claim's
+    if (
+        claim["reverify_sha256"] is not None
+        and isinstance(nonce, str)
+        and _nonce_hash(nonce) == claim["reverify_sha256"]
+    ):
+        claim["reverify_sha256"] = None  # revealed: the next re-verification commits a fresh one
     world.reverifications[seq] = {
         "claim": (payload["chip"], payload["counter"]),
         "result": payload["result"],
         "mismatch_step": payload["mismatch_step"],
         "report": {k: v for k, v in payload.items() if k not in CLAIM_VERDICT_KEYS},
     }
+
+
+def _reverification_drawn(world, seq, time, actor, payload):
+    """A coverage re-verification's own nonce, committed by its hash before the replay; revealed (and then
+    replaced by the next one) by the ``claim.reverified`` entry that records it."""
+    claim = _claim(world, seq, "claim.reverification_drawn", payload)
+    if claim["reverify_sha256"] is not None:
+        raise ReplayError(
+            f"ledger seq {seq}: a second re-verification nonce for {payload['chip']} #{payload['counter']} "
+            "before the first was revealed"
+        )
+    claim["reverify_sha256"] = payload["nonce_sha256"]
 
 
 def _material_copied(world, seq, time, actor, payload):
@@ -456,6 +480,7 @@ HANDLERS = {
     "claim.verified": _claim_verified,
     "claim.verification_failed": _claim_failed,
     "claim.material_copied": _material_copied,
+    "claim.reverification_drawn": _reverification_drawn,
     "claim.conflict": _claim_conflict,
     "claim.reverified": _claim_reverified,
     # the challenges these answer are not on the ledger (private, short-lived): only the outcomes are projected
@@ -590,6 +615,7 @@ def _claim_row(c: dict) -> tuple:
         c["nonce_sha256"],
         c["nonce"],
         c["copy_failures"],
+        c["reverify_sha256"],
     )
 
 
@@ -772,9 +798,10 @@ def _live_claims(world: World) -> dict:
         "material",
         "nonce",
         "copy_failures",
+        "reverify_nonce",
     )
     live = {}
-    for serial, counter, *values, retry_at, material, nonce, copy_failures in rows.iterator(chunk_size=10000):
+    for serial, counter, *values, retry_at, material, nonce, copy_failures, again in rows.iterator(chunk_size=10000):
         revealed = (world.claims.get((serial, counter)) or {}).get("nonce")
         live[(serial, counter)] = (
             *values,
@@ -783,6 +810,7 @@ def _live_claims(world: World) -> dict:
             _nonce_hash(nonce),
             nonce if revealed is not None else None,
             copy_failures,
+            _nonce_hash(again),
         )
     return live
 

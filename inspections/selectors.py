@@ -1,10 +1,12 @@
 """Reads of the inspections app: inspectors see only their own body's tasks; campaigns' targets and plans."""
 
 from collections import Counter
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
+from django.utils import timezone
 
 from registry.models import Chip, Organisation, Role
 from registry.selectors import chip_owner_at
@@ -157,7 +159,7 @@ def claim_request(claim: Claim, *, own_covered: bool = False) -> dict:
     ``claim.verified`` and ``claim.reverified`` entries, through their projections). ``own_covered``: a coverage
     re-verification, which counts the claim's own replayed segments as covered so that it draws fresh ones."""
     snapshot = claim.snapshot
-    replayed, drawn = _run_replays(claim.prover, claim.manifest, None if own_covered else claim.pk)
+    replays = _run_replays(claim.prover, claim.manifest, None if own_covered else claim.pk)
     return {
         "manifest": claim.manifest,
         "claims": [
@@ -174,8 +176,9 @@ def claim_request(claim: Claim, *, own_covered: bool = False) -> dict:
         "history": {snapshot.chip.serial: chip_claim_history(claim)},
         "prover_chips": prover_chips(claim.prover),
         "run_snapshots": run_snapshot_times(claim.prover, claim.manifest),
-        "replayed_segments": sorted(replayed),
-        "drawn_segments": sorted(drawn),
+        "replayed_segments": sorted(replays.replayed),
+        "earlier_draws": [list(d) for d in replays.draws],
+        "pending_segments": sorted(replays.pending),
         "coverage_target": settings.REPLAY_COVERAGE_TARGET,
     }
 
@@ -263,34 +266,56 @@ def run_claims(prover: Organisation, manifest: str) -> QuerySet[Claim]:
     return Claim.objects.filter(prover=prover, manifest=manifest)
 
 
-def _run_replays(prover: Organisation, manifest: str, exclude: int | None) -> tuple[set[int], set[int]]:
-    """(segments replayed, segments a draw chose and no claim forced) over the run's verified replays."""
+@dataclass(frozen=True)
+class RunReplays:
+    """What the run's verified verifications (claims and re-verifications) replayed and drew, from their reports."""
+
+    replayed: set[int]  # every segment replayed (forced or drawn)
+    drawn: set[int]  # those a random draw chose
+    draws: list[tuple[int, int]]  # (pool, drawn) of each verification that drew (inspections.verification)
+    cut: set[int]  # draws a budget cut while they were replayed
+
+    @property
+    def pending(self) -> set[int]:
+        """Cut draws no verification has replayed since: the next one replays them first."""
+        return self.cut - self.replayed
+
+
+def _run_replays(prover: Organisation, manifest: str, exclude: int | None) -> RunReplays:
     verified = run_claims(prover, manifest).filter(result=Claim.Result.VERIFIED).exclude(pk=exclude)
     again = CoverageReverification.objects.filter(claim__in=verified, result=Claim.Result.VERIFIED).values_list(
         "report", flat=True
     )
-    replayed: set[int] = set()
-    drawn: set[int] = set()
-    forced: set[int] = set()
+    out = RunReplays(set(), set(), [], set())
     for report in [*verified.values_list("report", flat=True), *again]:
         these = {s for s in report.get("segments_replayed") or [] if type(s) is int}
         chosen = {s for s in report.get("segments_drawn") or [] if type(s) is int and s in these}
-        replayed |= these
-        drawn |= chosen
-        forced |= these - chosen
-    return replayed, drawn - forced  # a segment any claim forced is no coverage, drawn before or after
+        out.replayed.update(these)
+        out.drawn.update(chosen)
+        pool, cut = report.get("draw_pool"), report.get("draw_cut")
+        if type(pool) is int and len(chosen) <= pool:  # reports from before pools were kept draw nothing
+            out.draws.append((pool, len(chosen)))
+        if type(cut) is int:
+            out.cut.add(cut)
+    return out
 
 
 def run_coverage(prover: Organisation, manifest: str) -> dict:
     """Which of the run's segments have been replayed, and the probability that one fabricated segment placed
-    where no claim forced a replay would have been caught: drawn / (drawn + never replayed). Segments of
-    reports that do not say which were drawn count as forced."""
+    where no claim forced a replay would have been caught: 1 - the product over the run's verified
+    verifications of (pool - drawn) / pool (replay/protocol/coverage.py). Reports that kept no pool draw nothing.
+    The target is met only with no cut draw pending."""
     claims = list(run_claims(prover, manifest).order_by("claimed_seq").values("run", "result", "report"))
-    replayed, drawn = _run_replays(prover, manifest, None)
+    replays = _run_replays(prover, manifest, None)
     totals = [c["report"].get("segments_total") for c in claims if c["result"] == Claim.Result.VERIFIED]
     total = max((t for t in totals if type(t) is int and t > 0), default=0)
     reported = [c["report"].get("coverage") for c in claims if c["result"] == Claim.Result.VERIFIED]
-    caught = run_coverage_share(total, min(len(replayed), total), min(len(drawn), total)) if total else 0.0
+    never = max(total - len(replays.replayed), 0)
+    caught = run_coverage_share(replays.draws, never) if total else 0.0
+    pending = sorted(replays.pending)
+    again = CoverageReverification.objects.filter(claim__prover=prover, claim__manifest=manifest)
+    disputed = again.exclude(result=Claim.Result.VERIFIED).count()
+    stalled = run_claims(prover, manifest).aggregate(last=Max("coverage_stalled_at"))["last"]
     return {
         "prover": prover.slug,
         "manifest": manifest,
@@ -298,24 +323,29 @@ def run_coverage(prover: Organisation, manifest: str) -> dict:
         "claims": len(claims),
         "results": dict(sorted(Counter(c["result"] for c in claims).items())),
         "segments_total": total,
-        "segments_replayed": sorted(replayed),
-        "segments_drawn": sorted(drawn),
+        "segments_replayed": sorted(replays.replayed),
+        "segments_drawn": sorted(replays.drawn),
+        "segments_pending": pending,
+        "draws": len(replays.draws),
         "coverage": caught,
-        # the latest verified claim's own figure: coverage can fall (a drawn segment later forced stops counting)
+        # the latest verified claim's own figure (the run's coverage as that verification saw it)
         "verifier_coverage": next((r for r in reversed(reported) if isinstance(r, (int, float))), None),
         "target": settings.REPLAY_COVERAGE_TARGET,
-        "target_met": caught >= settings.REPLAY_COVERAGE_TARGET,
-        "reverifications": CoverageReverification.objects.filter(
-            claim__prover=prover, claim__manifest=manifest
-        ).count(),
+        # a re-verification that disagreed is exact evidence: the regulator decides, no more coverage work
+        "disputed": disputed,
+        "target_met": bool(total) and caught >= settings.REPLAY_COVERAGE_TARGET and not pending and not disputed,
+        "reverifications": again.count(),
+        # the claims' own replays fill the budget, so re-verifications draw nothing (retried once a day)
+        "stalled_since": stalled,
     }
 
 
-def coverage_reverifications_due(limit: int) -> list[int]:
+def coverage_reverifications_due(limit: int, now: datetime | None = None) -> list[int]:
     """One verified claim of each run below its coverage target, at most ``limit`` runs: the runs re-verified
     longest ago (or never) first, so no run starves behind newer ones. The run's EARLIEST verified claim, which
-    no later filing changes: a re-verification draws with its claim's published nonce, so with the latest claim a
-    prover that computed the next draw would hit its fabricated segment could file a newer claim to redirect it."""
+    no later filing changes. Left out: runs whose re-verifications stalled (their own replays fill the budget:
+    tried again after ``REPLAY_STALLED_RETRY_SECONDS``, not every beat) and runs a re-verification disputed."""
+    now = now or timezone.now()
     verified = Claim.objects.filter(result=Claim.Result.VERIFIED).order_by("claimed_seq")
     latest: dict[tuple[int, str], int] = {}
     for pk, prover, manifest in verified.values_list("pk", "prover", "manifest").iterator(chunk_size=10000):
@@ -327,12 +357,14 @@ def coverage_reverifications_due(limit: int) -> list[int]:
         .values_list("claim__prover", "claim__manifest", "last")
     }
     provers = Organisation.objects.in_bulk({prover for prover, _ in latest})
+    waiting = now - timedelta(seconds=settings.REPLAY_STALLED_RETRY_SECONDS)
     due = []
     for key in sorted(latest, key=lambda k: last_seq.get(k, 0)):
         if len(due) >= limit:
             break
         coverage = run_coverage(provers[key[0]], key[1])
-        if coverage["segments_total"] and not coverage["target_met"]:
+        stalled = coverage["stalled_since"] is not None and coverage["stalled_since"] > waiting
+        if coverage["segments_total"] and not coverage["target_met"] and not coverage["disputed"] and not stalled:
             due.append(latest[key])
     return due
 

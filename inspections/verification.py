@@ -28,7 +28,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from replay.protocol.coverage import drawn_share
+from replay.protocol import coverage
 from replay.protocol.firmware import parse_record, verify_log
 from replay.protocol.report import Report
 
@@ -238,6 +238,7 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def run_coverage_share(total: int, replayed: int, drawn: int) -> float:
-    """A run's coverage from its counts of segments (replay.protocol.coverage: only random draws cover)."""
-    return drawn_share(total, replayed, drawn)
+def run_coverage_share(draws: list[tuple[int, int]], never_replayed: int) -> float:
+    """A run's coverage from its verifications' (pool, drawn) pairs and its count of segments never replayed
+    (replay.protocol.coverage: 1 - the product of (pool - drawn) / pool)."""
+    return coverage.coverage(coverage.missed(draws), never_replayed)

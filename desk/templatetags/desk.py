@@ -69,6 +69,7 @@ EVENT_NAMES = {
     "alert.updated": "alert triaged",
     "claim.submitted": "claim filed",
     "claim.material_copied": "claim material copied",
+    "claim.reverification_drawn": "re-verification nonce committed",
     "claim.verified": "claim verdict",
     "claim.verification_failed": "verifier failed (will retry)",
     "claim.conflict": "claims conflict",

@@ -395,15 +395,18 @@ def _verify_and_record(claim: Claim, now: datetime) -> str:
     return claim_result_record(claim.pk, verdict, failures=failures).result
 
 
-def claim_replay(claim: Claim, *, own_covered: bool = False) -> Report:
-    """The verifier's verdict on one claim, recording nothing but the claim's nonce; raises
+def claim_replay(claim: Claim, *, reverification: bool = False) -> Report:
+    """The verifier's verdict on one claim, recording nothing but the nonce's commitment; raises
     ``verification.VerifierFailed`` (ours) or ``verification.MaterialUnavailable`` (the prover's share).
-    ``own_covered``: a coverage re-verification (the claim's own segments count as replayed: fresh ones are drawn)."""
+    ``reverification``: a coverage re-verification: the claim's own segments count as replayed (fresh ones are
+    drawn), with a fresh nonce of its own (``reverification_nonce``)."""
     rule_flops = selectors.rule_flops_for_chip(claim.snapshot.chip)
-    request = selectors.claim_request(claim, own_covered=own_covered)
+    request = selectors.claim_request(claim, own_covered=reverification)
     with tempfile.TemporaryDirectory(prefix="claim-") as scratch:
         try:
             material, nonce = claim_material(claim, Path(scratch))
+            if reverification:
+                nonce = reverification_nonce(claim)
         except transcript_location.TranscriptUnavailable as refused:  # outside the roots, a link: the prover's, final
             return Report("malformed", (str(refused),))
         except verification.MaterialRefused as refused:  # a forbidden address, a file not as committed: final
@@ -444,6 +447,31 @@ def claim_material(claim: Claim, scratch: Path) -> tuple[Path, str]:
             locked.save(update_fields=["nonce", "material"])
     claim.nonce, claim.material = locked.nonce, locked.material
     return material, locked.nonce
+
+
+def reverification_nonce(claim: Claim) -> str:
+    """The nonce of the claim's next coverage re-verification. Not the claim's own: that one is public once the
+    claim's verdict is, and every draw it orders could be computed, so a prover could file claims that force the
+    segments it would draw next. Drawn fresh once the material is in our hands, committed on the ledger by its
+    hash before the replay reads anything (``claim.reverification_drawn``), reused by every retry until a
+    re-verification is recorded (which reveals it and clears it): a failure never redraws."""
+    with transaction.atomic():
+        locked = Claim.objects.select_for_update().select_related("snapshot__chip").get(pk=claim.pk)
+        if not locked.reverify_nonce:
+            locked.reverify_nonce = verification.new_nonce()
+            ledger.append_entry(
+                "claim.reverification_drawn",
+                {
+                    "claim": locked.pk,
+                    "chip": locked.snapshot.chip.serial,
+                    "counter": locked.snapshot.counter,
+                    "nonce_sha256": nonce_commitment(locked.reverify_nonce),
+                },
+                "system",
+            )
+            locked.save(update_fields=["reverify_nonce"])
+    claim.reverify_nonce = locked.reverify_nonce
+    return locked.reverify_nonce
 
 
 def nonce_commitment(nonce: str) -> str:
@@ -506,6 +534,9 @@ def claim_retries_enqueue(now: datetime) -> int:
 # --- coverage accumulates: scheduled re-verifications of runs below their target ----------------------------
 
 REPLAYED = (Claim.Result.VERIFIED, Claim.Result.MISMATCH, Claim.Result.RULE_VIOLATED)  # a replay's own outcomes
+# a re-verification's outcomes that go on the ledger: a drawn segment whose material is malformed is evidence too
+# (dropped, the next draw with a fresh nonce could pass it by and the run meet its target)
+RECORDED = (*REPLAYED, Claim.Result.MALFORMED)
 MAX_PAIRS_DUE = 100_000  # a chip's claims with a pair across runs to re-check (bounded by its snapshots anyway)
 
 
@@ -530,29 +561,54 @@ def claim_coverage_reverify(claim_id: int) -> str:
     claim = Claim.objects.select_related("snapshot__chip", "prover").get(pk=claim_id)
     if claim.result != Claim.Result.VERIFIED:
         return "not verified"
-    if selectors.run_coverage(claim.prover, claim.manifest)["target_met"] and claim.pk not in (
+    run = selectors.run_coverage(claim.prover, claim.manifest)
+    if (run["target_met"] or run["disputed"]) and claim.pk not in (
         selectors.cross_run_rechecks_due(MAX_PAIRS_DUE, chip=claim.snapshot.chip)
     ):
-        return "target met"
+        return "target met" if run["target_met"] else "disputed"  # disputed: the regulator decides
     try:
-        verdict = claim_replay(claim, own_covered=True)
+        verdict = claim_replay(claim, reverification=True)
     except (verification.VerifierFailed, verification.MaterialUnavailable) as failed:
         logger.warning("coverage re-verification of claim %s: %s", claim_id, failed)
         return "not recorded"
     result, _ = claim_outcome(verdict)
-    if verdict.verdict == "incomplete" or result not in REPLAYED:
+    if verdict.verdict == "incomplete":  # the claim's own replays filled the budget: no draw could run
+        _coverage_stalled(claim_id, True)
+        logger.warning("coverage re-verification of claim %s: incomplete, not recorded", claim_id)
+        return "not recorded"
+    if result not in RECORDED:
         logger.warning("coverage re-verification of claim %s: %s, not recorded", claim_id, verdict.verdict)
         return "not recorded"
-    return claim_reverification_record(claim_id, verdict).result
+    row = claim_reverification_record(claim_id, verdict)
+    if row is None:
+        logger.warning("coverage re-verification of claim %s: its draw was recorded by another delivery", claim_id)
+        return "not recorded"
+    _coverage_stalled(claim_id, not _progressed(verdict, run["segments_pending"]))
+    return row.result
+
+
+def _progressed(verdict: Report, pending: list[int]) -> bool:
+    """A re-verification moved the run's coverage if it completed a draw, revealed a new one, or was not cut;
+    one whose budget ran out on a draw that was already pending did not."""
+    return bool(verdict.segments_drawn) or verdict.draw_cut is None or verdict.draw_cut not in pending
+
+
+def _coverage_stalled(claim_id: int, stalled: bool) -> None:
+    """Note (off the ledger: an operational fact, not evidence) whether the run's re-verifications stall."""
+    Claim.objects.filter(pk=claim_id).update(coverage_stalled_at=timezone.now() if stalled else None)
 
 
 @transaction.atomic
-def claim_reverification_record(claim_id: int, verdict: dict | Report) -> CoverageReverification:
+def claim_reverification_record(claim_id: int, verdict: dict | Report) -> CoverageReverification | None:
     """Put one coverage re-verification on the ledger (``claim.reverified``: the claim, its result and the
-    bounded report, as ``claim.verified``) and its projection; a disagreeing replay raises ``claim_failed``."""
+    bounded report, as ``claim.verified``) and its projection; a disagreeing replay raises ``claim_failed``.
+    None when another delivery already recorded the draw of this nonce: the same draw counted twice would
+    count its segments as two independent chances to catch a fabrication."""
     claim = Claim.objects.select_for_update().select_related("snapshot__chip", "prover").get(pk=claim_id)
     result, step = claim_outcome(verdict)
     summary = claim_summary(verdict)
+    if summary["nonce"] and summary["nonce"] != claim.reverify_nonce:
+        return None
     chip = claim.snapshot.chip
     entry = ledger.append_entry(
         "claim.reverified",
@@ -569,6 +625,9 @@ def claim_reverification_record(claim_id: int, verdict: dict | Report) -> Covera
     row = CoverageReverification.objects.create(
         claim=claim, seq=entry.seq, result=result, mismatch_step=step, report=summary
     )
+    if claim.reverify_nonce and summary["nonce"] == claim.reverify_nonce:
+        claim.reverify_nonce = ""  # revealed by the entry: the next re-verification draws a fresh one
+        claim.save(update_fields=["reverify_nonce"])
     _conflicts_record(claim, summary["conflicts"])  # e.g. work across two runs, found by a re-check of the pair
     if result != Claim.Result.VERIFIED:
         where = f" at step {step}" if step is not None else ""

@@ -1,13 +1,15 @@
 """The claims file the verifier is handed, read without trusting it: {"manifest": <hash>, "claims": [...]}
 with the optional context the ledger and the registry supply (history, prover_chips, replayed_segments,
-coverage_target, run_snapshots). Anything out of shape raises MalformedTranscript(reason)."""
+earlier_draws, pending_segments, coverage_target, run_snapshots). Anything out of shape raises MalformedTranscript(reason)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
-from replay.protocol import chips_and_time
+from replay.protocol import chips_and_time, coverage
 from replay.protocol.firmware import MAX_COUNTER
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_errors import MalformedTranscript
@@ -15,7 +17,17 @@ from replay.protocol.transcript_errors import MalformedTranscript
 DEFAULT_COVERAGE = 0.9
 CLAIMS_KEYS = {"manifest", "claims"}
 CLAIM_KEYS = {"serial", "counter", "shard", "hash", "step"}
-CLAIMS_OPTIONAL = {"history", "prover_chips", "replayed_segments", "drawn_segments", "coverage_target", "run_snapshots"}
+CLAIMS_OPTIONAL = {
+    "history",
+    "prover_chips",
+    "replayed_segments",
+    "earlier_draws",
+    "pending_segments",
+    "coverage_target",
+    "run_snapshots",
+}
+MAX_DRAWS = 100_000  # a run's verifications listed in earlier_draws
+MAX_SEGMENTS_DRAWN = 2**40  # a pool larger than any run's segments is no pool
 MAX_CLAIMS = 100_000
 API_BODY_KEYS = {"run", "location"}  # fields of the claims API's body (docs/claims.md §1), none of this file's
 
@@ -93,21 +105,42 @@ def parse_claims(raw, tr: Transcript) -> list[dict]:
     return out
 
 
+@dataclass(frozen=True)
+class CoverageContext:
+    """What the ledger says of the run's coverage so far (docs/claims.md §4)."""
+
+    target: float
+    replayed: set[int]  # segments of this run replayed by earlier verifications
+    missed: Fraction  # P(a segment no claim forced escaped every earlier draw): coverage.missed(earlier_draws)
+    pending: set[int]  # draws an earlier verification's budget cut: replayed first
+
+
 def coverage_context(
-    raw, tr: Transcript, coverage_target, replayed_segments, drawn_segments=None
-) -> tuple[float, set[int], set[int]]:
-    """(coverage target, segments of this run replayed earlier, those of them a random draw chose): arguments win
-    over the claims file's fields. Replayed segments not listed as drawn count as forced (no coverage)."""
+    raw, tr: Transcript, coverage_target=None, replayed_segments=None, earlier_draws=None, pending_segments=None
+) -> CoverageContext:
+    """The claims file's coverage fields, checked; the arguments win over the file's fields."""
     raw = raw or {}
     target = raw.get("coverage_target", DEFAULT_COVERAGE) if coverage_target is None else coverage_target
     if type(target) not in (int, float) or not 0 <= target <= 1:
         raise MalformedTranscript("coverage_target must be a number in [0, 1]")
     earlier = raw.get("replayed_segments", []) if replayed_segments is None else replayed_segments
-    drawn = raw.get("drawn_segments", []) if drawn_segments is None else drawn_segments
     starts = set(tr.checkpoints[:-1])
-    for name, value in (("replayed_segments", earlier), ("drawn_segments", drawn)):
+    pending = raw.get("pending_segments", []) if pending_segments is None else pending_segments
+    for name, value in (("replayed_segments", earlier), ("pending_segments", pending)):
         if not isinstance(value, list) or not all(type(s) is int and s in starts for s in value):
             raise MalformedTranscript(f"{name} must list start steps of this run's segments")
-    if not set(drawn) <= set(earlier):
-        raise MalformedTranscript("drawn_segments must be replayed_segments too (a drawn segment was replayed)")
-    return float(target), set(earlier), set(drawn)
+    draws = raw.get("earlier_draws", []) if earlier_draws is None else earlier_draws
+    if not isinstance(draws, list) or len(draws) > MAX_DRAWS or not all(_draw_pair(d) for d in draws):
+        raise MalformedTranscript(
+            f"earlier_draws must list at most {MAX_DRAWS} [pool, drawn] pairs of integers, 0 <= drawn <= pool"
+        )
+    return CoverageContext(float(target), set(earlier), coverage.missed(draws), set(pending))
+
+
+def _draw_pair(d) -> bool:
+    return (
+        isinstance(d, list)
+        and len(d) == 2
+        and all(type(x) is int for x in d)
+        and 0 <= d[1] <= d[0] <= MAX_SEGMENTS_DRAWN
+    )

@@ -4,22 +4,31 @@ A segment is the run of steps between two checkpoints, named by its start step. 
 replays from the checkpoint c before s, so it trusts c: the segment that produced c is always
 replayed and compared with c ("mandatory", or forced). Then segments not yet replayed for this run are
 drawn in the order of SHA-256("chipledger-segments/1" ‖ seed ‖ start as 8 bytes LE), seed = SHA-256(nonce
-‖ manifest hash ‖ canonical claims): fresh randomness the prover cannot steer (the nonce is drawn after
-its material is in the verifier's hands, and no field it controls is hashed before the nonce). At most
-`at_most` are drawn per claim (bounded work), none once the run's coverage reaches the target.
+‖ manifest hash ‖ canonical claims): fresh randomness the prover cannot steer (each verification's nonce,
+a claim's or a re-verification's, is drawn after the material is in the verifier's hands and revealed only
+with its verdict). At most `at_most` are drawn per verification (bounded work), none once the target is met.
 
-Coverage counts draws only. The prover knows which segments its claims force (it knows the claims' steps),
-so it would fabricate a segment no claim forces: a forced replay says nothing about those. Coverage is the
-probability that one fabricated segment placed where no claim forces a replay is caught by the draws:
-|drawn - forced| / |segments - forced| = drawn / (drawn + never replayed) once forced segments leave the
-drawn set. A segment forced by any claim, before or after a draw chose it, is forced: a prover that could
-force the drawn segments (or luck) must not turn draws of segments it never needed to fabricate into coverage.
+Coverage is the probability that one fabricated segment no claim forced is caught, whatever the prover does
+between verifications (files claims that force segments, so pools shrink; makes segments slow to replay, so a
+budget ends the draws): each verification draws `drawn` of the `pool` segments never replayed, uniformly, so a
+segment not yet caught escapes it with probability exactly (pool - drawn) / pool, and
+
+    missed = product over the run's verified verifications of (pool - drawn) / pool,  coverage = 1 - missed
+
+(1 once every segment has been replayed). A draw the budget cut while it was being replayed is pending: it
+was revealed, so it is replayed first by the next verification (outside the pool, counting for nothing), and
+the target is not met while one is pending. Counting a pending draw for nothing only raises `missed`, so
+P(a fabrication escapes and the target is declared met) <= 1 - target holds for any strategy
+(a supermartingale argument, docs/transcripts.md §4).
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
 
 
 def mandatory(checkpoints: list[int], claim_steps: list[int]) -> list[int]:
@@ -42,45 +51,53 @@ def order(seed_: bytes, starts: list[int]) -> list[int]:
     return sorted(starts, key=rank)
 
 
-def plan(
+@dataclass(frozen=True)
+class Draw:
+    carried: tuple[int, ...]  # pending draws an earlier verification's budget cut: replayed first, no coverage
+    fresh: tuple[int, ...]  # new draws, in the nonce's order
+    pool: int  # the segments the fresh draws were taken from: never replayed, not forced now, not pending
+
+
+def missed(draws: Iterable[tuple[int, int]]) -> Fraction:
+    """P(a segment no claim forced escaped every draw): the product of (pool - drawn) / pool over the
+    verifications' (pool, drawn) pairs, exact (a rounded figure could stop the draws one short)."""
+    out = Fraction(1)
+    for pool, drawn in draws:
+        if pool > 0:
+            out *= Fraction(pool - drawn, pool)
+    return out
+
+
+def coverage(missed_: Fraction, never_replayed: int) -> float:
+    """The run's coverage: 1 - missed, or 1 once no segment is left unreplayed (a fabrication anywhere is caught)."""
+    return 1.0 if never_replayed <= 0 else float(1 - missed_)
+
+
+def draws_needed(missed_: Fraction, pool: int, target: float) -> int:
+    """The fewest draws from `pool` that bring the coverage to `target` (all of them when none does)."""
+    reached = lambda c: coverage(missed_ * Fraction(pool - c, pool), pool - c) >= target if pool else True
+    return bisect.bisect_left(range(pool + 1), True, key=reached)
+
+
+def draw(
     starts: list[int],
     must: list[int],
-    earlier: set[int],
+    earlier: Iterable[int],
     seed_: bytes,
     target: float,
     at_most: int,
-    drawn: Iterable[int] = (),
-) -> list[int]:
-    """Segments to replay now: the mandatory ones, then at most `at_most` fresh draws (bounded work per
-    claim: a run's coverage grows over its claims and re-verifications, never in one giant replay);
-    none once the run's coverage target is met. `earlier`: the run's segments replayed so far, `drawn`:
-    those of them a random draw chose and no claim forced (the rest were forced)."""
-    drawn = (set(drawn) - set(must)) & set(starts)
-    replayed = set(earlier) | set(must) | drawn
-    pool = [s for s in starts if s not in replayed]
-    open_ = len(drawn) + len(pool)  # stays put: each draw moves one segment from never replayed to drawn
-    chosen = list(must)
-    for s in order(seed_, pool)[:at_most]:
-        if _share(len(drawn), open_) >= target:
-            break
-        chosen.append(s)
-        drawn.add(s)
-    return chosen
-
-
-def coverage(starts: Iterable[int], replayed: Iterable[int], drawn: Iterable[int]) -> float:
-    """P(one fabricated segment where no claim forced a replay is caught) = drawn / (drawn + never replayed);
-    `drawn`: segments a draw chose and no claim forced."""
-    starts = set(starts)
-    drawn = set(drawn) & starts
-    return drawn_share(len(starts), len((set(replayed) & starts) | drawn), len(drawn))
-
-
-def drawn_share(total: int, replayed: int, drawn: int) -> float:
-    """The same from counts (replayed includes drawn): a run with every segment forced, or none, is covered."""
-    return _share(drawn, drawn + total - replayed)
-
-
-def _share(drawn: int, open_: int) -> float:
-    """drawn of the open segments (drawn + never replayed); none open: every segment replayed, covered."""
-    return drawn / open_ if open_ > 0 else 1.0
+    missed_: Fraction = Fraction(1),
+    pending: Iterable[int] = (),
+) -> Draw:
+    """What this verification replays beyond the mandatory segments: the pending draws first, then fresh draws
+    until the coverage reaches `target`, at most `at_most` in all (bounded work per verification: a run's
+    coverage grows over its claims and re-verifications). `earlier`: the run's segments replayed so far,
+    `missed_`: the run's miss probability so far (`missed` of its verifications' draws)."""
+    starts_ = set(starts)
+    replayed = set(earlier) | set(must)
+    pending_ = {s for s in pending if s in starts_} - replayed
+    carried = sorted(pending_)[: max(at_most, 0)]
+    pool = [s for s in starts if s not in replayed and s not in pending_]
+    room = max(at_most - len(carried), 0)
+    fresh = order(seed_, pool)[: min(room, draws_needed(missed_, len(pool), target))]
+    return Draw(tuple(carried), tuple(fresh), len(pool))

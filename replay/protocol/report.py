@@ -21,6 +21,11 @@ def _int(v) -> int | None:
     return v if type(v) is int else None
 
 
+def _count(v) -> int | None:
+    """A non-negative integer a JSON reader can hold exactly, or None."""
+    return v if type(v) is int and 0 <= v < 2**53 else None
+
+
 def _label(v) -> str:
     """A short printable label (device, version), or "" for anything else."""
     return v if isinstance(v, str) and len(v) <= 64 and v.isprintable() else ""
@@ -72,6 +77,8 @@ class Report:
     nonce: str = ""
     segments_replayed: tuple[int, ...] = ()
     segments_drawn: tuple[int, ...] = ()  # those of them a random draw chose (the rest a claim forced)
+    draw_pool: int | None = None  # how many never-replayed segments the draws were taken from (coverage.py)
+    draw_cut: int | None = None  # the draw the budget cut while it was replayed: the next verification's first
     segments_total: int | None = None
     coverage: float | None = None
     screen: dict | None = None
@@ -111,6 +118,8 @@ class Report:
             if isinstance(segments, list)
             else (),
             segments_drawn=_drawn(segments, drawn),
+            draw_pool=_count(obj.get("draw_pool")),
+            draw_cut=_count(obj.get("draw_cut")),
             segments_total=_int(obj.get("segments_total")),
             coverage=coverage if type(coverage) in (int, float) else None,
             screen=obj.get("screen") if isinstance(obj.get("screen"), dict) else None,
@@ -153,6 +162,8 @@ class Report:
             "nonce": self.nonce,
             "segments_replayed": list(self.segments_replayed),
             "segments_drawn": list(self.segments_drawn),
+            "draw_pool": self.draw_pool,
+            "draw_cut": self.draw_cut,
             "segments_total": self.segments_total,
             "coverage": self.coverage,
             "screen": self.screen,

@@ -79,12 +79,14 @@ def verify(
     store=None,
     coverage_target: float | None = None,
     replayed_segments: list[int] | None = None,
-    drawn_segments: list[int] | None = None,
+    earlier_draws: list[list[int]] | None = None,
+    pending_segments: list[int] | None = None,
 ) -> Verdict:
     """Verify a transcript directory against claims (a dict or a path to claims.json). See the module docstring.
 
-    The claims' optional fields (history, prover_chips, replayed_segments, drawn_segments, coverage_target; the
-    CLI contract) come from the ledger and the registry; the keyword arguments override the last three.
+    The claims' optional fields (history, prover_chips, replayed_segments, earlier_draws, pending_segments,
+    coverage_target; the CLI contract) come from the ledger and the registry; the coverage fields given as
+    arguments override the file's.
     """
     budget, rules = budget or Budget(), {**DEFAULT_RULES, **(rules or {})}
     report = {
@@ -97,6 +99,8 @@ def verify(
         "mismatch_step": None,
         "segments_replayed": [],
         "segments_drawn": [],
+        "draw_pool": None,
+        "draw_cut": None,
         "segments_total": 0,
         "coverage": 0.0,
         "screen": None,
@@ -121,8 +125,9 @@ def verify(
         report["segments_total"] = len(tr.checkpoints) - 1
         raw = read_json(claims, "claims")
         claim_list = parse_claims(raw, tr)
-        target, earlier, earlier_drawn = coverage_context(raw, tr, coverage_target, replayed_segments, drawn_segments)
-        report["coverage"] = coverage.coverage(tr.checkpoints[:-1], earlier, earlier_drawn)
+        context = coverage_context(raw, tr, coverage_target, replayed_segments, earlier_draws, pending_segments)
+        never = set(tr.checkpoints[:-1]) - context.replayed
+        report["coverage"] = coverage.coverage(context.missed, len(never))
         if raw is not None and raw["manifest"] != tr.hash:
             reasons.append("the claims answer for a different transcript (manifest hash differs)")
         compute, why = count_compute(tr, rules)
@@ -171,8 +176,10 @@ def verify(
         seed = coverage.seed(nonce, tr.hash, claims_bytes)
         starts = tr.checkpoints[:-1]
         must = coverage.mandatory(tr.checkpoints, [c["step"] for c in claim_list])
-        earlier_drawn -= set(must)  # forced now: no longer coverage, drawn earlier or not
-        fresh = coverage.plan(starts, must, earlier, seed, target, budget.segments, earlier_drawn)[len(must) :]
+        draw = coverage.draw(
+            starts, must, context.replayed, seed, context.target, budget.segments, context.missed, context.pending
+        )
+        report["draw_pool"] = draw.pool
         try:
             reasons += whole_transcript_checks(tr, report, tick)
             report["checks"]["screen"], why = screen_or_reason(tr, tick)  # reported, not a reason: see screen.py
@@ -199,15 +206,21 @@ def verify(
             report["budget_exhausted"] = True
             report["incomplete"] = f"the replay budget was spent before this claim's own checks were done: {e}"
         if not report.get("budget_exhausted"):
-            try:  # fresh draws add coverage; a budget spent here ends them, it is no finding against anyone
-                reasons += replay_segments(tr, replayer, fresh, report, store)
+            todo, before = [*draw.carried, *draw.fresh], len(report["segments"])
+            try:  # draws add coverage; a budget spent here ends them, it is no finding against anyone
+                reasons += replay_segments(tr, replayer, todo, report, store)
             except BudgetExhausted as e:
                 report["budget_spent"] = str(e)
+                # the draw being replayed when the budget ran out was revealed: the next verification replays it
+                # first (pending), so a segment made slow to replay cannot end the draws just before it is checked
+                cut = len(report["segments"]) - before
+                report["draw_cut"] = todo[cut] if cut < len(todo) else None
         done = {s["start"] for s in report["segments"]}
-        drawn = done & set(fresh)  # replayed by a random draw (the budget may end the draws early)
+        drawn = done & set(draw.fresh)  # completed random draws (the budget may end the draws early)
         report["segments_replayed"] = sorted(done)
         report["segments_drawn"] = sorted(drawn)
-        report["coverage"] = coverage.coverage(starts, earlier | done, earlier_drawn | drawn)
+        missed = context.missed * coverage.missed([(draw.pool, len(drawn))])
+        report["coverage"] = coverage.coverage(missed, len(set(starts) - context.replayed - done))
         report["replayed_steps"] = replayer.steps
         report["checks"]["rounding_window"] = {"max_ratio": replayer.max_window, "threshold": REL_WINDOW}
     except MalformedTranscript as e:

@@ -2,7 +2,8 @@
 
 What it does comes from $STUB_VERIFIER (JSON): {"mode": "verdict" | "crash" | "signal" | "garbage" | "memory" |
 "hang" | "inconsistent" | "other-nonce", "verdict": ..., "segments": [...], "drawn": [...] (those of the segments a
-random draw chose; default all of them), "total": N, "extra": {more output keys},
+random draw chose; default all of them), "total": N, "pool": N (default: as the verifier counts it), "cut": S (the
+draw a spent budget cut), "extra": {more output keys},
 "pairs": true (list the claim's pairs across runs whose other run has no figures, as the verifier does)}. Each run appends its
 argv, claims file, $TMPDIR and $REPLAY_FETCH_* as one JSON line to $STUB_RECORD.
 """
@@ -50,8 +51,15 @@ def main() -> int:
     segments = spec.get("segments", [0])
     total = spec.get("total", 10)
     drawn = spec.get("drawn", segments)
-    replayed = set(segments) | set(claims.get("replayed_segments", []))
-    all_drawn = set(drawn) | set(claims.get("drawn_segments", []))
+    earlier = set(claims.get("replayed_segments", []))
+    replayed = set(segments) | earlier
+    # as the verifier counts: the pool is what was never replayed, forced now or pending; the miss probability
+    # the product of (pool - drawn) / pool over the run's verifications (replay/protocol/coverage.py)
+    forced, pending = set(segments) - set(drawn), set(claims.get("pending_segments", []))
+    pool = spec.get("pool", total - len(earlier | forced | pending))
+    missed = 1.0
+    for p, d in [*claims.get("earlier_draws", []), [pool, len(drawn)]]:
+        missed *= (p - d) / p if p else 1.0
     out = {
         "verdict": "error" if mode == "crash" else verdict,
         "reasons": ["the verifier hit a bug"] if mode == "crash" else spec.get("reasons", []),
@@ -59,8 +67,10 @@ def main() -> int:
         "nonce": "00" * 16 if mode == "other-nonce" else nonce,
         "segments_replayed": segments,
         "segments_drawn": drawn,
+        "draw_pool": pool,
+        "draw_cut": spec.get("cut"),
         "segments_total": total,
-        "coverage": len(all_drawn) / (len(all_drawn) + total - len(replayed)),
+        "coverage": 1.0 if len(replayed) >= total else 1 - missed,
         "screen": None,
         "flops": 1.0e9,
         "steps": 20,

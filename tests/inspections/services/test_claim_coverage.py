@@ -3,9 +3,12 @@ run below its coverage target (``claim.reverified`` on the ledger) until the tar
 never final and never held against the prover; the desk shows the progress."""
 
 import hashlib
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.utils import timezone
 
 from inspections import queue, selectors
 from inspections.models import Alert, Claim, CoverageReverification
@@ -53,17 +56,28 @@ def test_a_run_below_target_is_reverified_until_the_target_is_met(
         assert claim_services.claim_coverage_reverify(verified.pk) == "verified"
         given = stub.runs()[-1]
         assert given["claims"]["replayed_segments"] == list(range(segment))  # its own segments count: fresh draws
-        assert given["argv"][given["argv"].index("--nonce") + 1] == verified.nonce  # the committed nonce
+        # each verification drew one of the segments never replayed: pools 4, 3, 2, ...
+        assert given["claims"]["earlier_draws"] == [[4 - k, 1] for k in range(segment)]
         run = selectors.run_coverage(verified.prover, MANIFEST)
         assert run["segments_replayed"] == list(range(segment + 1)) and run["reverifications"] == segment
     assert run["target_met"] and beat() == 0  # met: no more work
     assert claim_services.claim_coverage_reverify(verified.pk) == "target met"
     entries = Entry.objects.filter(kind="claim.reverified").order_by("seq")
     assert [e.payload["segments_replayed"] for e in entries] == [[1], [2], [3]]
-    assert {e.payload["nonce"] for e in entries} == {verified.nonce}
+    # each re-verification drew with a fresh nonce (the claim's own is public), committed before it ran
+    nonces = [e.payload["nonce"] for e in entries]
+    used = [r["argv"][r["argv"].index("--nonce") + 1] for r in stub.runs()[-3:]]
+    assert nonces == used and len(set(nonces) | {verified.nonce}) == 4
+    commitments = Entry.objects.filter(kind="claim.reverification_drawn").order_by("seq")
+    assert [c.payload["nonce_sha256"] for c in commitments] == [claim_services.nonce_commitment(n) for n in nonces]
+    assert all(c.seq < e.seq for c, e in zip(commitments, entries))
+    assert Claim.objects.get(pk=verified.pk).reverify_nonce == ""  # revealed: the next one draws afresh
     assert Claim.objects.get(pk=verified.pk).result == "verified" and not Alert.objects.exists()
     page = admin_client.get(f"/admin/desk/claim/{verified.pk}/").content.decode()
-    assert "4 of 4 segments replayed (4 drawn at random, the rest forced by claims) across 1 claim(s) and 3" in page
+    assert (
+        "4 of 4 segments replayed (4 drawn at random over 4 verification(s), the rest forced by claims) across 1 claim(s) and 3"
+        in page
+    )
     rebuild_ok()
 
 
@@ -82,14 +96,108 @@ def test_a_newer_claim_does_not_redirect_the_reverification(
     assert beat() == 1 and enqueued(stub)[-1] == verified.pk != newer.pk
 
 
-@pytest.mark.parametrize("mode", ["incomplete", "crash", "signal"])
-def test_a_spent_budget_or_our_failure_records_nothing_and_is_tried_again(verified, stub, mode, beat):  # noqa: F811
-    stub.set(verdict="incomplete", segments=[], total=4) if mode == "incomplete" else stub.set(mode=mode)
-    seq = Entry.objects.latest("seq").seq
+@pytest.mark.parametrize("mode", ["crash", "signal"])
+def test_our_failure_records_nothing_and_is_tried_again_with_the_same_nonce(verified, stub, mode, beat):  # noqa: F811
+    stub.set(mode=mode)
     assert claim_services.claim_coverage_reverify(verified.pk) == "not recorded"
-    assert Entry.objects.latest("seq").seq == seq and not Alert.objects.exists()  # nothing against the prover
+    [drawn] = Entry.objects.filter(kind="claim.reverification_drawn")  # committed before it ran
+    seq = Entry.objects.latest("seq").seq
+    assert not Entry.objects.filter(kind="claim.reverified").exists() and not Alert.objects.exists()
     assert Claim.objects.get(pk=verified.pk).result == "verified"
     assert beat() == 1 and enqueued(stub) == [verified.pk]  # still below target: the next interval tries again
+    assert claim_services.claim_coverage_reverify(verified.pk) == "not recorded"
+    assert Entry.objects.latest("seq").seq == seq  # no second commitment: a failure never redraws
+    first, again = (r["argv"][r["argv"].index("--nonce") + 1] for r in stub.runs()[-2:])
+    assert first == again != verified.nonce
+    assert drawn.payload["nonce_sha256"] == claim_services.nonce_commitment(first)
+    stub.set(verdict="verified", segments=[1], total=4)
+    assert claim_services.claim_coverage_reverify(verified.pk) == "verified"
+    assert Entry.objects.get(kind="claim.reverified").payload["nonce"] == first
+    rebuild_ok()
+
+
+def test_a_spent_budget_records_nothing_and_stalls_the_run_for_a_day(verified, stub, beat, admin_client):  # noqa: F811
+    """Issue #19: a claim whose own replay fills the budget leaves none for draws. Its re-verification is never
+    a verdict against anyone, and the beat does not spend the verifier on it every interval: it waits
+    REPLAY_STALLED_RETRY_SECONDS, and the desk says why the run's coverage does not grow."""
+    stub.set(verdict="incomplete", segments=[], total=4)
+    seq = Entry.objects.latest("seq").seq
+    assert claim_services.claim_coverage_reverify(verified.pk) == "not recorded"
+    assert not Entry.objects.filter(seq__gt=seq).exclude(kind="claim.reverification_drawn").exists()
+    assert not Alert.objects.exists() and Claim.objects.get(pk=verified.pk).result == "verified"
+    run = selectors.run_coverage(verified.prover, MANIFEST)
+    assert run["stalled_since"] is not None and not run["target_met"]
+    assert beat() == 0  # stalled: not every interval
+    later = timezone.now() + timedelta(seconds=settings.REPLAY_STALLED_RETRY_SECONDS + 1)
+    assert selectors.coverage_reverifications_due(10, now=later) == [verified.pk]  # a day later, tried again
+    page = admin_client.get(f"/admin/desk/claim/{verified.pk}/").content.decode()
+    assert "stalled since" in page and "REPLAY_MAX_SECONDS" in page
+    # a re-verification that draws clears it
+    stub.set(verdict="verified", segments=[1], total=4)
+    assert claim_services.claim_coverage_reverify(verified.pk) == "verified"
+    assert selectors.run_coverage(verified.prover, MANIFEST)["stalled_since"] is None and beat() == 1
+
+
+def test_a_draw_the_budget_cut_is_pending_until_replayed(verified, stub, beat):  # noqa: F811
+    """The draw being replayed when the budget ran out was revealed (a slow segment could be the fabricated
+    one): the run's target is not met while it is pending, and the next verification is told to replay it first."""
+    stub.set(verdict="verified", segments=[1, 2], drawn=[1, 2], total=4, pool=3)
+    assert claim_services.claim_coverage_reverify(verified.pk) == "verified"
+    stub.set(verdict="verified", segments=[], drawn=[], total=4, pool=1, cut=3)  # drew 3, the budget ran out
+    assert claim_services.claim_coverage_reverify(verified.pk) == "verified"
+    run = selectors.run_coverage(verified.prover, MANIFEST)
+    assert run["segments_pending"] == [3] and not run["target_met"]
+    assert beat() == 1
+    stub.set(verdict="verified", segments=[3], drawn=[], total=4, pool=0)
+    assert claim_services.claim_coverage_reverify(verified.pk) == "verified"
+    assert stub.runs()[-1]["claims"]["pending_segments"] == [3]
+    run = selectors.run_coverage(verified.prover, MANIFEST)
+    assert run["segments_pending"] == [] and run["target_met"] and run["coverage"] == 1.0
+    rebuild_ok()
+
+
+def test_claims_forcing_segments_after_the_draws_do_not_meet_the_target(
+    verified,
+    snapshots,  # noqa: F811
+    stub,  # noqa: F811
+    django_capture_on_commit_callbacks,
+):
+    """The prover sees the draws (the nonce is revealed with the verdict) and files claims that force every other
+    never-replayed segment but its fabrication (9). Each verification's (pool, drawn) stays on the ledger, so the
+    coverage is what the draws gave, 1/3, not the 2 / (2 + 1) the count drawn / (drawn + never replayed) gives."""
+    stub.set(verdict="verified", segments=[1], drawn=[1], total=10, pool=9)  # the claim replayed 0 (forced)
+    assert claim_services.claim_coverage_reverify(verified.pk) == "verified"
+    for counter, forced in ((1, [2, 3, 4]), (2, [5, 6, 7]), (3, [8])):  # claims forcing 2..8
+        stub.set(verdict="verified", segments=forced, drawn=[], total=10, pool=0)
+        forcing = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=counter)
+        assert claim_services.claim_verify(forcing.pk) == "verified"
+    run = selectors.run_coverage(verified.prover, MANIFEST)
+    assert run["segments_replayed"] == list(range(9)) and run["segments_drawn"] == [0, 1]
+    # the claim drew 1 of 4 (as it then knew the run), the re-verification 1 of 9: 9 escaped with 3/4 x 8/9
+    assert run["coverage"] == pytest.approx(1 - 3 / 4 * 8 / 9) and not run["target_met"]
+
+
+def test_a_malformed_drawn_segment_is_recorded_and_the_run_disputed(verified, stub, beat):  # noqa: F811
+    """A drawn segment whose material is malformed is evidence like a mismatch: dropping it would let a later
+    draw with a fresh nonce pass the segment by and the run meet its target."""
+    stub.set(verdict="malformed", reasons=["segment 2..3: the file is not a segment"], segments=[], total=4)
+    assert claim_services.claim_coverage_reverify(verified.pk) == "malformed"
+    row = CoverageReverification.objects.get()
+    assert row.result == "malformed" and Entry.objects.get(kind="claim.reverified").payload["result"] == "malformed"
+    assert "coverage re-verification" in Alert.objects.get(kind=Alert.Kind.CLAIM_FAILED).detail
+    run = selectors.run_coverage(verified.prover, MANIFEST)
+    assert run["disputed"] == 1 and not run["target_met"] and beat() == 0  # the regulator decides
+    assert Claim.objects.get(pk=verified.pk).result == "verified"
+    rebuild_ok()
+
+
+def test_a_reverification_nonce_changed_behind_the_ledger_is_reported(verified, stub):  # noqa: F811
+    stub.set(mode="crash")
+    claim_services.claim_coverage_reverify(verified.pk)
+    rebuild_ok()
+    Claim.objects.filter(pk=verified.pk).update(reverify_nonce="11" * 16)
+    with pytest.raises(AssertionError, match="claim"):
+        rebuild_ok()
 
 
 def test_a_reverification_that_disagrees_is_recorded_with_an_alert_and_covers_nothing(verified, stub):  # noqa: F811
@@ -195,7 +303,8 @@ def test_two_runs_verified_at_the_same_moment_have_their_pair_across_runs_rechec
     [row] = stub.runs()[-1]["claims"]["history"][snapshots.chip.serial]
     assert row["counter"] == 0 and row["run_steps"] == 20  # the other run's figures: the pair is judged now
     assert CoverageReverification.objects.get(claim=second.pk).report["across_runs_unchecked"] == []
-    assert beat() == 0 and claim_services.claim_coverage_reverify(second.pk) == "target met"
+    assert beat() == 0
+    assert claim_services.claim_coverage_reverify(second.pk) == ("disputed" if hidden else "target met")
     if hidden:
         conflict = Entry.objects.get(kind="claim.conflict")
         assert conflict.payload["counters"] == [1, 0] and conflict.payload["kind"] == "work"
@@ -223,3 +332,16 @@ def test_a_pair_judged_by_the_later_replay_is_not_rechecked(
     assert Claim.objects.get(pk=first.pk).report["across_runs_unchecked"]  # left to the other claim
     assert Claim.objects.get(pk=second.pk).report["across_runs_unchecked"] == []  # which judged it
     assert beat() == 0 and not selectors.cross_run_rechecks_due(10)
+
+
+def test_two_deliveries_of_one_reverification_record_its_draw_once(verified, stub):  # noqa: F811
+    """The beat sent the run twice (a slow queue) and two workers ran it at once: one nonce, one draw. Recorded
+    twice, the run's product would count the same draw as two independent chances to catch a fabrication."""
+    stub.set(verdict="verified", segments=[1], total=4)
+    replays = [claim_services.claim_replay(Claim.objects.get(pk=verified.pk), reverification=True) for _ in "ab"]
+    assert replays[0].nonce == replays[1].nonce != verified.nonce
+    assert claim_services.claim_reverification_record(verified.pk, replays[0]).result == "verified"
+    assert claim_services.claim_reverification_record(verified.pk, replays[1]) is None
+    assert CoverageReverification.objects.count() == 1
+    assert selectors.run_coverage(verified.prover, MANIFEST)["draws"] == 2  # the claim's and this one
+    rebuild_ok()

@@ -129,7 +129,7 @@ def test_the_verifier_is_told_the_snapshot_time_history_chips_and_coverage(
 
 
 def test_the_run_coverage_accumulates_across_claims_on_the_ledger(snapshots, stub, django_capture_on_commit_callbacks):
-    for counter, segments in ((0, [0, 3]), (1, [3, 5]), (2, [9])):
+    for counter, segments in ((0, [0, 3]), (1, [5]), (2, [9])):  # 2 of 10, 1 of 8, 1 of 7: missed 6/10
         stub.set(verdict="verified", segments=segments, total=10)
         c = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=counter)
         claim_services.claim_verify(c.pk)
@@ -146,29 +146,31 @@ def test_the_run_coverage_accumulates_across_claims_on_the_ledger(snapshots, stu
 
 def test_segments_a_claim_forced_give_no_coverage(snapshots, stub, django_capture_on_commit_callbacks):
     """The prover knows which segments its claims force (the segment before each claim's checkpoint) and would
-    fabricate another: only random draws cover, and the next claim's verifier is told which were drawn."""
+    fabricate another: only random draws cover, each verification's (pool, drawn) on the ledger, and the next
+    claim's verifier is told them."""
     stub.set(verdict="verified", segments=[0, 9], drawn=[0], total=10)
     first = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0)
     claim_services.claim_verify(first.pk)
     entry = Entry.objects.filter(kind="claim.verified").order_by("-seq").first()
     assert entry.payload["segments_drawn"] == [0] and entry.payload["segments_replayed"] == [0, 9]
+    assert entry.payload["draw_pool"] == 9  # 9 forced: the draw is from the other nine
     run = selectors.run_coverage(snapshots.prover, MANIFEST)
     assert run["segments_drawn"] == [0] and run["coverage"] == pytest.approx(1 / 9)  # 9 is out of the count
     stub.set(verdict="verified", segments=[3], total=10)
     second = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=1)
     claim_services.claim_verify(second.pk)
     sent = stub.runs()[-1]["claims"]
-    assert sent["replayed_segments"] == [0, 9] and sent["drawn_segments"] == [0]
-    assert selectors.run_coverage(snapshots.prover, MANIFEST)["coverage"] == pytest.approx(2 / 9)
-    # a report from before draws were told apart names none: its segments count as forced, never as coverage
+    assert sent["replayed_segments"] == [0, 9] and sent["earlier_draws"] == [[9, 1]]
+    assert selectors.run_coverage(snapshots.prover, MANIFEST)["coverage"] == pytest.approx(2 / 9)  # 1 - 8/9 x 7/8
+    # a report from before pools were kept draws nothing: its segments are replayed, its draws no coverage
     Claim.objects.filter(pk=first.pk).update(report={"segments_replayed": [0, 9], "segments_total": 10})
     assert selectors.run_coverage(snapshots.prover, MANIFEST)["coverage"] == pytest.approx(1 / 8)
-    # a later claim that forces a segment drawn earlier takes it out of the coverage: forced is forced
+    # a draw counts for the pool it was drawn from, whatever a later claim forces
     stub.set(verdict="verified", segments=[3, 5], drawn=[5], total=10)
     third = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=2)
     claim_services.claim_verify(third.pk)
     run = selectors.run_coverage(snapshots.prover, MANIFEST)
-    assert run["segments_drawn"] == [5] and run["coverage"] == pytest.approx(1 / 7)
+    assert run["segments_drawn"] == [3, 5] and run["coverage"] == pytest.approx(1 - 7 / 8 * 6 / 7)
 
 
 def test_a_failed_claims_segments_do_not_count_as_covered(snapshots, stub, django_capture_on_commit_callbacks):

@@ -98,22 +98,26 @@ def test_a_claim_replays_the_segment_that_made_its_checkpoint(tmp_path):
 
 def test_each_claim_replays_a_bounded_number_of_segments_and_coverage_accumulates(transcripts):
     """Issue #19 case 7: a claim replays its mandatory segment and at most --segments fresh ones; the run's
-    coverage grows over claims (their replayed_segments) instead of one replay of 90% of the run."""
+    coverage grows over claims (their replayed_segments and earlier_draws) instead of one replay of 90% of the run."""
     d = transcripts["mlp", "det64"]  # 3 segments: 0, 4, 8
     none = verify(d, None, Budget(segments=0), nonce=b"n" * 16)
     assert none.verdict == "verified" and none.details["segments_replayed"] == []  # no claim, no fresh draw
     done: list[int] = []
+    draws: list[list[int]] = []
     for claim_no in range(3):
         v = verify(
-            d, None, Budget(segments=1), nonce=bytes([claim_no]) * 16, replayed_segments=done, drawn_segments=done
+            d, None, Budget(segments=1), nonce=bytes([claim_no]) * 16, replayed_segments=done, earlier_draws=draws
         )
         assert v.verdict == "verified" and len(v.details["segments_replayed"]) == 1
         assert v.details["segments_drawn"] == v.details["segments_replayed"]  # no claim: every replay a draw
+        assert v.details["draw_pool"] == 3 - claim_no and v.details["draw_cut"] is None
         done += v.details["segments_replayed"]
+        draws.append([v.details["draw_pool"], 1])
+        # one of 3, then one of the 2 left, then the last: 1/3, 2/3, 1
         assert v.details["coverage"] == pytest.approx(len(set(done)) / 3)
     assert sorted(done) == [0, 4, 8]
     again = verify(d, None, Budget(segments=5), nonce=b"z" * 16, replayed_segments=done)
-    assert again.details["segments_replayed"] == []  # target met: nothing more to draw
+    assert again.details["segments_replayed"] == []  # every segment replayed: nothing more to draw
     picks = {
         tuple(
             verify(d, None, Budget(segments=1), nonce=bytes([n]) * 16, coverage_target=1).details["segments_replayed"]
@@ -136,22 +140,34 @@ def test_a_fabrication_away_from_the_claims_forced_segment_is_drawn_to_the_targe
         v = verify(d, c, Budget(segments=5), nonce=bytes([n]) * 16, coverage_target=0.6)
         assert v.verdict == "rejected" and 0 in v.details["segments_replayed"], (n, v.details["segments_replayed"])
         assert v.details["mismatch_step"] == 4 and 4 not in v.details["segments_drawn"]
-    # earlier replays the claims file does not list as drawn count as forced: no coverage, the draw goes on
+    # earlier replays with no draw listed count for nothing: the pool is what is left, the draw goes on
     v = verify(d, c, Budget(segments=5), nonce=b"x" * 16, coverage_target=0.5, replayed_segments=[0])
-    assert v.details["segments_drawn"] == [8] and v.details["coverage"] == 1.0
+    assert v.details["draw_pool"] == 1 and v.details["segments_drawn"] == [8] and v.details["coverage"] == 1.0
+    # one of two drawn earlier (miss 1/2) meets 0.5: nothing more is drawn
     told = verify(
-        d, c, Budget(segments=5), nonce=b"x" * 16, coverage_target=0.5, replayed_segments=[0], drawn_segments=[0]
+        d, c, Budget(segments=5), nonce=b"x" * 16, coverage_target=0.5, replayed_segments=[0], earlier_draws=[[2, 1]]
     )
     assert told.details["segments_drawn"] == [] and told.details["coverage"] == pytest.approx(0.5)
-    # a segment drawn earlier that this claim forces is no longer coverage: one of the two others must be drawn
-    forced = verify(
-        d, c, Budget(segments=5), nonce=b"y" * 16, coverage_target=0.5, replayed_segments=[4], drawn_segments=[4]
+    # a pending draw (an earlier budget cut it) is replayed first, outside the pool, and counts for nothing
+    carried = verify(
+        d, c, Budget(segments=1), nonce=b"x" * 16, coverage_target=0.5, replayed_segments=[8], pending_segments=[0]
     )
-    assert len(forced.details["segments_drawn"]) == 1 and 4 not in forced.details["segments_drawn"]
-    assert forced.details["coverage"] == pytest.approx(0.5)  # 1 of {0, 8}; counting 4 would say 2/3
-    for bad in ([8], "0", [0.0], [1]):
-        odd = verify(d, c, nonce=b"x" * 16, replayed_segments=[0], drawn_segments=bad)
-        assert odd.verdict == "malformed" and "drawn_segments" in odd.reasons[0], (bad, odd.reasons)
+    assert carried.verdict == "rejected" and carried.details["mismatch_step"] == 4
+    assert carried.details["segments_drawn"] == [] and carried.details["draw_pool"] == 0
+    for field, bad in (
+        ("earlier_draws", [[1, 2]]),
+        ("earlier_draws", [[2, True]]),
+        ("earlier_draws", [[2.0, 1]]),
+        ("earlier_draws", "[[2, 1]]"),
+        ("earlier_draws", [[2, -1]]),
+        ("earlier_draws", [[2**64, 1]]),
+        ("earlier_draws", [[2, 1, 0]]),
+        ("pending_segments", [1]),
+        ("pending_segments", [0.0]),
+        ("pending_segments", "0"),
+    ):
+        odd = verify(d, c, nonce=b"x" * 16, **{field: bad})
+        assert odd.verdict == "malformed" and field in odd.reasons[0], (bad, odd.reasons)
 
 
 def test_a_spent_budget_is_incomplete_never_a_rejection(transcripts):
@@ -165,6 +181,12 @@ def test_a_spent_budget_is_incomplete_never_a_rejection(transcripts):
     full = verify(d, c, Budget(segments=2, max_steps=4 + 4), nonce=b"q" * 16)  # mandatory 4..8 + the claim
     assert full.verdict == "verified" and "budget_spent" in full.details, full.reasons
     assert full.details["segments_replayed"] == [4]
+    # the draw being replayed when the budget ran out is named: the next verification replays it first
+    cut = full.details["draw_cut"]
+    assert cut in (0, 8) and full.details["segments_drawn"] == [] and full.details["draw_pool"] == 2
+    after = verify(d, c, Budget(segments=1), nonce=b"r" * 16, replayed_segments=[4], pending_segments=[cut])
+    assert after.verdict == "verified" and after.details["segments_replayed"] == sorted({4, cut})
+    assert after.details["segments_drawn"] == [] and after.details["draw_pool"] == 1  # carried: no coverage
 
 
 def test_filing_a_later_snapshot_first_does_not_skip_the_order_check(mlp):

@@ -337,6 +337,11 @@ def test_the_verifier_returns_a_typed_report(mlp):
     drawn = Report.from_json({"verdict": "verified", "segments_replayed": [0, 4], "segments_drawn": [4, 8, True, "0"]})
     assert drawn.segments_drawn == (4,) and drawn.summary()["segments_drawn"] == [4]
     assert Report.from_json({"verdict": "verified", "segments_drawn": [0]}).segments_drawn == ()
+    for bad in (True, -1, 2**53, 1.0, "3", None):
+        odd = Report.from_json({"verdict": "verified", "draw_pool": bad, "draw_cut": bad})
+        assert odd.draw_pool is None and odd.draw_cut is None, bad
+    kept = Report.from_json({"verdict": "verified", "draw_pool": 7, "draw_cut": 0}).summary()
+    assert kept["draw_pool"] == 7 and kept["draw_cut"] == 0
     labelled = Report.from_json({"verdict": "verified", "device": "cuda:0", "torch": "2.13.0", "x": 1})
     assert (labelled.device, labelled.torch) == ("cuda:0", "2.13.0")
     assert Report.from_json({"verdict": "verified", "device": "x" * 65, "torch": ["2"]}).summary()["device"] == ""
