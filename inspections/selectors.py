@@ -177,7 +177,7 @@ def claim_request(claim: Claim, *, own_covered: bool = False) -> dict:
         "prover_chips": prover_chips(claim.prover),
         "run_snapshots": run_snapshot_times(claim.prover, claim.manifest),
         "replayed_segments": sorted(replays.replayed),
-        "earlier_draws": [list(d) for d in replays.draws],
+        "earlier_draws": [list(d) for d in informative(replays.draws)],
         "pending_segments": sorted(replays.pending),
         "coverage_target": settings.REPLAY_COVERAGE_TARGET,
     }
@@ -293,11 +293,35 @@ def _run_replays(prover: Organisation, manifest: str, exclude: int | None) -> Ru
         out.replayed.update(these)
         out.drawn.update(chosen)
         pool, cut = report.get("draw_pool"), report.get("draw_cut")
-        if type(pool) is int and len(chosen) <= pool:  # reports from before pools were kept draw nothing
+        if type(pool) is int and 0 < len(chosen) <= pool:  # reports from before pools were kept draw nothing
             out.draws.append((pool, len(chosen)))
         if type(cut) is int:
             out.cut.add(cut)
     return out
+
+
+# Outcomes of a claim's verification whose draws count for nothing although they may have drawn a fabricated
+# segment (a mismatch, a segment whose material does not parse, a verifier that failed on it every retry): a
+# run with one is disputed. Its target is not met and the beat leaves it to the regulator, or a prover could
+# file claims until the draws passed its fabrication by. (timed_out: legacy verdicts, before draws were kept.)
+UNCOUNTED_DRAWS = (
+    Claim.Result.MISMATCH,
+    Claim.Result.RULE_VIOLATED,
+    Claim.Result.MALFORMED,
+    Claim.Result.UNAVAILABLE,
+    Claim.Result.ERROR,
+)
+
+
+MAX_DRAWS = 100_000  # the verifier's cap on earlier_draws (replay/protocol/claims_file.py)
+
+
+def informative(draws: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """At most MAX_DRAWS of the run's (pool, drawn) pairs, those that lower the miss probability most: a pair
+    left out only raises it (the safe side), and a longer list would make an honest claim malformed."""
+    if len(draws) <= MAX_DRAWS:
+        return draws
+    return sorted(draws, key=lambda d: d[1] / d[0], reverse=True)[:MAX_DRAWS]
 
 
 def run_coverage(prover: Organisation, manifest: str) -> dict:
@@ -314,7 +338,9 @@ def run_coverage(prover: Organisation, manifest: str) -> dict:
     caught = run_coverage_share(replays.draws, never) if total else 0.0
     pending = sorted(replays.pending)
     again = CoverageReverification.objects.filter(claim__prover=prover, claim__manifest=manifest)
-    disputed = again.exclude(result=Claim.Result.VERIFIED).count()
+    disputed = again.exclude(result=Claim.Result.VERIFIED).count() + sum(
+        1 for c in claims if c["result"] in UNCOUNTED_DRAWS
+    )
     stalled = run_claims(prover, manifest).aggregate(last=Max("coverage_stalled_at"))["last"]
     return {
         "prover": prover.slug,
@@ -331,11 +357,11 @@ def run_coverage(prover: Organisation, manifest: str) -> dict:
         # the latest verified claim's own figure (the run's coverage as that verification saw it)
         "verifier_coverage": next((r for r in reversed(reported) if isinstance(r, (int, float))), None),
         "target": settings.REPLAY_COVERAGE_TARGET,
-        # a re-verification that disagreed is exact evidence: the regulator decides, no more coverage work
+        # verifications that did not verify (claims or re-verifications): the regulator decides, no more coverage work
         "disputed": disputed,
         "target_met": bool(total) and caught >= settings.REPLAY_COVERAGE_TARGET and not pending and not disputed,
         "reverifications": again.count(),
-        # the claims' own replays fill the budget, so re-verifications draw nothing (retried once a day)
+        # re-verifications made no progress (the claims' own replays fill the budget, or ours failed): once a day
         "stalled_since": stalled,
     }
 

@@ -569,7 +569,14 @@ def claim_coverage_reverify(claim_id: int) -> str:
     try:
         verdict = claim_replay(claim, reverification=True)
     except (verification.VerifierFailed, verification.MaterialUnavailable) as failed:
+        _coverage_stalled(claim_id, True)  # not every beat: a run failing on our side must not starve the others
         logger.warning("coverage re-verification of claim %s: %s", claim_id, failed)
+        return "not recorded"
+    if not verdict.nonce or verdict.nonce != Claim.objects.get(pk=claim_id).reverify_nonce:
+        # no replay with the committed nonce ran (our copy of the material is gone and could not be made
+        # again): nothing was drawn, so nothing is evidence either way
+        _coverage_stalled(claim_id, True)
+        logger.warning("coverage re-verification of claim %s: no replay ran (%s)", claim_id, verdict.reasons[:1])
         return "not recorded"
     result, _ = claim_outcome(verdict)
     if verdict.verdict == "incomplete":  # the claim's own replays filled the budget: no draw could run
@@ -607,7 +614,7 @@ def claim_reverification_record(claim_id: int, verdict: dict | Report) -> Covera
     claim = Claim.objects.select_for_update().select_related("snapshot__chip", "prover").get(pk=claim_id)
     result, step = claim_outcome(verdict)
     summary = claim_summary(verdict)
-    if summary["nonce"] and summary["nonce"] != claim.reverify_nonce:
+    if not summary["nonce"] or summary["nonce"] != claim.reverify_nonce:
         return None
     chip = claim.snapshot.chip
     entry = ledger.append_entry(

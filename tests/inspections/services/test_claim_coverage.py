@@ -3,6 +3,7 @@ run below its coverage target (``claim.reverified`` on the ledger) until the tar
 never final and never held against the prover; the desk shows the progress."""
 
 import hashlib
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from inspections import queue, selectors
+from inspections import queue, selectors, verification
 from inspections.models import Alert, Claim, CoverageReverification
 from inspections.services import claims as claim_services
 from inspections.tasks import reverify_coverage
@@ -104,7 +105,10 @@ def test_our_failure_records_nothing_and_is_tried_again_with_the_same_nonce(veri
     seq = Entry.objects.latest("seq").seq
     assert not Entry.objects.filter(kind="claim.reverified").exists() and not Alert.objects.exists()
     assert Claim.objects.get(pk=verified.pk).result == "verified"
-    assert beat() == 1 and enqueued(stub) == [verified.pk]  # still below target: the next interval tries again
+    # still below target, but not every interval: a run failing on our side must not starve the others
+    assert beat() == 0
+    later = timezone.now() + timedelta(seconds=settings.REPLAY_STALLED_RETRY_SECONDS + 1)
+    assert selectors.coverage_reverifications_due(10, now=later) == [verified.pk]
     assert claim_services.claim_coverage_reverify(verified.pk) == "not recorded"
     assert Entry.objects.latest("seq").seq == seq  # no second commitment: a failure never redraws
     first, again = (r["argv"][r["argv"].index("--nonce") + 1] for r in stub.runs()[-2:])
@@ -345,3 +349,55 @@ def test_two_deliveries_of_one_reverification_record_its_draw_once(verified, stu
     assert CoverageReverification.objects.count() == 1
     assert selectors.run_coverage(verified.prover, MANIFEST)["draws"] == 2  # the claim's and this one
     rebuild_ok()
+
+
+def test_a_claim_whose_verification_did_not_verify_disputes_its_run(
+    verified,
+    snapshots,  # noqa: F811
+    stub,  # noqa: F811
+    django_capture_on_commit_callbacks,
+    beat,
+):
+    """A verification that ends malformed (a segment whose material parses only when it is replayed) drew its
+    segments for nothing, and one may have been the fabrication: were the run still to meet its target, the
+    prover could file claims until the draws passed it by."""
+    stub.set(verdict="malformed", reasons=["segment 3..4: the rounding log does not parse"], segments=[], total=4)
+    bad = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=1)
+    assert claim_services.claim_verify(bad.pk) == "malformed"
+    stub.set(verdict="verified", segments=[1, 2, 3], drawn=[1, 2, 3], total=4)
+    good = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=2)
+    assert claim_services.claim_verify(good.pk) == "verified"
+    run = selectors.run_coverage(verified.prover, MANIFEST)
+    assert run["coverage"] == 1.0 and run["disputed"] == 1 and not run["target_met"]
+    assert beat() == 0  # the regulator decides
+    assert claim_services.claim_coverage_reverify(verified.pk) == "disputed"
+
+
+def test_claims_that_draw_nothing_send_no_pairs(verified, snapshots, stub, django_capture_on_commit_callbacks):  # noqa: F811
+    """A verification that drew nothing (the target was met) changes no product: sending it would only lengthen
+    the list toward the verifier's cap, past which an honest claim's file would be malformed."""
+    stub.set(verdict="verified", segments=[3], drawn=[], total=4)
+    second = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=1)
+    assert claim_services.claim_verify(second.pk) == "verified"
+    assert selectors.claim_request(Claim.objects.get(pk=second.pk), own_covered=True)["earlier_draws"] == [[4, 1]]
+    many = [(10, 1)] * (selectors.MAX_DRAWS - 1) + [(10, 9), (10, 5)]
+    kept = selectors.informative(many)
+    assert len(kept) == selectors.MAX_DRAWS and kept[:2] == [(10, 9), (10, 5)]
+
+
+def test_a_reverification_with_no_replay_behind_it_records_nothing(verified, stub, settings, tmp_path):  # noqa: F811
+    """Our copy of the material is gone and the prover's location is no longer allowed: the copy is refused
+    before any nonce or replay. Nothing was drawn, so nothing is evidence: not recorded, no alert, stalled."""
+    shutil.rmtree(verification.material_dir(verified.manifest))
+    settings.TRANSCRIPT_ROOTS = [str(tmp_path / "elsewhere")]
+    assert claim_services.claim_coverage_reverify(verified.pk) == "not recorded"
+    assert not CoverageReverification.objects.exists() and not Alert.objects.exists()
+    assert selectors.run_coverage(verified.prover, MANIFEST)["stalled_since"] is not None
+
+
+def test_a_verdict_without_the_committed_nonce_is_not_recorded(verified, stub):  # noqa: F811
+    stub.set(verdict="verified", segments=[1], total=4)
+    verdict = claim_services.claim_replay(Claim.objects.get(pk=verified.pk), reverification=True)
+    assert claim_services.claim_reverification_record(verified.pk, {**verdict.summary(), "nonce": ""}) is None
+    assert claim_services.claim_reverification_record(verified.pk, verdict).result == "verified"
+    assert claim_services.claim_reverification_record(verified.pk, verdict) is None  # once
