@@ -401,3 +401,9 @@ def test_a_verdict_without_the_committed_nonce_is_not_recorded(verified, stub): 
     assert claim_services.claim_reverification_record(verified.pk, {**verdict.summary(), "nonce": ""}) is None
     assert claim_services.claim_reverification_record(verified.pk, verdict).result == "verified"
     assert claim_services.claim_reverification_record(verified.pk, verdict) is None  # once
+
+
+def test_the_cap_on_pairs_sent_is_the_verifiers():
+    from replay.protocol import claims_file
+
+    assert selectors.MAX_DRAWS == claims_file.MAX_DRAWS
