@@ -142,7 +142,7 @@ def test_a_spent_budget_records_nothing_and_stalls_the_run_for_a_day(verified, s
     assert selectors.run_coverage(verified.prover, MANIFEST)["stalled_since"] is None and beat() == 1
 
 
-def test_a_draw_the_budget_cut_is_pending_until_replayed(verified, stub, beat):  # noqa: F811
+def test_a_draw_the_budget_cut_is_pending_until_replayed(verified, stub, beat, admin_client):  # noqa: F811
     """The draw being replayed when the budget ran out was revealed (a slow segment could be the fabricated
     one): the run's target is not met while it is pending, and the next verification is told to replay it first."""
     stub.set(verdict="verified", segments=[1, 2], drawn=[1, 2], total=4, pool=3)
@@ -151,6 +151,10 @@ def test_a_draw_the_budget_cut_is_pending_until_replayed(verified, stub, beat): 
     assert claim_services.claim_coverage_reverify(verified.pk) == "verified"
     run = selectors.run_coverage(verified.prover, MANIFEST)
     assert run["segments_pending"] == [3] and not run["target_met"]
+    page = admin_client.get(f"/admin/desk/claim/{verified.pk}/").content.decode()
+    assert "segments 3 were drawn but the replay budget ran out while they replayed" in page
+    runs = admin_client.get("/admin/inspections/claim/runs/").content.decode()
+    assert "pending: 3" in runs
     assert beat() == 1
     stub.set(verdict="verified", segments=[3], drawn=[], total=4, pool=0)
     assert claim_services.claim_coverage_reverify(verified.pk) == "verified"
