@@ -42,6 +42,7 @@ MAX_HISTORY = 1_000_000
 # firmware counting executed FLOPs (recomputation, communication kernels) calibrates its own overhead into
 # what it reports per step. Tighter than 2x, so two-fold hidden work never hides in it.
 WORK_TOLERANCE = 0.25
+TIME_RESOLUTION_SECONDS = 1  # snapshot times are signed in whole seconds
 MAX_WORK = 2**128 - 1
 MAX_UNCHECKED = 100  # pairs across runs named in a report (a claim has at most two per chip)
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z")
@@ -307,7 +308,7 @@ def _chip(
             )
         elif peaks is not None and b["step"] > a["step"]:
             need = (b["step"] - a["step"]) * flops_per_step
-            can = (b["at"] - a["at"]).total_seconds() * _capacity(peaks, spans, a["at"], b["at"])
+            can = _elapsed(a, b) * _capacity(peaks, spans, a["at"], b["at"])
             if need > can:
                 involve(
                     "pace",
@@ -316,13 +317,13 @@ def _chip(
                     a,
                     b,
                 )
-            elif bottleneck is not None and need > (b["at"] - a["at"]).total_seconds() * bottleneck[1]:
+            elif bottleneck is not None and need > _elapsed(a, b) * bottleneck[1]:
                 slow, rate = bottleneck
                 involve(
                     "pace",
                     f"chip {serial}: steps {a['step']}..{b['step']} need {need:.3e} FLOPs between {a['time']} and "
                     f"{b['time']}; chip {slow[:64]} must do its shard's share of every step, so the run can do at "
-                    f"most {(b['at'] - a['at']).total_seconds() * rate:.3e} (its peak over its share)",
+                    f"most {_elapsed(a, b) * rate:.3e} (its peak over its share)",
                     a,
                     b,
                 )
@@ -344,6 +345,12 @@ def _chip(
     return reasons, conflicts
 
 
+def _elapsed(a: dict, b: dict) -> float:
+    """The most time that can have passed between two signed snapshot times: the firmware signs whole seconds
+    (firmware.py), so two snapshots logged in the same second may lie up to a second apart."""
+    return (b["at"] - a["at"]).total_seconds() + TIME_RESOLUTION_SECONDS
+
+
 def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: float) -> tuple[list, list, dict]:
     """Work the chip's firmware counted between consecutive snapshots against the FLOPs of the steps between
     them (its shard's share): within this run, more is unaccounted work, less is work claimed but not done, and
@@ -360,10 +367,16 @@ def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: 
         # snapshot must be this run's steps so far (work before a chip's first snapshot hides nowhere)
         ordered.insert(0, {"counter": -1, "flops": 0, "step": 0, "run": run, "mine": True})
     reasons, conflicts, pairs = [], [], {"pairs": 0, "across_runs": 0, "across_runs_unchecked": 0, "unchecked": []}
+    seen_runs: set[str] = set()
     for a, b in zip(ordered, ordered[1:]):
+        first_of_run = b["run"] not in seen_runs and b["run"] != a["run"]
+        seen_runs.add(a["run"])
         if a["run"] != b["run"]:
             if run in (a["run"], b["run"]):
-                detail = _across_runs(serial, a, b, pairs)
+                flops_b = flops_per_step * share if b["run"] == run else b.get("chip_step_flops")
+                detail = _across_runs(serial, a, b, pairs) or (
+                    _run_start_not_done(serial, a, b, flops_b) if first_of_run else None
+                )
                 if detail:
                     reasons.append(detail)
                     conflicts += [
@@ -376,13 +389,17 @@ def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: 
         counted = b["flops"] - a["flops"]
         expected = max(b["step"] - a["step"], 0) * flops_per_step * share
         slack = WORK_TOLERANCE * max(expected, flops_per_step * share)
-        if a["counter"] < 0 and counted <= expected + slack:
-            continue  # before its first snapshot only an excess is evidence (a chip may have joined late)
         if counted < 0:
             detail = f"chip {serial}: its FLOP counter went down between counters {a['counter']} and {b['counter']}"
         elif a["counter"] < 0 and counted > expected + slack:
             detail = (
                 f"unaccounted work: chip {serial} counted {counted:.4g} FLOPs since fabrication by its first snapshot "
+                f"(step {b['step']}), the run's steps so far need {expected:.4g}"
+            )
+        elif a["counter"] < 0 and counted < expected - slack:
+            # the layout is fixed for the whole run: a chip holding a shard did every step of it from step 0
+            detail = (
+                f"work not done: chip {serial} counted {counted:.4g} FLOPs since fabrication by its first snapshot "
                 f"(step {b['step']}), the run's steps so far need {expected:.4g}"
             )
         elif counted > expected + slack:
@@ -402,6 +419,23 @@ def _work(serial: str, evs: list[dict], run: str, share: float, flops_per_step: 
             if not e.get("mine"):
                 conflicts.append({"counter": e["counter"], "kind": "work", "detail": detail})
     return reasons, conflicts, pairs
+
+
+def _run_start_not_done(serial: str, a: dict, b: dict, flops_b) -> str | None:
+    """A chip's first known snapshot `b` of a run after its snapshot `a` of another: the layout is fixed for the
+    whole run, so a chip holding a shard did every step of it up to b's after a (runs on one chip do not
+    overlap), and its counters count them. Fewer FLOPs than that is a run the chip never computed (a copied
+    transcript answered with its own snapshots). Snapshots between the two not known yet only add work."""
+    if flops_b is None or b["counter"] <= a["counter"]:
+        return None
+    counted, expected = b["flops"] - a["flops"], b["step"] * flops_b
+    if counted >= expected - WORK_TOLERANCE * max(expected, flops_b):
+        return None
+    return (
+        f"work not done: chip {serial} counted {counted:.4g} FLOPs between counter {a['counter']} (run "
+        f"{a['run'][:16]}...) and counter {b['counter']} (step {b['step']}, run {b['run'][:16]}...), the later "
+        f"run's steps so far need {expected:.4g}"
+    )
 
 
 def _across_runs(serial: str, a: dict, b: dict, pairs: dict) -> str | None:

@@ -232,6 +232,22 @@ def test_idle_chips_do_not_pad_the_pace(mlp):
     assert padded.details["checks"]["chips"]["peak_flops"] == len(working)  # 1 FLOP/s each, the idle ones left out
 
 
+def test_two_snapshots_signed_in_the_same_second_keep_up_with_a_fast_chip(mlp):
+    """Issue #19, re-probed: the firmware signs whole seconds, and a fast chip logs a random snapshot and the
+    run's closing one within a second. Zero seconds apart is not zero time: the pace allows the second."""
+    a, b = two_on_one_chip(mlp)
+    c = claims(mlp)
+    same = {**b, "time": a["time"]}
+    c["claims"] = [a, same]
+    layout = manifest(mlp)["shards"]
+    fast = {s["serial"]: {"model": "h100", "peak_flops_16bit": 1e15} for s in layout}
+    v = verify(mlp, {**c, "prover_chips": fast}, Budget(segments=0), coverage_target=0.0)
+    assert v.verdict == "verified" and v.details["checks"]["chips"]["pace_checked"], v.reasons
+    slow = {s: {"model": "toy", "peak_flops_16bit": 1.0} for s in fast}
+    v = verify(mlp, {**c, "prover_chips": slow}, Budget(segments=0), coverage_target=0.0)
+    assert v.verdict == "rejected" and any("pace" in x or "more than" in x for x in v.reasons), v.reasons
+
+
 def test_chips_with_a_sliver_of_the_model_do_not_pad_the_pace(mlp):
     """Issue #19 case 3, re-probed: the padding chips hold ONE parameter each (a non-empty shard) and log snapshots
     of the run all along (their sliver's hashes, answered by the prover), so they count as working. Their peak
@@ -242,7 +258,9 @@ def test_chips_with_a_sliver_of_the_model_do_not_pad_the_pace(mlp):
     assert a["serial"] != m["shards"][0]["serial"]
     seconds = (datetime.fromisoformat(b["time"][:-1]) - datetime.fromisoformat(a["time"][:-1])).total_seconds()
     need = (b["step"] - a["step"]) * verify_with(mlp).details["flops_per_step"]
-    working = {s["serial"]: {"model": "toy", "peak_flops_16bit": need / seconds / 4} for s in m["shards"]}
+    # each working chip at half the pace its quarter of the model needs (a clear margin: snapshot times are
+    # whole seconds, so the pace allows one second more than the signed times say)
+    working = {s["serial"]: {"model": "toy", "peak_flops_16bit": need / seconds / 8} for s in m["shards"]}
     pads = [f"PAD-{i}" for i in range(30)]
     m["shards"][0]["start"] = len(pads)  # the slivers come off the first chip's shard (its claims are left out)
     m["shards"] = [{"serial": s, "start": i, "end": i + 1} for i, s in enumerate(pads)] + m["shards"]
@@ -408,7 +426,8 @@ def test_hidden_work_is_counted_by_the_chips(tmp_path):
 
 def test_work_before_a_chips_first_snapshot_is_accounted_from_fabrication():
     """The counters count from fabrication: a chip whose first record ever (counter 0) already shows more work
-    than the run's steps so far did that work for no claim; less is fine (a chip may join a run late)."""
+    than the run's steps so far did that work for no claim; less is work the chip never did (the layout is fixed
+    for the whole run: a chip holding a shard computes it from step 0)."""
     from replay.protocol.chips_and_time import _work
 
     def ev(counter, step, flops):
@@ -416,12 +435,39 @@ def test_work_before_a_chips_first_snapshot_is_accounted_from_fabrication():
 
     ok, _, pairs = _work("c", [ev(0, 4, 400), ev(1, 6, 600)], "r", 1.0, 100.0)
     assert ok == [] and pairs["pairs"] == 2
-    late, _, _ = _work("c", [ev(0, 4, 100), ev(1, 6, 300)], "r", 1.0, 100.0)
-    assert late == []
+    never, _, _ = _work("c", [ev(0, 4, 100), ev(1, 6, 300)], "r", 1.0, 100.0)
+    assert len(never) == 1 and "work not done" in never[0] and "since fabrication" in never[0]
+    within, _, _ = _work("c", [ev(0, 4, 320), ev(1, 6, 520)], "r", 1.0, 100.0)  # within the tolerance
+    assert within == []
     hidden, _, _ = _work("c", [ev(0, 4, 900), ev(1, 6, 1100)], "r", 1.0, 100.0)
     assert len(hidden) == 1 and "since fabrication" in hidden[0]
     again, _, _ = _work("c", [ev(3, 4, 900), ev(4, 6, 1100)], "r", 1.0, 100.0)
     assert again == []  # not its first record: earlier work belongs to earlier snapshots
+
+
+def test_a_copied_transcript_answered_with_a_chips_own_snapshots_is_work_not_done():
+    """Issue #19, re-probed: a prover copies another run's transcript, writes its own chips into the layout
+    and answers a snapshot its chip logged at rest with the copied run's last step. Its counters did none of the
+    run: between its last snapshot of another run and its first of this one they must have counted this run's
+    steps so far (snapshots between, unknown yet, only add work)."""
+    from replay.protocol.chips_and_time import _work
+
+    def ev(counter, run, step, flops, mine):
+        return {"counter": counter, "step": step, "flops": flops, "run": run, "mine": mine}
+
+    before = {**ev(6, "q", 10, 5000, False), "run_steps": 10, "chip_step_flops": 100.0}
+    stolen, _, _ = _work("c", [before, ev(7, "r", 20, 5000, True)], "r", 1.0, 100.0)
+    assert len(stolen) == 1 and "work not done" in stolen[0] and "counter 6" in stolen[0]
+    gap, _, _ = _work("c", [before, ev(9, "r", 20, 5000, True)], "r", 1.0, 100.0)  # 7 and 8 not claimed yet
+    assert len(gap) == 1 and "work not done" in gap[0]
+    honest, _, _ = _work("c", [before, ev(7, "r", 20, 7000, True)], "r", 1.0, 100.0)
+    assert honest == []
+    first_ever, _, _ = _work("c", [ev(0, "r", 20, 0, True)], "r", 1.0, 100.0)
+    assert len(first_ever) == 1 and "since fabrication" in first_ever[0]
+    # seen from the other run's verification: the later run's figures come from the ledger (history)
+    later = {**ev(7, "r", 20, 5000, False), "run_steps": 20, "chip_step_flops": 100.0}
+    seen, _, _ = _work("c", [{**before, "mine": True}, later], "q", 1.0, 100.0)
+    assert len(seen) == 1 and "work not done" in seen[0]
 
 
 def _two_runs(tmp_path, hidden_after_first: int, gap_hours: float = 0.0, first_rate: float = 0.5):
