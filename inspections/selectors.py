@@ -13,7 +13,7 @@ from registry.selectors import chip_owner_at
 from rules.inspection_planning import ELIGIBLE, OWNERS_ONLY, counts_as_prover, prover_plan
 
 from .models import Campaign, CaseText, Claim, CoverageReverification, InspectionTask, Snapshot, SnapshotLog
-from .verification import run_coverage_share
+from .verification import MAX_DRAWS, run_coverage_share
 
 
 def case_texts(user, commitments) -> dict[str, str]:
@@ -313,9 +313,6 @@ UNCOUNTED_DRAWS = (
 )
 
 
-MAX_DRAWS = 100_000  # the verifier's cap on earlier_draws (replay/protocol/claims_file.py)
-
-
 def informative(draws: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """At most MAX_DRAWS of the run's (pool, drawn) pairs, those that lower the miss probability most: a pair
     left out only raises it (the safe side), and a longer list would make an honest claim malformed."""
@@ -329,7 +326,9 @@ def run_coverage(prover: Organisation, manifest: str) -> dict:
     where no claim forced a replay would have been caught: 1 - the product over the run's verified
     verifications of (pool - drawn) / pool (replay/protocol/coverage.py). Reports that kept no pool draw nothing.
     The target is met only with no cut draw pending."""
-    claims = list(run_claims(prover, manifest).order_by("claimed_seq").values("run", "result", "report"))
+    claims = list(
+        run_claims(prover, manifest).order_by("claimed_seq").values("run", "result", "report", "coverage_stalled_at")
+    )
     replays = _run_replays(prover, manifest, None)
     totals = [c["report"].get("segments_total") for c in claims if c["result"] == Claim.Result.VERIFIED]
     total = max((t for t in totals if type(t) is int and t > 0), default=0)
@@ -337,11 +336,11 @@ def run_coverage(prover: Organisation, manifest: str) -> dict:
     never = max(total - len(replays.replayed), 0)
     caught = run_coverage_share(replays.draws, never) if total else 0.0
     pending = sorted(replays.pending)
-    again = CoverageReverification.objects.filter(claim__prover=prover, claim__manifest=manifest)
-    disputed = again.exclude(result=Claim.Result.VERIFIED).count() + sum(
-        1 for c in claims if c["result"] in UNCOUNTED_DRAWS
+    again = CoverageReverification.objects.filter(claim__prover=prover, claim__manifest=manifest).aggregate(
+        count=Count("pk"), disputed=Count("pk", filter=~Q(result=Claim.Result.VERIFIED))
     )
-    stalled = run_claims(prover, manifest).aggregate(last=Max("coverage_stalled_at"))["last"]
+    disputed = again["disputed"] + sum(1 for c in claims if c["result"] in UNCOUNTED_DRAWS)
+    stalled = max((c["coverage_stalled_at"] for c in claims if c["coverage_stalled_at"]), default=None)
     return {
         "prover": prover.slug,
         "manifest": manifest,
@@ -360,7 +359,7 @@ def run_coverage(prover: Organisation, manifest: str) -> dict:
         # verifications that did not verify (claims or re-verifications): the regulator decides, no more coverage work
         "disputed": disputed,
         "target_met": bool(total) and caught >= settings.REPLAY_COVERAGE_TARGET and not pending and not disputed,
-        "reverifications": again.count(),
+        "reverifications": again["count"],
         # re-verifications made no progress (the claims' own replays fill the budget, or ours failed): once a day
         "stalled_since": stalled,
     }

@@ -37,6 +37,7 @@ from . import transcript_location
 log = logging.getLogger(__name__)
 EXITS = {0: "verified", 1: "rejected", 2: "malformed", 4: "incomplete"}
 MAX_OUTPUT = 16 << 20
+MAX_DRAWS = coverage.MAX_DRAWS  # the verifier's cap on a claims file's earlier_draws
 
 
 class VerifierFailed(Exception):

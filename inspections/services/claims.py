@@ -433,17 +433,7 @@ def claim_material(claim: Claim, scratch: Path) -> tuple[Path, str]:
             # reveals can be checked against a commitment made only once the material was in our hands; every
             # nonce kept is committed, so the rebuild checks each live nonce against the ledger (docs/claims.md §6)
             locked.nonce, locked.material = verification.new_nonce(), claim.manifest
-            ledger.append_entry(
-                "claim.material_copied",
-                {
-                    "claim": locked.pk,
-                    "chip": locked.snapshot.chip.serial,
-                    "counter": locked.snapshot.counter,
-                    "manifest": locked.manifest,
-                    "nonce_sha256": nonce_commitment(locked.nonce),
-                },
-                "system",
-            )
+            _nonce_committed("claim.material_copied", locked, locked.nonce, manifest=locked.manifest)
             locked.save(update_fields=["nonce", "material"])
     claim.nonce, claim.material = locked.nonce, locked.material
     return material, locked.nonce
@@ -459,19 +449,26 @@ def reverification_nonce(claim: Claim) -> str:
         locked = Claim.objects.select_for_update().select_related("snapshot__chip").get(pk=claim.pk)
         if not locked.reverify_nonce:
             locked.reverify_nonce = verification.new_nonce()
-            ledger.append_entry(
-                "claim.reverification_drawn",
-                {
-                    "claim": locked.pk,
-                    "chip": locked.snapshot.chip.serial,
-                    "counter": locked.snapshot.counter,
-                    "nonce_sha256": nonce_commitment(locked.reverify_nonce),
-                },
-                "system",
-            )
+            _nonce_committed("claim.reverification_drawn", locked, locked.reverify_nonce)
             locked.save(update_fields=["reverify_nonce"])
     claim.reverify_nonce = locked.reverify_nonce
     return locked.reverify_nonce
+
+
+def _nonce_committed(kind: str, claim: Claim, nonce: str, **fields) -> None:
+    """Put a nonce's commitment (its SHA-256) on the ledger, naming the claim: the verdict that uses the nonce
+    reveals it later, and the rebuild checks it against this entry."""
+    ledger.append_entry(
+        kind,
+        {
+            "claim": claim.pk,
+            "chip": claim.snapshot.chip.serial,
+            "counter": claim.snapshot.counter,
+            **fields,
+            "nonce_sha256": nonce_commitment(nonce),
+        },
+        "system",
+    )
 
 
 def nonce_commitment(nonce: str) -> str:
@@ -572,7 +569,7 @@ def claim_coverage_reverify(claim_id: int) -> str:
         _coverage_stalled(claim_id, True)  # not every beat: a run failing on our side must not starve the others
         logger.warning("coverage re-verification of claim %s: %s", claim_id, failed)
         return "not recorded"
-    if not verdict.nonce or verdict.nonce != Claim.objects.get(pk=claim_id).reverify_nonce:
+    if not verdict.nonce or verdict.nonce != claim.reverify_nonce:  # claim_replay set it to the committed one
         # no replay with the committed nonce ran (our copy of the material is gone and could not be made
         # again): nothing was drawn, so nothing is evidence either way
         _coverage_stalled(claim_id, True)
@@ -632,9 +629,8 @@ def claim_reverification_record(claim_id: int, verdict: dict | Report) -> Covera
     row = CoverageReverification.objects.create(
         claim=claim, seq=entry.seq, result=result, mismatch_step=step, report=summary
     )
-    if claim.reverify_nonce and summary["nonce"] == claim.reverify_nonce:
-        claim.reverify_nonce = ""  # revealed by the entry: the next re-verification draws a fresh one
-        claim.save(update_fields=["reverify_nonce"])
+    claim.reverify_nonce = ""  # revealed by the entry: the next re-verification draws a fresh one
+    claim.save(update_fields=["reverify_nonce"])
     _conflicts_record(claim, summary["conflicts"])  # e.g. work across two runs, found by a re-check of the pair
     if result != Claim.Result.VERIFIED:
         where = f" at step {step}" if step is not None else ""

@@ -26,7 +26,7 @@ CLAIMS_OPTIONAL = {
     "coverage_target",
     "run_snapshots",
 }
-MAX_DRAWS = 100_000  # a run's verifications listed in earlier_draws
+MAX_DRAWS = coverage.MAX_DRAWS
 MAX_SEGMENTS_DRAWN = 2**40  # a pool larger than any run's segments is no pool
 MAX_CLAIMS = 100_000
 API_BODY_KEYS = {"run", "location"}  # fields of the claims API's body (docs/claims.md §1), none of this file's

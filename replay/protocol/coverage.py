@@ -51,6 +51,9 @@ def order(seed_: bytes, starts: list[int]) -> list[int]:
     return sorted(starts, key=rank)
 
 
+MAX_DRAWS = 100_000  # earlier verifications' (pool, drawn) pairs a claims file may list (earlier_draws)
+
+
 @dataclass(frozen=True)
 class Draw:
     carried: tuple[int, ...]  # pending draws an earlier verification's budget cut: replayed first, no coverage
