@@ -27,7 +27,6 @@ CLAIMS_OPTIONAL = {
     "run_snapshots",
 }
 MAX_DRAWS = coverage.MAX_DRAWS
-MAX_SEGMENTS_DRAWN = 2**40  # a pool larger than any run's segments is no pool
 MAX_CLAIMS = 100_000
 API_BODY_KEYS = {"run", "location"}  # fields of the claims API's body (docs/claims.md §1), none of this file's
 
@@ -130,17 +129,14 @@ def coverage_context(
         if not isinstance(value, list) or not all(type(s) is int and s in starts for s in value):
             raise MalformedTranscript(f"{name} must list start steps of this run's segments")
     draws = raw.get("earlier_draws", []) if earlier_draws is None else earlier_draws
-    if not isinstance(draws, list) or len(draws) > MAX_DRAWS or not all(_draw_pair(d) for d in draws):
+    if not isinstance(draws, list) or len(draws) > MAX_DRAWS or not all(_draw_pair(d, len(starts)) for d in draws):
         raise MalformedTranscript(
-            f"earlier_draws must list at most {MAX_DRAWS} [pool, drawn] pairs of integers, 0 <= drawn <= pool"
+            f"earlier_draws must list at most {MAX_DRAWS} [pool, drawn] pairs of integers, "
+            f"0 <= drawn <= pool <= the run's {len(starts)} segments"
         )
     return CoverageContext(float(target), set(earlier), coverage.missed(draws), set(pending))
 
 
-def _draw_pair(d) -> bool:
-    return (
-        isinstance(d, list)
-        and len(d) == 2
-        and all(type(x) is int for x in d)
-        and 0 <= d[1] <= d[0] <= MAX_SEGMENTS_DRAWN
-    )
+def _draw_pair(d, segments: int) -> bool:
+    """[pool, drawn]: a pool is segments of this run, so no larger than the run."""
+    return isinstance(d, list) and len(d) == 2 and all(type(x) is int for x in d) and 0 <= d[1] <= d[0] <= segments

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -64,11 +65,9 @@ class Draw:
 def missed(draws: Iterable[tuple[int, int]]) -> Fraction:
     """P(a segment no claim forced escaped every draw): the product of (pool - drawn) / pool over the
     verifications' (pool, drawn) pairs, exact (a rounded figure could stop the draws one short)."""
-    out = Fraction(1)
-    for pool, drawn in draws:
-        if pool > 0:
-            out *= Fraction(pool - drawn, pool)
-    return out
+    draws = [(pool, drawn) for pool, drawn in draws if pool > 0]
+    # one reduction at the end: reducing after every factor costs a gcd of ever longer numbers
+    return Fraction(math.prod(pool - drawn for pool, drawn in draws), math.prod(pool for pool, _ in draws))
 
 
 def coverage(missed_: Fraction, never_replayed: int) -> float:

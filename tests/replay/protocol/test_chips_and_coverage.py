@@ -161,6 +161,7 @@ def test_a_fabrication_away_from_the_claims_forced_segment_is_drawn_to_the_targe
         ("earlier_draws", "[[2, 1]]"),
         ("earlier_draws", [[2, -1]]),
         ("earlier_draws", [[2**64, 1]]),
+        ("earlier_draws", [[4, 1]]),  # a pool larger than the run's 3 segments
         ("earlier_draws", [[2, 1, 0]]),
         ("pending_segments", [1]),
         ("pending_segments", [0.0]),
