@@ -4,15 +4,17 @@
 #      byte-identical checkpoints; the CUDA recording verifies on CUDA and on the CPU, the CPU one on CUDA;
 #   2. tests/replay, CUDA leg included (run without Django: --confcutdir keeps tests/conftest.py out);
 #   3. bench/replay.py --device $gpu --json (step times, ratios, syncs, ops, peaks);
-#   4. GPT-2 small at block 1024 recorded on CUDA, verified on CUDA and on the CPU.
+#   4. GPT-2 small at block 1024 recorded on CUDA, verified on CUDA and on the CPU;
+#   5. profile: where a step's time goes per precision (bench/replay.py --profile), kernels by device time.
 #
-#   bash bench/gpu_checks.sh OUT_DIR [STAGES...]    # stages: exact tests bench gpt2 (default: all)
+#   bash bench/gpu_checks.sh OUT_DIR [STAGES...]    # stages: exact tests bench gpt2 profile (default: all)
+#   TESTS_PATHS="tests/replay/training/test_cuda_graphs.py ..." narrows the tests stage.
 #
 # Needs a python3 with torch (CUDA), numpy, safetensors, tqdm, pytest, hypothesis and PyNaCl.
 set -u
 out=${1:?usage: gpu_checks.sh OUT_DIR [STAGES...]}
 shift
-stages=${*:-exact tests bench gpt2}
+stages=${*:-exact tests bench gpt2 profile}
 mkdir -p "$out"
 py=${PYTHON:-python3}
 gpu=${GPU:-cuda}  # GPU=cpu tries the script's plumbing on a machine without one
@@ -57,7 +59,7 @@ fi
 if has tests; then
   log "tests: tests/replay"
   # -v: each test's name as it ends, so a run cut by the timeout still names its failures
-  timeout "${TESTS_TIMEOUT:-300}" $py -m pytest -p no:cacheprovider --confcutdir=tests/replay tests/replay -v \
+  timeout "${TESTS_TIMEOUT:-300}" $py -m pytest -p no:cacheprovider --confcutdir=tests/replay ${TESTS_PATHS:-tests/replay} -v \
     ${TESTS_ARGS:-} \
     -W ignore::pytest.PytestConfigWarning >"$out/tests.log" 2>&1
   log "tests rc=$? $(tail -1 "$out/tests.log")"
@@ -80,5 +82,11 @@ if has gpt2; then
   VERIFY_TIMEOUT=200 verify "$d" $gpu
   # the CPU verifier's budgets are the worker's (8 GiB, 1e12 FLOPs a step): this machine has more
   REPLAY_MEMORY_BUDGET_BYTES=$((96 << 30)) REPLAY_FLOP_BUDGET=1e14 VERIFY_TIMEOUT=${GPT2_CPU_TIMEOUT:-300} verify "$d" cpu
+fi
+if has profile; then
+  log "profile: bench/replay.py --device $gpu --profile"
+  timeout "${PROFILE_TIMEOUT:-200}" $py bench/replay.py --device $gpu --profile \
+    --rows ${PROFILE_ROWS:-gpt-15m gpt2-small} >"$out/profile.txt" 2>&1
+  log "profile rc=$?"
 fi
 log "done"

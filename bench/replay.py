@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -57,7 +58,7 @@ from replay.protocol.transcript import Transcript  # noqa: E402
 from replay.protocol.transcript_layout import checkpoint_path  # noqa: E402
 from replay.prover.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER, Recorder  # noqa: E402
 from replay.training import architectures as models  # noqa: E402
-from replay.training import ops  # noqa: E402
+from replay.training import graphs, ops  # noqa: E402
 from replay.training.bundled_data import Batches  # noqa: E402
 from replay.training.determinism import Rounder, decode_log, encode_log  # noqa: E402
 from replay.training.train import initial_state, train_step  # noqa: E402
@@ -275,6 +276,8 @@ def one_step_setup(arch: str, cfg: dict, batch_size: int, device: str, precision
     model = models.build(arch, cfg)
     state = initial_state(models.init_params(arch, cfg, 0), opt).to(device)
     batch = {k: v.to(device) for k, v in Batches(arch, cfg, batch_size, 0)(0).items()}
+    if precision == "det64_eager":  # CUDA: det64 recording without graphs (replay/training/graphs.py)
+        return lambda: _without_graphs(lambda: train_step(model, state, batch, opt, "det64", Rounder("record")))
     if precision != "replay":
         return lambda: train_step(
             model, state, batch, opt, precision, Rounder("record") if precision == "det64" else None
@@ -283,6 +286,18 @@ def one_step_setup(arch: str, cfg: dict, batch_size: int, device: str, precision
     train_step(model, state, batch, opt, "det64", rounder)
     log = encode_log(rounder.entries)
     return lambda: train_step(model, state, batch, opt, "det64", Rounder("replay", entries=decode_log(log)))
+
+
+def _without_graphs(run):
+    before = os.environ.get("REPLAY_CUDA_GRAPHS")
+    os.environ["REPLAY_CUDA_GRAPHS"] = "0"
+    try:
+        return run()
+    finally:
+        if before is None:
+            del os.environ["REPLAY_CUDA_GRAPHS"]
+        else:
+            os.environ["REPLAY_CUDA_GRAPHS"] = before
 
 
 def _sync(device: str) -> None:
@@ -322,7 +337,10 @@ def per_step_counts(arch, cfg, batch_size, device, precision) -> tuple[float, fl
 
 
 def cuda_step_peak(arch, cfg, batch_size, device, precision) -> int:
-    """Peak bytes the CUDA allocator held during one warm step, above what was allocated before it."""
+    """Peak bytes the CUDA allocator held during one warm step, above what was allocated before it; a
+    graphed step (det64 recording) also holds its graph's whole memory pool, for good."""
+    graphs.release()
+    torch.cuda.empty_cache()
     run = one_step_setup(arch, cfg, batch_size, device, precision)
     run()
     torch.cuda.synchronize()
@@ -330,29 +348,41 @@ def cuda_step_peak(arch, cfg, batch_size, device, precision) -> int:
     base = torch.cuda.memory_allocated()
     run()
     torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
+    peak = torch.cuda.max_memory_allocated() - base + graph_pool_bytes()
+    graphs.release()
     del run
     torch.cuda.empty_cache()
     return peak
+
+
+def graph_pool_bytes() -> int:
+    """Bytes of CUDA memory held by captured graphs' private pools (replay/training/graphs.py)."""
+    return sum(
+        seg["total_size"] for seg in torch.cuda.memory_snapshot() if tuple(seg.get("segment_pool_id", (0, 0))) != (0, 0)
+    )
 
 
 def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
     arch, cfg, batch_size, reps = SCALE_ROWS[row]
     cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
     out = {"row": row, "params": models.param_count(arch, cfg), "batch": batch_size, "config": cfg}
-    runs = {p: one_step_setup(arch, cfg, batch_size, device, p) for p in PRECISIONS}
-    for p in PRECISIONS:
-        runs[p]()  # warm-up
-    times = {p: [] for p in PRECISIONS}
+    precisions = PRECISIONS + (("det64_eager",) if device == "cuda" else ())
+    runs = {p: one_step_setup(arch, cfg, batch_size, device, p) for p in precisions}
+    for p in precisions:
+        runs[p]()  # warm-up (on CUDA also the graph's capture)
+    times = {p: [] for p in precisions}
     for _ in range(reps):  # interleaved: the host's slow spells hit every precision alike
-        for p in PRECISIONS:
+        for p in precisions:
             _sync(device)
             started = time.perf_counter()
             runs[p]()
             _sync(device)
             times[p].append(time.perf_counter() - started)
     t = {p: statistics.median(v) for p, v in times.items()}
-    out.update({f"{p}_s": t[p] for p in PRECISIONS})
+    out["graphed"] = bool(graphs._CAPTURED)
+    out.update({f"{p}_s": t[p] for p in precisions})
+    if "det64_eager" in t:
+        out["eager_over_float32"] = t["det64_eager"] / t["float32"]
     out["det64_over_float32"], out["det64_over_float64"] = t["det64"] / t["float32"], t["det64"] / t["float64"]
     out["replay_over_float32"], out["replay_over_float64"] = t["replay"] / t["float32"], t["replay"] / t["float64"]
     rounder = Rounder("record")
@@ -368,7 +398,7 @@ def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
         out["ops_float32"], out["syncs_float32"] = per_step_counts(arch, cfg, batch_size, device, "float32")
         out["ops_det64"], out["syncs_det64"] = per_step_counts(arch, cfg, batch_size, device, "det64")
         out["ops_replay"], out["syncs_replay"] = per_step_counts(arch, cfg, batch_size, device, "replay")
-    for p in PRECISIONS:
+    for p in precisions:
         if device != "cpu":  # the CUDA allocator counts a step's own peak in-process: no fresh process needed
             out[f"peak_{p}_bytes"] = cuda_step_peak(arch, cfg, batch_size, device, p)
             continue
@@ -407,6 +437,7 @@ def scale_table(rows: list[str], device: str, threads: int, as_json: bool) -> No
     for row in rows:
         r = scale_row(row, device, threads, counts=row != "gpt2-small")
         results.append(r)
+        print(json.dumps(r), file=sys.stderr, flush=True)  # each row as it ends: a run cut short keeps them
         if not as_json:
             ms = lambda k: f"{r[k] * 1e3:,.0f} ms"
             ops = (
@@ -428,6 +459,33 @@ def scale_table(rows: list[str], device: str, threads: int, as_json: bool) -> No
         print(f"\n{header}")
 
 
+def profile_rows(rows: list[str], device: str, top: int = 12) -> None:
+    """Where a step's time goes on a GPU: per precision, one warm step's wall time, its kernels' count
+    and summed device time, and the kernels that take most of it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for row in rows:
+        arch, cfg, batch_size, _ = SCALE_ROWS[row]
+        cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
+        for p in ("float32", "float64", "det64_eager", "det64", "replay"):
+            run = one_step_setup(arch, cfg, batch_size, device, p)
+            run()
+            run()
+            _sync(device)
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                started = time.perf_counter()
+                run()
+                _sync(device)
+                wall = time.perf_counter() - started
+            kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            busy = sum(e.device_time for e in kernels) / 1e6
+            print(f"{row} {p}: wall {wall * 1e3:.1f} ms, {len(kernels)} kernels, device busy {busy * 1e3:.1f} ms")
+            table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=top, max_name_column_width=60)
+            print(table, flush=True)
+            del run
+            graphs.release()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cpu", "cuda"], help="the issue-18 table on this device")
@@ -441,8 +499,12 @@ def main() -> None:
     p.add_argument("--arch", nargs="*", default=list(ROWS), choices=list(ROWS))
     p.add_argument("--memory", nargs="*", default=list(MEMORY_ROWS), choices=list(MEMORY_ROWS))
     p.add_argument("--memory-only", action="store_true", help="only the memory and screen table (issue 10)")
+    p.add_argument("--profile", action="store_true", help="with --device: where each row's step time goes")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    if args.device and args.profile:
+        profile_rows(args.rows, args.device)
+        return
     if args.device:
         scale_table(args.rows, args.device, args.threads, args.json)
         return

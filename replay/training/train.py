@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call
 
-from replay.training import native
+from replay.training import graphs, native
 from replay.training.determinism import SLOTS, LogOverflow, Rounder, converted, rounding
 from replay.training.ops import OPS
 
@@ -158,20 +158,29 @@ def train_step(model, state: State, batch: dict, optimizer: dict, precision: str
         return _train_step(model, state, batch, optimizer, precision, rounder)
 
 
+def _inputs(x: torch.Tensor, state: State, dt: torch.dtype):
+    """The batch's inputs and the parameters (leaves of the graph) in the compute dtype."""
+    if x.is_floating_point():
+        x = x.to(dt)
+    return x, {k: converted(v, dt).requires_grad_() for k, v in state.params.items()}
+
+
 def _train_step(model, state: State, batch: dict, optimizer: dict, precision: str, rounder: Rounder | None):
     ops = OPS[precision]
     dt, device = ops.dtype, state.params[next(iter(state.params))].device
     t = state.step
     x, y = batch["x"].to(device), batch["y"].to(device)
-    if x.is_floating_point():
-        x = x.to(dt)
-    params = {k: converted(v, dt).requires_grad_() for k, v in state.params.items()}
-    if precision == "det64":
+    captured = graphs.forward_backward(model, state.params, x, y, ops, rounder) if precision == "det64" else None
+    if captured is not None:
+        loss, params, grads = captured
+    elif precision == "det64":
         native.tune_allocator()
+        x, params = _inputs(x, state, dt)
         with rounding(rounder):
             loss = functional_call(model, params, (x, y, ops))
             grads = torch.autograd.grad(loss, list(params.values()))
     else:
+        x, params = _inputs(x, state, dt)
         loss = functional_call(model, params, (x, y, ops))
         grads = torch.autograd.grad(loss, list(params.values()))
 

@@ -1,0 +1,140 @@
+"""CUDA graphs for det64 recording: a step's thousands of small kernels launched as one.
+
+Why. On a GPU a det64 step waits on nothing (the deferred Rounder: no host synchronisation inside a
+step, every shape fixed by the model and the batch), but it is launch-bound: a step of the 15M GPT
+issues ~32,000 ATen ops at ~7.6 us of host time each, for far less GPU work (bench/RESULTS.md). So
+the forward and backward, every rounding point's candidate selection included, are captured once
+as a CUDA graph and replayed each step: the same kernels on the same inputs, hence the same bits
+(tests/replay/training/test_cuda_graphs.py compares every step's state and log with the eager
+path's on a GPU).
+
+What is captured: the float32 -> float64 conversion of the parameters, the forward, the backward
+and each rounding point's fixed slots. Not captured: the update (its learning rate and bias
+corrections change per step and would be baked into the graph as kernel arguments), the decision
+of the candidates and the one copy of the log to the host (`Rounder._flush`), the loss read.
+
+Only where nothing else depends on the step's Python side: a recording Rounder on the deferred
+path, no trace (dispute commitments of every op), no perturbation (tests). Anything that fails to
+capture falls back to the eager path for that shape, with a warning, once. REPLAY_CUDA_GRAPHS=0
+turns graphs off (the eager path is the reference: the bench compares both).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+from torch.func import functional_call
+
+from replay.training.determinism import Rounder, converted, rounding
+
+KEEP = 2  # captured steps kept per process (each holds its step's activations in its own memory pool)
+
+
+@dataclass
+class Captured:
+    """One captured forward and backward: its static inputs, outputs and the Rounder's view of it."""
+
+    model: object
+    graph: torch.cuda.CUDAGraph
+    params32: dict  # static float32 inputs, copied in before each replay
+    x: torch.Tensor
+    y: torch.Tensor
+    loss: torch.Tensor
+    params64: dict  # the float64 parameters the update reads
+    grads: list
+    names: list  # the rounding ops' names, in forward call order
+    pending: list  # the rounding points' slots (Rounder._pending), refilled by each replay
+
+
+_CAPTURED: OrderedDict = OrderedDict()
+_FAILED: set = set()
+
+
+def enabled(device: torch.device) -> bool:
+    return device.type == "cuda" and os.environ.get("REPLAY_CUDA_GRAPHS", "1") != "0"
+
+
+def eligible(rounder: Rounder | None, device: torch.device) -> bool:
+    return (
+        rounder is not None
+        and rounder.mode == "record"
+        and rounder.defer
+        and rounder.trace is None
+        and rounder.perturb is None
+        and not rounder._pending
+        and not rounder._entries
+        and enabled(device)
+    )
+
+
+def _key(model, params32: dict, x: torch.Tensor, y: torch.Tensor, ops) -> tuple:
+    shapes = tuple((k, tuple(v.shape), v.dtype) for k, v in params32.items())
+    return (id(model), ops.dtype, shapes, tuple(x.shape), x.dtype, tuple(y.shape), y.dtype, x.device)
+
+
+def _forward_backward(model, params32: dict, x, y, ops, rounder: Rounder):
+    """The captured region: exactly what train_step runs eagerly for a det64 step."""
+    if x.is_floating_point():
+        x = x.to(ops.dtype)
+    params = {k: converted(v, ops.dtype).requires_grad_() for k, v in params32.items()}
+    with rounding(rounder):
+        loss = functional_call(model, params, (x, y, ops))
+        grads = torch.autograd.grad(loss, list(params.values()))
+    return loss.detach(), {k: p.detach() for k, p in params.items()}, [g.detach() for g in grads]
+
+
+def _capture(model, params32: dict, x, y, ops) -> Captured:
+    static_p = {k: v.clone() for k, v in params32.items()}
+    static_x, static_y = x.clone(), y.clone()
+    stream = torch.cuda.Stream(device=x.device)
+    stream.wait_stream(torch.cuda.current_stream(x.device))
+    with torch.cuda.stream(stream):  # warm-up on the capturing stream: lazy handles, workspaces, caches
+        _forward_backward(model, static_p, static_x, static_y, ops, Rounder("record"))
+    torch.cuda.current_stream(x.device).wait_stream(stream)
+    graph, rounder = torch.cuda.CUDAGraph(), Rounder("record")
+    with torch.cuda.graph(graph, stream=stream):
+        loss, params64, grads = _forward_backward(model, static_p, static_x, static_y, ops, rounder)
+    if rounder._entries or not rounder.defer:
+        raise RuntimeError("a rounding point logged on the host while being captured")
+    return Captured(model, graph, static_p, static_x, static_y, loss, params64, grads, rounder.names, rounder._pending)
+
+
+def forward_backward(model, params32: dict, x, y, ops, rounder: Rounder):
+    """(loss, float64 parameters, gradients) of a det64 recording step from a CUDA graph, with the
+    rounder left as the eager forward and backward would leave it; None where graphs do not apply
+    (the caller runs the eager path)."""
+    if not eligible(rounder, x.device):
+        return None
+    key = _key(model, params32, x, y, ops)
+    if key in _FAILED:
+        return None
+    captured = _CAPTURED.get(key)
+    if captured is None or captured.model is not model:
+        try:
+            captured = _capture(model, params32, x, y, ops)
+        except Exception as exc:  # any capture failure: the eager path is always right
+            _FAILED.add(key)
+            warnings.warn(f"CUDA graph capture failed, recording eagerly: {exc!r}", stacklevel=2)
+            return None
+        _CAPTURED[key] = captured
+        while len(_CAPTURED) > KEEP:
+            _CAPTURED.popitem(last=False)
+    _CAPTURED.move_to_end(key)
+    for k, v in params32.items():
+        captured.params32[k].copy_(v)
+    captured.x.copy_(x)
+    captured.y.copy_(y)
+    captured.graph.replay()
+    rounder.names = list(captured.names)
+    rounder._pending = list(captured.pending)
+    return captured.loss, dict(captured.params64), list(captured.grads)
+
+
+def release() -> None:
+    """Forget every captured step (and its memory pool)."""
+    _CAPTURED.clear()
+    _FAILED.clear()
