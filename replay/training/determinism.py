@@ -314,6 +314,8 @@ class Bound:
             broadcastable to the output, >= every element's bound (default: coarse);
     exact(idx): optionally, the bound at a fixed number of flat indices (padding included) with no
             data-dependent shapes; None when `window` is itself the exact bound (a full bound).
+    dense(): optionally, the exact bound at every output as one tensor, for a point too crowded for
+            its slots (`Rounder.dense`): a product's |A| @ |B|, one more product of the same shape.
     steers: whether the rounded value feeds the training state. The loss does not (its gradient is
             formed from the softmax, not from it): a logged choice there cannot steer training,
             and a loss near 0 under cancellation (an honest one: tests/replay/protocol/test_trajectory.py)
@@ -331,6 +333,7 @@ class Bound:
     fused: object = None
     window: object = None
     exact: object = None
+    dense: object = None
     steers: bool = True  # False where the value never feeds training (the loss): no REL_WINDOW rule
     scale: object = None  # a floor under the point's scale for REL_WINDOW (a 0-d tensor), or None
 
@@ -510,7 +513,13 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
         e = (rows * cols).abs_().sum(-1).mul_(g)
         return e + bias_at(i, j) if babs is not None else e
 
-    return Bound(math.inf, at, coarse=coarse, cheap=cheap, fused=fused, window=window, exact=exact_fixed)
+    def dense():  # every output's bound as the product of the magnitudes (its own error: SAFETY's slack)
+        e = torch.matmul(a.abs(), b.abs()).mul_(g)
+        if babs is not None and babs.numel():
+            e = e + (babs.view(-1, 1) if bias_rows else babs)
+        return e
+
+    return Bound(math.inf, at, coarse=coarse, cheap=cheap, fused=fused, window=window, exact=exact_fixed, dense=dense)
 
 
 # --------------------------------------------------------------------------- the log codec
@@ -612,8 +621,56 @@ def decode_log(buf: bytes, max_entries: int = MAX_LOG_ENTRIES) -> dict[int, tupl
 
 
 class LogOverflow(Exception):
-    """A rounding point had more candidates than its fixed device buffer holds (train_step then redoes
-    the step on the host-synchronising path; the rounded values do not depend on which path logs)."""
+    """Rounding points (`keys`) had more candidates than their fixed slots hold: train_step redoes the
+    step with those points dense (`Rounder.dense`), or on the host-synchronising path; the rounded
+    values do not depend on which path logs."""
+
+    def __init__(self, message: str, keys=frozenset()):
+        super().__init__(message)
+        self.keys = frozenset(keys)
+
+
+FLUSH_MIN = 1 << 16  # close calls a step's one copy to the host carries at least (honest GPT-2 small: ~37,000)
+
+
+def flush_cap(slots_total: int) -> int:
+    """How many close calls `_flush` copies to the host in its one copy: a step with more copies all its
+    slots in a second one (correct, slower)."""
+    return min(slots_total, max(FLUSH_MIN, slots_total >> 5))
+
+
+def _candidates_per_pick(cand: torch.Tensor, pending: list) -> torch.Tensor:
+    """How many of its slots are candidates, per picked point of a step (int64, on the device): a
+    cumulative sum over the step's slots read at each point's ends, not an op per point."""
+    spans, at = [], 0
+    for p in pending:
+        if p[5]:
+            spans.append((at, at + p[1].numel() - 1))
+        at += p[1].numel()
+    cache = _SCRATCH.__dict__
+    key = ("spans", cand.device, tuple(spans))
+    if key not in cache:
+        first, last = zip(*spans)
+        cache[key] = torch.tensor([first, last], device=cand.device)
+    ends = cache[key]
+    total = torch.cumsum(cand, 0)
+    return torch.take(total, ends[1]) - torch.take(total, ends[0]) + torch.take(cand, ends[0])
+
+
+def _to_host(t: torch.Tensor):
+    """t as a numpy array on the host, valid until the next call on this thread: through a reused
+    pinned buffer on a GPU (a pageable copy of a few MB costs tens of ms there)."""
+    if t.device.type == "cpu":
+        return t.numpy()
+    cache = _SCRATCH.__dict__
+    key = ("pinned", t.device, t.dtype)
+    buf = cache.get(key)
+    if buf is None or buf.numel() < t.numel():
+        buf = cache[key] = torch.empty(max(t.numel(), FLUSH_MIN), dtype=t.dtype, pin_memory=True)
+    out = buf[: t.numel()]
+    out.copy_(t, non_blocking=True)
+    torch.cuda.current_stream(t.device).synchronize()
+    return out.numpy()
 
 
 SMALL_POINT = 4096  # outputs up to which every element has a slot (no compaction)
@@ -660,8 +717,11 @@ class Rounder:
     (the reference path: per point, host-synchronising, exact sizes).
     """
 
-    def __init__(self, mode="record", entries=None, trace=None, perturb=None, lenient=False, defer=True):
+    def __init__(self, mode="record", entries=None, trace=None, perturb=None, lenient=False, defer=True, dense=None):
         self.mode, self.trace, self.perturb, self.lenient, self.defer = mode, trace, perturb, lenient, defer
+        # deferred record: keys of the points that hand all their outputs to `_flush` with their exact
+        # bounds (dense), because their candidates overflowed the slots once: train_step keeps the set
+        self.dense: set = set() if dense is None else dense
         self._entries = {} if entries is None else entries
         self.names: list = []
         self.max_ratio = 0.0  # replay: the widest applied window relative to its point's scale
@@ -681,7 +741,8 @@ class Rounder:
         self._pending, self._entries = [], value
 
     def reset(self, defer: bool) -> None:
-        """Forget a step's work (LogOverflow): the same rounder, ready to run the step again."""
+        """Forget a step's work (LogOverflow): the same rounder, ready to run the step again (its dense
+        points kept)."""
         self._pending, self._entries, self.names, self.defer = [], {}, [], defer
         self._checks, self._ratios, self._uploaded = [], [], None
         if self.trace is not None:
@@ -743,7 +804,7 @@ class Rounder:
             return v.float().double()
         r = _round(v)
         n = v.numel()
-        k = slots(n)
+        k = n if key in self.dense else slots(n)
         if k == n:
             idx, cand, x = _arange(n, v.device), _ones(n, v.device), _flat(v)
         else:
@@ -751,7 +812,9 @@ class Rounder:
             mask = straddle_mask(v, w, positive=bound.exact is None)
             cand, idx = pick(_flat(mask), k)
             x = torch.take(v, idx)
-        if bound.exact is not None:
+        if k == n and bound.exact is not None and bound.dense is not None and n > SMALL_POINT:
+            e = _flat(bound.dense())  # a crowded product: one product of magnitudes, not n gathered sums
+        elif bound.exact is not None:
             e = bound.exact(idx)
         elif full:
             e = _flat(window) if k == n else torch.take(window, idx)
@@ -763,33 +826,45 @@ class Rounder:
     def _flush(self) -> None:
         """Decide the pending candidates of the step at once and copy the result to the host (the
         step's one synchronisation): close calls exactly as `Bound.close_calls` decides them (the
-        window v +- SAFETY * err, err > 0, holds a rounding midpoint), codes as `_log` writes them."""
+        window v +- SAFETY * err, err > 0, holds a rounding midpoint), codes as `_log` writes them.
+        Only the close calls travel (compacted on the device, with each crowded point's flag): a few
+        MB of slots copied per step cost more on a GPU than the step's rounding points."""
         pending, self._pending = self._pending, []
         idx, x, e, cand = (_cat([p[i] for p in pending]) for i in (1, 2, 3, 4))
-        cand = cand.view(torch.bool)
         ew = e * SAFETY
-        close = cand & (e > 0.0) & ((x - ew).float().view(torch.int32) != (x + ew).float().view(torch.int32))
+        close = cand.view(torch.bool) & (e > 0.0)
+        close &= (x - ew).float().view(torch.int32) != (x + ew).float().view(torch.int32)
         r = x.float()
         ew = e * WIDE
         wide = ordinal((x + ew).float()) - ordinal((x - ew).float()) > 1
         code = torch.where(wide, (r.view(torch.int32).long() & 0xFFFFFFFF) | (1 << 32), ordinal(r) & 1)
-        # -1: a flagged element that is no close call; -2: a filler slot (the point had room to spare)
-        code = torch.where(close, code, torch.where(cand, _const(-1, idx.device), _const(-2, idx.device)))
-        packed = torch.stack([idx, code]).cpu().numpy()
-        at = 0
+        picks = [(p[0], p[1].numel()) for p in pending if p[5]]
+        cap = flush_cap(close.numel())
+        at = torch.nonzero_static(close, size=cap, fill_value=-1).view(-1)
+        picked = at.clamp(min=0)
+        head = [close.sum().view(1)] + ([_candidates_per_pick(cand, pending)] if picks else [])
+        packed = _to_host(torch.cat([*head, at, torch.take(idx, picked), torch.take(code, picked)]))
+        count, counts, rest = int(packed[0]), packed[1 : 1 + len(picks)], packed[1 + len(picks) :]
+        # every slot of a picked point a candidate: perhaps there were more than it has slots
+        over = [key for (key, k), c in zip(picks, counts.tolist()) if c >= k]
+        if over:
+            names = ", ".join(self.name(k) for k in over)
+            raise LogOverflow(f"rounding points {names}: as many candidates as slots or more", over)
+        if count > cap:  # more close calls than the compact copy holds: all of them, in a second copy
+            at = close.nonzero().view(-1)
+            rest, cap = torch.cat([at, torch.take(idx, at), torch.take(code, at)]).cpu().numpy(), at.numel()
+        at, idx, code = rest[:count], rest[cap : cap + count], rest[2 * cap : 2 * cap + count]
+        start = 0
         for key, slot_idx, _, _, _, partial in pending:
-            n = slot_idx.numel()
-            raw, codes = packed[0, at : at + n], packed[1, at : at + n]
-            at += n
-            if partial and not (codes == -2).any():
-                raise LogOverflow(f"rounding point {self.name(key)}: {n} candidates or more")
-            keep = codes >= 0
-            if keep.any():
-                raw, c = raw[keep], codes[keep]
-                if partial:  # top-k's order is its own
-                    order = raw.argsort(kind="stable")
-                    raw, c = raw[order], c[order]
-                self._entries[key] = (raw.tolist(), [bool(b) if b < 2 else b & 0xFFFFFFFF for b in c.tolist()])
+            lo, hi = at.searchsorted(start), at.searchsorted(start + slot_idx.numel())
+            start += slot_idx.numel()
+            if lo == hi:
+                continue
+            raw, c = idx[lo:hi], code[lo:hi]
+            if partial:  # a picked point's slots are in the pick's own order
+                order = raw.argsort(kind="stable")
+                raw, c = raw[order], c[order]
+            self._entries[key] = (raw.tolist(), [bool(b) if b < 2 else b & 0xFFFFFFFF for b in c.tolist()])
 
     @staticmethod
     def _close_calls(v, bound):

@@ -71,9 +71,9 @@ def eligible(rounder: Rounder | None, device: torch.device) -> bool:
     )
 
 
-def _key(model, params32: dict, x: torch.Tensor, y: torch.Tensor, ops) -> tuple:
+def _key(model, params32: dict, x: torch.Tensor, y: torch.Tensor, ops, dense) -> tuple:
     shapes = tuple((k, tuple(v.shape), v.dtype) for k, v in params32.items())
-    return (id(model), ops.dtype, shapes, tuple(x.shape), x.dtype, tuple(y.shape), y.dtype, x.device)
+    return (id(model), ops.dtype, shapes, tuple(x.shape), x.dtype, tuple(y.shape), y.dtype, x.device, frozenset(dense))
 
 
 def _forward_backward(model, params32: dict, x, y, ops, rounder: Rounder):
@@ -87,15 +87,15 @@ def _forward_backward(model, params32: dict, x, y, ops, rounder: Rounder):
     return loss.detach(), {k: p.detach() for k, p in params.items()}, [g.detach() for g in grads]
 
 
-def _capture(model, params32: dict, x, y, ops) -> Captured:
+def _capture(model, params32: dict, x, y, ops, dense) -> Captured:
     static_p = {k: v.clone() for k, v in params32.items()}
     static_x, static_y = x.clone(), y.clone()
     stream = torch.cuda.Stream(device=x.device)
     stream.wait_stream(torch.cuda.current_stream(x.device))
     with torch.cuda.stream(stream):  # warm-up on the capturing stream: lazy handles, workspaces, caches
-        _forward_backward(model, static_p, static_x, static_y, ops, Rounder("record"))
+        _forward_backward(model, static_p, static_x, static_y, ops, Rounder("record", dense=set(dense)))
     torch.cuda.current_stream(x.device).wait_stream(stream)
-    graph, rounder = torch.cuda.CUDAGraph(), Rounder("record")
+    graph, rounder = torch.cuda.CUDAGraph(), Rounder("record", dense=set(dense))
     with torch.cuda.graph(graph, stream=stream):
         loss, params64, grads = _forward_backward(model, static_p, static_x, static_y, ops, rounder)
     if rounder._entries or not rounder.defer:
@@ -109,17 +109,19 @@ def forward_backward(model, params32: dict, x, y, ops, rounder: Rounder):
     (the caller runs the eager path)."""
     if not eligible(rounder, x.device):
         return None
-    key = _key(model, params32, x, y, ops)
+    key = _key(model, params32, x, y, ops, rounder.dense)
     if key in _FAILED:
         return None
     captured = _CAPTURED.get(key)
     if captured is None or captured.model is not model:
         try:
-            captured = _capture(model, params32, x, y, ops)
+            captured = _capture(model, params32, x, y, ops, rounder.dense)
         except Exception as exc:  # any capture failure: the eager path is always right
             _FAILED.add(key)
             warnings.warn(f"CUDA graph capture failed, recording eagerly: {exc!r}", stacklevel=2)
             return None
+        for old in [k for k in _CAPTURED if k[0] == key[0]]:  # the model's earlier capture (fewer dense points)
+            del _CAPTURED[old]
         _CAPTURED[key] = captured
         while len(_CAPTURED) > KEEP:
             _CAPTURED.popitem(last=False)

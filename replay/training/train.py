@@ -17,6 +17,7 @@ not libm's pow).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -146,16 +147,29 @@ def _fused_update(kind: str, hp: dict, lr: float, t: int, p32, g, bufs32: dict):
     return out and (out[0], {"m": out[1], "v": out[2]})
 
 
+DENSE_RETRIES = 2  # steps redone with more points dense before the reference path
+_DENSE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> keys of its dense points
+
+
 def train_step(model, state: State, batch: dict, optimizer: dict, precision: str, rounder: Rounder | None = None):
     """state after step t -> (state after step t+1, loss as a float). det64 needs a Rounder.
 
-    A recording step whose device-side candidate slots overflowed (LogOverflow, rare) is run again
-    on the reference path: the rounded values, hence the state, are the same either way."""
-    try:
-        return _train_step(model, state, batch, optimizer, precision, rounder)
-    except LogOverflow:
-        rounder.reset(defer=False)
-        return _train_step(model, state, batch, optimizer, precision, rounder)
+    A recording step whose device-side candidate slots overflowed (LogOverflow) is run again with
+    those rounding points dense (every output handed to the flush with its exact bound), which the
+    model's later steps keep (an honest crowded point stays crowded: GPT-2's head); after that, on
+    the reference path. The rounded values, hence the state, are the same on every path."""
+    if rounder is not None and rounder.mode == "record" and rounder.defer:
+        rounder.dense = _DENSE.setdefault(model, set())
+    for attempt in range(DENSE_RETRIES + 1):
+        try:
+            return _train_step(model, state, batch, optimizer, precision, rounder)
+        except LogOverflow as exc:
+            if attempt == DENSE_RETRIES or exc.keys <= rounder.dense:
+                break
+            rounder.dense.update(exc.keys)
+            rounder.reset(defer=True)
+    rounder.reset(defer=False)
+    return _train_step(model, state, batch, optimizer, precision, rounder)
 
 
 def _inputs(x: torch.Tensor, state: State, dt: torch.dtype):

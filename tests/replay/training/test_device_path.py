@@ -22,7 +22,7 @@ from replay.protocol.transcript import Transcript, checkpoint_path
 from replay.prover.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER
 from replay.training import architectures as models
 from replay.training import determinism as det
-from replay.training import native
+from replay.training import native, train
 from replay.training.bundled_data import Batches
 from replay.training.determinism import Rounder
 from replay.training.train import initial_state, train_step
@@ -96,21 +96,46 @@ def test_checkpoints_and_logs_are_pinned(tmp_path, use_native, monkeypatch):
         assert hashlib.sha256(got).hexdigest()[:16] == logs
 
 
-def test_overflowing_slots_fall_back_to_the_reference_path(monkeypatch):
-    """With one slot per rounding point the candidates overflow; the step is redone on the reference
-    path and gives the same state and log as with room for all."""
-    monkeypatch.setattr(native, "_LIB", False)
+def _overflow_setup(seed: int):
     cfg, opt = TINY["gpt"]["config"], DEFAULT_OPTIMIZER["gpt"]
-    model = models.build("gpt", cfg)
-    state = initial_state(models.init_params("gpt", cfg, 1), opt)
-    batch = Batches("gpt", cfg, TINY["gpt"]["batch"], 1)(0)
+    state = initial_state(models.init_params("gpt", cfg, seed), opt)
+    return cfg, opt, state, Batches("gpt", cfg, TINY["gpt"]["batch"], seed)
+
+
+def test_crowded_points_are_redone_dense_and_stay_dense(monkeypatch):
+    """With one slot per rounding point the candidates overflow; the step is redone with the crowded
+    points dense (still the device path), gives the same state and log as with room for all, and the
+    model's next step starts dense (no second overflow)."""
+    monkeypatch.setattr(native, "_LIB", False)
+    cfg, opt, state, batches = _overflow_setup(1)
     roomy = Rounder("record")
-    s0, l0 = train_step(model, state, batch, opt, "det64", roomy)
-    assert roomy.defer and roomy.entries
+    s0, l0 = train_step(models.build("gpt", cfg), state, batches(0), opt, "det64", roomy)
+    assert roomy.defer and roomy.entries and not roomy.dense
     monkeypatch.setattr(det, "slots", lambda n: 1)
+    model = models.build("gpt", cfg)
+    runs = []
+    real = train._train_step
+    monkeypatch.setattr(train, "_train_step", lambda *a: runs.append(set(a[-1].dense)) or real(*a))
     tight = Rounder("record")
-    s1, l1 = train_step(model, state, batch, opt, "det64", tight)
-    assert not tight.defer, "control: one slot per point must overflow"
+    s1, l1 = train_step(model, state, batches(0), opt, "det64", tight)
+    assert tight.defer and tight.dense and len(runs) == 2, "control: one slot per point must overflow once"
+    assert s0.equal(s1) and l0 == l1 and roomy.entries == tight.entries
+    dense = set(tight.dense)
+    again = Rounder("record")
+    train_step(model, s1, batches(1), opt, "det64", again)
+    assert runs[2] == dense and again.defer, "the next step starts with the crowded points dense"
+
+
+def test_overflow_past_the_dense_retries_falls_back_to_the_reference_path(monkeypatch):
+    monkeypatch.setattr(native, "_LIB", False)
+    cfg, opt, state, batches = _overflow_setup(3)
+    roomy = Rounder("record")
+    s0, l0 = train_step(models.build("gpt", cfg), state, batches(0), opt, "det64", roomy)
+    monkeypatch.setattr(det, "slots", lambda n: 1)
+    monkeypatch.setattr(train, "DENSE_RETRIES", 0)
+    tight = Rounder("record")
+    s1, l1 = train_step(models.build("gpt", cfg), state, batches(0), opt, "det64", tight)
+    assert not tight.defer, "control: with no dense retry the step goes to the reference path"
     assert s0.equal(s1) and l0 == l1 and roomy.entries == tight.entries
 
 
@@ -139,3 +164,18 @@ def test_deferred_and_reference_paths_log_the_same_close_calls(monkeypatch, topk
         r0, r1 = ref(0, w, bound), dev(0, w, bound)
         assert torch.equal(r0.view(torch.int64), r1.view(torch.int64))
         assert ref.entries == dev.entries and ref.entries[0][0], "control: some close calls"
+
+
+def test_more_close_calls_than_the_compact_copy_holds_are_all_copied(monkeypatch):
+    """The flush copies at most flush_cap close calls in its one copy; a step with more copies them all
+    in a second one, and logs exactly what a roomy flush logs."""
+    monkeypatch.setattr(native, "_LIB", False)
+    cfg, opt, state, batches = _overflow_setup(2)
+    model = models.build("gpt", cfg)
+    roomy = Rounder("record")
+    s0, _ = train_step(model, state, batches(0), opt, "det64", roomy)
+    assert sum(len(i) for i, _ in roomy.entries.values()) > 2, "control: more close calls than the cap below"
+    monkeypatch.setattr(det, "flush_cap", lambda n: 2)
+    small = Rounder("record")
+    s1, _ = train_step(model, state, batches(0), opt, "det64", small)
+    assert s0.equal(s1) and small.entries == roomy.entries and small.defer
