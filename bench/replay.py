@@ -278,26 +278,30 @@ def one_step_setup(arch: str, cfg: dict, batch_size: int, device: str, precision
     batch = {k: v.to(device) for k, v in Batches(arch, cfg, batch_size, 0)(0).items()}
     if precision == "det64_eager":  # CUDA: det64 recording without graphs (replay/training/graphs.py)
         return lambda: _without_graphs(lambda: train_step(model, state, batch, opt, "det64", Rounder("record")))
-    if precision != "replay":
+    if precision not in ("replay", "replay_eager"):
         return lambda: train_step(
             model, state, batch, opt, precision, Rounder("record") if precision == "det64" else None
         )
     rounder = Rounder("record")
     train_step(model, state, batch, opt, "det64", rounder)
     log = encode_log(rounder.entries)
-    return lambda: train_step(model, state, batch, opt, "det64", Rounder("replay", entries=decode_log(log)))
+    run = lambda: train_step(model, state, batch, opt, "det64", Rounder("replay", entries=decode_log(log)))
+    return run if precision == "replay" else lambda: _without_graphs(run)  # replay_eager: deferred, per point
 
 
 def _without_graphs(run):
-    before = os.environ.get("REPLAY_CUDA_GRAPHS")
-    os.environ["REPLAY_CUDA_GRAPHS"] = "0"
+    """run() with CUDA graphs and the static replay layout off: the eager, per-point path."""
+    names = ("REPLAY_CUDA_GRAPHS", "REPLAY_STATIC")
+    before = {n: os.environ.get(n) for n in names}
+    os.environ.update(dict.fromkeys(names, "0"))
     try:
         return run()
     finally:
-        if before is None:
-            del os.environ["REPLAY_CUDA_GRAPHS"]
-        else:
-            os.environ["REPLAY_CUDA_GRAPHS"] = before
+        for n, v in before.items():
+            if v is None:
+                del os.environ[n]
+            else:
+                os.environ[n] = v
 
 
 def _sync(device: str) -> None:
@@ -342,6 +346,7 @@ def cuda_step_peak(arch, cfg, batch_size, device, precision) -> int:
     graphs.release()
     torch.cuda.empty_cache()
     run = one_step_setup(arch, cfg, batch_size, device, precision)
+    run()  # a replay learns its layout here, and captures its graph in the next
     run()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -366,7 +371,7 @@ def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
     arch, cfg, batch_size, reps = SCALE_ROWS[row]
     cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
     out = {"row": row, "params": models.param_count(arch, cfg), "batch": batch_size, "config": cfg}
-    precisions = PRECISIONS + (("det64_eager",) if device == "cuda" else ())
+    precisions = PRECISIONS + (("det64_eager", "replay_eager") if device == "cuda" else ())
     runs = {p: one_step_setup(arch, cfg, batch_size, device, p) for p in precisions}
     for p in precisions:
         runs[p]()  # warm-up (on CUDA also the graph's capture)
@@ -383,6 +388,7 @@ def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
     out.update({f"{p}_s": t[p] for p in precisions})
     if "det64_eager" in t:
         out["eager_over_float32"] = t["det64_eager"] / t["float32"]
+        out["replay_eager_over_float32"] = t["replay_eager"] / t["float32"]
     out["det64_over_float32"], out["det64_over_float64"] = t["det64"] / t["float32"], t["det64"] / t["float64"]
     out["replay_over_float32"], out["replay_over_float64"] = t["replay"] / t["float32"], t["replay"] / t["float64"]
     rounder = Rounder("record")
@@ -467,7 +473,7 @@ def profile_rows(rows: list[str], device: str, top: int = 12) -> None:
     for row in rows:
         arch, cfg, batch_size, _ = SCALE_ROWS[row]
         cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
-        for p in ("float32", "float64", "det64_eager", "det64", "replay"):
+        for p in ("float32", "float64", "det64_eager", "det64", "replay_eager", "replay"):
             run = one_step_setup(arch, cfg, batch_size, device, p)
             run()
             run()

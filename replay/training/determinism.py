@@ -620,6 +620,11 @@ def decode_log(buf: bytes, max_entries: int = MAX_LOG_ENTRIES) -> dict[int, tupl
 # --------------------------------------------------------------------------- the rounder
 
 
+class StaticRedo(Exception):
+    """A static replay step refused a log entry: train_step replays it the deferred way, whose refusal
+    names the point and the element."""
+
+
 class LogOverflow(Exception):
     """Rounding points (`keys`) had more candidates than their fixed slots hold: train_step redoes the
     step with those points dense (`Rounder.dense`), or on the host-synchronising path; the rounded
@@ -729,6 +734,11 @@ class Rounder:
         self._checks: list = []  # deferred replay: (key, indices, codes, ok, window ok, window, scale) per point
         self._ratios: list = []  # deferred replay: each point's widest applied window / scale (device)
         self._uploaded = None  # deferred replay: the whole log on the device, {key: (indices, codes, wide)}
+        self.static = None  # static replay: the step's entries laid out in fixed slots (static_log.Layout)
+        self.allow_static = True  # False once a static step refused an entry (the step is replayed deferred)
+        self.learn, self.learn_key = None, None  # deferred replay: [(key, outputs)] of the step's points
+        self._slots = None  # static replay: this step's slots (static_log.Slots)
+        self._bad = []  # static replay: per point, did a real entry not fit (device)
 
     @property
     def entries(self) -> dict:
@@ -745,6 +755,7 @@ class Rounder:
         points kept)."""
         self._pending, self._entries, self.names, self.defer = [], {}, [], defer
         self._checks, self._ratios, self._uploaded = [], [], None
+        self._slots, self._bad = None, []
         if self.trace is not None:
             self.trace.clear()
 
@@ -761,7 +772,11 @@ class Rounder:
             r = self._record(key, v, bound)
         else:
             r = _round(v)
-            if self.mode == "replay" and key in self._entries:
+            if self.mode == "replay" and bound.max > 0 and self.learn is not None:
+                self.learn.append((key, r.numel()))
+            if self.mode == "replay" and bound.max > 0 and self.static is not None:
+                r = self._apply_static(key, v, r, bound)
+            elif self.mode == "replay" and key in self._entries:
                 # on a CPU with the native kernel a host round trip is free and the few Python-side
                 # decisions are cheaper than the device path's element-wise ops (REPLAY_NATIVE=0 runs
                 # the device path on the CPU, so that CI tests what accelerators run)
@@ -1007,15 +1022,57 @@ class Rounder:
         flat.index_copy_(0, idx, from_ordinal(o).to(r.dtype))
         return r
 
+    def _apply_static(self, key, v, r, bound):
+        """`_apply_deferred` over the point's fixed slots (static_log.py): the same choices and refusals,
+        at the same ops whatever the log holds. A refusal is raised by `finish` as StaticRedo: the step
+        is then replayed the deferred way, which names it."""
+        if self._slots is None:
+            self._slots = self.static.expand()
+        off, k, n = self.static.points[key]
+        s = self._slots
+        idx, code, wide, valid, has, src = (t[off : off + k] for t in (s.idx, s.code, s.wide, s.valid, s.has, s.src))
+        x = torch.take(v, idx)
+        if k == n > SMALL_POINT and bound.exact is not None and bound.dense is not None:
+            e = torch.take(bound.dense(), idx)  # a crowded product: one product of magnitudes, not n gathered sums
+        else:
+            e = bound.exact(idx) if bound.exact is not None else bound.at(idx)
+        e = e.to(x.dtype) * DECODE
+        scale = v.detach().abs().max()
+        if bound.scale is not None:
+            scale = torch.maximum(scale, bound.scale.to(scale.dtype))
+        window_ok = e <= scale * REL_WINDOW if bound.steers else e == e  # also NaN; a zero scale: zero windows
+        used = window_ok & (e > 0.0) & valid
+        if bound.steers:
+            self._ratios.append(torch.where(used, e / scale, 0.0).max())
+        w = torch.where(window_ok, e, 0.0)
+        lo, hi = ordinal((x - w).float()), ordinal((x + w).float())
+        narrow = torch.where((lo & 1) == code, lo, hi)
+        prover = torch.where(code >= 0, code, -1 - (code & 0x7FFFFFFF))
+        o = torch.where(wide, prover, narrow)
+        ok = used & torch.where(wide, (lo <= prover) & (prover <= hi), (hi - lo <= 1) & ((narrow & 1) == code))
+        self._bad.append((valid & ~ok).any())
+        flat = r.view(-1)
+        # padding repeats the point's first entry and writes that entry's value (taken from its slot), or,
+        # at a point without entries, its own rounding: every write to one output carries the same bits
+        vals = torch.take(from_ordinal(o).to(r.dtype), src)
+        flat.index_copy_(0, idx, torch.where(has, vals, torch.take(flat, idx)))
+        return r
+
     def _settle(self) -> None:
         """Deferred replay: read the step's checks back at once; raise the first refusal as `_apply` would."""
-        checks, ratios, self._checks, self._ratios = self._checks, self._ratios, [], []
-        if not ratios and not checks:
+        checks, ratios, bad = self._checks, self._ratios, self._bad
+        self._checks, self._ratios, self._bad, self._slots = [], [], [], None
+        if not ratios and not checks and not bad:
             return
-        device = (ratios[0] if ratios else checks[0][2]).device
+        device = (ratios[0] if ratios else checks[0][2] if checks else bad[0]).device
         ratios = ratios or [torch.zeros((), dtype=torch.float64, device=device)]
         flags = torch.cat([c[2] for c in checks]).all() if checks else torch.ones((), dtype=torch.bool, device=device)
-        ratio, good = torch.stack([torch.stack(ratios).max(), flags.to(torch.float64)]).tolist()
+        refused = torch.stack(bad).any() if bad else torch.zeros((), dtype=torch.bool, device=device)
+        ratio, good, refused = torch.stack(
+            [torch.stack(ratios).max(), flags.to(torch.float64), refused.to(torch.float64)]
+        ).tolist()
+        if refused:
+            raise StaticRedo("a log entry does not fit: replaying the step the deferred way to name it")
         self.max_ratio = max(self.max_ratio, ratio)
         if good:
             return
@@ -1032,6 +1089,11 @@ class Rounder:
                 )
             raise LogMismatch(f"rounding point {self.name(key)}: logged element {idx_list[j]} is not a close call")
 
+    def redo_deferred(self) -> None:
+        """After StaticRedo: the same rounder, its log intact, ready to replay the step the deferred way."""
+        self.static, self.allow_static, self.names = None, False, []
+        self._checks, self._ratios, self._bad, self._slots, self._uploaded = [], [], [], None, None
+
     def name(self, key: int) -> str:
         op, slot = divmod(key, SLOTS)
         return f"{self.names[op] if op < len(self.names) else '?'}#{slot}"
@@ -1041,6 +1103,8 @@ class Rounder:
         if self._pending:
             self._flush()
         self._settle()
+        if self.static is not None:
+            self._entries = {}  # a settled static step applied every entry (fill checked each has its point)
         if self.mode == "replay" and self._entries and not self.lenient:
             raise LogMismatch(f"rounding log names rounding point {min(self._entries)}, which the step never reached")
 

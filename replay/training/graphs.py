@@ -1,22 +1,22 @@
-"""CUDA graphs for det64 recording: a step's thousands of small kernels launched as one.
+"""CUDA graphs for det64 steps: a step's thousands of small kernels launched as one.
 
-Why. On a GPU a det64 step waits on nothing (the deferred Rounder: no host synchronisation inside a
-step, every shape fixed by the model and the batch), but it is launch-bound: a step of the 15M GPT
-issues ~32,000 ATen ops at ~7.6 us of host time each, for far less GPU work (bench/RESULTS.md). So
-the forward and backward, every rounding point's candidate selection included, are captured once
-as a CUDA graph and replayed each step: the same kernels on the same inputs, hence the same bits
-(tests/replay/training/test_cuda_graphs.py compares every step's state and log with the eager
-path's on a GPU).
+Why. On a GPU a det64 step waits on nothing (no host synchronisation inside a step, every shape
+fixed by the model and the batch), but it is launch-bound: a step of the 15M GPT issues ~32,000
+ATen ops at ~7.6 us of host time each, for far less GPU work (bench/RESULTS.md). So the forward and
+backward, every rounding point included, are captured once as a CUDA graph and replayed each step:
+the same kernels on the same inputs, hence the same bits (tests/replay/training/test_cuda_graphs.py
+compares every step's state and log with the eager path's on a GPU).
 
-What is captured: the float32 -> float64 conversion of the parameters, the forward, the backward
-and each rounding point's fixed slots. Not captured: the update (its learning rate and bias
-corrections change per step and would be baked into the graph as kernel arguments), the decision
-of the candidates and the one copy of the log to the host (`Rounder._flush`), the loss read.
+Recording: each rounding point's candidates in fixed slots (the deferred Rounder). Replay: each
+point's log entries in fixed slots (static_log.py: the step's log is copied into the graph's table
+before it runs). Not captured: the update (its learning rate and bias corrections change per step
+and would be baked into the graph as kernel arguments), the decisions and the one copy to the host
+(`Rounder._flush`, `Rounder._settle`), the loss read.
 
-Only where nothing else depends on the step's Python side: a recording Rounder on the deferred
-path, no trace (dispute commitments of every op), no perturbation (tests). Anything that fails to
-capture falls back to the eager path for that shape, with a warning, once. REPLAY_CUDA_GRAPHS=0
-turns graphs off (the eager path is the reference: the bench compares both).
+Only where nothing else depends on the step's Python side: no trace (dispute bisection), no
+perturbation (tests). Anything that fails to capture falls back to the eager path for that shape,
+with a warning, once. REPLAY_CUDA_GRAPHS=0 turns graphs off (the eager path is the reference: the
+bench compares both).
 """
 
 from __future__ import annotations
@@ -47,8 +47,11 @@ class Captured:
     params64: dict  # the float64 parameters the update reads
     grads: list
     names: list  # the rounding ops' names, in forward call order
-    pending: list  # the rounding points' slots (Rounder._pending), refilled by each replay
+    held: dict  # the Rounder's per-step device state, refilled by each replay: {attribute: list}
 
+
+# what a captured step leaves in its Rounder for the eager rest of the step (the flush, the settle)
+HELD = {"record": ("_pending",), "replay": ("_ratios", "_bad")}
 
 _CAPTURED: OrderedDict = OrderedDict()
 _FAILED: set = set()
@@ -59,21 +62,19 @@ def enabled(device: torch.device) -> bool:
 
 
 def eligible(rounder: Rounder | None, device: torch.device) -> bool:
-    return (
-        rounder is not None
-        and rounder.mode == "record"
-        and rounder.defer
-        and rounder.trace is None
-        and rounder.perturb is None
-        and not rounder._pending
-        and not rounder._entries
-        and enabled(device)
-    )
+    """A recording on the deferred path, or a replay whose log is laid out in fixed slots (static_log),
+    with nothing traced or bent, on a GPU."""
+    if rounder is None or rounder.trace is not None or rounder.perturb is not None or not enabled(device):
+        return False
+    if rounder.mode == "record":
+        return rounder.defer and not rounder._pending and not rounder._entries
+    return rounder.mode == "replay" and rounder.static is not None and not rounder._bad and not rounder._ratios
 
 
-def _key(model, params32: dict, x: torch.Tensor, y: torch.Tensor, ops, dense) -> tuple:
+def _key(model, params32: dict, x: torch.Tensor, y: torch.Tensor, ops, rounder: Rounder) -> tuple:
     shapes = tuple((k, tuple(v.shape), v.dtype) for k, v in params32.items())
-    return (id(model), ops.dtype, shapes, tuple(x.shape), x.dtype, tuple(y.shape), y.dtype, x.device, frozenset(dense))
+    how = frozenset(rounder.dense) if rounder.mode == "record" else id(rounder.static)
+    return (id(model), rounder.mode, how, ops.dtype, shapes, tuple(x.shape), x.dtype, tuple(y.shape), y.dtype, x.device)
 
 
 def _forward_backward(model, params32: dict, x, y, ops, rounder: Rounder):
@@ -87,40 +88,50 @@ def _forward_backward(model, params32: dict, x, y, ops, rounder: Rounder):
     return loss.detach(), {k: p.detach() for k, p in params.items()}, [g.detach() for g in grads]
 
 
-def _capture(model, params32: dict, x, y, ops, dense) -> Captured:
+def _like(rounder: Rounder) -> Rounder:
+    """A rounder for the warm-up and the capture, doing what `rounder` would."""
+    if rounder.mode == "record":
+        return Rounder("record", dense=set(rounder.dense))
+    twin = Rounder("replay", entries=dict(rounder._entries))
+    twin.static = rounder.static
+    return twin
+
+
+def _capture(model, params32: dict, x, y, ops, rounder: Rounder) -> Captured:
     static_p = {k: v.clone() for k, v in params32.items()}
     static_x, static_y = x.clone(), y.clone()
     stream = torch.cuda.Stream(device=x.device)
     stream.wait_stream(torch.cuda.current_stream(x.device))
     with torch.cuda.stream(stream):  # warm-up on the capturing stream: lazy handles, workspaces, caches
-        _forward_backward(model, static_p, static_x, static_y, ops, Rounder("record", dense=set(dense)))
+        _forward_backward(model, static_p, static_x, static_y, ops, _like(rounder))
     torch.cuda.current_stream(x.device).wait_stream(stream)
-    graph, rounder = torch.cuda.CUDAGraph(), Rounder("record", dense=set(dense))
+    graph, twin = torch.cuda.CUDAGraph(), _like(rounder)
     with torch.cuda.graph(graph, stream=stream):
-        loss, params64, grads = _forward_backward(model, static_p, static_x, static_y, ops, rounder)
-    if rounder._entries or not rounder.defer:
+        loss, params64, grads = _forward_backward(model, static_p, static_x, static_y, ops, twin)
+    if twin.mode == "record" and (twin._entries or not twin.defer):
         raise RuntimeError("a rounding point logged on the host while being captured")
-    return Captured(model, graph, static_p, static_x, static_y, loss, params64, grads, rounder.names, rounder._pending)
+    held = {name: getattr(twin, name) for name in HELD[twin.mode]}
+    return Captured(model, graph, static_p, static_x, static_y, loss, params64, grads, twin.names, held)
 
 
 def forward_backward(model, params32: dict, x, y, ops, rounder: Rounder):
-    """(loss, float64 parameters, gradients) of a det64 recording step from a CUDA graph, with the
-    rounder left as the eager forward and backward would leave it; None where graphs do not apply
-    (the caller runs the eager path)."""
+    """(loss, float64 parameters, gradients) of a det64 step from a CUDA graph, with the rounder left
+    as the eager forward and backward would leave it; None where graphs do not apply (the caller
+    runs the eager path)."""
     if not eligible(rounder, x.device):
         return None
-    key = _key(model, params32, x, y, ops, rounder.dense)
+    key = _key(model, params32, x, y, ops, rounder)
     if key in _FAILED:
         return None
     captured = _CAPTURED.get(key)
     if captured is None or captured.model is not model:
         try:
-            captured = _capture(model, params32, x, y, ops, rounder.dense)
+            captured = _capture(model, params32, x, y, ops, rounder)
         except Exception as exc:  # any capture failure: the eager path is always right
             _FAILED.add(key)
-            warnings.warn(f"CUDA graph capture failed, recording eagerly: {exc!r}", stacklevel=2)
+            warnings.warn(f"CUDA graph capture failed, running eagerly: {exc!r}", stacklevel=2)
             return None
-        for old in [k for k in _CAPTURED if k[0] == key[0]]:  # the model's earlier capture (fewer dense points)
+        for old in [k for k in _CAPTURED if k[:2] == key[:2]]:  # the model's earlier capture in this mode
             del _CAPTURED[old]
         _CAPTURED[key] = captured
         while len(_CAPTURED) > KEEP:
@@ -132,7 +143,8 @@ def forward_backward(model, params32: dict, x, y, ops, rounder: Rounder):
     captured.y.copy_(y)
     captured.graph.replay()
     rounder.names = list(captured.names)
-    rounder._pending = list(captured.pending)
+    for name, value in captured.held.items():
+        setattr(rounder, name, list(value))
     return captured.loss, dict(captured.params64), list(captured.grads)
 
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call
 
-from replay.training import graphs, native
-from replay.training.determinism import SLOTS, LogOverflow, Rounder, converted, rounding
+from replay.training import graphs, native, static_log
+from replay.training.determinism import SLOTS, LogOverflow, Rounder, StaticRedo, converted, rounding
 from replay.training.ops import OPS
 
 OPTIMIZERS = {"sgd": ("momentum",), "adamw": ("m", "v")}
@@ -163,6 +163,9 @@ def train_step(model, state: State, batch: dict, optimizer: dict, precision: str
     for attempt in range(DENSE_RETRIES + 1):
         try:
             return _train_step(model, state, batch, optimizer, precision, rounder)
+        except StaticRedo:
+            rounder.redo_deferred()
+            return _train_step(model, state, batch, optimizer, precision, rounder)
         except LogOverflow as exc:
             if attempt == DENSE_RETRIES or exc.keys <= rounder.dense:
                 break
@@ -184,6 +187,8 @@ def _train_step(model, state: State, batch: dict, optimizer: dict, precision: st
     dt, device = ops.dtype, state.params[next(iter(state.params))].device
     t = state.step
     x, y = batch["x"].to(device), batch["y"].to(device)
+    if precision == "det64":
+        static_log.prepare(model, rounder, state.params, x, y, dt)
     captured = graphs.forward_backward(model, state.params, x, y, ops, rounder) if precision == "det64" else None
     if captured is not None:
         loss, params, grads = captured
@@ -238,4 +243,5 @@ def _train_step(model, state: State, batch: dict, optimizer: dict, precision: st
                 new_b[b][name] = v
     if rounder is not None:
         rounder.finish()
+        static_log.learnt(model, rounder)
     return State(t + 1, new_p, new_b), float(loss.detach())

@@ -16,7 +16,7 @@ from replay.training import architectures as models
 from replay.training import determinism as det
 from replay.training import graphs
 from replay.training.bundled_data import Batches
-from replay.training.determinism import Rounder, encode_log
+from replay.training.determinism import LogMismatch, Rounder, decode_log, encode_log
 from replay.training.train import initial_state, train_step
 
 from ..helpers import TINY, record
@@ -66,9 +66,9 @@ def test_changing_learning_rate_is_not_baked_into_the_graph(monkeypatch):
     assert all(g.equal(e) for g, e in zip(graphed[0], eager[0]))
 
 
-def test_overflow_inside_a_graph_falls_back_to_the_reference_path(monkeypatch):
-    """One slot per rounding point overflows at the graph's flush: the step is redone eagerly on the
-    reference path and gives the state and log of a roomy step."""
+def test_overflow_inside_a_graph_is_redone_dense(monkeypatch):
+    """One slot per rounding point overflows at the graph's flush: the step is redone with the crowded
+    points dense (a second capture) and gives the state and log of a roomy step."""
     cfg, opt = TINY["gpt"]["config"], DEFAULT_OPTIMIZER["gpt"]
     model = models.build("gpt", cfg)
     state = initial_state(models.init_params("gpt", cfg, 1), opt).to("cuda")
@@ -80,7 +80,8 @@ def test_overflow_inside_a_graph_falls_back_to_the_reference_path(monkeypatch):
     monkeypatch.setattr(det, "slots", lambda n: 1)
     tight = Rounder("record")
     s1, l1 = train_step(model, state, batch, opt, "det64", tight)
-    assert not tight.defer, "control: one slot per point must overflow"
+    assert tight.defer and tight.dense, "control: one slot per point must overflow"
+    assert any(k[1] == "record" for k in graphs._CAPTURED), "control: the dense step ran in a graph"
     assert s0.equal(s1) and l0 == l1 and roomy.entries == tight.entries
     graphs.release()
 
@@ -93,3 +94,52 @@ def test_graphed_cuda_recording_verifies_on_the_cpu(tmp_path, monkeypatch):
     graphs.release()
     v = verify(out, out / "claims.json", Budget(segments=100), device="cpu")
     assert v.verdict == "verified", v.reasons
+
+
+def _replays(logs, states, monkeypatch, graphed: bool, arch="gpt"):
+    """Each recorded step replayed from its recorded state on CUDA: (states after, ratios, graphed at the end)."""
+    monkeypatch.setenv("REPLAY_CUDA_GRAPHS", "1" if graphed else "0")
+    monkeypatch.setenv("REPLAY_STATIC", "1" if graphed else "0")
+    graphs.release()
+    cfg, opt = TINY[arch]["config"], DEFAULT_OPTIMIZER[arch]
+    model, batches = models.build(arch, cfg), Batches(arch, cfg, TINY[arch]["batch"], 2)
+    out, ratios = [], []
+    for t, log in enumerate(logs):
+        rounder = Rounder("replay", entries=decode_log(log))
+        after, _ = train_step(model, states[t].to("cuda"), batches(t), opt, "det64", rounder)
+        out.append(after.to("cpu"))
+        ratios.append(rounder.max_ratio)
+    captured = any(k[1] == "replay" for k in graphs._CAPTURED)
+    graphs.release()
+    return out, ratios, captured
+
+
+@pytest.mark.parametrize("arch", ["mlp", "cnn", "gpt"])
+def test_graphed_replay_equals_the_deferred_replay(arch, monkeypatch):
+    """The recorded states, bit for bit, and the same widest windows, replayed through a graph (the
+    log in fixed slots) and the deferred way; the graph captured once the layout is learnt."""
+    states, logs, _, _ = _run(arch, 6, monkeypatch, graphed=True)
+    cfg, opt = TINY[arch]["config"], DEFAULT_OPTIMIZER[arch]
+    before = [initial_state(models.init_params(arch, cfg, 2), opt)] + states[:-1]
+    graphed = _replays(logs, before, monkeypatch, graphed=True, arch=arch)
+    deferred = _replays(logs, before, monkeypatch, graphed=False, arch=arch)
+    assert graphed[2] and not deferred[2], "control: only the graphed replay captures"
+    for t in range(6):
+        assert graphed[0][t].equal(states[t]) and deferred[0][t].equal(states[t]), f"step {t}"
+    assert graphed[1] == deferred[1]
+
+
+def test_graphed_replay_refuses_a_far_entry_as_the_deferred_replay_does(monkeypatch):
+    states, logs, _, _ = _run("gpt", 6, monkeypatch, graphed=True)
+    cfg, opt = TINY["gpt"]["config"], DEFAULT_OPTIMIZER["gpt"]
+    before = [initial_state(models.init_params("gpt", cfg, 2), opt)] + states[:-1]
+    entries = decode_log(logs[4])
+    key = max(entries, key=lambda k: len(entries[k][0]))
+    entries[key][1][0] = 0x7F000000  # the prover's float far outside any window
+    logs[4] = encode_log(entries)
+    reasons = []
+    for graphed in (True, False):
+        with pytest.raises(LogMismatch) as err:
+            _replays(logs, before, monkeypatch, graphed=graphed)
+        reasons.append(str(err.value))
+    assert reasons[0] == reasons[1] and "not a close call" in reasons[0]

@@ -1,0 +1,146 @@
+"""Static replay (replay/training/static_log.py): a step's log in fixed slots gives the deferred replay's
+results bit for bit, refuses what it refuses with its reasons, and turns crowded points dense.
+
+On a CPU without the native kernel (REPLAY_NATIVE=0), the path a GPU replays through (there as one
+CUDA graph, tests/replay/training/test_cuda_graphs.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.prover.recorder import DEFAULT_OPTIMIZER
+from replay.training import architectures as models
+from replay.training import determinism as det
+from replay.training import native, static_log
+from replay.training.bundled_data import Batches
+from replay.training.determinism import LogMismatch, Rounder, decode_log, encode_log
+from replay.training.train import initial_state, train_step
+
+from ..helpers import TINY
+
+STEPS = 5
+
+
+def _recorded(arch: str, seed: int = 4):
+    """(model config, optimizer, states before each step, batches, logs) of a short det64 recording."""
+    cfg, opt = TINY[arch]["config"], DEFAULT_OPTIMIZER[arch]
+    model = models.build(arch, cfg)
+    state = initial_state(models.init_params(arch, cfg, seed), opt)
+    batches = Batches(arch, cfg, TINY[arch]["batch"], seed)
+    states, logs = [], []
+    for t in range(STEPS):
+        states.append(state)
+        rounder = Rounder("record")
+        state, _ = train_step(model, state, batches(t), opt, "det64", rounder)
+        logs.append(encode_log(rounder.entries))
+    return cfg, opt, states + [state], batches, logs
+
+
+def _replay(arch, rec, monkeypatch, static: bool, logs=None):
+    """Replay every step from its recorded state with a fresh model: (states after, ratios, steps static)."""
+    monkeypatch.setenv("REPLAY_STATIC", "1" if static else "0")
+    cfg, opt, states, batches, recorded = rec
+    model = models.build(arch, cfg)
+    out, ratios, used = [], [], 0
+    for t, log in enumerate(logs or recorded):
+        rounder = Rounder("replay", entries=decode_log(log))
+        after, _ = train_step(model, states[t], batches(t), opt, "det64", rounder)
+        out.append(after)
+        ratios.append(rounder.max_ratio)
+        used += rounder.static is not None
+    return out, ratios, used
+
+
+@pytest.fixture(autouse=True)
+def generic_path(monkeypatch):
+    monkeypatch.setattr(native, "_LIB", False)
+
+
+@pytest.mark.parametrize("arch", ["mlp", "cnn", "gpt"])
+def test_static_replay_equals_the_deferred_replay(arch, monkeypatch):
+    rec = _recorded(arch)
+    assert any(len(log) > 2 for log in rec[4]), "control: the steps log close calls"
+    deferred = _replay(arch, rec, monkeypatch, static=False)
+    static = _replay(arch, rec, monkeypatch, static=True)
+    assert deferred[2] == 0 and static[2] == STEPS - 1, "control: the first step learns the layout, the rest use it"
+    for t in range(STEPS):
+        assert static[0][t].equal(rec[2][t + 1]) and deferred[0][t].equal(rec[2][t + 1]), f"step {t}"
+    assert static[1] == deferred[1]
+
+
+def _tampered(log: bytes, how: str) -> bytes:
+    entries = decode_log(log)
+    key = max(entries, key=lambda k: len(entries[k][0]))
+    idx, codes = entries[key]
+    if how == "far value":  # the prover's float far outside the verifier's window
+        codes[0] = 0x7F000000
+    elif how == "no such element":
+        idx[-1] = 10**6
+    elif how == "no such point":
+        entries[10**6] = ([0], [True])
+    return encode_log(entries)
+
+
+@pytest.mark.parametrize("how", ["far value", "no such element", "no such point"])
+def test_a_tampered_log_is_refused_with_the_deferred_reason(how, monkeypatch):
+    """An entry outside the window, past the point's outputs, at a point the step never reaches: the
+    same refusal (type and words) as the deferred replay, at a step after the layout is learnt."""
+    rec = _recorded("gpt")
+    logs = list(rec[4])
+    logs[3] = _tampered(logs[3], how)
+    reasons, redone = [], []
+    real = Rounder.redo_deferred
+    monkeypatch.setattr(Rounder, "redo_deferred", lambda self: redone.append(1) or real(self))
+    for static in (False, True):
+        with pytest.raises(LogMismatch) as err:
+            _replay("gpt", rec, monkeypatch, static, logs=logs)
+        reasons.append(str(err.value))
+    assert reasons[0] == reasons[1]
+    # the static step itself found the far value (and the step was redone to name it); the others do not fit the table
+    assert len(redone) == (how == "far value")
+
+
+def test_a_crowded_point_turns_dense_and_replays_the_same(monkeypatch):
+    """With two slots per point a step's entries overflow the layout: that step is replayed the
+    deferred way, the point gets a slot per output, and later steps replay static again."""
+    rec = _recorded("gpt")
+    monkeypatch.setattr(det, "slots", lambda n: min(n, 2))
+    static = _replay("gpt", rec, monkeypatch, static=True)
+    assert 0 < static[2] < STEPS - 1, "control: some steps overflowed two slots, later ones fit"
+    for t in range(STEPS):
+        assert static[0][t].equal(rec[2][t + 1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_the_table_spreads_each_entry_to_its_slot(data):
+    """Random points and entries: each real entry lies in its point's slot with its code and width,
+    padding repeats the point's first entry (and takes its value), points without entries write back."""
+    sizes = data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=6))
+    points = [(10 * j + 3, n) for j, n in enumerate(sizes)]
+    layout = static_log.Layout(
+        points, {k: (sum(sizes[:j]), n, n) for j, (k, n) in enumerate(points)}, sum(sizes), 64, torch.device("cpu")
+    )
+    entries = {}
+    for key, n in points:
+        idx = sorted(data.draw(st.sets(st.integers(0, n - 1), max_size=min(n, 6))))
+        if idx:
+            codes = [data.draw(st.one_of(st.booleans(), st.integers(0, 2**32 - 1))) for _ in idx]
+            entries[key] = (idx, codes)
+    assert layout.fill(entries)
+    s = layout.expand()
+    for key, _n in points:
+        off, k, _ = layout.points[key]
+        idx, codes = entries.get(key, ([], []))
+        got = slice(off, off + k)
+        assert s.valid[got].tolist() == [j < len(idx) for j in range(k)]
+        assert s.has[got].tolist() == [bool(idx)] * k
+        assert s.idx[got].tolist() == idx + [idx[0] if idx else 0] * (k - len(idx))
+        assert s.src[got].tolist() == list(range(len(idx))) + [0] * (k - len(idx))
+        for j, c in enumerate(codes):
+            wide = not isinstance(c, bool)
+            assert bool(s.wide[off + j]) == wide
+            assert int(s.code[off + j]) == ((c - 2**32 if c >= 2**31 else c) if wide else int(c))
