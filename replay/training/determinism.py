@@ -1050,7 +1050,7 @@ class Rounder:
         prover = torch.where(code >= 0, code, -1 - (code & 0x7FFFFFFF))
         o = torch.where(wide, prover, narrow)
         ok = used & torch.where(wide, (lo <= prover) & (prover <= hi), (hi - lo <= 1) & ((narrow & 1) == code))
-        self._bad.append((valid & ~ok).any())
+        self._bad.append((key, (valid & ~ok).any()))
         flat = r.view(-1)
         # padding repeats the point's first entry and writes that entry's value (taken from its slot), or,
         # at a point without entries, its own rounding: every write to one output carries the same bits
@@ -1062,12 +1062,14 @@ class Rounder:
         """Deferred replay: read the step's checks back at once; raise the first refusal as `_apply` would."""
         checks, ratios, bad = self._checks, self._ratios, self._bad
         self._checks, self._ratios, self._bad, self._slots = [], [], [], None
+        if self.static is not None and {key for key, _ in bad} != self.static.points.keys():
+            raise StaticRedo("the step's rounding points are not the layout's")  # entries must not go unapplied
         if not ratios and not checks and not bad:
             return
-        device = (ratios[0] if ratios else checks[0][2] if checks else bad[0]).device
+        device = (ratios[0] if ratios else checks[0][2] if checks else bad[0][1]).device
         ratios = ratios or [torch.zeros((), dtype=torch.float64, device=device)]
         flags = torch.cat([c[2] for c in checks]).all() if checks else torch.ones((), dtype=torch.bool, device=device)
-        refused = torch.stack(bad).any() if bad else torch.zeros((), dtype=torch.bool, device=device)
+        refused = torch.stack([b for _, b in bad]).any() if bad else torch.zeros((), dtype=torch.bool, device=device)
         ratio, good, refused = torch.stack(
             [torch.stack(ratios).max(), flags.to(torch.float64), refused.to(torch.float64)]
         ).tolist()

@@ -144,3 +144,23 @@ def test_the_table_spreads_each_entry_to_its_slot(data):
             wide = not isinstance(c, bool)
             assert bool(s.wide[off + j]) == wide
             assert int(s.code[off + j]) == ((c - 2**32 if c >= 2**31 else c) if wide else int(c))
+
+
+def test_an_entry_at_a_layout_point_the_step_never_reaches_is_not_dropped(monkeypatch):
+    """Guard: a static step applies entries only at the points it reaches; were the layout to name one
+    more, its entries would go unapplied. The step is then replayed the deferred way, which refuses them."""
+    rec = _recorded("gpt")
+    monkeypatch.setenv("REPLAY_STATIC", "1")
+    cfg, opt, states, batches, logs = rec
+    model = models.build("gpt", cfg)
+    train_step(model, states[0], batches(0), opt, "det64", Rounder("replay", entries=decode_log(logs[0])))
+    ((shape, dense), layout), *_ = static_log._LAYOUTS[model].items()
+    ghost = 10**6
+    static_log._LAYOUTS[model].clear()  # the learnt layout and one point no step reaches
+    static_log.layout_for(model, shape, layout.order + [(ghost, 10)], "cpu", set(dense))
+    entries = decode_log(logs[1])
+    entries[ghost] = ([3], [True])
+    rounder = Rounder("replay", entries=entries)
+    with pytest.raises(LogMismatch, match="never reached"):
+        train_step(model, states[1], batches(1), opt, "det64", rounder)
+    assert not rounder.allow_static, "control: the static step was redone the deferred way"
