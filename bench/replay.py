@@ -492,6 +492,46 @@ def profile_rows(rows: list[str], device: str, top: int = 12) -> None:
             graphs.release()
 
 
+def log_host_costs(rows: list[str], reps: int = 5) -> None:
+    """The host's share of a replayed step on a GPU (the graph itself waits on it): decoding the step's
+    rounding log (the Python reference against the C decoder) and laying it into the static table;
+    one recorded step per row on this CPU, medians of `reps`."""
+    from replay.training import static_log
+    from replay.training.determinism import decode_log_reference
+
+    print("| row | log bytes | entries | decode, Python | decode, C | Python / C | table fill |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        arch, cfg, batch_size, _ = SCALE_ROWS[row]
+        cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
+        opt, model = DEFAULT_OPTIMIZER[arch], models.build(arch, cfg)
+        state = initial_state(models.init_params(arch, cfg, 0), opt)
+        batch = Batches(arch, cfg, batch_size, 0)(0)
+        rounder = Rounder("record", trace=[])
+        train_step(model, state, batch, opt, "det64", rounder)
+        log = encode_log(rounder.entries)
+        points = [(k, r.numel()) for k, name, r in rounder.trace if not name.startswith("update.")]
+        layout = static_log.layout_for(model, ("bench", row), points, "cpu", set())
+
+        def median(fn):
+            times = []
+            for _ in range(reps):
+                started = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - started)
+            return statistics.median(times)
+
+        ref, fast = median(lambda: decode_log_reference(log)), median(lambda: decode_log(log))
+        entries = decode_log(log)
+        fill = median(lambda: layout.fill(entries))
+        n = sum(len(i) for i, _ in entries.values())
+        print(
+            f"| {row} | {len(log):,} | {n:,} | {ref * 1e3:.1f} ms | {fast * 1e3:.2f} ms | {ref / fast:.0f} "
+            f"| {fill * 1e3:.2f} ms |",
+            flush=True,
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cpu", "cuda"], help="the issue-18 table on this device")
@@ -506,8 +546,12 @@ def main() -> None:
     p.add_argument("--memory", nargs="*", default=list(MEMORY_ROWS), choices=list(MEMORY_ROWS))
     p.add_argument("--memory-only", action="store_true", help="only the memory and screen table (issue 10)")
     p.add_argument("--profile", action="store_true", help="with --device: where each row's step time goes")
+    p.add_argument("--log-host", action="store_true", help="with --rows: a replayed step's host work on its log")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    if args.log_host:
+        log_host_costs(args.rows)
+        return
     if args.device and args.profile:
         profile_rows(args.rows, args.device)
         return

@@ -230,3 +230,72 @@ void rp_sgd(int64_t n, const float *p, const double *g, const float *mom, float 
         mom_out[i] = mn;
     }
 }
+
+/* The rounding log's decoder (determinism.decode_log is the reference; tests hold the two to the same
+   entries and the same refusals on crafted bytes). Untrusted input: every read is bounds-checked
+   first. Returns the number of entries, or a negative code: -1..-9 the reference's refusals (version,
+   varint, point count, key order, entry count, wide entry, parity bits, stray bits, trailing bytes),
+   -10 a value beyond 63 bits (the caller then decodes with the reference, whose integers are
+   unbounded). Per point: its key, first entry and count in keys/starts/counts (at most len points);
+   per entry: its flat index and code (0/1 parity, or the wide entry's 32 bits | 1 << 32). */
+static int varint(const uint8_t *buf, int64_t len, int64_t *pos, uint64_t *out) {
+    uint64_t n = 0;
+    for (int shift = 0;; shift += 7) {
+        if (*pos >= len || shift > 63) return -2;
+        uint8_t b = buf[(*pos)++];
+        uint64_t part = (uint64_t)(b & 0x7F);
+        if (shift > 0 && (shift >= 64 || (part >> (64 - shift)) != 0)) return -10;
+        n |= part << shift;
+        if (b < 0x80) break;
+    }
+    if (n > (uint64_t)INT64_MAX) return -10;
+    *out = n;
+    return 0;
+}
+
+int64_t rp_decode_log(const uint8_t *buf, int64_t len, int64_t max_entries, int64_t *keys, int64_t *starts,
+                      int64_t *counts, int64_t *idx, int64_t *codes, int64_t *npoints) {
+    int64_t pos = 1, total = 0, key = -1, err;
+    uint64_t points, delta, count, d;
+    *npoints = 0;
+    if (len < 1 || buf[0] != 1) return -1;
+    if ((err = varint(buf, len, &pos, &points))) return err;
+    if (points > (uint64_t)len) return -3;
+    for (uint64_t p = 0; p < points; p++) {
+        if ((err = varint(buf, len, &pos, &delta))) return err;
+        if (p && delta == 0) return -4;
+        if (p == 0) key = (int64_t)delta;
+        else if ((uint64_t)key + delta > (uint64_t)INT64_MAX) return -10;
+        else key += (int64_t)delta;
+        if ((err = varint(buf, len, &pos, &count))) return err;
+        if (count == 0 || count > (uint64_t)(max_entries - total) || count > (uint64_t)(len - pos)) return -5;
+        keys[p] = key, starts[p] = total, counts[p] = (int64_t)count, *npoints = (int64_t)p + 1;
+        int64_t prev = -1, narrow = 0, first = total;
+        for (uint64_t j = 0; j < count; j++) {
+            if ((err = varint(buf, len, &pos, &d))) return err;
+            if ((uint64_t)prev + 1 + (d >> 1) > (uint64_t)INT64_MAX) return -10;
+            prev += (int64_t)(d >> 1) + 1;
+            idx[total] = prev;
+            if (d & 1) {
+                if (pos + 4 > len) return -6;
+                codes[total] = (int64_t)((uint64_t)buf[pos] | (uint64_t)buf[pos + 1] << 8 | (uint64_t)buf[pos + 2] << 16 |
+                                         (uint64_t)buf[pos + 3] << 24 | (uint64_t)1 << 32);
+                pos += 4;
+            } else {
+                codes[total] = -1 - narrow++;  /* its parity bit's number, filled below */
+            }
+            total++;
+        }
+        int64_t nbytes = (narrow + 7) / 8;
+        if (pos + nbytes > len) return -7;
+        for (int64_t e = first; e < total; e++)
+            if (codes[e] < 0) {
+                int64_t j = -1 - codes[e];
+                codes[e] = (buf[pos + (j >> 3)] >> (j & 7)) & 1;
+            }
+        if ((narrow % 8) && (buf[pos + nbytes - 1] >> (narrow % 8))) return -8;
+        pos += nbytes;
+    }
+    if (pos != len) return -9;
+    return total;
+}

@@ -574,7 +574,15 @@ def encode_log(entries: dict[int, tuple[list[int], list]]) -> bytes:
 
 
 def decode_log(buf: bytes, max_entries: int = MAX_LOG_ENTRIES) -> dict[int, tuple[list[int], list]]:
-    """bytes -> {key: (indices, codes)}; raises ValueError on anything malformed or over max_entries."""
+    """bytes -> {key: (indices, codes)}; raises ValueError on anything malformed or over max_entries.
+    In C where the native kernel is on (native.decode_log: the same entries and refusals), else
+    `decode_log_reference`."""
+    fast = native.decode_log(buf, max_entries)
+    return decode_log_reference(buf, max_entries) if fast is None else fast
+
+
+def decode_log_reference(buf: bytes, max_entries: int = MAX_LOG_ENTRIES) -> dict[int, tuple[list[int], list]]:
+    """The log's decoder in Python: the reference the C one is held to."""
     if not buf or buf[0] != LOG_VERSION:
         raise ValueError("rounding log: unknown version")
     points, pos = _get_varint(buf, 1)

@@ -28,6 +28,7 @@ import threading
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 
 SOURCE = Path(__file__).with_name("_native.c")
@@ -136,6 +137,8 @@ def _load():
     lib.rp_adamw.restype = None
     lib.rp_sgd.argtypes = [_i, _p, _p, _p, _p, _p, _d, _i, _d, _d]
     lib.rp_sgd.restype = None
+    lib.rp_decode_log.argtypes = [ctypes.c_char_p, _i, _i, _p, _p, _p, _p, _p, _p]
+    lib.rp_decode_log.restype = _i
     return lib
 
 
@@ -357,3 +360,50 @@ def sgd(p, g, mom, momentum, wd, lr):
         lr,
     )
     return p2, mom2
+
+
+_PARITY = np.array([False, True], dtype=object)  # Python bools, as the reference decodes parity bits
+LOG_REFUSALS = {
+    -1: "unknown version",
+    -2: "truncated or overlong varint",
+    -3: "point count exceeds size",
+    -4: "keys not strictly increasing",
+    -5: "bad entry count",
+    -6: "truncated wide entry",
+    -7: "truncated parity bits",
+    -8: "stray parity bits",
+    -9: "trailing bytes",
+}
+
+
+def decode_log(buf: bytes, max_entries: int):
+    """determinism.decode_log in one C pass (its Python loop is a GPU replay step's largest host cost):
+    the same entries, or ValueError with the same words; None where the kernel is off or a value
+    needs more than 63 bits (the caller decodes with the reference)."""
+    lib = library()
+    if lib is None or not isinstance(buf, bytes | bytearray):
+        return None
+    size = max(1, min(len(buf), max_entries))
+    ints = torch.empty(3 * (len(buf) + 1) + 2 * size + 1, dtype=torch.int64)
+    p = ints.data_ptr()
+    at = [p + 8 * o for o in (0, len(buf) + 1, 2 * (len(buf) + 1), 3 * (len(buf) + 1))]
+    npoints = at[3] + 8 * 2 * size
+    total = lib.rp_decode_log(bytes(buf), len(buf), max_entries, at[0], at[1], at[2], at[3], at[3] + 8 * size, npoints)
+    if total == -10:
+        return None
+    if total < 0:
+        raise ValueError(f"rounding log: {LOG_REFUSALS[total]}")
+    a = ints.numpy()
+    n = int(a[-1])
+    keys, starts, counts = (a[i * (len(buf) + 1) : i * (len(buf) + 1) + n] for i in range(3))
+    base = 3 * (len(buf) + 1)
+    idx, codes = a[base : base + total], a[base + size : base + size + total]
+    out = {}
+    for key, s, c in zip(keys.tolist(), starts.tolist(), counts.tolist()):
+        seg = codes[s : s + c]
+        if (seg >> 32).any():  # wide entries: their 32 bits as a Python int, beside parity bools
+            got = np.where(seg < 2, _PARITY[seg & 1], (seg & 0xFFFFFFFF).astype(object)).tolist()
+        else:
+            got = seg.astype(bool).tolist()
+        out[key] = (idx[s : s + c].tolist(), got)
+    return out

@@ -22,6 +22,7 @@ import os
 import weakref
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 STATIC_MIN = 1 << 12  # log entries a step's table holds at least
@@ -88,10 +89,10 @@ class Layout:
                 return False
             h[at : at + m] = range(off, off + m)
             h[cap + at : cap + at + m] = idx
-            h[2 * cap + at : 2 * cap + at + m] = [
-                int(c) if isinstance(c, bool) else c - (1 << 32) if c >= 1 << 31 else c for c in codes
-            ]
-            h[3 * cap + at : 3 * cap + at + m] = [not isinstance(c, bool) for c in codes]
+            values = np.array(codes, dtype=np.int64)  # a parity bool as 0 or 1, a wide entry's 32 bits
+            wide = np.not_equal(np.fromiter(map(type, codes), dtype=object, count=m), bool)  # not a parity bool
+            h[2 * cap + at : 2 * cap + at + m] = np.where(wide & (values >= 1 << 31), values - (1 << 32), values)
+            h[3 * cap + at : 3 * cap + at + m] = wide
             j = order[key]
             h[4 * cap + j], h[4 * cap + p + j] = idx[0], 1
             at += m

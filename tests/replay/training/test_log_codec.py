@@ -1,0 +1,85 @@
+"""The rounding log's C decoder (native.decode_log) against the reference (determinism.decode_log_reference):
+the same entries, code types included (a parity bool is not a wide entry's int 0 or 1), and the same
+refusals, word for word, on valid, crafted and random bytes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.training import native
+from replay.training.determinism import decode_log, decode_log_reference, encode_log
+
+pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the reference decodes")
+
+
+def _outcome(decode, data: bytes, max_entries: int):
+    try:
+        out = decode(data, max_entries)
+    except ValueError as e:
+        return ("refused", str(e))
+    return ("entries", {k: (i, [(type(c), c) for c in cs]) for k, (i, cs) in out.items()})
+
+
+def _same(data: bytes, max_entries: int = 1 << 20):
+    ref = _outcome(decode_log_reference, data, max_entries)
+    assert _outcome(decode_log, data, max_entries) == ref
+    return ref
+
+
+entries = st.dictionaries(
+    st.one_of(st.integers(0, 10_000), st.integers(0, 2**70)),
+    st.lists(
+        st.tuples(
+            st.one_of(st.integers(0, 10_000_000), st.integers(0, 2**70)),
+            st.one_of(st.booleans(), st.integers(0, 2**32 - 1), st.sampled_from([0, 1])),
+        ),
+        min_size=1,
+        max_size=30,
+        unique_by=lambda e: e[0],
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries)
+def test_valid_logs_decode_the_same(raw):
+    """Including keys and indices past 63 bits (the C decoder hands those to the reference; past 70
+    bits a varint is too long for either)."""
+    log = encode_log({k: ([i for i, _ in sorted(v)], [c for _, c in sorted(v)]) for k, v in raw.items()})
+    kind, _ = _same(log)
+    assert kind == "entries" or max(raw) >= 2**69 or max(i for v in raw.values() for i, _ in v) >= 2**68
+
+
+@settings(max_examples=400, deadline=None)
+@given(entries, st.data())
+def test_crafted_logs_are_refused_the_same(raw, data):
+    log = bytearray(encode_log({k: ([i for i, _ in sorted(v)], [c for _, c in sorted(v)]) for k, v in raw.items()}))
+    how = data.draw(st.sampled_from(["flip", "cut", "append", "insert", "max entries"]))
+    at = data.draw(st.integers(0, len(log) - 1))
+    if how == "flip":
+        log[at] ^= data.draw(st.integers(1, 255))
+    elif how == "cut":
+        del log[at:]
+    elif how == "append":
+        log += data.draw(st.binary(min_size=1, max_size=6))
+    elif how == "insert":
+        log[at:at] = data.draw(st.binary(min_size=1, max_size=4))
+    limit = data.draw(st.integers(0, 40)) if how == "max entries" else 1 << 20
+    _same(bytes(log), limit)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=96))
+def test_random_bytes_are_refused_the_same(data):
+    _same(b"\x01" + data)
+    _same(data)
+
+
+def test_the_c_decoder_is_used_and_hands_huge_values_to_the_reference():
+    small = encode_log({3: ([1, 5], [True, 0x3F800000])})
+    huge = encode_log({2**64: ([1], [True])})
+    assert native.decode_log(small, 1 << 20) == {3: ([1, 5], [True, 0x3F800000])}
+    assert native.decode_log(huge, 1 << 20) is None and decode_log(huge) == {2**64: ([1], [True])}
