@@ -373,8 +373,9 @@ def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
     out = {"row": row, "params": models.param_count(arch, cfg), "batch": batch_size, "config": cfg}
     precisions = PRECISIONS + (("det64_eager", "replay_eager") if device == "cuda" else ())
     runs = {p: one_step_setup(arch, cfg, batch_size, device, p) for p in precisions}
-    for p in precisions:
-        runs[p]()  # warm-up (on CUDA also the graph's capture)
+    for p in precisions:  # warm-up: a replay learns its layout in the first step, captures its graph in the second
+        runs[p]()
+        runs[p]()
     times = {p: [] for p in precisions}
     for _ in range(reps):  # interleaved: the host's slow spells hit every precision alike
         for p in precisions:
