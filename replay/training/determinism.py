@@ -745,6 +745,7 @@ class Rounder:
         self.static = None  # static replay: the step's entries laid out in fixed slots (static_log.Layout)
         self.allow_static = True  # False once a static step refused an entry (the step is replayed deferred)
         self.learn, self.learn_key = None, None  # deferred replay: [(key, outputs)] of the step's points
+        self.crowded = []  # deferred replay: points this step gave more entries than their slots
         self._slots = None  # static replay: this step's slots (static_log.Slots)
         self._bad = []  # static replay: per point, did a real entry not fit (device)
 
@@ -976,6 +977,8 @@ class Rounder:
             idx, code, wide, spans, at = [], [], [], {}, 0
             for k in keys:
                 i, c = self._entries[k]
+                if i[-1] >= 1 << 62:  # past any point's outputs (and int64): `_apply_deferred` refuses it by name
+                    continue
                 idx += i
                 for x in c:
                     w = not isinstance(x, bool)

@@ -21,6 +21,7 @@ bench compares both).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections import OrderedDict
@@ -48,6 +49,7 @@ class Captured:
     grads: list
     names: list  # the rounding ops' names, in forward call order
     held: dict  # the Rounder's per-step device state, refilled by each replay: {attribute: list}
+    layout: object  # a replay's static_log.Layout, whose table the graph reads (held: its id keys the graph)
 
 
 # what a captured step leaves in its Rounder for the eager rest of the step (the flush, the settle)
@@ -77,12 +79,13 @@ def _key(model, params32: dict, x: torch.Tensor, y: torch.Tensor, ops, rounder: 
     return (id(model), rounder.mode, how, ops.dtype, shapes, tuple(x.shape), x.dtype, tuple(y.shape), y.dtype, x.device)
 
 
-def _forward_backward(model, params32: dict, x, y, ops, rounder: Rounder):
-    """The captured region: exactly what train_step runs eagerly for a det64 step."""
+def eager_forward_backward(model, params32: dict, x, y, ops, rounder: Rounder | None):
+    """A step's forward and backward from its float32 parameters: (loss, parameters in the compute
+    dtype, gradients), detached. What a graph captures, and what train_step runs where there is none."""
     if x.is_floating_point():
         x = x.to(ops.dtype)
     params = {k: converted(v, ops.dtype).requires_grad_() for k, v in params32.items()}
-    with rounding(rounder):
+    with rounding(rounder) if rounder is not None else contextlib.nullcontext():
         loss = functional_call(model, params, (x, y, ops))
         grads = torch.autograd.grad(loss, list(params.values()))
     return loss.detach(), {k: p.detach() for k, p in params.items()}, [g.detach() for g in grads]
@@ -103,15 +106,15 @@ def _capture(model, params32: dict, x, y, ops, rounder: Rounder) -> Captured:
     stream = torch.cuda.Stream(device=x.device)
     stream.wait_stream(torch.cuda.current_stream(x.device))
     with torch.cuda.stream(stream):  # warm-up on the capturing stream: lazy handles, workspaces, caches
-        _forward_backward(model, static_p, static_x, static_y, ops, _like(rounder))
+        eager_forward_backward(model, static_p, static_x, static_y, ops, _like(rounder))
     torch.cuda.current_stream(x.device).wait_stream(stream)
     graph, twin = torch.cuda.CUDAGraph(), _like(rounder)
     with torch.cuda.graph(graph, stream=stream):
-        loss, params64, grads = _forward_backward(model, static_p, static_x, static_y, ops, twin)
+        loss, params64, grads = eager_forward_backward(model, static_p, static_x, static_y, ops, twin)
     if twin.mode == "record" and (twin._entries or not twin.defer):
         raise RuntimeError("a rounding point logged on the host while being captured")
     held = {name: getattr(twin, name) for name in HELD[twin.mode]}
-    return Captured(model, graph, static_p, static_x, static_y, loss, params64, grads, twin.names, held)
+    return Captured(model, graph, static_p, static_x, static_y, loss, params64, grads, twin.names, held, twin.static)
 
 
 def forward_backward(model, params32: dict, x, y, ops, rounder: Rounder):
@@ -124,7 +127,7 @@ def forward_backward(model, params32: dict, x, y, ops, rounder: Rounder):
     if key in _FAILED:
         return None
     captured = _CAPTURED.get(key)
-    if captured is None or captured.model is not model:
+    if captured is None or captured.model is not model or captured.layout is not rounder.static:
         try:
             captured = _capture(model, params32, x, y, ops, rounder)
         except Exception as exc:  # any capture failure: the eager path is always right

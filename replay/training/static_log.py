@@ -6,7 +6,8 @@ which no CUDA graph can hold, so a replayed step launches ~45,000 kernels one by
 40 ms of GPU work in 390 ms, bench/RESULTS.md). Here every rounding point has a fixed number of
 slots (`slots(n)`, every output of a crowded point); each step the host lays the log's entries
 into them (one copy to the device), pads the rest, and the same ops run at every point, entries or
-not: the same decisions, bit for bit, as the deferred replay (tests/replay/training/test_static_log.py).
+not: the same decisions and states as the deferred replay (tests/replay/training/test_static_log.py;
+windows formed in another order can differ in their last bits, as between machines).
 
 A padded slot of a point with entries repeats the point's first entry and writes that entry's value,
 taken from the entry's own slot, so that every write to one output carries the same bits (a device
@@ -156,15 +157,18 @@ def prepare(model, rounder, params32: dict, x: torch.Tensor, y: torch.Tensor, dt
             rounder.learn, rounder.learn_key = [], key
             return
         layout = layout_for(model, key, earlier.order, x.device, dense)
+    layout.crowded.clear()
     if layout.fill(rounder.entries):
         rounder.static = layout
-    elif layout.crowded:  # an honest point may carry more entries than slots: every output from now on
-        dense.update(layout.crowded)
-        layout.crowded.clear()
+    else:  # an honest point may carry more entries than slots: every output, once the step is accepted
+        rounder.crowded = list(layout.crowded)
 
 
 def learnt(model, rounder) -> None:
-    """After a replayed step that learnt its rounding points: the model's layout for such steps."""
+    """After an accepted replayed step: its crowded points dense from now on (a refused log changes
+    nothing), and the model's layout for such steps if the step learnt its rounding points."""
+    if rounder is not None and rounder.crowded:
+        dense_points(model).update(rounder.crowded)
     keys = [k for k, _ in rounder.learn or []] if rounder is not None else []
     if keys and len(set(keys)) == len(keys):  # (a point rounded twice would need two places)
         layout_for(model, rounder.learn_key, rounder.learn, rounder.learn_key[-1], dense_points(model))

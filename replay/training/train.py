@@ -21,10 +21,9 @@ import weakref
 from dataclasses import dataclass
 
 import torch
-from torch.func import functional_call
 
 from replay.training import graphs, native, static_log
-from replay.training.determinism import SLOTS, LogOverflow, Rounder, StaticRedo, converted, rounding
+from replay.training.determinism import SLOTS, LogOverflow, Rounder, StaticRedo, converted
 from replay.training.ops import OPS
 
 OPTIMIZERS = {"sgd": ("momentum",), "adamw": ("m", "v")}
@@ -175,33 +174,19 @@ def train_step(model, state: State, batch: dict, optimizer: dict, precision: str
     return _train_step(model, state, batch, optimizer, precision, rounder)
 
 
-def _inputs(x: torch.Tensor, state: State, dt: torch.dtype):
-    """The batch's inputs and the parameters (leaves of the graph) in the compute dtype."""
-    if x.is_floating_point():
-        x = x.to(dt)
-    return x, {k: converted(v, dt).requires_grad_() for k, v in state.params.items()}
-
-
 def _train_step(model, state: State, batch: dict, optimizer: dict, precision: str, rounder: Rounder | None):
     ops = OPS[precision]
     dt, device = ops.dtype, state.params[next(iter(state.params))].device
     t = state.step
     x, y = batch["x"].to(device), batch["y"].to(device)
+    captured = None
     if precision == "det64":
-        static_log.prepare(model, rounder, state.params, x, y, dt)
-    captured = graphs.forward_backward(model, state.params, x, y, ops, rounder) if precision == "det64" else None
-    if captured is not None:
-        loss, params, grads = captured
-    elif precision == "det64":
         native.tune_allocator()
-        x, params = _inputs(x, state, dt)
-        with rounding(rounder):
-            loss = functional_call(model, params, (x, y, ops))
-            grads = torch.autograd.grad(loss, list(params.values()))
-    else:
-        x, params = _inputs(x, state, dt)
-        loss = functional_call(model, params, (x, y, ops))
-        grads = torch.autograd.grad(loss, list(params.values()))
+        static_log.prepare(model, rounder, state.params, x, y, dt)
+        captured = graphs.forward_backward(model, state.params, x, y, ops, rounder)
+    loss, params, grads = captured or graphs.eager_forward_backward(
+        model, state.params, x, y, ops, rounder if precision == "det64" else None
+    )
 
     # The graph (whose leaves are the float64 parameters) goes with the loss's grad_fn; each parameter's
     # float64 copy and gradient go as soon as its update is done: the new state then takes their

@@ -81,10 +81,12 @@ def _tampered(log: bytes, how: str) -> bytes:
         idx[-1] = 10**6
     elif how == "no such point":
         entries[10**6] = ([0], [True])
+    elif how == "index past 64 bits":
+        idx[-1] = 2**64
     return encode_log(entries)
 
 
-@pytest.mark.parametrize("how", ["far value", "no such element", "no such point"])
+@pytest.mark.parametrize("how", ["far value", "no such element", "no such point", "index past 64 bits"])
 def test_a_tampered_log_is_refused_with_the_deferred_reason(how, monkeypatch):
     """An entry outside the window, past the point's outputs, at a point the step never reaches: the
     same refusal (type and words) as the deferred replay, at a step after the layout is learnt."""
@@ -164,3 +166,20 @@ def test_an_entry_at_a_layout_point_the_step_never_reaches_is_not_dropped(monkey
     with pytest.raises(LogMismatch, match="never reached"):
         train_step(model, states[1], batches(1), opt, "det64", rounder)
     assert not rounder.allow_static, "control: the static step was redone the deferred way"
+
+
+def test_a_refused_log_makes_no_point_dense(monkeypatch):
+    """Crowding a point (more entries than its slots) turns it dense for the model's later steps only
+    once the step is accepted: a refused log leaves the verifier as it was."""
+    rec = _recorded("gpt")
+    monkeypatch.setattr(det, "slots", lambda n: min(n, 2))
+    monkeypatch.setenv("REPLAY_STATIC", "1")
+    cfg, opt, states, batches, logs = rec
+    model = models.build("gpt", cfg)
+    train_step(model, states[0], batches(0), opt, "det64", Rounder("replay", entries=decode_log(logs[0])))
+    bad = decode_log(_tampered(logs[1], "far value"))
+    with pytest.raises(LogMismatch):
+        train_step(model, states[1], batches(1), opt, "det64", Rounder("replay", entries=bad))
+    assert not static_log.dense_points(model), "a refused step changed the layout"
+    train_step(model, states[1], batches(1), opt, "det64", Rounder("replay", entries=decode_log(logs[1])))
+    assert static_log.dense_points(model), "control: the same step, honest, crowds a point"
