@@ -29,6 +29,7 @@ import torch
 STATIC_MIN = 1 << 12  # log entries a step's table holds at least
 _LAYOUTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {shape key: Layout}
 _DENSE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> keys given every output as a slot
+_OFF: weakref.WeakSet = weakref.WeakSet()  # models whose static replay ran out of memory
 
 
 @dataclass
@@ -146,7 +147,7 @@ def usable(rounder, device: torch.device) -> bool:
 def prepare(model, rounder, params32: dict, x: torch.Tensor, y: torch.Tensor, dtype) -> None:
     """Before a replayed step: lay its entries into the model's layout (rounder.static), or have the
     step learn the layout (rounder.learn) where there is none yet."""
-    if not usable(rounder, x.device):
+    if not usable(rounder, x.device) or model in _OFF:
         return
     dense = dense_points(model)
     key = shape_key(params32, x, y, dtype)
@@ -194,6 +195,12 @@ def layout_for(model, key: tuple, points: list, device, dense: set) -> Layout:
 
 def cached(model, key: tuple, dense: set) -> Layout | None:
     return _LAYOUTS.get(model, {}).get((key, frozenset(dense)))
+
+
+def give_up(model) -> None:
+    """The model's steps replay the deferred way from now on (its static replay ran out of memory)."""
+    _OFF.add(model)
+    _LAYOUTS.pop(model, None)
 
 
 def dense_points(model) -> set:

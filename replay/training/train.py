@@ -165,6 +165,17 @@ def train_step(model, state: State, batch: dict, optimizer: dict, precision: str
         except StaticRedo:
             rounder.redo_deferred()
             return _train_step(model, state, batch, optimizer, precision, rounder)
+        except torch.OutOfMemoryError:
+            if rounder is None or rounder.static is None:
+                raise
+            # a static replay forms every point's bound each step (the deferred one only where entries
+            # are): out of memory, this model replays the deferred way from now on
+            static_log.give_up(model)
+            graphs.release()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            rounder.redo_deferred()
+            return _train_step(model, state, batch, optimizer, precision, rounder)
         except LogOverflow as exc:
             if attempt == DENSE_RETRIES or exc.keys <= rounder.dense:
                 break

@@ -183,3 +183,21 @@ def test_a_refused_log_makes_no_point_dense(monkeypatch):
     assert not static_log.dense_points(model), "a refused step changed the layout"
     train_step(model, states[1], batches(1), opt, "det64", Rounder("replay", entries=decode_log(logs[1])))
     assert static_log.dense_points(model), "control: the same step, honest, crowds a point"
+
+
+def test_out_of_memory_in_a_static_step_replays_it_the_deferred_way(monkeypatch):
+    """A static step that runs out of device memory (it forms every point's bound) is replayed the
+    deferred way, with the same state, and the model stays on the deferred way."""
+    rec = _recorded("gpt")
+    deferred = _replay("gpt", rec, monkeypatch, static=False)
+
+    tried = []
+
+    def no_memory(self):
+        tried.append(1)
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(static_log.Layout, "expand", no_memory)
+    static = _replay("gpt", rec, monkeypatch, static=True)
+    assert len(tried) == 1, "control: the first static step ran out of memory, the rest were deferred"
+    assert all(s.equal(d) for s, d in zip(static[0], deferred[0])) and static[1] == deferred[1]
