@@ -647,8 +647,8 @@ FLUSH_MIN = 1 << 16  # close calls a step's one copy to the host carries at leas
 
 
 def flush_cap(slots_total: int) -> int:
-    """How many close calls `_flush` copies to the host in its one copy: a step with more copies all its
-    slots in a second one (correct, slower)."""
+    """How many close calls `_flush` copies to the host in its one copy: a step with more copies them
+    all in a second one (correct, slower)."""
     return min(slots_total, max(FLUSH_MIN, slots_total >> 5))
 
 
@@ -784,6 +784,8 @@ class Rounder:
             if self.mode == "replay" and bound.max > 0 and self.learn is not None:
                 self.learn.append((key, r.numel()))
             if self.mode == "replay" and bound.max > 0 and self.static is not None:
+                if key not in self.static.points:  # not the step the layout was learnt from
+                    raise StaticRedo(f"rounding point {self.name(key)} is not in the layout")
                 r = self._apply_static(key, v, r, bound)
             elif self.mode == "replay" and key in self._entries:
                 # on a CPU with the native kernel a host round trip is free and the few Python-side
@@ -851,8 +853,8 @@ class Rounder:
         """Decide the pending candidates of the step at once and copy the result to the host (the
         step's one synchronisation): close calls exactly as `Bound.close_calls` decides them (the
         window v +- SAFETY * err, err > 0, holds a rounding midpoint), codes as `_log` writes them.
-        Only the close calls travel (compacted on the device, with each crowded point's flag): a few
-        MB of slots copied per step cost more on a GPU than the step's rounding points."""
+        Only the close calls travel (compacted on the device, with each picked point's count of
+        candidates): a few MB of slots copied per step cost more on a GPU than its rounding points."""
         pending, self._pending = self._pending, []
         idx, x, e, cand = (_cat([p[i] for p in pending]) for i in (1, 2, 3, 4))
         ew = e * SAFETY

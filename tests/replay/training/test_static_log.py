@@ -201,3 +201,25 @@ def test_out_of_memory_in_a_static_step_replays_it_the_deferred_way(monkeypatch)
     static = _replay("gpt", rec, monkeypatch, static=True)
     assert len(tried) == 1, "control: the first static step ran out of memory, the rest were deferred"
     assert all(s.equal(d) for s, d in zip(static[0], deferred[0])) and static[1] == deferred[1]
+
+
+@pytest.mark.parametrize("which", ["forward", "backward"])
+def test_a_point_outside_the_layout_replays_the_step_the_deferred_way(which, monkeypatch):
+    """Guard: a layout that lacks one of the step's rounding points (never so for one model and shape;
+    here the first or the last point, reached in the forward or in the backward pass) sends the step
+    to the deferred replay, with the recorded state, rather than failing."""
+    rec = _recorded("gpt")
+    monkeypatch.setenv("REPLAY_STATIC", "1")
+    cfg, opt, states, batches, logs = rec
+    model = models.build("gpt", cfg)
+    train_step(model, states[0], batches(0), opt, "det64", Rounder("replay", entries=decode_log(logs[0])))
+    ((shape, dense), layout), *_ = static_log._LAYOUTS[model].items()
+    entries = decode_log(logs[1])
+    order = layout.order if which == "forward" else layout.order[::-1]
+    dropped = next(k for k, _ in order if k not in entries)  # a point without entries this step
+    static_log._LAYOUTS[model].clear()
+    static_log.layout_for(model, shape, [(k, n) for k, n in layout.order if k != dropped], "cpu", set(dense))
+    rounder = Rounder("replay", entries=entries)
+    after, _ = train_step(model, states[1], batches(1), opt, "det64", rounder)
+    assert not rounder.allow_static, "control: the static step was redone the deferred way"
+    assert after.equal(states[2])
