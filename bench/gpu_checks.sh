@@ -37,23 +37,29 @@ verify() {  # verify DIR DEVICE: prints the verdict line
     "$dir.verify-$device.json" 2>&1 | tee -a "$out/summary.txt"
 }
 
+exact_arch() {  # exact_arch WORK ARCH: record on both devices, compare, verify across
+  local work=$1 arch=$2
+  for device in $gpu cpu; do
+    OMP_NUM_THREADS=4 timeout 240 $py -m replay record --arch "$arch" --steps 12 --checkpoint-interval 4 --seed 7 \
+      --device "$device" --out "$work/$arch-$device" >>"$out/exact.log" 2>&1 || log "record $arch $device FAILED"
+  done
+  if diff -r -q "$work/$arch-$gpu/checkpoints" "$work/$arch-cpu/checkpoints" >>"$out/exact.log" 2>&1; then
+    log "$arch: checkpoints recorded on cuda and cpu are byte-identical ($(ls "$work/$arch-cpu/checkpoints" | wc -l) files)"
+  else
+    log "$arch: checkpoints DIFFER between cuda and cpu"
+  fi
+  OMP_NUM_THREADS=4 verify "$work/$arch-$gpu" $gpu
+  OMP_NUM_THREADS=4 verify "$work/$arch-$gpu" cpu
+  OMP_NUM_THREADS=4 verify "$work/$arch-cpu" $gpu
+}
+
 if has exact; then
-  log "exact: record on cuda and cpu, compare checkpoints, verify across"
+  log "exact: record on cuda and cpu, compare checkpoints, verify across (the three architectures side by side)"
   work=$(mktemp -d)
   for arch in mlp cnn gpt; do
-    for device in $gpu cpu; do
-      timeout 240 $py -m replay record --arch "$arch" --steps 12 --checkpoint-interval 4 --seed 7 \
-        --device "$device" --out "$work/$arch-$device" >>"$out/exact.log" 2>&1 || log "record $arch $device FAILED"
-    done
-    if diff -r -q "$work/$arch-$gpu/checkpoints" "$work/$arch-cpu/checkpoints" >>"$out/exact.log" 2>&1; then
-      log "$arch: checkpoints recorded on cuda and cpu are byte-identical ($(ls "$work/$arch-cpu/checkpoints" | wc -l) files)"
-    else
-      log "$arch: checkpoints DIFFER between cuda and cpu"
-    fi
-    verify "$work/$arch-$gpu" $gpu
-    verify "$work/$arch-$gpu" cpu
-    verify "$work/$arch-cpu" $gpu
+    exact_arch "$work" "$arch" &
   done
+  wait
 fi
 
 if has tests; then
