@@ -43,7 +43,7 @@ entries = st.dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(entries)
 def test_valid_logs_decode_the_same(raw):
     """Including keys and indices past 63 bits (the C decoder hands those to the reference; past 70
@@ -53,7 +53,7 @@ def test_valid_logs_decode_the_same(raw):
     assert kind == "entries" or max(raw) >= 2**69 or max(i for v in raw.values() for i, _ in v) >= 2**68
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(entries, st.data())
 def test_crafted_logs_are_refused_the_same(raw, data):
     log = bytearray(encode_log({k: ([i for i, _ in sorted(v)], [c for _, c in sorted(v)]) for k, v in raw.items()}))
@@ -71,7 +71,7 @@ def test_crafted_logs_are_refused_the_same(raw, data):
     _same(bytes(log), limit)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=96))
 def test_random_bytes_are_refused_the_same(data):
     _same(b"\x01" + data)
