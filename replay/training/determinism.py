@@ -139,6 +139,7 @@ def straddles(v: torch.Tensor, w) -> torch.Tensor:
 
 
 _SCRATCH = threading.local()
+_RETIRED: list = []  # CUDA scratch stores outgrown since a graph may have captured them (`_scratch`)
 
 
 def _arange(n: int, device) -> torch.Tensor:
@@ -225,6 +226,11 @@ def _scratch(v: torch.Tensor):
             for k in [k for k in cache if isinstance(k, tuple) and k[0] == v.device]:
                 del cache[k]
             cap = max(n, 1 << 16)
+            if store is not None and v.device.type == "cuda":
+                # a captured CUDA graph (graphs.py) writes into the store it was captured with: kept
+                # alive, and grown geometrically so that few are
+                _RETIRED.append(store)
+                cap = max(cap, 2 * store[0].numel())
             store = cache[v.device] = (
                 torch.empty(cap, dtype=torch.float64, device=v.device),
                 torch.empty(cap, dtype=torch.float32, device=v.device),

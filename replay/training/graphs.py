@@ -13,8 +13,10 @@ before it runs). Not captured: the update (its learning rate and bias correction
 and would be baked into the graph as kernel arguments), the decisions and the one copy to the host
 (`Rounder._flush`, `Rounder._settle`), the loss read.
 
-Only where nothing else depends on the step's Python side: no trace (dispute bisection), no
-perturbation (tests). Anything that fails to capture falls back to the eager path for that shape,
+A graph writes into the memory it was captured with: its own pool, the layout it holds, and the
+thread-local scratch buffers of determinism.py, which are never freed on a GPU once outgrown
+(`_scratch`: kept alive, grown geometrically). Only where nothing else depends on the step's Python
+side: no trace (dispute bisection), no perturbation (tests). Anything that fails to capture falls back to the eager path for that shape,
 with a warning, once. REPLAY_CUDA_GRAPHS=0 turns graphs off (the eager path is the reference: the
 bench compares both).
 """
