@@ -148,19 +148,27 @@ def test_the_table_spreads_each_entry_to_its_slot(data):
             assert int(s.code[off + j]) == ((c - 2**32 if c >= 2**31 else c) if wide else int(c))
 
 
-def test_an_entry_at_a_layout_point_the_step_never_reaches_is_not_dropped(monkeypatch):
-    """Guard: a static step applies entries only at the points it reaches; were the layout to name one
-    more, its entries would go unapplied. The step is then replayed the deferred way, which refuses them."""
-    rec = _recorded("gpt")
+def _relaid(rec, monkeypatch, points):
+    """A fresh model whose layout was learnt from step 0, then replaced by points(learnt order, step 1's
+    entries): (model, step 1's entries)."""
     monkeypatch.setenv("REPLAY_STATIC", "1")
     cfg, opt, states, batches, logs = rec
     model = models.build("gpt", cfg)
     train_step(model, states[0], batches(0), opt, "det64", Rounder("replay", entries=decode_log(logs[0])))
     ((shape, dense), layout), *_ = static_log._LAYOUTS[model].items()
-    ghost = 10**6
-    static_log._LAYOUTS[model].clear()  # the learnt layout and one point no step reaches
-    static_log.layout_for(model, shape, layout.order + [(ghost, 10)], "cpu", set(dense))
     entries = decode_log(logs[1])
+    static_log._LAYOUTS[model].clear()
+    static_log.layout_for(model, shape, points(layout.order, entries), "cpu", set(dense))
+    return model, entries
+
+
+def test_an_entry_at_a_layout_point_the_step_never_reaches_is_not_dropped(monkeypatch):
+    """Guard: a static step applies entries only at the points it reaches; were the layout to name one
+    more, its entries would go unapplied. The step is then replayed the deferred way, which refuses them."""
+    rec = _recorded("gpt")
+    ghost = 10**6  # a point no step reaches
+    model, entries = _relaid(rec, monkeypatch, lambda order, _: order + [(ghost, 10)])
+    _, opt, states, batches, _ = rec
     entries[ghost] = ([3], [True])
     rounder = Rounder("replay", entries=entries)
     with pytest.raises(LogMismatch, match="never reached"):
@@ -209,16 +217,13 @@ def test_a_point_outside_the_layout_replays_the_step_the_deferred_way(which, mon
     here the first or the last point, reached in the forward or in the backward pass) sends the step
     to the deferred replay, with the recorded state, rather than failing."""
     rec = _recorded("gpt")
-    monkeypatch.setenv("REPLAY_STATIC", "1")
-    cfg, opt, states, batches, logs = rec
-    model = models.build("gpt", cfg)
-    train_step(model, states[0], batches(0), opt, "det64", Rounder("replay", entries=decode_log(logs[0])))
-    ((shape, dense), layout), *_ = static_log._LAYOUTS[model].items()
-    entries = decode_log(logs[1])
-    order = layout.order if which == "forward" else layout.order[::-1]
-    dropped = next(k for k, _ in order if k not in entries)  # a point without entries this step
-    static_log._LAYOUTS[model].clear()
-    static_log.layout_for(model, shape, [(k, n) for k, n in layout.order if k != dropped], "cpu", set(dense))
+
+    def without_one(order, entries):  # the first or last point without entries this step
+        dropped = next(k for k, _ in (order if which == "forward" else order[::-1]) if k not in entries)
+        return [(k, n) for k, n in order if k != dropped]
+
+    model, entries = _relaid(rec, monkeypatch, without_one)
+    _, opt, states, batches, _ = rec
     rounder = Rounder("replay", entries=entries)
     after, _ = train_step(model, states[1], batches(1), opt, "det64", rounder)
     assert not rounder.allow_static, "control: the static step was redone the deferred way"
