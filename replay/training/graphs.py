@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call
 
+from replay.training import static_log
 from replay.training.determinism import Rounder, converted, rounding
 
 KEEP = 2  # captured steps kept per process (each holds its step's activations in its own memory pool)
@@ -76,9 +77,8 @@ def eligible(rounder: Rounder | None, device: torch.device) -> bool:
 
 
 def _key(model, params32: dict, x: torch.Tensor, y: torch.Tensor, ops, rounder: Rounder) -> tuple:
-    shapes = tuple((k, tuple(v.shape), v.dtype) for k, v in params32.items())
     how = frozenset(rounder.dense) if rounder.mode == "record" else id(rounder.static)
-    return (id(model), rounder.mode, how, ops.dtype, shapes, tuple(x.shape), x.dtype, tuple(y.shape), y.dtype, x.device)
+    return (id(model), rounder.mode, how, *static_log.shape_key(params32, x, y, ops.dtype))
 
 
 def eager_forward_backward(model, params32: dict, x, y, ops, rounder: Rounder | None):
