@@ -13,6 +13,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static inline uint32_t bits32(float f) {
     uint32_t u;
@@ -62,68 +65,131 @@ static int round_row(const double *restrict v, double *restrict out, int64_t n, 
     return any != 0;
 }
 
-/* An operand's vectors over k -- A's rows i, or B's columns j -- where k runs over K1 x K2 (K1 = 1
-   for a plain matmul; a batch of products summed, as a convolution's weight gradient, has K1 = the
-   batch): element (o, k1, k2) at x[o * so + k1 * s1 + k2 * s2]. "flat" when k is one stride. */
+/* sum_k |x_k| |y_k| in ACC independent partial sums (lanes a compiler vectorizes): a candidate's exact
+   bound is a K-term chain otherwise, one add's latency per term, and a weight gradient's K is the batch
+   (thousands). The order of these additions is free: the bound's own rounding, ~K u relative, is
+   absorbed by SAFETY's slack, as the torch path's (another order again) is. */
+#define ACC 16
+static double abs_dot(const double *restrict x, const double *restrict y, int64_t K) {
+    double acc[ACC] = {0}, e = 0;
+    int64_t k = 0;
+    for (; k + ACC <= K; k += ACC)
+        for (int l = 0; l < ACC; l++) acc[l] += fabs(x[k + l]) * fabs(y[k + l]);
+    for (; k < K; k++) e += fabs(x[k]) * fabs(y[k]);
+    for (int l = 0; l < ACC; l++) e += acc[l];
+    return e;
+}
+
+/* A candidate of a product: its flat output index, where its A row and B column start, its value
+   and bias; e, once formed, is its exact bound sum_k |A_ik B_kj|. */
 typedef struct {
-    const double *x;
-    int64_t n_out, K1, K2, so, s1, s2;
-    int64_t uses, budget; /* B: strided reads until uses exceed budget, then a contiguous copy */
-    double *copy;
-} vecs_t;
+    int64_t out, a_off, b_off;
+    double v, bias, e;
+} cand_t;
 
-static int flat(const vecs_t *r) { return r->K1 == 1 || r->s1 == r->K2 * r->s2; }
+typedef struct {
+    cand_t *c;
+    int64_t n, cap;
+    int failed;
+} cands_t;
 
-/* res[o] = sqrt(sum_k x(o, k)^2), walking memory in order. */
-static void norms(const vecs_t *r, double *res) {
-    int64_t K = r->K1 * r->K2;
-    if (flat(r) && r->so < r->s2) {
-        for (int64_t o = 0; o < r->n_out; o++) res[o] = 0;
-        for (int64_t k = 0; k < K; k++)
-            for (int64_t o = 0; o < r->n_out; o++) res[o] += r->x[o * r->so + k * r->s2] * r->x[o * r->so + k * r->s2];
+static void push(cands_t *l, cand_t c) {
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? 2 * l->cap : 256;
+        cand_t *grown = realloc(l->c, sizeof(cand_t) * cap);
+        if (!grown) {
+            l->failed = 1;
+            return;
+        }
+        l->c = grown, l->cap = cap;
+    }
+    l->c[l->n++] = c;
+}
+
+/* res[o] = sqrt(sum_k x(o, k)^2) for o in [lo, hi), x(o, k) at x[o * so + k1 * s1 + k2 * s2] (k = (k1, k2)),
+   walking memory in order: k outer where vectors are interleaved (so < s2), as an activation's
+   transpose is. The same sums, in the same order, however [0, n) is split among threads. */
+static void norms(const double *x, int64_t lo, int64_t hi, int64_t K1, int64_t K2, int64_t so, int64_t s1,
+                  int64_t s2, double *res) {
+    if ((K1 == 1 || s1 == K2 * s2) && so < s2) {
+        for (int64_t o = lo; o < hi; o++) res[o] = 0;
+        for (int64_t k = 0; k < K1 * K2; k++)
+            for (int64_t o = lo; o < hi; o++) res[o] += x[o * so + k * s2] * x[o * so + k * s2];
     } else {
-        for (int64_t o = 0; o < r->n_out; o++) {
-            const double *p = r->x + o * r->so;
+        for (int64_t o = lo; o < hi; o++) {
+            const double *p = x + o * so;
             double acc = 0;
-            for (int64_t k1 = 0; k1 < r->K1; k1++)
-                for (int64_t k2 = 0; k2 < r->K2; k2++) acc += p[k1 * r->s1 + k2 * r->s2] * p[k1 * r->s1 + k2 * r->s2];
+            for (int64_t k1 = 0; k1 < K1; k1++)
+                for (int64_t k2 = 0; k2 < K2; k2++) acc += p[k1 * s1 + k2 * s2] * p[k1 * s1 + k2 * s2];
             res[o] = acc;
         }
     }
-    for (int64_t o = 0; o < r->n_out; o++) res[o] = sqrt(res[o]);
+    for (int64_t o = lo; o < hi; o++) res[o] = sqrt(res[o]);
 }
 
-static void gather_one(const vecs_t *r, int64_t o, double *dst) {
-    const double *p = r->x + o * r->so;
-    for (int64_t k1 = 0; k1 < r->K1; k1++)
-        for (int64_t k2 = 0; k2 < r->K2; k2++) *dst++ = p[k1 * r->s1 + k2 * r->s2];
+#define NORM_BLOCK 256 /* vectors per norms task: enough work per task, blocks small enough to share */
+
+/* Every batch's vector norms (T batches of n vectors, batch t at x + t0 * st0 + t1 * st1), in
+   parallel over blocks of vectors. */
+static void all_norms(const double *x, int64_t b0, int64_t b1, int64_t st0, int64_t st1, int64_t n, int64_t K1,
+                      int64_t K2, int64_t so, int64_t s1, int64_t s2, double *res, int threads) {
+    int64_t blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK, tasks = b0 * b1 * blocks;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && tasks > 1)
+    for (int64_t task = 0; task < tasks; task++) {
+        int64_t t = task / blocks, lo = (task % blocks) * NORM_BLOCK, hi = lo + NORM_BLOCK < n ? lo + NORM_BLOCK : n;
+        norms(x + (t / b1) * st0 + (t % b1) * st1, lo, hi, K1, K2, so, s1, s2, res + t * n);
+    }
 }
 
-/* All vectors into dst (n_out x K, contiguous); a flat transposed source in tiles, so that it is
-   read a cache line at a time. */
-static void gather_all(const vecs_t *r, double *dst) {
-    int64_t K = r->K1 * r->K2;
-    if (!flat(r)) {
-        for (int64_t o = 0; o < r->n_out; o++) gather_one(r, o, dst + o * K);
+/* The vectors [lo, hi) of an operand (x(o, k) as in norms) into dst, unit stride (o * K + k); a flat
+   interleaved source in 32 x 32 tiles, read a cache line at a time. */
+static void gather(const double *x, int64_t lo, int64_t hi, int64_t K1, int64_t K2, int64_t so, int64_t s1,
+                   int64_t s2, double *dst) {
+    int64_t K = K1 * K2;
+    if (K1 != 1 && s1 != K2 * s2) {
+        for (int64_t o = lo; o < hi; o++)
+            for (int64_t k1 = 0; k1 < K1; k1++)
+                for (int64_t k2 = 0; k2 < K2; k2++) dst[o * K + k1 * K2 + k2] = x[o * so + k1 * s1 + k2 * s2];
         return;
     }
-    const int64_t T = 32;
-    for (int64_t o0 = 0; o0 < r->n_out; o0 += T)
-        for (int64_t k0 = 0; k0 < K; k0 += T)
-            for (int64_t o = o0; o < o0 + T && o < r->n_out; o++)
-                for (int64_t k = k0; k < k0 + T && k < K; k++) dst[o * K + k] = r->x[o * r->so + k * r->s2];
+    const int64_t TILE = 32;
+    for (int64_t o0 = lo; o0 < hi; o0 += TILE)
+        for (int64_t k0 = 0; k0 < K; k0 += TILE)
+            for (int64_t o = o0; o < o0 + TILE && o < hi; o++)
+                for (int64_t k = k0; k < k0 + TILE && k < K; k++) dst[o * K + k] = x[o * so + k * s2];
 }
 
-/* Vector o as a unit-stride array, for a candidate's exact bound (a whole row and column: K cache
-   misses when strided): the operand itself where laid out so; else its copy once strided reads
-   have cost an eighth of making one (budget); else gathered into buf. */
-static const double *vec(vecs_t *r, int64_t o, double *buf) {
-    int64_t K = r->K1 * r->K2;
-    if (flat(r) && r->s2 == 1) return r->x + o * r->so;
-    if (!r->copy && ++r->uses > r->budget && (r->copy = malloc(sizeof(double) * r->n_out * K))) gather_all(r, r->copy);
-    if (r->copy) return r->copy + o * K;
-    gather_one(r, o, buf);
-    return buf;
+/* A unit-stride copy of an operand's n vectors (NULL out of memory), in parallel over blocks. */
+static double *unit_copy(const double *x, int64_t n, int64_t K1, int64_t K2, int64_t so, int64_t s1, int64_t s2,
+                         int threads) {
+    double *dst = malloc(sizeof(double) * (n * K1 * K2 + 1));
+    if (!dst) return NULL;
+    int64_t blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && blocks > 1)
+    for (int64_t blk = 0; blk < blocks; blk++) {
+        int64_t lo = blk * NORM_BLOCK, hi = lo + NORM_BLOCK < n ? lo + NORM_BLOCK : n;
+        gather(x, lo, hi, K1, K2, so, s1, s2, dst);
+    }
+    return dst;
+}
+
+#define CHUNK 4096 /* candidates whose exact bounds one strided pass forms together */
+
+/* Exact bounds of candidates [lo, hi). Unit-stride vectors: one dot each. Otherwise k outer over
+   the chunk: at each k the candidates read one row of each operand's memory, where the vectors
+   of one candidate alone are K cache misses (a weight gradient's operands are both strided). */
+static void exact_bounds(cand_t *c, int64_t lo, int64_t hi, const double *a, const double *b, int64_t K1,
+                         int64_t K2, int64_t sak1, int64_t sak2, int64_t sbk1, int64_t sbk2, int unit) {
+    if (unit) {
+        for (int64_t x = lo; x < hi; x++) c[x].e = abs_dot(a + c[x].a_off, b + c[x].b_off, K1 * K2);
+        return;
+    }
+    for (int64_t x = lo; x < hi; x++) c[x].e = 0;
+    for (int64_t k1 = 0; k1 < K1; k1++)
+        for (int64_t k2 = 0; k2 < K2; k2++) {
+            const double *ak = a + k1 * sak1 + k2 * sak2, *bk = b + k1 * sbk1 + k2 * sbk2;
+            for (int64_t x = lo; x < hi; x++) c[x].e += fabs(ak[c[x].a_off]) * fabs(bk[c[x].b_off]);
+        }
 }
 
 /* C = scale * (A @ B) + bias over a batch of up to two dims (t0 < b0, t1 < b1), output v contiguous
@@ -133,51 +199,100 @@ static const double *vec(vecs_t *r, int64_t o, double *buf) {
    |scale|; babs = |bias| * gamma(K + 2) or NULL, per column j (bias_rows 0) or per row i
    (bias_rows 1). Candidates by Cauchy-Schwarz (||A_i|| ||B_j|| g + babs), then the exact bound
    g * sum_k |A_ik B_kj| + babs. Writes up to cap close calls (flat index, log code); returns how
-   many there are, so the caller can retry with room for all. scratch holds M + 4N + 2K doubles. */
+   many there are, so the caller can retry with room for all, or -1 out of memory (the caller takes
+   the torch path). Rows run on `threads` threads, each a contiguous block of them, so the
+   candidates come out in index order, and every number is formed the same way at any thread count. */
 int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K1, int64_t K2,
                const double *a, int64_t sa0, int64_t sa1, int64_t sai, int64_t sak1, int64_t sak2,
                const double *b, int64_t sb0, int64_t sb1, int64_t sbk1, int64_t sbk2, int64_t sbj,
-               const double *babs, int64_t bias_rows, double g, double safety, double wide, double *scratch,
+               const double *babs, int64_t bias_rows, double g, double safety, double wide, int64_t threads,
                int64_t *idx, int64_t *code, int64_t cap) {
-    int64_t found = 0, K = K1 * K2;
-    double *na = scratch, *nb = scratch + M, *bcol = nb + N, *w = bcol + N, *arow = w + N, *bbuf = arow + K;
-    uint8_t *flag = (uint8_t *)(bbuf + K);
-    for (int64_t j = 0; j < N; j++) bcol[j] = babs && !bias_rows ? babs[j] : 0.0;
-    for (int64_t t0 = 0; t0 < b0; t0++) {
-        for (int64_t t1 = 0; t1 < b1; t1++) {
-            /* A's rows are never copied whole: a row's candidates are handled together, so a strided
-               row is gathered once (into arow) */
-            vecs_t arows = {a + t0 * sa0 + t1 * sa1, M, K1, K2, sai, sak1, sak2, 0, INT64_MAX, NULL};
-            vecs_t bcols = {b + t0 * sb0 + t1 * sb1, N, K1, K2, sbj, sbk1, sbk2, 0, 8 + N / 8, NULL};
-            int64_t base = (t0 * b1 + t1) * M * N;
-            norms(&arows, na);
-            for (int64_t i = 0; i < M; i++) na[i] *= g;
-            norms(&bcols, nb);
-            for (int64_t i = 0; i < M; i++) {
-                const double *vr = v + base + i * N;
-                double bias_i = babs && bias_rows ? babs[i] : 0.0, ni = na[i];
-                for (int64_t j = 0; j < N; j++) w[j] = (ni * nb[j] + (bias_i + bcol[j])) * safety;
-                if (!round_row(vr, out + base + i * N, N, w, flag)) continue;
-                const double *ai = NULL;
-                for (int64_t j = 0; j < N; j++) {
-                    if (!flag[j]) continue;
-                    double bias = bias_i + bcol[j];
-                    if (!ai) ai = vec(&arows, i, arow);
-                    const double *bj = vec(&bcols, j, bbuf);
-                    double e = 0;
-                    for (int64_t k = 0; k < K; k++) e += fabs(ai[k]) * fabs(bj[k]);
-                    e = e * g + bias;
-                    if (!straddles(vr[j], e * safety)) continue;
-                    if (found < cap) {
-                        idx[found] = base + i * N + j;
-                        code[found] = log_code(vr[j], e, wide);
-                    }
-                    found++;
-                }
-            }
-            free(bcols.copy);
-        }
+    int64_t T = b0 * b1, rows = T * M, found = 0;
+    int nt = threads > 1 && rows > 1 ? (int)(threads < rows ? threads : rows) : 1;
+    double *na = malloc(sizeof(double) * (T * M + T * N + 1)), *nb = na + T * M;
+    cands_t *lists = calloc(nt, sizeof(cands_t));
+    if (!na || !lists) {
+        free(na), free(lists);
+        return -1;
     }
+    all_norms(a, b0, b1, sa0, sa1, M, K1, K2, sai, sak1, sak2, na, nt);
+    all_norms(b, b0, b1, sb0, sb1, N, K1, K2, sbj, sbk1, sbk2, nb, nt);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+#ifdef _OPENMP
+        int me = omp_get_thread_num();
+#else
+        int me = 0;
+#endif
+        cands_t *mine = &lists[me];
+        double *w = malloc(sizeof(double) * N + N);
+        if (!w) mine->failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (mine->failed) continue;
+            int64_t t = r / M, i = r % M, t0 = t / b1, t1 = t % b1, base = r * N;
+            double bias_i = babs && bias_rows ? babs[i] : 0.0, ni = na[r] * g;
+            const double *nbt = nb + t * N, *vr = v + base;
+            uint8_t *flag = (uint8_t *)(w + N);
+            for (int64_t j = 0; j < N; j++) w[j] = (ni * nbt[j] + (bias_i + (babs && !bias_rows ? babs[j] : 0.0))) * safety;
+            if (!round_row(vr, out + base, N, w, flag)) continue;
+            int64_t a_off = t0 * sa0 + t1 * sa1 + i * sai;
+            for (int64_t j = 0; j < N; j++)
+                if (flag[j])
+                    push(mine, (cand_t){base + j, a_off, t0 * sb0 + t1 * sb1 + j * sbj, vr[j],
+                                        bias_i + (babs && !bias_rows ? babs[j] : 0.0), 0});
+        }
+        free(w);
+    }
+    int failed = 0;
+    int64_t total = 0;
+    for (int x = 0; x < nt; x++) failed |= lists[x].failed, total += lists[x].n;
+    cand_t *all = failed ? NULL : total && nt > 1 ? malloc(sizeof(cand_t) * total) : total ? lists[0].c : NULL;
+    if (failed || (total && !all)) {
+        for (int x = 0; x < nt; x++) free(lists[x].c);
+        free(lists), free(na);
+        return -1;
+    }
+    if (all && all != lists[0].c)
+        for (int64_t x = 0, at = 0; x < nt; at += lists[x].n, x++) memcpy(all + at, lists[x].c, sizeof(cand_t) * lists[x].n);
+    /* An unbatched product with one strided operand that many candidates read copies it to unit stride
+       once (more than an eighth of its vectors: cheaper than their strided reads). Both strided (a
+       weight gradient's: an activation's and a gradient's transposes) stream instead (exact_bounds):
+       at 2,048-term sums that is a third of the time of copying both. */
+    int64_t K = K1 * K2, rows_hit = 0;
+    for (int64_t x = 0; x < total; x++) rows_hit += x == 0 || all[x].out / N != all[x - 1].out / N;
+    int unit_a = (K1 == 1 || sak1 == K2 * sak2) && sak2 == 1, unit_b = (K1 == 1 || sbk1 == K2 * sbk2) && sbk2 == 1;
+    double *ac = !unit_a && unit_b && T == 1 && rows_hit > 8 + M / 8 ? unit_copy(a, M, K1, K2, sai, sak1, sak2, nt) : NULL;
+    double *bc = !unit_b && unit_a && T == 1 && total > 8 + N / 8 ? unit_copy(b, N, K1, K2, sbj, sbk1, sbk2, nt) : NULL;
+    if (ac)
+        for (int64_t x = 0; x < total; x++) all[x].a_off = all[x].out / N * K;
+    if (bc)
+        for (int64_t x = 0; x < total; x++) all[x].b_off = all[x].out % N * K;
+    const double *ax = ac ? ac : a, *bx = bc ? bc : b;
+    if (ac) sak1 = K2, sak2 = 1, unit_a = 1;
+    if (bc) sbk1 = K2, sbk2 = 1, unit_b = 1;
+    int unit = unit_a && unit_b;
+    int64_t chunk = (total + nt - 1) / nt; /* each thread a share, up to CHUNK: a chunk's accumulators stay in L1 */
+    chunk = chunk < 64 ? 64 : chunk > CHUNK ? CHUNK : chunk;
+    int64_t chunks = (total + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && chunks > 1)
+    for (int64_t ch = 0; ch < chunks; ch++) {
+        int64_t lo = ch * chunk, hi = lo + chunk < total ? lo + chunk : total;
+        exact_bounds(all, lo, hi, ax, bx, K1, K2, sak1, sak2, sbk1, sbk2, unit);
+    }
+    free(ac), free(bc);
+    for (int64_t x = 0; x < total; x++) {
+        double e = all[x].e * g + all[x].bias;
+        if (!straddles(all[x].v, e * safety)) continue;
+        if (found < cap) {
+            idx[found] = all[x].out;
+            code[found] = log_code(all[x].v, e, wide);
+        }
+        found++;
+    }
+    if (all && all != lists[0].c) free(all);
+    for (int x = 0; x < nt; x++) free(lists[x].c);
+    free(lists), free(na);
     return found;
 }
 

@@ -33,6 +33,9 @@ import torch
 
 SOURCE = Path(__file__).with_name("_native.c")
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared", "-std=c99"]
+# tried first: GCC's OpenMP runtime is libgomp, which torch's CPU build loads (the kernels' parallel loops share
+# its thread pool); a compiler without it builds the same kernels single-threaded
+OPENMP = ["-fopenmp"]
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | bool | None = None  # None: not tried yet; False: unavailable
 
@@ -54,7 +57,7 @@ def _build() -> Path:
     if not cc:
         raise OSError("no C compiler (cc, gcc or clang) on PATH")
     src = SOURCE.read_bytes()
-    key = hashlib.sha256(src + cc.encode() + " ".join(FLAGS).encode() + _cpu_id().encode()).hexdigest()[:16]
+    key = hashlib.sha256(src + cc.encode() + " ".join(FLAGS + OPENMP).encode() + _cpu_id().encode()).hexdigest()[:16]
     cache = Path(
         os.environ.get("REPLAY_NATIVE_CACHE")
         or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "chipledger-replay"
@@ -66,7 +69,12 @@ def _build() -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
     os.close(fd)
     try:
-        subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], check=True, capture_output=True, timeout=120)
+        try:
+            subprocess.run(
+                [cc, *FLAGS, *OPENMP, "-o", tmp, str(SOURCE), "-lm"], check=True, capture_output=True, timeout=120
+            )
+        except subprocess.CalledProcessError:
+            subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], check=True, capture_output=True, timeout=120)
         os.replace(tmp, lib)
     finally:
         if os.path.exists(tmp):
@@ -125,7 +133,7 @@ def _load():
         _d,
         _d,
         _d,
-        _p,
+        _i,
         _p,
         _p,
         _i,
@@ -183,11 +191,14 @@ def round_f32(v: torch.Tensor) -> torch.Tensor:
 def _collect(call, scratch: int, cap: int):
     """Run a kernel that writes up to cap (flat index, log code) pairs, given `scratch` doubles of
     working space, and says how many there are: ([indices], [codes]) as Rounder.entries holds them
-    (a code is a parity bool, or the 32 bits of a wide entry, tagged 1 << 32 by the kernel)."""
+    (a code is a parity bool, or the 32 bits of a wide entry, tagged 1 << 32 by the kernel); None
+    where the kernel ran out of memory (the caller takes the torch path)."""
     while True:
         buf = torch.empty(2 * cap + scratch, dtype=torch.int64)
         p = buf.data_ptr()
         n = call(p, p + 8 * cap, p + 16 * cap, cap)
+        if n < 0:
+            return None
         if n <= cap:
             if not n:
                 return [], []
@@ -248,8 +259,8 @@ def round_dot_summed(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float
 def _dot(v, m, n, k1, k2, b0, b1, a, sa, b, sb, babs, bias_rows, g, safety, wide):
     out = torch.empty_like(v)
     lib, bias = library(), babs.data_ptr() if babs is not None else None
-    idx, codes = _collect(
-        lambda ip, cp, sp, cap: lib.rp_dot(
+    got = _collect(
+        lambda ip, cp, _, cap: lib.rp_dot(
             v.data_ptr(),
             out.data_ptr(),
             b0,
@@ -267,15 +278,24 @@ def _dot(v, m, n, k1, k2, b0, b1, a, sa, b, sb, babs, bias_rows, g, safety, wide
             g,
             safety,
             wide,
-            sp,
+            threads(v),
             ip,
             cp,
             cap,
         ),
-        m + 5 * n + 2 * k1 * k2,
+        0,
         _room(v),
     )
-    return out, idx, codes
+    return got and (out, *got)
+
+
+PARALLEL_MIN = 1 << 15  # outputs below which a rounding pass runs on one thread (a parallel region's start costs more)
+
+
+def threads(v: torch.Tensor) -> int:
+    """Threads for a kernel pass over v: torch's own count (the same OpenMP pool: the kernel is built
+    against the libgomp torch loads), one for small tensors. Results do not depend on it."""
+    return torch.get_num_threads() if v.numel() >= PARALLEL_MIN else 1
 
 
 def round_full(v: torch.Tensor, e: torch.Tensor, safety: float, wide: float):

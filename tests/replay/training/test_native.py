@@ -7,6 +7,7 @@ give the same rounding log and the same state.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -97,6 +98,33 @@ def test_fused_dot_matches_the_torch_path(case):
     _same(v.contiguous(), dot_bound(a, b, scale, bias, bias_rows=rows))
 
 
+@contextlib.contextmanager
+def _threads(n: int):
+    """The kernel's parallel paths at any size: n threads (more than this machine may have cores), no
+    size floor."""
+    before, floor = torch.get_num_threads(), native.PARALLEL_MIN
+    torch.set_num_threads(n)
+    native.PARALLEL_MIN = 0
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        native.PARALLEL_MIN = floor
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dot_cases(), st.sampled_from([2, 3, 5]))
+def test_fused_dot_on_several_threads_matches_the_torch_path(case, n):
+    """Rows split among threads, candidates merged in index order, exact bounds in shares: the same
+    values and entries as the torch path (hence as one thread), whatever the thread count."""
+    a, b, scale, bias, rows = case
+    v = torch.matmul(a, b) * scale
+    if bias is not None:
+        v = v + (bias.unsqueeze(-1) if rows else bias)
+    with _threads(n):
+        _same(v.contiguous(), dot_bound(a, b, scale, bias, bias_rows=rows))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.integers(1, 6),
@@ -149,10 +177,13 @@ def test_close_calls_are_found_and_exact_zeros_are_not():
     assert _same(zeros, full_bound(torch.full_like(zeros, 1e-12), zeros.shape)) == 64 * 64
 
 
+@pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("a_major,b_major", [("row", "row"), ("col", "col"), ("col", "row"), ("row", "col")])
-def test_strided_operands_are_gathered_for_the_exact_bounds(a_major, b_major):
-    """Every output a close call (pairs that cancel to zero): past its budget of strided reads the
-    kernel copies B, and gathers strided rows of A; the bounds and codes stay the torch path's."""
+def test_strided_operands_for_the_exact_bounds(a_major, b_major, threads):
+    """Every output a close call (pairs that cancel to zero), 6,144 of them: more than one pass of exact
+    bounds holds. One strided operand is copied to unit stride (past an eighth of its vectors), two
+    (a weight gradient's layout: A column-major, B row-major) are streamed; bounds and codes stay the
+    torch path's, on one thread and on several."""
     g = torch.Generator().manual_seed(7)
     a = _f32(torch.randn(64, 8, generator=g, dtype=torch.float64))
     b = _f32(torch.randn(8, 96, generator=g, dtype=torch.float64))
@@ -162,7 +193,14 @@ def test_strided_operands_are_gathered_for_the_exact_bounds(a_major, b_major):
         a = a.t().contiguous().t()
     if b_major == "col":
         b = b.t().contiguous().t()
-    assert _same(torch.matmul(a, b), dot_bound(a, b)) == 64 * 96
+    with _threads(threads):
+        assert _same(torch.matmul(a, b), dot_bound(a, b)) == 64 * 96
+
+
+def test_a_kernel_out_of_memory_takes_the_torch_path():
+    """rp_dot says -1 when it cannot allocate its working space: the caller is told to use torch."""
+    assert native._collect(lambda ip, cp, sp, cap: -1, 0, 16) is None
+    assert native._collect(lambda ip, cp, sp, cap: 0, 0, 16) == ([], [])
 
 
 def test_the_kernel_declines_what_it_does_not_handle():
