@@ -45,7 +45,8 @@ static inline int straddles(double v, double w) {
 }
 
 /* out[i] = float32(v[i]) as a double. */
-void rp_round(const double *v, double *out, int64_t n) {
+void rp_round(const double *v, double *out, int64_t n, int64_t threads) {
+#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1)
     for (int64_t i = 0; i < n; i++) out[i] = (double)(float)v[i];
 }
 
@@ -192,6 +193,50 @@ static void exact_bounds(cand_t *c, int64_t lo, int64_t hi, const double *a, con
         }
 }
 
+/* A product's operands as rp_dot takes them (see there). */
+typedef struct {
+    const double *a, *b;
+    int64_t b0, b1, M, N, K1, K2, sa0, sa1, sai, sak1, sak2, sb0, sb1, sbk1, sbk2, sbj;
+} product_t;
+
+/* The exact bounds' sums of candidates all[0, total) (index order), on nt threads. An unbatched
+   product with one strided operand that many candidates read copies it to unit stride once (more
+   than an eighth of its vectors: cheaper than their strided reads). Both strided (a weight
+   gradient's: an activation's and a gradient's transposes) stream instead (exact_bounds): at
+   2,048-term sums that is a third of the time of copying both. A copy that cannot be allocated is
+   not made. */
+static void exact_phase(const product_t *p, cand_t *all, int64_t total, int nt) {
+    int64_t K = p->K1 * p->K2, rows_hit = 0, sak1 = p->sak1, sak2 = p->sak2, sbk1 = p->sbk1, sbk2 = p->sbk2;
+    for (int64_t x = 0; x < total; x++) rows_hit += x == 0 || all[x].out / p->N != all[x - 1].out / p->N;
+    int unit_a = (p->K1 == 1 || sak1 == p->K2 * sak2) && sak2 == 1;
+    int unit_b = (p->K1 == 1 || sbk1 == p->K2 * sbk2) && sbk2 == 1;
+    int single = p->b0 * p->b1 == 1;
+    double *ac = !unit_a && unit_b && single && rows_hit > 8 + p->M / 8
+                     ? unit_copy(p->a, p->M, p->K1, p->K2, p->sai, sak1, sak2, nt)
+                     : NULL;
+    double *bc = !unit_b && unit_a && single && total > 8 + p->N / 8
+                     ? unit_copy(p->b, p->N, p->K1, p->K2, p->sbj, sbk1, sbk2, nt)
+                     : NULL;
+    if (ac) {
+        for (int64_t x = 0; x < total; x++) all[x].a_off = all[x].out / p->N * K;
+        sak1 = p->K2, sak2 = 1, unit_a = 1;
+    }
+    if (bc) {
+        for (int64_t x = 0; x < total; x++) all[x].b_off = all[x].out % p->N * K;
+        sbk1 = p->K2, sbk2 = 1, unit_b = 1;
+    }
+    int64_t chunk = (total + nt - 1) / nt; /* each thread a share, up to CHUNK: a chunk's accumulators stay in L1 */
+    chunk = chunk < 64 ? 64 : chunk > CHUNK ? CHUNK : chunk;
+    int64_t chunks = (total + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && chunks > 1)
+    for (int64_t ch = 0; ch < chunks; ch++) {
+        int64_t lo = ch * chunk, hi = lo + chunk < total ? lo + chunk : total;
+        exact_bounds(all, lo, hi, ac ? ac : p->a, bc ? bc : p->b, p->K1, p->K2, sak1, sak2, sbk1, sbk2,
+                     unit_a && unit_b);
+    }
+    free(ac), free(bc);
+}
+
 /* C = scale * (A @ B) + bias over a batch of up to two dims (t0 < b0, t1 < b1), output v contiguous
    (b0, b1, M, N); the reduction index k runs over K1 x K2. A element (t0, t1, i, k1, k2) at
    a[t0*sa0 + t1*sa1 + i*sai + k1*sak1 + k2*sak2], B element (t0, t1, k1, k2, j) at
@@ -255,32 +300,8 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
     }
     if (all && all != lists[0].c)
         for (int64_t x = 0, at = 0; x < nt; at += lists[x].n, x++) memcpy(all + at, lists[x].c, sizeof(cand_t) * lists[x].n);
-    /* An unbatched product with one strided operand that many candidates read copies it to unit stride
-       once (more than an eighth of its vectors: cheaper than their strided reads). Both strided (a
-       weight gradient's: an activation's and a gradient's transposes) stream instead (exact_bounds):
-       at 2,048-term sums that is a third of the time of copying both. */
-    int64_t K = K1 * K2, rows_hit = 0;
-    for (int64_t x = 0; x < total; x++) rows_hit += x == 0 || all[x].out / N != all[x - 1].out / N;
-    int unit_a = (K1 == 1 || sak1 == K2 * sak2) && sak2 == 1, unit_b = (K1 == 1 || sbk1 == K2 * sbk2) && sbk2 == 1;
-    double *ac = !unit_a && unit_b && T == 1 && rows_hit > 8 + M / 8 ? unit_copy(a, M, K1, K2, sai, sak1, sak2, nt) : NULL;
-    double *bc = !unit_b && unit_a && T == 1 && total > 8 + N / 8 ? unit_copy(b, N, K1, K2, sbj, sbk1, sbk2, nt) : NULL;
-    if (ac)
-        for (int64_t x = 0; x < total; x++) all[x].a_off = all[x].out / N * K;
-    if (bc)
-        for (int64_t x = 0; x < total; x++) all[x].b_off = all[x].out % N * K;
-    const double *ax = ac ? ac : a, *bx = bc ? bc : b;
-    if (ac) sak1 = K2, sak2 = 1, unit_a = 1;
-    if (bc) sbk1 = K2, sbk2 = 1, unit_b = 1;
-    int unit = unit_a && unit_b;
-    int64_t chunk = (total + nt - 1) / nt; /* each thread a share, up to CHUNK: a chunk's accumulators stay in L1 */
-    chunk = chunk < 64 ? 64 : chunk > CHUNK ? CHUNK : chunk;
-    int64_t chunks = (total + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && chunks > 1)
-    for (int64_t ch = 0; ch < chunks; ch++) {
-        int64_t lo = ch * chunk, hi = lo + chunk < total ? lo + chunk : total;
-        exact_bounds(all, lo, hi, ax, bx, K1, K2, sak1, sak2, sbk1, sbk2, unit);
-    }
-    free(ac), free(bc);
+    product_t prod = {a, b, b0, b1, M, N, K1, K2, sa0, sa1, sai, sak1, sak2, sb0, sb1, sbk1, sbk2, sbj};
+    exact_phase(&prod, all, total, nt);
     for (int64_t x = 0; x < total; x++) {
         double e = all[x].e * g + all[x].bias;
         if (!straddles(all[x].v, e * safety)) continue;
@@ -296,25 +317,72 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
     return found;
 }
 
+/* The exact bounds g * sum_k |A_ik B_kj| + babs at n flat output indices idx (a replay's logged
+   elements; any order), operands and bias as in rp_dot, into e: the record pass's own sums. 0, or -1
+   out of memory, -2 an index outside the output (the caller refuses the log before that). */
+int64_t rp_dot_at(int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K1, int64_t K2, const double *a, int64_t sa0,
+                  int64_t sa1, int64_t sai, int64_t sak1, int64_t sak2, const double *b, int64_t sb0, int64_t sb1,
+                  int64_t sbk1, int64_t sbk2, int64_t sbj, const double *babs, int64_t bias_rows, double g,
+                  int64_t threads, const int64_t *idx, int64_t n, double *e) {
+    int64_t size = b0 * b1 * M * N;
+    cand_t *all = malloc(sizeof(cand_t) * (n + 1));
+    if (!all) return -1;
+    for (int64_t x = 0; x < n; x++) {
+        int64_t o = idx[x];
+        if (o < 0 || o >= size) {
+            free(all);
+            return -2;
+        }
+        int64_t t = o / (M * N), i = o / N % M, j = o % N;
+        double bias = babs ? babs[bias_rows ? i : j] : 0.0;
+        all[x] = (cand_t){o, (t / b1) * sa0 + (t % b1) * sa1 + i * sai, (t / b1) * sb0 + (t % b1) * sb1 + j * sbj, 0,
+                          bias, 0};
+    }
+    product_t prod = {a, b, b0, b1, M, N, K1, K2, sa0, sa1, sai, sak1, sak2, sb0, sb1, sbk1, sbk2, sbj};
+    exact_phase(&prod, all, n, threads > 1 ? (int)threads : 1);
+    for (int64_t x = 0; x < n; x++) e[x] = all[x].e * g + all[x].bias;
+    free(all);
+    return 0;
+}
+
 /* v (rows, n) contiguous with its bound e given per element (e_cols == n) or per row (e_cols ==
    1), e contiguous. scratch holds n doubles and n bytes. Same contract as rp_dot. */
 int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const double *e, int64_t e_cols,
-                double safety, double wide, double *w, int64_t *idx, int64_t *code, int64_t cap) {
-    int64_t found = 0;
-    for (int64_t i = 0; i < rows; i++) {
-        const double *vr = v + i * n, *er = e + i * e_cols;
-        for (int64_t j = 0; j < n; j++) w[j] = er[e_cols == 1 ? 0 : j] * safety;
-        if (!round_row(vr, out + i * n, n, w, (uint8_t *)(w + n))) continue;
-        for (int64_t j = 0; j < n; j++) {
-            if (!((uint8_t *)(w + n))[j]) continue;
-            if (found < cap) {
-                idx[found] = i * n + j;
-                code[found] = log_code(vr[j], er[e_cols == 1 ? 0 : j], wide);
-            }
-            found++;
+                double safety, double wide, int64_t threads, int64_t *idx, int64_t *code, int64_t cap) {
+    int nt = threads > 1 && rows > 1 ? (int)(threads < rows ? threads : rows) : 1, failed = 0;
+    cands_t *lists = calloc(nt, sizeof(cands_t));
+    if (!lists) return -1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+#ifdef _OPENMP
+        cands_t *mine = &lists[omp_get_thread_num()];
+#else
+        cands_t *mine = &lists[0];
+#endif
+        double *w = malloc(sizeof(double) * n + n + 1);
+        if (!w) mine->failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < rows; i++) {
+            if (mine->failed) continue;
+            const double *vr = v + i * n, *er = e + i * e_cols;
+            for (int64_t j = 0; j < n; j++) w[j] = er[e_cols == 1 ? 0 : j] * safety;
+            if (!round_row(vr, out + i * n, n, w, (uint8_t *)(w + n))) continue;
+            for (int64_t j = 0; j < n; j++)
+                if (((uint8_t *)(w + n))[j]) push(mine, (cand_t){i * n + j, 0, 0, vr[j], 0, er[e_cols == 1 ? 0 : j]});
         }
+        free(w);
     }
-    return found;
+    int64_t found = 0;
+    for (int x = 0; x < nt; x++) failed |= lists[x].failed;
+    for (int x = 0; x < nt && !failed; x++) /* threads hold contiguous blocks of rows, in order */
+        for (int64_t y = 0; y < lists[x].n; y++, found++)
+            if (found < cap) {
+                idx[found] = lists[x].c[y].out;
+                code[found] = log_code(lists[x].c[y].v, lists[x].c[y].e, wide);
+            }
+    for (int x = 0; x < nt; x++) free(lists[x].c);
+    free(lists);
+    return failed ? -1 : found;
 }
 
 /* The optimizer updates of replay/training/train.py, the same IEEE operations in the same order per element
@@ -344,6 +412,45 @@ void rp_sgd(int64_t n, const float *p, const double *g, const float *mom, float 
         p_out[i] = (float)(pd - (double)mn * lr);
         mom_out[i] = mn;
     }
+}
+
+/* A replay's log entries at one rounding point applied, as Rounder._apply decides them (the reference):
+   element x[j] with window +- e[j] (DECODE * its bound) and code[j] (a parity bit, or a wide entry's
+   32 bits | 1 << 32) becomes out[j], a float32 as a double. An entry is refused, and the kernel stops
+   there, when its window is wider than rel * scale (steers; NaN too): *why = 1, or when it does not
+   name a float32 inside its window (a parity neither of at most two floats there has, a wide value
+   outside, a window not > 0): *why = 2. Returns the refused entry, or -1; *ratio the widest applied
+   window over scale. */
+int64_t rp_apply(const double *x, const double *e, const int64_t *code, int64_t n, double scale, int64_t steers,
+                 double rel, double *out, int64_t *why, double *ratio) {
+    *ratio = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        double ej = e[j], xj = x[j];
+        if (steers && !(ej <= rel * scale)) {
+            *why = 1;
+            return j;
+        }
+        if (ej > 0 && steers && ej / scale > *ratio) *ratio = ej / scale;
+        int64_t lo = ordinal((float)(xj - ej)), hi = ordinal((float)(xj + ej)), o;
+        int good;
+        if (code[j] < 2) {
+            o = (lo & 1) == code[j] ? lo : hi;
+            good = ej > 0 && hi - lo <= 1 && (o & 1) == code[j];
+        } else {
+            int32_t bits = (int32_t)(uint32_t)(code[j] & 0xFFFFFFFF);
+            o = bits >= 0 ? (int64_t)bits : -1 - (int64_t)(bits & 0x7FFFFFFF);
+            good = ej > 0 && lo <= o && o <= hi;
+        }
+        if (!good) {
+            *why = 2;
+            return j;
+        }
+        int32_t b = o >= 0 ? (int32_t)o : (int32_t)((-1 - o) - 2147483648LL);
+        float f;
+        memcpy(&f, &b, sizeof f);
+        out[j] = f;
+    }
+    return -1;
 }
 
 /* The rounding log's decoder (determinism.decode_log is the reference; tests hold the two to the same

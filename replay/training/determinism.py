@@ -198,6 +198,12 @@ def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat(runs) if len(runs) > 1 else runs[0]
 
 
+def max_abs(v: torch.Tensor) -> torch.Tensor:
+    """max |v| (NaN if any is NaN), a 0-d tensor: the same number as v.abs().max(), from two reductions
+    instead of a temporary of v's size and a third pass (a replay takes it at every logged point)."""
+    return torch.maximum(v.max(), v.min().neg())
+
+
 def converted(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """t.to(dtype) (the same copy_ kernel, hence the same bits: exact widening, round-to-nearest-even
     narrowing) as a fresh contiguous tensor; t itself when it has that dtype already. Two ATen ops
@@ -473,7 +479,8 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
         return e + bias_at(i, j) if babs is not None else e
 
     def at(idx):  # a few at a time: one entry's terms are k products (a crafted log names many entries)
-        return in_chunks(exact, idx, k)
+        fast = native.dot_at(out_shape, a, b, g, babs, bias_rows, idx) if native.library() else None
+        return fast if fast is not None else in_chunks(exact, idx, k)
 
     def exact(idx):
         ba, bb, i, j = coords(idx)
@@ -925,6 +932,16 @@ class Rounder:
                 codes.append(bool(_ord32(c) & 1))
         self._entries[key] = (idx.tolist(), codes)
 
+    def _refusal(self, key, element, too_wide: bool, e: float, scale: float) -> str:
+        """Why a logged element was refused: its window is wider than REL_WINDOW allows, or it names no
+        float32 inside its window."""
+        if too_wide:
+            return (
+                f"rounding point {self.name(key)}: logged element {element} has a window of "
+                f"+-{e:.3g}, wider than 2^-12 of the largest |value| there ({scale:.3g}): not a close call"
+            )
+        return f"rounding point {self.name(key)}: logged element {element} is not a close call"
+
     def _apply(self, key, v, r, bound):
         """Apply the log's entries at this point to r (float64 of float32s, a fresh tensor: changed in place).
 
@@ -944,16 +961,22 @@ class Rounder:
         flat = r.view(-1)
         own = None
         out = []
-        scale = float(v.detach().abs().max()) if v.numel() else 0.0
+        scale = float(max_abs(v.detach())) if v.numel() else 0.0
         if bound.scale is not None:
             scale = max(scale, float(bound.scale))
-        for j, (x, e, code) in enumerate(zip(v.reshape(-1)[idx].tolist(), (bound.at(idx) * DECODE).tolist(), codes)):
+        xs, es = v.reshape(-1)[idx], bound.at(idx) * DECODE
+        fast = None if self.lenient else native.apply_log(xs, es, codes, scale, bound.steers, REL_WINDOW)
+        if fast is not None:  # the loop below in C (tens of thousands of entries a step at 15M parameters)
+            values, bad, why, ratio = fast
+            if bad >= 0:
+                raise LogMismatch(self._refusal(key, idx_list[bad], why == 1, float(es[bad]), scale))
+            self.max_ratio = max(self.max_ratio, ratio)
+            flat[idx] = values
+            return r
+        for j, (x, e, code) in enumerate(zip(xs.tolist(), es.tolist(), codes)):
             if bound.steers and not e <= REL_WINDOW * scale:  # also NaN; a zero scale admits only zero windows
                 if not self.lenient:
-                    raise LogMismatch(
-                        f"rounding point {self.name(key)}: logged element {idx_list[j]} has a window of "
-                        f"+-{e:.3g}, wider than 2^-12 of the largest |value| there ({scale:.3g}): not a close call"
-                    )
+                    raise LogMismatch(self._refusal(key, idx_list[j], True, e, scale))
                 e = 0.0  # lenient: no choice there (our own rounding below)
             elif e > 0 and bound.steers:
                 self.max_ratio = max(self.max_ratio, e / scale)
@@ -966,9 +989,7 @@ class Rounder:
                 good = e > 0 and lo <= o <= hi
             if not good:
                 if not self.lenient:
-                    raise LogMismatch(
-                        f"rounding point {self.name(key)}: logged element {idx_list[j]} is not a close call"
-                    )
+                    raise LogMismatch(self._refusal(key, idx_list[j], False, e, scale))
                 if own is None:
                     own = flat[idx].tolist()
                 o = _ord32(_f32_bits(own[j]))  # lenient: keep our own rounding there
@@ -1020,7 +1041,7 @@ class Rounder:
         idx, code, wide = uploaded[key]
         x = torch.take(v, idx)
         e = (bound.exact(idx) if bound.exact is not None else bound.at(idx)).to(x.dtype) * DECODE
-        scale = v.detach().abs().max()
+        scale = max_abs(v.detach())
         if bound.scale is not None:
             scale = torch.maximum(scale, bound.scale.to(scale.dtype))
         window_ok = e <= scale * REL_WINDOW if bound.steers else e == e  # also NaN; a zero scale: zero windows
@@ -1056,7 +1077,7 @@ class Rounder:
         else:
             e = bound.exact(idx) if bound.exact is not None else bound.at(idx)
         e = e.to(x.dtype) * DECODE
-        scale = v.detach().abs().max()
+        scale = max_abs(v.detach())
         if bound.scale is not None:
             scale = torch.maximum(scale, bound.scale.to(scale.dtype))
         window_ok = e <= scale * REL_WINDOW if bound.steers else e == e  # also NaN; a zero scale: zero windows
@@ -1102,13 +1123,7 @@ class Rounder:
             if not bad.numel():
                 continue
             j = int(bad[0])
-            if not bool(window_ok[j]):
-                raise LogMismatch(
-                    f"rounding point {self.name(key)}: logged element {idx_list[j]} has a window of "
-                    f"+-{float(e[j]):.3g}, wider than 2^-12 of the largest |value| "
-                    f"there ({float(scale):.3g}): not a close call"
-                )
-            raise LogMismatch(f"rounding point {self.name(key)}: logged element {idx_list[j]} is not a close call")
+            raise LogMismatch(self._refusal(key, idx_list[j], not bool(window_ok[j]), float(e[j]), float(scale)))
 
     def redo_deferred(self) -> None:
         """After StaticRedo: the same rounder, its log intact, ready to replay the step the deferred way."""

@@ -105,7 +105,7 @@ def _load():
             stacklevel=2,
         )
         return False
-    lib.rp_round.argtypes = [_p, _p, _i]
+    lib.rp_round.argtypes = [_p, _p, _i, _i]
     lib.rp_round.restype = None
     lib.rp_dot.argtypes = [
         _p,
@@ -139,7 +139,11 @@ def _load():
         _i,
     ]
     lib.rp_dot.restype = _i
-    lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _d, _p, _p, _p, _i]
+    lib.rp_dot_at.argtypes = [_i] * 6 + [_p] + [_i] * 5 + [_p] + [_i] * 5 + [_p, _i, _d, _i, _p, _i, _p]
+    lib.rp_dot_at.restype = _i
+    lib.rp_apply.argtypes = [_p, _p, _p, _i, _d, _i, _d, _p, _p, _p]
+    lib.rp_apply.restype = _i
+    lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _d, _i, _p, _p, _i]
     lib.rp_full.restype = _i
     lib.rp_adamw.argtypes = [_i, _p, _p, _p, _p, _p, _p, _p] + [_d] * 9
     lib.rp_adamw.restype = None
@@ -184,19 +188,19 @@ def usable(*tensors: torch.Tensor) -> bool:
 def round_f32(v: torch.Tensor) -> torch.Tensor:
     """float32(v) as a new contiguous float64 tensor (v CPU float64 contiguous)."""
     out = torch.empty_like(v, memory_format=torch.contiguous_format)
-    library().rp_round(v.data_ptr(), out.data_ptr(), v.numel())
+    library().rp_round(v.data_ptr(), out.data_ptr(), v.numel(), threads(v))
     return out
 
 
-def _collect(call, scratch: int, cap: int):
-    """Run a kernel that writes up to cap (flat index, log code) pairs, given `scratch` doubles of
-    working space, and says how many there are: ([indices], [codes]) as Rounder.entries holds them
-    (a code is a parity bool, or the 32 bits of a wide entry, tagged 1 << 32 by the kernel); None
-    where the kernel ran out of memory (the caller takes the torch path)."""
+def _collect(call, cap: int):
+    """Run a kernel that writes up to cap (flat index, log code) pairs and says how many there are:
+    ([indices], [codes]) as Rounder.entries holds them (a code is a parity bool, or the 32 bits of a
+    wide entry, tagged 1 << 32 by the kernel); None where the kernel ran out of memory (the caller
+    takes the torch path)."""
     while True:
-        buf = torch.empty(2 * cap + scratch, dtype=torch.int64)
+        buf = torch.empty(2 * cap, dtype=torch.int64)
         p = buf.data_ptr()
-        n = call(p, p + 8 * cap, p + 16 * cap, cap)
+        n = call(p, p + 8 * cap, cap)
         if n < 0:
             return None
         if n <= cap:
@@ -247,6 +251,52 @@ def round_dot(
     return _dot(v, m, n, 1, k, b0, b1, a, (*sa, sai, 0, sak), b, (*sb, 0, sbk, sbj), babs, bias_rows, g, safety, wide)
 
 
+def dot_at(
+    shape: tuple[int, ...], a: torch.Tensor, b: torch.Tensor, g: float, babs, bias_rows: bool, idx: torch.Tensor
+) -> torch.Tensor | None:
+    """The exact bound of a product (as `round_dot`'s record pass forms it) at flat output indices idx of
+    an output of `shape`: g * sum_k |A_ik B_kj| + babs, float64; None where the kernel cannot take them.
+    A replay's logged elements: gathered by torch, a weight gradient's strided rows cost more than the
+    product's own rounding pass."""
+    lib = library()
+    if not (lib and usable(a, b) and (babs is None or (babs.is_contiguous() and usable(babs)))):
+        return None
+    batch = tuple(shape[:-2])
+    sa, sb = _batch_strides(a, batch), _batch_strides(b, batch)
+    if sa is None or sb is None or not idx.is_cpu:
+        return None
+    b0, b1 = ([1, 1] + list(batch))[-2:]
+    (sai, sak), (sbk, sbj) = a.stride()[-2:], b.stride()[-2:]
+    idx = idx.to(torch.int64).contiguous()
+    e = torch.empty(idx.numel(), dtype=torch.float64)
+    rc = lib.rp_dot_at(
+        b0,
+        b1,
+        shape[-2],
+        shape[-1],
+        1,
+        a.shape[-1],
+        a.data_ptr(),
+        *sa,
+        sai,
+        0,
+        sak,
+        b.data_ptr(),
+        *sb,
+        0,
+        sbk,
+        sbj,
+        babs.data_ptr() if babs is not None else None,
+        int(bias_rows),
+        g,
+        torch.get_num_threads() if idx.numel() * a.shape[-1] >= PARALLEL_MIN else 1,  # by terms summed
+        idx.data_ptr(),
+        idx.numel(),
+        e.data_ptr(),
+    )
+    return e if rc == 0 else None
+
+
 def round_dot_summed(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float, safety: float, wide: float):
     """Fused rounding point for v = sum over t of a[:, t] @ b[t] (a (M, T, K), b (T, K, N), any
     strides: one reduction over T x K terms, as a convolution's weight gradient): as `round_dot`."""
@@ -260,7 +310,7 @@ def _dot(v, m, n, k1, k2, b0, b1, a, sa, b, sb, babs, bias_rows, g, safety, wide
     out = torch.empty_like(v)
     lib, bias = library(), babs.data_ptr() if babs is not None else None
     got = _collect(
-        lambda ip, cp, _, cap: lib.rp_dot(
+        lambda ip, cp, cap: lib.rp_dot(
             v.data_ptr(),
             out.data_ptr(),
             b0,
@@ -283,7 +333,6 @@ def _dot(v, m, n, k1, k2, b0, b1, a, sa, b, sb, babs, bias_rows, g, safety, wide
             cp,
             cap,
         ),
-        0,
         _room(v),
     )
     return got and (out, *got)
@@ -313,14 +362,13 @@ def round_full(v: torch.Tensor, e: torch.Tensor, safety: float, wide: float):
         return None
     out = torch.empty_like(v)
     lib = library()
-    idx, codes = _collect(
-        lambda ip, cp, sp, cap: lib.rp_full(
-            v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, wide, sp, ip, cp, cap
+    got = _collect(
+        lambda ip, cp, cap: lib.rp_full(
+            v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, wide, threads(v), ip, cp, cap
         ),
-        2 * n,
         _room(v),
     )
-    return out, idx, codes
+    return got and (out, *got)
 
 
 def _state_ok(g: torch.Tensor, *state: torch.Tensor) -> bool:
@@ -380,6 +428,33 @@ def sgd(p, g, mom, momentum, wd, lr):
         lr,
     )
     return p2, mom2
+
+
+def apply_log(x: torch.Tensor, e: torch.Tensor, codes: list, scale: float, steers: bool, rel: float):
+    """Rounder._apply's per-entry decisions in one C pass (the Python loop is the reference; tests hold
+    the two to the same values and refusals): x the values at the logged elements, e their windows
+    (DECODE * bound), codes as the log holds them. (float32 values as float64, the refused entry or -1,
+    why it was refused: 1 a window too wide, 2 not a close call, the widest applied window over scale);
+    None where the kernel is off."""
+    lib = library()
+    if lib is None or not (x.is_cpu and e.is_cpu):
+        return None
+    x, e = x.to(torch.float64).contiguous(), e.to(torch.float64).contiguous()
+    code = torch.tensor([c if type(c) is bool else (c & 0xFFFFFFFF) | 1 << 32 for c in codes], dtype=torch.int64)
+    out, why, ratio = torch.empty_like(x), ctypes.c_int64(0), ctypes.c_double(0.0)
+    bad = lib.rp_apply(
+        x.data_ptr(),
+        e.data_ptr(),
+        code.data_ptr(),
+        x.numel(),
+        scale,
+        int(steers),
+        rel,
+        out.data_ptr(),
+        ctypes.byref(why),
+        ctypes.byref(ratio),
+    )
+    return out, bad, why.value, ratio.value
 
 
 _PARITY = np.array([False, True], dtype=object)  # Python bools, as the reference decodes parity bits

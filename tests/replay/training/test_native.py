@@ -19,7 +19,7 @@ from replay.prover.recorder import DEFAULT_OPTIMIZER
 from replay.training import architectures as models
 from replay.training import native
 from replay.training.bundled_data import Batches
-from replay.training.determinism import Rounder, dot_bound, full_bound
+from replay.training.determinism import LogMismatch, Rounder, dot_bound, full_bound
 from replay.training.ops import _weight_grad_bound
 from replay.training.train import initial_state, train_step
 
@@ -29,9 +29,14 @@ pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler:
 
 
 def _reference(v, bound):
-    """The torch path: float32(v) as float64, and the entries it logs ({} or {0: (indices, codes)})."""
+    """The torch path: float32(v) as float64, and the entries it logs ({} or {0: (indices, codes)});
+    the kernel off, exact bounds included (a replay takes those from the kernel: `native.dot_at`)."""
     r = Rounder("record")
-    idx, err = r._close_calls(v, bound)
+    lib, native._LIB = native._LIB, False
+    try:
+        idx, err = r._close_calls(v, bound)
+    finally:
+        native._LIB = lib
     if idx.numel():
         r._log(0, v, v.float().double(), idx, err)
     return v.float().double(), r.entries
@@ -125,6 +130,35 @@ def test_fused_dot_on_several_threads_matches_the_torch_path(case, n):
         _same(v.contiguous(), dot_bound(a, b, scale, bias, bias_rows=rows))
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dot_cases(), st.sampled_from([1, 3]), st.integers(0, 2**31 - 1))
+def test_exact_bounds_at_logged_elements_match_the_torch_path(case, n, seed):
+    """A replay's exact bounds at logged elements (`native.dot_at`, any order, repeats): the torch path's
+    sum of the same nonnegative terms, in another order, so within both sums' rounding (K u each)."""
+    a, b, scale, bias, rows = case
+    v = torch.matmul(a, b)
+    bound = dot_bound(a, b, scale, bias, bias_rows=rows)
+    idx = torch.randint(0, v.numel(), (17,), generator=torch.Generator().manual_seed(seed))
+    with _threads(n):
+        got = bound.at(idx)
+    lib, native._LIB = native._LIB, False
+    try:
+        want = bound.at(idx)
+    finally:
+        native._LIB = lib
+    k = a.shape[-1]
+    assert got.dtype == torch.float64 and got.shape == want.shape
+    assert torch.all((got - want).abs() <= want * (2 * (k + 2) * 2.0**-53))
+    assert torch.equal(got == 0, want == 0)  # exact zeros stay exact
+
+
+def test_exact_bounds_refuse_indices_outside_the_output():
+    a, b = torch.randn(3, 4, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
+    for bad in ([15], [-1], [2**40]):
+        assert native.dot_at((3, 5), a, b, 1e-15, None, False, torch.tensor(bad)) is None
+    assert native.dot_at((3, 5), a, b, 1e-15, None, False, torch.tensor([14, 0])) is not None
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.integers(1, 6),
@@ -154,18 +188,21 @@ def test_fused_summed_products_match_the_torch_path(batch, o, ck, length, seed, 
     st.integers(0, 2**31 - 1),
     st.sampled_from(["element", "row", "scalar"]),
     st.sampled_from([1e-16, 1e-9, 1e-7]),
+    st.sampled_from([1, 2, 3]),
 )
-def test_fused_full_bounds_match_the_torch_path(rows, cols, seed, per, rel):
+def test_fused_full_bounds_match_the_torch_path(rows, cols, seed, per, rel, n):
+    """On one thread and on several (rows split in blocks, close calls merged in order)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, cols, generator=g, dtype=torch.float64)
     x[0, 0] = 0.0  # an exact zero with a positive bound: a close call (the sign of zero)
-    if per == "element":
-        _same(x, full_bound(x.abs() * rel, x.shape))
-    elif per == "row":
-        _same(x, full_bound(x.abs().sum(-1, keepdim=True) * rel, x.shape))
-    else:
-        s = x.sum()
-        _same(s, full_bound(x.abs().sum() * rel, s.shape))
+    with _threads(n):
+        if per == "element":
+            _same(x, full_bound(x.abs() * rel, x.shape))
+        elif per == "row":
+            _same(x, full_bound(x.abs().sum(-1, keepdim=True) * rel, x.shape))
+        else:
+            s = x.sum()
+            _same(s, full_bound(x.abs().sum() * rel, s.shape))
 
 
 def test_close_calls_are_found_and_exact_zeros_are_not():
@@ -198,9 +235,9 @@ def test_strided_operands_for_the_exact_bounds(a_major, b_major, threads):
 
 
 def test_a_kernel_out_of_memory_takes_the_torch_path():
-    """rp_dot says -1 when it cannot allocate its working space: the caller is told to use torch."""
-    assert native._collect(lambda ip, cp, sp, cap: -1, 0, 16) is None
-    assert native._collect(lambda ip, cp, sp, cap: 0, 0, 16) == ([], [])
+    """A kernel says -1 when it cannot allocate its working space: the caller is told to use torch."""
+    assert native._collect(lambda ip, cp, cap: -1, 16) is None
+    assert native._collect(lambda ip, cp, cap: 0, 16) == ([], [])
 
 
 def test_the_kernel_declines_what_it_does_not_handle():
@@ -255,3 +292,67 @@ def test_replay_native_0_turns_the_kernel_off(monkeypatch):
     monkeypatch.setattr(native, "_LIB", None)
     monkeypatch.setenv("REPLAY_NATIVE", "0")
     assert native.library() is None
+
+
+_SPECIAL = [0.0, -0.0, 1.0 + 2.0**-24, 3.4028235e38, -3.4028235e38, 3.5e38, 1e-45, float("nan"), float("inf")]
+
+
+@st.composite
+def applied_entries(draw):
+    """A rounding point and a log for it: values with float32 midpoints, signed zeros, overflow and NaN;
+    windows zero, tiny, wide, NaN; codes that fit, parities that do not, wide values in and out."""
+    n = draw(st.integers(1, 40))
+    seed = draw(st.integers(0, 2**31 - 1))
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(n, generator=g, dtype=torch.float64) * draw(st.sampled_from([1.0, 1e-30, 1e30]))
+    for i in draw(st.lists(st.integers(0, n - 1), max_size=4)):
+        v[i] = draw(st.sampled_from(_SPECIAL))
+    rel = draw(st.sampled_from([0.0, 1e-20, 1e-9, 1.5e-8, 3e-8, 1e-7, 1e-3]))  # windows of 0, 1, 2, 3+ floats
+    err = v.abs() * rel
+    for i in draw(st.lists(st.integers(0, n - 1), max_size=3)):
+        err[i] = draw(st.sampled_from([0.0, float("nan"), 1e-12, 1.0]))
+    idx = sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n)))
+    codes = []
+    for i in idx:
+        kind = draw(st.sampled_from(["parity", "own", "wide-random"]))
+        own = int(v[i : i + 1].float().view(torch.int32)) & 0xFFFFFFFF
+        if kind == "parity":
+            codes.append(draw(st.booleans()))
+        elif kind == "own":
+            codes.append(own)
+        else:
+            codes.append(draw(st.integers(0, 2**32 - 1)))
+    scale = draw(st.sampled_from([None, 1e-3]))
+    return v, err, idx, codes, draw(st.booleans()), scale
+
+
+@settings(max_examples=300, deadline=None)
+@given(applied_entries())
+def test_applied_entries_match_the_reference(case):
+    """Rounder._apply's per-entry decisions in C (`native.apply_log`) against its Python loop: the same
+    float32 values bit for bit, the same widest window, and the same refusal, word for word."""
+    v, err, idx, codes, steers, scale = case
+    results = []
+    for lib in (native.library(), False):
+        bound = full_bound(err, v.shape, steers=steers, scale=None if scale is None else torch.tensor(scale))
+        rounder = Rounder("replay", entries={0: (list(idx), list(codes))})
+        rounder.op("point")
+        saved, native._LIB = native._LIB, lib
+        try:
+            r = rounder._apply(0, v, v.float().double(), bound)
+            results.append(("ok", r.float().view(torch.int32).tolist(), rounder.max_ratio))
+        except LogMismatch as exc:
+            results.append(("refused", str(exc)))
+        finally:
+            native._LIB = saved
+    assert results[0] == results[1]
+
+
+def test_rounding_alone_on_several_threads():
+    """A replay rounds every point's whole output (`native.round_f32`): on three threads, blocks of a
+    large tensor, the same bits as torch's conversion, signed zeros, overflow and NaN included."""
+    v = torch.randn(70_001, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 1e38
+    v[:5] = torch.tensor([-0.0, float("nan"), 3.5e38, -float("inf"), 1.0 + 2.0**-24])
+    with _threads(3):
+        got = native.round_f32(v)
+    assert torch.equal(got.view(torch.int64), v.float().double().view(torch.int64))
