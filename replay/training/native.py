@@ -9,7 +9,9 @@ torch path. `REPLAY_NATIVE=0` turns them off.
 
 Why ctypes and a plain C file rather than a torch C++ extension: no torch headers, so it builds in
 well under a second (a torch extension takes about a minute), and the ABI is just pointers.
-Built with -ffp-contract=off (no fused multiply-add: each + - * rounds as in the torch path);
+Built with -fopenmp where the compiler has it (GCC's runtime is the libgomp torch loads: the kernels'
+loops share torch's threads; their results do not depend on the thread count) and
+-ffp-contract=off (no fused multiply-add: each + - * rounds as in the torch path);
 -march=native only schedules the same IEEE operations in wider vectors. The library is cached
 per source, compiler and CPU under $REPLAY_NATIVE_CACHE (default ~/.cache/chipledger-replay),
 written to a temporary name and renamed, so concurrent first uses do not collide.
