@@ -116,6 +116,8 @@ static void norms(const double *x, int64_t lo, int64_t hi, int64_t K1, int64_t K
         for (int64_t o = lo; o < hi; o++) res[o] = 0;
         for (int64_t k = 0; k < K1 * K2; k++)
             for (int64_t o = lo; o < hi; o++) res[o] += x[o * so + k * s2] * x[o * so + k * s2];
+    } else if ((K1 == 1 || s1 == K2 * s2) && s2 == 1) { /* unit-stride vectors: sums in lanes (abs_dot) */
+        for (int64_t o = lo; o < hi; o++) res[o] = abs_dot(x + o * so, x + o * so, K1 * K2);
     } else {
         for (int64_t o = lo; o < hi; o++) {
             const double *p = x + o * so;
