@@ -347,6 +347,34 @@ int64_t rp_dot_at(int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K1, int6
     return 0;
 }
 
+/* A bound's magnitude sums without |x|'s temporary: x (rows, cols) contiguous; res[j] = sum_i |x_ij|
+   (over_rows: a bias gradient's, in parallel over blocks of columns) or res[i] = sum_j |x_ij| (a
+   mean's, in lanes, in parallel over rows). Any order: a bound's own rounding is SAFETY's slack. */
+void rp_abs_sums(const double *x, int64_t rows, int64_t cols, int64_t over_rows, double *res, int64_t threads) {
+    if (over_rows) {
+        int64_t blocks = (cols + NORM_BLOCK - 1) / NORM_BLOCK;
+#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && blocks > 1)
+        for (int64_t blk = 0; blk < blocks; blk++) {
+            int64_t lo = blk * NORM_BLOCK, hi = lo + NORM_BLOCK < cols ? lo + NORM_BLOCK : cols;
+            for (int64_t j = lo; j < hi; j++) res[j] = 0;
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = lo; j < hi; j++) res[j] += fabs(x[i * cols + j]);
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && rows > 1)
+    for (int64_t i = 0; i < rows; i++) {
+        const double *r = x + i * cols;
+        double acc[ACC] = {0}, e = 0;
+        int64_t j = 0;
+        for (; j + ACC <= cols; j += ACC)
+            for (int l = 0; l < ACC; l++) acc[l] += fabs(r[j + l]);
+        for (; j < cols; j++) e += fabs(r[j]);
+        for (int l = 0; l < ACC; l++) e += acc[l];
+        res[i] = e;
+    }
+}
+
 /* v (rows, n) contiguous with its bound e given per element (e_cols == n) or per row (e_cols ==
    1), e contiguous. scratch holds n doubles and n bytes. Same contract as rp_dot. */
 int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const double *e, int64_t e_cols,

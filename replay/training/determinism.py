@@ -204,6 +204,19 @@ def max_abs(v: torch.Tensor) -> torch.Tensor:
     return torch.maximum(v.max(), v.min().neg())
 
 
+def abs_sum(t: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
+    """t.abs().sum(dim, keepdim) for dim 0 or -1, a bound's sum of magnitudes: in one native pass where
+    the kernel takes t (its order of addition differs from torch's: within SAFETY's slack, as any
+    machine's), else as written."""
+    flat = t.reshape(-1, t.shape[-1]) if dim == -1 and t.dim() > 2 and t.is_contiguous() else t
+    fast = native.abs_sums(flat, dim == 0) if native.library() and dim in (0, -1) else None
+    if fast is None:
+        return t.abs().sum(dim, keepdim=keepdim)
+    if dim == -1:
+        fast = fast.view(t.shape[:-1])
+    return fast.unsqueeze(dim) if keepdim else fast
+
+
 def converted(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """t.to(dtype) (the same copy_ kernel, hence the same bits: exact widening, round-to-nearest-even
     narrowing) as a fresh contiguous tensor; t itself when it has that dtype already. Two ATen ops

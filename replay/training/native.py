@@ -143,6 +143,8 @@ def _load():
     lib.rp_dot.restype = _i
     lib.rp_dot_at.argtypes = [_i] * 6 + [_p] + [_i] * 5 + [_p] + [_i] * 5 + [_p, _i, _d, _i, _p, _i, _p]
     lib.rp_dot_at.restype = _i
+    lib.rp_abs_sums.argtypes = [_p, _i, _i, _i, _p, _i]
+    lib.rp_abs_sums.restype = None
     lib.rp_apply.argtypes = [_p, _p, _p, _i, _d, _i, _d, _p, _p, _p]
     lib.rp_apply.restype = _i
     lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _d, _i, _p, _p, _i]
@@ -430,6 +432,19 @@ def sgd(p, g, mom, momentum, wd, lr):
         lr,
     )
     return p2, mom2
+
+
+def abs_sums(x: torch.Tensor, over_rows: bool) -> torch.Tensor | None:
+    """Sums of |x| over the rows (per column) or over each row of a 2-D CPU float64 tensor, in one pass
+    with no temporary of x's size (`x.abs().sum(...)` makes one: most of a bias gradient's bound's
+    time); None where the kernel cannot take x."""
+    lib = library()
+    if lib is None or x.dim() != 2 or not (x.is_contiguous() and usable(x)):
+        return None
+    rows, cols = x.shape
+    res = torch.empty(cols if over_rows else rows, dtype=torch.float64)
+    lib.rp_abs_sums(x.data_ptr(), rows, cols, int(over_rows), res.data_ptr(), threads(x))
+    return res
 
 
 def apply_log(x: torch.Tensor, e: torch.Tensor, codes: list, scale: float, steers: bool, rel: float):

@@ -27,6 +27,7 @@ from replay.training.determinism import (
     WIDE,
     Bound,
     U,
+    abs_sum,
     active,
     dot_bound,
     full_bound,
@@ -39,7 +40,7 @@ from replay.training.determinism import (
 
 def _mean_bound(t: torch.Tensor, n: int):
     """Bound of mean(t, -1): gamma(n + 1) * mean(|t|) (n-term sum, then one multiply by 1/n)."""
-    return full_bound(lambda: t.abs().sum(-1, keepdim=True) * (gamma(n + 1) / n), t.shape[:-1] + (1,))
+    return full_bound(lambda: abs_sum(t, -1, keepdim=True) * (gamma(n + 1) / n), t.shape[:-1] + (1,))
 
 
 def _no_fold(tensors):
@@ -89,7 +90,7 @@ class _Matmul(torch.autograd.Function):
         if ctx.has_bias and ctx.needs_input_grad[2]:
             rows = g.reshape(-1, g.shape[-1])
             gbias = R(
-                key + 3, rows.sum(0), full_bound(lambda: rows.abs().sum(0) * gamma(rows.shape[0]), (rows.shape[1],))
+                key + 3, rows.sum(0), full_bound(lambda: abs_sum(rows, 0) * gamma(rows.shape[0]), (rows.shape[1],))
             )
         return ga, gb, gbias, None, None
 
@@ -155,8 +156,8 @@ class _LayerNorm(torch.autograd.Function):
         rows_dy, rows_xh = dy.reshape(-1, n), xhat.reshape(-1, n)
         m = rows_dy.shape[0]
         dyx = rows_dy * rows_xh
-        dw = R(key + 2, dyx.sum(0), full_bound(lambda: dyx.abs().sum(0) * gamma(m), (n,)))
-        db = R(key + 3, rows_dy.sum(0), full_bound(lambda: rows_dy.abs().sum(0) * gamma(m), (n,)))
+        dw = R(key + 2, dyx.sum(0), full_bound(lambda: abs_sum(dyx, 0) * gamma(m), (n,)))
+        db = R(key + 3, rows_dy.sum(0), full_bound(lambda: abs_sum(rows_dy, 0) * gamma(m), (n,)))
         g = dy * w
         gx = g * xhat
         a = R(key + 4, g.sum(-1, keepdim=True) * inv_n, _mean_bound(g, n))

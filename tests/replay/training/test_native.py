@@ -19,7 +19,7 @@ from replay.prover.recorder import DEFAULT_OPTIMIZER
 from replay.training import architectures as models
 from replay.training import native
 from replay.training.bundled_data import Batches
-from replay.training.determinism import LogMismatch, Rounder, dot_bound, full_bound
+from replay.training.determinism import LogMismatch, Rounder, abs_sum, dot_bound, full_bound
 from replay.training.ops import _weight_grad_bound
 from replay.training.train import initial_state, train_step
 
@@ -356,3 +356,20 @@ def test_rounding_alone_on_several_threads():
     with _threads(3):
         got = native.round_f32(v)
     assert torch.equal(got.view(torch.int64), v.float().double().view(torch.int64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 300), st.sampled_from([0, -1]), st.sampled_from([1, 3]), st.integers(0, 99))
+def test_magnitude_sums_match_the_torch_path(rows, cols, dim, n, seed):
+    """A bound's sum of |x| over rows or columns in one native pass (`determinism.abs_sum`): torch's sum
+    of the same nonnegative terms in another order, so within both sums' rounding; zeros stay zero."""
+    x = torch.randn(rows, cols, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    x[:, 0] = 0.0
+    x[0] = -0.0
+    with _threads(n):
+        got = abs_sum(x, dim, keepdim=True)
+    want = x.abs().sum(dim, keepdim=True)
+    terms = x.shape[dim]
+    assert got.shape == want.shape and got.dtype == torch.float64
+    assert torch.all((got - want).abs() <= want * (2 * terms * 2.0**-53))
+    assert torch.equal(got == 0, want == 0)
