@@ -92,12 +92,16 @@ typedef struct {
     cand_t *c;
     int64_t n, cap;
     int failed;
+    int64_t *room; /* candidates all threads may still hold (shared): a crowded point does not take
+                      memory without bound; its kernel says -1 and the caller takes the torch path */
 } cands_t;
 
 static void push(cands_t *l, cand_t c) {
     if (l->n == l->cap) {
-        int64_t cap = l->cap ? 2 * l->cap : 256;
-        cand_t *grown = realloc(l->c, sizeof(cand_t) * cap);
+        int64_t cap = l->cap ? 2 * l->cap : 256, left;
+#pragma omp atomic capture
+        left = *l->room -= cap - l->cap;
+        cand_t *grown = left >= 0 ? realloc(l->c, sizeof(cand_t) * cap) : NULL;
         if (!grown) {
             l->failed = 1;
             return;
@@ -106,6 +110,10 @@ static void push(cands_t *l, cand_t c) {
     }
     l->c[l->n++] = c;
 }
+
+/* Candidates one kernel call may hold: far above honest points' (~1e-3 of outputs), under a quarter
+   of the outputs' own size in bytes at large points. */
+static int64_t room_for(int64_t outputs) { return ((int64_t)1 << 16) + outputs / 24; }
 
 /* res[o] = sqrt(sum_k x(o, k)^2) for o in [lo, hi), x(o, k) at x[o * so + k1 * s1 + k2 * s2] (k = (k1, k2)),
    walking memory in order: k outer where vectors are interleaved (so < s2), as an activation's
@@ -246,7 +254,7 @@ static void exact_phase(const product_t *p, cand_t *all, int64_t total, int nt) 
    |scale|; babs = |bias| * gamma(K + 2) or NULL, per column j (bias_rows 0) or per row i
    (bias_rows 1). Candidates by Cauchy-Schwarz (||A_i|| ||B_j|| g + babs), then the exact bound
    g * sum_k |A_ik B_kj| + babs. Writes up to cap close calls (flat index, log code); returns how
-   many there are, so the caller can retry with room for all, or -1 out of memory (the caller takes
+   many there are, so the caller can retry with room for all, or -1 out of memory or room (the caller takes
    the torch path). Rows run on `threads` threads, each a contiguous block of them, so the
    candidates come out in index order, and every number is formed the same way at any thread count. */
 int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K1, int64_t K2,
@@ -258,6 +266,8 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
     int nt = threads > 1 && rows > 1 ? (int)(threads < rows ? threads : rows) : 1;
     double *na = malloc(sizeof(double) * (T * M + T * N + 1)), *nb = na + T * M;
     cands_t *lists = calloc(nt, sizeof(cands_t));
+    int64_t room = room_for(rows * N);
+    for (int x = 0; lists && x < nt; x++) lists[x].room = &room;
     if (!na || !lists) {
         free(na), free(lists);
         return -1;
@@ -381,7 +391,9 @@ int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const dou
                 double safety, double wide, int64_t threads, int64_t *idx, int64_t *code, int64_t cap) {
     int nt = threads > 1 && rows > 1 ? (int)(threads < rows ? threads : rows) : 1, failed = 0;
     cands_t *lists = calloc(nt, sizeof(cands_t));
+    int64_t room = room_for(rows * n);
     if (!lists) return -1;
+    for (int x = 0; x < nt; x++) lists[x].room = &room;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
 #ifdef _OPENMP

@@ -199,8 +199,8 @@ def round_f32(v: torch.Tensor) -> torch.Tensor:
 def _collect(call, cap: int):
     """Run a kernel that writes up to cap (flat index, log code) pairs and says how many there are:
     ([indices], [codes]) as Rounder.entries holds them (a code is a parity bool, or the 32 bits of a
-    wide entry, tagged 1 << 32 by the kernel); None where the kernel ran out of memory (the caller
-    takes the torch path)."""
+    wide entry, tagged 1 << 32 by the kernel); None where the kernel ran out of memory, or of room for
+    the candidates of a crowded point (the caller takes the torch path)."""
     while True:
         buf = torch.empty(2 * cap, dtype=torch.int64)
         p = buf.data_ptr()

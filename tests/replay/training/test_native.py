@@ -19,7 +19,7 @@ from replay.prover.recorder import DEFAULT_OPTIMIZER
 from replay.training import architectures as models
 from replay.training import native
 from replay.training.bundled_data import Batches
-from replay.training.determinism import LogMismatch, Rounder, abs_sum, dot_bound, full_bound
+from replay.training.determinism import LogMismatch, LogOverflow, Rounder, abs_sum, dot_bound, full_bound
 from replay.training.ops import _weight_grad_bound
 from replay.training.train import initial_state, train_step
 
@@ -373,3 +373,24 @@ def test_magnitude_sums_match_the_torch_path(rows, cols, dim, n, seed):
     assert got.shape == want.shape and got.dtype == torch.float64
     assert torch.all((got - want).abs() <= want * (2 * terms * 2.0**-53))
     assert torch.equal(got == 0, want == 0)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_crowded_point_takes_the_torch_path(threads):
+    """Every one of 90,000 outputs a close call (signed zeros with a positive bound): more candidates than
+    the kernel holds for a point that size, so it declines, and the step logs what the torch path logs."""
+    v = torch.zeros(300, 300, dtype=torch.float64)
+    v[::2] = -0.0
+    bound = full_bound(torch.full_like(v, 1e-12), v.shape)
+    with _threads(threads):
+        assert bound.fused(v) is None
+        rounder = Rounder("record")
+        with pytest.raises(LogOverflow) as overflow:  # the device path's slots overflow: as train_step does,
+            rounder(0, v, bound)  # the point is redone dense
+            rounder.finish()
+        rounder.dense.update(overflow.value.keys)
+        rounder.reset(defer=True)
+        r = rounder(0, v, bound)
+    assert torch.equal(r.view(torch.int64), v.float().double().view(torch.int64))
+    _, want = _reference(v, bound)
+    assert rounder.entries == want and len(want[0][0]) == v.numel()
