@@ -97,11 +97,16 @@ typedef struct {
 } cands_t;
 
 static void push(cands_t *l, cand_t c) {
-    if (l->n == l->cap) {
-        int64_t cap = l->cap ? 2 * l->cap : 256, left;
+    int64_t left;
 #pragma omp atomic capture
-        left = *l->room -= cap - l->cap;
-        cand_t *grown = left >= 0 ? realloc(l->c, sizeof(cand_t) * cap) : NULL;
+    left = --*l->room; /* per candidate: the limit is the same however the rows are split */
+    if (left < 0) {
+        l->failed = 1;
+        return;
+    }
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? 2 * l->cap : 256;
+        cand_t *grown = realloc(l->c, sizeof(cand_t) * cap);
         if (!grown) {
             l->failed = 1;
             return;
@@ -109,6 +114,17 @@ static void push(cands_t *l, cand_t c) {
         l->c = grown, l->cap = cap;
     }
     l->c[l->n++] = c;
+}
+
+/* This thread's contiguous block [*lo, *hi) of n items: blocks in thread order, so lists merged in
+   thread order are in item order (not left to the runtime's schedule). */
+static void my_block(int64_t n, int64_t *lo, int64_t *hi) {
+#ifdef _OPENMP
+    int64_t me = omp_get_thread_num(), team = omp_get_num_threads();
+#else
+    int64_t me = 0, team = 1;
+#endif
+    *lo = n * me / team, *hi = n * (me + 1) / team;
 }
 
 /* Candidates one kernel call may hold: far above honest points' (~1e-3 of outputs), under a quarter
@@ -277,15 +293,15 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
 #ifdef _OPENMP
-        int me = omp_get_thread_num();
+        cands_t *mine = &lists[omp_get_thread_num()];
 #else
-        int me = 0;
+        cands_t *mine = &lists[0];
 #endif
-        cands_t *mine = &lists[me];
-        double *w = malloc(sizeof(double) * N + N);
+        int64_t lo, hi;
+        my_block(rows, &lo, &hi);
+        double *w = malloc(sizeof(double) * N + N + 1);
         if (!w) mine->failed = 1;
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
+        for (int64_t r = lo; r < hi; r++) {
             if (mine->failed) continue;
             int64_t t = r / M, i = r % M, t0 = t / b1, t1 = t % b1, base = r * N;
             double bias_i = babs && bias_rows ? babs[i] : 0.0, ni = na[r] * g;
@@ -330,8 +346,10 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
 }
 
 /* The exact bounds g * sum_k |A_ik B_kj| + babs at n flat output indices idx (a replay's logged
-   elements; any order), operands and bias as in rp_dot, into e: the record pass's own sums. 0, or -1
-   out of memory, -2 an index outside the output (the caller refuses the log before that). */
+   elements; any order), operands and bias as in rp_dot, into e: the record pass's code, though not
+   always its order of addition (a copy or the lanes depend on the set of indices; any order is within
+   SAFETY's slack). 0, or -1 out of memory, -2 an index outside the output (the caller refuses the log
+   before that). */
 int64_t rp_dot_at(int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K1, int64_t K2, const double *a, int64_t sa0,
                   int64_t sa1, int64_t sai, int64_t sak1, int64_t sak2, const double *b, int64_t sb0, int64_t sb1,
                   int64_t sbk1, int64_t sbk2, int64_t sbj, const double *babs, int64_t bias_rows, double g,
@@ -401,10 +419,11 @@ int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const dou
 #else
         cands_t *mine = &lists[0];
 #endif
+        int64_t lo, hi;
+        my_block(rows, &lo, &hi);
         double *w = malloc(sizeof(double) * n + n + 1);
         if (!w) mine->failed = 1;
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < rows; i++) {
+        for (int64_t i = lo; i < hi; i++) {
             if (mine->failed) continue;
             const double *vr = v + i * n, *er = e + i * e_cols;
             for (int64_t j = 0; j < n; j++) w[j] = er[e_cols == 1 ? 0 : j] * safety;

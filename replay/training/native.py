@@ -258,10 +258,10 @@ def round_dot(
 def dot_at(
     shape: tuple[int, ...], a: torch.Tensor, b: torch.Tensor, g: float, babs, bias_rows: bool, idx: torch.Tensor
 ) -> torch.Tensor | None:
-    """The exact bound of a product (as `round_dot`'s record pass forms it) at flat output indices idx of
-    an output of `shape`: g * sum_k |A_ik B_kj| + babs, float64; None where the kernel cannot take them.
-    A replay's logged elements: gathered by torch, a weight gradient's strided rows cost more than the
-    product's own rounding pass."""
+    """The exact bound of a product (the record pass's code) at flat output indices idx of an output of
+    `shape`: g * sum_k |A_ik B_kj| + babs, float64; None where the kernel cannot take them. A replay's
+    logged elements: gathered by torch, a weight gradient's strided rows cost more than the product's
+    own rounding pass."""
     lib = library()
     if not (lib and usable(a, b) and (babs is None or (babs.is_contiguous() and usable(babs)))):
         return None
@@ -269,11 +269,22 @@ def dot_at(
     sa, sb = _batch_strides(a, batch), _batch_strides(b, batch)
     if sa is None or sb is None or not idx.is_cpu:
         return None
-    b0, b1 = ([1, 1] + list(batch))[-2:]
-    (sai, sak), (sbk, sbj) = a.stride()[-2:], b.stride()[-2:]
     idx = idx.to(torch.int64).contiguous()
     e = torch.empty(idx.numel(), dtype=torch.float64)
-    rc = lib.rp_dot_at(
+    for at in range(0, idx.numel(), DOT_AT_CHUNK):  # bounded working memory, however many entries a log names
+        part = idx[at : at + DOT_AT_CHUNK]
+        if _dot_at(lib, shape, a, b, g, babs, bias_rows, sa, sb, part, e[at : at + DOT_AT_CHUNK]) != 0:
+            return None
+    return e
+
+
+DOT_AT_CHUNK = 1 << 16  # indices per rp_dot_at call (48 bytes of working space each)
+
+
+def _dot_at(lib, shape, a, b, g, babs, bias_rows, sa, sb, idx, e) -> int:
+    b0, b1 = ([1, 1] + list(shape[:-2]))[-2:]
+    (sai, sak), (sbk, sbj) = a.stride()[-2:], b.stride()[-2:]
+    return lib.rp_dot_at(
         b0,
         b1,
         shape[-2],
@@ -298,7 +309,6 @@ def dot_at(
         idx.numel(),
         e.data_ptr(),
     )
-    return e if rc == 0 else None
 
 
 def round_dot_summed(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float, safety: float, wide: float):
@@ -454,7 +464,7 @@ def apply_log(x: torch.Tensor, e: torch.Tensor, codes: list, scale: float, steer
     why it was refused: 1 a window too wide, 2 not a close call, the widest applied window over scale);
     None where the kernel is off."""
     lib = library()
-    if lib is None or not (x.is_cpu and e.is_cpu):
+    if lib is None or not (x.is_cpu and e.is_cpu) or not x.numel() == e.numel() == len(codes):
         return None
     x, e = x.to(torch.float64).contiguous(), e.to(torch.float64).contiguous()
     code = torch.tensor([c if type(c) is bool else (c & 0xFFFFFFFF) | 1 << 32 for c in codes], dtype=torch.int64)
