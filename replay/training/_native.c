@@ -116,15 +116,16 @@ static void push(cands_t *l, cand_t c) {
     l->c[l->n++] = c;
 }
 
-/* This thread's contiguous block [*lo, *hi) of n items: blocks in thread order, so lists merged in
-   thread order are in item order (not left to the runtime's schedule). */
-static void my_block(int64_t n, int64_t *lo, int64_t *hi) {
+/* This thread's candidate list and its contiguous block [*lo, *hi) of n rows: blocks in thread order,
+   so lists merged in thread order are in row order (not left to the runtime's schedule). */
+static cands_t *my_share(cands_t *lists, int64_t n, int64_t *lo, int64_t *hi) {
 #ifdef _OPENMP
     int64_t me = omp_get_thread_num(), team = omp_get_num_threads();
 #else
     int64_t me = 0, team = 1;
 #endif
     *lo = n * me / team, *hi = n * (me + 1) / team;
+    return &lists[me];
 }
 
 /* Candidates one kernel call may hold: far above honest points' (~1e-3 of outputs), under a quarter
@@ -292,13 +293,8 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
     all_norms(b, b0, b1, sb0, sb1, N, K1, K2, sbj, sbk1, sbk2, nb, nt);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-#ifdef _OPENMP
-        cands_t *mine = &lists[omp_get_thread_num()];
-#else
-        cands_t *mine = &lists[0];
-#endif
         int64_t lo, hi;
-        my_block(rows, &lo, &hi);
+        cands_t *mine = my_share(lists, rows, &lo, &hi);
         double *w = malloc(sizeof(double) * N + N + 1);
         if (!w) mine->failed = 1;
         for (int64_t r = lo; r < hi; r++) {
@@ -404,7 +400,7 @@ void rp_abs_sums(const double *x, int64_t rows, int64_t cols, int64_t over_rows,
 }
 
 /* v (rows, n) contiguous with its bound e given per element (e_cols == n) or per row (e_cols ==
-   1), e contiguous. scratch holds n doubles and n bytes. Same contract as rp_dot. */
+   1), e contiguous. Same contract as rp_dot (threads, cap, -1), rows split the same way. */
 int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const double *e, int64_t e_cols,
                 double safety, double wide, int64_t threads, int64_t *idx, int64_t *code, int64_t cap) {
     int nt = threads > 1 && rows > 1 ? (int)(threads < rows ? threads : rows) : 1, failed = 0;
@@ -414,13 +410,8 @@ int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const dou
     for (int x = 0; x < nt; x++) lists[x].room = &room;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-#ifdef _OPENMP
-        cands_t *mine = &lists[omp_get_thread_num()];
-#else
-        cands_t *mine = &lists[0];
-#endif
         int64_t lo, hi;
-        my_block(rows, &lo, &hi);
+        cands_t *mine = my_share(lists, rows, &lo, &hi);
         double *w = malloc(sizeof(double) * n + n + 1);
         if (!w) mine->failed = 1;
         for (int64_t i = lo; i < hi; i++) {
