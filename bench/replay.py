@@ -239,7 +239,7 @@ SCALE_ROWS = {
     "cnn": ("cnn", None, None, 5),
     "gpt": ("gpt", None, None, 5),
     "gpt-3.3m": ("gpt", {"vocab": 256, "block": 128, "n_layer": 4, "n_head": 4, "n_embd": 256}, 16, 3),
-    "gpt-15m": ("gpt", {"vocab": 256, "block": 256, "n_layer": 8, "n_head": 6, "n_embd": 384}, 8, 2),
+    "gpt-15m": ("gpt", {"vocab": 256, "block": 256, "n_layer": 8, "n_head": 6, "n_embd": 384}, 8, 3),
     "gpt2-small": ("gpt", {**models.PRESETS["gpt2-small"][1], "block": 64}, 1, 1),
 }
 PRECISIONS = ("float32", "float64", "det64", "replay")
