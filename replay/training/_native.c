@@ -281,7 +281,7 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
                int64_t *idx, int64_t *code, int64_t cap) {
     int64_t T = b0 * b1, rows = T * M, found = 0;
     int nt = threads > 1 && rows > 1 ? (int)(threads < rows ? threads : rows) : 1;
-    double *na = malloc(sizeof(double) * (T * M + T * N + 1)), *nb = na + T * M;
+    double *na = malloc(sizeof(double) * (T * M + T * N + N + 1)), *nb = na + T * M, *bcol = nb + T * N;
     cands_t *lists = calloc(nt, sizeof(cands_t));
     int64_t room = room_for(rows * N);
     for (int x = 0; lists && x < nt; x++) lists[x].room = &room;
@@ -289,6 +289,7 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
         free(na), free(lists);
         return -1;
     }
+    for (int64_t j = 0; j < N; j++) bcol[j] = babs && !bias_rows ? babs[j] : 0.0; /* the bias per column */
     all_norms(a, b0, b1, sa0, sa1, M, K1, K2, sai, sak1, sak2, na, nt);
     all_norms(b, b0, b1, sb0, sb1, N, K1, K2, sbj, sbk1, sbk2, nb, nt);
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -303,13 +304,12 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
             double bias_i = babs && bias_rows ? babs[i] : 0.0, ni = na[r] * g;
             const double *nbt = nb + t * N, *vr = v + base;
             uint8_t *flag = (uint8_t *)(w + N);
-            for (int64_t j = 0; j < N; j++) w[j] = (ni * nbt[j] + (bias_i + (babs && !bias_rows ? babs[j] : 0.0))) * safety;
+            for (int64_t j = 0; j < N; j++) w[j] = (ni * nbt[j] + (bias_i + bcol[j])) * safety;
             if (!round_row(vr, out + base, N, w, flag)) continue;
             int64_t a_off = t0 * sa0 + t1 * sa1 + i * sai;
             for (int64_t j = 0; j < N; j++)
                 if (flag[j])
-                    push(mine, (cand_t){base + j, a_off, t0 * sb0 + t1 * sb1 + j * sbj, vr[j],
-                                        bias_i + (babs && !bias_rows ? babs[j] : 0.0), 0});
+                    push(mine, (cand_t){base + j, a_off, t0 * sb0 + t1 * sb1 + j * sbj, vr[j], bias_i + bcol[j], 0});
         }
         free(w);
     }

@@ -209,7 +209,7 @@ def abs_sum(t: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
     the kernel takes t (its order of addition differs from torch's: within SAFETY's slack, as any
     machine's), else as written."""
     flat = t.reshape(-1, t.shape[-1]) if dim == -1 and t.dim() > 2 and t.is_contiguous() else t
-    fast = native.abs_sums(flat, dim == 0) if native.library() and dim in (0, -1) else None
+    fast = native.abs_sums(flat, dim == 0) if dim in (0, -1) else None
     if fast is None:
         return t.abs().sum(dim, keepdim=keepdim)
     if dim == -1:
@@ -492,7 +492,7 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
         return e + bias_at(i, j) if babs is not None else e
 
     def at(idx):  # a few at a time: one entry's terms are k products (a crafted log names many entries)
-        fast = native.dot_at(out_shape, a, b, g, babs, bias_rows, idx) if native.library() else None
+        fast = native.dot_at(out_shape, a, b, g, babs, bias_rows, idx)
         return fast if fast is not None else in_chunks(exact, idx, k)
 
     def exact(idx):

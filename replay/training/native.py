@@ -243,16 +243,25 @@ def round_dot(
     """Fused rounding point for v = scale * (a @ b) + bias (bias per column, or per row): (float32(v)
     as float64, close calls' flat indices, their log codes), or None if the kernel cannot take these
     tensors. safety and wide as in determinism.py."""
-    if not (v.is_contiguous() and usable(v, a, b) and (babs is None or (babs.is_contiguous() and usable(babs)))):
+    layout = _product(tuple(v.shape), a, b, babs) if v.is_contiguous() and usable(v) else None
+    if layout is None:
         return None
-    batch = tuple(v.shape[:-2])
+    b0, b1, sa, sb = layout
+    m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
+    return _dot(v, m, n, 1, k, b0, b1, a, sa, b, sb, babs, bias_rows, g, safety, wide)
+
+
+def _product(shape: tuple[int, ...], a: torch.Tensor, b: torch.Tensor, babs):
+    """A product's operands as the kernel takes them, for an output of `shape`: (b0, b1, A's strides
+    (batch, batch, row, 0, k), B's (batch, batch, 0, k, column)), or None where it cannot."""
+    if not (usable(a, b) and (babs is None or (babs.is_contiguous() and usable(babs)))):
+        return None
+    batch = shape[:-2]
     sa, sb = _batch_strides(a, batch), _batch_strides(b, batch)
     if sa is None or sb is None:
         return None
-    b0, b1 = ([1, 1] + list(batch))[-2:]
-    m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
     (sai, sak), (sbk, sbj) = a.stride()[-2:], b.stride()[-2:]
-    return _dot(v, m, n, 1, k, b0, b1, a, (*sa, sai, 0, sak), b, (*sb, 0, sbk, sbj), babs, bias_rows, g, safety, wide)
+    return *([1, 1] + list(batch))[-2:], (*sa, sai, 0, sak), (*sb, 0, sbk, sbj)
 
 
 def dot_at(
@@ -263,17 +272,14 @@ def dot_at(
     logged elements: gathered by torch, a weight gradient's strided rows cost more than the product's
     own rounding pass."""
     lib = library()
-    if not (lib and usable(a, b) and (babs is None or (babs.is_contiguous() and usable(babs)))):
-        return None
-    batch = tuple(shape[:-2])
-    sa, sb = _batch_strides(a, batch), _batch_strides(b, batch)
-    if sa is None or sb is None or not idx.is_cpu:
+    layout = _product(tuple(shape), a, b, babs) if lib and idx.is_cpu else None
+    if layout is None:
         return None
     idx = idx.to(torch.int64).contiguous()
     e = torch.empty(idx.numel(), dtype=torch.float64)
     for at in range(0, idx.numel(), DOT_AT_CHUNK):  # bounded working memory, however many entries a log names
         part = idx[at : at + DOT_AT_CHUNK]
-        if _dot_at(lib, shape, a, b, g, babs, bias_rows, sa, sb, part, e[at : at + DOT_AT_CHUNK]) != 0:
+        if _dot_at(lib, shape, a, b, g, babs, bias_rows, layout, part, e[at : at + DOT_AT_CHUNK]) != 0:
             return None
     return e
 
@@ -281,9 +287,8 @@ def dot_at(
 DOT_AT_CHUNK = 1 << 16  # indices per rp_dot_at call (48 bytes of working space each)
 
 
-def _dot_at(lib, shape, a, b, g, babs, bias_rows, sa, sb, idx, e) -> int:
-    b0, b1 = ([1, 1] + list(shape[:-2]))[-2:]
-    (sai, sak), (sbk, sbj) = a.stride()[-2:], b.stride()[-2:]
+def _dot_at(lib, shape, a, b, g, babs, bias_rows, layout, idx, e) -> int:
+    b0, b1, sa, sb = layout
     return lib.rp_dot_at(
         b0,
         b1,
@@ -293,14 +298,8 @@ def _dot_at(lib, shape, a, b, g, babs, bias_rows, sa, sb, idx, e) -> int:
         a.shape[-1],
         a.data_ptr(),
         *sa,
-        sai,
-        0,
-        sak,
         b.data_ptr(),
         *sb,
-        0,
-        sbk,
-        sbj,
         babs.data_ptr() if babs is not None else None,
         int(bias_rows),
         g,
