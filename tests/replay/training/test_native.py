@@ -292,6 +292,22 @@ def test_without_a_compiler_replay_falls_back_to_torch(monkeypatch, tmp_path):
     assert 0 in r.entries  # the torch path still finds the close call
 
 
+def test_a_compiler_without_openmp_builds_the_kernel_single_threaded(monkeypatch, tmp_path):
+    """A flag the compiler refuses in OpenMP's place: the kernel is built without it, and on several
+    threads' worth of work gives the torch path's values and entries (its pragmas ignored)."""
+    monkeypatch.setattr(native, "_LIB", None)
+    monkeypatch.setattr(native, "OPENMP", ["-fno-such-openmp-flag"])
+    monkeypatch.setenv("REPLAY_NATIVE_CACHE", str(tmp_path / "cache"))
+    assert native.library() is not None
+    g = torch.Generator().manual_seed(3)
+    a = _f32(torch.randn(256, 8, generator=g, dtype=torch.float64))
+    b = _f32(torch.randn(8, 256, generator=g, dtype=torch.float64))
+    a[:, 1::2] = a[:, 0::2]
+    b[1::2] = -b[0::2]
+    with _threads(3):
+        assert _same(torch.matmul(a, b), dot_bound(a, b)) > 0
+
+
 def test_replay_native_0_turns_the_kernel_off(monkeypatch):
     monkeypatch.setattr(native, "_LIB", None)
     monkeypatch.setenv("REPLAY_NATIVE", "0")
