@@ -42,8 +42,13 @@ logger = logging.getLogger(__name__)
 
 
 def _own_task(task: InspectionTask, body: Organisation) -> None:
+    """The body's task, its row locked and its status read under the lock. Every writer of a task locks its row
+    before it appends to the ledger (one order of the two locks, so none deadlocks with another), and a status
+    checked under the lock stays true until commit (two findings sent at once: one lands, one is refused)."""
     if task.inspection_body_id != body.pk:
         raise InspectionTask.DoesNotExist  # another body's task does not exist for this one
+    locked = InspectionTask.objects.select_for_update(of=("self",)).filter(pk=task.pk)
+    task.status = locked.values_list("status", flat=True).get()
 
 
 def _task_open(task: InspectionTask, body: Organisation) -> None:
@@ -203,7 +208,11 @@ def unchecked_problem(detail: str) -> dict:
 @transaction.atomic
 def snapshot_log_record(log: SnapshotLog, problems: list[dict], records: list[dict]) -> SnapshotLog:
     """Record the checker's verdict on the ledger; keep the authentic snapshots for the prover's claims."""
-    log = SnapshotLog.objects.select_for_update().select_related("task__chip", "task__prover").get(pk=log.pk)
+    # of=self: the verdict locks its log, not the task, chip and prover it joins (a finding updates the task
+    # after its ledger append; holding the task here while waiting for the ledger would deadlock with it)
+    log = (
+        SnapshotLog.objects.select_for_update(of=("self",)).select_related("task__chip", "task__prover").get(pk=log.pk)
+    )
     if log.status != SnapshotLog.Status.PENDING:
         return log  # a retried task records nothing twice
     task, chip = log.task, log.task.chip

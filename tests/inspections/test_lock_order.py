@@ -1,0 +1,123 @@
+"""Row locks and the ledger lock taken in one order (PostgreSQL): a writer locks its own row, then the ledger.
+
+Seen in CI: the worker recorded a snapshot log's verdict holding a lock on the log *and* (through a join) on its
+task, then waited for the ledger; the inspector's finding held the ledger and waited to update the task: a deadlock,
+one of the two lost. Each test here runs the two writers against each other with the first paused inside its
+transaction, and asserts both land.
+"""
+
+import threading
+
+import pytest
+from django.db import connection
+
+from inspections.models import Alert, Finding, InspectionTask, SnapshotLog
+from inspections.services import inspectors, sweeps
+from ledger import services as ledger
+from tests.helpers import requires_postgres
+from tests.inspections.factories import accepted
+from tests.inspections.services.test_inspectors import a_task, firmware_log, with_chip_key
+
+pytestmark = [pytest.mark.postgres, requires_postgres, pytest.mark.django_db(transaction=True)]
+
+
+class Paused:
+    """Pause the thread that appends ``kind`` to the ledger, just before the append, until ``go``."""
+
+    def __init__(self, monkeypatch, kind: str):
+        self.reached, self.go = threading.Event(), threading.Event()
+        append = ledger.append_entry
+
+        def append_when_told(entry_kind, *args, **kwargs):
+            if entry_kind == kind and threading.current_thread() is not threading.main_thread():
+                self.reached.set()
+                self.go.wait(30)
+            return append(entry_kind, *args, **kwargs)
+
+        monkeypatch.setattr(ledger, "append_entry", append_when_told)
+
+
+def in_thread(work) -> tuple[threading.Thread, dict]:
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = work()
+        except Exception as error:  # the test reports what the writer raised
+            outcome["error"] = error
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def against(monkeypatch, paused_kind: str, first, second, wait: float = 0.5) -> tuple[dict, dict, bool]:
+    """Run ``first`` until it is about to append ``paused_kind``; run ``second`` to its end (or ``wait`` s);
+    then let ``first`` go. (first's outcome, second's outcome, whether second finished while first was paused)."""
+    pause = Paused(monkeypatch, paused_kind)
+    one, first_outcome = in_thread(first)
+    assert pause.reached.wait(30), "the first writer never reached its append"
+    two, second_outcome = in_thread(second)
+    two.join(timeout=wait)
+    finished_meanwhile = not two.is_alive()
+    pause.go.set()
+    one.join(timeout=60)
+    two.join(timeout=60)
+    return first_outcome, second_outcome, finished_meanwhile
+
+
+@pytest.fixture
+def log(draw, django_capture_on_commit_callbacks):
+    task = accepted(a_task("inspect-eu"))
+    key = with_chip_key(task)
+    with django_capture_on_commit_callbacks(execute=False):
+        return inspectors.snapshot_log_upload(
+            task, task.inspection_body, "\n".join(firmware_log(key, task.chip.serial, 3)) + "\n"
+        )
+
+
+def test_a_log_verdict_does_not_hold_its_task_against_the_finding(monkeypatch, log):
+    task = log.task
+    verdict, finding, meanwhile = against(
+        monkeypatch,
+        "inspection.snapshot_log",
+        lambda: inspectors.snapshot_log_check(log.pk),
+        lambda: inspectors.finding_submit(task, task.inspection_body, {"chip_found": True}),
+        wait=10,
+    )
+    assert "error" not in verdict and "error" not in finding, (verdict, finding)
+    assert meanwhile, "the finding waited for the log's verdict: the verdict held the task's row"
+    assert verdict["value"] == SnapshotLog.Status.INTACT
+    assert InspectionTask.objects.get(pk=task.pk).status == InspectionTask.Status.DONE
+    assert Finding.objects.filter(task=task).count() == 1
+
+
+def test_the_overdue_sweep_and_a_late_finding_both_land(monkeypatch, draw):
+    task = accepted(a_task("inspect-eu"))
+    late = task.due_on.replace(year=task.due_on.year + 1)
+    swept, finding, _ = against(
+        monkeypatch,
+        "alert.raised",
+        lambda: sweeps.overdue_sweep(late),
+        lambda: inspectors.finding_submit(task, task.inspection_body, {"chip_found": True}),
+    )
+    assert "error" not in swept and "error" not in finding, (swept, finding)
+    assert Alert.objects.filter(kind=Alert.Kind.OVERDUE, task=task).count() == 1
+    assert InspectionTask.objects.get(pk=task.pk).status == InspectionTask.Status.DONE
+    assert Finding.objects.filter(task=task).count() == 1
+
+
+def test_two_findings_at_once_record_one(monkeypatch, draw):
+    task = accepted(a_task("inspect-eu"))
+    body = task.inspection_body
+    first, second, _ = against(
+        monkeypatch,
+        "inspection.finding",
+        lambda: inspectors.finding_submit(task, body, {"chip_found": True}),
+        lambda: inspectors.finding_submit(InspectionTask.objects.get(pk=task.pk), body, {"chip_found": False}),
+    )
+    assert "error" not in first, first
+    assert "status" in getattr(second.get("error"), "message_dict", {}), second
+    assert Finding.objects.filter(task=task).count() == 1
