@@ -50,20 +50,36 @@ void rp_round(const double *v, double *out, int64_t n, int64_t threads) {
     for (int64_t i = 0; i < n; i++) out[i] = (double)(float)v[i];
 }
 
-/* Round one row, widths w[j] (safety included) given; flag[j] says whether element j's window
-   may straddle, and the result whether any does. Branch-free so that it vectorizes; most rows
-   report nothing. */
-static int round_row(const double *restrict v, double *restrict out, int64_t n, const double *restrict w,
+/* Round one row of a product: element j's window is (ni * nb[j] + (bias_i + bcol[j])) * safety
+   (Cauchy-Schwarz and the bias, SAFETY included), formed inline; flag[j] says whether it may straddle, and
+   the result whether any does. Branch-free so that it vectorizes; most rows report nothing. */
+static int round_row(const double *restrict v, double *restrict out, int64_t n, double ni,
+                     const double *restrict nb, double bias_i, const double *restrict bcol, double safety,
                      uint8_t *restrict flag) {
     uint32_t any = 0;
     for (int64_t j = 0; j < n; j++) {
-        double x = v[j], wj = w[j];
+        double x = v[j], wj = (ni * nb[j] + (bias_i + bcol[j])) * safety;
         out[j] = (double)(float)x;
         uint32_t d = (bits32((float)(x - wj)) ^ bits32((float)(x + wj))) & (0u - (uint32_t)(wj > 0));
         flag[j] = d != 0;
         any |= d;
     }
     return any != 0;
+}
+
+/* The first j in [from, n) with flag[j] set, else n: eight flags a word at a time (a flagged element is
+   rare even in a row that has one). */
+static int64_t next_flag(const uint8_t *flag, int64_t from, int64_t n) {
+    int64_t j = from;
+    for (; j < n && j % 8; j++)
+        if (flag[j]) return j;
+    for (uint64_t eight; j + 8 <= n; j += 8) {
+        memcpy(&eight, flag + j, 8);
+        if (eight) break;
+    }
+    for (; j < n; j++)
+        if (flag[j]) return j;
+    return n;
 }
 
 /* sum_k |x_k| |y_k| in ACC independent partial sums (lanes a compiler vectorizes): a candidate's exact
@@ -296,22 +312,19 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
     {
         int64_t lo, hi;
         cands_t *mine = my_share(lists, rows, &lo, &hi);
-        double *w = malloc(sizeof(double) * N + N + 1);
-        if (!w) mine->failed = 1;
+        uint8_t *flag = malloc(N + 8);
+        if (!flag) mine->failed = 1;
         for (int64_t r = lo; r < hi; r++) {
             if (mine->failed) continue;
             int64_t t = r / M, i = r % M, t0 = t / b1, t1 = t % b1, base = r * N;
             double bias_i = babs && bias_rows ? babs[i] : 0.0, ni = na[r] * g;
-            const double *nbt = nb + t * N, *vr = v + base;
-            uint8_t *flag = (uint8_t *)(w + N);
-            for (int64_t j = 0; j < N; j++) w[j] = (ni * nbt[j] + (bias_i + bcol[j])) * safety;
-            if (!round_row(vr, out + base, N, w, flag)) continue;
+            const double *vr = v + base;
+            if (!round_row(vr, out + base, N, ni, nb + t * N, bias_i, bcol, safety, flag)) continue;
             int64_t a_off = t0 * sa0 + t1 * sa1 + i * sai;
-            for (int64_t j = 0; j < N; j++)
-                if (flag[j])
-                    push(mine, (cand_t){base + j, a_off, t0 * sb0 + t1 * sb1 + j * sbj, vr[j], bias_i + bcol[j], 0});
+            for (int64_t j = next_flag(flag, 0, N); j < N; j = next_flag(flag, j + 1, N))
+                push(mine, (cand_t){base + j, a_off, t0 * sb0 + t1 * sb1 + j * sbj, vr[j], bias_i + bcol[j], 0});
         }
-        free(w);
+        free(flag);
     }
     int failed = 0;
     int64_t total = 0;
@@ -412,17 +425,21 @@ int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const dou
     {
         int64_t lo, hi;
         cands_t *mine = my_share(lists, rows, &lo, &hi);
-        double *w = malloc(sizeof(double) * n + n + 1);
-        if (!w) mine->failed = 1;
+        /* the window e * safety as round_row forms it: (1 * e + (0 + 0)) * safety is that, exactly */
+        double *one = malloc(sizeof(double) * 2 * n + n + 1), *zero = one + n;
+        uint8_t *flag = (uint8_t *)(zero + n);
+        if (!one) mine->failed = 1;
+        for (int64_t j = 0; one && j < n; j++) one[j] = 1.0, zero[j] = 0.0;
         for (int64_t i = lo; i < hi; i++) {
             if (mine->failed) continue;
             const double *vr = v + i * n, *er = e + i * e_cols;
-            for (int64_t j = 0; j < n; j++) w[j] = er[e_cols == 1 ? 0 : j] * safety;
-            if (!round_row(vr, out + i * n, n, w, (uint8_t *)(w + n))) continue;
-            for (int64_t j = 0; j < n; j++)
-                if (((uint8_t *)(w + n))[j]) push(mine, (cand_t){i * n + j, 0, 0, vr[j], 0, er[e_cols == 1 ? 0 : j]});
+            int per_row = e_cols == 1;
+            if (!round_row(vr, out + i * n, n, per_row ? er[0] : 1.0, per_row ? one : er, 0.0, zero, safety, flag))
+                continue;
+            for (int64_t j = next_flag(flag, 0, n); j < n; j = next_flag(flag, j + 1, n))
+                push(mine, (cand_t){i * n + j, 0, 0, vr[j], 0, er[per_row ? 0 : j]});
         }
-        free(w);
+        free(one);
     }
     int64_t found = 0;
     for (int x = 0; x < nt; x++) failed |= lists[x].failed;
@@ -441,29 +458,53 @@ int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const dou
    (train.py's _adamw and _sgd are the reference: every torch op there is one operation per element,
    a Python-float scalar is a double, and float32 -> double is exact). State is float32, the gradient
    float64; outputs are float32. */
-void rp_adamw(int64_t n, const float *p, const double *g, const float *m, const float *v,
-              float *p_out, float *m_out, float *v_out, double b1, double c1, double b2, double c2,
-              double s1, double s2, double eps, double wd, double lr) {
-    for (int64_t i = 0; i < n; i++) {
-        double pd = p[i], gd = g[i];
-        float mn = (float)((double)m[i] * b1 + gd * c1);
-        float vn = (float)((double)v[i] * b2 + (gd * gd) * c2);
-        double upd = ((double)mn * s1) / (sqrt((double)vn * s2) + eps);
-        p_out[i] = (float)(pd - (upd + pd * wd) * lr);
-        m_out[i] = mn;
-        v_out[i] = vn;
-    }
+static inline void adamw_one(int64_t i, double gd, const float *p, const float *m, const float *v, float *p_out,
+                             float *m_out, float *v_out, double b1, double c1, double b2, double c2, double s1,
+                             double s2, double eps, double wd, double lr) {
+    double pd = p[i];
+    float mn = (float)((double)m[i] * b1 + gd * c1);
+    float vn = (float)((double)v[i] * b2 + (gd * gd) * c2);
+    double upd = ((double)mn * s1) / (sqrt((double)vn * s2) + eps);
+    p_out[i] = (float)(pd - (upd + pd * wd) * lr);
+    m_out[i] = mn;
+    v_out[i] = vn;
 }
 
-void rp_sgd(int64_t n, const float *p, const double *g, const float *mom, float *p_out, float *mom_out,
-            double momentum, int64_t has_wd, double wd, double lr) {
-    for (int64_t i = 0; i < n; i++) {
-        double pd = p[i], gd = g[i];
-        if (has_wd) gd = gd + pd * wd;
-        float mn = (float)((double)mom[i] * momentum + gd);
-        p_out[i] = (float)(pd - (double)mn * lr);
-        mom_out[i] = mn;
+static inline void sgd_one(int64_t i, double gd, const float *p, const float *mom, float *p_out, float *mom_out,
+                           double momentum, int64_t has_wd, double wd, double lr) {
+    double pd = p[i];
+    if (has_wd) gd = gd + pd * wd;
+    float mn = (float)((double)mom[i] * momentum + gd);
+    p_out[i] = (float)(pd - (double)mn * lr);
+    mom_out[i] = mn;
+}
+
+/* The state's element i = r * cols + c (contiguous); the gradient's at r * gs0 + c * gs1, so a transposed
+   gradient (a weight's, as the matmul's backward leaves it) is read in place, not copied first. Elements
+   are independent: any split among threads gives the same bits. */
+#define EACH_ELEMENT(BODY)                                                                                   \
+    if (gs1 == 1 && gs0 == cols) {                                                                           \
+        _Pragma("omp parallel for schedule(static) num_threads((int)threads) if (threads > 1)")             \
+        for (int64_t i = 0; i < rows * cols; i++) BODY(i, g[i]);                                             \
+    } else {                                                                                                 \
+        _Pragma("omp parallel for schedule(static) num_threads((int)threads) if (threads > 1)")             \
+        for (int64_t r = 0; r < rows; r++)                                                                   \
+            for (int64_t c = 0; c < cols; c++) BODY(r * cols + c, g[r * gs0 + c * gs1]);                    \
     }
+
+void rp_adamw(int64_t rows, int64_t cols, int64_t gs0, int64_t gs1, const float *p, const double *g, const float *m,
+              const float *v, float *p_out, float *m_out, float *v_out, double b1, double c1, double b2, double c2,
+              double s1, double s2, double eps, double wd, double lr, int64_t threads) {
+#define ADAMW(i, gd) adamw_one(i, gd, p, m, v, p_out, m_out, v_out, b1, c1, b2, c2, s1, s2, eps, wd, lr)
+    EACH_ELEMENT(ADAMW)
+#undef ADAMW
+}
+
+void rp_sgd(int64_t rows, int64_t cols, int64_t gs0, int64_t gs1, const float *p, const double *g, const float *mom,
+            float *p_out, float *mom_out, double momentum, int64_t has_wd, double wd, double lr, int64_t threads) {
+#define SGD(i, gd) sgd_one(i, gd, p, mom, p_out, mom_out, momentum, has_wd, wd, lr)
+    EACH_ELEMENT(SGD)
+#undef SGD
 }
 
 /* A replay's log entries at one rounding point applied, as Rounder._apply decides them (the reference):

@@ -149,9 +149,9 @@ def _load():
     lib.rp_apply.restype = _i
     lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _d, _i, _p, _p, _i]
     lib.rp_full.restype = _i
-    lib.rp_adamw.argtypes = [_i, _p, _p, _p, _p, _p, _p, _p] + [_d] * 9
+    lib.rp_adamw.argtypes = [_i] * 4 + [_p] * 7 + [_d] * 9 + [_i]
     lib.rp_adamw.restype = None
-    lib.rp_sgd.argtypes = [_i, _p, _p, _p, _p, _p, _d, _i, _d, _d]
+    lib.rp_sgd.argtypes = [_i] * 4 + [_p] * 5 + [_d, _i, _d, _d, _i]
     lib.rp_sgd.restype = None
     lib.rp_decode_log.argtypes = [ctypes.c_char_p, _i, _i, _p, _p, _p, _p, _p, _p]
     lib.rp_decode_log.restype = _i
@@ -393,15 +393,24 @@ def _state_ok(g: torch.Tensor, *state: torch.Tensor) -> bool:
     )
 
 
+def _grad_layout(g: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, int]]:
+    """(g, (rows, cols, row stride, column stride)) as the optimizer kernels read it: a 2-D gradient in
+    place at any strides (a weight's comes transposed from its matmul), anything else contiguous, flat."""
+    if g.dim() == 2:
+        return g, (*g.shape, *g.stride())
+    g = g.contiguous()
+    return g, (1, g.numel(), g.numel(), 1)
+
+
 def adamw(p, g, m, v, b1, b2, s1, s2, eps, wd, lr):
     """train._adamw in one pass: (p, m, v) float32 after the step, or None where the kernel cannot.
     s1, s2 are the bias corrections 1 / (1 - beta^(t+1)) as train.py computes them."""
     if not _state_ok(g, p, m, v):
         return None
-    g = g.contiguous()
+    g, layout = _grad_layout(g)
     p2, m2, v2 = torch.empty_like(p), torch.empty_like(m), torch.empty_like(v)
     library().rp_adamw(
-        p.numel(),
+        *layout,
         p.data_ptr(),
         g.data_ptr(),
         m.data_ptr(),
@@ -418,6 +427,7 @@ def adamw(p, g, m, v, b1, b2, s1, s2, eps, wd, lr):
         eps,
         wd,
         lr,
+        threads(p),
     )
     return p2, m2, v2
 
@@ -426,10 +436,10 @@ def sgd(p, g, mom, momentum, wd, lr):
     """train._sgd in one pass: (p, momentum) float32 after the step, or None where the kernel cannot."""
     if not _state_ok(g, p, mom):
         return None
-    g = g.contiguous()
+    g, layout = _grad_layout(g)
     p2, mom2 = torch.empty_like(p), torch.empty_like(mom)
     library().rp_sgd(
-        p.numel(),
+        *layout,
         p.data_ptr(),
         g.data_ptr(),
         mom.data_ptr(),
@@ -439,6 +449,7 @@ def sgd(p, g, mom, momentum, wd, lr):
         int(bool(wd)),
         wd,
         lr,
+        threads(p),
     )
     return p2, mom2
 

@@ -21,7 +21,7 @@ from replay.training import native
 from replay.training.bundled_data import Batches
 from replay.training.determinism import LogMismatch, LogOverflow, Rounder, abs_sum, dot_bound, full_bound
 from replay.training.ops import _weight_grad_bound
-from replay.training.train import initial_state, train_step
+from replay.training.train import initial_state, ipow, train_step
 
 from ..helpers import TINY
 
@@ -414,3 +414,59 @@ def test_a_crowded_point_takes_the_torch_path(threads):
     assert torch.equal(r.view(torch.int64), v.float().double().view(torch.int64))
     _, want = _reference(v, bound)
     assert rounder.entries == want and len(want[0][0]) == v.numel()
+
+
+def _torch_update(kind: str, hp: dict, p32, g, bufs32: dict):
+    """train.py's reference update (torch ops, the non-fused path): (param, buffers) float32."""
+    from replay.training.determinism import converted
+    from replay.training.train import _adamw, _sgd
+
+    bufs = {b: converted(v, torch.float64) for b, v in bufs32.items()}
+    to32 = lambda what, v: converted(v, torch.float32)
+    p = converted(p32, torch.float64)
+    if kind == "sgd":
+        return _sgd(hp, 0.01, p, g, bufs, to32)
+    return _adamw(hp, 0.01, 4, p, g, bufs, to32)
+
+
+@pytest.mark.parametrize("kind", ["adamw", "sgd", "sgd_wd"])
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("n", [1, 3])
+def test_optimizer_updates_on_threads_match_the_torch_path(kind, transposed, n):
+    """The fused optimizer updates (SGD, SGD with weight decay, AdamW) over a weight large enough for
+    threads, its gradient transposed as a matmul's backward leaves it (read in place): the same bits as
+    train.py's torch ops, with zeros, subnormals, huge and tiny gradients among them."""
+    gen = torch.Generator().manual_seed(7)
+    rows, cols = 301, 257  # 77,357 elements: past PARALLEL_MIN, rows not a multiple of the thread count
+    g = torch.randn(cols, rows, dtype=torch.float64, generator=gen).t() if transposed else None
+    g = g if g is not None else torch.randn(rows, cols, dtype=torch.float64, generator=gen)
+    g[0, :4] = torch.tensor([0.0, -0.0, 1e-310, 3e38], dtype=torch.float64)
+    g[1, :2] = torch.tensor([1e-30, -1e30], dtype=torch.float64)
+    p = torch.randn(rows, cols, generator=gen)
+    hp = {"sgd": {"momentum": 0.9}, "sgd_wd": {"momentum": 0.9, "weight_decay": 0.01}}.get(kind)
+    hp = hp or {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01}
+    names = ["momentum"] if kind.startswith("sgd") else ["m", "v"]
+    bufs32 = {b: torch.rand(rows, cols, generator=gen) for b in names}
+    assert g.is_contiguous() is not transposed
+    want_p, want_b = _torch_update("sgd" if kind.startswith("sgd") else "adamw", hp, p, g, bufs32)
+    with _threads(n):
+        if kind.startswith("sgd"):
+            got = native.sgd(p, g, bufs32["momentum"], hp["momentum"], hp.get("weight_decay", 0.0), 0.01)
+        else:
+            b1, b2 = hp["betas"]
+            got = native.adamw(
+                p,
+                g,
+                bufs32["m"],
+                bufs32["v"],
+                b1,
+                b2,
+                1 / (1 - ipow(b1, 5)),
+                1 / (1 - ipow(b2, 5)),
+                hp["eps"],
+                0.01,
+                0.01,
+            )
+    same = lambda x, y: torch.equal(x.view(torch.int32), y.view(torch.int32))
+    assert same(got[0], want_p)
+    assert all(same(x, want_b[b]) for x, b in zip(got[1:], names))
