@@ -412,6 +412,28 @@ void rp_abs_sums(const double *x, int64_t rows, int64_t cols, int64_t over_rows,
     }
 }
 
+/* The softmax backward's bound, ops._Softmax.backward's err() (the reference) in one pass per row of n
+   (all contiguous): m nonzero terms of pd and their magnitude sum S (lanes: another order than torch's,
+   within SAFETY's slack), then e_j = p_j * (S * ((m - 1)+ * c)) * k + |dx_j| * u4, those operations in
+   that order, in the reference's precisions. */
+void rp_softmax_err(const double *p, const double *pd, const double *dx, int64_t rows, int64_t n, double c,
+                    double k, double u4, double *e, int64_t threads) {
+#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && rows > 1)
+    for (int64_t i = 0; i < rows; i++) {
+        const double *pr = p + i * n, *qr = pd + i * n, *dr = dx + i * n;
+        double acc[ACC] = {0}, sum = 0, *er = e + i * n;
+        int64_t m = 0, j = 0;
+        for (; j + ACC <= n; j += ACC)
+            for (int l = 0; l < ACC; l++) acc[l] += fabs(qr[j + l]), m += qr[j + l] != 0;
+        for (; j < n; j++) sum += fabs(qr[j]), m += qr[j] != 0;
+        for (int l = 0; l < ACC; l++) sum += acc[l];
+        /* (m - 1)+ * c is float32 in the reference (an int64 tensor times a Python float: torch's default
+           dtype), widened exactly when it meets the float64 sum */
+        double err_r = sum * (double)((float)(m > 1 ? m - 1 : 0) * (float)c);
+        for (j = 0; j < n; j++) er[j] = pr[j] * err_r * k + fabs(dr[j]) * u4;
+    }
+}
+
 /* v (rows, n) contiguous with its bound e given per element (e_cols == n) or per row (e_cols ==
    1), e contiguous. Same contract as rp_dot (threads, cap, -1), rows split the same way. */
 int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const double *e, int64_t e_cols,
@@ -480,16 +502,26 @@ static inline void sgd_one(int64_t i, double gd, const float *p, const float *mo
 }
 
 /* The state's element i = r * cols + c (contiguous); the gradient's at r * gs0 + c * gs1, so a transposed
-   gradient (a weight's, as the matmul's backward leaves it) is read in place, not copied first. Elements
-   are independent: any split among threads gives the same bits. */
+   gradient (a weight's, as the matmul's backward leaves it) is read in place, not copied first: in square
+   tiles, so that both layouts are read a cache line at a time. Elements are independent: any split among
+   threads gives the same bits. */
+#define TILE_EDGE 32
 #define EACH_ELEMENT(BODY)                                                                                   \
     if (gs1 == 1 && gs0 == cols) {                                                                           \
         _Pragma("omp parallel for schedule(static) num_threads((int)threads) if (threads > 1)")             \
         for (int64_t i = 0; i < rows * cols; i++) BODY(i, g[i]);                                             \
     } else {                                                                                                 \
         _Pragma("omp parallel for schedule(static) num_threads((int)threads) if (threads > 1)")             \
-        for (int64_t r = 0; r < rows; r++)                                                                   \
-            for (int64_t c = 0; c < cols; c++) BODY(r * cols + c, g[r * gs0 + c * gs1]);                    \
+        for (int64_t r0 = 0; r0 < rows; r0 += TILE_EDGE)                                                     \
+            for (int64_t c0 = 0; c0 < cols; c0 += TILE_EDGE) {                                               \
+                double tile[TILE_EDGE][TILE_EDGE];                                                           \
+                int64_t nr = rows - r0 < TILE_EDGE ? rows - r0 : TILE_EDGE;                                  \
+                int64_t nc = cols - c0 < TILE_EDGE ? cols - c0 : TILE_EDGE;                                  \
+                for (int64_t c = 0; c < nc; c++)                                                             \
+                    for (int64_t r = 0; r < nr; r++) tile[r][c] = g[(r0 + r) * gs0 + (c0 + c) * gs1];        \
+                for (int64_t r = 0; r < nr; r++)                                                             \
+                    for (int64_t c = 0; c < nc; c++) BODY((r0 + r) * cols + c0 + c, tile[r][c]);             \
+            }                                                                                                \
     }
 
 void rp_adamw(int64_t rows, int64_t cols, int64_t gs0, int64_t gs1, const float *p, const double *g, const float *m,

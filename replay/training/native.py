@@ -149,6 +149,8 @@ def _load():
     lib.rp_apply.restype = _i
     lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _d, _i, _p, _p, _i]
     lib.rp_full.restype = _i
+    lib.rp_softmax_err.argtypes = [_p, _p, _p, _i, _i, _d, _d, _d, _p, _i]
+    lib.rp_softmax_err.restype = None
     lib.rp_adamw.argtypes = [_i] * 4 + [_p] * 7 + [_d] * 9 + [_i]
     lib.rp_adamw.restype = None
     lib.rp_sgd.argtypes = [_i] * 4 + [_p] * 5 + [_d, _i, _d, _d, _i]
@@ -465,6 +467,22 @@ def abs_sums(x: torch.Tensor, over_rows: bool) -> torch.Tensor | None:
     res = torch.empty(cols if over_rows else rows, dtype=torch.float64)
     lib.rp_abs_sums(x.data_ptr(), rows, cols, int(over_rows), res.data_ptr(), threads(x))
     return res
+
+
+def softmax_err(p: torch.Tensor, pd: torch.Tensor, dx: torch.Tensor, c: float, k: float, u4: float):
+    """ops._Softmax.backward's bound in one native pass (see rp_softmax_err), or None where the kernel
+    cannot take the tensors."""
+    lib = library()
+    if lib is None or not (p.shape == pd.shape == dx.shape and p.dim() and usable(p, pd, dx)):
+        return None
+    if not (p.is_contiguous() and pd.is_contiguous() and dx.is_contiguous()):
+        return None
+    n = p.shape[-1]
+    e = torch.empty_like(p)
+    lib.rp_softmax_err(
+        p.data_ptr(), pd.data_ptr(), dx.data_ptr(), p.numel() // n if n else 0, n, c, k, u4, e.data_ptr(), threads(p)
+    )
+    return e
 
 
 def apply_log(x: torch.Tensor, e: torch.Tensor, codes: list, scale: float, steers: bool, rel: float):

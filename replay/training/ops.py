@@ -116,15 +116,20 @@ class _Softmax(torch.autograd.Function):
         pd = p * dp
         r = pd.sum(-1, keepdim=True)
         dx = p * (dp - r)
+        return R(ctx.op * SLOTS + 1, dx, full_bound(lambda: softmax_grad_bound(p, pd, dx), dx.shape)), None
 
-        def err():
-            # zero terms add exactly, so m nonzero terms err by gamma(m - 1) (a causal row 0 sums one term: exact)
-            m = (pd != 0).sum(-1, keepdim=True)
-            err_r = pd.abs().sum(-1, keepdim=True) * ((m - 1).clamp(min=0) * (U * (1 + 2.0**-20)))
-            # only r differs between machines; the sub and mul after it add rounding relative to the result
-            return p * err_r * (1 + 2.0**-40) + dx.abs() * (4 * U)
 
-        return R(ctx.op * SLOTS + 1, dx, full_bound(err, dx.shape)), None
+def softmax_grad_bound(p: torch.Tensor, pd: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
+    """The bound of the softmax's input gradient dx = p * (dp - r), pd = p * dp, r = sum(pd): the native
+    pass where it can (the same operations, the sum in another order), else these torch ops (the reference)."""
+    fused = native.softmax_err(p, pd, dx, U * (1 + 2.0**-20), 1 + 2.0**-40, 4 * U)
+    if fused is not None:
+        return fused
+    # zero terms add exactly, so m nonzero terms err by gamma(m - 1) (a causal row 0 sums one term: exact)
+    m = (pd != 0).sum(-1, keepdim=True)
+    err_r = pd.abs().sum(-1, keepdim=True) * ((m - 1).clamp(min=0) * (U * (1 + 2.0**-20)))
+    # only r differs between machines; the sub and mul after it add rounding relative to the result
+    return p * err_r * (1 + 2.0**-40) + dx.abs() * (4 * U)
 
 
 class _LayerNorm(torch.autograd.Function):

@@ -470,3 +470,31 @@ def test_optimizer_updates_on_threads_match_the_torch_path(kind, transposed, n):
     same = lambda x, y: torch.equal(x.view(torch.int32), y.view(torch.int32))
     assert same(got[0], want_p)
     assert all(same(x, want_b[b]) for x, b in zip(got[1:], names))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 300), st.sampled_from([1, 3]), st.integers(0, 99))
+def test_the_softmax_gradient_bound_matches_the_torch_path(rows, n, threads, seed):
+    """`ops.softmax_grad_bound` in one native pass: the torch ops' values, the magnitude sum in another
+    order (within both sums' rounding); masked rows (one or no nonzero term) exactly."""
+    from replay.training.ops import softmax_grad_bound
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, n, dtype=torch.float64, generator=gen)
+    x[0, 1:] = -float("inf")  # a causal first row: one nonzero term, an exact sum
+    p = torch.softmax(x, -1)
+    dp = torch.randn(rows, n, dtype=torch.float64, generator=gen)
+    dp[-1] = 0.0  # no nonzero term
+    pd = p * dp
+    dx = p * (dp - pd.sum(-1, keepdim=True))
+    with _threads(threads):
+        got = softmax_grad_bound(p, pd, dx)
+    saved, native._LIB = native._LIB, False
+    try:
+        want = softmax_grad_bound(p, pd, dx)
+    finally:
+        native._LIB = saved
+    assert native.softmax_err(p, pd, dx, 1.0, 1.0, 1.0) is not None  # the native pass was the one tested
+    assert got.shape == want.shape and got.dtype == torch.float64
+    assert torch.all((got - want).abs() <= want * (2 * n * 2.0**-53))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[-1], want[-1])
