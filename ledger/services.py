@@ -286,7 +286,9 @@ def witness_register(vkey: str, actor: str) -> Witness:
 
 def witness_revoke(vkey: str, actor: str) -> Witness:
     with transaction.atomic():
-        witness = Witness.objects.select_for_update().filter(verifier_key=vkey.strip(), revoked_seq=None).first()
+        witness = (
+            Witness.objects.select_for_update(no_key=True).filter(verifier_key=vkey.strip(), revoked_seq=None).first()
+        )
         if witness is None:
             raise ValidationError({"verifier_key": "no active witness with this key"})
         entry = append_entry(

@@ -58,7 +58,7 @@ def alert_act(
     moved the case ``from`` (the alert row is locked, so two people acting at once are served one after the other:
     the second sees the first one's state and is refused if the step no longer applies).
     """
-    alert = Alert.objects.select_for_update().get(pk=alert.pk)
+    alert = Alert.objects.select_for_update(no_key=True).get(pk=alert.pk)
     before = alert.state
     state = case_transition(before, action)
     reason, assignee, by = (

@@ -237,7 +237,7 @@ def campaign_amend_clean(campaign: Campaign, *, today: date | None = None, **cha
 def campaign_amend(campaign: Campaign, *, actor: str = "regulator", today: date | None = None, **changes) -> Campaign:
     """Supersede the campaign's parameters from the next draw on (``campaign.amended``); draws already made keep
     theirs: the audit recomputes each draw with the parameters in force when it was drawn."""
-    campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+    campaign = Campaign.objects.select_for_update(no_key=True).get(pk=campaign.pk)
     payload = campaign_amend_clean(campaign, today=today, **changes)
     entry = ledger.append_entry("campaign.amended", payload, actor)
     params = payload["params"]
@@ -257,7 +257,7 @@ def campaign_stop(
 ) -> Campaign:
     """No draw from ``on`` (default today, never earlier) on: a ``campaign.stopped`` entry superseding the last one
     in force, whose ``ends_on`` is the last day with draws. Tasks already drawn stay open."""
-    campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+    campaign = Campaign.objects.select_for_update(no_key=True).get(pk=campaign.pk)
     _open_check(campaign)
     today = today or timezone.now().date()
     on = on or today
@@ -347,7 +347,7 @@ def _draw_failed_alert(campaign: Campaign, error: Exception) -> None:
 @transaction.atomic
 def campaign_draw(campaign: Campaign, period: int, actor: str = "regulator") -> Draw:
     """Draw the period's sample against a fresh checkpoint, reveal the seed, commit the next one."""
-    seed = CampaignSeed.objects.select_for_update().filter(campaign=campaign, period=period).first()
+    seed = CampaignSeed.objects.select_for_update(no_key=True).filter(campaign=campaign, period=period).first()
     if seed is None:
         _fail("period", f"no seed was committed for period {period}")
     if Draw.objects.filter(campaign=campaign, period=period).exists():

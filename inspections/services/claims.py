@@ -197,7 +197,11 @@ def claim_summary(verdict: dict | Report) -> dict:
 def _open_claim(claim_id: int, failures: int) -> Claim | None:
     """The claim, locked, if this run of the verifier may still record its outcome (idempotent on redelivery):
     no final result yet, and no other delivery recorded a failure meanwhile."""
-    claim = Claim.objects.select_for_update(of=("self",)).select_related("snapshot__chip", "prover").get(pk=claim_id)
+    claim = (
+        Claim.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("snapshot__chip", "prover")
+        .get(pk=claim_id)
+    )
     if claim.result in Claim.FINAL or claim.failures != failures:
         return None
     return claim
@@ -423,7 +427,9 @@ def claim_material(claim: Claim, scratch: Path) -> tuple[Path, str]:
     if not material.is_dir():
         verification.material_copy(claim.location, claim.manifest, material, scratch)
     with transaction.atomic():
-        locked = Claim.objects.select_for_update(of=("self",)).select_related("snapshot__chip").get(pk=claim.pk)
+        locked = (
+            Claim.objects.select_for_update(of=("self",), no_key=True).select_related("snapshot__chip").get(pk=claim.pk)
+        )
         if not locked.nonce and locked.result in Claim.FINAL:
             # a verdict that predates nonces: a re-verification replays with a nonce of its own, kept nowhere
             # (the recorded verdict stands; only a kept nonce is a projection, committed on the ledger)
@@ -446,7 +452,9 @@ def reverification_nonce(claim: Claim) -> str:
     hash before the replay reads anything (``claim.reverification_drawn``), reused by every retry until a
     re-verification is recorded (which reveals it and clears it): a failure never redraws."""
     with transaction.atomic():
-        locked = Claim.objects.select_for_update(of=("self",)).select_related("snapshot__chip").get(pk=claim.pk)
+        locked = (
+            Claim.objects.select_for_update(of=("self",), no_key=True).select_related("snapshot__chip").get(pk=claim.pk)
+        )
         if not locked.reverify_nonce:
             locked.reverify_nonce = verification.new_nonce()
             _nonce_committed("claim.reverification_drawn", locked, locked.reverify_nonce)
@@ -608,7 +616,11 @@ def claim_reverification_record(claim_id: int, verdict: dict | Report) -> Covera
     bounded report, as ``claim.verified``) and its projection; a disagreeing replay raises ``claim_failed``.
     None when another delivery already recorded the draw of this nonce: the same draw counted twice would
     count its segments as two independent chances to catch a fabrication."""
-    claim = Claim.objects.select_for_update(of=("self",)).select_related("snapshot__chip", "prover").get(pk=claim_id)
+    claim = (
+        Claim.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("snapshot__chip", "prover")
+        .get(pk=claim_id)
+    )
     result, step = claim_outcome(verdict)
     summary = claim_summary(verdict)
     if not summary["nonce"] or summary["nonce"] != claim.reverify_nonce:

@@ -44,10 +44,12 @@ logger = logging.getLogger(__name__)
 def _own_task(task: InspectionTask, body: Organisation) -> None:
     """The body's task, its row locked and its status read under the lock. Every writer of a task locks its row
     before it appends to the ledger (one order of the two locks, so none deadlocks with another), and a status
-    checked under the lock stays true until commit (two findings sent at once: one lands, one is refused)."""
+    checked under the lock stays true until commit (two findings sent at once: one lands, one is refused). FOR NO KEY
+    UPDATE, as every row lock here: a row naming the task (an alert) inserted by a writer that holds the ledger does
+    not wait for it."""
     if task.inspection_body_id != body.pk:
         raise InspectionTask.DoesNotExist  # another body's task does not exist for this one
-    locked = InspectionTask.objects.select_for_update(of=("self",)).filter(pk=task.pk)
+    locked = InspectionTask.objects.select_for_update(of=("self",), no_key=True).filter(pk=task.pk)
     task.status = locked.values_list("status", flat=True).get()
 
 
@@ -103,6 +105,7 @@ def identity_answer_check(
     _task_open(task, body)
     challenge, raw = _identity_answer_clean(task, nonce, signature)
     reason = _identity_problem(task, challenge, raw)
+    superseded = _open_identity_alerts(task) if reason is None else []
     challenge.answered = True
     challenge.save(update_fields=["answered"])
     # The challenge's nonce is private case text: the entry carries its salted commitment.
@@ -118,13 +121,20 @@ def identity_answer_check(
     if reason is not None:
         alert_raise(Alert.Kind.IDENTITY_FAILED, task.prover, f"{task.chip.serial}: {reason}", task.chip, task)
     else:
-        _supersede_identity_alerts(task, body)
+        _supersede_identity_alerts(superseded, task, body)
     return outcome
 
 
-def _supersede_identity_alerts(task: InspectionTask, body: Organisation) -> None:
+def _open_identity_alerts(task: InspectionTask) -> list[Alert]:
+    """The task's open identity alerts, locked (in one order) before the retry's ledger entry: a regulator acting
+    on one of them at the same moment holds it while waiting for the ledger."""
+    alerts = Alert.objects.select_for_update(no_key=True).filter(task=task, kind=Alert.Kind.IDENTITY_FAILED)
+    return list(alerts.exclude(state__in=CLOSED).order_by("pk"))
+
+
+def _supersede_identity_alerts(alerts: list[Alert], task: InspectionTask, body: Organisation) -> None:
     """A retry that passes closes the task's open identity alerts: the failure was the inspector's mistake."""
-    for alert in Alert.objects.filter(task=task, kind=Alert.Kind.IDENTITY_FAILED).exclude(state__in=CLOSED):
+    for alert in alerts:
         reason = f"the identity check of {task.chip.serial} was retried within the deadline and passed"
         alert_act(alert, action="supersede", by=body.slug, reason=reason, actor=body.slug)
 
@@ -139,7 +149,7 @@ def _identity_answer_clean(task: InspectionTask, nonce, signature) -> tuple[Iden
         raw = b""
     if len(raw) != SIGNATURE_BYTES:
         _fail("signature", f"the chip's Ed25519 signature in base64 ({SIGNATURE_BYTES} bytes)")
-    challenge = IdentityChallenge.objects.select_for_update().filter(task=task, nonce=nonce).first()
+    challenge = IdentityChallenge.objects.select_for_update(no_key=True).filter(task=task, nonce=nonce).first()
     if challenge is None:
         _fail("challenge", "no such challenge was issued for this task (issue one with challenge)")
     return challenge, raw
@@ -211,7 +221,9 @@ def snapshot_log_record(log: SnapshotLog, problems: list[dict], records: list[di
     # of=self: the verdict locks its log, not the task, chip and prover it joins (a finding updates the task
     # after its ledger append; holding the task here while waiting for the ledger would deadlock with it)
     log = (
-        SnapshotLog.objects.select_for_update(of=("self",)).select_related("task__chip", "task__prover").get(pk=log.pk)
+        SnapshotLog.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("task__chip", "task__prover")
+        .get(pk=log.pk)
     )
     if log.status != SnapshotLog.Status.PENDING:
         return log  # a retried task records nothing twice

@@ -143,7 +143,7 @@ def notices_resend(now: datetime) -> dict:
     )
     counts = {"resent": 0, "failed": 0}
     with transaction.atomic():
-        for notice in overdue.select_for_update(skip_locked=True).order_by("pk")[:SWEEP_BATCH]:
+        for notice in overdue.select_for_update(skip_locked=True, no_key=True).order_by("pk")[:SWEEP_BATCH]:
             if notice.attempts >= settings.ALERT_NOTIFY_TRIES:
                 notice.state, notice.next_try_at = AlertNotification.State.FAILED, None
                 notice.last_error = f"gave up after {notice.attempts} tries (the last never reported back)"

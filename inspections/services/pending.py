@@ -40,7 +40,7 @@ def pending_sweep(now: datetime) -> dict:
 
 @transaction.atomic
 def _log_overdue(log_id: int, now: datetime) -> str:
-    log = SnapshotLog.objects.select_for_update().get(pk=log_id)
+    log = SnapshotLog.objects.select_for_update(no_key=True).get(pk=log_id)
     if log.attempts >= settings.INSPECTIONS_PENDING_MAX_ATTEMPTS:
         detail = f"no verdict after {log.attempts} attempts (the check kills its worker?)"
         snapshot_log_record(log, [unchecked_problem(detail)], [])
@@ -52,7 +52,7 @@ def _log_overdue(log_id: int, now: datetime) -> str:
 
 @transaction.atomic
 def _claim_overdue(claim_id: int, now: datetime) -> str:
-    claim = Claim.objects.select_for_update().get(pk=claim_id)
+    claim = Claim.objects.select_for_update(no_key=True).get(pk=claim_id)
     if claim.attempts >= settings.INSPECTIONS_PENDING_MAX_ATTEMPTS:
         claim_result_record(claim_id, None, "timeout")  # no result in time: the verifier never finished
         return "failed"

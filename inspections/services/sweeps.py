@@ -17,7 +17,7 @@ from .alerts import alert_raise
 @transaction.atomic
 def overdue_sweep(today: date) -> int:
     late = (
-        InspectionTask.objects.select_for_update(of=("self",))  # the tasks, not their chips and provers
+        InspectionTask.objects.select_for_update(of=("self",), no_key=True)  # the tasks, not their chips and provers
         .filter(due_on__lt=today, status__in=[InspectionTask.Status.ASSIGNED, InspectionTask.Status.ACCEPTED])
         .select_related("chip", "prover")
         .order_by("pk")  # locked in one order: two sweeps at once wait, never deadlock

@@ -428,8 +428,10 @@ CHIP_STATE_FIELDS = (
 
 
 def _locked_chip_rows(serials: list[str]) -> dict[str, dict]:
-    """The chips' current rows, locked so a concurrent event cannot interleave (PostgreSQL)."""
-    locked = Chip.objects.filter(serial__in=serials).select_for_update(of=("self",))
+    """The chips' current rows, locked so a concurrent event cannot interleave (PostgreSQL): in one order (by id), so
+    two events over the same chips wait for each other, never deadlock; FOR NO KEY UPDATE, so a row naming a chip
+    (a snapshot, an alert) inserted by a writer that holds the ledger's lock does not wait for this one."""
+    locked = Chip.objects.filter(serial__in=serials).order_by("id").select_for_update(of=("self",), no_key=True)
     return {row["serial"]: row for row in locked.values(*CHIP_STATE_FIELDS)}
 
 

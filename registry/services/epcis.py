@@ -41,7 +41,7 @@ def epcis_capture(*, organisation: Organisation, events: list[CaptureEvent], sub
     """Record each new event as one lifecycle entry, in order; skip ids already captured."""
     serials = {serial for event in events for serial in event.serials}
     # Lock the chips first so a concurrent capture of the same events waits, then sees them as captured.
-    list(Chip.objects.filter(serial__in=serials).order_by("id").select_for_update().values_list("id"))
+    list(Chip.objects.filter(serial__in=serials).order_by("id").select_for_update(no_key=True).values_list("id"))
     seen = selectors.captured_event_ids(organisation, serials)
     answers = []
     for event in events:

@@ -78,7 +78,9 @@ def _new_key_id(public_key: bytes) -> str:
 def organisation_key_revoke(
     *, organisation: Organisation, key_id: str, actor: str, submission: dict | None = None
 ) -> OrganisationKey:
-    key = OrganisationKey.objects.select_for_update().filter(organisation=organisation, key_id=key_id).first()
+    key = (
+        OrganisationKey.objects.select_for_update(no_key=True).filter(organisation=organisation, key_id=key_id).first()
+    )
     if key is None or key.revoked_seq is not None:
         fail("key_id", f"no active key {key_id!r} of {organisation.slug}")
     if not OrganisationKey.objects.filter(organisation=organisation, revoked_seq=None).exclude(pk=key.pk).exists():
@@ -103,7 +105,9 @@ def organisation_key_replace(
     if not reason or "\x00" in reason or len(reason) > MAX_REASON:
         fail("reason", f"say why the key is replaced (1 to {MAX_REASON} characters, no NUL)")
     key_id = _new_key_id(public_key)
-    lost = list(OrganisationKey.objects.select_for_update().filter(organisation=organisation, revoked_seq=None))
+    lost = list(
+        OrganisationKey.objects.select_for_update(no_key=True).filter(organisation=organisation, revoked_seq=None)
+    )
     for old in lost:
         payload = {"org": organisation.slug, "key_id": old.key_id, "reason": reason}
         old.revoked_seq = ledger.append_entry("org.key_revoked", payload, actor).seq
@@ -131,7 +135,7 @@ def member_add(user, organisation: Organisation, actor: str = "regulator") -> Me
     """
     if (user.is_staff or user.is_superuser) and not organisation.has_role(Role.REGULATOR):
         fail("organisation", "staff users act for the regulator only; they cannot join another organisation")
-    current = Member.objects.select_for_update().filter(user=user).first()
+    current = Member.objects.select_for_update(no_key=True).filter(user=user).first()
     if current is not None and current.organisation_id == organisation.pk:
         return current
     if current is not None and user.api_tokens.filter(revoked_at=None).exists():

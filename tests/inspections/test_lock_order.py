@@ -6,14 +6,18 @@ one of the two lost. Each test here runs the two writers against each other with
 transaction, and asserts both land.
 """
 
+import base64
 import threading
 
 import pytest
 from django.db import connection
+from nacl.signing import SigningKey
 
 from inspections.models import Alert, Finding, InspectionTask, SnapshotLog
 from inspections.services import inspectors, sweeps
+from inspections.services.alerts import alert_act
 from ledger import services as ledger
+from registry import services as registry
 from tests.helpers import requires_postgres
 from tests.inspections.factories import accepted
 from tests.inspections.services.test_inspectors import a_task, firmware_log, with_chip_key
@@ -68,14 +72,23 @@ def against(monkeypatch, paused_kind: str, first, second, wait: float = 0.5) -> 
     return first_outcome, second_outcome, finished_meanwhile
 
 
+def uploaded(task, lines, capture) -> SnapshotLog:
+    with capture(execute=False):
+        return inspectors.snapshot_log_upload(task, task.inspection_body, "\n".join(lines) + "\n")
+
+
 @pytest.fixture
 def log(draw, django_capture_on_commit_callbacks):
     task = accepted(a_task("inspect-eu"))
-    key = with_chip_key(task)
-    with django_capture_on_commit_callbacks(execute=False):
-        return inspectors.snapshot_log_upload(
-            task, task.inspection_body, "\n".join(firmware_log(key, task.chip.serial, 3)) + "\n"
-        )
+    return uploaded(task, firmware_log(with_chip_key(task), task.chip.serial, 3), django_capture_on_commit_callbacks)
+
+
+@pytest.fixture
+def forged_log(draw, django_capture_on_commit_callbacks):
+    """A log whose every line is signed by a key that is not the chip's: no authentic snapshot, an alert."""
+    task = accepted(a_task("inspect-eu"))
+    with_chip_key(task)
+    return uploaded(task, firmware_log(SigningKey.generate(), task.chip.serial, 3), django_capture_on_commit_callbacks)
 
 
 def test_a_log_verdict_does_not_hold_its_task_against_the_finding(monkeypatch, log):
@@ -121,3 +134,69 @@ def test_two_findings_at_once_record_one(monkeypatch, draw):
     assert "error" not in first, first
     assert "status" in getattr(second.get("error"), "message_dict", {}), second
     assert Finding.objects.filter(task=task).count() == 1
+
+
+def test_a_forged_logs_alert_and_the_finding_on_its_task_both_land(monkeypatch, forged_log):
+    """The verdict holds the ledger while it raises its alert (a row naming the task); the finding holds the
+    task's row while it waits for the ledger: the task's lock must not stop the alert from naming the task."""
+    task = forged_log.task
+    verdict, finding, _ = against(
+        monkeypatch,
+        "alert.raised",
+        lambda: inspectors.snapshot_log_check(forged_log.pk),
+        lambda: inspectors.finding_submit(task, task.inspection_body, {"chip_found": True}),
+    )
+    assert "error" not in verdict and "error" not in finding, (verdict, finding)
+    assert verdict["value"] == SnapshotLog.Status.PROBLEMS
+    assert Alert.objects.filter(kind=Alert.Kind.LOG_PROBLEMS, task=task).count() == 1
+    assert Finding.objects.filter(task=task).count() == 1
+
+
+def test_a_forged_logs_alert_and_an_event_of_its_chip_both_land(monkeypatch, forged_log):
+    """As above with the chip: its owner's event locks the chip's row while it waits for the ledger."""
+    chip = forged_log.task.chip
+    other = "owner-a" if chip.owner.slug == "owner-b" else "owner-b"
+    verdict, event, _ = against(
+        monkeypatch,
+        "alert.raised",
+        lambda: inspectors.snapshot_log_check(forged_log.pk),
+        lambda: registry.chips_record_event(
+            organisation=chip.owner, event="transfer_offered", payload={"chips": [chip.serial], "to_owner": other}
+        ),
+    )
+    assert "error" not in verdict and "error" not in event, (verdict, event)
+    assert verdict["value"] == SnapshotLog.Status.PROBLEMS
+    chip.refresh_from_db()
+    assert chip.pending_owner.slug == other
+
+
+def test_a_passing_identity_retry_and_the_regulator_acting_on_its_alert_both_land(monkeypatch, draw):
+    """A retry that passes closes the task's open identity alert after its own entry (holding the ledger); the
+    regulator, acting on that alert at the same moment, holds the alert while it waits for the ledger."""
+    task = accepted(a_task("inspect-eu"))
+    key, body = with_chip_key(task), task.inspection_body
+    failed = inspectors.identity_challenge_issue(task, body)
+    inspectors.identity_answer_check(task, body, failed.nonce, base64.b64encode(b"\0" * 64).decode())
+    alert = Alert.objects.get(kind=Alert.Kind.IDENTITY_FAILED, task=task)
+    retry = inspectors.identity_challenge_issue(task, body)
+    signature = base64.b64encode(key.sign(inspectors.identity_message(task.chip.serial, retry.nonce)).signature)
+    reached, go = threading.Event(), threading.Event()
+    supersede = inspectors._supersede_identity_alerts
+
+    def supersede_when_told(*args):  # the retry paused after its own entry, before it touches the alert
+        reached.set()
+        go.wait(30)
+        return supersede(*args)
+
+    monkeypatch.setattr(inspectors, "_supersede_identity_alerts", supersede_when_told)
+    one, passed = in_thread(lambda: inspectors.identity_answer_check(task, body, retry.nonce, signature.decode()))
+    # the regulator's step runs either way: paused or not, the retry never reaches the alert before it
+    reached.wait(5)
+    two, acted = in_thread(lambda: alert_act(alert, action="comment", by="regulator", reason="looking"))
+    two.join(timeout=1)
+    go.set()
+    one.join(timeout=60)
+    two.join(timeout=60)
+    assert "error" not in passed and "error" not in acted, (passed, acted)
+    assert passed["value"]["passed"] is True
+    assert Alert.objects.get(pk=alert.pk).state == "superseded"
