@@ -311,8 +311,16 @@ def campaigns_draw_due(today: date) -> list[str]:
     return done
 
 
+def _locked_campaign(campaign: Campaign) -> Campaign:
+    """The campaign re-read under its row lock, as amend and stop take it (then the ledger's): a draw sees an
+    amendment or a stop committed since its caller read the campaign, and none lands while it draws. A draw
+    made with parameters older than an amendment before it on the ledger would fail the public audit."""
+    return Campaign.objects.select_for_update(of=("self",), no_key=True).get(pk=campaign.pk)
+
+
 @transaction.atomic
 def _draw_if_due(campaign: Campaign, today: date) -> str | None:
+    campaign = _locked_campaign(campaign)
     period = campaign_period(campaign, today)
     if period is None or Draw.objects.filter(campaign=campaign, period=period).exists():
         return None
@@ -347,6 +355,7 @@ def _draw_failed_alert(campaign: Campaign, error: Exception) -> None:
 @transaction.atomic
 def campaign_draw(campaign: Campaign, period: int, actor: str = "regulator") -> Draw:
     """Draw the period's sample against a fresh checkpoint, reveal the seed, commit the next one."""
+    campaign = _locked_campaign(campaign)
     seed = CampaignSeed.objects.select_for_update(no_key=True).filter(campaign=campaign, period=period).first()
     if seed is None:
         _fail("period", f"no seed was committed for period {period}")

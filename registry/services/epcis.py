@@ -15,7 +15,7 @@ from ledger import services as ledger
 from rules.epcis_format import CaptureEvent, EpcisInvalid, parse_document, query_serial
 
 from .. import selectors
-from ..models import Chip, Organisation
+from ..models import Chip, ExportLicence, Organisation
 from .chips import chips_fabricate, chips_record_event, shipment_destination_country
 from .common import fail
 
@@ -40,8 +40,12 @@ def epcis_query_serial(epc) -> str:
 def epcis_capture(*, organisation: Organisation, events: list[CaptureEvent], submission: dict | None) -> dict:
     """Record each new event as one lifecycle entry, in order; skip ids already captured."""
     serials = {serial for event in events for serial in event.serials}
-    # Lock the chips first so a concurrent capture of the same events waits, then sees them as captured.
+    # Lock the chips first so a concurrent capture of the same events waits, then sees them as captured; then the
+    # export licences the events cite, before the first event's entry: a later event must not wait for a licence
+    # while this capture holds the ledger (an export citing it elsewhere holds it while waiting for the ledger).
     list(Chip.objects.filter(serial__in=serials).order_by("id").select_for_update(no_key=True).values_list("id"))
+    licences = {event.export_licence for event in events if event.export_licence}
+    list(ExportLicence.objects.filter(licence_id__in=licences).order_by("id").select_for_update(no_key=True))
     seen = selectors.captured_event_ids(organisation, serials)
     answers = []
     for event in events:

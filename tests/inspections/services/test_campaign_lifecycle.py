@@ -167,3 +167,17 @@ def test_an_unattainable_target_is_explained_in_words():
     row = prover_plan(campaign, 1, None)
     assert row["exact"]["error"] == words
     assert row["paper"]["words"].startswith("its only chip each period (the model asks ")
+
+
+def test_a_due_draw_uses_the_campaign_as_it_is_when_drawn_not_as_the_beat_read_it(provers):
+    """The beat reads every campaign, then draws each in turn: one amended or stopped in between (a regulator at
+    the desk while a long draw holds the ledger) is drawn with its parameters in force, or not at all."""
+    amended, stopped = create(slug="c-amended"), create(slug="c-stopped")
+    today = timezone.now().date()
+    stale = {c.slug: Campaign.objects.get(pk=c.pk) for c in (amended, stopped)}  # what the beat's loop holds
+    campaigns.campaign_amend(amended, detection_probability=0.99, model="exact")
+    campaigns.campaign_stop(stopped)
+    assert campaigns._draw_if_due(stale["c-amended"], today) == "c-amended:0"
+    assert audit_draw("c-amended", 0).matches  # drawn with the amended parameters, which the audit applies
+    assert campaigns._draw_if_due(stale["c-stopped"], today) is None
+    assert not Draw.objects.filter(campaign=stopped).exists()

@@ -1,0 +1,50 @@
+"""An EPCIS document holds the ledger from its first event on: the rows its later events lock (an export licence)
+are locked before that first entry, so an export citing the same licence elsewhere waits instead of deadlocking."""
+
+import threading
+
+import pytest
+
+from registry import services
+from registry.models import ChipModel
+from registry.services import chips as chip_services
+from rules.epcis_format import parse_document
+from tests.helpers import requires_postgres
+from tests.inspections.test_lock_order import in_thread
+from tests.registry.epcis_helpers import commissioning, document, epcis_world, sgtin, shipping
+from tests.registry.factories import fabricate
+
+pytestmark = [pytest.mark.postgres, requires_postgres, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_document_that_exports_after_another_event_and_an_export_citing_its_licence_both_land(monkeypatch):
+    fab = epcis_world()["fab"].org
+    model = ChipModel.objects.get()
+    mine, theirs = fabricate(fab, model, 1, "fab-tw-1"), fabricate(fab, model, 1, "fab-tw-1")
+    events = parse_document(
+        document(
+            commissioning([sgtin("NEW-1")]),  # the document's first entry: from here on it holds the ledger
+            shipping([sgtin(mine[0])], "vendor-a", **{"chipledger:exportLicence": "TW-EL-1"}),
+        )
+    )
+    document_thread, reached, go = [], threading.Event(), threading.Event()
+    use = chip_services.export_licence_use
+
+    def use_when_told(*args):  # the document's export paused just before it takes the licence
+        if threading.current_thread() in document_thread:
+            reached.set()
+            go.wait(30)
+        return use(*args)
+
+    monkeypatch.setattr(chip_services, "export_licence_use", use_when_told)
+    one, captured = in_thread(lambda: services.epcis_capture(organisation=fab, events=events, submission=None))
+    document_thread.append(one)
+    assert reached.wait(30)
+    export = {"chips": theirs, "consignee": "vendor-a", "export_licence": "TW-EL-1", "reference": "PO-43"}
+    two, exported = in_thread(lambda: services.chips_record_event(organisation=fab, event="exported", payload=export))
+    two.join(timeout=1)
+    go.set()
+    one.join(timeout=60)
+    two.join(timeout=60)
+    assert "error" not in captured and "error" not in exported, (captured, exported)
+    assert captured["value"]["captured"] == 2
