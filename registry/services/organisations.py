@@ -51,12 +51,19 @@ def organisation_register(
 def organisation_key_register(
     *, organisation: Organisation, public_key: bytes, actor: str, submission: dict | None = None
 ) -> OrganisationKey:
+    _keys_locked(organisation)
     key_id = _new_key_id(public_key)
     payload = {"org": organisation.slug, "key_id": key_id, "public_key": base64.b64encode(public_key).decode()}
     entry = ledger.append_entry("org.key_registered", payload, actor, submission)
     return OrganisationKey.objects.create(
         organisation=organisation, key_id=key_id, public_key=public_key, registered_seq=entry.seq
     )
+
+
+def _keys_locked(organisation: Organisation) -> None:
+    """Lock the organisation's row before its keys change (register, revoke, replace): one at a time, each sees the
+    keys as the last one left them. Two revocations at once both saw the other key active, and left none."""
+    list(Organisation.objects.select_for_update(no_key=True).filter(pk=organisation.pk).values_list("pk"))
 
 
 def _new_key_id(public_key: bytes) -> str:
@@ -78,9 +85,8 @@ def _new_key_id(public_key: bytes) -> str:
 def organisation_key_revoke(
     *, organisation: Organisation, key_id: str, actor: str, submission: dict | None = None
 ) -> OrganisationKey:
-    key = (
-        OrganisationKey.objects.select_for_update(no_key=True).filter(organisation=organisation, key_id=key_id).first()
-    )
+    _keys_locked(organisation)
+    key = OrganisationKey.objects.filter(organisation=organisation, key_id=key_id).first()
     if key is None or key.revoked_seq is not None:
         fail("key_id", f"no active key {key_id!r} of {organisation.slug}")
     if not OrganisationKey.objects.filter(organisation=organisation, revoked_seq=None).exclude(pk=key.pk).exists():
@@ -104,10 +110,9 @@ def organisation_key_replace(
     reason = reason.strip() if isinstance(reason, str) else ""
     if not reason or "\x00" in reason or len(reason) > MAX_REASON:
         fail("reason", f"say why the key is replaced (1 to {MAX_REASON} characters, no NUL)")
+    _keys_locked(organisation)
     key_id = _new_key_id(public_key)
-    lost = list(
-        OrganisationKey.objects.select_for_update(no_key=True).filter(organisation=organisation, revoked_seq=None)
-    )
+    lost = list(OrganisationKey.objects.filter(organisation=organisation, revoked_seq=None).order_by("pk"))
     for old in lost:
         payload = {"org": organisation.slug, "key_id": old.key_id, "reason": reason}
         old.revoked_seq = ledger.append_entry("org.key_revoked", payload, actor).seq
@@ -148,7 +153,12 @@ def member_add(user, organisation: Organisation, actor: str = "regulator") -> Me
 
 @transaction.atomic
 def member_remove(member: Member, actor: str = "regulator") -> None:
-    """The user no longer acts for the organisation: an ``org.member_removed`` entry."""
+    """The user no longer acts for the organisation: an ``org.member_removed`` entry. The row is locked first (a
+    removal sent twice at once writes one entry; the second finds nothing to remove)."""
+    locked = Member.objects.select_for_update(of=("self",)).select_related("organisation").filter(pk=member.pk)
+    member = locked.first()  # FOR UPDATE, not no-key: this transaction deletes the row
+    if member is None:
+        fail("member", "this membership was already removed")
     ledger.append_entry("org.member_removed", {"org": member.organisation.slug, "user": member.user_id}, actor)
     member.delete()
 

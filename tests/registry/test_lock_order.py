@@ -48,3 +48,23 @@ def test_a_document_that_exports_after_another_event_and_an_export_citing_its_li
     two.join(timeout=60)
     assert "error" not in captured and "error" not in exported, (captured, exported)
     assert captured["value"]["captured"] == 2
+
+
+def test_two_revocations_at_once_leave_an_active_key(monkeypatch):
+    """An organisation with two keys: each holder revokes the other's at the same moment (a stolen key racing its
+    owner). Each revocation checks that another key stays active: one lands, the other is refused."""
+    from nacl.signing import SigningKey
+
+    from registry.models import OrganisationKey
+    from tests.inspections.test_lock_order import against
+    from tests.registry.factories import organisation
+
+    org, _ = organisation("vendor-keys", ["vendor"])
+    services.organisation_key_register(organisation=org, public_key=bytes(SigningKey.generate().verify_key), actor="x")
+    first, second = OrganisationKey.objects.filter(organisation=org).order_by("pk").values_list("key_id", flat=True)
+    revoke = lambda key_id: lambda: services.organisation_key_revoke(organisation=org, key_id=key_id, actor=org.slug)
+    one, two, _ = against(monkeypatch, "org.key_revoked", revoke(first), revoke(second))
+    outcomes = [one, two]
+    refused = [o["error"] for o in outcomes if "error" in o]
+    assert len(refused) == 1 and "key_id" in refused[0].message_dict, outcomes
+    assert OrganisationKey.objects.filter(organisation=org, revoked_seq=None).count() == 1
