@@ -77,6 +77,15 @@ def uploaded(task, lines, capture) -> SnapshotLog:
         return inspectors.snapshot_log_upload(task, task.inspection_body, "\n".join(lines) + "\n")
 
 
+def finding_on(task, chip_found: bool = True):
+    """The inspector's finding on the task, as a writer for ``against``."""
+    return lambda: inspectors.finding_submit(task, task.inspection_body, {"chip_found": chip_found})
+
+
+def both_landed(first: dict, second: dict) -> None:
+    assert "error" not in first and "error" not in second, (first, second)
+
+
 @pytest.fixture
 def log(draw, django_capture_on_commit_callbacks):
     task = accepted(a_task("inspect-eu"))
@@ -97,10 +106,10 @@ def test_a_log_verdict_does_not_hold_its_task_against_the_finding(monkeypatch, l
         monkeypatch,
         "inspection.snapshot_log",
         lambda: inspectors.snapshot_log_check(log.pk),
-        lambda: inspectors.finding_submit(task, task.inspection_body, {"chip_found": True}),
+        finding_on(task),
         wait=10,
     )
-    assert "error" not in verdict and "error" not in finding, (verdict, finding)
+    both_landed(verdict, finding)
     assert meanwhile, "the finding waited for the log's verdict: the verdict held the task's row"
     assert verdict["value"] == SnapshotLog.Status.INTACT
     assert InspectionTask.objects.get(pk=task.pk).status == InspectionTask.Status.DONE
@@ -114,9 +123,9 @@ def test_the_overdue_sweep_and_a_late_finding_both_land(monkeypatch, draw):
         monkeypatch,
         "alert.raised",
         lambda: sweeps.overdue_sweep(late),
-        lambda: inspectors.finding_submit(task, task.inspection_body, {"chip_found": True}),
+        finding_on(task),
     )
-    assert "error" not in swept and "error" not in finding, (swept, finding)
+    both_landed(swept, finding)
     assert Alert.objects.filter(kind=Alert.Kind.OVERDUE, task=task).count() == 1
     assert InspectionTask.objects.get(pk=task.pk).status == InspectionTask.Status.DONE
     assert Finding.objects.filter(task=task).count() == 1
@@ -144,9 +153,9 @@ def test_a_forged_logs_alert_and_the_finding_on_its_task_both_land(monkeypatch, 
         monkeypatch,
         "alert.raised",
         lambda: inspectors.snapshot_log_check(forged_log.pk),
-        lambda: inspectors.finding_submit(task, task.inspection_body, {"chip_found": True}),
+        finding_on(task),
     )
-    assert "error" not in verdict and "error" not in finding, (verdict, finding)
+    both_landed(verdict, finding)
     assert verdict["value"] == SnapshotLog.Status.PROBLEMS
     assert Alert.objects.filter(kind=Alert.Kind.LOG_PROBLEMS, task=task).count() == 1
     assert Finding.objects.filter(task=task).count() == 1
@@ -164,7 +173,7 @@ def test_a_forged_logs_alert_and_an_event_of_its_chip_both_land(monkeypatch, for
             organisation=chip.owner, event="transfer_offered", payload={"chips": [chip.serial], "to_owner": other}
         ),
     )
-    assert "error" not in verdict and "error" not in event, (verdict, event)
+    both_landed(verdict, event)
     assert verdict["value"] == SnapshotLog.Status.PROBLEMS
     chip.refresh_from_db()
     assert chip.pending_owner.slug == other
@@ -197,6 +206,6 @@ def test_a_passing_identity_retry_and_the_regulator_acting_on_its_alert_both_lan
     go.set()
     one.join(timeout=60)
     two.join(timeout=60)
-    assert "error" not in passed and "error" not in acted, (passed, acted)
+    both_landed(passed, acted)
     assert passed["value"]["passed"] is True
     assert Alert.objects.get(pk=alert.pk).state == "superseded"
