@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from django.db import transaction
 
 from ledger import selectors as ledger
+from ledger import services as ledger_services
 from tlog import merkle
 
 from .models import EntrySubject, KindDay
@@ -49,6 +50,7 @@ def differences(limit: int = 50) -> list[str]:
 
 @transaction.atomic
 def reindex() -> int:
+    ledger_services.ledger_write_lock()  # no entry lands between the replay and the swap: its index rows would be lost
     rows, counts = replay()
     EntrySubject.objects.all().delete()
     KindDay.objects.all().delete()

@@ -336,6 +336,7 @@ def _draw_failed_alert(campaign: Campaign, error: Exception) -> None:
     detail = f"campaign {campaign.slug}: the due draw failed ({type(error).__name__}: {str(error)[:300]})"
     try:
         with transaction.atomic():
+            ledger.ledger_write_lock()  # before "already alerted?": two overlapping beat runs raise one alert
             if (
                 Alert.objects.filter(kind=Alert.Kind.DRAW_FAILED, detail__startswith=f"campaign {campaign.slug}:")
                 .exclude(state__in=CLOSED)

@@ -6,6 +6,7 @@ from datetime import date
 
 from django.db import transaction
 
+from ledger import services as ledger
 from registry.models import Chip, Organisation
 from rules.chip_lifecycle import Status
 
@@ -36,6 +37,7 @@ def overdue_sweep(today: date) -> int:
 @transaction.atomic
 def lost_chip_sweep() -> int:
     """Chips reported lost or stolen get one alert each against their owner."""
+    ledger.ledger_write_lock()  # before "already alerted?": two overlapping runs must not both raise
     alerted = Alert.objects.filter(kind=Alert.Kind.LOST).values("chip")
     missing = (
         Chip.objects.filter(status__in=[Status.LOST, Status.STOLEN]).exclude(pk__in=alerted).select_related("owner")
@@ -51,6 +53,7 @@ def lost_chip_sweep() -> int:
 def unanswered_sweep(today: date) -> int:
     """Snapshots past their claim deadline with no claim: one alert each, against whoever owed the answer (the
     chip's owner at the snapshot's time: a chip sold since is still the seller's for that snapshot)."""
+    ledger.ledger_write_lock()  # as in lost_chip_sweep
     alerted = Alert.objects.filter(kind=Alert.Kind.UNANSWERED).values_list("detail", flat=True)
     count = 0
     for snapshot in Snapshot.objects.filter(claim_due_on__lt=today, claim__isnull=True).select_related(

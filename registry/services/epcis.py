@@ -44,7 +44,8 @@ def epcis_capture(*, organisation: Organisation, events: list[CaptureEvent], sub
     # export licences the events cite, before the first event's entry: a later event must not wait for a licence
     # while this capture holds the ledger (an export citing it elsewhere holds it while waiting for the ledger).
     list(Chip.objects.filter(serial__in=serials).order_by("id").select_for_update(no_key=True).values_list("id"))
-    licences = {event.export_licence for event in events if event.export_licence}
+    # (an id with NUL names no recorded licence, and PostgreSQL cannot take it in a query: the event refuses it)
+    licences = {event.export_licence for event in events if event.export_licence and "\x00" not in event.export_licence}
     list(ExportLicence.objects.filter(licence_id__in=licences).order_by("id").select_for_update(no_key=True))
     seen = selectors.captured_event_ids(organisation, serials)
     answers = []

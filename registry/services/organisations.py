@@ -140,6 +140,9 @@ def member_add(user, organisation: Organisation, actor: str = "regulator") -> Me
     """
     if (user.is_staff or user.is_superuser) and not organisation.has_role(Role.REGULATOR):
         fail("organisation", "staff users act for the regulator only; they cannot join another organisation")
+    # the user's row first: with no membership yet there is no Member row to lock, and two adds sent at once
+    # (a double Save) would both see none and write two entries
+    list(type(user).objects.select_for_update(no_key=True).filter(pk=user.pk).values_list("pk"))
     current = Member.objects.select_for_update(no_key=True).filter(user=user).first()
     if current is not None and current.organisation_id == organisation.pk:
         return current

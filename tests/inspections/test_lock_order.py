@@ -209,3 +209,43 @@ def test_a_passing_identity_retry_and_the_regulator_acting_on_its_alert_both_lan
     both_landed(passed, acted)
     assert passed["value"]["passed"] is True
     assert Alert.objects.get(pk=alert.pk).state == "superseded"
+
+
+def test_two_overlapping_lost_chip_sweeps_raise_one_alert(monkeypatch, draw):
+    """Two beat runs of a sweep at once (a slow run overtaken by the next): each chip's alert is raised once."""
+    from registry.models import Chip
+    from rules.chip_lifecycle import Status
+
+    chip = a_task("inspect-eu").chip
+    Chip.objects.filter(pk=chip.pk).update(status=Status.LOST)  # as a reported loss leaves the projection
+    first, second, _ = against(monkeypatch, "alert.raised", sweeps.lost_chip_sweep, sweeps.lost_chip_sweep)
+    both_landed(first, second)
+    assert sorted([first["value"], second["value"]]) == [0, 1]
+    assert Alert.objects.filter(kind=Alert.Kind.LOST, chip=chip).count() == 1
+
+
+def test_an_entry_appended_while_the_index_is_rebuilt_stays_indexed(monkeypatch, draw):
+    """`reindex` replays the ledger, then swaps the index: an entry committed in between (the live service does not
+    stop for an operator's command) must not lose its index rows."""
+    from desk import rebuild_index
+
+    reached, go, replay = threading.Event(), threading.Event(), rebuild_index.replay
+
+    def replay_then_wait():  # the rebuild paused between its replay and its swap
+        rows = replay()
+        reached.set()
+        go.wait(30)
+        return rows
+
+    task = accepted(a_task("inspect-eu"))
+    monkeypatch.setattr(rebuild_index, "replay", replay_then_wait)
+    one, rebuilt = in_thread(rebuild_index.reindex)
+    assert reached.wait(30)
+    two, finding = in_thread(finding_on(task))
+    two.join(timeout=1)
+    go.set()
+    one.join(timeout=60)
+    two.join(timeout=60)
+    both_landed(rebuilt, finding)
+    monkeypatch.setattr(rebuild_index, "replay", replay)
+    assert rebuild_index.differences() == []

@@ -68,3 +68,19 @@ def test_two_revocations_at_once_leave_an_active_key(monkeypatch):
     refused = [o["error"] for o in outcomes if "error" in o]
     assert len(refused) == 1 and "key_id" in refused[0].message_dict, outcomes
     assert OrganisationKey.objects.filter(organisation=org, revoked_seq=None).count() == 1
+
+
+def test_a_membership_added_twice_at_once_is_one_entry(monkeypatch):
+    """A double Save on the admin's add-member page: one ``org.member_added`` entry, the other add sees it done."""
+    from django.contrib.auth import get_user_model
+
+    from ledger.models import Entry
+    from tests.inspections.test_lock_order import against
+    from tests.registry.factories import organisation
+
+    org, _ = organisation("vendor-members", ["vendor"])
+    user = get_user_model().objects.create_user("new-hire")
+    add = lambda: services.member_add(user, org)
+    one, two, _ = against(monkeypatch, "org.member_added", add, add)
+    both_landed(one, two)
+    assert Entry.objects.filter(kind="org.member_added", payload__user=user.pk).count() == 1
