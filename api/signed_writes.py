@@ -59,6 +59,7 @@ def signed_write_handle(
         return Answer(*earlier)
     try:
         with transaction.atomic():
+            services.signed_key_current(organisation, signed)
             if fields is not None:
                 unknown_fields_refuse(data, fields)
             answer = perform(data, signed.submission())

@@ -27,6 +27,7 @@ from .organisations import (
     organisation_register,
     signed_body_accept,
     signed_body_check,
+    signed_key_current,
     signed_nonce_consume,
 )
 
@@ -59,5 +60,6 @@ __all__ = [
     "organisation_register",
     "signed_body_accept",
     "signed_body_check",
+    "signed_key_current",
     "signed_nonce_consume",
 ]

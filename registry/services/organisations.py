@@ -169,6 +169,17 @@ def member_remove(member: Member, actor: str = "regulator") -> None:
 # --- signed requests ------------------------------------------------------------------
 
 
+def signed_key_current(organisation: Organisation, signed: signing.SignedBody) -> None:
+    """Inside a signed write's transaction, before its entry: the organisation's row locked (as a key change locks
+    it first) and the signing key still active. The signature was checked before the transaction; a revocation
+    committed since must not be followed on the ledger by a write its revoked key signed."""
+    _keys_locked(organisation)
+    key = OrganisationKey.objects.filter(organisation=organisation, key_id=signed.key_id).first()
+    if key is None or key.revoked_seq is not None:
+        seq = key.revoked_seq if key else None
+        raise signing.SignatureProblem("signature", f"key {signed.key_id} was revoked at ledger seq {seq}")
+
+
 def signed_body_check(organisation: Organisation, header: str | None, body: bytes, data: dict) -> signing.SignedBody:
     """Check a request's signature (by an active key of ``organisation``), timestamp and nonce form; write nothing.
 

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from registry import services
+from registry import services, signing
 from registry.models import ChipModel
 from registry.services import chips as chip_services
 from rules.epcis_format import parse_document
@@ -84,3 +84,41 @@ def test_a_membership_added_twice_at_once_is_one_entry(monkeypatch):
     one, two, _ = against(monkeypatch, "org.member_added", add, add)
     both_landed(one, two)
     assert Entry.objects.filter(kind="org.member_added", payload__user=user.pk).count() == 1
+
+
+def test_a_write_signed_by_a_key_revoked_meanwhile_never_follows_the_revocation(monkeypatch):
+    """The key's revocation holds the ledger (its entry appended, not yet committed) while a write signed by that
+    key passes its signature check and waits for the ledger: the write must be refused, not land after the
+    revocation (an outside verifier would find an entry signed by a key revoked before it)."""
+    from nacl.signing import SigningKey
+
+    from ledger import services as ledger
+    from ledger.models import Entry
+    from tests.registry.factories import SignedClient, organisation
+
+    org, lost = organisation("owner-keys", ["owner"])
+    services.organisation_key_register(organisation=org, public_key=bytes(SigningKey.generate().verify_key), actor="x")
+    client = SignedClient(org, lost)
+    lost_id = signing.key_id_for(bytes(lost.verify_key))
+    appended, go, append = threading.Event(), threading.Event(), ledger.append_entry
+
+    def revoked_then_wait(kind, *args, **kwargs):
+        entry = append(kind, *args, **kwargs)
+        if kind == "org.key_revoked":
+            appended.set()
+            go.wait(30)
+        return entry
+
+    monkeypatch.setattr(ledger, "append_entry", revoked_then_wait)
+    revoke = lambda: services.organisation_key_revoke(organisation=org, key_id=lost_id, actor="regulator")
+    one, revoked = in_thread(revoke)
+    assert appended.wait(30)
+    body = {"slug": "dc-late", "kind": "datacentre", "country": "US"}
+    two, written = in_thread(lambda: client.post("/api/registry/facilities", body))
+    two.join(timeout=1)
+    go.set()
+    one.join(timeout=60)
+    two.join(timeout=60)
+    both_landed(revoked, written)
+    assert written["value"].status_code == 403, written["value"].content
+    assert not Entry.objects.filter(kind="facility.registered", payload__slug="dc-late").exists()

@@ -1,4 +1,7 @@
-"""Concurrent twins on PostgreSQL: both pass the service's check, the database keeps one, the other gets a 409."""
+"""Concurrent twins on PostgreSQL: both pass the service's check, the database keeps one, the other gets a 409.
+
+The twins come from two organisations: one organisation's signed writes take its row's lock first
+(`signed_key_current`), so its own twins are served one after the other and the second fails the check itself."""
 
 import threading
 
@@ -40,16 +43,19 @@ def race(monkeypatch, posts) -> list:
 
 
 def test_two_fabrications_of_one_serial(monkeypatch):
-    fab, key = organisation("fab-tw", ["fab"], "TW")
-    facility(fab, "fab-tw-1", kind="fab")
-    chip_model(fab)
-    clients = [SignedClient(fab, key), SignedClient(fab, key)]
-    chip = {"serial": "RACE-1", "model": "h100-sxm", "facility": "fab-tw-1"}
+    clients = []
+    for n in (1, 2):
+        fab, key = organisation(f"fab-tw{n}", ["fab"], "TW")
+        facility(fab, f"fab-tw{n}-1", kind="fab")
+        clients.append(SignedClient(fab, key))
+    chip_model(clients[0].org)
+    chip = {"serial": "RACE-1", "model": "h100-sxm"}
     won, lost = race(
         monkeypatch,
         [
             lambda c=c: c.post(
-                "/api/registry/chips/events/fabricate", {"chips": [{**chip, "public_key": chip_public_key()}]}
+                "/api/registry/chips/events/fabricate",
+                {"chips": [{**chip, "facility": f"{c.org.slug}-1", "public_key": chip_public_key()}]},
             )
             for c in clients
         ],
@@ -59,9 +65,23 @@ def test_two_fabrications_of_one_serial(monkeypatch):
 
 
 def test_two_registrations_of_one_facility_slug(monkeypatch):
-    owner, key = organisation("owner-a", ["owner"], "US")
-    clients = [SignedClient(owner, key), SignedClient(owner, key)]
+    clients = [SignedClient(*organisation(slug, ["owner"], "US")) for slug in ("owner-a", "owner-b")]
     body = {"slug": "dc-race", "kind": "datacentre", "country": "US"}
     won, lost = race(monkeypatch, [lambda c=c: c.post("/api/registry/facilities", body) for c in clients])
     assert (won.status_code, lost.status_code) == (201, 409) and "slug" in lost.json()
     assert Facility.objects.filter(slug="dc-race").count() == 1
+
+
+def test_one_organisations_twins_are_served_in_turn():
+    """Twins of one organisation: the second waits for the first's transaction, then fails the service's own
+    check, as a later duplicate does (400 naming the field), never a database error."""
+    from tests.inspections.test_lock_order import in_thread
+
+    client = SignedClient(*organisation("owner-t", ["owner"], "US"))
+    body = {"slug": "dc-twin", "kind": "datacentre", "country": "US"}
+    runs = [in_thread(lambda: client.post("/api/registry/facilities", body)) for _ in range(2)]
+    for thread, _ in runs:
+        thread.join(timeout=60)
+    answers = sorted((outcome["value"] for _, outcome in runs), key=lambda response: response.status_code)
+    assert [a.status_code for a in answers] == [201, 400] and "slug" in answers[1].json(), answers
+    assert Facility.objects.filter(slug="dc-twin").count() == 1
