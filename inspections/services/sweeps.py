@@ -37,13 +37,16 @@ def overdue_sweep(today: date) -> int:
 @transaction.atomic
 def lost_chip_sweep() -> int:
     """Chips reported lost or stolen get one alert each against their owner."""
-    ledger.ledger_write_lock()  # before "already alerted?": two overlapping runs must not both raise
-    alerted = Alert.objects.filter(kind=Alert.Kind.LOST).values("chip")
-    missing = (
-        Chip.objects.filter(status__in=[Status.LOST, Status.STOLEN]).exclude(pk__in=alerted).select_related("owner")
+    missing = lambda: (
+        Chip.objects.filter(status__in=[Status.LOST, Status.STOLEN])
+        .exclude(pk__in=Alert.objects.filter(kind=Alert.Kind.LOST).values("chip"))
+        .select_related("owner")
     )
+    if not missing().exists():
+        return 0  # most runs: nothing to raise, and no ledger lock taken
+    ledger.ledger_write_lock()  # then "already alerted?" again: two overlapping runs must not both raise
     count = 0
-    for chip in missing:
+    for chip in missing():
         alert_raise(Alert.Kind.LOST, chip.owner, f"{chip.serial} was reported {chip.status}", chip)
         count += 1
     return count
@@ -53,15 +56,24 @@ def lost_chip_sweep() -> int:
 def unanswered_sweep(today: date) -> int:
     """Snapshots past their claim deadline with no claim: one alert each, against whoever owed the answer (the
     chip's owner at the snapshot's time: a chip sold since is still the seller's for that snapshot)."""
-    ledger.ledger_write_lock()  # as in lost_chip_sweep
-    alerted = Alert.objects.filter(kind=Alert.Kind.UNANSWERED).values_list("detail", flat=True)
+    if not _unanswered(today):
+        return 0  # as in lost_chip_sweep
+    ledger.ledger_write_lock()
     count = 0
-    for snapshot in Snapshot.objects.filter(claim_due_on__lt=today, claim__isnull=True).select_related(
-        "chip__fab", "log"
-    ):
+    for snapshot, detail in _unanswered(today):
+        owed_by = Organisation.objects.get(slug=selectors.snapshot_owner(snapshot))
+        alert_raise(Alert.Kind.UNANSWERED, owed_by, detail, snapshot.chip)
+        count += 1
+    return count
+
+
+def _unanswered(today: date) -> list[tuple[Snapshot, str]]:
+    """(snapshot, its alert's detail) for each snapshot past its deadline with no claim and no alert yet."""
+    alerted = set(Alert.objects.filter(kind=Alert.Kind.UNANSWERED).values_list("detail", flat=True))
+    due = Snapshot.objects.filter(claim_due_on__lt=today, claim__isnull=True).select_related("chip__fab", "log")
+    found = []
+    for snapshot in due:
         detail = f"snapshot {snapshot.chip.serial} #{snapshot.counter} ({snapshot.hash[:16]}…) was not answered"
         if detail not in alerted:
-            owed_by = Organisation.objects.get(slug=selectors.snapshot_owner(snapshot))
-            alert_raise(Alert.Kind.UNANSWERED, owed_by, detail, snapshot.chip)
-            count += 1
-    return count
+            found.append((snapshot, detail))
+    return found

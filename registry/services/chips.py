@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import difflib
 import re
-import unicodedata
 from collections import defaultdict
 
 from django.core.exceptions import ValidationError
@@ -19,7 +18,7 @@ from rules.identifiers import MAX_CHIPS, SERIAL
 from ..models import Chip, ChipEvent, ChipModel, Facility, Organisation, Role
 from ..selectors import SEES_EVERYTHING
 from ..signals import chip_notice
-from .common import fail, organisation_by_slug
+from .common import fail, organisation_by_slug, storable
 from .licences import export_licence_use
 
 # API event name -> lifecycle event (the ledger kind is "chip.<lifecycle event>")
@@ -328,7 +327,7 @@ def _event_payload(event: str, payload: dict) -> dict:
             continue
         if not isinstance(value, str) or not value or len(value) > 128:
             fail(name, "a non-empty string of at most 128 characters")
-        if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in value):  # NUL, newlines, lone surrogates
+        if not storable(value):
             fail(name, "must not contain control characters or lone surrogates")
         normalised[name] = value
     if "note" in payload:

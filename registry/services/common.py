@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 from django.core.exceptions import ValidationError
 
 from rules.countries import COUNTRIES
@@ -28,3 +30,9 @@ def country_check(country, field: str = "country") -> None:
         fail(field, "ISO 3166-1 alpha-2 code, e.g. 'NL'")
     if country not in COUNTRIES:
         fail(field, f"{country!r} is not an ISO 3166-1 country code")
+
+
+def storable(value: str) -> bool:
+    """Text a field may hold: no control character (NUL, newlines) and no lone surrogate (no UTF-8 for it, and no
+    database driver can send it)."""
+    return not any(unicodedata.category(ch) in ("Cc", "Cs") for ch in value)

@@ -17,7 +17,7 @@ from rules.epcis_format import CaptureEvent, EpcisInvalid, parse_document, query
 from .. import selectors
 from ..models import Chip, ExportLicence, Organisation
 from .chips import chips_fabricate, chips_record_event, shipment_destination_country
-from .common import fail
+from .common import fail, storable
 
 
 def epcis_document_parse(data) -> list[CaptureEvent]:
@@ -44,8 +44,9 @@ def epcis_capture(*, organisation: Organisation, events: list[CaptureEvent], sub
     # export licences the events cite, before the first event's entry: a later event must not wait for a licence
     # while this capture holds the ledger (an export citing it elsewhere holds it while waiting for the ledger).
     list(Chip.objects.filter(serial__in=serials).order_by("id").select_for_update(no_key=True).values_list("id"))
-    # (an id with NUL names no recorded licence, and PostgreSQL cannot take it in a query: the event refuses it)
-    licences = {event.export_licence for event in events if event.export_licence and "\x00" not in event.export_licence}
+    # (an id with a control character or a lone surrogate names no recorded licence, and a query cannot carry it:
+    # the event itself refuses it, naming the field)
+    licences = {event.export_licence for event in events if event.export_licence and storable(event.export_licence)}
     list(ExportLicence.objects.filter(licence_id__in=licences).order_by("id").select_for_update(no_key=True))
     seen = selectors.captured_event_ids(organisation, serials)
     answers = []

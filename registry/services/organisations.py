@@ -156,12 +156,12 @@ def member_add(user, organisation: Organisation, actor: str = "regulator") -> Me
 
 @transaction.atomic
 def member_remove(member: Member, actor: str = "regulator") -> None:
-    """The user no longer acts for the organisation: an ``org.member_removed`` entry. The row is locked first (a
-    removal sent twice at once writes one entry; the second finds nothing to remove)."""
+    """The user no longer acts for the organisation: an ``org.member_removed`` entry. The row is locked first: a
+    removal sent twice at once (two admins) writes one entry, and the second has nothing left to do."""
     locked = Member.objects.select_for_update(of=("self",)).select_related("organisation").filter(pk=member.pk)
     member = locked.first()  # FOR UPDATE, not no-key: this transaction deletes the row
     if member is None:
-        fail("member", "this membership was already removed")
+        return
     ledger.append_entry("org.member_removed", {"org": member.organisation.slug, "user": member.user_id}, actor)
     member.delete()
 

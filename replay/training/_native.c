@@ -448,8 +448,8 @@ int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const dou
         int64_t lo, hi;
         cands_t *mine = my_share(lists, rows, &lo, &hi);
         /* the window e * safety as round_row forms it: (1 * e + (0 + 0)) * safety is that, exactly */
-        double *one = malloc(sizeof(double) * 2 * n + n + 1), *zero = one + n;
-        uint8_t *flag = (uint8_t *)(zero + n);
+        double *one = malloc(sizeof(double) * 2 * n + n + 1), *zero = one ? one + n : NULL;
+        uint8_t *flag = one ? (uint8_t *)(zero + n) : NULL;
         if (!one) mine->failed = 1;
         for (int64_t j = 0; one && j < n; j++) one[j] = 1.0, zero[j] = 0.0;
         for (int64_t i = lo; i < hi; i++) {

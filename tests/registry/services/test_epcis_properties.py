@@ -240,7 +240,12 @@ def test_a_non_ascii_public_key_is_a_400_through_the_api(world):
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     "member, value",
-    [("chipledger:exportLicence", "\x00TW-EL-1"), ("chipledger:exportLicence", "TW-EL-1\n"), ("reference", "PO\ud800")],
+    [
+        ("chipledger:exportLicence", "\x00TW-EL-1"),
+        ("chipledger:exportLicence", "TW-EL-1\n"),
+        ("chipledger:exportLicence", "TW-EL-1\ud800"),
+        ("reference", "PO\ud800"),
+    ],
 )
 def test_control_characters_in_an_export_are_refused(world, member, value):
     """Found by the properties above on PostgreSQL: a NUL in the licence reached a text column (a DataError)."""
