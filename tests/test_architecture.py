@@ -435,3 +435,21 @@ def test_the_outside_verifiers_run_from_a_bare_copy_with_their_pinned_dependenci
     for tool in ("tlog.log_verifier", "tlog.log_witness", "rules.draw_auditor"):
         helped = run(tool, "--help")
         assert helped.returncode == 0 and helped.stdout.startswith(f"usage: python -m {tool} "), helped.stderr
+
+
+# a lock whose transaction deletes the row needs the full FOR UPDATE
+FULL_ROW_LOCKS = {("registry.services.organisations", "Member.objects.select_for_update(")}
+
+
+def test_every_row_lock_lets_rows_naming_it_be_inserted():
+    """docs/ARCHITECTURE.md §3, the order of locks: a row lock is FOR NO KEY UPDATE (``no_key=True``), so a writer
+    that already holds the ledger can insert a row with a foreign key to the locked one (a plain FOR UPDATE made
+    that a deadlock)."""
+    plain = []
+    for name, path in MODULES.items():
+        for line_no, line in enumerate(path.read_text().splitlines(), 1):
+            if "select_for_update(" not in line or "no_key=True" in line:
+                continue
+            if not any(name == module and snippet in line for module, snippet in FULL_ROW_LOCKS):
+                plain.append(f"{name}:{line_no}")
+    assert plain == []

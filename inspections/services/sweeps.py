@@ -37,19 +37,20 @@ def overdue_sweep(today: date) -> int:
 @transaction.atomic
 def lost_chip_sweep() -> int:
     """Chips reported lost or stolen get one alert each against their owner."""
-    missing = lambda: (
-        Chip.objects.filter(status__in=[Status.LOST, Status.STOLEN])
-        .exclude(pk__in=Alert.objects.filter(kind=Alert.Kind.LOST).values("chip"))
-        .select_related("owner")
-    )
-    if not missing().exists():
+    if not _lost_unalerted().exists():
         return 0  # most runs: nothing to raise, and no ledger lock taken
     ledger.ledger_write_lock()  # then "already alerted?" again: two overlapping runs must not both raise
     count = 0
-    for chip in missing():
+    for chip in _lost_unalerted():
         alert_raise(Alert.Kind.LOST, chip.owner, f"{chip.serial} was reported {chip.status}", chip)
         count += 1
     return count
+
+
+def _lost_unalerted():
+    """Chips reported lost or stolen that have no alert yet."""
+    alerted = Alert.objects.filter(kind=Alert.Kind.LOST).values("chip")
+    return Chip.objects.filter(status__in=[Status.LOST, Status.STOLEN]).exclude(pk__in=alerted).select_related("owner")
 
 
 @transaction.atomic
