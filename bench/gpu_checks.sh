@@ -40,7 +40,7 @@ verify() {  # verify DIR DEVICE: prints the verdict line
 exact_arch() {  # exact_arch WORK ARCH: record on both devices, compare, verify across
   local work=$1 arch=$2
   for device in $gpu cpu; do
-    OMP_NUM_THREADS=4 timeout 240 $py -m replay record --arch "$arch" --steps 12 --checkpoint-interval 4 --seed 7 \
+    OMP_NUM_THREADS=4 timeout "${RECORD_TIMEOUT:-240}" $py -m replay record --arch "$arch" --steps 12 --checkpoint-interval 4 --seed 7 \
       --device "$device" --out "$work/$arch-$device" >>"$out/exact.log" 2>&1 || log "record $arch $device FAILED"
   done
   if diff -r -q "$work/$arch-$gpu/checkpoints" "$work/$arch-cpu/checkpoints" >>"$out/exact.log" 2>&1; then

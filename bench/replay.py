@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from replay.protocol import hashing  # noqa: E402
+from replay.protocol import hashing, limits  # noqa: E402
 from replay.protocol.engine import Budget, Replayer  # noqa: E402
 from replay.protocol.screen import screen  # noqa: E402
 from replay.protocol.transcript import Transcript  # noqa: E402
@@ -241,6 +241,8 @@ SCALE_ROWS = {
     "gpt-3.3m": ("gpt", {"vocab": 256, "block": 128, "n_layer": 4, "n_head": 4, "n_embd": 256}, 16, 3),
     "gpt-15m": ("gpt", {"vocab": 256, "block": 256, "n_layer": 8, "n_head": 6, "n_embd": 384}, 8, 3),
     "gpt2-small": ("gpt", {**models.PRESETS["gpt2-small"][1], "block": 64}, 1, 1),
+    # the issue's own GPU row: GPT-2 small's shape at block 512, batch 8 (a GPU's; the CPU takes block 64)
+    "gpt2-small-512": ("gpt", {**models.PRESETS["gpt2-small"][1], "block": 512}, 8, 2),
 }
 PRECISIONS = ("float32", "float64", "det64", "replay")
 
@@ -278,22 +280,35 @@ def one_step_setup(arch: str, cfg: dict, batch_size: int, device: str, precision
     batch = {k: v.to(device) for k, v in Batches(arch, cfg, batch_size, 0)(0).items()}
     if precision == "det64_eager":  # CUDA: det64 recording without graphs (replay/training/graphs.py)
         return lambda: _without_graphs(lambda: train_step(model, state, batch, opt, "det64", Rounder("record")))
-    if precision not in ("replay", "replay_eager"):
+    if precision == "det64_torch":  # CUDA: through graphs, without the Triton kernels (replay/training/kernels.py)
+        return lambda: _with_env(
+            {"REPLAY_TRITON": "0"}, lambda: train_step(model, state, batch, opt, "det64", Rounder("record"))
+        )
+    if precision not in ("replay", "replay_eager", "replay_torch"):
         return lambda: train_step(
             model, state, batch, opt, precision, Rounder("record") if precision == "det64" else None
         )
     rounder = Rounder("record")
     train_step(model, state, batch, opt, "det64", rounder)
     log = encode_log(rounder.entries)
-    run = lambda: train_step(model, state, batch, opt, "det64", Rounder("replay", entries=decode_log(log)))
+    # decoded under the caps `verify` derives from a step's outputs (a large step logs over 2^20 entries)
+    cap = limits.log_caps(arch, cfg, models.batch_spec(arch, cfg, batch_size))[1]
+    run = lambda: train_step(model, state, batch, opt, "det64", Rounder("replay", entries=decode_log(log, cap)))
+    if precision == "replay_torch":
+        return lambda: _with_env({"REPLAY_TRITON": "0"}, run)
     return run if precision == "replay" else lambda: _without_graphs(run)  # replay_eager: deferred, per point
 
 
 def _without_graphs(run):
     """run() with CUDA graphs and the static replay layout off: the eager, per-point path."""
-    names = ("REPLAY_CUDA_GRAPHS", "REPLAY_STATIC")
+    return _with_env(dict.fromkeys(("REPLAY_CUDA_GRAPHS", "REPLAY_STATIC"), "0"), run)
+
+
+def _with_env(values: dict, run):
+    """run() with these environment variables set, restored after."""
+    names = tuple(values)
     before = {n: os.environ.get(n) for n in names}
-    os.environ.update(dict.fromkeys(names, "0"))
+    os.environ.update(values)
     try:
         return run()
     finally:
@@ -372,7 +387,10 @@ def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
     arch, cfg, batch_size, reps = SCALE_ROWS[row]
     cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
     out = {"row": row, "params": models.param_count(arch, cfg), "batch": batch_size, "config": cfg}
-    precisions = PRECISIONS + (("det64_eager", "replay_eager") if device == "cuda" else ())
+    precisions = PRECISIONS + (
+        ("det64_eager", "replay_eager", "det64_torch", "replay_torch") if device == "cuda" else ()
+    )
+    graphs.KEEP = max(graphs.KEEP, 4)  # det64 and replay, with and without the Triton kernels: four captures
     runs = {p: one_step_setup(arch, cfg, batch_size, device, p) for p in precisions}
     for p in precisions:  # warm-up: a replay learns its layout in the first step, captures its graph in the second
         runs[p]()
@@ -391,6 +409,8 @@ def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
     if "det64_eager" in t:
         out["eager_over_float32"] = t["det64_eager"] / t["float32"]
         out["replay_eager_over_float32"] = t["replay_eager"] / t["float32"]
+        out["det64_torch_over_float32"] = t["det64_torch"] / t["float32"]
+        out["replay_torch_over_float32"] = t["replay_torch"] / t["float32"]
     out["det64_over_float32"], out["det64_over_float64"] = t["det64"] / t["float32"], t["det64"] / t["float64"]
     out["replay_over_float32"], out["replay_over_float64"] = t["replay"] / t["float32"], t["replay"] / t["float64"]
     rounder = Rounder("record")
@@ -407,6 +427,8 @@ def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
         out["ops_det64"], out["syncs_det64"] = per_step_counts(arch, cfg, batch_size, device, "det64")
         out["ops_replay"], out["syncs_replay"] = per_step_counts(arch, cfg, batch_size, device, "replay")
     for p in precisions:
+        if p.endswith("_torch"):  # timed only: the kernels change a step's time, not what it holds
+            continue
         if device != "cpu":  # the CUDA allocator counts a step's own peak in-process: no fresh process needed
             out[f"peak_{p}_bytes"] = cuda_step_peak(arch, cfg, batch_size, device, p)
             continue
@@ -443,7 +465,7 @@ def scale_table(rows: list[str], device: str, threads: int, as_json: bool) -> No
         )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
-        r = scale_row(row, device, threads, counts=row != "gpt2-small")
+        r = scale_row(row, device, threads, counts=not row.startswith("gpt2-small"))
         results.append(r)
         print(json.dumps(r), file=sys.stderr, flush=True)  # each row as it ends: a run cut short keeps them
         if not as_json:
@@ -467,7 +489,7 @@ def scale_table(rows: list[str], device: str, threads: int, as_json: bool) -> No
         print(f"\n{header}")
 
 
-def profile_rows(rows: list[str], device: str, top: int = 12) -> None:
+def profile_rows(rows: list[str], device: str, top: int = int(os.environ.get("PROFILE_TOP", 12))) -> None:
     """Where a step's time goes on a GPU: per precision, one warm step's wall time, its kernels' count
     and summed device time, and the kernels that take most of it."""
     from torch.profiler import ProfilerActivity, profile
@@ -475,7 +497,7 @@ def profile_rows(rows: list[str], device: str, top: int = 12) -> None:
     for row in rows:
         arch, cfg, batch_size, _ = SCALE_ROWS[row]
         cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
-        for p in ("float32", "float64", "det64_eager", "det64", "replay_eager", "replay"):
+        for p in os.environ.get("PROFILE_PRECISIONS", "float32 float64 det64_eager det64 replay_eager replay").split():
             run = one_step_setup(arch, cfg, batch_size, device, p)
             run()
             run()

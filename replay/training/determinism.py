@@ -69,7 +69,7 @@ from dataclasses import dataclass
 
 import torch
 
-from replay.training import native
+from replay.training import kernels, native
 
 U = 2.0**-53  # unit roundoff of float64
 EXP_ERR = 4 * U  # relative error bound of exp/log: 2 ulps
@@ -341,6 +341,8 @@ class Bound:
             data-dependent shapes; None when `window` is itself the exact bound (a full bound).
     dense(): optionally, the exact bound at every output as one tensor, for a point too crowded for
             its slots (`Rounder.dense`): a product's |A| @ |B|, one more product of the same shape.
+    pick(v, k): optionally, the device path's candidate search in one kernel (kernels.py): (float32(v)
+            as float64, k slots' flat indices, values, bounds or None, candidate flags), or None.
     steers: whether the rounded value feeds the training state. The loss does not (its gradient is
             formed from the softmax, not from it): a logged choice there cannot steer training,
             and a loss near 0 under cancellation (an honest one: tests/replay/protocol/test_trajectory.py)
@@ -359,6 +361,7 @@ class Bound:
     window: object = None
     exact: object = None
     dense: object = None
+    pick: object = None
     steers: bool = True  # False where the value never feeds training (the loss): no REL_WINDOW rule
     scale: object = None  # a floor under the point's scale for REL_WINDOW (a 0-d tensor), or None
 
@@ -438,9 +441,18 @@ def full_bound(err, shape, steers: bool = True, scale=None) -> Bound:
         coarse=e,
         fused=lambda v: native.round_full(v, e(), SAFETY, WIDE) if native.library() else None,
         window=e,
+        pick=lambda v, k: _pick_full(v, e, k),
         steers=steers,
         scale=scale,
     )
+
+
+def _pick_full(v: torch.Tensor, bound, k: int):
+    """`Bound.pick` of a full bound (a tensor of the output's own shape), or None."""
+    if not kernels.usable(v):
+        return None
+    e = bound()
+    return kernels.pick_full(v, e, SAFETY, k) if isinstance(e, torch.Tensor) and e.shape == v.shape else None
 
 
 def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, bias_rows: bool = False) -> Bound:
@@ -524,8 +536,20 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
             w = w + (babs.view(-1, 1) if bias_rows else babs) * SAFETY
         return w
 
-    def exact_fixed(idx):  # the exact bound at a fixed number of indices: gathers only, no host sync;
-        return in_chunks(exact_gathered, idx, k)  # in chunks of host-known size: bounded memory
+    def exact_fixed(idx, valid=None):  # the exact bound at a fixed number of indices, no host sync: at the
+        # `valid` ones alone in one kernel (0 elsewhere), or gathers in chunks of host-known size
+        if kernels.usable(idx, a, b):
+            fast = kernels.dot_exact(a, b, g, babs, bias_rows, out_shape, idx, valid)
+            if fast is not None:
+                return fast
+        return in_chunks(exact_gathered, idx, k)
+
+    def pick(v, slots):  # `window` and the candidate search in one kernel
+        if not kernels.usable(v, a, b):
+            return None
+        nb = torch.linalg.vector_norm(b, dim=-2)
+        bias_w = babs * SAFETY if babs is not None and babs.numel() else None
+        return kernels.pick_dot(v, norm_a() * (g * SAFETY), nb, bias_w, bias_rows, slots)
 
     def exact_gathered(idx):
         ba, bb, i, j = coords(idx)
@@ -545,7 +569,9 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
             e = e + (babs.view(-1, 1) if bias_rows else babs)
         return e
 
-    return Bound(math.inf, at, coarse=coarse, cheap=cheap, fused=fused, window=window, exact=exact_fixed, dense=dense)
+    return Bound(
+        math.inf, at, coarse=coarse, cheap=cheap, fused=fused, window=window, exact=exact_fixed, dense=dense, pick=pick
+    )
 
 
 # --------------------------------------------------------------------------- the log codec
@@ -849,14 +875,21 @@ class Rounder:
         window = bound.window if bound.window is not None else bound.coarse
         if window is None:
             window = bound.max
+        if not callable(window) and not isinstance(window, torch.Tensor) and not window > 0:
+            return v.float().double()
+        n = v.numel()
+        k = n if key in self.dense else slots(n)
+        fast = bound.pick(v, k) if k < n and bound.pick is not None else None
+        if fast is not None:  # the window, the search and the rounding in one kernel
+            r, idx, x, e, cand = fast
+            if e is None:
+                e = bound.exact(idx, cand)
+            self._pending.append((key, idx, x, e, cand, True))
+            return r
         if callable(window):
             window = window()
         full = isinstance(window, torch.Tensor) and window.shape == v.shape
-        if not isinstance(window, torch.Tensor) and not window > 0:
-            return v.float().double()
         r = _round(v)
-        n = v.numel()
-        k = n if key in self.dense else slots(n)
         if k == n:
             idx, cand, x = _arange(n, v.device), _ones(n, v.device), _flat(v)
         else:
@@ -867,7 +900,7 @@ class Rounder:
         if k == n and bound.exact is not None and bound.dense is not None and n > SMALL_POINT:
             e = _flat(bound.dense())  # a crowded product: one product of magnitudes, not n gathered sums
         elif bound.exact is not None:
-            e = bound.exact(idx)
+            e = bound.exact(idx, cand)
         elif full:
             e = _flat(window) if k == n else torch.take(window, idx)
         else:
@@ -1088,7 +1121,7 @@ class Rounder:
         if k == n > SMALL_POINT and bound.exact is not None and bound.dense is not None:
             e = torch.take(bound.dense(), idx)  # a crowded product: one product of magnitudes, not n gathered sums
         else:
-            e = bound.exact(idx) if bound.exact is not None else bound.at(idx)
+            e = bound.exact(idx, valid) if bound.exact is not None else bound.at(idx)
         e = e.to(x.dtype) * DECODE
         scale = max_abs(v.detach())
         if bound.scale is not None:

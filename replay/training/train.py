@@ -146,6 +146,78 @@ def _fused_update(kind: str, hp: dict, lr: float, t: int, p32, g, bufs32: dict):
     return out and (out[0], {"m": out[1], "v": out[2]})
 
 
+GROUP_BYTES = 64 << 20  # float64 bytes of parameters one multi-tensor update takes at once
+
+
+def _groups(names: list, params: dict) -> list:
+    """The parameters in runs of at most GROUP_BYTES (float64), in order: a step's extra memory for its
+    update is a group's temporaries, not every parameter's at once."""
+    groups, run, size = [], [], 0
+    for name in names:
+        n = params[name].numel() * 8
+        if run and size + n > GROUP_BYTES:
+            groups.append(run)
+            run, size = [], 0
+        run.append(name)
+        size += n
+    return [*groups, run] if run else groups
+
+
+def _widened(tensors: list) -> list:
+    """float64 copies of float32 tensors (exact), in one multi-tensor copy where the device has one."""
+    out = [torch.empty(t.shape, dtype=torch.float64, device=t.device) for t in tensors]
+    torch._foreach_copy_(out, tensors)
+    return out
+
+
+def _narrowed(tensors: list) -> list:
+    """float32 of float64 tensors (round to nearest even, as `converted`)."""
+    out = [torch.empty(t.shape, dtype=torch.float32, device=t.device) for t in tensors]
+    torch._foreach_copy_(out, tensors)
+    return out
+
+
+def _sgd_foreach(hp: dict, lr: float, p: list, g: list, bufs32: dict) -> tuple:
+    """`_sgd` (own) over a group of parameters, each operation one multi-tensor kernel for the group
+    (a GPU launches ~5 per step's group, not ~8 per parameter): the same operations in the same
+    order, one IEEE rounding each, hence the same bits. Returns (params, {buffer: list}) float32."""
+    if hp.get("weight_decay", 0.0):
+        g = torch._foreach_add(g, torch._foreach_mul(p, hp["weight_decay"]))
+    b = _widened(bufs32["momentum"])
+    torch._foreach_mul_(b, hp["momentum"])
+    torch._foreach_add_(b, g)
+    mom = _narrowed(b)
+    torch._foreach_copy_(b, mom)
+    torch._foreach_mul_(b, lr)
+    return _narrowed(torch._foreach_sub(p, b)), {"momentum": mom}
+
+
+def _adamw_foreach(hp: dict, lr: float, t: int, p: list, g: list, bufs32: dict) -> tuple:
+    """`_adamw` (own) over a group of parameters, as `_sgd_foreach`."""
+    b1, b2 = hp["betas"]
+    m, v = _widened(bufs32["m"]), _widened(bufs32["v"])
+    torch._foreach_mul_(m, b1)
+    torch._foreach_add_(m, torch._foreach_mul(g, 1.0 - b1))
+    m32 = _narrowed(m)
+    gg = torch._foreach_mul(g, g)
+    torch._foreach_mul_(gg, 1.0 - b2)
+    torch._foreach_mul_(v, b2)
+    torch._foreach_add_(v, gg)
+    v32 = _narrowed(v)
+    del gg
+    c1, c2 = 1.0 / (1.0 - ipow(b1, t + 1)), 1.0 / (1.0 - ipow(b2, t + 1))
+    torch._foreach_copy_(m, m32)
+    torch._foreach_mul_(m, c1)
+    torch._foreach_copy_(v, v32)
+    torch._foreach_mul_(v, c2)
+    torch._foreach_sqrt_(v)
+    torch._foreach_add_(v, hp["eps"])
+    torch._foreach_div_(m, v)
+    torch._foreach_add_(m, torch._foreach_mul(p, hp.get("weight_decay", 0.0)))
+    torch._foreach_mul_(m, lr)
+    return _narrowed(torch._foreach_sub(p, m)), {"m": m32, "v": v32}
+
+
 DENSE_RETRIES = 2  # steps redone with more points dense before the reference path
 _DENSE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> keys of its dense points
 
@@ -206,17 +278,13 @@ def _train_step(model, state: State, batch: dict, optimizer: dict, precision: st
     kind, lr = optimizer["kind"], lr_at(optimizer["lr"], t)
     new_p, new_b = {}, {b: {} for b in state.buffers}
     with torch.no_grad():
+        names = list(params)
+        if precision == "det64" and _multi_tensor(state, names):
+            _update_groups(kind, optimizer, lr, t, names, params, grads, state, new_p, new_b, rounder)
         for i, name in enumerate(list(params)):
             p, g = params.pop(name), grads[i]
             grads[i] = None
-
-            def note(what: str, r: torch.Tensor, name=name) -> torch.Tensor:
-                """An update's rounding to float32: exact arithmetic on identical inputs, never logged, traced."""
-                if rounder is not None:
-                    key = rounder.op(f"update.{what}:{name}") * SLOTS
-                    if rounder.trace is not None:
-                        rounder.trace.append((key, rounder.name(key), r.clone()))
-                return r
+            note = _noter(rounder, name)
 
             bufs32 = {b: state.buffers[b][name] for b in state.buffers}
             fused = (
@@ -241,3 +309,44 @@ def _train_step(model, state: State, batch: dict, optimizer: dict, precision: st
         rounder.finish()
         static_log.learnt(model, rounder)
     return State(t + 1, new_p, new_b), float(loss.detach())
+
+
+def _noter(rounder: Rounder | None, name: str):
+    def note(what: str, r: torch.Tensor) -> torch.Tensor:
+        """An update's rounding to float32: exact arithmetic on identical inputs, never logged, traced."""
+        if rounder is not None:
+            key = rounder.op(f"update.{what}:{name}") * SLOTS
+            if rounder.trace is not None:
+                rounder.trace.append((key, rounder.name(key), r.clone()))
+        return r
+
+    return note
+
+
+def _multi_tensor(state: State, names: list) -> bool:
+    """det64's update as multi-tensor kernels: where the native loop does not run it (a GPU, or
+    REPLAY_NATIVE=0), and each parameter's state lives on one device."""
+    p = state.params[names[0]] if names else None
+    return p is not None and (p.device.type != "cpu" or native.library() is None)
+
+
+def _update_groups(kind, hp, lr, t, names, params, grads, state, new_p, new_b, rounder) -> None:
+    """The update of every parameter, a group at a time (`_groups`); each parameter's float64 copy and
+    gradient go with its group. Traced per parameter in the order the per-parameter loop traces."""
+    order = {name: i for i, name in enumerate(names)}
+    for group in _groups(names, params):
+        p = [params.pop(name) for name in group]
+        g = [grads[order[name]] for name in group]
+        for name in group:
+            grads[order[name]] = None
+        bufs32 = {b: [state.buffers[b][name] for name in group] for b in state.buffers}
+        if kind == "sgd":
+            ps, bufs = _sgd_foreach(hp, lr, p, g, bufs32)
+        else:
+            ps, bufs = _adamw_foreach(hp, lr, t, p, g, bufs32)
+        del p, g
+        for i, name in enumerate(group):
+            note = _noter(rounder, name)
+            for b in OPTIMIZERS[kind]:
+                new_b[b][name] = note(b, bufs[b][i])
+            new_p[name] = note("param", ps[i])

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # Triton reads this when it is imported (on first use, replay/training/kernels.py): the suite runs
+    # the device path's kernels through Triton's interpreter (test_kernels.py) where there is no GPU
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .helpers import record
 
