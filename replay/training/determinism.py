@@ -888,6 +888,8 @@ class Rounder:
             return r
         if callable(window):
             window = window()
+            if not isinstance(window, torch.Tensor) and not window > 0:
+                return v.float().double()
         full = isinstance(window, torch.Tensor) and window.shape == v.shape
         r = _round(v)
         if k == n:

@@ -34,6 +34,7 @@ suite tests them without a GPU (tests/replay/training/test_kernels.py; tests/con
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import warnings
@@ -65,10 +66,13 @@ def usable(*tensors: torch.Tensor) -> bool:
 
 
 def _launch(kernel: int, grid: tuple, *args, **kwargs) -> bool:
-    """Run one of the kernels; False (with a warning, once) where Triton fails to build or launch it:
-    the caller then takes the torch path, which gives the same values."""
+    """Run one of the kernels on its first argument's device (Triton launches on the current one: a
+    verifier may run on cuda:1 while cuda:0 is current); False (with a warning, once) where Triton
+    fails to build or launch it: the caller then takes the torch path, which gives the same values."""
+    device = args[0].device
     try:
-        _jit()[kernel][grid](*args, **kwargs)
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            _jit()[kernel][grid](*args, **kwargs)
     except Exception as exc:  # any failure of the compiler or the driver: the torch path is always right
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             raise  # inside a graph's capture: graphs.py falls back to the eager step
@@ -156,8 +160,8 @@ def _define():
         hi = (x + w).to(tl.float32).to(tl.int32, bitcast=True)
         flag = positive & (lo != hi)
         f = flag.to(tl.int32)
-        base = tl.atomic_add(count_ptr, tl.sum(f, 0))
-        at = base + tl.cumsum(f, 0) - 1
+        base = tl.atomic_add(count_ptr, tl.sum(f, 0).to(tl.int64))  # int64: no count or slot wraps
+        at = base + tl.cumsum(f, 0).to(tl.int64) - 1
         keep = flag & (at < k)
         tl.store(idx_ptr + at, offs, mask=keep)
         tl.store(x_ptr + at, x, mask=keep)
@@ -209,7 +213,7 @@ def _define():
         acc = tl.zeros((SLOTS,), dtype=tl.float64)
         end = tl.max(valid.to(tl.int32), 0) * terms  # a block without candidates reads nothing
         for k0 in range(0, end, TERMS):
-            kk = k0 + tl.arange(0, TERMS)
+            kk = (k0 + tl.arange(0, TERMS)).to(tl.int64)  # times a stride: past 2^31 at a vocabulary's width
             m = valid[:, None] & (kk < terms)[None, :]
             av = tl.load(a_ptr + a_row[:, None] + kk[None, :] * sak, mask=m, other=0.0)
             bv = tl.load(b_ptr + b_col[:, None] + kk[None, :] * sbk, mask=m, other=0.0)
@@ -232,6 +236,8 @@ def pick_full(v: torch.Tensor, window: torch.Tensor, safety: float, k: int):
     midpoint; every such output has one while there are at most k."""
     if not (v.is_contiguous() and window.is_contiguous() and window.dtype == v.dtype == torch.float64):
         return None
+    if not _import():
+        return None
     return _pick(v, window, None, None, None, False, safety, k)
 
 
@@ -240,7 +246,7 @@ def pick_dot(v: torch.Tensor, na: torch.Tensor, nb: torch.Tensor, bias, bias_row
     bias_i with bias_rows), na (..., M) and nb (..., N) given with SAFETY in them; no bound slot."""
     rows, cols = v.shape[-2], v.shape[-1]
     batch = v.numel() // max(rows * cols, 1)
-    if not v.is_contiguous() or v.dtype != torch.float64:
+    if not v.is_contiguous() or v.dtype != torch.float64 or not _import():
         return None
     na = na.expand(v.shape[:-1]).reshape(-1)
     nb = nb.expand(v.shape[:-2] + (cols,)).reshape(-1)
@@ -254,7 +260,7 @@ def _pick(v, window, na, nb, bias, bias_rows, safety, k, rows=1, cols=1):
     r = torch.empty(v.shape, dtype=torch.float64, device=dev)
     words = torch.zeros(2 * k + 1, dtype=torch.int64, device=dev)  # slots start as zeros: not candidates
     idx, x = words[:k], words[k : 2 * k].view(torch.float64)
-    count = words[2 * k :].view(torch.int32)[:1]
+    count = words[2 * k :]
     cand = torch.zeros(k, dtype=torch.uint8, device=dev)
     e = torch.zeros(k, dtype=torch.float64, device=dev) if window is not None else None
     dot = window is None
@@ -301,7 +307,7 @@ def dot_exact(a, b, g: float, bias, bias_rows: bool, out_shape: tuple, idx: torc
     """g sum_k |A_ik B_kj| (+ |bias|, given scaled) at flat output indices idx of C = A @ B (batch dims
     broadcast to out_shape's); 0 where `valid` (uint8 or bool per slot) is false. None where the
     kernel does not take the operands."""
-    if a.dtype != torch.float64 or b.dtype != torch.float64 or idx.numel() == 0 or not g > 0:
+    if a.dtype != torch.float64 or b.dtype != torch.float64 or idx.numel() == 0 or not g > 0 or not _import():
         return None
     batch = tuple(out_shape[:-2])
     pa, pb = _batch2(a, batch), _batch2(b, batch)
