@@ -47,7 +47,8 @@ PACKAGES = tuple(MAY_IMPORT)
 PURE_DEPENDENCIES: dict[str, set[str]] = {
     "tlog": {"nacl", "rfc8785", "orjson"},
     "rules": {"rfc8785"},  # a dependency of tlog, so a bare copy of tlog/ + rules/ has it
-    "replay": {"torch", "numpy", "safetensors", "nacl", "tqdm"},  # tqdm: the prover's progress bar
+    # tqdm: the prover's progress bar; triton: the GPU's kernels, optional (imported on a GPU's first use)
+    "replay": {"torch", "numpy", "safetensors", "nacl", "tqdm", "triton"},
 }
 PINNED = {"nacl": "PyNaCl", "rfc8785": "rfc8785", "orjson": "orjson"}  # import name -> distribution
 
@@ -292,7 +293,7 @@ def test_the_docs_table_is_this_table():
         assert named & set(present) == MAY_IMPORT[package] & set(present), package
         if package in PURE_DEPENDENCIES:
             words = set(re.findall(r"(?<![`\w])(\w+)(?![`\w])", re.sub(r"`[^`]*`", "", cell)))
-            known = {"nacl", "rfc8785", "orjson", "torch", "numpy", "safetensors", "tqdm"}
+            known = {"nacl", "rfc8785", "orjson", "torch", "numpy", "safetensors", "tqdm", "triton"}
             assert words & known == PURE_DEPENDENCIES[package], package
 
 
