@@ -1119,31 +1119,22 @@ class Rounder:
         off, k, n = self.static.points[key]
         s = self._slots
         idx, code, wide, valid, has, src = (t[off : off + k] for t in (s.idx, s.code, s.wide, s.valid, s.has, s.src))
-        x = torch.take(v, idx)
         if k == n > SMALL_POINT and bound.exact is not None and bound.dense is not None:
             e = torch.take(bound.dense(), idx)  # a crowded product: one product of magnitudes, not n gathered sums
         else:
             e = bound.exact(idx, valid) if bound.exact is not None else bound.at(idx)
-        e = e.to(x.dtype) * DECODE
+        e = e.to(v.dtype)
         scale = max_abs(v.detach())
         if bound.scale is not None:
             scale = torch.maximum(scale, bound.scale.to(scale.dtype))
-        window_ok = e <= scale * REL_WINDOW if bound.steers else e == e  # also NaN; a zero scale: zero windows
-        used = window_ok & (e > 0.0) & valid
+        vals, bad, ratio = _static_decisions(v, idx, e, code, wide, valid, scale, bound.steers)
         if bound.steers:
-            self._ratios.append(torch.where(used, e / scale, 0.0).max())
-        w = torch.where(window_ok, e, 0.0)
-        lo, hi = ordinal((x - w).float()), ordinal((x + w).float())
-        narrow = torch.where((lo & 1) == code, lo, hi)
-        prover = torch.where(code >= 0, code, -1 - (code & 0x7FFFFFFF))
-        o = torch.where(wide, prover, narrow)
-        ok = used & torch.where(wide, (lo <= prover) & (prover <= hi), (hi - lo <= 1) & ((narrow & 1) == code))
-        self._bad.append((key, (valid & ~ok).any()))
+            self._ratios.append(ratio.max())
+        self._bad.append((key, bad.any()))
         flat = r.view(-1)
         # padding repeats the point's first entry and writes that entry's value (taken from its slot), or,
         # at a point without entries, its own rounding: every write to one output carries the same bits
-        vals = torch.take(from_ordinal(o).to(r.dtype), src)
-        flat.index_copy_(0, idx, torch.where(has, vals, torch.take(flat, idx)))
+        flat.index_copy_(0, idx, torch.where(has, torch.take(vals.to(r.dtype), src), torch.take(flat, idx)))
         return r
 
     def _settle(self) -> None:
@@ -1191,6 +1182,57 @@ class Rounder:
             self._entries = {}  # a settled static step applied every entry (fill checked each has its point)
         if self.mode == "replay" and self._entries and not self.lenient:
             raise LogMismatch(f"rounding log names rounding point {min(self._entries)}, which the step never reached")
+
+
+def _static_decisions_torch(x, e, code, wide, valid, scale, steers: bool):
+    """A static replay point's decisions with torch ops (the reference): per slot the value its entry
+    chooses (float64 of a float32), whether a real entry does not fit, and its window / scale where
+    applied (else 0). x: the point's values at the slots, e: their bounds (before DECODE)."""
+    e = e * DECODE
+    window_ok = e <= scale * REL_WINDOW if steers else e == e  # also NaN; a zero scale: zero windows
+    used = window_ok & (e > 0.0) & valid
+    ratio = torch.where(used, e / scale, 0.0)
+    w = torch.where(window_ok, e, 0.0)
+    lo, hi = ordinal((x - w).float()), ordinal((x + w).float())
+    narrow = torch.where((lo & 1) == code, lo, hi)
+    prover = torch.where(code >= 0, code, -1 - (code & 0x7FFFFFFF))
+    o = torch.where(wide, prover, narrow)
+    ok = used & torch.where(wide, (lo <= prover) & (prover <= hi), (hi - lo <= 1) & ((narrow & 1) == code))
+    return from_ordinal(o).double(), valid & ~ok, ratio
+
+
+_APPLY_CHECKED: dict = {}  # device -> did the kernel agree with the torch ops on its first point
+
+
+def _static_decisions(v, idx, e, code, wide, valid, scale, steers: bool):
+    """`_static_decisions_torch`, in one kernel where it runs (kernels.apply_slots). The first time on a
+    device (outside a graph's capture) both run and must agree bit for bit on every slot that is read
+    (a real entry's value, every refusal flag, every ratio); else the kernel is off there, with a warning."""
+    device = v.device
+    checked = _APPLY_CHECKED.get(device)
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    fast = None
+    if checked is not False and kernels.usable(v) and not (checked is None and capturing):
+        fast = kernels.apply_slots(v, idx, e, code, wide, valid, scale, steers, DECODE, REL_WINDOW)
+    if fast is None:
+        return _static_decisions_torch(torch.take(v, idx), e, code, wide, valid, scale, steers)
+    vals, bad, ratio = fast
+    if checked is None:
+        ref_vals, ref_bad, ref_ratio = _static_decisions_torch(torch.take(v, idx), e, code, wide, valid, scale, steers)
+        agree = (
+            torch.equal(
+                torch.where(valid, vals, 0.0).view(torch.int64), torch.where(valid, ref_vals, 0.0).view(torch.int64)
+            )
+            and torch.equal(bad.bool(), ref_bad)
+            and torch.equal(ratio, ref_ratio)
+        )
+        _APPLY_CHECKED[device] = agree
+        if not agree:
+            import warnings
+
+            warnings.warn("the static replay's kernel disagreed with the torch ops: using the torch ops", stacklevel=2)
+            return ref_vals, ref_bad, ref_ratio
+    return vals, bad.bool(), ratio
 
 
 def _round(v: torch.Tensor) -> torch.Tensor:

@@ -226,7 +226,54 @@ def _define():
                 e = e + tl.load(bias_ptr + j, mask=valid, other=0.0)
         tl.store(out_ptr + s, tl.where(valid, e, 0.0), mask=inside)
 
-    return _pick_kernel, _dot_exact_kernel
+    @triton.jit
+    def _apply_kernel(
+        v_ptr,
+        idx_ptr,
+        e_ptr,
+        code_ptr,
+        wide_ptr,
+        valid_ptr,
+        scale_ptr,
+        vals_ptr,
+        bad_ptr,
+        ratio_ptr,
+        slots,
+        decode_bits,
+        rel_bits,
+        STEERS: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
+        s = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        inside = s < slots
+        x = tl.load(v_ptr + tl.load(idx_ptr + s, mask=inside, other=0), mask=inside, other=0.0)
+        e = tl.load(e_ptr + s, mask=inside, other=0.0) * decode_bits.to(tl.float64, bitcast=True)
+        scale = tl.load(scale_ptr)
+        if STEERS:
+            window_ok = e <= scale * rel_bits.to(tl.float64, bitcast=True)
+        else:
+            window_ok = e == e
+        valid = tl.load(valid_ptr + s, mask=inside, other=0) != 0
+        used = window_ok & (e > 0.0) & valid
+        ratio = tl.where(used, e / tl.where(used, scale, 1.0), 0.0)  # (no 0 / 0 where unused)
+        w = tl.where(window_ok, e, 0.0)
+        lo = (x - w).to(tl.float32).to(tl.int32, bitcast=True).to(tl.int64)  # `determinism.ordinal`, inline
+        lo = tl.where(lo >= 0, lo, -1 - (lo & 0x7FFFFFFF))
+        hi = (x + w).to(tl.float32).to(tl.int32, bitcast=True).to(tl.int64)
+        hi = tl.where(hi >= 0, hi, -1 - (hi & 0x7FFFFFFF))
+        code = tl.load(code_ptr + s, mask=inside, other=0)
+        wide = tl.load(wide_ptr + s, mask=inside, other=0) != 0
+        narrow = tl.where((lo & 1) == code, lo, hi)
+        prover = tl.where(code >= 0, code, -1 - (code & 0x7FFFFFFF))
+        o = tl.where(wide, prover, narrow)
+        fits = tl.where(wide, (lo <= prover) & (prover <= hi), (hi - lo <= 1) & ((narrow & 1) == code))
+        ok = used & fits
+        bits = tl.where(o >= 0, o, (-1 - o) - 2147483648).to(tl.int32)
+        tl.store(vals_ptr + s, bits.to(tl.float32, bitcast=True).to(tl.float64), mask=inside)
+        tl.store(bad_ptr + s, (valid & ~ok).to(tl.uint8), mask=inside)
+        tl.store(ratio_ptr + s, ratio, mask=inside)
+
+    return _pick_kernel, _dot_exact_kernel, _apply_kernel
 
 
 def pick_full(v: torch.Tensor, window: torch.Tensor, safety: float, k: int):
@@ -348,3 +395,37 @@ def dot_exact(a, b, g: float, bias, bias_rows: bool, out_shape: tuple, idx: torc
         enable_fp_fusion=False,
     )
     return out if ran else None
+
+
+def apply_slots(v, idx, e, code, wide, valid, scale, steers: bool, decode: float, rel_window: float):
+    """A static replay point's decisions (`Rounder._static_decisions`) in one pass over its slots:
+    (each slot's value as float64, whether a real entry does not fit (uint8), its window / scale where
+    applied, else 0), or None where the kernel does not take them."""
+    if v.dtype != torch.float64 or e.dtype != torch.float64 or not v.is_contiguous() or not _import():
+        return None
+    slots, dev = idx.numel(), v.device
+    vals = torch.empty(slots, dtype=torch.float64, device=dev)
+    bad = torch.empty(slots, dtype=torch.uint8, device=dev)
+    ratio = torch.empty(slots, dtype=torch.float64, device=dev)
+    block = INTERPRETED_SLOTS if interpreting() else PICK_BLOCK
+    ran = _launch(
+        2,
+        (triton.cdiv(slots, block),),
+        v,
+        idx,
+        e,
+        code,
+        wide.view(torch.uint8),
+        valid.view(torch.uint8),
+        scale,
+        vals,
+        bad,
+        ratio,
+        slots,
+        _bits(decode),
+        _bits(rel_window),
+        STEERS=steers,
+        BLOCK=block,
+        enable_fp_fusion=False,
+    )
+    return (vals, bad, ratio) if ran else None

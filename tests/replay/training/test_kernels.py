@@ -188,7 +188,8 @@ def test_a_recording_through_the_kernels_equals_the_torch_path_and_replays(devic
     path's; the log replays (static replay, the kernels' masked exact bounds) to the same state."""
     monkeypatch.setenv("REPLAY_STATIC", "1")
     calls = []
-    for name in ("_pick", "dot_exact"):
+    monkeypatch.setattr(det, "_APPLY_CHECKED", {})
+    for name in ("_pick", "dot_exact", "apply_slots"):
         real = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
     fast, fast_logs = _run(arch, 4, 3, True, monkeypatch, device)
@@ -200,7 +201,8 @@ def test_a_recording_through_the_kernels_equals_the_torch_path_and_replays(devic
     assert not calls, "control: REPLAY_TRITON=0 runs the torch path"
     again, _ = _run(arch, 4, 3, True, monkeypatch, device, replay_logs=fast_logs)
     assert again.equal(fast)
-    assert "dot_exact" in calls, "control: the static replay's exact bounds through the kernel"
+    assert {"dot_exact", "apply_slots"} <= set(calls), "control: the static replay through the kernels"
+    assert {device: True} == det._APPLY_CHECKED, "the apply kernel's first point agreed with the torch ops"
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adamw"])
@@ -262,3 +264,69 @@ def test_a_kernel_that_fails_to_build_leaves_the_torch_path(device, monkeypatch)
     with pytest.warns(UserWarning, match="Triton kernel failed"):
         assert kernels.pick_full(v, v.abs() * 2.0**-40, det.SAFETY, 100) is None
     assert not kernels.usable(v)
+
+
+def _crafted_slots(seed: int, slots: int, device):
+    """A static replay point's slots as a crafted log could fill them: values near midpoints, bounds
+    zero, NaN, too wide or honest, narrow parities and wide codes in and out of their windows, and
+    padding (not valid)."""
+    g = torch.Generator().manual_seed(seed)
+    v = _near_midpoints((slots + 5,), seed, "cpu")
+    idx = torch.randint(0, v.numel(), (slots,), generator=g)
+    x = v[idx]
+    e = x.abs() * torch.exp2(-torch.randint(20, 60, (slots,), generator=g).double())
+    pick = torch.randint(0, 6, (slots,), generator=g)
+    e = torch.where(pick == 0, 0.0, e)
+    e = torch.where(pick == 1, float("nan"), e)
+    e = torch.where(pick == 2, x.abs() * 0.01 + 1.0, e)  # far wider than 2^-12 of the scale
+    wide = torch.rand(slots, generator=g) < 0.4
+    own = x.float().view(torch.int32).long()
+    shift = torch.randint(-3, 4, (slots,), generator=g)
+    code = torch.where(wide, own + shift, torch.randint(0, 2, (slots,), generator=g))
+    code = torch.where(wide & (torch.rand(slots, generator=g) < 0.1), torch.full_like(code, -(2**31)), code)
+    valid = torch.rand(slots, generator=g) < 0.8
+    return [t.to(device) for t in (v, idx, e, code, wide, valid)]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="Triton's interpreter runs where there is no GPU")
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16), slots=st.integers(1, 300), steers=st.booleans(), zero_scale=st.booleans())
+def test_the_apply_kernel_decides_every_slot_as_the_torch_ops(seed, slots, steers, zero_scale):
+    """`kernels.apply_slots` against `_static_decisions_torch` (what a static replay ran before): the
+    same chosen value at every real entry, bit for bit, the same refusals and the same ratios, over
+    crafted slots (refusable and acceptable, narrow and wide, NaN and zero bounds, zero scales)."""
+    v, idx, e, code, wide, valid = _crafted_slots(seed, slots, "cpu")
+    scale = torch.zeros((), dtype=torch.float64) if zero_scale else det.max_abs(v)
+    got = kernels.apply_slots(v, idx, e, code, wide, valid, scale, steers, det.DECODE, det.REL_WINDOW)
+    want = det._static_decisions_torch(v[idx], e, code, wide, valid, scale, steers)
+    vals, bad, ratio = got
+    assert torch.equal(vals[valid].view(torch.int64), want[0][valid].view(torch.int64))
+    assert torch.equal(bad.bool(), want[1]) and torch.equal(ratio, want[2])
+
+
+def test_an_apply_kernel_that_disagrees_is_turned_off(device, monkeypatch):
+    """The first static point on a device runs the kernel and the torch ops both; a kernel that chose
+    another value (a compiler's surprise) is switched off there, with a warning, and the torch ops' choice
+    is the one used, then and after."""
+    v, idx, e, code, wide, valid = _crafted_slots(5, 200, device)
+    scale = det.max_abs(v)
+    want = det._static_decisions_torch(v[idx], e, code, wide, valid, scale, True)
+    real = kernels.apply_slots
+
+    def wrong(*a, **k):
+        vals, bad, ratio = real(*a, **k)
+        return vals + 1.0, bad, ratio
+
+    monkeypatch.setattr(det, "_APPLY_CHECKED", {})
+    monkeypatch.setattr(kernels, "apply_slots", wrong)
+    with pytest.warns(UserWarning, match="disagreed"):
+        got = det._static_decisions(v, idx, e, code, wide, valid, scale, True)
+    assert {device: False} == det._APPLY_CHECKED and valid.any()
+    assert torch.equal(got[0].view(torch.int64), want[0].view(torch.int64))
+    again = det._static_decisions(v, idx, e, code, wide, valid, scale, True)
+    assert torch.equal(again[0].view(torch.int64), want[0].view(torch.int64)), "off for the process"
+    monkeypatch.setattr(det, "_APPLY_CHECKED", {})
+    monkeypatch.setattr(kernels, "apply_slots", real)
+    fine = det._static_decisions(v, idx, e, code, wide, valid, scale, True)
+    assert {device: True} == det._APPLY_CHECKED, "control: the real kernel agrees"
+    assert torch.equal(fine[0][valid].view(torch.int64), want[0][valid].view(torch.int64))
