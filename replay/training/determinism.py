@@ -65,6 +65,7 @@ import contextlib
 import math
 import struct
 import threading
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -1201,38 +1202,43 @@ def _static_decisions_torch(x, e, code, wide, valid, scale, steers: bool):
     return from_ordinal(o).double(), valid & ~ok, ratio
 
 
-_APPLY_CHECKED: dict = {}  # device -> did the kernel agree with the torch ops on its first point
+_APPLY_CHECKED: set = set()  # kernel variants (kernels.apply_variant) that agreed with the torch ops on real entries
+_APPLY_OFF: set = set()  # devices where the kernel once disagreed: the torch ops there from then on
 
 
 def _static_decisions(v, idx, e, code, wide, valid, scale, steers: bool):
-    """`_static_decisions_torch`, in one kernel where it runs (kernels.apply_slots). The first time on a
-    device (outside a graph's capture) both run and must agree bit for bit on every slot that is read
-    (a real entry's value, every refusal flag, every ratio); else the kernel is off there, with a warning."""
+    """`_static_decisions_torch`, in one kernel where it runs (kernels.apply_slots). Until a variant of
+    the kernel (what Triton compiles apart: device, `steers`, its pointers' alignment, the slot count's
+    divisibility) has agreed with the torch ops on a point with real entries, both run (outside a graph's
+    capture) and must agree bit for bit on every slot that is read (a real entry's value, every refusal
+    flag, every ratio); a disagreement turns the kernel off on that device, with a warning."""
     device = v.device
-    checked = _APPLY_CHECKED.get(device)
+    if device in _APPLY_OFF or not kernels.usable(v):
+        return _static_decisions_torch(torch.take(v, idx), e, code, wide, valid, scale, steers)
+    variant = kernels.apply_variant(v, idx, e, code, wide, valid, scale, steers)
+    checked = variant in _APPLY_CHECKED
     capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     fast = None
-    if checked is not False and kernels.usable(v) and not (checked is None and capturing):
+    if checked or not capturing:
         fast = kernels.apply_slots(v, idx, e, code, wide, valid, scale, steers, DECODE, REL_WINDOW)
     if fast is None:
         return _static_decisions_torch(torch.take(v, idx), e, code, wide, valid, scale, steers)
-    vals, bad, ratio = fast
-    if checked is None:
-        ref_vals, ref_bad, ref_ratio = _static_decisions_torch(torch.take(v, idx), e, code, wide, valid, scale, steers)
-        agree = (
-            torch.equal(
-                torch.where(valid, vals, 0.0).view(torch.int64), torch.where(valid, ref_vals, 0.0).view(torch.int64)
-            )
-            and torch.equal(bad.bool(), ref_bad)
-            and torch.equal(ratio, ref_ratio)
-        )
-        _APPLY_CHECKED[device] = agree
-        if not agree:
-            import warnings
-
-            warnings.warn("the static replay's kernel disagreed with the torch ops: using the torch ops", stacklevel=2)
-            return ref_vals, ref_bad, ref_ratio
-    return vals, bad.bool(), ratio
+    vals, bad, ratio = fast[0], fast[1].bool(), fast[2]
+    if checked:
+        return vals, bad, ratio
+    ref = _static_decisions_torch(torch.take(v, idx), e, code, wide, valid, scale, steers)
+    bits = lambda t: torch.where(valid, t, 0.0).view(torch.int64)  # -0 and NaN payloads compared exactly
+    if not (
+        torch.equal(bits(vals), bits(ref[0]))
+        and torch.equal(bad, ref[1])
+        and torch.equal(ratio.view(torch.int64), ref[2].view(torch.int64))
+    ):
+        _APPLY_OFF.add(device)
+        warnings.warn("the static replay's kernel disagreed with the torch ops: using the torch ops", stacklevel=2)
+        return ref
+    if valid.any():  # a point without real entries compares no decision: not a check
+        _APPLY_CHECKED.add(variant)
+    return ref
 
 
 def _round(v: torch.Tensor) -> torch.Tensor:

@@ -397,13 +397,32 @@ def dot_exact(a, b, g: float, bias, bias_rows: bool, out_shape: tuple, idx: torc
     return out if ran else None
 
 
+def apply_variant(v, idx, e, code, wide, valid, scale, steers: bool) -> tuple:
+    """What Triton compiles `apply_slots` apart for: the device, `steers`, each pointer's 16-byte alignment,
+    and whether the slot count is 1 or a multiple of 16 (its specialisations): a check of one variant
+    says nothing of another."""
+    aligned = tuple(t.data_ptr() % 16 == 0 for t in (v, idx, e, code, wide, valid, scale))
+    slots = idx.numel()
+    return (v.device, steers, aligned, slots == 1, slots % 16 == 0)
+
+
 def apply_slots(v, idx, e, code, wide, valid, scale, steers: bool, decode: float, rel_window: float):
     """A static replay point's decisions (`Rounder._static_decisions`) in one pass over its slots:
     (each slot's value as float64, whether a real entry does not fit (uint8), its window / scale where
     applied, else 0), or None where the kernel does not take them."""
-    if v.dtype != torch.float64 or e.dtype != torch.float64 or not v.is_contiguous() or not _import():
-        return None
     slots, dev = idx.numel(), v.device
+    laid_out = all(t.is_contiguous() and t.numel() == slots and t.device == dev for t in (idx, e, code, wide, valid))
+    typed = (v.dtype, idx.dtype, e.dtype, code.dtype, wide.dtype, valid.dtype, scale.dtype) == (
+        torch.float64,
+        torch.int64,
+        torch.float64,
+        torch.int64,
+        torch.bool,
+        torch.bool,
+        torch.float64,
+    )
+    if not (laid_out and typed and v.is_contiguous() and scale.numel() == 1 and _import()):
+        return None
     vals = torch.empty(slots, dtype=torch.float64, device=dev)
     bad = torch.empty(slots, dtype=torch.uint8, device=dev)
     ratio = torch.empty(slots, dtype=torch.float64, device=dev)

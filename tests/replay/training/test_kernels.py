@@ -188,7 +188,8 @@ def test_a_recording_through_the_kernels_equals_the_torch_path_and_replays(devic
     path's; the log replays (static replay, the kernels' masked exact bounds) to the same state."""
     monkeypatch.setenv("REPLAY_STATIC", "1")
     calls = []
-    monkeypatch.setattr(det, "_APPLY_CHECKED", {})
+    monkeypatch.setattr(det, "_APPLY_CHECKED", set())
+    monkeypatch.setattr(det, "_APPLY_OFF", set())
     for name in ("_pick", "dot_exact", "apply_slots"):
         real = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
@@ -202,7 +203,7 @@ def test_a_recording_through_the_kernels_equals_the_torch_path_and_replays(devic
     again, _ = _run(arch, 4, 3, True, monkeypatch, device, replay_logs=fast_logs)
     assert again.equal(fast)
     assert {"dot_exact", "apply_slots"} <= set(calls), "control: the static replay through the kernels"
-    assert {device: True} == det._APPLY_CHECKED, "the apply kernel's first point agreed with the torch ops"
+    assert det._APPLY_CHECKED and not det._APPLY_OFF, "the apply kernel agreed with the torch ops where it was checked"
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adamw"])
@@ -305,9 +306,10 @@ def test_the_apply_kernel_decides_every_slot_as_the_torch_ops(seed, slots, steer
 
 
 def test_an_apply_kernel_that_disagrees_is_turned_off(device, monkeypatch):
-    """The first static point on a device runs the kernel and the torch ops both; a kernel that chose
-    another value (a compiler's surprise) is switched off there, with a warning, and the torch ops' choice
-    is the one used, then and after."""
+    """Until a kernel variant has agreed with the torch ops on a point with real entries, both run; a
+    kernel that chose another value (a compiler's surprise) is switched off on the device, with a warning,
+    and the torch ops' choice is the one used, then and after. A first point without entries checks
+    nothing: it does not vouch for the kernel."""
     v, idx, e, code, wide, valid = _crafted_slots(5, 200, device)
     scale = det.max_abs(v)
     want = det._static_decisions_torch(v[idx], e, code, wide, valid, scale, True)
@@ -315,18 +317,36 @@ def test_an_apply_kernel_that_disagrees_is_turned_off(device, monkeypatch):
 
     def wrong(*a, **k):
         vals, bad, ratio = real(*a, **k)
-        return vals + 1.0, bad, ratio
+        return torch.nextafter(vals, torch.full_like(vals, float("inf"))), bad, ratio
 
-    monkeypatch.setattr(det, "_APPLY_CHECKED", {})
+    monkeypatch.setattr(det, "_APPLY_CHECKED", set())
+    monkeypatch.setattr(det, "_APPLY_OFF", set())
     monkeypatch.setattr(kernels, "apply_slots", wrong)
+    none = torch.zeros_like(valid)
+    det._static_decisions(v, idx, e, code, wide, none, scale, True)
+    assert not det._APPLY_CHECKED and not det._APPLY_OFF, "a point without entries vouches for nothing"
     with pytest.warns(UserWarning, match="disagreed"):
         got = det._static_decisions(v, idx, e, code, wide, valid, scale, True)
-    assert {device: False} == det._APPLY_CHECKED and valid.any()
+    assert {v.device} == det._APPLY_OFF and valid.any()
     assert torch.equal(got[0].view(torch.int64), want[0].view(torch.int64))
     again = det._static_decisions(v, idx, e, code, wide, valid, scale, True)
     assert torch.equal(again[0].view(torch.int64), want[0].view(torch.int64)), "off for the process"
-    monkeypatch.setattr(det, "_APPLY_CHECKED", {})
+    monkeypatch.setattr(det, "_APPLY_OFF", set())
     monkeypatch.setattr(kernels, "apply_slots", real)
     fine = det._static_decisions(v, idx, e, code, wide, valid, scale, True)
-    assert {device: True} == det._APPLY_CHECKED, "control: the real kernel agrees"
+    assert len(det._APPLY_CHECKED) == 1 and not det._APPLY_OFF, "control: the real kernel agrees"
     assert torch.equal(fine[0][valid].view(torch.int64), want[0][valid].view(torch.int64))
+    odd = det._static_decisions(v, idx[1:], e[1:], code[1:], wide[1:], valid[1:], scale, False)
+    assert len(det._APPLY_CHECKED) == 2, "another variant (steers, alignment) is checked on its own"
+    assert torch.equal(odd[1], det._static_decisions_torch(v[idx[1:]], e[1:], code[1:], wide[1:], valid[1:], scale, False)[1])
+
+
+def test_a_nan_ratio_is_not_a_disagreement(device, monkeypatch):
+    """A point whose values hold a NaN has a NaN scale (its ratios NaN where used): the kernel and the torch
+    ops agree bit for bit, and the check must say so (NaN != NaN as numbers)."""
+    v, idx, e, code, wide, valid = _crafted_slots(9, 64, device)
+    monkeypatch.setattr(det, "_APPLY_CHECKED", set())
+    monkeypatch.setattr(det, "_APPLY_OFF", set())
+    scale = torch.tensor(float("nan"), dtype=torch.float64, device=device)
+    det._static_decisions(v, idx, e, code, wide, valid, scale, False)
+    assert not det._APPLY_OFF and det._APPLY_CHECKED
