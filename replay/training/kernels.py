@@ -1,5 +1,5 @@
 """Triton kernels for det64 on a GPU: a rounding point's candidate search in one pass, its candidates'
-exact bounds in one more (issue 18).
+exact bounds in one more, and a static replay point's decisions in one (issue 18).
 
 Why. Through a CUDA graph a recorded step of the 15M GPT still ran ~11,800 kernels for 69 ms of GPU
 time against float32's 10 ms (bench/RESULTS.md, session 12): at each rounding point torch formed the
@@ -18,6 +18,9 @@ flags (a stream compaction of five kernels), gathered the values, and formed the
 * `dot_exact` forms sum_k |A_ik B_kj| g + |bias| at the candidate slots only: a slot that is not a
   candidate (filler, or a static replay's padding) costs nothing, so a point's bound costs what its
   few candidates cost, not n / 64 gathered dot products.
+* `apply_slots` makes a static replay point's decisions over its log slots (`determinism.
+  _static_decisions_torch` in one pass); `determinism._static_decisions` checks each compiled variant
+  against the torch ops before trusting it (`apply_variant`).
 
 Exactness. A rounding point's value is `float32(v)` whatever finds its candidates, so the step's
 state is unchanged; the candidate test is `straddle_mask`'s own IEEE operations (no fused
@@ -29,7 +32,8 @@ Python float argument to float32).
 Used on CUDA tensors when Triton imports (`REPLAY_TRITON=0` turns it off: the torch path is the
 reference). On the CPU only for the suite (`REPLAY_TRITON=cpu`, in a process started with
 `TRITON_INTERPRET=1`), where Triton's interpreter runs the same kernels in numpy: that is how the
-suite tests them without a GPU (tests/replay/training/test_kernels.py; tests/conftest.py sets it).
+suite tests them without a GPU (tests/replay/training/test_kernels.py; tests/replay/conftest.py sets
+it).
 """
 
 from __future__ import annotations
