@@ -338,7 +338,9 @@ def test_an_apply_kernel_that_disagrees_is_turned_off(device, monkeypatch):
     assert torch.equal(fine[0][valid].view(torch.int64), want[0][valid].view(torch.int64))
     odd = det._static_decisions(v, idx[1:], e[1:], code[1:], wide[1:], valid[1:], scale, False)
     assert len(det._APPLY_CHECKED) == 2, "another variant (steers, alignment) is checked on its own"
-    assert torch.equal(odd[1], det._static_decisions_torch(v[idx[1:]], e[1:], code[1:], wide[1:], valid[1:], scale, False)[1])
+    assert torch.equal(
+        odd[1], det._static_decisions_torch(v[idx[1:]], e[1:], code[1:], wide[1:], valid[1:], scale, False)[1]
+    )
 
 
 def test_a_nan_ratio_is_not_a_disagreement(device, monkeypatch):
