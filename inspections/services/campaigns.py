@@ -152,7 +152,9 @@ def _plan_check(rule_flops, detection_probability, snapshot_rate, period_days, r
 @transaction.atomic
 def campaign_create(*, actor: str = "regulator", **fields) -> Campaign:
     """Put the campaign on the ledger (``campaign.created``) with its first seed's commitment; ``fields`` as
-    ``campaign_clean`` takes them."""
+    ``campaign_clean`` takes them. Its checks run under the ledger's lock: a twin created at the same moment
+    is then committed and seen (the slug refused by name), not a unique violation at the insert."""
+    ledger.ledger_write_lock()
     params = campaign_clean(**fields)
     campaign_targets_check(params)
     starts_on, ends_on = fields["starts_on"], fields.get("ends_on")

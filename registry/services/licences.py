@@ -32,6 +32,7 @@ def export_licence_grant(
 ) -> ExportLicence:
     if not isinstance(licence_id, str) or not LICENCE_ID.fullmatch(licence_id):
         fail("licence_id", "1-64 characters of letters, digits, '.', '_', '/' or '-'")
+    ledger.ledger_write_lock()  # a twin recorded at the same moment is committed before the check: refused by name
     if ExportLicence.objects.filter(licence_id=licence_id).exists():
         fail("licence_id", f"{licence_id!r} is already recorded")
     exporter_org = organisation_by_slug(exporter, "exporter")
