@@ -272,6 +272,7 @@ def witness_register(vkey: str, actor: str) -> Witness:
     if verifier.sig_type != note.COSIGNATURE_V1:
         raise ValidationError({"verifier_key": "must be a cosignature/v1 key (type 0x04)"})
     with transaction.atomic():
+        _lock_ledger()  # a twin registered at the same moment is committed before the check: refused by name
         if Witness.objects.filter(verifier_key=vkey.strip()).exists():
             raise ValidationError({"verifier_key": "this witness key is already registered"})
         entry = append_entry("ledger.witness_registered", {"name": verifier.name, "verifier_key": vkey.strip()}, actor)

@@ -1,10 +1,11 @@
-"""The regulator's check-then-insert writes raced on PostgreSQL: two desks create the same campaign or
+"""The regulator's check-then-insert writes raced on PostgreSQL: two desks create the same campaign, witness or
 record the same export licence at once. Each service takes the ledger's lock before its duplicate check,
 so the second sees the first's row and refuses by the field's name (the service's own error, as for a
 later duplicate), never the database's unique violation (a 500 in the admin)."""
 
 import threading
 
+import nacl.signing
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
@@ -90,3 +91,13 @@ def test_two_export_licences_of_one_id(monkeypatch):
     outcomes = race(monkeypatch, lambda: services.export_licence_grant(**fields))
     _refused_by_field(outcomes, ExportLicence, "licence_id")
     assert ExportLicence.objects.filter(licence_id="EL-RACE-1").count() == 1
+
+
+def test_two_registrations_of_one_witness_key(monkeypatch):
+    from ledger.models import Witness
+    from tlog.log_witness import witness_verifier_key
+
+    vkey = witness_verifier_key("witness.example/raced", nacl.signing.SigningKey.generate())
+    outcomes = race(monkeypatch, lambda: ledger.witness_register(vkey, actor="regulator"))
+    _refused_by_field(outcomes, Witness, "verifier_key")
+    assert Witness.objects.filter(verifier_key=vkey).count() == 1
