@@ -876,7 +876,7 @@ class Rounder:
         window = bound.window if bound.window is not None else bound.coarse
         if window is None:
             window = bound.max
-        if not callable(window) and not isinstance(window, torch.Tensor) and not window > 0:
+        if not callable(window) and _no_window(window):
             return v.float().double()
         n = v.numel()
         k = n if key in self.dense else slots(n)
@@ -889,7 +889,7 @@ class Rounder:
             return r
         if callable(window):
             window = window()
-            if not isinstance(window, torch.Tensor) and not window > 0:
+            if _no_window(window):
                 return v.float().double()
         full = isinstance(window, torch.Tensor) and window.shape == v.shape
         r = _round(v)
@@ -1183,6 +1183,11 @@ class Rounder:
             self._entries = {}  # a settled static step applied every entry (fill checked each has its point)
         if self.mode == "replay" and self._entries and not self.lenient:
             raise LogMismatch(f"rounding log names rounding point {min(self._entries)}, which the step never reached")
+
+
+def _no_window(window) -> bool:
+    """A bound given as a number that is not > 0 (zero, NaN): the point is exact, nothing to find."""
+    return not isinstance(window, torch.Tensor) and not window > 0
 
 
 def _static_decisions_torch(x, e, code, wide, valid, scale, steers: bool):

@@ -86,16 +86,20 @@ def _launch(kernel: int, grid: tuple, *args, **kwargs) -> bool:
     return True
 
 
+_MISSING: list = []  # Triton failed to import once: not searched for again on every rounding point
+
+
 def _import() -> bool:
     global triton, tl
-    if triton is None:
+    if triton is None and not _MISSING:
         try:
             import triton as _triton
             import triton.language as _tl
         except ImportError:  # the CPU build of torch comes without Triton: the torch path runs
+            _MISSING.append(True)
             return False
         triton, tl = _triton, _tl
-    return True
+    return triton is not None
 
 
 def _bits(x: float) -> int:
@@ -103,16 +107,21 @@ def _bits(x: float) -> int:
     return struct.unpack("<q", struct.pack("<d", x))[0]
 
 
-_KERNELS: dict = {}
+_KERNELS: list = []
 
 
 def _jit():
-    """The kernels, compiled for the GPU or for Triton's interpreter as TRITON_INTERPRET says now
-    (Triton decides at decoration: defined on first use, so a test can ask for the interpreter)."""
-    mode = interpreting()
-    if mode not in _KERNELS:
-        _KERNELS[mode] = _define()
-    return _KERNELS[mode]
+    """The kernels, defined on first use (after `_import`): for the GPU, or for Triton's interpreter
+    where the process started with TRITON_INTERPRET=1 (Triton decides that when it is imported)."""
+    if not _KERNELS:
+        _KERNELS.extend(_define())
+    return _KERNELS
+
+
+def _block(gpu: int) -> int:
+    """A kernel's block: `gpu` elements, or larger ones under the interpreter, which runs a kernel's
+    programs one by one."""
+    return INTERPRETED_SLOTS if interpreting() else gpu
 
 
 def _define():
@@ -295,14 +304,11 @@ def pick_full(v: torch.Tensor, window: torch.Tensor, safety: float, k: int):
 def pick_dot(v: torch.Tensor, na: torch.Tensor, nb: torch.Tensor, bias, bias_rows: bool, k: int):
     """`pick_full` for a product C (..., M, N): the window of output (i, j) is na_i nb_j (+ bias_j, or
     bias_i with bias_rows), na (..., M) and nb (..., N) given with SAFETY in them; no bound slot."""
-    rows, cols = v.shape[-2], v.shape[-1]
-    batch = v.numel() // max(rows * cols, 1)
     if not v.is_contiguous() or v.dtype != torch.float64 or not _import():
         return None
-    na = na.expand(v.shape[:-1]).reshape(-1)
+    rows, cols = v.shape[-2], v.shape[-1]
+    na = na.expand(v.shape[:-1]).reshape(-1)  # laid out (batch, rows) and (batch, cols), as the kernel reads
     nb = nb.expand(v.shape[:-2] + (cols,)).reshape(-1)
-    if na.numel() != batch * rows or nb.numel() != batch * cols:
-        return None
     return _pick(v, None, na, nb, bias, bias_rows, 1.0, k, rows, cols)
 
 
@@ -316,7 +322,7 @@ def _pick(v, window, na, nb, bias, bias_rows, safety, k, rows=1, cols=1):
     e = torch.zeros(k, dtype=torch.float64, device=dev) if window is not None else None
     dot = window is None
     anything = v  # a pointer for the arguments a variant does not read
-    block = INTERPRETED_SLOTS if interpreting() else PICK_BLOCK
+    block = _block(PICK_BLOCK)
     ran = _launch(
         0,
         (triton.cdiv(n, block),),
@@ -367,7 +373,7 @@ def dot_exact(a, b, g: float, bias, bias_rows: bool, out_shape: tuple, idx: torc
     (a4, (sa0, sa1), sam, sak, bat), (b4, (sb0, sb1), sbk, sbn, _) = pa, pb
     out = torch.empty(idx.numel(), dtype=torch.float64, device=idx.device)
     slots = idx.numel()
-    block = INTERPRETED_SLOTS if interpreting() else EXACT_SLOTS
+    block = _block(EXACT_SLOTS)
     ran = _launch(
         1,
         (triton.cdiv(slots, block),),
@@ -430,7 +436,7 @@ def apply_slots(v, idx, e, code, wide, valid, scale, steers: bool, decode: float
     vals = torch.empty(slots, dtype=torch.float64, device=dev)
     bad = torch.empty(slots, dtype=torch.uint8, device=dev)
     ratio = torch.empty(slots, dtype=torch.float64, device=dev)
-    block = INTERPRETED_SLOTS if interpreting() else PICK_BLOCK
+    block = _block(PICK_BLOCK)
     ran = _launch(
         2,
         (triton.cdiv(slots, block),),

@@ -279,9 +279,10 @@ def _train_step(model, state: State, batch: dict, optimizer: dict, precision: st
     new_p, new_b = {}, {b: {} for b in state.buffers}
     with torch.no_grad():
         names = list(params)
-        if precision == "det64" and _multi_tensor(state, names):
+        grouped = precision == "det64" and _multi_tensor(state, names)
+        if grouped:
             _update_groups(kind, optimizer, lr, t, names, params, grads, state, new_p, new_b, rounder)
-        for i, name in enumerate(list(params)):
+        for i, name in enumerate([] if grouped else names):
             p, g = params.pop(name), grads[i]
             grads[i] = None
             note = _noter(rounder, name)
@@ -324,8 +325,8 @@ def _noter(rounder: Rounder | None, name: str):
 
 
 def _multi_tensor(state: State, names: list) -> bool:
-    """det64's update as multi-tensor kernels: where the native loop does not run it (a GPU, or
-    REPLAY_NATIVE=0), and each parameter's state lives on one device."""
+    """det64's update as multi-tensor kernels: where the native loop does not run it (a GPU, or a CPU
+    without the native kernel: REPLAY_NATIVE=0, or no compiler)."""
     p = state.params[names[0]] if names else None
     return p is not None and (p.device.type != "cpu" or native.library() is None)
 
