@@ -60,7 +60,7 @@ from replay.prover.recorder import DEFAULT_BATCH, DEFAULT_OPTIMIZER, Recorder  #
 from replay.training import architectures as models  # noqa: E402
 from replay.training import graphs, ops  # noqa: E402
 from replay.training.bundled_data import Batches  # noqa: E402
-from replay.training.determinism import Rounder, decode_log, encode_log  # noqa: E402
+from replay.training.determinism import Rounder, decode_log_flat, encode_log  # noqa: E402
 from replay.training.train import initial_state, train_step  # noqa: E402
 
 # plain float64 (ops.Plain64: no rounding points, no log) is the part of the deterministic step's cost
@@ -293,7 +293,7 @@ def one_step_setup(arch: str, cfg: dict, batch_size: int, device: str, precision
     log = encode_log(rounder.entries)
     # decoded under the caps `verify` derives from a step's outputs (a large step logs over 2^20 entries)
     cap = limits.log_caps(arch, cfg, models.batch_spec(arch, cfg, batch_size))[1]
-    run = lambda: train_step(model, state, batch, opt, "det64", Rounder("replay", entries=decode_log(log, cap)))
+    run = lambda: train_step(model, state, batch, opt, "det64", Rounder("replay", entries=decode_log_flat(log, cap)))
     if precision == "replay_torch":
         return lambda: _with_env({"REPLAY_TRITON": "0"}, run)
     return run if precision == "replay" else lambda: _without_graphs(run)  # replay_eager: deferred, per point
@@ -516,14 +516,80 @@ def profile_rows(rows: list[str], device: str, top: int = int(os.environ.get("PR
             graphs.release()
 
 
+def memory_trace(rows: list[str], device: str, top: int = int(os.environ.get("PROFILE_TOP", 12))) -> None:
+    """Where a det64 step's memory peaks on a GPU, eager (no graph pool): at each rounding point the
+    allocator's bytes in use and its peak since the point before (the point's own work included), so a
+    peak is named by the point that ends its interval; the float32 and float64 peaks beside them."""
+    for row in rows:
+        arch, cfg, batch_size, _ = SCALE_ROWS[row]
+        cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
+        for p in os.environ.get("MEMORY_PRECISIONS", "float32 float64 det64_eager replay_eager").split():
+            run = one_step_setup(arch, cfg, batch_size, device, p)
+            run()
+            run()
+            _sync(device)
+            points = []
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            call = Rounder.__call__
+
+            def traced(self, key, v, bound):
+                r = call(self, key, v, bound)  # the peak since the point before, this one's own work included
+                peak = torch.cuda.max_memory_allocated()
+                points.append((peak - base, torch.cuda.memory_allocated() - base, self.name(key), tuple(v.shape)))
+                torch.cuda.reset_peak_memory_stats()
+                return r
+
+            Rounder.__call__ = traced
+            try:
+                _without_graphs(run) if p == "det64" else run()
+            finally:
+                Rounder.__call__ = call
+            _sync(device)
+            tail = torch.cuda.max_memory_allocated() - base
+            peak = max([tail] + [q[0] for q in points])
+            print(f"{row} {p}: step peak {peak / 2**30:.2f} GiB above the {base / 2**30:.2f} GiB held before it")
+            gib = lambda b: f"{b / 2**30:.2f}"
+            for before, held, name, shape in sorted(points, reverse=True)[:top]:
+                print(f"  peak {gib(before)} GiB up to {name} {shape}, in use after it {gib(held)} GiB", flush=True)
+            del run
+            torch.cuda.empty_cache()
+
+
+def host_profile(rows: list[str], device: str, top: int = int(os.environ.get("PROFILE_TOP", 25))) -> None:
+    """Where a warm step's host time goes (cProfile, by own time): what keeps a GPU idle in a step
+    whose kernels take less than its wall time."""
+    import cProfile
+    import pstats
+
+    for row in rows:
+        arch, cfg, batch_size, _ = SCALE_ROWS[row]
+        cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
+        for p in os.environ.get("PROFILE_PRECISIONS", "det64 replay").split():
+            run = one_step_setup(arch, cfg, batch_size, device, p)
+            run()
+            run()
+            _sync(device)
+            prof = cProfile.Profile()
+            started = time.perf_counter()
+            prof.enable()
+            run()
+            _sync(device)
+            prof.disable()
+            print(f"{row} {p}: wall {(time.perf_counter() - started) * 1e3:.1f} ms (profiled)", flush=True)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+            del run
+            graphs.release()
+
+
 def log_host_costs(rows: list[str], reps: int = 5) -> None:
     """The host's share of a replayed step on a GPU (the graph itself waits on it): decoding the step's
     rounding log (the Python reference against the C decoder) and laying it into the static table;
     one recorded step per row on this CPU, medians of `reps`."""
     from replay.training import static_log
-    from replay.training.determinism import decode_log_reference
+    from replay.training.determinism import decode_log_flat, decode_log_reference
 
-    print("| row | log bytes | entries | decode, Python | decode, C | Python / C | table fill |")
+    print("| row | log bytes | entries | decode, Python | decode, C (flat) | Python / C | table fill |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
         arch, cfg, batch_size, _ = SCALE_ROWS[row]
@@ -545,10 +611,10 @@ def log_host_costs(rows: list[str], reps: int = 5) -> None:
                 times.append(time.perf_counter() - started)
             return statistics.median(times)
 
-        ref, fast = median(lambda: decode_log_reference(log)), median(lambda: decode_log(log))
-        entries = decode_log(log)
+        ref, fast = median(lambda: decode_log_reference(log)), median(lambda: decode_log_flat(log))
+        entries = decode_log_flat(log)
         fill = median(lambda: layout.fill(entries))
-        n = sum(len(i) for i, _ in entries.values())
+        n = entries.total
         print(
             f"| {row} | {len(log):,} | {n:,} | {ref * 1e3:.1f} ms | {fast * 1e3:.2f} ms | {ref / fast:.0f} "
             f"| {fill * 1e3:.2f} ms |",
@@ -571,12 +637,20 @@ def main() -> None:
     p.add_argument("--memory-only", action="store_true", help="only the memory and screen table (issue 10)")
     p.add_argument("--profile", action="store_true", help="with --device: where each row's step time goes")
     p.add_argument("--log-host", action="store_true", help="with --rows: a replayed step's host work on its log")
+    p.add_argument("--memory-trace", action="store_true", help="with --device cuda: where a det64 step's memory peaks")
+    p.add_argument("--host-profile", action="store_true", help="with --device: a warm step's host time (cProfile)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     if args.rows is None:  # block 512, batch 8 at GPT-2 size is a GPU's row: hours a step on a CPU
         args.rows = [r for r in SCALE_ROWS if args.device == "cuda" or r != "gpt2-small-512"]
     if args.log_host:
         log_host_costs(args.rows)
+        return
+    if args.device == "cuda" and args.memory_trace:
+        memory_trace(args.rows, args.device)
+        return
+    if args.device and args.host_profile:
+        host_profile(args.rows, args.device)
         return
     if args.device and args.profile:
         profile_rows(args.rows, args.device)

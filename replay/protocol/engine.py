@@ -14,7 +14,7 @@ import torch
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_errors import MalformedTranscript
 from replay.training import architectures as models
-from replay.training.determinism import LogMismatch, Rounder, decode_log
+from replay.training.determinism import LogMismatch, Rounder, decode_log_flat
 from replay.training.train import State, train_step
 
 
@@ -58,7 +58,7 @@ class Replayer:
         rounder = None
         if self.tr.precision == "det64":
             try:
-                rounder = Rounder("replay", entries=decode_log(log, self.tr.log_entries))
+                rounder = Rounder("replay", entries=decode_log_flat(log, self.tr.log_entries))
             except ValueError as e:
                 raise MalformedTranscript(f"step {t}: {e}") from None
         try:

@@ -172,7 +172,9 @@ def build(arch: str, config: dict) -> nn.Module:
     functional_call with the state's tensors (which decide the device)."""
     param_shapes(arch, config)
     with torch.device("meta"):
-        return ARCHS[arch](**validate_config(arch, config))
+        model = ARCHS[arch](**validate_config(arch, config))
+    model.arch, model.config = arch, dict(config)  # what sizes a step of it (graphs.worth_a_graph)
+    return model
 
 
 def batch_spec(arch: str, config: dict, batch: int, seq: int | None = None) -> dict:

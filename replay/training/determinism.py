@@ -68,6 +68,7 @@ import threading
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from replay.training import kernels, native
@@ -626,12 +627,70 @@ def encode_log(entries: dict[int, tuple[list[int], list]]) -> bytes:
     return bytes(out)
 
 
+_PARITY = np.array([False, True], dtype=object)  # Python bools, as the reference decodes parity bits
+_WIDE = 1 << 32  # FlatLog: a wide entry's code is its float32's 32 bits with this bit set
+
+
+@dataclass(frozen=True)
+class FlatLog:
+    """A decoded log as flat arrays, in key order: what a static replay lays into its table in a few
+    vectorised passes (a 15M GPT step logs ~94,000 entries: as Python lists they cost a GPU replay more
+    host time than its graph). `as_dict` gives `decode_log`'s entries where a path needs them."""
+
+    keys: np.ndarray  # int64, strictly increasing
+    starts: np.ndarray  # each key's first entry in idx / codes
+    counts: np.ndarray  # its entries (>= 1)
+    idx: np.ndarray  # int64: each key's flat indices, strictly increasing
+    codes: np.ndarray  # int64: a parity bit 0 or 1, or a wide entry's 32 bits | 2^32
+
+    @property
+    def total(self) -> int:
+        return len(self.idx)
+
+    def as_dict(self) -> dict[int, tuple[list[int], list]]:
+        """{key: (indices, codes)}, codes as the reference decodes them (a parity bool, a wide entry's int)."""
+        out = {}
+        for key, s, c in zip(self.keys.tolist(), self.starts.tolist(), self.counts.tolist()):
+            seg = self.codes[s : s + c]
+            if (seg >= _WIDE).any():  # wide entries: their 32 bits as a Python int, beside parity bools
+                got = np.where(seg < 2, _PARITY[seg & 1], (seg & 0xFFFFFFFF).astype(object)).tolist()
+            else:
+                got = seg.astype(bool).tolist()
+            out[key] = (self.idx[s : s + c].tolist(), got)
+        return out
+
+    @classmethod
+    def from_dict(cls, entries: dict) -> FlatLog | None:
+        """The same entries flat, in the dict's order; None where a key or an index does not fit in 63
+        bits (no point has it: the static replay hands such a log to the deferred one, which refuses it)."""
+        items = [(k, i, c) for k, (i, c) in entries.items() if len(i)]
+        limit = 1 << 63
+        if any(k >= limit or k < 0 or i[-1] >= limit or i[0] < 0 for k, i, _ in items):
+            return None
+        counts = np.array([len(i) for _, i, _ in items], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if items else counts
+        idx = np.fromiter((j for _, i, _ in items for j in i), dtype=np.int64, count=int(counts.sum()))
+        codes = np.fromiter(
+            (int(x) if isinstance(x, bool) else (x & 0xFFFFFFFF) | _WIDE for _, _, c in items for x in c),
+            dtype=np.int64,
+            count=int(counts.sum()),
+        )
+        return cls(np.array([k for k, _, _ in items], dtype=np.int64), starts, counts, idx, codes)
+
+
+def decode_log_flat(buf: bytes, max_entries: int = MAX_LOG_ENTRIES) -> FlatLog | dict:
+    """`decode_log` as a FlatLog where the C decoder takes the log; else the reference's dict (no native
+    kernel, or a value past 63 bits). Either is a Rounder's `entries` for a replay."""
+    fast = native.decode_flat(buf, max_entries)
+    return decode_log_reference(buf, max_entries) if fast is None else FlatLog(*fast)
+
+
 def decode_log(buf: bytes, max_entries: int = MAX_LOG_ENTRIES) -> dict[int, tuple[list[int], list]]:
     """bytes -> {key: (indices, codes)}; raises ValueError on anything malformed or over max_entries.
-    In C where the native kernel is on (native.decode_log: the same entries and refusals), else
+    In C where the native kernel is on (native.decode_flat: the same entries and refusals), else
     `decode_log_reference`."""
-    fast = native.decode_log(buf, max_entries)
-    return decode_log_reference(buf, max_entries) if fast is None else fast
+    log = decode_log_flat(buf, max_entries)
+    return log.as_dict() if isinstance(log, FlatLog) else log
 
 
 def decode_log_reference(buf: bytes, max_entries: int = MAX_LOG_ENTRIES) -> dict[int, tuple[list[int], list]]:
@@ -803,6 +862,23 @@ class Rounder:
         self._bad = []  # static replay: per point, did a real entry not fit (device)
 
     @property
+    def _entries(self) -> dict:
+        """The log's entries {key: (indices, codes)}, made from a FlatLog the first time a path reads them
+        (a static replay lays the FlatLog itself into its table: `replay_log`)."""
+        if self._flat is not None:
+            self._entries_dict, self._flat = self._flat.as_dict(), None
+        return self._entries_dict
+
+    @_entries.setter
+    def _entries(self, value) -> None:
+        self._flat = value if isinstance(value, FlatLog) else None
+        self._entries_dict = {} if self._flat is not None else value
+
+    def replay_log(self) -> FlatLog | None:
+        """The entries as a FlatLog (the one decoded, or made from the dict), or None where they do not fit one."""
+        return self._flat if self._flat is not None else FlatLog.from_dict(self._entries_dict)
+
+    @property
     def entries(self) -> dict:
         if self._pending:
             self._flush()
@@ -942,17 +1018,33 @@ class Rounder:
             at = close.nonzero().view(-1)
             rest, cap = torch.cat([at, torch.take(idx, at), torch.take(code, at)]).cpu().numpy(), at.numel()
         at, idx, code = rest[:count], rest[cap : cap + count], rest[2 * cap : 2 * cap + count]
-        start = 0
-        for key, slot_idx, _, _, _, partial in pending:
-            lo, hi = at.searchsorted(start), at.searchsorted(start + slot_idx.numel())
-            start += slot_idx.numel()
+        ends = np.cumsum([p[1].numel() for p in pending])
+        bounds = at.searchsorted(np.concatenate([[0], ends]))  # each point's close calls: a run of `at`
+        keys, runs = [], []
+        for j, (key, _, _, _, _, partial) in enumerate(pending):
+            lo, hi = bounds[j], bounds[j + 1]
             if lo == hi:
                 continue
-            raw, c = idx[lo:hi], code[lo:hi]
             if partial:  # a picked point's slots are in the pick's own order
-                order = raw.argsort(kind="stable")
-                raw, c = raw[order], c[order]
-            self._entries[key] = (raw.tolist(), [bool(b) if b < 2 else b & 0xFFFFFFFF for b in c.tolist()])
+                order = idx[lo:hi].argsort(kind="stable")
+                idx[lo:hi], code[lo:hi] = idx[lo:hi][order], code[lo:hi][order]
+            keys.append(key)
+            runs.append((lo, hi))
+        self._store(keys, runs, idx, code)
+
+    def _store(self, keys: list, runs: list, idx, code) -> None:
+        """Keep a flush's close calls (per key, a run [lo, hi) of idx and code) as a FlatLog in key order
+        (a large step logs over a million: no Python object each); merged as dicts where the step
+        already holds entries (a flush after another)."""
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        take = np.concatenate([np.arange(*runs[j]) for j in order]) if keys else np.zeros(0, dtype=np.int64)
+        counts = np.array([runs[j][1] - runs[j][0] for j in order], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if keys else counts
+        flat = FlatLog(np.array(sorted(keys), dtype=np.int64), starts, counts, idx[take], code[take])
+        if self._flat is None and not self._entries_dict:
+            self._entries = flat
+        else:
+            self._entries.update(flat.as_dict())
 
     @staticmethod
     def _close_calls(v, bound):

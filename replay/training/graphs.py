@@ -32,10 +32,15 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call
 
+from replay.training import architectures as models
 from replay.training import static_log
 from replay.training.determinism import Rounder, converted, rounding
 
 KEEP = 2  # captured steps kept per process (each holds its step's activations in its own memory pool)
+# A step of more FLOPs is GPU work, not launches: a graph gains it nothing (GPT-2 small, block 512, batch 8,
+# 3.4e12 FLOPs: 515 ms a step graphed or eager on an H200) and its private pool holds well over the eager
+# step's peak (37 GB against 15), so such steps run eagerly (bench/RESULTS.md, session 13)
+GRAPH_MAX_FLOPS = 1e12
 
 
 @dataclass
@@ -76,6 +81,15 @@ def eligible(rounder: Rounder | None, device: torch.device) -> bool:
     return rounder.mode == "replay" and rounder.static is not None and not rounder._bad and not rounder._ratios
 
 
+def worth_a_graph(model, x: torch.Tensor) -> bool:
+    """Whether a step of this model on batch x is small enough for launches to matter (GRAPH_MAX_FLOPS);
+    a model not built by architectures.build (no size known) is given its graph."""
+    arch, config = getattr(model, "arch", None), getattr(model, "config", None)
+    if arch is None or config is None:
+        return True
+    return models.training_flops(arch, config, {"x": (str(x.dtype), list(x.shape))}) <= GRAPH_MAX_FLOPS
+
+
 def _key(model, params32: dict, x: torch.Tensor, y: torch.Tensor, ops, rounder: Rounder) -> tuple:
     how = frozenset(rounder.dense) if rounder.mode == "record" else id(rounder.static)
     return (id(model), rounder.mode, how, *static_log.shape_key(params32, x, y, ops.dtype))
@@ -97,7 +111,7 @@ def _like(rounder: Rounder) -> Rounder:
     """A rounder for the warm-up and the capture, doing what `rounder` would."""
     if rounder.mode == "record":
         return Rounder("record", dense=set(rounder.dense))
-    twin = Rounder("replay", entries=dict(rounder._entries))
+    twin = Rounder("replay", entries=rounder.replay_log())  # the static table is what the twin reads
     twin.static = rounder.static
     return twin
 
@@ -123,7 +137,7 @@ def forward_backward(model, params32: dict, x, y, ops, rounder: Rounder):
     """(loss, float64 parameters, gradients) of a det64 step from a CUDA graph, with the rounder left
     as the eager forward and backward would leave it; None where graphs do not apply (the caller
     runs the eager path)."""
-    if not eligible(rounder, x.device):
+    if not eligible(rounder, x.device) or not worth_a_graph(model, x):
         return None
     key = _key(model, params32, x, y, ops, rounder)
     if key in _FAILED:

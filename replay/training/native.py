@@ -30,7 +30,6 @@ import threading
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 SOURCE = Path(__file__).with_name("_native.c")
@@ -512,7 +511,6 @@ def apply_log(x: torch.Tensor, e: torch.Tensor, codes: list, scale: float, steer
     return out, bad, why.value, ratio.value
 
 
-_PARITY = np.array([False, True], dtype=object)  # Python bools, as the reference decodes parity bits
 LOG_REFUSALS = {
     -1: "unknown version",
     -2: "truncated or overlong varint",
@@ -526,10 +524,11 @@ LOG_REFUSALS = {
 }
 
 
-def decode_log(buf: bytes, max_entries: int):
-    """determinism.decode_log in one C pass (its Python loop is a GPU replay step's largest host cost):
-    the same entries, or ValueError with the same words; None where the kernel is off or a value
-    needs more than 63 bits (the caller decodes with the reference)."""
+def decode_flat(buf: bytes, max_entries: int):
+    """determinism.decode_log in one C pass, as flat arrays (determinism.FlatLog's fields: the keys,
+    each key's first entry and count, every entry's index and code: a parity bit 0 or 1, or a wide
+    entry's 32 bits | 2^32), or ValueError with the reference's words; None where the kernel is off or
+    a value needs more than 63 bits (the caller decodes with the reference)."""
     lib = library()
     if lib is None or not isinstance(buf, bytes | bytearray):
         return None
@@ -547,13 +546,5 @@ def decode_log(buf: bytes, max_entries: int):
     n = int(a[-1])
     keys, starts, counts = (a[i * (len(buf) + 1) : i * (len(buf) + 1) + n] for i in range(3))
     base = 3 * (len(buf) + 1)
-    idx, codes = a[base : base + total], a[base + size : base + size + total]
-    out = {}
-    for key, s, c in zip(keys.tolist(), starts.tolist(), counts.tolist()):
-        seg = codes[s : s + c]
-        if (seg >> 32).any():  # wide entries: their 32 bits as a Python int, beside parity bools
-            got = np.where(seg < 2, _PARITY[seg & 1], (seg & 0xFFFFFFFF).astype(object)).tolist()
-        else:
-            got = seg.astype(bool).tolist()
-        out[key] = (idx[s : s + c].tolist(), got)
-    return out
+    # copies: the scratch above is sized by the log's bytes, several times what the entries need
+    return tuple(t.copy() for t in (keys, starts, counts, a[base : base + total], a[base + size : base + size + total]))

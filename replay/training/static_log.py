@@ -68,36 +68,53 @@ class Layout:
         n = 4 * self.cap + 2 * len(sizes)
         self.table = torch.zeros(n, dtype=torch.long, device=self.device)
         self.host = torch.zeros(n, dtype=torch.long, pin_memory=self.device.type == "cuda")
+        # the points by key, for `fill`'s lookups: sorted keys, each one's row (call order), (offset, slots, outputs)
+        keys = np.array(list(self.points), dtype=np.int64)
+        self._by_key = np.argsort(keys, kind="stable")
+        self._sorted_keys = keys[self._by_key]
+        self._meta = np.array(list(self.points.values()), dtype=np.int64).reshape(-1, 3)
 
-    def fill(self, entries: dict) -> bool:
-        """Lay a step's entries ({key: (strictly increasing indices, codes)}) into the table; False
-        where they do not fit (the step is then replayed the deferred way, which refuses what it must)."""
-        from replay.training.determinism import entry_cap
+    def _rows(self, keys: np.ndarray) -> np.ndarray:
+        """Each key's row in the layout (call order), or -1 where the layout has no such point."""
+        at = np.searchsorted(self._sorted_keys, keys).clip(max=max(len(self._sorted_keys) - 1, 0))
+        if not len(self._sorted_keys):
+            return np.full(len(keys), -1, dtype=np.int64)
+        return np.where(self._sorted_keys[at] == keys, self._by_key[at], -1)
 
-        if sum(len(i) for i, _ in entries.values()) > self.cap or not entries.keys() <= self.points.keys():
+    def fill(self, log) -> bool:
+        """Lay a step's entries (a determinism.FlatLog: each key's strictly increasing indices and codes)
+        into the table, in a few array passes; False where they do not fit (the step is then replayed
+        the deferred way, which refuses what it must). A point with more entries than slots (and no
+        more than allowed) is noted in `crowded`: the first such point in key order, where no point
+        before it is refused."""
+        from replay.training.determinism import _WIDE, entry_cap
+
+        cap, p, t = self.cap, len(self.points), log.total
+        rows = self._rows(log.keys)
+        if t > cap or (rows < 0).any():
             return False
-        cap, p = self.cap, len(self.points)
+        off, k, n = self._meta[rows].T
+        m = log.counts
+        refused = (m > entry_cap(n)) | (log.idx[log.starts + m - 1] >= n)
+        crowded = m > k
+        if (refused | crowded).any():
+            j = int(np.argmax(refused | crowded))
+            if not refused[j]:
+                self.crowded.append(int(log.keys[j]))
+            return False
         h = self.host.numpy()
-        h[:] = 0
-        h[:cap] = self.total  # padding entries land in the trash slot
-        at, order = 0, {key: j for j, key in enumerate(self.points)}
-        for key, (idx, codes) in entries.items():
-            off, k, n = self.points[key]
-            m = len(idx)
-            if m > entry_cap(n) or idx[-1] >= n:
-                return False
-            if m > k:
-                self.crowded.append(key)
-                return False
-            h[at : at + m] = range(off, off + m)
-            h[cap + at : cap + at + m] = idx
-            values = np.array(codes, dtype=np.int64)  # a parity bool as 0 or 1, a wide entry's 32 bits
-            wide = np.not_equal(np.fromiter(map(type, codes), dtype=object, count=m), bool)  # not a parity bool
-            h[2 * cap + at : 2 * cap + at + m] = np.where(wide & (values >= 1 << 31), values - (1 << 32), values)
-            h[3 * cap + at : 3 * cap + at + m] = wide
-            j = order[key]
-            h[4 * cap + j], h[4 * cap + p + j] = idx[0], 1
-            at += m
+        # each entry's slot: its point's offset plus its place among the point's entries; padding
+        # entries land in the trash slot (whatever their other fields held before: nothing reads it)
+        h[:t] = np.repeat(off - log.starts, m) + np.arange(t)
+        h[t:cap] = self.total
+        h[cap : cap + t] = log.idx
+        wide = log.codes >= _WIDE
+        bits = log.codes & 0xFFFFFFFF
+        h[2 * cap : 2 * cap + t] = np.where(wide, np.where(bits >= 1 << 31, bits - (1 << 32), bits), log.codes)
+        h[3 * cap : 3 * cap + t] = wide
+        h[4 * cap :] = 0
+        h[4 * cap + rows] = log.idx[log.starts]
+        h[4 * cap + p + rows] = 1
         self.table.copy_(self.host, non_blocking=True)
         return True
 
@@ -160,7 +177,8 @@ def prepare(model, rounder, params32: dict, x: torch.Tensor, y: torch.Tensor, dt
             return
         layout = layout_for(model, key, earlier.order, x.device, dense)
     layout.crowded.clear()
-    if layout.fill(rounder.entries):
+    log = rounder.replay_log()
+    if log is not None and layout.fill(log):
         rounder.static = layout
     else:  # an honest point may carry more entries than slots: every output, once the step is accepted
         rounder.crowded = list(layout.crowded)

@@ -58,6 +58,15 @@ def test_graphed_steps_equal_eager_steps(arch, monkeypatch):
     assert any(len(log) > 2 for log in eager[1]), "control: some step logs close calls"
 
 
+def test_a_step_above_the_graph_flops_runs_eagerly(monkeypatch):
+    """A step over GRAPH_MAX_FLOPS (GPU work, not launches) captures nothing: the eager path's bits."""
+    eager = _run("gpt", 2, monkeypatch, graphed=False)
+    monkeypatch.setattr(graphs, "GRAPH_MAX_FLOPS", 0)
+    big = _run("gpt", 2, monkeypatch, graphed=True)
+    assert big[3] == 0, "no capture"
+    assert all(b.equal(e) for b, e in zip(big[0], eager[0])) and big[1] == eager[1]
+
+
 def test_changing_learning_rate_is_not_baked_into_the_graph(monkeypatch):
     """A linear schedule changes the rate every step: the update runs outside the graph."""
     opt = {**DEFAULT_OPTIMIZER["mlp"], "lr": {"kind": "linear", "lr": 0.05, "warmup": 2, "total": 6, "final": 0.001}}

@@ -179,3 +179,20 @@ def test_more_close_calls_than_the_compact_copy_holds_are_all_copied(monkeypatch
     small = Rounder("record")
     s1, _ = train_step(model, state, batches(0), opt, "det64", small)
     assert s0.equal(s1) and small.entries == roomy.entries and small.defer
+
+
+def test_only_steps_small_enough_for_launches_to_matter_get_a_graph():
+    """graphs.worth_a_graph: the bench's GPU rows up to GPT-2 small at block 64 are launch-bound (a graph
+    took the 15M GPT from 117 to 43 ms a step); block 512, batch 8 is GPU work (graphed or not, 515 ms)."""
+    from replay.training import graphs
+
+    def worth(arch, cfg, batch):
+        shape = models.batch_spec(arch, cfg, batch)["x"][1]
+        x = torch.zeros(shape, dtype=torch.long if arch == "gpt" else torch.float32)
+        return graphs.worth_a_graph(models.build(arch, cfg), x)
+
+    gpt2 = models.PRESETS["gpt2-small"][1]
+    assert worth("gpt", {"vocab": 256, "block": 256, "n_layer": 8, "n_head": 6, "n_embd": 384}, 8)
+    assert worth("gpt", {**gpt2, "block": 64}, 1) and worth("mlp", models.DEFAULTS["mlp"], 256)
+    assert not worth("gpt", {**gpt2, "block": 512}, 8) and not worth("gpt", gpt2, 4)
+    assert graphs.worth_a_graph(torch.nn.Linear(2, 2), torch.zeros(10**6, 2)), "no size known: a graph"

@@ -203,7 +203,10 @@ def test_a_recording_through_the_kernels_equals_the_torch_path_and_replays(devic
     again, _ = _run(arch, 4, 3, True, monkeypatch, device, replay_logs=fast_logs)
     assert again.equal(fast)
     assert {"dot_exact", "apply_slots"} <= set(calls), "control: the static replay through the kernels"
-    assert det._APPLY_CHECKED and not det._APPLY_OFF, "the apply kernel agreed with the torch ops where it was checked"
+    assert not det._APPLY_OFF, "the apply kernel agreed with the torch ops where it was checked"
+    if device.type == "cpu":  # on a GPU a graph replays steps 2 and 3: checked only where the capture's
+        # warm-up meets real entries (the cnn's first entries come in step 3): the torch ops elsewhere
+        assert det._APPLY_CHECKED, "control: the check ran"
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adamw"])

@@ -1,6 +1,7 @@
-"""The rounding log's C decoder (native.decode_log) against the reference (determinism.decode_log_reference):
-the same entries, code types included (a parity bool is not a wide entry's int 0 or 1), and the same
-refusals, word for word, on valid, crafted and random bytes."""
+"""The rounding log's C decoder (native.decode_flat, through determinism.decode_log) against the reference
+(determinism.decode_log_reference): the same entries, code types included (a parity bool is not a wide
+entry's int 0 or 1), and the same refusals, word for word, on valid, crafted and random bytes; its flat
+arrays (determinism.FlatLog, what a static replay lays out) are the reference's entries made flat."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.training import native
-from replay.training.determinism import decode_log, decode_log_reference, encode_log
+from replay.training.determinism import FlatLog, decode_log, decode_log_flat, decode_log_reference, encode_log
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the reference decodes")
 
@@ -81,5 +82,30 @@ def test_random_bytes_are_refused_the_same(data):
 def test_the_c_decoder_is_used_and_hands_huge_values_to_the_reference():
     small = encode_log({3: ([1, 5], [True, 0x3F800000])})
     huge = encode_log({2**64: ([1], [True])})
-    assert native.decode_log(small, 1 << 20) == {3: ([1, 5], [True, 0x3F800000])}
-    assert native.decode_log(huge, 1 << 20) is None and decode_log(huge) == {2**64: ([1], [True])}
+    flat = decode_log_flat(small)
+    assert isinstance(flat, FlatLog) and flat.as_dict() == {3: ([1, 5], [True, 0x3F800000])}
+    assert native.decode_flat(huge, 1 << 20) is None and decode_log_flat(huge) == {2**64: ([1], [True])}
+    assert FlatLog.from_dict(decode_log(huge)) is None, "no 63-bit key: no flat log (the deferred replay refuses it)"
+
+
+@settings(max_examples=150, deadline=None)
+@given(entries)
+def test_the_flat_arrays_are_the_reference_entries(raw):
+    """FlatLog from the C decoder equals FlatLog.from_dict of the reference's entries, field by field
+    (parity bits 0 or 1, a wide entry's bits with 2^32 set, even where those bits are 0 or 1), and gives
+    them back as the reference's dict."""
+    log = encode_log({k: ([i for i, _ in sorted(v)], [c for _, c in sorted(v)]) for k, v in raw.items()})
+    try:
+        ref = decode_log_reference(log)
+    except ValueError:
+        return  # past 70 bits: refused by both (test_valid_logs_decode_the_same)
+    flat, made = decode_log_flat(log), FlatLog.from_dict(ref)
+    if not isinstance(flat, FlatLog):  # a varint past 63 bits (an index from 2^62): the reference's dict
+        assert flat == ref and (max(i[-1] for i, _ in ref.values()) >= 2**62 or max(ref) >= 2**63)
+        return
+    for field in ("keys", "starts", "counts", "idx", "codes"):
+        assert getattr(flat, field).tolist() == getattr(made, field).tolist(), field
+    got = flat.as_dict()
+    assert got == ref and [[type(c) for c in cs] for _, cs in got.values()] == [
+        [type(c) for c in cs] for _, cs in ref.values()
+    ]

@@ -39,14 +39,16 @@ def _recorded(arch: str, seed: int = 4):
     return cfg, opt, states + [state], batches, logs
 
 
-def _replay(arch, rec, monkeypatch, static: bool, logs=None):
-    """Replay every step from its recorded state with a fresh model: (states after, ratios, steps static)."""
+def _replay(arch, rec, monkeypatch, static: bool, logs=None, flat: bool = False):
+    """Replay every step from its recorded state with a fresh model: (states after, ratios, steps static).
+    flat: the entries as the verifier hands them over (a FlatLog, its lists made only where read)."""
     monkeypatch.setenv("REPLAY_STATIC", "1" if static else "0")
     cfg, opt, states, batches, recorded = rec
     model = models.build(arch, cfg)
     out, ratios, used = [], [], 0
     for t, log in enumerate(logs or recorded):
-        rounder = Rounder("replay", entries=decode_log(log))
+        entries = decode_log(log)
+        rounder = Rounder("replay", entries=det.FlatLog.from_dict(entries) if flat else entries)
         after, _ = train_step(model, states[t], batches(t), opt, "det64", rounder)
         out.append(after)
         ratios.append(rounder.max_ratio)
@@ -59,12 +61,13 @@ def generic_path(monkeypatch):
     monkeypatch.setattr(native, "_LIB", False)
 
 
+@pytest.mark.parametrize("flat", [False, True], ids=["dict", "flat"])
 @pytest.mark.parametrize("arch", ["mlp", "cnn", "gpt"])
-def test_static_replay_equals_the_deferred_replay(arch, monkeypatch):
+def test_static_replay_equals_the_deferred_replay(arch, flat, monkeypatch):
     rec = _recorded(arch)
     assert any(len(log) > 2 for log in rec[4]), "control: the steps log close calls"
-    deferred = _replay(arch, rec, monkeypatch, static=False)
-    static = _replay(arch, rec, monkeypatch, static=True)
+    deferred = _replay(arch, rec, monkeypatch, static=False, flat=flat)
+    static = _replay(arch, rec, monkeypatch, static=True, flat=flat)
     assert deferred[2] == 0 and static[2] == STEPS - 1, "control: the first step learns the layout, the rest use it"
     for t in range(STEPS):
         assert static[0][t].equal(rec[2][t + 1]) and deferred[0][t].equal(rec[2][t + 1]), f"step {t}"
@@ -132,7 +135,7 @@ def test_the_table_spreads_each_entry_to_its_slot(data):
         if idx:
             codes = [data.draw(st.one_of(st.booleans(), st.integers(0, 2**32 - 1))) for _ in idx]
             entries[key] = (idx, codes)
-    assert layout.fill(entries)
+    assert layout.fill(det.FlatLog.from_dict(entries))
     s = layout.expand()
     for key, _n in points:
         off, k, _ = layout.points[key]
@@ -146,6 +149,63 @@ def test_the_table_spreads_each_entry_to_its_slot(data):
             wide = not isinstance(c, bool)
             assert bool(s.wide[off + j]) == wide
             assert int(s.code[off + j]) == ((c - 2**32 if c >= 2**31 else c) if wide else int(c))
+
+
+def _reference_fill(layout, entries: dict):
+    """The table as the per-key loop of earlier sessions laid it: (fits, host table, crowded keys);
+    fields a padding entry leaves untouched compare as zero (nothing reads them)."""
+    import numpy as np
+
+    cap, p = layout.cap, len(layout.points)
+    h = np.zeros(4 * cap + 2 * p, dtype=np.int64)
+    h[:cap] = layout.total
+    if sum(len(i) for i, _ in entries.values()) > cap or not entries.keys() <= layout.points.keys():
+        return False, None, []
+    at, order = 0, {key: j for j, key in enumerate(layout.points)}
+    for key, (idx, codes) in entries.items():
+        off, k, n = layout.points[key]
+        m = len(idx)
+        if m > det.entry_cap(n) or idx[-1] >= n:
+            return False, None, []
+        if m > k:
+            return False, None, [key]
+        h[at : at + m] = range(off, off + m)
+        h[cap + at : cap + at + m] = idx
+        for j, c in enumerate(codes):
+            wide = not isinstance(c, bool)
+            h[2 * cap + at + j] = (c - 2**32 if c >= 2**31 else c) if wide else int(c)
+            h[3 * cap + at + j] = wide
+        h[4 * cap + order[key]], h[4 * cap + p + order[key]] = idx[0], 1
+        at += m
+    return True, h, []
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.data())
+def test_the_vectorised_fill_lays_the_table_as_the_loop_did(data):
+    """Random layouts and logs (points missing from the layout, more entries than slots or than allowed,
+    an index past a point's outputs, more entries than the table holds): the same outcome, the same
+    crowded point, the same table."""
+    sizes = data.draw(st.lists(st.integers(1, 600), min_size=1, max_size=6))
+    slots = [data.draw(st.integers(1, n)) for n in sizes]
+    keys = data.draw(st.lists(st.integers(0, 2**40), min_size=len(sizes), max_size=len(sizes), unique=True))
+    points = list(zip(keys, sizes))
+    table = {k: (sum(slots[:j]), slots[j], n) for j, (k, n) in enumerate(points)}
+    layout = static_log.Layout(points, table, sum(slots), data.draw(st.integers(1, 700)), torch.device("cpu"))
+    entries = {}
+    for key in sorted(data.draw(st.sets(st.sampled_from(keys + [2**41]), max_size=len(keys) + 1))):
+        n = dict(points).get(key, 50)
+        idx = sorted(data.draw(st.sets(st.integers(0, n + 1), min_size=1, max_size=min(n + 2, 300))))
+        entries[key] = (idx, [data.draw(st.one_of(st.booleans(), st.integers(0, 2**32 - 1))) for _ in idx])
+    ok, want, crowded = _reference_fill(layout, entries)
+    assert layout.fill(det.FlatLog.from_dict(entries)) == ok
+    assert layout.crowded == crowded
+    if ok:
+        got = layout.host.numpy().copy()
+        t, cap = sum(len(i) for i, _ in entries.values()), layout.cap
+        for part in (1, 2, 3):  # a padding entry's index, code and width: never read (its slot is the trash)
+            got[part * cap + t : (part + 1) * cap] = 0
+        assert got.tolist() == want.tolist()
 
 
 def _relaid(rec, monkeypatch, points):
