@@ -584,13 +584,17 @@ def host_profile(rows: list[str], device: str, top: int = int(os.environ.get("PR
 
 def log_host_costs(rows: list[str], reps: int = 5) -> None:
     """The host's share of a replayed step on a GPU (the graph itself waits on it): decoding the step's
-    rounding log (the Python reference against the C decoder) and laying it into the static table;
-    one recorded step per row on this CPU, medians of `reps`."""
+    rounding log (the Python reference against the C decoder) and laying it into the static table; and
+    the recorder's encoding of it (the Python reference against the C encoder of a flat log); one
+    recorded step per row on this CPU, medians of `reps`."""
     from replay.training import static_log
-    from replay.training.determinism import decode_log_flat, decode_log_reference
+    from replay.training.determinism import decode_log_flat, decode_log_reference, encode_log_reference
 
-    print("| row | log bytes | entries | decode, Python | decode, C (flat) | Python / C | table fill |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| row | log bytes | entries | decode, Python | decode, C (flat) | Python / C | table fill "
+        "| encode, Python | encode, C (flat) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         arch, cfg, batch_size, _ = SCALE_ROWS[row]
         cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
@@ -614,10 +618,12 @@ def log_host_costs(rows: list[str], reps: int = 5) -> None:
         ref, fast = median(lambda: decode_log_reference(log)), median(lambda: decode_log_flat(log))
         entries = decode_log_flat(log)
         fill = median(lambda: layout.fill(entries))
+        as_dict = entries.as_dict()
+        enc_ref, enc = median(lambda: encode_log_reference(as_dict)), median(lambda: encode_log(entries))
         n = entries.total
         print(
             f"| {row} | {len(log):,} | {n:,} | {ref * 1e3:.1f} ms | {fast * 1e3:.2f} ms | {ref / fast:.0f} "
-            f"| {fill * 1e3:.2f} ms |",
+            f"| {fill * 1e3:.2f} ms | {enc_ref * 1e3:.1f} ms | {enc * 1e3:.2f} ms |",
             flush=True,
         )
 

@@ -221,7 +221,7 @@ class Recorder:
         max_bytes, max_entries = limits.log_caps(
             self.arch, self.config, models.batch_spec(self.arch, self.config, self.batch)
         )
-        entries = sum(len(idx) for idx, _ in rounder.entries.values())
+        entries = rounder.entry_count()
         if len(log) > max_bytes or entries > max_entries:
             raise ValueError(
                 f"step {t}: the rounding log holds {entries} entries in {len(log)} bytes, more than a verifier "
@@ -249,7 +249,7 @@ class Recorder:
             rounder = self.rounder(t)
             state, loss = train_step(model, state, batch, self.optimizer, self.precision, rounder)
             state = self.after_step(model, state)
-            log = encode_log(rounder.entries) if rounder is not None else None
+            log = encode_log(rounder.log()) if rounder is not None else None
             self.check_log(t, log, rounder)
             self.step_seconds.append(time.perf_counter() - started)
             records.append({"data": batch_digest(batch), "loss": loss})

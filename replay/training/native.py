@@ -30,6 +30,7 @@ import threading
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 
 SOURCE = Path(__file__).with_name("_native.c")
@@ -156,6 +157,8 @@ def _load():
     lib.rp_sgd.restype = None
     lib.rp_decode_log.argtypes = [ctypes.c_char_p, _i, _i, _p, _p, _p, _p, _p, _p]
     lib.rp_decode_log.restype = _i
+    lib.rp_encode_log.argtypes = [_p, _p, _p, _i, _p, _p, _p, _i]
+    lib.rp_encode_log.restype = _i
     return lib
 
 
@@ -548,3 +551,22 @@ def decode_flat(buf: bytes, max_entries: int):
     base = 3 * (len(buf) + 1)
     # copies: the scratch above is sized by the log's bytes, several times what the entries need
     return tuple(t.copy() for t in (keys, starts, counts, a[base : base + total], a[base + size : base + size + total]))
+
+
+def encode_flat(keys, starts, counts, idx, codes) -> bytes | None:
+    """determinism.encode_log of a FlatLog's arrays (int64, contiguous) in one C pass: the reference's
+    bytes; None where the kernel is off or the arrays are not a log (keys or indices not increasing)."""
+    lib = library()
+    if lib is None:
+        return None
+    arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in (keys, starts, counts, idx, codes)]
+    keys, starts, counts, idx, codes = arrays
+    if len(starts) != len(keys) or len(counts) != len(keys) or len(codes) != len(idx):
+        return None
+    if len(keys) and (counts.min() < 1 or starts.min() < 0 or (starts + counts).max() > len(idx)):
+        return None
+    cap = 1 + 10 + 20 * len(keys) + 14 * len(idx) + (len(idx) + 7 * len(keys)) // 8 + len(keys)
+    out = np.empty(cap, dtype=np.uint8)
+    ptr = lambda a: a.ctypes.data
+    n = lib.rp_encode_log(ptr(keys), ptr(starts), ptr(counts), len(keys), ptr(idx), ptr(codes), ptr(out), cap)
+    return None if n < 0 else out[:n].tobytes()

@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.training import native
-from replay.training.determinism import FlatLog, decode_log, decode_log_flat, decode_log_reference, encode_log
+from replay.training.determinism import (
+    FlatLog,
+    decode_log,
+    decode_log_flat,
+    decode_log_reference,
+    encode_log,
+    encode_log_reference,
+)
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the reference decodes")
 
@@ -109,3 +116,32 @@ def test_the_flat_arrays_are_the_reference_entries(raw):
     assert got == ref and [[type(c) for c in cs] for _, cs in got.values()] == [
         [type(c) for c in cs] for _, cs in ref.values()
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries)
+def test_the_c_encoder_writes_the_reference_bytes(raw):
+    """A FlatLog (what a device recording keeps) encodes in C to the reference's bytes, wide entries whose
+    bits are 0 or 1 and parity runs of any length included; keys and indices past 63 bits stay with the
+    reference (no FlatLog holds them)."""
+    d = {k: ([i for i, _ in sorted(v)], [c for _, c in sorted(v)]) for k, v in raw.items()}
+    flat = FlatLog.from_dict(dict(sorted(d.items())))
+    if flat is None:
+        return
+    ref = encode_log_reference(d)
+    fast = native.encode_flat(flat.keys, flat.starts, flat.counts, flat.idx, flat.codes)
+    assert fast == ref and encode_log(flat) == ref
+
+
+def test_the_c_encoder_refuses_arrays_that_are_not_a_log():
+    """Keys or indices that do not increase, a run past the arrays: no bytes (the caller's reference then
+    says what is wrong), never a log that decodes to other entries."""
+    import numpy as np
+
+    a = lambda *v: np.array(v, dtype=np.int64)
+    ok = (a(3, 9), a(0, 2), a(2, 1), a(1, 5, 7), a(1, 0, 1 << 32 | 7))
+    assert decode_log(native.encode_flat(*ok)) == {3: ([1, 5], [True, False]), 9: ([7], [7])}
+    assert native.encode_flat(a(9, 3), *ok[1:]) is None, "keys not increasing"
+    assert native.encode_flat(ok[0], ok[1], ok[2], a(5, 1, 7), ok[4]) is None, "indices not increasing"
+    assert native.encode_flat(ok[0], a(0, 2), a(2, 2), ok[3], ok[4]) is None, "a run past the entries"
+    assert native.encode_flat(a(-1, 9), *ok[1:]) is None, "a negative key"
