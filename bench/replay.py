@@ -582,6 +582,40 @@ def host_profile(rows: list[str], device: str, top: int = int(os.environ.get("PR
             graphs.release()
 
 
+def saved_for_backward(rows: list[str]) -> None:
+    """Bytes a det64 step keeps for its backward (distinct storages reaching save_for_backward, the
+    float64 parameters included), with rounding points' outputs kept as float32 (ops.PACK) and without:
+    the activations part of a step's peak, counted exactly on any device."""
+    print("| row | saved, float64 | saved, float32 where exact | ratio |")
+    print("|---|---|---|---|")
+    for row in rows:
+        arch, cfg, batch_size, _ = SCALE_ROWS[row]
+        cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
+        model, opt = models.build(arch, cfg), DEFAULT_OPTIMIZER[arch]
+        state = initial_state(models.init_params(arch, cfg, 0), opt)
+        batch = Batches(arch, cfg, batch_size, 0)(0)
+        sizes = {}
+        for pack in (False, True):
+            seen = {}
+
+            def keep(t, seen=seen):
+                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+                return t
+
+            ops.PACK = pack
+            try:
+                with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+                    graphs.eager_forward_backward(
+                        model, state.params, batch["x"], batch["y"], ops.Det, Rounder("record")
+                    )
+            finally:
+                ops.PACK = True
+            sizes[pack] = sum(seen.values())
+        print(
+            f"| {row} | {sizes[False] / 2**20:,.0f} MiB | {sizes[True] / 2**20:,.0f} MiB | {sizes[True] / sizes[False]:.2f} |"
+        )
+
+
 def log_host_costs(rows: list[str], reps: int = 5) -> None:
     """The host's share of a replayed step on a GPU (the graph itself waits on it): decoding the step's
     rounding log (the Python reference against the C decoder) and laying it into the static table; and
@@ -645,12 +679,16 @@ def main() -> None:
     p.add_argument("--log-host", action="store_true", help="with --rows: a replayed step's host work on its log")
     p.add_argument("--memory-trace", action="store_true", help="with --device cuda: where a det64 step's memory peaks")
     p.add_argument("--host-profile", action="store_true", help="with --device: a warm step's host time (cProfile)")
+    p.add_argument("--saved", action="store_true", help="with --rows: bytes a det64 step keeps for backward")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     if args.rows is None:  # block 512, batch 8 at GPT-2 size is a GPU's row: hours a step on a CPU
         args.rows = [r for r in SCALE_ROWS if args.device == "cuda" or r != "gpt2-small-512"]
     if args.log_host:
         log_host_costs(args.rows)
+        return
+    if args.saved:
+        saved_for_backward(args.rows)
         return
     if args.device == "cuda" and args.memory_trace:
         memory_trace(args.rows, args.device)

@@ -66,6 +66,7 @@ import math
 import struct
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -896,6 +897,7 @@ class Rounder:
         self.crowded = []  # deferred replay: points this step gave more entries than their slots
         self._slots = None  # static replay: this step's slots (static_log.Slots)
         self._bad = []  # static replay: per point, did a real entry not fit (device)
+        self._exact: dict = {}  # storage address -> (its tensor, weakly; version then; its float32 copy, weakly)
 
     @property
     def _entries(self) -> dict:
@@ -940,7 +942,7 @@ class Rounder:
         points kept)."""
         self._pending, self._entries, self.names, self.defer = [], {}, [], defer
         self._checks, self._ratios, self._uploaded = [], [], None
-        self._slots, self._bad = None, []
+        self._slots, self._bad, self._exact = None, [], {}
         if self.trace is not None:
             self.trace.clear()
 
@@ -971,7 +973,46 @@ class Rounder:
                 r = self._apply(key, v, r, bound) if host else self._apply_deferred(key, v, r, bound)
         if self.trace is not None:
             self.trace.append((key, self.name(key), r.detach().float()))
+        self.note_exact(r)
         return r
+
+    def note_exact(self, t: torch.Tensor) -> None:
+        """t (a fresh float64 tensor) holds float32 values: a saved view of it may be kept as float32
+        (`as_float32`) while neither it nor any view of it is changed in place (its version counter)."""
+        fresh = t._base is None and t.is_contiguous() and t.storage_offset() == 0 and t.numel() > 0
+        if t.dtype == torch.float64 and fresh:
+            self._exact[t.untyped_storage().data_ptr()] = (weakref.ref(t), t._version, None)
+
+    def _exact_entry(self, t: torch.Tensor):
+        """The `note_exact` entry whose tensor t views, unchanged since (its version counter), or None."""
+        if t.dtype != torch.float64 or t.numel() == 0:
+            return None
+        storage = t.untyped_storage()
+        entry = self._exact.get(storage.data_ptr())
+        base = entry[0]() if entry else None
+        if base is None or t._version != entry[1] or storage.nbytes() != base.numel() * 8:
+            return None
+        return entry
+
+    def is_exact(self, t: torch.Tensor) -> bool:
+        """Whether t holds float32 values by construction (a view of a rounding point's output, unchanged)."""
+        return self._exact_entry(t) is not None
+
+    def as_float32(self, t: torch.Tensor) -> torch.Tensor | None:
+        """t as float32, losslessly, where t is a view of a tensor `note_exact` took that has not changed
+        since (else None). Views of one tensor share one float32 copy: what backward keeps of q, k and v
+        (one product's output) or of the attention's probabilities (saved by two ops) is half the bytes."""
+        entry = self._exact_entry(t)
+        if entry is None:
+            return None
+        base, storage = entry[0](), t.untyped_storage()
+        copy = entry[2]() if entry[2] is not None else None
+        if copy is None:  # two ATen ops, where .float() is four (a GPU step's launches, a CPU step's ops)
+            copy = torch.empty(base.shape, dtype=torch.float32, device=base.device).copy_(base)
+            self._exact[storage.data_ptr()] = (entry[0], entry[1], weakref.ref(copy))
+        if t.shape == base.shape and t.stride() == base.stride() and t.storage_offset() == 0:
+            return copy
+        return copy.as_strided(t.shape, t.stride(), t.storage_offset())
 
     def _record(self, key, v, bound) -> torch.Tensor:
         """Round v and log its close calls: in one fused pass where the kernel takes v, else with torch."""

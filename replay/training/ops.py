@@ -56,6 +56,25 @@ def _matmul_operands(tensors):
     return tuple(tensors) if len({t.dim() for t in tensors}) == 1 else _no_fold(tensors)
 
 
+PACK = True  # saved float32-valued float64 tensors kept as float32 (tests turn it off to compare)
+PACK_MIN = 1 << 18  # elements below which a tensor is kept as it is: its bytes do not matter, its two copies' ops do
+
+
+def _save(ctx, *tensors) -> None:
+    """ctx.save_for_backward, each large tensor that holds float32 values (a view of a rounding point's
+    output, unchanged since: `Rounder.as_float32`) kept as float32: backward reads the same values
+    (`_saved`) from half the memory. det64's own tensors are float64, so a float32 one is such a copy."""
+    R = active()
+    packed = [R.as_float32(t) if PACK and t is not None and t.numel() >= PACK_MIN else None for t in tensors]
+    ctx.save_for_backward(*(t if p is None else p for t, p in zip(tensors, packed)))
+
+
+def _saved(ctx) -> tuple:
+    """The saved tensors, float64 again (two ATen ops a copy, where .double() is four)."""
+    wide = lambda t: torch.empty(t.shape, dtype=torch.float64, device=t.device).copy_(t)
+    return tuple(wide(t) if t is not None and t.dtype == torch.float32 else t for t in ctx.saved_tensors)
+
+
 class _Matmul(torch.autograd.Function):
     """C = scale * (A @ B) + bias. A (..., M, K), B (..., K, N) with equal batch dims, bias (N,)."""
 
@@ -69,14 +88,14 @@ class _Matmul(torch.autograd.Function):
             c = c * scale
         if bias is not None:
             c = c + bias
-        ctx.save_for_backward(a, b)
+        _save(ctx, a, b)
         ctx.op, ctx.scale, ctx.has_bias = op, scale, bias is not None
         return R(op * SLOTS, c, dot_bound(a, b, scale, bias))
 
     @staticmethod
     def backward(ctx, g):
         R = active()
-        a, b = _matmul_operands(ctx.saved_tensors)
+        a, b = _matmul_operands(_saved(ctx))
         key = ctx.op * SLOTS
         if ctx.scale != 1.0:
             g = g * ctx.scale
@@ -105,14 +124,14 @@ class _Softmax(torch.autograd.Function):
         e = torch.exp(x - x.amax(-1, keepdim=True))
         p = e / e.sum(-1, keepdim=True)
         p = R(op * SLOTS, p, full_bound(lambda: p * gamma(x.shape[-1] + 10), p.shape))  # exp 2 ulps, sum, divide
-        ctx.save_for_backward(p)
+        _save(ctx, p)
         ctx.op = op
         return p
 
     @staticmethod
     def backward(ctx, dp):
         R = active()
-        (p,) = ctx.saved_tensors
+        (p,) = _saved(ctx)
         pd = p * dp
         r = pd.sum(-1, keepdim=True)
         dx = p * (dp - r)
@@ -253,14 +272,14 @@ class _Conv2d(torch.autograd.Function):
         ho = (h + 2 * padding - kh) // stride + 1
         wo = (wd + 2 * padding - kw) // stride + 1
         # the input, not its columns (kh*kw times its size at stride 1): backward unfolds it again, exact copies
-        ctx.save_for_backward(x, w2)
+        _save(ctx, x, w2)
         ctx.op, ctx.geom = op, ((h, wd), (kh, kw), stride, padding, w.shape)
         return R(op * SLOTS, y, dot_bound(w2, cols, bias=b, bias_rows=True)).reshape(bsz, o, ho, wo)
 
     @staticmethod
     def backward(ctx, dy):
         R = active()
-        x, w2 = _no_fold(ctx.saved_tensors)
+        x, w2 = _no_fold(_saved(ctx))
         (h, wd), ksize, stride, padding, wshape = ctx.geom
         cols = F.unfold(x, ksize, padding=padding, stride=stride)
         key = ctx.op * SLOTS
@@ -334,11 +353,36 @@ def _causal(t: int, device) -> torch.Tensor:
     return torch.ones(t, t, dtype=torch.bool, device=device).triu(1)
 
 
+class _Relu(torch.autograd.Function):
+    """torch.relu with torch's own gradient (threshold_backward), whose output keeps float32 values where
+    its input had them: noted, so the ops that save it (the next product) keep it as float32 too."""
+
+    @staticmethod
+    def forward(ctx, x):
+        R = active()
+        y = torch.relu(x)
+        R.note_exact(y)  # `relu` sends here only an input of float32 values
+        _save(ctx, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = _saved(ctx)
+        return torch.ops.aten.threshold_backward(g, y, 0)  # torch.relu's own backward
+
+
+def _relu(x: torch.Tensor) -> torch.Tensor:
+    """torch.relu; through `_Relu` where its output is worth keeping as float32 (large, float32 values)."""
+    if PACK and x.numel() >= PACK_MIN and active().is_exact(x):
+        return _Relu.apply(x)
+    return torch.relu(x)
+
+
 class Det:
     """Deterministic float64 ops (need `with determinism.rounding(r):`)."""
 
     dtype = torch.float64
-    relu = staticmethod(torch.relu)
+    relu = staticmethod(_relu)
 
     @staticmethod
     def linear(x, w, b, name):

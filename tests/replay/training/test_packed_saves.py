@@ -1,0 +1,97 @@
+"""What backward keeps of a rounding point's output, kept as float32 (ops._save, Rounder.as_float32): the
+same values, so the same steps bit for bit, in half the memory; never a value that is not float32."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from replay.prover.recorder import DEFAULT_OPTIMIZER
+from replay.training import architectures as models
+from replay.training import determinism as det
+from replay.training import native, ops
+from replay.training.bundled_data import Batches
+from replay.training.determinism import Rounder, decode_log, encode_log
+from replay.training.train import initial_state, train_step
+
+from ..helpers import TINY
+
+
+def _steps(arch: str, pack: bool, monkeypatch, steps: int = 3):
+    """(states, logs, float32 tensors saved) of a det64 recording, then the replay of its logs."""
+    monkeypatch.setattr(ops, "PACK", pack)
+    monkeypatch.setattr(ops, "PACK_MIN", 0)  # the tiny models' tensors too
+    packed = []
+    real = Rounder.as_float32
+    monkeypatch.setattr(Rounder, "as_float32", lambda self, t: (lambda p: packed.append(p) or p)(real(self, t)))
+    cfg, opt = TINY[arch]["config"], DEFAULT_OPTIMIZER[arch]
+    model, batches = models.build(arch, cfg), Batches(arch, cfg, TINY[arch]["batch"], 5)
+    state = initial_state(models.init_params(arch, cfg, 5), opt)
+    states, logs = [state], []
+    for t in range(steps):
+        rounder = Rounder("record")
+        state, _ = train_step(model, state, batches(t), opt, "det64", rounder)
+        states.append(state)
+        logs.append(encode_log(rounder.entries))
+    replayed = [
+        train_step(model, states[t], batches(t), opt, "det64", Rounder("replay", entries=decode_log(logs[t])))[0]
+        for t in range(steps)
+    ]
+    return states, logs, replayed, sum(p is not None for p in packed)
+
+
+@pytest.mark.parametrize("native_on", [True, False], ids=["native", "generic"])
+@pytest.mark.parametrize("arch", ["mlp", "cnn", "gpt"])
+def test_float32_saves_change_no_bit(arch, native_on, monkeypatch):
+    if not native_on:
+        monkeypatch.setattr(native, "_LIB", False)
+    on = _steps(arch, True, monkeypatch)
+    off = _steps(arch, False, monkeypatch)
+    assert on[3] > 0 and off[3] == 0, "control: packing happened only where on"
+    assert all(a.equal(b) for a, b in zip(on[0], off[0])), "recorded states"
+    assert on[1] == off[1], "logs"
+    assert all(a.equal(b) for a, b in zip(on[2], off[2])) and all(a.equal(b) for a, b in zip(on[2], on[0][1:]))
+    assert any(len(log) > 2 for log in on[1]), "control: the steps log close calls"
+
+
+def test_only_unchanged_views_of_rounded_outputs_are_packed():
+    """A rounding point's output and its views: float32 copies sharing one buffer; changed in place
+    (any view), or any other tensor: None (kept as it is)."""
+    r = Rounder("record")
+    with det.rounding(r):
+        out = torch.tensor([[1.5, -2.0, 3.25], [0.1, 7.0, -0.0]], dtype=torch.float64).float().double()
+        r.note_exact(out)
+        q, k = out[:, :2], out.t()
+        a, b = r.as_float32(q), r.as_float32(k)
+        assert a.dtype == torch.float32 and a.double().equal(q) and b.double().equal(k)
+        assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr(), "one copy for every view"
+        assert torch.equal(a.double().view(torch.int64), q.contiguous().view(torch.int64)), "-0.0 kept"
+        assert r.as_float32(out.detach()) is not None, "a detached view shares the version counter"
+        other = torch.tensor([0.1, 0.2], dtype=torch.float64)  # not float32 values: never noted
+        assert r.as_float32(other) is None
+        out[0, 0] += 2**-40  # no longer float32 values
+        assert r.as_float32(q) is None and r.as_float32(k) is None and not r.is_exact(out)
+
+
+def test_a_view_is_not_taken_for_its_own_tensor():
+    """A tensor noted while it is a view, or offset in its storage, is not noted (its storage holds more)."""
+    r = Rounder("record")
+    big = torch.zeros(10, dtype=torch.float64)
+    r.note_exact(big[2:5])
+    assert r.as_float32(big[2:5]) is None and r.as_float32(big) is None
+
+
+def test_the_relu_gradient_is_torchs():
+    """ops._Relu's backward against torch.relu's own (threshold_backward), bit for bit: signed zeros,
+    NaN inputs and gradients, infinities."""
+    special = [0.0, -0.0, 1.5, -1.5, float("nan"), float("inf"), -float("inf"), 1e-300, -1e-300]
+    x = torch.tensor(special * len(special), dtype=torch.float64)
+    g = torch.tensor([v for v in special for _ in special], dtype=torch.float64)
+    a = x.clone().requires_grad_()
+    torch.relu(a).backward(g)
+    b = x.clone().requires_grad_()
+    with det.rounding(Rounder("record")):
+        y = ops._Relu.apply(b)
+    y.backward(g)
+    assert torch.equal(y.detach().view(torch.int64), torch.relu(x).view(torch.int64))
+    assert torch.equal(b.grad.view(torch.int64), a.grad.view(torch.int64))
