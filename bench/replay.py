@@ -622,7 +622,7 @@ def log_host_costs(rows: list[str], reps: int = 5) -> None:
     the recorder's encoding of it (the Python reference against the C encoder of a flat log); one
     recorded step per row on this CPU, medians of `reps`."""
     from replay.training import static_log
-    from replay.training.determinism import decode_log_flat, decode_log_reference, encode_log_reference
+    from replay.training.determinism import FlatLog, decode_log_flat, decode_log_reference, encode_log_reference
 
     print(
         "| row | log bytes | entries | decode, Python | decode, C (flat) | Python / C | table fill "
@@ -651,6 +651,8 @@ def log_host_costs(rows: list[str], reps: int = 5) -> None:
 
         ref, fast = median(lambda: decode_log_reference(log)), median(lambda: decode_log_flat(log))
         entries = decode_log_flat(log)
+        if not isinstance(entries, FlatLog):  # no native kernel: the reference's dict
+            entries = FlatLog.from_dict(entries)
         fill = median(lambda: layout.fill(entries))
         as_dict = entries.as_dict()
         enc_ref, enc = median(lambda: encode_log_reference(as_dict)), median(lambda: encode_log(entries))

@@ -650,8 +650,9 @@ int64_t rp_decode_log(const uint8_t *buf, int64_t len, int64_t max_entries, int6
 /* The rounding log's encoder over a FlatLog's arrays (determinism.encode_log_reference is the reference;
    a property test holds the two to the same bytes). Per point, in key order: the key's delta, the
    count, per entry a varint of (gap * 2 + wide) and a wide entry's 4 bytes, then the point's parity
-   bits packed. Returns the bytes written, or -1 where keys or indices do not strictly increase or a
-   key or index is negative (the caller then encodes with the reference), -2 where `cap` is too small. */
+   bits packed. Returns the bytes written, or -1 where the arrays are not a log (keys or indices not
+   strictly increasing, a negative key or index, a run outside idx's nidx entries, a code neither a
+   parity bit nor 32 bits | 2^32), -2 where `cap` is too small. */
 static int put_varint(uint8_t *out, int64_t cap, int64_t *pos, uint64_t n) {
     while (n >= 0x80) {
         if (*pos >= cap) return -2;
@@ -664,21 +665,21 @@ static int put_varint(uint8_t *out, int64_t cap, int64_t *pos, uint64_t n) {
 }
 
 int64_t rp_encode_log(const int64_t *keys, const int64_t *starts, const int64_t *counts, int64_t npoints,
-                      const int64_t *idx, const int64_t *codes, uint8_t *out, int64_t cap) {
+                      const int64_t *idx, const int64_t *codes, int64_t nidx, uint8_t *out, int64_t cap) {
     int64_t pos = 0, err, prev_key = 0;
     if (cap < 1) return -2;
     out[pos++] = 1;
     if ((err = put_varint(out, cap, &pos, (uint64_t)npoints))) return err;
     for (int64_t p = 0; p < npoints; p++) {
         int64_t key = keys[p], s = starts[p], c = counts[p];
-        if (key < 0 || c < 1 || (p && key <= prev_key)) return -1;
+        if (key < 0 || c < 1 || s < 0 || s > nidx - c || (p && key <= prev_key)) return -1;
         if ((err = put_varint(out, cap, &pos, (uint64_t)(key - prev_key)))) return err;
         prev_key = key;
         if ((err = put_varint(out, cap, &pos, (uint64_t)c))) return err;
         int64_t prev = -1, narrow = 0;
         for (int64_t j = s; j < s + c; j++) {
             int64_t i = idx[j], wide = codes[j] >= ((int64_t)1 << 32);
-            if (i <= prev) return -1;
+            if (i <= prev || codes[j] < 0 || (codes[j] > 1 && !wide) || codes[j] >= ((int64_t)1 << 33)) return -1;
             if ((err = put_varint(out, cap, &pos, (uint64_t)(i - prev - 1) * 2 + (uint64_t)wide))) return err;
             prev = i;
             if (wide) {

@@ -643,7 +643,7 @@ _PARITY = np.array([False, True], dtype=object)  # Python bools, as the referenc
 _WIDE = 1 << 32  # FlatLog: a wide entry's code is its float32's 32 bits with this bit set
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FlatLog:
     """A decoded log as flat arrays, in key order: what a static replay lays into its table in a few
     vectorised passes (a 15M GPT step logs ~94,000 entries: as Python lists they cost a GPU replay more
@@ -672,10 +672,22 @@ class FlatLog:
         return out
 
     @classmethod
+    def from_runs(cls, keys: list, runs: list, idx: np.ndarray, codes: np.ndarray) -> FlatLog:
+        """Distinct keys, each with its run [lo, hi) of idx and codes (indices increasing), in key order."""
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        take = np.concatenate([np.arange(*runs[j]) for j in order]) if keys else np.zeros(0, dtype=np.int64)
+        counts = np.array([runs[j][1] - runs[j][0] for j in order], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if keys else counts
+        return cls(np.array(sorted(keys), dtype=np.int64), starts, counts, idx[take], codes[take])
+
+    @classmethod
     def from_dict(cls, entries: dict) -> FlatLog | None:
         """The same entries flat, in the dict's order; None where a key or an index does not fit in 63
-        bits (no point has it: the static replay hands such a log to the deferred one, which refuses it)."""
-        items = [(k, i, c) for k, (i, c) in entries.items() if len(i)]
+        bits, or a key has no entries (no decoded log has either: the static replay hands such entries
+        to the deferred replay, which refuses them)."""
+        if any(not len(i) for i, _ in entries.values()):
+            return None
+        items = [(k, i, c) for k, (i, c) in entries.items()]
         limit = 1 << 63
         if any(k >= limit or k < 0 or i[-1] >= limit or i[0] < 0 for k, i, _ in items):
             return None
@@ -865,7 +877,7 @@ def pick(flags: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 class Rounder:
     """Rounds float64 results to float32 at the fixed points of one training step.
 
-    mode "record": find the close calls and keep their codes in `entries` (then `encode_log`).
+    mode "record": find the close calls and keep their codes in `entries` (then `encode_log(log())`).
     mode "replay": apply `entries` (decoded from the prover's log), refusing any that do not fit.
     trace=[] keeps every rounded output (key, name, float32) for dispute bisection; lenient=True
     then skips log entries that do not fit instead of failing (the trace shows where things part).
@@ -1043,6 +1055,8 @@ class Rounder:
         if not callable(window) and _no_window(window):
             return v.float().double()
         n = v.numel()
+        if n >= 1 << _POINT_SHIFT:  # `_flush` sorts a step's close calls by point and index in one key
+            raise ValueError(f"rounding point {self.name(key)}: {n} outputs, past the 2^40 a step's log sorts")
         k = n if key in self.dense else slots(n)
         fast = bound.pick(v, k) if k < n and bound.pick is not None else None
         if fast is not None:  # the window, the search and the rounding in one kernel
@@ -1118,11 +1132,11 @@ class Rounder:
         """Keep a flush's close calls (per key, a run [lo, hi) of idx and code) as a FlatLog in key order
         (a large step logs over a million: no Python object each); merged as dicts where the step
         already holds entries (a flush after another)."""
-        order = sorted(range(len(keys)), key=keys.__getitem__)
-        take = np.concatenate([np.arange(*runs[j]) for j in order]) if keys else np.zeros(0, dtype=np.int64)
-        counts = np.array([runs[j][1] - runs[j][0] for j in order], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if keys else counts
-        flat = FlatLog(np.array(sorted(keys), dtype=np.int64), starts, counts, idx[take], code[take])
+        if len(set(keys)) < len(keys):  # one key twice (no step does it): dicts, the later run wins
+            for key, (lo, hi) in zip(keys, runs):
+                self._entries.update(FlatLog.from_runs([key], [(lo, hi)], idx, code).as_dict())
+            return
+        flat = FlatLog.from_runs(keys, runs, idx, code)
         if self._flat is None and not self._entries_dict:
             self._entries = flat
         else:

@@ -38,7 +38,7 @@ from replay.training.determinism import Rounder, converted, rounding
 
 KEEP = 2  # captured steps kept per process (each holds its step's activations in its own memory pool)
 # A step of more FLOPs is GPU work, not launches: a graph gains it nothing (GPT-2 small, block 512, batch 8,
-# 3.4e12 FLOPs: 515 ms a step graphed or eager on an H200) and its private pool holds well over the eager
+# 3.3e12 FLOPs: 515 ms a step graphed or eager on an H200) and its private pool holds well over the eager
 # step's peak (37 GB against 15), so such steps run eagerly (bench/RESULTS.md, session 13)
 GRAPH_MAX_FLOPS = 1e12
 

@@ -245,13 +245,18 @@ class _CrossEntropy(torch.autograd.Function):
         p, targets = ctx.saved_tensors
         c = gl * ctx.inv_n
         # logits-sized float64 tensors, the step's largest at a real vocabulary (the peak of a GPT-2
-        # step): in place, and no one-hot. d = p - onehot is p + -1 at each row's target (x - y is
-        # x + -y) and p elsewhere (p - 0 is p); the bound is formed from d before d becomes dz in place
+        # step): in place, and no one-hot. p - onehot is p + -1 at each row's target (x - y is x + -y)
+        # and p elsewhere (p - 0 is p); the bound forms it again, only where it is needed (a replay
+        # whose log names no entry here does not form it)
         t = targets.unsqueeze(1)
-        d = p.clone().scatter_add_(1, t, torch.full(t.shape, -1.0, dtype=p.dtype, device=p.device))
-        err = d.abs().mul_(U).add_(p * gamma(ctx.v + 10)).mul_(c.abs())
-        dz = d.mul_(c)
-        err.add_(dz.abs().mul_(2 * U))
+        minus_one = torch.full(t.shape, -1.0, dtype=p.dtype, device=p.device)
+        p_minus_onehot = lambda: p.clone().scatter_add_(1, t, minus_one)
+        dz = p_minus_onehot().mul_(c)
+
+        def err():
+            e = p_minus_onehot().abs_().mul_(U).add_(p * gamma(ctx.v + 10)).mul_(c.abs())
+            return e.add_(dz.abs().mul_(2 * U))
+
         # scale floor |c| (= |dL/dlogit| of a wrong prediction): see Bound.scale
         return active()(ctx.op * SLOTS + 1, dz, full_bound(err, dz.shape, scale=c.abs().reshape(()))), None, None
 

@@ -145,3 +145,29 @@ def test_the_c_encoder_refuses_arrays_that_are_not_a_log():
     assert native.encode_flat(ok[0], ok[1], ok[2], a(5, 1, 7), ok[4]) is None, "indices not increasing"
     assert native.encode_flat(ok[0], a(0, 2), a(2, 2), ok[3], ok[4]) is None, "a run past the entries"
     assert native.encode_flat(a(-1, 9), *ok[1:]) is None, "a negative key"
+    # a run whose start + count wraps int64 (a bounds check by sum would pass it and read far out)
+    assert native.encode_flat(a(5), a(10**11), a(2**63 - 10**11), a(1, 2, 3), a(0, 1, 0)) is None
+    assert native.encode_flat(a(5), a(-1), a(2), a(1, 2, 3), a(0, 1, 0)) is None, "a negative start"
+    for bad in (2, -2, 1 << 33, (1 << 32) - 1):  # neither a parity bit nor 32 bits | 2^32
+        assert native.encode_flat(a(5), a(0), a(2), a(1, 2), a(0, bad)) is None, bad
+
+
+def test_entries_that_no_log_holds_are_not_made_flat():
+    """A key with no entries (the decoder refuses a count of 0), a key or index past 63 bits: no FlatLog,
+    so a static replay hands them to the deferred one, which refuses them as before."""
+    assert FlatLog.from_dict({3: ([1], [True]), 10**6: ([], [])}) is None
+    assert FlatLog.from_dict({2**63: ([1], [True])}) is None and FlatLog.from_dict({3: ([2**63], [True])}) is None
+    assert FlatLog.from_dict({3: ([1, 4], [True, 7])}).as_dict() == {3: ([1, 4], [True, 7])}
+
+
+def test_a_flush_with_one_key_twice_keeps_the_later_run():
+    """No step rounds one point twice; were it to, the entries are the dict's (the later run wins) and
+    the count is theirs, as before the flat log."""
+    import numpy as np
+
+    from replay.training.determinism import Rounder
+
+    r = Rounder("record")
+    idx, code = np.array([1, 2, 5, 7, 9], dtype=np.int64), np.array([1, 0, 1, 0, 1 << 32 | 3], dtype=np.int64)
+    r._store([4, 2, 4], [(0, 2), (2, 3), (3, 5)], idx, code)
+    assert r.entries == {4: ([7, 9], [False, 3]), 2: ([5], [True])} and r.entry_count() == 3
