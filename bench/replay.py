@@ -489,71 +489,73 @@ def scale_table(rows: list[str], device: str, threads: int, as_json: bool) -> No
         print(f"\n{header}")
 
 
+def _warm_steps(rows: list[str], device: str, env: str, default: str):
+    """(row, precision, a one-step closure warmed by two steps) for each row and each precision named in
+    the environment variable `env` (else `default`); graphs released after each."""
+    for row in rows:
+        arch, cfg, batch_size, _ = SCALE_ROWS[row]
+        cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
+        for p in os.environ.get(env, default).split():
+            run = one_step_setup(arch, cfg, batch_size, device, p)
+            run()
+            run()
+            _sync(device)
+            yield row, p, run
+            del run
+            graphs.release()
+
+
 def profile_rows(rows: list[str], device: str, top: int = int(os.environ.get("PROFILE_TOP", 12))) -> None:
     """Where a step's time goes on a GPU: per precision, one warm step's wall time, its kernels' count
     and summed device time, and the kernels that take most of it."""
     from torch.profiler import ProfilerActivity, profile
 
-    for row in rows:
-        arch, cfg, batch_size, _ = SCALE_ROWS[row]
-        cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
-        for p in os.environ.get("PROFILE_PRECISIONS", "float32 float64 det64_eager det64 replay_eager replay").split():
-            run = one_step_setup(arch, cfg, batch_size, device, p)
-            run()
+    every = "float32 float64 det64_eager det64 replay_eager replay"
+    for row, p, run in _warm_steps(rows, device, "PROFILE_PRECISIONS", every):
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            started = time.perf_counter()
             run()
             _sync(device)
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                started = time.perf_counter()
-                run()
-                _sync(device)
-                wall = time.perf_counter() - started
-            kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-            busy = sum(e.device_time for e in kernels) / 1e6
-            print(f"{row} {p}: wall {wall * 1e3:.1f} ms, {len(kernels)} kernels, device busy {busy * 1e3:.1f} ms")
-            table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=top, max_name_column_width=60)
-            print(table, flush=True)
-            del run
-            graphs.release()
+            wall = time.perf_counter() - started
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        busy = sum(e.device_time for e in kernels) / 1e6
+        print(f"{row} {p}: wall {wall * 1e3:.1f} ms, {len(kernels)} kernels, device busy {busy * 1e3:.1f} ms")
+        table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=top, max_name_column_width=60)
+        print(table, flush=True)
+        del run
 
 
 def memory_trace(rows: list[str], device: str, top: int = int(os.environ.get("PROFILE_TOP", 12))) -> None:
     """Where a det64 step's memory peaks on a GPU, eager (no graph pool): at each rounding point the
     allocator's bytes in use and its peak since the point before (the point's own work included), so a
     peak is named by the point that ends its interval; the float32 and float64 peaks beside them."""
-    for row in rows:
-        arch, cfg, batch_size, _ = SCALE_ROWS[row]
-        cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
-        for p in os.environ.get("MEMORY_PRECISIONS", "float32 float64 det64_eager replay_eager").split():
-            run = one_step_setup(arch, cfg, batch_size, device, p)
-            run()
-            run()
-            _sync(device)
-            points = []
-            base = torch.cuda.memory_allocated()
+    for row, p, run in _warm_steps(rows, device, "MEMORY_PRECISIONS", "float32 float64 det64_eager replay_eager"):
+        points = []
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        call = Rounder.__call__
+
+        def traced(self, key, v, bound):
+            r = call(self, key, v, bound)  # the peak since the point before, this one's own work included
+            peak = torch.cuda.max_memory_allocated()
+            points.append((peak - base, torch.cuda.memory_allocated() - base, self.name(key), tuple(v.shape)))
             torch.cuda.reset_peak_memory_stats()
-            call = Rounder.__call__
+            return r
 
-            def traced(self, key, v, bound):
-                r = call(self, key, v, bound)  # the peak since the point before, this one's own work included
-                peak = torch.cuda.max_memory_allocated()
-                points.append((peak - base, torch.cuda.memory_allocated() - base, self.name(key), tuple(v.shape)))
-                torch.cuda.reset_peak_memory_stats()
-                return r
-
-            Rounder.__call__ = traced
-            try:
-                _without_graphs(run) if p == "det64" else run()
-            finally:
-                Rounder.__call__ = call
-            _sync(device)
-            tail = torch.cuda.max_memory_allocated() - base
-            peak = max([tail] + [q[0] for q in points])
-            print(f"{row} {p}: step peak {peak / 2**30:.2f} GiB above the {base / 2**30:.2f} GiB held before it")
-            gib = lambda b: f"{b / 2**30:.2f}"
-            for before, held, name, shape in sorted(points, reverse=True)[:top]:
-                print(f"  peak {gib(before)} GiB up to {name} {shape}, in use after it {gib(held)} GiB", flush=True)
-            del run
-            torch.cuda.empty_cache()
+        Rounder.__call__ = traced
+        try:
+            _without_graphs(run) if p == "det64" else run()
+        finally:
+            Rounder.__call__ = call
+        _sync(device)
+        tail = torch.cuda.max_memory_allocated() - base
+        peak = max([tail] + [q[0] for q in points])
+        print(f"{row} {p}: step peak {peak / 2**30:.2f} GiB above the {base / 2**30:.2f} GiB held before it")
+        gib = lambda b: f"{b / 2**30:.2f}"
+        for before, held, name, shape in sorted(points, reverse=True)[:top]:
+            print(f"  peak {gib(before)} GiB up to {name} {shape}, in use after it {gib(held)} GiB", flush=True)
+        del run  # before the next precision is set up (the generator's own reference goes when it resumes)
+        torch.cuda.empty_cache()
 
 
 def host_profile(rows: list[str], device: str, top: int = int(os.environ.get("PROFILE_TOP", 25))) -> None:
@@ -562,24 +564,16 @@ def host_profile(rows: list[str], device: str, top: int = int(os.environ.get("PR
     import cProfile
     import pstats
 
-    for row in rows:
-        arch, cfg, batch_size, _ = SCALE_ROWS[row]
-        cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
-        for p in os.environ.get("PROFILE_PRECISIONS", "det64 replay").split():
-            run = one_step_setup(arch, cfg, batch_size, device, p)
-            run()
-            run()
-            _sync(device)
-            prof = cProfile.Profile()
-            started = time.perf_counter()
-            prof.enable()
-            run()
-            _sync(device)
-            prof.disable()
-            print(f"{row} {p}: wall {(time.perf_counter() - started) * 1e3:.1f} ms (profiled)", flush=True)
-            pstats.Stats(prof).sort_stats("tottime").print_stats(top)
-            del run
-            graphs.release()
+    for row, p, run in _warm_steps(rows, device, "PROFILE_PRECISIONS", "det64 replay"):
+        prof = cProfile.Profile()
+        started = time.perf_counter()
+        prof.enable()
+        run()
+        _sync(device)
+        prof.disable()
+        print(f"{row} {p}: wall {(time.perf_counter() - started) * 1e3:.1f} ms (profiled)", flush=True)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+        del run
 
 
 def saved_for_backward(rows: list[str]) -> None:
