@@ -640,7 +640,7 @@ def encode_log_reference(entries: dict[int, tuple[list[int], list]]) -> bytes:
 
 
 _PARITY = np.array([False, True], dtype=object)  # Python bools, as the reference decodes parity bits
-_WIDE = 1 << 32  # FlatLog: a wide entry's code is its float32's 32 bits with this bit set
+WIDE_CODE = 1 << 32  # FlatLog: a wide entry's code is its float32's 32 bits with this bit set
 
 
 @dataclass(frozen=True, eq=False)
@@ -664,7 +664,7 @@ class FlatLog:
         out = {}
         for key, s, c in zip(self.keys.tolist(), self.starts.tolist(), self.counts.tolist()):
             seg = self.codes[s : s + c]
-            if (seg >= _WIDE).any():  # wide entries: their 32 bits as a Python int, beside parity bools
+            if (seg >= WIDE_CODE).any():  # wide entries: their 32 bits as a Python int, beside parity bools
                 got = np.where(seg < 2, _PARITY[seg & 1], (seg & 0xFFFFFFFF).astype(object)).tolist()
             else:
                 got = seg.astype(bool).tolist()
@@ -695,7 +695,7 @@ class FlatLog:
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if items else counts
         idx = np.fromiter((j for _, i, _ in items for j in i), dtype=np.int64, count=int(counts.sum()))
         codes = np.fromiter(
-            (int(x) if isinstance(x, bool) else (x & 0xFFFFFFFF) | _WIDE for _, _, c in items for x in c),
+            (int(x) if isinstance(x, bool) else (x & 0xFFFFFFFF) | WIDE_CODE for _, _, c in items for x in c),
             dtype=np.int64,
             count=int(counts.sum()),
         )

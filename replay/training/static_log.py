@@ -87,7 +87,7 @@ class Layout:
         the deferred way, which refuses what it must). A point with more entries than slots (and no
         more than allowed) is noted in `crowded`: the first such point in key order, where no point
         before it is refused."""
-        from replay.training.determinism import _WIDE, entry_cap
+        from replay.training.determinism import WIDE_CODE, entry_cap
 
         cap, p, t = self.cap, len(self.points), log.total
         rows = self._rows(log.keys)
@@ -108,7 +108,7 @@ class Layout:
         h[:t] = np.repeat(off - log.starts, m) + np.arange(t)
         h[t:cap] = self.total
         h[cap : cap + t] = log.idx
-        wide = log.codes >= _WIDE
+        wide = log.codes >= WIDE_CODE
         bits = log.codes & 0xFFFFFFFF
         h[2 * cap : 2 * cap + t] = np.where(wide, np.where(bits >= 1 << 31, bits - (1 << 32), bits), log.codes)
         h[3 * cap : 3 * cap + t] = wide
