@@ -645,11 +645,12 @@ WIDE_CODE = 1 << 32  # FlatLog: a wide entry's code is its float32's 32 bits wit
 
 @dataclass(frozen=True, eq=False)
 class FlatLog:
-    """A decoded log as flat arrays, in key order: what a static replay lays into its table in a few
-    vectorised passes (a 15M GPT step logs ~94,000 entries: as Python lists they cost a GPU replay more
-    host time than its graph). `as_dict` gives `decode_log`'s entries where a path needs them."""
+    """A log's entries as flat arrays: what a static replay lays into its table in a few vectorised
+    passes (a 15M GPT step logs ~94,000 entries: as Python lists they cost a GPU replay more host time
+    than its graph), and what the C encoder writes. `as_dict` gives `decode_log`'s entries where a path
+    needs them."""
 
-    keys: np.ndarray  # int64, strictly increasing
+    keys: np.ndarray  # int64, distinct; increasing where decoded or flushed (`from_dict` keeps a dict's order)
     starts: np.ndarray  # each key's first entry in idx / codes
     counts: np.ndarray  # its entries (>= 1)
     idx: np.ndarray  # int64: each key's flat indices, strictly increasing
