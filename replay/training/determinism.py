@@ -678,8 +678,7 @@ class FlatLog:
         order = sorted(range(len(keys)), key=keys.__getitem__)
         take = np.concatenate([np.arange(*runs[j]) for j in order]) if keys else np.zeros(0, dtype=np.int64)
         counts = np.array([runs[j][1] - runs[j][0] for j in order], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if keys else counts
-        return cls(np.array(sorted(keys), dtype=np.int64), starts, counts, idx[take], codes[take])
+        return cls(np.array(sorted(keys), dtype=np.int64), _starts(counts), counts, idx[take], codes[take])
 
     @classmethod
     def from_dict(cls, entries: dict) -> FlatLog | None:
@@ -693,14 +692,18 @@ class FlatLog:
         if any(k >= limit or k < 0 or i[-1] >= limit or i[0] < 0 for k, i, _ in items):
             return None
         counts = np.array([len(i) for _, i, _ in items], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if items else counts
         idx = np.fromiter((j for _, i, _ in items for j in i), dtype=np.int64, count=int(counts.sum()))
         codes = np.fromiter(
             (int(x) if isinstance(x, bool) else (x & 0xFFFFFFFF) | WIDE_CODE for _, _, c in items for x in c),
             dtype=np.int64,
             count=int(counts.sum()),
         )
-        return cls(np.array([k for k, _, _ in items], dtype=np.int64), starts, counts, idx, codes)
+        return cls(np.array([k for k, _, _ in items], dtype=np.int64), _starts(counts), counts, idx, codes)
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    """Each run's first entry, the runs laid end to end."""
+    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if len(counts) else counts
 
 
 def decode_log_flat(buf: bytes, max_entries: int = MAX_LOG_ENTRIES) -> FlatLog | dict:

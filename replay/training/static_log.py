@@ -76,9 +76,9 @@ class Layout:
 
     def _rows(self, keys: np.ndarray) -> np.ndarray:
         """Each key's row in the layout (call order), or -1 where the layout has no such point."""
-        at = np.searchsorted(self._sorted_keys, keys).clip(max=max(len(self._sorted_keys) - 1, 0))
         if not len(self._sorted_keys):
             return np.full(len(keys), -1, dtype=np.int64)
+        at = np.searchsorted(self._sorted_keys, keys).clip(max=len(self._sorted_keys) - 1)
         return np.where(self._sorted_keys[at] == keys, self._by_key[at], -1)
 
     def fill(self, log) -> bool:
