@@ -50,31 +50,43 @@ void rp_round(const double *v, double *out, int64_t n, int64_t threads) {
     for (int64_t i = 0; i < n; i++) out[i] = (double)(float)v[i];
 }
 
-/* Round one row of a product: element j's window is (ni * nb[j] + (bias_i + bcol[j])) * safety
-   (Cauchy-Schwarz and the bias, SAFETY included), formed inline; flag[j] says whether it may straddle, and
-   the result whether any does. Branch-free so that it vectorizes; most rows report nothing. */
+/* Element j's window in a row of a product: (ni * nb[j] + (bias_i + bcol[j])) * safety (Cauchy-Schwarz
+   and the bias, SAFETY included). */
+static inline double row_window(double ni, double nbj, double bias_i, double bcolj, double safety) {
+    return (ni * nbj + (bias_i + bcolj)) * safety;
+}
+
+/* Nonzero where x +- w may straddle a rounding midpoint: its ends round to different float32s and
+   w > 0. Branch-free, so that a row's loop vectorizes. */
+static inline uint32_t may_straddle(double x, double w) {
+    return (bits32((float)(x - w)) ^ bits32((float)(x + w))) & (0u - (uint32_t)(w > 0));
+}
+
+/* Round one row of a product, windows formed inline (row_window); flag[j] says whether element j may
+   straddle, and the result whether any does. Flags are 32-bit, so that no lane is narrower than a
+   float's: a short row (an attention head's 16 or 32) still runs in vectors. */
 static int round_row(const double *restrict v, double *restrict out, int64_t n, double ni,
                      const double *restrict nb, double bias_i, const double *restrict bcol, double safety,
-                     uint8_t *restrict flag) {
+                     uint32_t *restrict flag) {
     uint32_t any = 0;
     for (int64_t j = 0; j < n; j++) {
-        double x = v[j], wj = (ni * nb[j] + (bias_i + bcol[j])) * safety;
+        double x = v[j];
         out[j] = (double)(float)x;
-        uint32_t d = (bits32((float)(x - wj)) ^ bits32((float)(x + wj))) & (0u - (uint32_t)(wj > 0));
-        flag[j] = d != 0;
-        any |= d;
+        flag[j] = may_straddle(x, row_window(ni, nb[j], bias_i, bcol[j], safety));
+        any |= flag[j];
     }
     return any != 0;
 }
 
-/* The first j in [from, n) with flag[j] set, else n: eight flags a word at a time (a flagged element is
-   rare even in a row that has one). */
-static int64_t next_flag(const uint8_t *flag, int64_t from, int64_t n) {
+/* The first j in [from, n) with flag[j] set, else n: eight flags at a time (a flagged element is rare
+   even in a row that has one). */
+static int64_t next_flag(const uint32_t *flag, int64_t from, int64_t n) {
     int64_t j = from;
     for (; j < n && j % 8; j++)
         if (flag[j]) return j;
-    for (uint64_t eight; j + 8 <= n; j += 8) {
-        memcpy(&eight, flag + j, 8);
+    for (; j + 8 <= n; j += 8) {
+        uint32_t eight = 0;
+        for (int l = 0; l < 8; l++) eight |= flag[j + l];
         if (eight) break;
     }
     for (; j < n; j++)
@@ -159,6 +171,12 @@ static void norms(const double *x, int64_t lo, int64_t hi, int64_t K1, int64_t K
             for (int64_t o = lo; o < hi; o++) res[o] += x[o * so + k * s2] * x[o * so + k * s2];
     } else if ((K1 == 1 || s1 == K2 * s2) && s2 == 1) { /* unit-stride vectors: sums in lanes (abs_dot) */
         for (int64_t o = lo; o < hi; o++) res[o] = abs_dot(x + o * so, x + o * so, K1 * K2);
+    } else if (s2 == 1) { /* unit-stride pieces (a convolution's operands, per image): each in lanes */
+        for (int64_t o = lo; o < hi; o++) {
+            double acc = 0;
+            for (int64_t k1 = 0; k1 < K1; k1++) acc += abs_dot(x + o * so + k1 * s1, x + o * so + k1 * s1, K2);
+            res[o] = acc;
+        }
     } else {
         for (int64_t o = lo; o < hi; o++) {
             const double *p = x + o * so;
@@ -312,17 +330,24 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
     {
         int64_t lo, hi;
         cands_t *mine = my_share(lists, rows, &lo, &hi);
-        uint8_t *flag = malloc(N + 8);
+        uint32_t *flag = malloc(sizeof(uint32_t) * (N + 1));
         if (!flag) mine->failed = 1;
-        for (int64_t r = lo; r < hi; r++) {
-            if (mine->failed) continue;
-            int64_t t = r / M, i = r % M, t0 = t / b1, t1 = t % b1, base = r * N;
+        /* (t, i) of row r, and t's (t0, t1), counted along rather than divided out: four 64-bit
+           divisions a row cost more than rounding a short row (an attention head's) */
+        int64_t t = lo / M, i = lo % M, t0 = t / b1, t1 = t % b1;
+        for (int64_t r = lo; r < hi && !mine->failed; r++) {
+            int64_t base = r * N;
             double bias_i = babs && bias_rows ? babs[i] : 0.0, ni = na[r] * g;
             const double *vr = v + base;
-            if (!round_row(vr, out + base, N, ni, nb + t * N, bias_i, bcol, safety, flag)) continue;
-            int64_t a_off = t0 * sa0 + t1 * sa1 + i * sai;
-            for (int64_t j = next_flag(flag, 0, N); j < N; j = next_flag(flag, j + 1, N))
-                push(mine, (cand_t){base + j, a_off, t0 * sb0 + t1 * sb1 + j * sbj, vr[j], bias_i + bcol[j], 0});
+            if (round_row(vr, out + base, N, ni, nb + t * N, bias_i, bcol, safety, flag)) {
+                int64_t a_off = t0 * sa0 + t1 * sa1 + i * sai;
+                for (int64_t j = next_flag(flag, 0, N); j < N; j = next_flag(flag, j + 1, N))
+                    push(mine, (cand_t){base + j, a_off, t0 * sb0 + t1 * sb1 + j * sbj, vr[j], bias_i + bcol[j], 0});
+            }
+            if (++i == M) {
+                i = 0, t++;
+                if (++t1 == b1) t1 = 0, t0++;
+            }
         }
         free(flag);
     }
@@ -434,38 +459,51 @@ void rp_softmax_err(const double *p, const double *pd, const double *dx, int64_t
     }
 }
 
+/* Round n values into out, the windows e[j] * safety (per_elem) or e[0] * safety; flags and result as
+   round_row's. */
+static int round_stretch(const double *restrict v, double *restrict out, int64_t n, const double *restrict e,
+                         int per_elem, double safety, uint32_t *restrict flag) {
+    uint32_t any = 0;
+    if (per_elem)
+        for (int64_t j = 0; j < n; j++) out[j] = (double)(float)v[j], any |= flag[j] = may_straddle(v[j], e[j] * safety);
+    else
+        for (int64_t j = 0; j < n; j++) out[j] = (double)(float)v[j], any |= flag[j] = may_straddle(v[j], e[0] * safety);
+    return any != 0;
+}
+
+#define STRETCH 4096 /* values a task rounds where the bound is per element (rows do not matter then) */
+
 /* v (rows, n) contiguous with its bound e given per element (e_cols == n) or per row (e_cols ==
-   1), e contiguous. Same contract as rp_dot (threads, cap, -1), rows split the same way. */
+   1), e contiguous. Same contract as rp_dot (threads, cap, -1). A bound per element is taken as one
+   flat stretch of values, so that short rows (an attention's) cost no more than long ones; threads
+   take contiguous blocks of stretches (or rows), so candidates come out in index order. */
 int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const double *e, int64_t e_cols,
                 double safety, double wide, int64_t threads, int64_t *idx, int64_t *code, int64_t cap) {
-    int nt = threads > 1 && rows > 1 ? (int)(threads < rows ? threads : rows) : 1, failed = 0;
+    int per_elem = e_cols != 1, failed = 0;
+    int64_t total = rows * n, len = per_elem ? STRETCH : n, parts = per_elem ? (total + STRETCH - 1) / STRETCH : rows;
+    int nt = threads > 1 && parts > 1 ? (int)(threads < parts ? threads : parts) : 1;
     cands_t *lists = calloc(nt, sizeof(cands_t));
-    int64_t room = room_for(rows * n);
+    int64_t room = room_for(total);
     if (!lists) return -1;
     for (int x = 0; x < nt; x++) lists[x].room = &room;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         int64_t lo, hi;
-        cands_t *mine = my_share(lists, rows, &lo, &hi);
-        /* the window e * safety as round_row forms it: (1 * e + (0 + 0)) * safety is that, exactly */
-        double *one = malloc(sizeof(double) * 2 * n + n + 1), *zero = one ? one + n : NULL;
-        uint8_t *flag = one ? (uint8_t *)(zero + n) : NULL;
-        if (!one) mine->failed = 1;
-        for (int64_t j = 0; one && j < n; j++) one[j] = 1.0, zero[j] = 0.0;
-        for (int64_t i = lo; i < hi; i++) {
-            if (mine->failed) continue;
-            const double *vr = v + i * n, *er = e + i * e_cols;
-            int per_row = e_cols == 1;
-            if (!round_row(vr, out + i * n, n, per_row ? er[0] : 1.0, per_row ? one : er, 0.0, zero, safety, flag))
-                continue;
-            for (int64_t j = next_flag(flag, 0, n); j < n; j = next_flag(flag, j + 1, n))
-                push(mine, (cand_t){i * n + j, 0, 0, vr[j], 0, er[per_row ? 0 : j]});
+        cands_t *mine = my_share(lists, parts, &lo, &hi);
+        uint32_t *flag = malloc(sizeof(uint32_t) * (len + 1));
+        if (!flag) mine->failed = 1;
+        for (int64_t part = lo; part < hi && !mine->failed; part++) {
+            int64_t at = part * len, m = total - at < len ? total - at : len;
+            const double *vp = v + at, *ep = per_elem ? e + at : e + part;
+            if (!round_stretch(vp, out + at, m, ep, per_elem, safety, flag)) continue;
+            for (int64_t j = next_flag(flag, 0, m); j < m; j = next_flag(flag, j + 1, m))
+                push(mine, (cand_t){at + j, 0, 0, vp[j], 0, ep[per_elem ? j : 0]});
         }
-        free(one);
+        free(flag);
     }
     int64_t found = 0;
     for (int x = 0; x < nt; x++) failed |= lists[x].failed;
-    for (int x = 0; x < nt && !failed; x++) /* threads hold contiguous blocks of rows, in order */
+    for (int x = 0; x < nt && !failed; x++) /* threads hold contiguous blocks of parts, in order */
         for (int64_t y = 0; y < lists[x].n; y++, found++)
             if (found < cap) {
                 idx[found] = lists[x].c[y].out;

@@ -209,6 +209,23 @@ def test_fused_full_bounds_match_the_torch_path(rows, cols, seed, per, rel, n):
             _same(s, full_bound(x.abs().sum() * rel, s.shape))
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([1, 8, 300, 4097]), st.integers(0, 2**31 - 1), st.sampled_from([1, 2, 3]))
+def test_full_bounds_across_stretches(cols, seed, n):
+    """A bound per element is rounded in flat stretches of 4,096 values whatever the rows (short rows cost
+    no more than long ones): close calls on both sides of stretch and row boundaries, on one thread and
+    on several, logged as the torch path logs them (row bounds are taken row by row, as before)."""
+    g = torch.Generator().manual_seed(seed)
+    rows = -(-3 * 4096 // cols) + 1
+    x = torch.randn(rows, cols, generator=g, dtype=torch.float64)
+    flat = x.view(-1)
+    for at in (0, 4095, 4096, 4097, 8191, 8192, flat.numel() - 1):
+        flat[at] = 1.0 + 2.0**-24  # a float32 midpoint: a close call under any positive bound
+    with _threads(n):
+        assert _same(x, full_bound(torch.full_like(x, 1e-12), x.shape)) >= 7
+        _same(x, full_bound(x.abs().sum(-1, keepdim=True) * 1e-9, x.shape))
+
+
 def test_close_calls_are_found_and_exact_zeros_are_not():
     """Not vacuous: the cases above do hit close calls, and a zero bound never flags."""
     x = torch.tensor([[0.0, 1.0 + 2.0**-24, 2.0, -0.0]], dtype=torch.float64)  # 1 + 2^-24: a float32 midpoint
