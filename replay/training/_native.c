@@ -577,6 +577,29 @@ void rp_sgd(int64_t rows, int64_t cols, int64_t gs0, int64_t gs1, const float *p
 #undef SGD
 }
 
+/* rp_adamw / rp_sgd over n parameters in one call (a call from Python costs more than a small parameter's
+   update): parameter k's layout (rows, cols, gs0, gs1) at lay[4k..], its threads at nthreads[k], its
+   tensors at ptr[7k..] (p, g, m, v, p_out, m_out, v_out) or ptr[5k..] (p, g, mom, p_out, mom_out). The
+   same calls, one after another, hence the same bits. */
+void rp_adamw_many(int64_t n, const int64_t *lay, const int64_t *nthreads, void *const *ptr, double b1, double c1,
+                   double b2, double c2, double s1, double s2, double eps, double wd, double lr) {
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t *l = lay + 4 * k;
+        void *const *q = ptr + 7 * k;
+        rp_adamw(l[0], l[1], l[2], l[3], q[0], q[1], q[2], q[3], q[4], q[5], q[6], b1, c1, b2, c2, s1, s2, eps, wd,
+                 lr, nthreads[k]);
+    }
+}
+
+void rp_sgd_many(int64_t n, const int64_t *lay, const int64_t *nthreads, void *const *ptr, double momentum,
+                 int64_t has_wd, double wd, double lr) {
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t *l = lay + 4 * k;
+        void *const *q = ptr + 5 * k;
+        rp_sgd(l[0], l[1], l[2], l[3], q[0], q[1], q[2], q[3], q[4], momentum, has_wd, wd, lr, nthreads[k]);
+    }
+}
+
 /* A replay's log entries at one rounding point applied, as Rounder._apply decides them (the reference):
    element x[j] with window +- e[j] (DECODE * its bound) and code[j] (a parity bit, or a wide entry's
    32 bits | 1 << 32) becomes out[j], a float32 as a double. An entry is refused, and the kernel stops

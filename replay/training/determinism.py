@@ -640,6 +640,8 @@ def encode_log_reference(entries: dict[int, tuple[list[int], list]]) -> bytes:
 
 
 _PARITY = np.array([False, True], dtype=object)  # Python bools, as the reference decodes parity bits
+PACK_MIN = 1 << 18  # elements below which what backward keeps is kept as it is (ops._save): its bytes do not
+# matter, its two copies' ops do; nor is a smaller rounding point's output noted as float32-valued
 WIDE_CODE = 1 << 32  # FlatLog: a wide entry's code is its float32's 32 bits with this bit set
 
 
@@ -989,7 +991,8 @@ class Rounder:
                 r = self._apply(key, v, r, bound) if host else self._apply_deferred(key, v, r, bound)
         if self.trace is not None:
             self.trace.append((key, self.name(key), r.detach().float()))
-        self.note_exact(r)
+        if r.numel() >= PACK_MIN:  # only tensors this large are kept as float32 (ops._save)
+            self.note_exact(r)
         return r
 
     def note_exact(self, t: torch.Tensor) -> None:

@@ -155,6 +155,10 @@ def _load():
     lib.rp_adamw.restype = None
     lib.rp_sgd.argtypes = [_i] * 4 + [_p] * 5 + [_d, _i, _d, _d, _i]
     lib.rp_sgd.restype = None
+    lib.rp_adamw_many.argtypes = [_i, _p, _p, _p] + [_d] * 9
+    lib.rp_adamw_many.restype = None
+    lib.rp_sgd_many.argtypes = [_i, _p, _p, _p, _d, _i, _d, _d]
+    lib.rp_sgd_many.restype = None
     lib.rp_decode_log.argtypes = [ctypes.c_char_p, _i, _i, _p, _p, _p, _p, _p, _p]
     lib.rp_decode_log.restype = _i
     lib.rp_encode_log.argtypes = [_p, _p, _p, _i, _p, _p, _i, _p, _i]
@@ -227,6 +231,8 @@ def _room(v: torch.Tensor) -> int:
 
 def _batch_strides(t: torch.Tensor, batch: tuple[int, ...]) -> list[int] | None:
     """Strides of t's batch dims broadcast to `batch` (<= 2 dims), padded to two; None if more."""
+    if not batch:
+        return [0, 0]
     if len(batch) > 2:
         return None
     own = t.shape[:-2]
@@ -456,6 +462,40 @@ def sgd(p, g, mom, momentum, wd, lr):
         threads(p),
     )
     return p2, mom2
+
+
+def adamw_group(ps, gs, ms, vs, b1, b2, s1, s2, eps, wd, lr):
+    """`adamw` over a group of parameters in one call: ([p], [m], [v]) float32 after the step, or None
+    where the kernel cannot take one of them (the caller updates the group another way)."""
+    if not all(_state_ok(g, p, m, v) for p, g, m, v in zip(ps, gs, ms, vs)):
+        return None
+    outs = [(torch.empty_like(p), torch.empty_like(m), torch.empty_like(v)) for p, m, v in zip(ps, ms, vs)]
+    tensors = [(p, g, m, v, *out) for p, g, m, v, out in zip(ps, gs, ms, vs, outs)]
+    _each_parameter(library().rp_adamw_many, tensors, b1, 1.0 - b1, b2, 1.0 - b2, s1, s2, eps, wd, lr)
+    return tuple(list(t) for t in zip(*outs)) if outs else ([], [], [])
+
+
+def sgd_group(ps, gs, moms, momentum, wd, lr):
+    """`sgd` over a group of parameters in one call: ([p], [momentum]) float32 after the step, or None."""
+    if not all(_state_ok(g, p, m) for p, g, m in zip(ps, gs, moms)):
+        return None
+    outs = [(torch.empty_like(p), torch.empty_like(m)) for p, m in zip(ps, moms)]
+    tensors = [(p, g, m, *out) for p, g, m, out in zip(ps, gs, moms, outs)]
+    _each_parameter(library().rp_sgd_many, tensors, momentum, int(bool(wd)), wd, lr)
+    return tuple(list(t) for t in zip(*outs)) if outs else ([], [])
+
+
+def _each_parameter(kernel, tensors: list, *scalars) -> None:
+    """Run a many-parameter optimizer kernel: tensors per parameter (p, g, state..., outputs...), the
+    gradient read in place where it is 2-D (`_grad_layout`), the rest contiguous."""
+    grads = [_grad_layout(t[1]) for t in tensors]  # kept alive (a contiguous copy) until the call returns
+    lay = np.array([layout for _, layout in grads], dtype=np.int64).reshape(-1)
+    nthreads = np.array([threads(t[0]) for t in tensors], dtype=np.int64)
+    ptr = np.array(
+        [x.data_ptr() if i != 1 else g.data_ptr() for t, (g, _) in zip(tensors, grads) for i, x in enumerate(t)],
+        dtype=np.uint64,
+    )
+    kernel(len(tensors), lay.ctypes.data, nthreads.ctypes.data, ptr.ctypes.data, *scalars)
 
 
 def abs_sums(x: torch.Tensor, over_rows: bool) -> torch.Tensor | None:

@@ -19,7 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from replay.training import native
+from replay.training import determinism, native
 from replay.training.determinism import (
     EXP_ERR,
     SAFETY,
@@ -57,7 +57,6 @@ def _matmul_operands(tensors):
 
 
 PACK = True  # saved float32-valued float64 tensors kept as float32 (tests turn it off to compare)
-PACK_MIN = 1 << 18  # elements below which a tensor is kept as it is: its bytes do not matter, its two copies' ops do
 
 
 def _save(ctx, *tensors) -> None:
@@ -65,7 +64,9 @@ def _save(ctx, *tensors) -> None:
     output, unchanged since: `Rounder.as_float32`) kept as float32: backward reads the same values
     (`_saved`) from half the memory. det64's own tensors are float64, so a float32 one is such a copy."""
     R = active()
-    packed = [R.as_float32(t) if PACK and t is not None and t.numel() >= PACK_MIN else None for t in tensors]
+    packed = [
+        R.as_float32(t) if PACK and t is not None and t.numel() >= determinism.PACK_MIN else None for t in tensors
+    ]
     ctx.save_for_backward(*(t if p is None else p for t, p in zip(tensors, packed)))
 
 
@@ -392,7 +393,7 @@ class _Relu(torch.autograd.Function):
 
 def _relu(x: torch.Tensor) -> torch.Tensor:
     """torch.relu; through `_Relu` where its output is worth keeping as float32 (large, float32 values)."""
-    if PACK and x.numel() >= PACK_MIN and active().is_exact(x):
+    if PACK and x.numel() >= determinism.PACK_MIN and active().is_exact(x):
         return _Relu.apply(x)
     return torch.relu(x)
 

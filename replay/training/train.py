@@ -146,6 +146,20 @@ def _fused_update(kind: str, hp: dict, lr: float, t: int, p32, g, bufs32: dict):
     return out and (out[0], {"m": out[1], "v": out[2]})
 
 
+def _fused_group(kind: str, hp: dict, lr: float, t: int, p32: list, g: list, bufs32: dict):
+    """`_fused_update` over a group of parameters in one native call (a call per parameter is most of a
+    small model's update), or None where the kernel does not take them."""
+    if kind == "sgd":
+        out = native.sgd_group(p32, g, bufs32["momentum"], hp["momentum"], hp.get("weight_decay", 0.0), lr)
+        return out and (out[0], {"momentum": out[1]})
+    b1, b2 = hp["betas"]
+    c1, c2 = 1.0 / (1.0 - ipow(b1, t + 1)), 1.0 / (1.0 - ipow(b2, t + 1))
+    out = native.adamw_group(
+        p32, g, bufs32["m"], bufs32["v"], b1, b2, c1, c2, hp["eps"], hp.get("weight_decay", 0.0), lr
+    )
+    return out and (out[0], {"m": out[1], "v": out[2]})
+
+
 GROUP_BYTES = 64 << 20  # float64 bytes of parameters one multi-tensor update takes at once
 
 
@@ -325,10 +339,9 @@ def _noter(rounder: Rounder | None, name: str):
 
 
 def _multi_tensor(state: State, names: list) -> bool:
-    """det64's update as multi-tensor kernels: where the native loop does not run it (a GPU, or a CPU
-    without the native kernel: REPLAY_NATIVE=0, or no compiler)."""
-    p = state.params[names[0]] if names else None
-    return p is not None and (p.device.type != "cpu" or native.library() is None)
+    """det64's update a group of parameters at a time: one native call for the group on a CPU with the
+    native kernel, multi-tensor kernels elsewhere (a GPU, or REPLAY_NATIVE=0, or no compiler)."""
+    return bool(names)
 
 
 def _update_groups(kind, hp, lr, t, names, params, grads, state, new_p, new_b, rounder) -> None:
@@ -341,7 +354,11 @@ def _update_groups(kind, hp, lr, t, names, params, grads, state, new_p, new_b, r
         for name in group:
             grads[order[name]] = None
         bufs32 = {b: [state.buffers[b][name] for name in group] for b in state.buffers}
-        if kind == "sgd":
+        p32 = [state.params[name] for name in group]
+        fused = _fused_group(kind, hp, lr, t, p32, g, bufs32) if native.library() else None
+        if fused is not None:
+            ps, bufs = fused
+        elif kind == "sgd":
             ps, bufs = _sgd_foreach(hp, lr, p, g, bufs32)
         else:
             ps, bufs = _adamw_foreach(hp, lr, t, p, g, bufs32)

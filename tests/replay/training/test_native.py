@@ -489,6 +489,44 @@ def test_optimizer_updates_on_threads_match_the_torch_path(kind, transposed, n):
     assert all(same(x, want_b[b]) for x, b in zip(got[1:], names))
 
 
+@pytest.mark.parametrize("kind", ["adamw", "sgd", "sgd_wd"])
+@pytest.mark.parametrize("n", [1, 3])
+def test_a_group_of_parameters_updates_in_one_call_as_each_alone(kind, n):
+    """`native.adamw_group` / `sgd_group` (a step's parameters in one call): per parameter the same bits
+    as train.py's torch ops, whatever the shapes in the group (a transposed weight gradient read in
+    place, a vector, a 3-D tensor, a weight past PARALLEL_MIN, an empty one); None (nothing written) where
+    one parameter's state is not the kernel's (float64 here)."""
+    gen = torch.Generator().manual_seed(11)
+    shapes = [(301, 257), (7,), (3, 4, 5), (0,), (64, 9)]
+    grads = [torch.randn(s, dtype=torch.float64, generator=gen) for s in shapes]
+    grads[-1] = torch.randn(9, 64, dtype=torch.float64, generator=gen).t()  # as a matmul's backward leaves it
+    ps = [torch.randn(s, generator=gen) for s in shapes]
+    names = ["momentum"] if kind.startswith("sgd") else ["m", "v"]
+    bufs = {b: [torch.rand(s, generator=gen) for s in shapes] for b in names}
+    hp = {"sgd": {"momentum": 0.9}, "sgd_wd": {"momentum": 0.9, "weight_decay": 0.01}}.get(kind)
+    hp = hp or {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01}
+    b1, b2 = hp.get("betas", (0, 0))
+    call = (
+        (lambda ps, bufs: native.sgd_group(ps, grads, bufs["momentum"], 0.9, hp.get("weight_decay", 0.0), 0.01))
+        if kind.startswith("sgd")
+        else (
+            lambda ps, bufs: native.adamw_group(
+                ps, grads, bufs["m"], bufs["v"], b1, b2, 1 / (1 - ipow(b1, 5)), 1 / (1 - ipow(b2, 5)), 1e-8, 0.01, 0.01
+            )
+        )
+    )
+    with _threads(n):
+        got = call(ps, bufs)
+    same = lambda x, y: torch.equal(x.view(torch.int32), y.view(torch.int32))
+    for k in range(len(shapes)):
+        one = {b: bufs[b][k] for b in names}
+        want_p, want_b = _torch_update("sgd" if kind.startswith("sgd") else "adamw", hp, ps[k], grads[k], one)
+        assert same(got[0][k], want_p), shapes[k]
+        assert all(same(got[1 + i][k], want_b[b]) for i, b in enumerate(names)), shapes[k]
+    wrong = {b: [*bufs[b][:-1], bufs[b][-1].double()] for b in names}
+    assert call(ps, wrong) is None
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 300), st.sampled_from([1, 3]), st.integers(0, 99))
 def test_the_softmax_gradient_bound_matches_the_torch_path(rows, n, threads, seed):

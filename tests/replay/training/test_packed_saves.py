@@ -20,7 +20,7 @@ from ..helpers import TINY
 def _steps(arch: str, pack: bool, monkeypatch, steps: int = 2):
     """(states, logs, float32 tensors saved) of a det64 recording, then the replay of its logs."""
     monkeypatch.setattr(ops, "PACK", pack)
-    monkeypatch.setattr(ops, "PACK_MIN", 0)  # the tiny models' tensors too
+    monkeypatch.setattr(det, "PACK_MIN", 0)  # the tiny models' tensors too
     packed = []
     real = Rounder.as_float32
     monkeypatch.setattr(Rounder, "as_float32", lambda self, t: (lambda p: packed.append(p) or p)(real(self, t)))
