@@ -458,6 +458,11 @@ def _pick_full(v: torch.Tensor, bound, k: int):
     return kernels.pick_full(v, e, SAFETY, k) if isinstance(e, torch.Tensor) and e.shape == v.shape else None
 
 
+def _dot_scales(k: int, scale: float, bias) -> tuple:
+    """A product's bound's factors: g = gamma(K + 2) |scale| for sum_k |A_ik B_kj|, and |bias| gamma(K + 2)."""
+    return gamma(k + 2) * abs(scale), bias.abs() * gamma(k + 2) if bias is not None else None
+
+
 def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, bias_rows: bool = False) -> Bound:
     """Bound for C = scale * (A @ B) + bias, A (..., M, K), B (..., K, N), batch dims broadcast;
     bias (N,), or (M,) with bias_rows (a convolution's per-channel bias).
@@ -470,8 +475,7 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
     logged elements.
     """
     k = a.shape[-1]
-    g = gamma(k + 2) * abs(scale)
-    babs = bias.abs() * gamma(k + 2) if bias is not None else None
+    g, babs = _dot_scales(k, scale, bias)
     sa, sb = tuple(a.shape[:-2]), tuple(b.shape[:-2])  # torch.broadcast_shapes only where needed: it is slow
     bat = sa if sa == sb or not sb else sb if not sa else tuple(torch.broadcast_shapes(sa, sb))
     out_shape = bat + (a.shape[-2], b.shape[-1])
@@ -991,6 +995,51 @@ class Rounder:
                 r = self._apply(key, v, r, bound) if host else self._apply_deferred(key, v, r, bound)
         if self.trace is not None:
             self.trace.append((key, self.name(key), r.detach().float()))
+        return self._noted(r)
+
+    def dot(self, key: int, v: torch.Tensor, a, b, scale: float = 1.0, bias=None, bias_rows: bool = False):
+        """self(key, v, dot_bound(a, b, scale, bias, bias_rows)), the same result, without forming the
+        bound's other forms where the step goes straight to the native kernel's record pass or to a
+        replay's plain rounding: a small model's step is mostly the Python around its rounding points.
+        Not where `__call__` is another's (a subclass, a tracer): every point then goes through it."""
+        if self._direct() and v.is_cpu:
+            if self.mode == "record" and native.library() is not None:
+                g, babs = _dot_scales(a.shape[-1], scale, bias)
+                fused = native.round_dot(v, a, b, g, babs, bias_rows, SAFETY, WIDE)
+                if fused is not None:
+                    return self._recorded(key, *fused)
+            elif self._unlogged(key):
+                return self._noted(_round(v))
+        return self(key, v, dot_bound(a, b, scale, bias, bias_rows))
+
+    def full(self, key: int, v: torch.Tensor, err, shape, steers: bool = True, scale=None):
+        """self(key, v, full_bound(err, shape, steers, scale)), as `dot`: err (a callable) is formed when
+        recording, and in a replay only where the log names the point."""
+        if self._direct() and v.is_cpu:
+            if self.mode == "record" and native.library() is not None:
+                err = err() if callable(err) else err
+                fused = native.round_full(v, err, SAFETY, WIDE)
+                if fused is not None:
+                    return self._recorded(key, *fused)
+            elif self._unlogged(key):
+                return self._noted(_round(v))
+        return self(key, v, full_bound(err, shape, steers, scale))
+
+    def _direct(self) -> bool:
+        """May `dot` and `full` skip `__call__`: it is this class's own, with nothing to perturb or trace."""
+        return self.perturb is None and self.trace is None and type(self).__call__ is _ROUNDER_CALL
+
+    def _unlogged(self, key: int) -> bool:
+        """A replay's point that is plain rounding: no entries there, nothing learnt or laid out."""
+        return self.mode == "replay" and self.learn is None and self.static is None and key not in self._entries
+
+    def _recorded(self, key: int, r: torch.Tensor, idx: list, codes: list) -> torch.Tensor:
+        """A fused record pass's result kept (`_record`), r noted (`__call__`)."""
+        if idx:
+            self._entries[key] = (idx, codes)
+        return self._noted(r)
+
+    def _noted(self, r: torch.Tensor) -> torch.Tensor:
         if r.numel() >= PACK_MIN:  # only tensors this large are kept as float32 (ops._save)
             self.note_exact(r)
         return r
@@ -1451,6 +1500,7 @@ def _round(v: torch.Tensor) -> torch.Tensor:
     return v.float().double()
 
 
+_ROUNDER_CALL = Rounder.__call__  # `Rounder._direct`: a replaced or overridden __call__ sees every point
 _ACTIVE: list[Rounder] = []
 
 

@@ -29,7 +29,6 @@ from replay.training.determinism import (
     U,
     abs_sum,
     active,
-    dot_bound,
     full_bound,
     gamma,
     in_chunks,
@@ -91,7 +90,7 @@ class _Matmul(torch.autograd.Function):
             c = c + bias
         _save(ctx, a, b)
         ctx.op, ctx.scale, ctx.has_bias = op, scale, bias is not None
-        return R(op * SLOTS, c, dot_bound(a, b, scale, bias))
+        return R.dot(op * SLOTS, c, a, b, scale, bias)
 
     @staticmethod
     def backward(ctx, g):
@@ -103,15 +102,13 @@ class _Matmul(torch.autograd.Function):
         ga = gb = gbias = None
         if ctx.needs_input_grad[0]:
             bt = b.transpose(-2, -1)
-            ga = R(key + 1, torch.matmul(g, bt), dot_bound(g, bt))
+            ga = R.dot(key + 1, torch.matmul(g, bt), g, bt)
         if ctx.needs_input_grad[1]:
             at = a.transpose(-2, -1)
-            gb = R(key + 2, torch.matmul(at, g), dot_bound(at, g))
+            gb = R.dot(key + 2, torch.matmul(at, g), at, g)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             rows = g.reshape(-1, g.shape[-1])
-            gbias = R(
-                key + 3, rows.sum(0), full_bound(lambda: abs_sum(rows, 0) * gamma(rows.shape[0]), (rows.shape[1],))
-            )
+            gbias = R.full(key + 3, rows.sum(0), lambda: abs_sum(rows, 0) * gamma(rows.shape[0]), (rows.shape[1],))
         return ga, gb, gbias, None, None
 
 
@@ -124,7 +121,7 @@ class _Softmax(torch.autograd.Function):
         op = R.op(name)
         e = torch.exp(x - x.amax(-1, keepdim=True))
         p = e / e.sum(-1, keepdim=True)
-        p = R(op * SLOTS, p, full_bound(lambda: p * gamma(x.shape[-1] + 10), p.shape))  # exp 2 ulps, sum, divide
+        p = R.full(op * SLOTS, p, lambda: p * gamma(x.shape[-1] + 10), p.shape)  # exp 2 ulps, sum, divide
         _save(ctx, p)
         ctx.op = op
         return p
@@ -136,7 +133,7 @@ class _Softmax(torch.autograd.Function):
         pd = p * dp
         r = pd.sum(-1, keepdim=True)
         dx = p * (dp - r)
-        return R(ctx.op * SLOTS + 1, dx, full_bound(lambda: softmax_grad_bound(p, pd, dx), dx.shape)), None
+        return R.full(ctx.op * SLOTS + 1, dx, lambda: softmax_grad_bound(p, pd, dx), dx.shape), None
 
 
 def softmax_grad_bound(p: torch.Tensor, pd: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
@@ -164,7 +161,7 @@ class _LayerNorm(torch.autograd.Function):
         mu = R(key, x.sum(-1, keepdim=True) * inv_n, _mean_bound(x, n))
         d = x - mu
         var_raw = (d * d).sum(-1, keepdim=True) * inv_n
-        var = R(key + 1, var_raw, full_bound(lambda: var_raw * gamma(n + 1), var_raw.shape))
+        var = R.full(key + 1, var_raw, lambda: var_raw * gamma(n + 1), var_raw.shape)
         s = torch.sqrt(var + eps)
         rstd = torch.ones_like(s) / s
         xhat = d * rstd
@@ -181,8 +178,8 @@ class _LayerNorm(torch.autograd.Function):
         rows_dy, rows_xh = dy.reshape(-1, n), xhat.reshape(-1, n)
         m = rows_dy.shape[0]
         dyx = rows_dy * rows_xh
-        dw = R(key + 2, dyx.sum(0), full_bound(lambda: abs_sum(dyx, 0) * gamma(m), (n,)))
-        db = R(key + 3, rows_dy.sum(0), full_bound(lambda: abs_sum(rows_dy, 0) * gamma(m), (n,)))
+        dw = R.full(key + 2, dyx.sum(0), lambda: abs_sum(dyx, 0) * gamma(m), (n,))
+        db = R.full(key + 3, rows_dy.sum(0), lambda: abs_sum(rows_dy, 0) * gamma(m), (n,))
         g = dy * w
         gx = g * xhat
         a = R(key + 4, g.sum(-1, keepdim=True) * inv_n, _mean_bound(g, n))
@@ -212,7 +209,7 @@ class _Embedding(torch.autograd.Function):
         zeros = lambda: torch.zeros(shape, dtype=dy.dtype, device=dy.device)
         dw = zeros().index_add_(0, flat, rows)
         err = lambda: zeros().index_add_(0, flat, rows.abs()).mul_(gamma(flat.numel()))
-        return None, active()(ctx.op * SLOTS + 1, dw, full_bound(err, dw.shape)), None
+        return None, active().full(ctx.op * SLOTS + 1, dw, err, dw.shape), None
 
 
 class _CrossEntropy(torch.autograd.Function):
@@ -239,7 +236,7 @@ class _CrossEntropy(torch.autograd.Function):
         p = e.div_(s)
         ctx.save_for_backward(p, targets)
         ctx.op, ctx.inv_n, ctx.v = op, inv_n, v
-        return R(op * SLOTS, loss, full_bound(err, loss.shape, steers=False))  # the loss feeds no update
+        return R.full(op * SLOTS, loss, err, loss.shape, steers=False)  # the loss feeds no update
 
     @staticmethod
     def backward(ctx, gl):
@@ -259,7 +256,7 @@ class _CrossEntropy(torch.autograd.Function):
             return e.add_(dz.abs().mul_(2 * U))
 
         # scale floor |c| (= |dL/dlogit| of a wrong prediction): see Bound.scale
-        return active()(ctx.op * SLOTS + 1, dz, full_bound(err, dz.shape, scale=c.abs().reshape(()))), None, None
+        return active().full(ctx.op * SLOTS + 1, dz, err, dz.shape, scale=c.abs().reshape(())), None, None
 
 
 class _Conv2d(torch.autograd.Function):
@@ -280,7 +277,7 @@ class _Conv2d(torch.autograd.Function):
         # the input, not its columns (kh*kw times its size at stride 1): backward unfolds it again, exact copies
         _save(ctx, x, w2)
         ctx.op, ctx.geom = op, ((h, wd), (kh, kw), stride, padding, w.shape)
-        return R(op * SLOTS, y, dot_bound(w2, cols, bias=b, bias_rows=True)).reshape(bsz, o, ho, wo)
+        return R.dot(op * SLOTS, y, w2, cols, bias=b, bias_rows=True).reshape(bsz, o, ho, wo)
 
     @staticmethod
     def backward(ctx, dy):
@@ -294,12 +291,12 @@ class _Conv2d(torch.autograd.Function):
         m = bsz * g.shape[2]
         dw = R(key + 1, torch.matmul(g, cols.transpose(1, 2)).sum(0), _weight_grad_bound(g, cols)).reshape(wshape)
         del cols  # kh*kw times the input: gone before its gradient's columns are made (memory)
-        db = R(key + 2, g.sum((0, 2)), full_bound(lambda: g.abs().sum((0, 2)) * gamma(m), (o,)))
+        db = R.full(key + 2, g.sum((0, 2)), lambda: g.abs().sum((0, 2)) * gamma(m), (o,))
         dx = None
         if ctx.needs_input_grad[0]:
             fold = lambda t: F.fold(t, (h, wd), ksize, padding=padding, stride=stride)
             dx = fold(torch.matmul(w2.t(), g))  # the columns (B, CK, L) freed at once, before the rounding point
-            dx = R(key + 3, dx, full_bound(lambda: _conv_input_grad_bound(w2, g, fold, ksize, dx.shape), dx.shape))
+            dx = R.full(key + 3, dx, lambda: _conv_input_grad_bound(w2, g, fold, ksize, dx.shape), dx.shape)
         return dx, dw, db, None, None, None
 
 

@@ -19,7 +19,16 @@ from replay.prover.recorder import DEFAULT_OPTIMIZER
 from replay.training import architectures as models
 from replay.training import native
 from replay.training.bundled_data import Batches
-from replay.training.determinism import LogMismatch, LogOverflow, Rounder, abs_sum, dot_bound, full_bound
+from replay.training.determinism import (
+    LogMismatch,
+    LogOverflow,
+    Rounder,
+    abs_sum,
+    decode_log,
+    dot_bound,
+    encode_log,
+    full_bound,
+)
 from replay.training.ops import _weight_grad_bound
 from replay.training.train import initial_state, ipow, train_step
 
@@ -553,3 +562,50 @@ def test_the_softmax_gradient_bound_matches_the_torch_path(rows, n, threads, see
     assert got.shape == want.shape and got.dtype == torch.float64
     assert torch.all((got - want).abs() <= want * (2 * n * 2.0**-53))
     assert torch.equal(got[0], want[0]) and torch.equal(got[-1], want[-1])
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_rounders_direct_points_are_its_call(bias):
+    """`Rounder.dot` / `Rounder.full` (the native record pass, or a replay's plain rounding, without the
+    bound's other forms) give what `Rounder.__call__` with `dot_bound` / `full_bound` gives: the same
+    bits and entries when recording, the same applied log when replaying; and a subclass that overrides
+    `__call__` (a doctored kernel in the tests' cheats) still sees every point."""
+    g = torch.Generator().manual_seed(3)
+    a, b = (
+        _f32(torch.randn(40, 30, generator=g, dtype=torch.float64)),
+        _f32(torch.randn(30, 50, generator=g, dtype=torch.float64)),
+    )
+    a[:, 1::2] = a[:, ::2]  # cancellation: close calls to log
+    b[1::2, :5] = -b[::2, :5]  # in 5 of 50 columns: 200 close calls, within the point's entry cap
+    c = _f32(torch.randn(50, generator=g, dtype=torch.float64)) if bias else None
+    v = a @ b + (c if bias else 0)
+    err = lambda: v.abs() * 2.0**-31  # some tens of close calls
+
+    def points(r, v=v, v8=v):
+        return r.dot(0, v, a, b, 1.0, c), r.full(8, v8, err, v.shape)
+
+    direct, called = Rounder("record"), Rounder("record")
+    got = points(direct)
+    want = called(0, v, dot_bound(a, b, 1.0, c)), called(8, v, full_bound(err, v.shape))
+    assert all(torch.equal(x.view(torch.int64), y.view(torch.int64)) for x, y in zip(got, want))
+    assert direct.entries == called.entries and direct.entries[8][0]
+    assert bias or direct.entries[0][0]  # without a bias, the cancelled columns' exact zeros are close calls
+    log = encode_log(direct.entries)
+    # as another machine computes them: within each point's bound, across rounding midpoints at close calls
+    other = v + (a.abs() @ b.abs() + (c.abs() if bias else 0)) * 2.0**-50, v + err() * 0.5
+    same = lambda x, y: torch.equal(x.view(torch.int64), y.view(torch.int64))
+    assert not same(other[1].float().double(), want[1])  # not vacuous: the log steers these
+    for key in (0, 8, None):  # each point logged alone (the other rounded as the log says: plainly), and both
+        entries = {k: e for k, e in decode_log(log).items() if key is None or k == key}
+        replayed = points(Rounder("replay", entries=dict(entries)), *other)
+        for k, x, y, o in zip((0, 8), replayed, want, other):
+            assert same(x, y if key in (k, None) else o.float().double())
+
+    class Seen(Rounder):
+        def __call__(self, key, v, bound):
+            self.seen = [*getattr(self, "seen", []), key]
+            return super().__call__(key, v, bound)
+
+    seen = Seen("record")
+    points(seen)
+    assert seen.seen == [0, 8] and seen.entries == called.entries
