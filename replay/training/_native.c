@@ -44,6 +44,19 @@ static inline int straddles(double v, double w) {
     return w > 0 && bits32((float)(v - w)) != bits32((float)(v + w));
 }
 
+/* max |v[i]| over n values, NaN if any is NaN (torch.maximum(v.max(), -v.min())'s number: |x| is exact),
+   0 for none: a replay's scale at a point its log names. */
+double rp_max_abs(const double *v, int64_t n) {
+    double m = 0.0;
+    int nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double a = fabs(v[i]);
+        nan |= a != a;
+        m = a > m ? a : m;
+    }
+    return nan ? NAN : m;
+}
+
 /* out[i] = float32(v[i]) as a double. */
 void rp_round(const double *v, double *out, int64_t n, int64_t threads) {
 #pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1)
@@ -637,6 +650,28 @@ int64_t rp_apply(const double *x, const double *e, const int64_t *code, int64_t 
         out[j] = f;
     }
     return -1;
+}
+
+/* rp_apply at n flat indices of v (size values, contiguous): x read there, and the decisions written to r
+   at the same indices only if every entry is accepted (r unchanged where one is refused). Returns as
+   rp_apply, or -2 for an index outside [0, size), -3 out of memory (the caller takes its other path). */
+int64_t rp_apply_at(const double *v, double *r, int64_t size, const int64_t *idx, const double *e,
+                    const int64_t *code, int64_t n, double scale, int64_t steers, double rel, int64_t *why,
+                    double *ratio) {
+    double *x = malloc(sizeof(double) * (2 * n + 1)), *out = x + n;
+    if (!x) return -3;
+    for (int64_t j = 0; j < n; j++) {
+        if (idx[j] < 0 || idx[j] >= size) {
+            free(x);
+            return -2;
+        }
+        x[j] = v[idx[j]];
+    }
+    int64_t bad = rp_apply(x, e, code, n, scale, steers, rel, out, why, ratio);
+    if (bad == -1)
+        for (int64_t j = 0; j < n; j++) r[idx[j]] = out[j];
+    free(x);
+    return bad;
 }
 
 /* The rounding log's decoder (determinism.decode_log is the reference; tests hold the two to the same

@@ -107,6 +107,8 @@ def _load():
             stacklevel=2,
         )
         return False
+    lib.rp_max_abs.argtypes = [_p, _i]
+    lib.rp_max_abs.restype = _d
     lib.rp_round.argtypes = [_p, _p, _i, _i]
     lib.rp_round.restype = None
     lib.rp_dot.argtypes = [
@@ -147,6 +149,8 @@ def _load():
     lib.rp_abs_sums.restype = None
     lib.rp_apply.argtypes = [_p, _p, _p, _i, _d, _i, _d, _p, _p, _p]
     lib.rp_apply.restype = _i
+    lib.rp_apply_at.argtypes = [_p, _p, _i, _p, _p, _p, _i, _d, _i, _d, _p, _p]
+    lib.rp_apply_at.restype = _i
     lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _d, _i, _p, _p, _i]
     lib.rp_full.restype = _i
     lib.rp_softmax_err.argtypes = [_p, _p, _p, _i, _i, _d, _d, _d, _p, _i]
@@ -195,6 +199,15 @@ def tune_allocator() -> None:
 def usable(*tensors: torch.Tensor) -> bool:
     """Can the kernel take these tensors (CPU float64)?"""
     return all(t.is_cpu and t.dtype is torch.float64 for t in tensors)
+
+
+def max_abs(v: torch.Tensor) -> float | None:
+    """max |v| as a Python float (NaN if any is NaN; 0.0 for no values), or None where the kernel cannot
+    take v (CPU float64 contiguous)."""
+    lib = library()
+    if lib is None or not (v.is_contiguous() and usable(v)):
+        return None
+    return lib.rp_max_abs(v.data_ptr(), v.numel())
 
 
 def round_f32(v: torch.Tensor) -> torch.Tensor:
@@ -287,6 +300,8 @@ def dot_at(
         return None
     idx = idx.to(torch.int64).contiguous()
     e = torch.empty(idx.numel(), dtype=torch.float64)
+    if idx.numel() <= DOT_AT_CHUNK:  # most points: a few entries (no slices: ATen ops, a replay's overhead)
+        return e if _dot_at(lib, shape, a, b, g, babs, bias_rows, layout, idx, e) == 0 else None
     for at in range(0, idx.numel(), DOT_AT_CHUNK):  # bounded working memory, however many entries a log names
         part = idx[at : at + DOT_AT_CHUNK]
         if _dot_at(lib, shape, a, b, g, babs, bias_rows, layout, part, e[at : at + DOT_AT_CHUNK]) != 0:
@@ -552,6 +567,35 @@ def apply_log(x: torch.Tensor, e: torch.Tensor, codes: list, scale: float, steer
         ctypes.byref(ratio),
     )
     return out, bad, why.value, ratio.value
+
+
+def apply_at(v: torch.Tensor, r: torch.Tensor, idx: torch.Tensor, e: torch.Tensor, codes: list, scale, steers, rel):
+    """`apply_log` at flat indices idx of v, its decisions written into r there (only if all are
+    accepted): the gather and the scatter in the same C call. (the refused entry or -1, why, the widest
+    applied window over scale), or None where the kernel cannot take the tensors (the caller gathers)."""
+    lib = library()
+    if lib is None or not (v.is_contiguous() and r.is_contiguous() and usable(v, r, e)) or v.numel() != r.numel():
+        return None
+    if not (idx.is_cpu and idx.dtype is torch.int64 and idx.numel() == e.numel() == len(codes)):
+        return None
+    e, idx = e.contiguous(), idx.contiguous()
+    code = torch.tensor([c if type(c) is bool else (c & 0xFFFFFFFF) | 1 << 32 for c in codes], dtype=torch.int64)
+    why, ratio = ctypes.c_int64(0), ctypes.c_double(0.0)
+    bad = lib.rp_apply_at(
+        v.data_ptr(),
+        r.data_ptr(),
+        v.numel(),
+        idx.data_ptr(),
+        e.data_ptr(),
+        code.data_ptr(),
+        idx.numel(),
+        scale,
+        int(steers),
+        rel,
+        ctypes.byref(why),
+        ctypes.byref(ratio),
+    )
+    return None if bad < -1 else (bad, why.value, ratio.value)
 
 
 LOG_REFUSALS = {

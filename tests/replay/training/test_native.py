@@ -375,23 +375,28 @@ def applied_entries(draw):
 @settings(max_examples=300, deadline=None)
 @given(applied_entries())
 def test_applied_entries_match_the_reference(case):
-    """Rounder._apply's per-entry decisions in C (`native.apply_log`) against its Python loop: the same
-    float32 values bit for bit, the same widest window, and the same refusal, word for word."""
+    """Rounder._apply's per-entry decisions in C against its Python loop: the same float32 values bit for
+    bit, the same widest window, and the same refusal, word for word; in C with the gather and scatter
+    (`native.apply_at`, v contiguous) and without (`native.apply_log`, v a strided view); a refused log
+    leaves the output as it was."""
     v, err, idx, codes, steers, scale = case
+    strided = torch.stack([v, -v], -1)[..., 0]
     results = []
-    for lib in (native.library(), False):
+    for lib, values in ((native.library(), v), (native.library(), strided), (False, v)):
         bound = full_bound(err, v.shape, steers=steers, scale=None if scale is None else torch.tensor(scale))
         rounder = Rounder("replay", entries={0: (list(idx), list(codes))})
         rounder.op("point")
         saved, native._LIB = native._LIB, lib
+        out = v.float().double()
         try:
-            r = rounder._apply(0, v, v.float().double(), bound)
+            r = rounder._apply(0, values, out, bound)
             results.append(("ok", r.float().view(torch.int32).tolist(), rounder.max_ratio))
         except LogMismatch as exc:
             results.append(("refused", str(exc)))
+            assert torch.equal(out.view(torch.int64), v.float().double().view(torch.int64))
         finally:
             native._LIB = saved
-    assert results[0] == results[1]
+    assert (v.numel() == 1 or not strided.is_contiguous()) and results[0] == results[1] == results[2]
 
 
 def test_rounding_alone_on_several_threads():
@@ -609,3 +614,22 @@ def test_the_rounders_direct_points_are_its_call(bias):
     seen = Seen("record")
     points(seen)
     assert seen.seen == [0, 8] and seen.entries == called.entries
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([0.0, -0.0, 1.5, -2.5, 1e-310, -1e308, float("inf"), float("-inf"), float("nan")])
+        | st.floats(),
+        max_size=40,
+    )
+)
+def test_the_largest_magnitude_is_torchs(values):
+    """`native.max_abs` (a replay's scale at a logged point, one pass): the number torch's two reductions
+    give, NaN wherever one is NaN, 0 for no values."""
+    from replay.training.determinism import max_abs
+
+    v = torch.tensor(values, dtype=torch.float64)
+    got = native.max_abs(v)
+    want = float(max_abs(v)) if values else 0.0
+    assert got == want or (got != got and want != want)
