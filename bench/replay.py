@@ -4,7 +4,8 @@
 
 issue 18 (--device given): per row (mlp, cnn, gpt 0.1M, gpt 3.3M, gpt 15M, GPT-2 small at block 64,
 batch 1), on the device: step time of plain float32, plain float64, det64 recording and det64
-replay (warm-up, then the median); det64/float32 and det64/float64; host synchronisations and
+replay (warm-up, then the median of interleaved rounds: at least the row's count, and for at least
+BENCH_ROW_SECONDS, default 4, up to 1,000 rounds); det64/float32 and det64/float64; host synchronisations and
 ATen ops per det64 recording step on the generic torch path (what an accelerator runs: the
 profiler, by difference of a 1- and a 2-step run, against float32's; see
 tests/replay/training/test_device_path.py for what counts); peak memory of one step per precision (CUDA:
@@ -245,6 +246,8 @@ SCALE_ROWS = {
     "gpt2-small-512": ("gpt", {**models.PRESETS["gpt2-small"][1], "block": 512}, 8, 2),
 }
 PRECISIONS = ("float32", "float64", "det64", "replay")
+ROW_SECONDS = float(os.environ.get("BENCH_ROW_SECONDS", 4))  # a row's timed rounds run at least this long
+MAX_ROUNDS = 1000
 
 STEP_PEAK = """
 import json, os, sys
@@ -396,7 +399,12 @@ def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
         runs[p]()
         runs[p]()
     times = {p: [] for p in precisions}
-    for _ in range(reps):  # interleaved: the host's slow spells hit every precision alike
+    started_all = time.perf_counter()
+    # interleaved: the host's slow spells hit every precision alike; at least `reps` rounds, and more for a
+    # small row until ROW_SECONDS have passed (a median of five 1-ms steps is mostly the host's noise)
+    while len(times["det64"]) < reps or (
+        time.perf_counter() - started_all < ROW_SECONDS and len(times["det64"]) < MAX_ROUNDS
+    ):
         for p in precisions:
             _sync(device)
             started = time.perf_counter()
