@@ -44,17 +44,23 @@ static inline int straddles(double v, double w) {
     return w > 0 && bits32((float)(v - w)) != bits32((float)(v + w));
 }
 
-/* max |v[i]| over n values, NaN if any is NaN (torch.maximum(v.max(), -v.min())'s number: |x| is exact),
-   0 for none: a replay's scale at a point its log names. */
-double rp_max_abs(const double *v, int64_t n) {
-    double m = 0.0;
-    int nan = 0;
+/* max |v[i]| over n values, NaN if any is NaN, +0 for none or all zeros: a replay's scale at a point its log
+   names. On the bit patterns of |v|: non-negative doubles order as their bits do, and a NaN's (sign cleared)
+   lie above infinity's, so an integer max, exact in any order (lanes, threads), finds the same number as
+   torch's reductions (but never -0). */
+double rp_max_abs(const double *v, int64_t n, int64_t threads) {
+    uint64_t top = 0;
+#pragma omp parallel for simd reduction(max : top) schedule(static) num_threads((int)threads) if (threads > 1)
     for (int64_t i = 0; i < n; i++) {
-        double a = fabs(v[i]);
-        nan |= a != a;
-        m = a > m ? a : m;
+        uint64_t b;
+        memcpy(&b, v + i, sizeof b);
+        b &= 0x7FFFFFFFFFFFFFFFull;
+        top = b > top ? b : top;
     }
-    return nan ? NAN : m;
+    if (top > 0x7FF0000000000000ull) return NAN;
+    double m;
+    memcpy(&m, &top, sizeof m);
+    return m;
 }
 
 /* out[i] = float32(v[i]) as a double. */
@@ -327,6 +333,7 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
                const double *babs, int64_t bias_rows, double g, double safety, double wide, int64_t threads,
                int64_t *idx, int64_t *code, int64_t cap) {
     int64_t T = b0 * b1, rows = T * M, found = 0;
+    if (rows == 0) return 0; /* no outputs (and no row to count from: M or a batch dim is 0) */
     int nt = threads > 1 && rows > 1 ? (int)(threads < rows ? threads : rows) : 1;
     double *na = malloc(sizeof(double) * (T * M + T * N + N + 1)), *nb = na + T * M, *bcol = nb + T * N;
     cands_t *lists = calloc(nt, sizeof(cands_t));
@@ -374,7 +381,8 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
         return -1;
     }
     if (all && all != lists[0].c)
-        for (int64_t x = 0, at = 0; x < nt; at += lists[x].n, x++) memcpy(all + at, lists[x].c, sizeof(cand_t) * lists[x].n);
+        for (int64_t x = 0, at = 0; x < nt; at += lists[x].n, x++)
+            if (lists[x].n) memcpy(all + at, lists[x].c, sizeof(cand_t) * lists[x].n);
     product_t prod = {a, b, b0, b1, M, N, K1, K2, sa0, sa1, sai, sak1, sak2, sb0, sb1, sbk1, sbk2, sbj};
     exact_phase(&prod, all, total, nt);
     for (int64_t x = 0; x < total; x++) {
@@ -658,8 +666,10 @@ int64_t rp_apply(const double *x, const double *e, const int64_t *code, int64_t 
 int64_t rp_apply_at(const double *v, double *r, int64_t size, const int64_t *idx, const double *e,
                     const int64_t *code, int64_t n, double scale, int64_t steers, double rel, int64_t *why,
                     double *ratio) {
-    double *x = malloc(sizeof(double) * (2 * n + 1)), *out = x + n;
+    if (n <= 0) return *ratio = 0.0, -1; /* nothing logged here: nothing refused */
+    double *x = malloc(sizeof(double) * (2 * n + 1));
     if (!x) return -3;
+    double *out = x + n;
     for (int64_t j = 0; j < n; j++) {
         if (idx[j] < 0 || idx[j] >= size) {
             free(x);

@@ -1008,7 +1008,8 @@ class Rounder:
                 fused = native.round_dot(v, a, b, g, babs, bias_rows, SAFETY, WIDE)
                 if fused is not None:
                     return self._recorded(key, *fused)
-            elif self._unlogged(key):
+                return self(key, v, _declined(dot_bound(a, b, scale, bias, bias_rows)))
+            if self._unlogged(key):
                 return self._noted(_round(v))
         return self(key, v, dot_bound(a, b, scale, bias, bias_rows))
 
@@ -1021,7 +1022,8 @@ class Rounder:
                 fused = native.round_full(v, err, SAFETY, WIDE)
                 if fused is not None:
                     return self._recorded(key, *fused)
-            elif self._unlogged(key):
+                return self(key, v, _declined(full_bound(err, shape, steers, scale)))
+            if self._unlogged(key):
                 return self._noted(_round(v))
         return self(key, v, full_bound(err, shape, steers, scale))
 
@@ -1227,11 +1229,12 @@ class Rounder:
 
     def _refusal(self, key, element, too_wide: bool, e: float, scale: float) -> str:
         """Why a logged element was refused: its window is wider than REL_WINDOW allows, or it names no
-        float32 inside its window."""
+        float32 inside its window. (scale + 0.0: a zero scale reads 0 whichever path, torch's reductions
+        or the kernel's, found it.)"""
         if too_wide:
             return (
                 f"rounding point {self.name(key)}: logged element {element} has a window of "
-                f"+-{e:.3g}, wider than 2^-12 of the largest |value| there ({scale:.3g}): not a close call"
+                f"+-{e:.3g}, wider than 2^-12 of the largest |value| there ({scale + 0.0:.3g}): not a close call"
             )
         return f"rounding point {self.name(key)}: logged element {element} is not a close call"
 
@@ -1508,6 +1511,13 @@ def _round(v: torch.Tensor) -> torch.Tensor:
         # the same conversions as v.float().double(), through a reused float32 buffer: half the ops
         return torch.empty(v.shape, dtype=v.dtype, device=v.device).copy_(_scratch(v)[1].copy_(v))
     return v.float().double()
+
+
+def _declined(bound: Bound) -> Bound:
+    """The bound without its fused pass: the kernel has just declined the point (a crowded one, or memory),
+    and would again (a whole pass over the output for nothing)."""
+    bound.fused = None
+    return bound
 
 
 _ROUNDER_CALL = Rounder.__call__  # `Rounder._direct`: a replaced or overridden __call__ sees every point

@@ -107,7 +107,7 @@ def _load():
             stacklevel=2,
         )
         return False
-    lib.rp_max_abs.argtypes = [_p, _i]
+    lib.rp_max_abs.argtypes = [_p, _i, _i]
     lib.rp_max_abs.restype = _d
     lib.rp_round.argtypes = [_p, _p, _i, _i]
     lib.rp_round.restype = None
@@ -202,12 +202,12 @@ def usable(*tensors: torch.Tensor) -> bool:
 
 
 def max_abs(v: torch.Tensor) -> float | None:
-    """max |v| as a Python float (NaN if any is NaN; 0.0 for no values), or None where the kernel cannot
-    take v (CPU float64 contiguous)."""
+    """max |v| as a Python float (NaN if any is NaN; +0.0 for no values or all zeros), or None where the
+    kernel cannot take v (CPU float64 contiguous)."""
     lib = library()
     if lib is None or not (v.is_contiguous() and usable(v)):
         return None
-    return lib.rp_max_abs(v.data_ptr(), v.numel())
+    return lib.rp_max_abs(v.data_ptr(), v.numel(), threads(v))
 
 
 def round_f32(v: torch.Tensor) -> torch.Tensor:
@@ -479,10 +479,16 @@ def sgd(p, g, mom, momentum, wd, lr):
     return p2, mom2
 
 
+def takes_updates(grads: list, *states: list) -> bool:
+    """Can the kernel update this group: per parameter its float64 CPU gradient and float32 state tensors
+    (param, then buffers), each list in the group's order?"""
+    return all(_state_ok(g, *state) for g, *state in zip(grads, *states))
+
+
 def adamw_group(ps, gs, ms, vs, b1, b2, s1, s2, eps, wd, lr):
     """`adamw` over a group of parameters in one call: ([p], [m], [v]) float32 after the step, or None
-    where the kernel cannot take one of them (the caller updates the group another way)."""
-    if not all(_state_ok(g, p, m, v) for p, g, m, v in zip(ps, gs, ms, vs)):
+    where the kernel cannot take one of them (`takes_updates`)."""
+    if not takes_updates(gs, ps, ms, vs):
         return None
     outs = [(torch.empty_like(p), torch.empty_like(m), torch.empty_like(v)) for p, m, v in zip(ps, ms, vs)]
     tensors = [(p, g, m, v, *out) for p, g, m, v, out in zip(ps, gs, ms, vs, outs)]
@@ -492,7 +498,7 @@ def adamw_group(ps, gs, ms, vs, b1, b2, s1, s2, eps, wd, lr):
 
 def sgd_group(ps, gs, moms, momentum, wd, lr):
     """`sgd` over a group of parameters in one call: ([p], [momentum]) float32 after the step, or None."""
-    if not all(_state_ok(g, p, m) for p, g, m in zip(ps, gs, moms)):
+    if not takes_updates(gs, ps, moms):
         return None
     outs = [(torch.empty_like(p), torch.empty_like(m)) for p, m in zip(ps, moms)]
     tensors = [(p, g, m, *out) for p, g, m, out in zip(ps, gs, moms, outs)]

@@ -301,9 +301,10 @@ class _Conv2d(torch.autograd.Function):
 
 
 def _unfold(x: torch.Tensor, ksize: tuple[int, int], padding: int, stride: int) -> torch.Tensor:
-    """F.unfold(x, ksize, padding=padding, stride=stride), the same copies: the padded input viewed as
-    (B, C, kh, kw, Ho, Wo) windows and laid out in one copy, where torch's im2col walks its windows
-    element by element (two to four times slower on a CPU at a small network's sizes)."""
+    """F.unfold(x, ksize, padding=padding, stride=stride), the same values: the padded input viewed as
+    (B, C, kh, kw, Ho, Wo) windows and laid out in one copy (a view of x where the windows need none, a
+    1 x 1 kernel: only ever read), where torch's im2col walks its windows element by element (two to
+    four times slower on a CPU at a small network's sizes)."""
     kh, kw = ksize
     if padding:
         x = F.pad(x, (padding,) * 4)

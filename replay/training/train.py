@@ -124,31 +124,10 @@ def _adamw(hp: dict, lr: float, t: int, p, g, bufs: dict, to32, own: bool = Fals
     return to32("param", p - upd), {"m": m, "v": v}
 
 
-def _fused_update(kind: str, hp: dict, lr: float, t: int, p32, g, bufs32: dict):
-    """_sgd or _adamw in one native pass from the float32 state (same operations, same bits), or None."""
-    if kind == "sgd":
-        out = native.sgd(p32, g, bufs32["momentum"], hp["momentum"], hp.get("weight_decay", 0.0), lr)
-        return out and (out[0], {"momentum": out[1]})
-    b1, b2 = hp["betas"]
-    out = native.adamw(
-        p32,
-        g,
-        bufs32["m"],
-        bufs32["v"],
-        b1,
-        b2,
-        1.0 / (1.0 - ipow(b1, t + 1)),
-        1.0 / (1.0 - ipow(b2, t + 1)),
-        hp["eps"],
-        hp.get("weight_decay", 0.0),
-        lr,
-    )
-    return out and (out[0], {"m": out[1], "v": out[2]})
-
-
 def _fused_group(kind: str, hp: dict, lr: float, t: int, p32: list, g: list, bufs32: dict):
-    """`_fused_update` over a group of parameters in one native call (a call per parameter is most of a
-    small model's update), or None where the kernel does not take them."""
+    """`_sgd` or `_adamw` over a group of parameters in one native pass from the float32 state (the same
+    operations, the same bits; one call, where a call per parameter was most of a small model's update),
+    or None where the kernel does not take them."""
     if kind == "sgd":
         out = native.sgd_group(p32, g, bufs32["momentum"], hp["momentum"], hp.get("weight_decay", 0.0), lr)
         return out and (out[0], {"momentum": out[1]})
@@ -285,39 +264,29 @@ def _train_step(model, state: State, batch: dict, optimizer: dict, precision: st
         model, state.params, x, y, ops, rounder if precision == "det64" else None
     )
 
-    # The graph (whose leaves are the float64 parameters) goes with the loss's grad_fn; each parameter's
-    # float64 copy and gradient go as soon as its update is done: the new state then takes their
-    # place instead of adding to them (a step's peak is its state, not three states, at GPT-2 size).
+    # The graph (whose leaves are the float64 parameters) goes with the loss's grad_fn; the float64 copies
+    # and gradients go as soon as their update is done (det64: a group's, at most GROUP_BYTES; the plain
+    # precisions: each parameter's): the new state then takes their place instead of adding to them (a
+    # step's peak is its state, not three states, at GPT-2 size).
     loss, grads = loss.detach(), list(grads)
     kind, lr = optimizer["kind"], lr_at(optimizer["lr"], t)
     new_p, new_b = {}, {b: {} for b in state.buffers}
     with torch.no_grad():
         names = list(params)
-        grouped = precision == "det64" and _multi_tensor(state, names)
-        if grouped:
+        if precision == "det64":  # a group of parameters at a time (`_update_groups`)
             _update_groups(kind, optimizer, lr, t, names, params, grads, state, new_p, new_b, rounder)
-        for i, name in enumerate([] if grouped else names):
+        for i, name in enumerate([] if precision == "det64" else names):
             p, g = params.pop(name), grads[i]
             grads[i] = None
             note = _noter(rounder, name)
-
             bufs32 = {b: state.buffers[b][name] for b in state.buffers}
-            fused = (
-                _fused_update(kind, optimizer, lr, t, state.params[name], g, bufs32) if precision == "det64" else None
-            )
-            if fused is not None:
-                new_p[name], nb = fused
-                for b, v in nb.items():
-                    note(b, v)
-                note("param", new_p[name])
+            to32 = lambda what, v, note=note: note(what, converted(v, torch.float32))
+            bufs = {b: converted(v, dt) for b, v in bufs32.items()}
+            own = all(bufs[b] is not bufs32[b] for b in bufs)  # fresh copies, not the state itself
+            if kind == "sgd":
+                new_p[name], nb = _sgd(optimizer, lr, p.detach(), g, bufs, to32, own)
             else:
-                to32 = lambda what, v, note=note: note(what, converted(v, torch.float32))
-                bufs = {b: converted(v, dt) for b, v in bufs32.items()}
-                own = all(bufs[b] is not bufs32[b] for b in bufs)  # fresh copies, not the state itself
-                if kind == "sgd":
-                    new_p[name], nb = _sgd(optimizer, lr, p.detach(), g, bufs, to32, own)
-                else:
-                    new_p[name], nb = _adamw(optimizer, lr, t, p.detach(), g, bufs, to32, own)
+                new_p[name], nb = _adamw(optimizer, lr, t, p.detach(), g, bufs, to32, own)
             for b, v in nb.items():
                 new_b[b][name] = v
     if rounder is not None:
@@ -338,12 +307,6 @@ def _noter(rounder: Rounder | None, name: str):
     return note
 
 
-def _multi_tensor(state: State, names: list) -> bool:
-    """det64's update a group of parameters at a time: one native call for the group on a CPU with the
-    native kernel, multi-tensor kernels elsewhere (a GPU, or REPLAY_NATIVE=0, or no compiler)."""
-    return bool(names)
-
-
 def _update_groups(kind, hp, lr, t, names, params, grads, state, new_p, new_b, rounder) -> None:
     """The update of every parameter, a group at a time (`_groups`); each parameter's float64 copy and
     gradient go with its group. Traced per parameter in the order the per-parameter loop traces."""
@@ -355,14 +318,15 @@ def _update_groups(kind, hp, lr, t, names, params, grads, state, new_p, new_b, r
             grads[order[name]] = None
         bufs32 = {b: [state.buffers[b][name] for name in group] for b in state.buffers}
         p32 = [state.params[name] for name in group]
-        fused = _fused_group(kind, hp, lr, t, p32, g, bufs32) if native.library() else None
-        if fused is not None:
-            ps, bufs = fused
+        on_cpu = bool(p32) and p32[0].is_cpu  # (a GPU does not build the CPU's kernel for nothing)
+        if on_cpu and native.takes_updates(g, p32, *bufs32.values()):
+            del p  # the kernel reads the float32 state: the float64 copies go before the new state comes
+            ps, bufs = _fused_group(kind, hp, lr, t, p32, g, bufs32)
         elif kind == "sgd":
             ps, bufs = _sgd_foreach(hp, lr, p, g, bufs32)
         else:
             ps, bufs = _adamw_foreach(hp, lr, t, p, g, bufs32)
-        del p, g
+        del g
         for i, name in enumerate(group):
             note = _noter(rounder, name)
             for b in OPTIMIZERS[kind]:

@@ -8,6 +8,7 @@ give the same rounding log and the same state.
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 
 import pytest
@@ -447,6 +448,34 @@ def test_a_crowded_point_takes_the_torch_path(threads):
     assert rounder.entries == want and len(want[0][0]) == v.numel()
 
 
+def test_a_crowded_point_is_offered_to_the_kernel_once(monkeypatch):
+    """`Rounder.full` / `Rounder.dot` on a point the kernel declines (too many candidates): the step goes on
+    as `__call__` with the whole bound does (its slots overflow, it is redone dense), and the kernel, which
+    would decline again, is not asked twice."""
+    v = torch.zeros(300, 300, dtype=torch.float64)
+    v[::2] = -0.0
+    a, b = torch.ones(300, 2, dtype=torch.float64), torch.ones(2, 300, dtype=torch.float64)
+    b[1] = -1.0  # every output 1 - 1 = 0 with a positive bound: all close calls
+    calls = []
+    for name in ("round_full", "round_dot"):
+        real = getattr(native, name)
+        monkeypatch.setattr(native, name, lambda *x, real=real, name=name: calls.append(name) or real(*x))
+    ab = a @ b
+    points = (lambda r: r.full(0, v, torch.full_like(v, 1e-12), v.shape), v), (lambda r: r.dot(0, ab, a, b), ab)
+    for point, values in points:
+        rounder = Rounder("record")
+        with pytest.raises(LogOverflow) as overflow:
+            point(rounder)
+            rounder.finish()
+        assert len(calls) == 1, calls
+        rounder.dense.update(overflow.value.keys)
+        rounder.reset(defer=True)
+        r = point(rounder)
+        assert torch.equal(r.view(torch.int64), values.float().double().view(torch.int64))
+        assert len(rounder.entries[0][0]) == v.numel()
+        calls.clear()
+
+
 def _torch_update(kind: str, hp: dict, p32, g, bufs32: dict):
     """train.py's reference update (torch ops, the non-fused path): (param, buffers) float32."""
     from replay.training.determinism import converted
@@ -631,5 +660,41 @@ def test_the_largest_magnitude_is_torchs(values):
 
     v = torch.tensor(values, dtype=torch.float64)
     got = native.max_abs(v)
-    want = float(max_abs(v)) if values else 0.0
+    want = float(max_abs(v)) + 0.0 if values else 0.0
     assert got == want or (got != got and want != want)
+    assert math.copysign(1.0, got) == 1.0  # never -0: a refusal's message prints this scale
+    with _threads(3):
+        again = native.max_abs(v)
+    assert again == got or (again != again and got != got)
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape", [((0, 5), (5, 4)), ((0, 3, 5), (0, 5, 4)), ((2, 0, 5), (2, 5, 4)), ((3, 0), (0, 4))]
+)
+def test_an_empty_product_rounds_to_nothing(a_shape, b_shape):
+    """No rows (M or a batch dim 0): nothing to round or log, not a division by zero in the kernel; no terms
+    (K 0): exact zeros, never close calls."""
+    a, b = torch.randn(a_shape, dtype=torch.float64), torch.randn(b_shape, dtype=torch.float64)
+    v = a @ b
+    out, idx, codes = native.round_dot(v, a, b, 1e-15, None, False, 4.0, 8.0)
+    assert out.shape == v.shape and torch.equal(out, v) and idx == codes == []
+    r = Rounder("record")
+    assert r.dot(0, v, a, b).shape == v.shape and not r.entries
+
+
+def test_a_refusal_names_the_same_scale_on_every_path():
+    """A point whose values are all zeros, one of them -0 (torch's reductions give -0 as its largest |value|,
+    the kernel +0): the refusal reads the same words with the kernel and without."""
+    v = torch.tensor([0.0, -0.0], dtype=torch.float64)
+    said = []
+    for lib in (native.library(), False):
+        rounder = Rounder("replay", entries={0: ([0], [False])}, defer=False)
+        rounder.op("point")
+        saved, native._LIB = native._LIB, lib
+        try:
+            with pytest.raises(LogMismatch) as refused:
+                rounder(0, v, full_bound(torch.full_like(v, 1e-30), v.shape))
+        finally:
+            native._LIB = saved
+        said.append(str(refused.value))
+    assert said[0] == said[1] and "there (0)" in said[0]
