@@ -539,9 +539,10 @@ int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const dou
    (train.py's _adamw and _sgd are the reference: every torch op there is one operation per element,
    a Python-float scalar is a double, and float32 -> double is exact). State is float32, the gradient
    float64; outputs are float32. */
-static inline void adamw_one(int64_t i, double gd, const float *p, const float *m, const float *v, float *p_out,
-                             float *m_out, float *v_out, double b1, double c1, double b2, double c2, double s1,
-                             double s2, double eps, double wd, double lr) {
+static inline void adamw_one(int64_t i, double gd, const float *restrict p, const float *restrict m,
+                             const float *restrict v, float *restrict p_out, float *restrict m_out,
+                             float *restrict v_out, double b1, double c1, double b2, double c2, double s1, double s2,
+                             double eps, double wd, double lr) {
     double pd = p[i];
     float mn = (float)((double)m[i] * b1 + gd * c1);
     float vn = (float)((double)v[i] * b2 + (gd * gd) * c2);
@@ -551,8 +552,9 @@ static inline void adamw_one(int64_t i, double gd, const float *p, const float *
     v_out[i] = vn;
 }
 
-static inline void sgd_one(int64_t i, double gd, const float *p, const float *mom, float *p_out, float *mom_out,
-                           double momentum, int64_t has_wd, double wd, double lr) {
+static inline void sgd_one(int64_t i, double gd, const float *restrict p, const float *restrict mom,
+                           float *restrict p_out, float *restrict mom_out, double momentum, int64_t has_wd, double wd,
+                           double lr) {
     double pd = p[i];
     if (has_wd) gd = gd + pd * wd;
     float mn = (float)((double)mom[i] * momentum + gd);
@@ -562,13 +564,18 @@ static inline void sgd_one(int64_t i, double gd, const float *p, const float *mo
 
 /* The state's element i = r * cols + c (contiguous); the gradient's at r * gs0 + c * gs1, so a transposed
    gradient (a weight's, as the matmul's backward leaves it) is read in place, not copied first: in square
-   tiles, so that both layouts are read a cache line at a time. Elements are independent: any split among
-   threads gives the same bits. */
+   tiles, so that both layouts are read a cache line at a time. SPAN(at, n, gv) updates the state's
+   elements [at, at + n) from the n gradient values at gv: a function of its own with restrict pointers
+   (noinline: inlined into an OpenMP region's body, its loop ran one element at a time). Elements are independent: any
+   split among threads gives the same bits. */
 #define TILE_EDGE 32
-#define EACH_ELEMENT(BODY)                                                                                   \
+#define SPAN_LEN 4096
+#define EACH_SPAN(SPAN)                                                                                      \
     if (gs1 == 1 && gs0 == cols) {                                                                           \
+        int64_t total = rows * cols, spans = (total + SPAN_LEN - 1) / SPAN_LEN;                              \
         _Pragma("omp parallel for schedule(static) num_threads((int)threads) if (threads > 1)")             \
-        for (int64_t i = 0; i < rows * cols; i++) BODY(i, g[i]);                                             \
+        for (int64_t s = 0; s < spans; s++)                                                                  \
+            SPAN(s * SPAN_LEN, total - s * SPAN_LEN < SPAN_LEN ? total - s * SPAN_LEN : SPAN_LEN, g + s * SPAN_LEN); \
     } else {                                                                                                 \
         _Pragma("omp parallel for schedule(static) num_threads((int)threads) if (threads > 1)")             \
         for (int64_t r0 = 0; r0 < rows; r0 += TILE_EDGE)                                                     \
@@ -578,23 +585,36 @@ static inline void sgd_one(int64_t i, double gd, const float *p, const float *mo
                 int64_t nc = cols - c0 < TILE_EDGE ? cols - c0 : TILE_EDGE;                                  \
                 for (int64_t c = 0; c < nc; c++)                                                             \
                     for (int64_t r = 0; r < nr; r++) tile[r][c] = g[(r0 + r) * gs0 + (c0 + c) * gs1];        \
-                for (int64_t r = 0; r < nr; r++)                                                             \
-                    for (int64_t c = 0; c < nc; c++) BODY((r0 + r) * cols + c0 + c, tile[r][c]);             \
+                for (int64_t r = 0; r < nr; r++) SPAN((r0 + r) * cols + c0, nc, tile[r]);                   \
             }                                                                                                \
     }
+
+__attribute__((noinline)) static void adamw_span(int64_t at, int64_t n, const double *restrict gv, const float *restrict p,
+                       const float *restrict m, const float *restrict v, float *restrict p_out,
+                       float *restrict m_out, float *restrict v_out, double b1, double c1, double b2, double c2,
+                       double s1, double s2, double eps, double wd, double lr) {
+    for (int64_t j = 0; j < n; j++)
+        adamw_one(at + j, gv[j], p, m, v, p_out, m_out, v_out, b1, c1, b2, c2, s1, s2, eps, wd, lr);
+}
+
+__attribute__((noinline)) static void sgd_span(int64_t at, int64_t n, const double *restrict gv, const float *restrict p,
+                     const float *restrict mom, float *restrict p_out, float *restrict mom_out, double momentum,
+                     int64_t has_wd, double wd, double lr) {
+    for (int64_t j = 0; j < n; j++) sgd_one(at + j, gv[j], p, mom, p_out, mom_out, momentum, has_wd, wd, lr);
+}
 
 void rp_adamw(int64_t rows, int64_t cols, int64_t gs0, int64_t gs1, const float *p, const double *g, const float *m,
               const float *v, float *p_out, float *m_out, float *v_out, double b1, double c1, double b2, double c2,
               double s1, double s2, double eps, double wd, double lr, int64_t threads) {
-#define ADAMW(i, gd) adamw_one(i, gd, p, m, v, p_out, m_out, v_out, b1, c1, b2, c2, s1, s2, eps, wd, lr)
-    EACH_ELEMENT(ADAMW)
+#define ADAMW(at, n, gv) adamw_span(at, n, gv, p, m, v, p_out, m_out, v_out, b1, c1, b2, c2, s1, s2, eps, wd, lr)
+    EACH_SPAN(ADAMW)
 #undef ADAMW
 }
 
 void rp_sgd(int64_t rows, int64_t cols, int64_t gs0, int64_t gs1, const float *p, const double *g, const float *mom,
             float *p_out, float *mom_out, double momentum, int64_t has_wd, double wd, double lr, int64_t threads) {
-#define SGD(i, gd) sgd_one(i, gd, p, mom, p_out, mom_out, momentum, has_wd, wd, lr)
-    EACH_ELEMENT(SGD)
+#define SGD(at, n, gv) sgd_span(at, n, gv, p, mom, p_out, mom_out, momentum, has_wd, wd, lr)
+    EACH_SPAN(SGD)
 #undef SGD
 }
 
