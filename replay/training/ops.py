@@ -29,7 +29,6 @@ from replay.training.determinism import (
     U,
     abs_sum,
     active,
-    full_bound,
     gamma,
     in_chunks,
     norms,
@@ -37,9 +36,11 @@ from replay.training.determinism import (
 )
 
 
-def _mean_bound(t: torch.Tensor, n: int):
-    """Bound of mean(t, -1): gamma(n + 1) * mean(|t|) (n-term sum, then one multiply by 1/n)."""
-    return full_bound(lambda: abs_sum(t, -1, keepdim=True) * (gamma(n + 1) / n), t.shape[:-1] + (1,))
+def _mean(R, key: int, t: torch.Tensor, n: int, inv_n: float) -> torch.Tensor:
+    """The rounding point mean(t, -1) (keepdim) as sum * (1/n), its bound gamma(n + 1) * mean(|t|) (n-term
+    sum, then one multiply by 1/n)."""
+    err = lambda: abs_sum(t, -1, keepdim=True) * (gamma(n + 1) / n)
+    return R.full(key, t.sum(-1, keepdim=True) * inv_n, err, t.shape[:-1] + (1,))
 
 
 def _no_fold(tensors):
@@ -158,7 +159,7 @@ class _LayerNorm(torch.autograd.Function):
         op = R.op(name)
         key, n = op * SLOTS, x.shape[-1]
         inv_n = 1.0 / n
-        mu = R(key, x.sum(-1, keepdim=True) * inv_n, _mean_bound(x, n))
+        mu = _mean(R, key, x, n, inv_n)
         d = x - mu
         var_raw = (d * d).sum(-1, keepdim=True) * inv_n
         var = R.full(key + 1, var_raw, lambda: var_raw * gamma(n + 1), var_raw.shape)
@@ -182,8 +183,8 @@ class _LayerNorm(torch.autograd.Function):
         db = R.full(key + 3, rows_dy.sum(0), lambda: abs_sum(rows_dy, 0) * gamma(m), (n,))
         g = dy * w
         gx = g * xhat
-        a = R(key + 4, g.sum(-1, keepdim=True) * inv_n, _mean_bound(g, n))
-        c = R(key + 5, gx.sum(-1, keepdim=True) * inv_n, _mean_bound(gx, n))
+        a = _mean(R, key + 4, g, n, inv_n)
+        c = _mean(R, key + 5, gx, n, inv_n)
         dx = (g - a - xhat * c) * rstd
         return dx, dw, db, None, None
 
