@@ -296,15 +296,21 @@ def _train_step(model, state: State, batch: dict, optimizer: dict, precision: st
 
 
 def _noter(rounder: Rounder | None, name: str):
+    """An update's roundings to float32 (exact arithmetic on identical inputs, never logged), traced where the
+    rounder traces: each an op of its own then, after the step's rounding points (no key of theirs moves)."""
+    if rounder is None or rounder.trace is None:
+        return _unnoted
+
     def note(what: str, r: torch.Tensor) -> torch.Tensor:
-        """An update's rounding to float32: exact arithmetic on identical inputs, never logged, traced."""
-        if rounder is not None:
-            key = rounder.op(f"update.{what}:{name}") * SLOTS
-            if rounder.trace is not None:
-                rounder.trace.append((key, rounder.name(key), r.clone()))
+        key = rounder.op(f"update.{what}:{name}") * SLOTS
+        rounder.trace.append((key, rounder.name(key), r.clone()))
         return r
 
     return note
+
+
+def _unnoted(what: str, r: torch.Tensor) -> torch.Tensor:
+    return r
 
 
 def _update_groups(kind, hp, lr, t, names, params, grads, state, new_p, new_b, rounder) -> None:
