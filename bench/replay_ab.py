@@ -3,7 +3,7 @@
     .venv/bin/python bench/replay_ab.py --base <rev> [--rows mlp cnn gpt] [--rounds 2] [--threads 1]
 
 For each row, float64, det64 recording and det64 replay steps of one tree are timed interleaved in a process of
-its own (warm-up, then at least 4 s of rounds, medians, as bench/replay.py's rows), the two trees alternating
+its own (warm-up, then at least BENCH_ROW_SECONDS, default 4, of rounds, medians, as bench/replay.py's rows), the two trees alternating
 round after round: a change's effect on the ratios det64 / float64 and replay / float64, on a host whose
 timings drift by a third within minutes (the ratio is taken within one process; each tree's ratios are listed
 per round). The base revision is checked out with `git worktree` into a temporary folder, removed after.
@@ -19,13 +19,16 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.replay import MAX_ROUNDS, ROW_SECONDS  # noqa: E402  (the rows' own rounds, for both trees)
 
 CHILD = """
 import json, statistics, sys, time
 sys.path.insert(0, sys.argv[1])
 import torch
 torch.set_num_threads(int(sys.argv[2]))
-sys.argv = sys.argv[:1] + sys.argv[3:]
+seconds, most = float(sys.argv[3]), int(sys.argv[4])
+sys.argv = sys.argv[:1] + sys.argv[5:]
 from bench.replay import DEFAULT_BATCH, SCALE_ROWS, one_step_setup
 from replay.training import architectures as models
 out = {}
@@ -36,7 +39,7 @@ for row in sys.argv[1:]:
     for run in runs.values():
         run(); run()
     times, started = {p: [] for p in runs}, time.perf_counter()
-    while len(times["det64"]) < 5 or (time.perf_counter() - started < 4 and len(times["det64"]) < 1000):
+    while len(times["det64"]) < 5 or (time.perf_counter() - started < seconds and len(times["det64"]) < most):
         for p, run in runs.items():
             t = time.perf_counter(); run(); times[p].append(time.perf_counter() - t)
     out[row] = {p: statistics.median(v) for p, v in times.items()}
@@ -45,7 +48,8 @@ print(json.dumps(out))
 
 
 def _measure(tree: Path, rows: list[str], threads: int) -> dict:
-    args = [sys.executable, "-c", CHILD, str(tree), str(threads), *rows]
+    # this tree's rounds for both (the base's bench may predate them)
+    args = [sys.executable, "-c", CHILD, str(tree), str(threads), str(ROW_SECONDS), str(MAX_ROUNDS), *rows]
     done = subprocess.run(args, capture_output=True, text=True, cwd=tree, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 

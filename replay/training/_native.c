@@ -362,7 +362,8 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
             if (round_row(vr, out + base, N, ni, nb + t * N, bias_i, bcol, safety, flag)) {
                 int64_t a_off = t0 * sa0 + t1 * sa1 + i * sai;
                 for (int64_t j = next_flag(flag, 0, N); j < N; j = next_flag(flag, j + 1, N))
-                    push(mine, (cand_t){base + j, a_off, t0 * sb0 + t1 * sb1 + j * sbj, vr[j], bias_i + bcol[j], 0});
+                    push(mine,
+                         (cand_t){base + j, a_off, t0 * sb0 + t1 * sb1 + j * sbj, vr[j], bias_i + bcol[j], 0});
             }
             if (++i == M) {
                 i = 0, t++;
@@ -486,9 +487,11 @@ static int round_stretch(const double *restrict v, double *restrict out, int64_t
                          int per_elem, double safety, uint32_t *restrict flag) {
     uint32_t any = 0;
     if (per_elem)
-        for (int64_t j = 0; j < n; j++) out[j] = (double)(float)v[j], any |= flag[j] = may_straddle(v[j], e[j] * safety);
+        for (int64_t j = 0; j < n; j++)
+            out[j] = (double)(float)v[j], any |= flag[j] = may_straddle(v[j], e[j] * safety);
     else
-        for (int64_t j = 0; j < n; j++) out[j] = (double)(float)v[j], any |= flag[j] = may_straddle(v[j], e[0] * safety);
+        for (int64_t j = 0; j < n; j++)
+            out[j] = (double)(float)v[j], any |= flag[j] = may_straddle(v[j], e[0] * safety);
     return any != 0;
 }
 
@@ -501,7 +504,8 @@ static int round_stretch(const double *restrict v, double *restrict out, int64_t
 int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const double *e, int64_t e_cols,
                 double safety, double wide, int64_t threads, int64_t *idx, int64_t *code, int64_t cap) {
     int per_elem = e_cols != 1, failed = 0;
-    int64_t total = rows * n, len = per_elem ? STRETCH : n, parts = per_elem ? (total + STRETCH - 1) / STRETCH : rows;
+    int64_t total = rows * n, len = per_elem ? STRETCH : n;
+    int64_t parts = per_elem ? (total + STRETCH - 1) / STRETCH : rows;
     int nt = threads > 1 && parts > 1 ? (int)(threads < parts ? threads : parts) : 1;
     cands_t *lists = calloc(nt, sizeof(cands_t));
     int64_t room = room_for(total);
@@ -566,8 +570,8 @@ static inline void sgd_one(int64_t i, double gd, const float *restrict p, const 
    gradient (a weight's, as the matmul's backward leaves it) is read in place, not copied first: in square
    tiles, so that both layouts are read a cache line at a time. SPAN(at, n, gv) updates the state's
    elements [at, at + n) from the n gradient values at gv: a function of its own with restrict pointers
-   (noinline: inlined into an OpenMP region's body, its loop ran one element at a time). Elements are independent: any
-   split among threads gives the same bits. */
+   (noinline: inlined into an OpenMP region's body, its loop ran one element at a time). Elements are
+   independent: any split among threads gives the same bits. */
 #define TILE_EDGE 32
 #define SPAN_LEN 4096
 #define EACH_SPAN(SPAN)                                                                                      \
@@ -575,7 +579,7 @@ static inline void sgd_one(int64_t i, double gd, const float *restrict p, const 
         int64_t total = rows * cols, spans = (total + SPAN_LEN - 1) / SPAN_LEN;                              \
         _Pragma("omp parallel for schedule(static) num_threads((int)threads) if (threads > 1)")             \
         for (int64_t s = 0; s < spans; s++)                                                                  \
-            SPAN(s * SPAN_LEN, total - s * SPAN_LEN < SPAN_LEN ? total - s * SPAN_LEN : SPAN_LEN, g + s * SPAN_LEN); \
+            SPAN(s * SPAN_LEN, total - s * SPAN_LEN < SPAN_LEN ? total - s * SPAN_LEN : SPAN_LEN, g + s * SPAN_LEN);\
     } else {                                                                                                 \
         _Pragma("omp parallel for schedule(static) num_threads((int)threads) if (threads > 1)")             \
         for (int64_t r0 = 0; r0 < rows; r0 += TILE_EDGE)                                                     \
@@ -589,17 +593,20 @@ static inline void sgd_one(int64_t i, double gd, const float *restrict p, const 
             }                                                                                                \
     }
 
-__attribute__((noinline)) static void adamw_span(int64_t at, int64_t n, const double *restrict gv, const float *restrict p,
-                       const float *restrict m, const float *restrict v, float *restrict p_out,
-                       float *restrict m_out, float *restrict v_out, double b1, double c1, double b2, double c2,
-                       double s1, double s2, double eps, double wd, double lr) {
+__attribute__((noinline)) static void adamw_span(int64_t at, int64_t n, const double *restrict gv,
+                                                 const float *restrict p, const float *restrict m,
+                                                 const float *restrict v, float *restrict p_out,
+                                                 float *restrict m_out, float *restrict v_out, double b1, double c1,
+                                                 double b2, double c2, double s1, double s2, double eps, double wd,
+                                                 double lr) {
     for (int64_t j = 0; j < n; j++)
         adamw_one(at + j, gv[j], p, m, v, p_out, m_out, v_out, b1, c1, b2, c2, s1, s2, eps, wd, lr);
 }
 
-__attribute__((noinline)) static void sgd_span(int64_t at, int64_t n, const double *restrict gv, const float *restrict p,
-                     const float *restrict mom, float *restrict p_out, float *restrict mom_out, double momentum,
-                     int64_t has_wd, double wd, double lr) {
+__attribute__((noinline)) static void sgd_span(int64_t at, int64_t n, const double *restrict gv,
+                                               const float *restrict p, const float *restrict mom,
+                                               float *restrict p_out, float *restrict mom_out, double momentum,
+                                               int64_t has_wd, double wd, double lr) {
     for (int64_t j = 0; j < n; j++) sgd_one(at + j, gv[j], p, mom, p_out, mom_out, momentum, has_wd, wd, lr);
 }
 

@@ -1263,22 +1263,16 @@ class Rounder:
         if bound.scale is not None:
             scale = max(scale, float(bound.scale))
         es = bound.at(idx) * DECODE
-        # the loop below in C (tens of thousands of entries a step at 15M parameters), with its gather and
-        # scatter where v and r are plain CPU tensors (a few entries a point: the Python around them)
+        # the loop below in C, with its gather and scatter (tens of thousands of entries a step at 15M
+        # parameters; a few at a small model's point, where the Python around them was the cost)
         fast = None if self.lenient else native.apply_at(v.detach(), r, idx, es, codes, scale, bound.steers, REL_WINDOW)
-        xs = v.reshape(-1)[idx] if fast is None else None
-        if fast is None and not self.lenient:
-            fast = native.apply_log(xs, es, codes, scale, bound.steers, REL_WINDOW)
-            if fast is not None:
-                values, *fast = fast
         if fast is not None:
             bad, why, ratio = fast
             if bad >= 0:
                 raise LogMismatch(self._refusal(key, idx_list[bad], why == 1, float(es[bad]), scale))
             self.max_ratio = max(self.max_ratio, ratio)
-            if xs is not None:
-                flat[idx] = values
             return r
+        xs = v.reshape(-1)[idx]
         for j, (x, e, code) in enumerate(zip(xs.tolist(), es.tolist(), codes)):
             if bound.steers and not e <= REL_WINDOW * scale:  # also NaN; a zero scale admits only zero windows
                 if not self.lenient:

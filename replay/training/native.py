@@ -147,18 +147,12 @@ def _load():
     lib.rp_dot_at.restype = _i
     lib.rp_abs_sums.argtypes = [_p, _i, _i, _i, _p, _i]
     lib.rp_abs_sums.restype = None
-    lib.rp_apply.argtypes = [_p, _p, _p, _i, _d, _i, _d, _p, _p, _p]
-    lib.rp_apply.restype = _i
     lib.rp_apply_at.argtypes = [_p, _p, _i, _p, _p, _p, _i, _d, _i, _d, _p, _p]
     lib.rp_apply_at.restype = _i
     lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _d, _i, _p, _p, _i]
     lib.rp_full.restype = _i
     lib.rp_softmax_err.argtypes = [_p, _p, _p, _i, _i, _d, _d, _d, _p, _i]
     lib.rp_softmax_err.restype = None
-    lib.rp_adamw.argtypes = [_i] * 4 + [_p] * 7 + [_d] * 9 + [_i]
-    lib.rp_adamw.restype = None
-    lib.rp_sgd.argtypes = [_i] * 4 + [_p] * 5 + [_d, _i, _d, _d, _i]
-    lib.rp_sgd.restype = None
     lib.rp_adamw_many.argtypes = [_i, _p, _p, _p] + [_d] * 9
     lib.rp_adamw_many.restype = None
     lib.rp_sgd_many.argtypes = [_i, _p, _p, _p, _d, _i, _d, _d]
@@ -427,58 +421,6 @@ def _grad_layout(g: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, in
     return g, (1, g.numel(), g.numel(), 1)
 
 
-def adamw(p, g, m, v, b1, b2, s1, s2, eps, wd, lr):
-    """train._adamw in one pass: (p, m, v) float32 after the step, or None where the kernel cannot.
-    s1, s2 are the bias corrections 1 / (1 - beta^(t+1)) as train.py computes them."""
-    if not _state_ok(g, p, m, v):
-        return None
-    g, layout = _grad_layout(g)
-    p2, m2, v2 = torch.empty_like(p), torch.empty_like(m), torch.empty_like(v)
-    library().rp_adamw(
-        *layout,
-        p.data_ptr(),
-        g.data_ptr(),
-        m.data_ptr(),
-        v.data_ptr(),
-        p2.data_ptr(),
-        m2.data_ptr(),
-        v2.data_ptr(),
-        b1,
-        1.0 - b1,
-        b2,
-        1.0 - b2,
-        s1,
-        s2,
-        eps,
-        wd,
-        lr,
-        threads(p),
-    )
-    return p2, m2, v2
-
-
-def sgd(p, g, mom, momentum, wd, lr):
-    """train._sgd in one pass: (p, momentum) float32 after the step, or None where the kernel cannot."""
-    if not _state_ok(g, p, mom):
-        return None
-    g, layout = _grad_layout(g)
-    p2, mom2 = torch.empty_like(p), torch.empty_like(mom)
-    library().rp_sgd(
-        *layout,
-        p.data_ptr(),
-        g.data_ptr(),
-        mom.data_ptr(),
-        p2.data_ptr(),
-        mom2.data_ptr(),
-        momentum,
-        int(bool(wd)),
-        wd,
-        lr,
-        threads(p),
-    )
-    return p2, mom2
-
-
 def takes_updates(grads: list, *states: list) -> bool:
     """Can the kernel update this group: per parameter its float64 CPU gradient and float32 state tensors
     (param, then buffers), each list in the group's order?"""
@@ -486,8 +428,9 @@ def takes_updates(grads: list, *states: list) -> bool:
 
 
 def adamw_group(ps, gs, ms, vs, b1, b2, s1, s2, eps, wd, lr):
-    """`adamw` over a group of parameters in one call: ([p], [m], [v]) float32 after the step, or None
-    where the kernel cannot take one of them (`takes_updates`)."""
+    """train._adamw over a group of parameters in one native call (the same operations, the same bits):
+    ([p], [m], [v]) float32 after the step, or None where the kernel cannot take one of them
+    (`takes_updates`). s1, s2 are the bias corrections 1 / (1 - beta^(t+1)) as train.py computes them."""
     if not takes_updates(gs, ps, ms, vs):
         return None
     outs = [(torch.empty_like(p), torch.empty_like(m), torch.empty_like(v)) for p, m, v in zip(ps, ms, vs)]
@@ -497,7 +440,8 @@ def adamw_group(ps, gs, ms, vs, b1, b2, s1, s2, eps, wd, lr):
 
 
 def sgd_group(ps, gs, moms, momentum, wd, lr):
-    """`sgd` over a group of parameters in one call: ([p], [momentum]) float32 after the step, or None."""
+    """train._sgd over a group of parameters in one native call: ([p], [momentum]) float32 after the step,
+    or None where the kernel cannot take one of them."""
     if not takes_updates(gs, ps, moms):
         return None
     outs = [(torch.empty_like(p), torch.empty_like(m)) for p, m in zip(ps, moms)]
@@ -548,43 +492,30 @@ def softmax_err(p: torch.Tensor, pd: torch.Tensor, dx: torch.Tensor, c: float, k
     return e
 
 
-def apply_log(x: torch.Tensor, e: torch.Tensor, codes: list, scale: float, steers: bool, rel: float):
-    """Rounder._apply's per-entry decisions in one C pass (the Python loop is the reference; tests hold
-    the two to the same values and refusals): x the values at the logged elements, e their windows
-    (DECODE * bound), codes as the log holds them. (float32 values as float64, the refused entry or -1,
-    why it was refused: 1 a window too wide, 2 not a close call, the widest applied window over scale);
-    None where the kernel is off."""
-    lib = library()
-    if lib is None or not (x.is_cpu and e.is_cpu) or not x.numel() == e.numel() == len(codes):
-        return None
-    x, e = x.to(torch.float64).contiguous(), e.to(torch.float64).contiguous()
-    code = torch.tensor([c if type(c) is bool else (c & 0xFFFFFFFF) | 1 << 32 for c in codes], dtype=torch.int64)
-    out, why, ratio = torch.empty_like(x), ctypes.c_int64(0), ctypes.c_double(0.0)
-    bad = lib.rp_apply(
-        x.data_ptr(),
-        e.data_ptr(),
-        code.data_ptr(),
-        x.numel(),
-        scale,
-        int(steers),
-        rel,
-        out.data_ptr(),
-        ctypes.byref(why),
-        ctypes.byref(ratio),
-    )
-    return out, bad, why.value, ratio.value
-
-
 def apply_at(v: torch.Tensor, r: torch.Tensor, idx: torch.Tensor, e: torch.Tensor, codes: list, scale, steers, rel):
-    """`apply_log` at flat indices idx of v, its decisions written into r there (only if all are
-    accepted): the gather and the scatter in the same C call. (the refused entry or -1, why, the widest
-    applied window over scale), or None where the kernel cannot take the tensors (the caller gathers)."""
+    """Rounder._apply's per-entry decisions in one C pass (the Python loop is the reference; tests hold the
+    two to the same values and refusals): at flat indices idx of v (the values there; e their windows,
+    DECODE * bound; codes as the log holds them), the float32s chosen written into r (contiguous) at the
+    same indices only if every entry is accepted. (the refused entry or -1, why it was refused: 1 a window
+    too wide, 2 not a close call, the widest applied window over scale); None where the kernel cannot take
+    them. A contiguous v is read in place; a strided one is gathered first and scattered after."""
     lib = library()
-    if lib is None or not (v.is_contiguous() and r.is_contiguous() and usable(v, r, e)) or v.numel() != r.numel():
+    if lib is None or not (v.is_cpu and e.is_cpu and idx.is_cpu and r.is_contiguous() and usable(r)):
         return None
-    if not (idx.is_cpu and idx.dtype is torch.int64 and idx.numel() == e.numel() == len(codes)):
+    if not (idx.numel() == e.numel() == len(codes) and v.numel() == r.numel()):
         return None
-    e, idx = e.contiguous(), idx.contiguous()
+    idx, e = idx.to(torch.int64).contiguous(), e.to(torch.float64).contiguous()
+    if v.is_contiguous() and usable(v):
+        return _apply_at(lib, v, r, idx, e, codes, scale, steers, rel)
+    x = v.reshape(-1)[idx].to(torch.float64).contiguous()
+    out = torch.empty_like(x)
+    done = _apply_at(lib, x, out, torch.arange(x.numel()), e, codes, scale, steers, rel)
+    if done is not None and done[0] == -1:
+        r.view(-1)[idx] = out
+    return done
+
+
+def _apply_at(lib, v, r, idx, e, codes, scale, steers, rel):
     code = torch.tensor([c if type(c) is bool else (c & 0xFFFFFFFF) | 1 << 32 for c in codes], dtype=torch.int64)
     why, ratio = ctypes.c_int64(0), ctypes.c_double(0.0)
     bad = lib.rp_apply_at(
