@@ -20,6 +20,8 @@ MAX_SEED = 2**63 - 1
 MAX_SERIAL = 64  # characters of a chip serial
 HEX = set("0123456789abcdef")
 
+MAX_LOSS = 1e6  # a step's recorded loss lies in [0, MAX_LOSS] (a diverged run is not a transcript)
+
 
 def number_in(v, lo: float, hi: float, what: str, lo_open: bool = False) -> float:
     if type(v) not in (int, float) or not math.isfinite(v) or not (lo < v if lo_open else lo <= v) or v > hi:
@@ -193,7 +195,7 @@ def validate_manifest(m, device=None) -> dict:
     for t, r in enumerate(recs):
         exact_keys(r, {"data", "loss"}, f"records[{t}]")
         hex_digest(r["data"], f"records[{t}].data")
-        number_in(r["loss"], 0, 1e6, f"records[{t}].loss")
+        number_in(r["loss"], 0, MAX_LOSS, f"records[{t}].loss")
     want_ckpt = checkpoint_steps(steps, interval)
     for field, want in (("checkpoints", want_ckpt), ("segments", want_ckpt[:-1])):
         d = exact_keys(m[field], {str(s) for s in want}, field)

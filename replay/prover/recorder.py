@@ -248,6 +248,11 @@ class Recorder:
             started = time.perf_counter()
             rounder = self.rounder(t)
             state, loss = train_step(model, state, batch, self.optimizer, self.precision, rounder)
+            if not 0 <= loss <= schema.MAX_LOSS:  # NaN too: a manifest holds none, and no verifier replays it
+                raise ValueError(
+                    f"step {t}: the loss is {loss}, outside the [0, {schema.MAX_LOSS:g}] a transcript records: "
+                    f"training diverged (a lower learning rate); {out} holds an incomplete recording"
+                )
             state = self.after_step(model, state)
             log = encode_log(rounder.log()) if rounder is not None else None
             self.check_log(t, log, rounder)

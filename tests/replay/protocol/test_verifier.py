@@ -347,3 +347,17 @@ def test_the_verifier_returns_a_typed_report(mlp):
     assert Report.from_json({"verdict": "verified", "device": "x" * 65, "torch": ["2"]}).summary()["device"] == ""
     with pytest.raises(ValueError):
         Report.from_json({"verdict": "fine"})
+
+
+def test_a_diverged_recording_stops_naming_its_step(tmp_path):
+    """A run whose loss leaves [0, 1e6] (NaN included: SGD at the largest learning rate the recorder takes)
+    stops at that step with the reason, not with a manifest that cannot be written (a half-made
+    transcript and a JSON error); the CLI exits 2 with it."""
+    from replay.prover.recorder import Recorder
+
+    sgd = {"kind": "sgd", "lr": {"kind": "constant", "lr": 10.0}, "momentum": 0.9, "weight_decay": 0.0}
+    recorder = Recorder(tmp_path / "run", "mlp", steps=12, checkpoint_interval=4, optimizer=sgd, progress=False)
+    recorder.check()
+    with pytest.raises(ValueError, match=r"step \d+: the loss is .*training diverged"):
+        recorder.run()
+    assert not (tmp_path / "run" / "manifest.json").exists()
