@@ -317,25 +317,48 @@ static void exact_phase(const product_t *p, cand_t *all, int64_t total, int nt) 
     free(ac), free(bc);
 }
 
+/* A call's arguments in one block: ctypes converts each argument of a call in Python, about a third of a
+   microsecond each, which was most of a small rounding point's cost at rp_dot's 29. Every field is 8 bytes
+   (no padding), so native.py packs the block with struct in this order. */
+typedef struct {
+    const double *v;
+    double *out;
+    int64_t b0, b1, M, N, K1, K2;
+    const double *a;
+    int64_t sa0, sa1, sai, sak1, sak2;
+    const double *b;
+    int64_t sb0, sb1, sbk1, sbk2, sbj;
+    const double *bias;
+    int64_t bias_rows;
+    double gbias, g, safety, wide;
+    int64_t threads;
+    int64_t *idx, *code;
+    int64_t cap;
+} dot_args_t;
+
 /* C = scale * (A @ B) + bias over a batch of up to two dims (t0 < b0, t1 < b1), output v contiguous
    (b0, b1, M, N); the reduction index k runs over K1 x K2. A element (t0, t1, i, k1, k2) at
    a[t0*sa0 + t1*sa1 + i*sai + k1*sak1 + k2*sak2], B element (t0, t1, k1, k2, j) at
    b[t0*sb0 + t1*sb1 + k1*sbk1 + k2*sbk2 + j*sbj] (a stride of 0 broadcasts). g = gamma(K + 2) *
-   |scale|; babs = |bias| * gamma(K + 2) or NULL, per column j (bias_rows 0) or per row i
-   (bias_rows 1). Candidates by Cauchy-Schwarz (||A_i|| ||B_j|| g + babs), then the exact bound
-   g * sum_k |A_ik B_kj| + babs. Writes up to cap close calls (flat index, log code); returns how
-   many there are, so the caller can retry with room for all, or -1 out of memory or room (the caller takes
-   the torch path). Rows run on `threads` threads, each a contiguous block of them, so the
-   candidates come out in index order, and every number is formed the same way at any thread count. */
-int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K1, int64_t K2,
-               const double *a, int64_t sa0, int64_t sa1, int64_t sai, int64_t sak1, int64_t sak2,
-               const double *b, int64_t sb0, int64_t sb1, int64_t sbk1, int64_t sbk2, int64_t sbj,
-               const double *babs, int64_t bias_rows, double g, double safety, double wide, int64_t threads,
-               int64_t *idx, int64_t *code, int64_t cap) {
+   |scale|; bias (contiguous) or NULL, per column j (bias_rows 0) or per row i (bias_rows 1), its term
+   babs = |bias| * gbias (gbias = gamma(K + 2)). Candidates by Cauchy-Schwarz (||A_i|| ||B_j|| g + babs),
+   then the exact bound g * sum_k |A_ik B_kj| + babs. Writes up to cap close calls (flat index, log code)
+   at idx and code; returns how many there are, so the caller can retry with room for all, or -1 out of
+   memory or room (the caller takes the torch path). Rows run on `threads` threads, each a contiguous
+   block of them, so the candidates come out in index order, and every number is formed the same way at
+   any thread count. */
+int64_t rp_dot(const dot_args_t *x) {
+    const double *v = x->v, *a = x->a, *b = x->b, *bias = x->bias;
+    double *out = x->out, g = x->g, safety = x->safety, wide = x->wide;
+    int64_t b0 = x->b0, b1 = x->b1, M = x->M, N = x->N, K1 = x->K1, K2 = x->K2, bias_rows = x->bias_rows;
+    int64_t sa0 = x->sa0, sa1 = x->sa1, sai = x->sai, sak1 = x->sak1, sak2 = x->sak2;
+    int64_t sb0 = x->sb0, sb1 = x->sb1, sbk1 = x->sbk1, sbk2 = x->sbk2, sbj = x->sbj;
+    int64_t threads = x->threads, *idx = x->idx, *code = x->code, cap = x->cap;
     int64_t T = b0 * b1, rows = T * M, found = 0;
     if (rows == 0) return 0; /* no outputs (and no row to count from: M or a batch dim is 0) */
     int nt = threads > 1 && rows > 1 ? (int)(threads < rows ? threads : rows) : 1;
-    double *na = malloc(sizeof(double) * (T * M + T * N + N + 1)), *nb = na + T * M, *bcol = nb + T * N;
+    double *na = malloc(sizeof(double) * (T * M + T * N + N + M + 1)), *nb = na + T * M, *bcol = nb + T * N;
+    double *brow = bcol + N; /* |bias| * gbias per column and per row (one IEEE multiply each, as torch's) */
     cands_t *lists = calloc(nt, sizeof(cands_t));
     int64_t room = room_for(rows * N);
     for (int x = 0; lists && x < nt; x++) lists[x].room = &room;
@@ -343,7 +366,8 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
         free(na), free(lists);
         return -1;
     }
-    for (int64_t j = 0; j < N; j++) bcol[j] = babs && !bias_rows ? babs[j] : 0.0; /* the bias per column */
+    for (int64_t j = 0; j < N; j++) bcol[j] = bias && !bias_rows ? fabs(bias[j]) * x->gbias : 0.0;
+    for (int64_t i = 0; i < M; i++) brow[i] = bias && bias_rows ? fabs(bias[i]) * x->gbias : 0.0;
     all_norms(a, b0, b1, sa0, sa1, M, K1, K2, sai, sak1, sak2, na, nt);
     all_norms(b, b0, b1, sb0, sb1, N, K1, K2, sbj, sbk1, sbk2, nb, nt);
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -357,7 +381,7 @@ int64_t rp_dot(const double *v, double *out, int64_t b0, int64_t b1, int64_t M, 
         int64_t t = lo / M, i = lo % M, t0 = t / b1, t1 = t % b1;
         for (int64_t r = lo; r < hi && !mine->failed; r++) {
             int64_t base = r * N;
-            double bias_i = babs && bias_rows ? babs[i] : 0.0, ni = na[r] * g;
+            double bias_i = brow[i], ni = na[r] * g;
             const double *vr = v + base;
             if (round_row(vr, out + base, N, ni, nb + t * N, bias_i, bcol, safety, flag)) {
                 int64_t a_off = t0 * sa0 + t1 * sa1 + i * sai;
@@ -497,12 +521,31 @@ static int round_stretch(const double *restrict v, double *restrict out, int64_t
 
 #define STRETCH 4096 /* values a task rounds where the bound is per element (rows do not matter then) */
 
+/* rp_full's arguments in one block, as rp_dot's (dot_args_t). */
+typedef struct {
+    const double *v;
+    double *out;
+    int64_t rows, n;
+    const double *e;
+    int64_t e_cols;
+    double safety, wide;
+    int64_t threads;
+    int64_t *idx, *code;
+    int64_t cap;
+} full_args_t;
+
+/* sizeof(dot_args_t) << 16 | sizeof(full_args_t): native.py checks its packing against them. */
+int64_t rp_args_sizes(void) { return (int64_t)sizeof(dot_args_t) << 16 | (int64_t)sizeof(full_args_t); }
+
 /* v (rows, n) contiguous with its bound e given per element (e_cols == n) or per row (e_cols ==
    1), e contiguous. Same contract as rp_dot (threads, cap, -1). A bound per element is taken as one
    flat stretch of values, so that short rows (an attention's) cost no more than long ones; threads
    take contiguous blocks of stretches (or rows), so candidates come out in index order. */
-int64_t rp_full(const double *v, double *out, int64_t rows, int64_t n, const double *e, int64_t e_cols,
-                double safety, double wide, int64_t threads, int64_t *idx, int64_t *code, int64_t cap) {
+int64_t rp_full(const full_args_t *x) {
+    const double *v = x->v, *e = x->e;
+    double *out = x->out, safety = x->safety, wide = x->wide;
+    int64_t rows = x->rows, n = x->n, e_cols = x->e_cols, threads = x->threads, *idx = x->idx, *code = x->code;
+    int64_t cap = x->cap;
     int per_elem = e_cols != 1, failed = 0;
     int64_t total = rows * n, len = per_elem ? STRETCH : n;
     int64_t parts = per_elem ? (total + STRETCH - 1) / STRETCH : rows;

@@ -532,7 +532,9 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
         return e + bias_at(i, j) if babs is not None else e
 
     def fused(v):
-        return native.round_dot(v, a, b, g, babs, bias_rows, SAFETY, WIDE) if native.library() else None
+        if not native.library():
+            return None
+        return native.round_dot(v, a, b, g, bias, gamma(k + 2), bias_rows, SAFETY, WIDE)
 
     def window():  # the candidates' window, SAFETY included: Cauchy-Schwarz per element, as the native
         # kernel's filter, ||A_i|| g ||B_j|| + |bias|; the exact bound decides (Rounder._flush)
@@ -1004,8 +1006,8 @@ class Rounder:
         Not where `__call__` is another's (a subclass, a tracer): every point then goes through it."""
         if self._direct() and v.is_cpu:
             if self.mode == "record" and native.library() is not None:
-                g, babs = _dot_scales(a.shape[-1], scale, bias)
-                fused = native.round_dot(v, a, b, g, babs, bias_rows, SAFETY, WIDE)
+                gk = gamma(a.shape[-1] + 2)  # the bias's term |bias| * gk is the kernel's (no torch ops)
+                fused = native.round_dot(v, a, b, gk * abs(scale), bias, gk, bias_rows, SAFETY, WIDE)
                 if fused is not None:
                     return self._recorded(key, *fused)
                 return self(key, v, _declined(dot_bound(a, b, scale, bias, bias_rows)))

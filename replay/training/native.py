@@ -24,6 +24,7 @@ import hashlib
 import os
 import platform
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -44,6 +45,11 @@ _LIB: ctypes.CDLL | bool | None = None  # None: not tried yet; False: unavailabl
 _d = ctypes.c_double
 _i = ctypes.c_int64
 _p = ctypes.c_void_p
+# rp_dot's and rp_full's argument blocks (`dot_args_t`, `full_args_t` in _native.c), fields in order, each
+# 8 bytes: a pointer Q, an integer q, a double d. One packed block per call, where ctypes converting each
+# of 29 arguments was most of a small rounding point's cost; the library says its sizes (`rp_args_sizes`).
+_DOT_ARGS = struct.Struct("=2Q6qQ5qQ5qQq4dq2Qq")
+_FULL_ARGS = struct.Struct("=2Q2qQq2dq2Qq")
 
 
 def _cpu_id() -> str:
@@ -111,37 +117,15 @@ def _load():
     lib.rp_max_abs.restype = _d
     lib.rp_round.argtypes = [_p, _p, _i, _i]
     lib.rp_round.restype = None
-    lib.rp_dot.argtypes = [
-        _p,
-        _p,
-        _i,
-        _i,
-        _i,
-        _i,
-        _i,
-        _i,
-        _p,
-        _i,
-        _i,
-        _i,
-        _i,
-        _i,
-        _p,
-        _i,
-        _i,
-        _i,
-        _i,
-        _i,
-        _p,
-        _i,
-        _d,
-        _d,
-        _d,
-        _i,
-        _p,
-        _p,
-        _i,
-    ]
+    lib.rp_args_sizes.argtypes, lib.rp_args_sizes.restype = [], _i
+    if ctypes.sizeof(_p) != 8 or lib.rp_args_sizes() != _DOT_ARGS.size << 16 | _FULL_ARGS.size:
+        warnings.warn(
+            "replay: fused rounding kernel's argument blocks do not match, using the torch path",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
+    lib.rp_dot.argtypes = [ctypes.c_char_p]
     lib.rp_dot.restype = _i
     lib.rp_dot_at.argtypes = [_i] * 6 + [_p] + [_i] * 5 + [_p] + [_i] * 5 + [_p, _i, _d, _i, _p, _i, _p]
     lib.rp_dot_at.restype = _i
@@ -149,7 +133,7 @@ def _load():
     lib.rp_abs_sums.restype = None
     lib.rp_apply_at.argtypes = [_p, _p, _i, _p, _p, _p, _i, _d, _i, _d, _p, _p]
     lib.rp_apply_at.restype = _i
-    lib.rp_full.argtypes = [_p, _p, _i, _i, _p, _i, _d, _d, _i, _p, _p, _i]
+    lib.rp_full.argtypes = [ctypes.c_char_p]
     lib.rp_full.restype = _i
     lib.rp_softmax_err.argtypes = [_p, _p, _p, _i, _i, _d, _d, _d, _p, _i]
     lib.rp_softmax_err.restype = None
@@ -217,7 +201,7 @@ def _collect(call, cap: int):
     wide entry, tagged 1 << 32 by the kernel); None where the kernel ran out of memory, or of room for
     the candidates of a crowded point (the caller takes the torch path)."""
     while True:
-        buf = torch.empty(2 * cap, dtype=torch.int64)
+        buf = _room_buffer(2 * cap)
         p = buf.data_ptr()
         n = call(p, p + 8 * cap, cap)
         if n < 0:
@@ -228,6 +212,21 @@ def _collect(call, cap: int):
             codes = [bool(c) if c < 2 else c & 0xFFFFFFFF for c in buf[cap : cap + n].tolist()]
             return buf[:n].tolist(), codes
         cap = n  # rare (see _room): rerun with room for all; rounding again gives the same outputs
+
+
+_ROOM = threading.local()  # this thread's buffer for close calls, reused by every point's kernel
+ROOM_KEPT = 1 << 17  # int64s of it kept between calls (1 MiB): a larger point's room is made for it alone
+
+
+def _room_buffer(n: int) -> torch.Tensor:
+    """Room for n int64s, this thread's own (read out before its next kernel call): a small point's kernel
+    call allocates nothing in Python."""
+    if n > ROOM_KEPT:
+        return torch.empty(n, dtype=torch.int64)
+    buf = getattr(_ROOM, "buf", None)
+    if buf is None:
+        buf = _ROOM.buf = torch.empty(ROOM_KEPT, dtype=torch.int64)
+    return buf
 
 
 def _room(v: torch.Tensor) -> int:
@@ -252,20 +251,26 @@ def round_dot(
     a: torch.Tensor,
     b: torch.Tensor,
     g: float,
-    babs: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    gbias: float,
     bias_rows: bool,
     safety: float,
     wide: float,
 ):
-    """Fused rounding point for v = scale * (a @ b) + bias (bias per column, or per row): (float32(v)
-    as float64, close calls' flat indices, their log codes), or None if the kernel cannot take these
-    tensors. safety and wide as in determinism.py."""
-    layout = _product(tuple(v.shape), a, b, babs) if v.is_contiguous() and usable(v) else None
-    if layout is None:
+    """Fused rounding point for v = scale * (a @ b) + bias (bias per column, or per row), its bound's
+    terms g * |a| @ |b| and |bias| * gbias: (float32(v) as float64, close calls' flat indices, their log
+    codes), or None if the kernel cannot take these tensors. safety and wide as in determinism.py."""
+    layout = _product(tuple(v.shape), a, b, None) if v.is_contiguous() and usable(v) else None
+    if layout is None or not _bias_ok(bias, v.shape[-2] if bias_rows else v.shape[-1]):
         return None
     b0, b1, sa, sb = layout
     m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
-    return _dot(v, m, n, 1, k, b0, b1, a, sa, b, sb, babs, bias_rows, g, safety, wide)
+    return _dot(v, m, n, 1, k, b0, b1, a, sa, b, sb, bias, gbias, bias_rows, g, safety, wide)
+
+
+def _bias_ok(bias: torch.Tensor | None, n: int) -> bool:
+    """A product's bias as the kernel reads it: none, or n contiguous CPU float64 values."""
+    return bias is None or (bias.dim() == 1 and bias.numel() == n and bias.is_contiguous() and usable(bias))
 
 
 def _product(shape: tuple[int, ...], a: torch.Tensor, b: torch.Tensor, babs):
@@ -335,38 +340,15 @@ def round_dot_summed(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float
     if not (v.is_contiguous() and v.dim() == 2 and usable(v, a, b)):
         return None
     (m, t, k), n = a.shape, b.shape[-1]
-    return _dot(v, m, n, t, k, 1, 1, a, (0, 0, *a.stride()), b, (0, 0, *b.stride()), None, False, g, safety, wide)
+    return _dot(v, m, n, t, k, 1, 1, a, (0, 0, *a.stride()), b, (0, 0, *b.stride()), None, 0.0, False, g, safety, wide)
 
 
-def _dot(v, m, n, k1, k2, b0, b1, a, sa, b, sb, babs, bias_rows, g, safety, wide):
+def _dot(v, m, n, k1, k2, b0, b1, a, sa, b, sb, bias, gbias, bias_rows, g, safety, wide):
     out = torch.empty_like(v)
-    lib, bias = library(), babs.data_ptr() if babs is not None else None
-    got = _collect(
-        lambda ip, cp, cap: lib.rp_dot(
-            v.data_ptr(),
-            out.data_ptr(),
-            b0,
-            b1,
-            m,
-            n,
-            k1,
-            k2,
-            a.data_ptr(),
-            *sa,
-            b.data_ptr(),
-            *sb,
-            bias,
-            int(bias_rows),
-            g,
-            safety,
-            wide,
-            threads(v),
-            ip,
-            cp,
-            cap,
-        ),
-        _room(v),
-    )
+    head = (v.data_ptr(), out.data_ptr(), b0, b1, m, n, k1, k2, a.data_ptr(), *sa, b.data_ptr(), *sb)
+    tail = (bias.data_ptr() if bias is not None else 0, int(bias_rows), gbias, g, safety, wide, threads(v))
+    rp_dot = library().rp_dot
+    got = _collect(lambda ip, cp, cap: rp_dot(_DOT_ARGS.pack(*head, *tail, ip, cp, cap)), _room(v))
     return got and (out, *got)
 
 
@@ -393,13 +375,11 @@ def round_full(v: torch.Tensor, e: torch.Tensor, safety: float, wide: float):
     else:
         return None
     out = torch.empty_like(v)
-    lib = library()
-    got = _collect(
-        lambda ip, cp, cap: lib.rp_full(
-            v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, wide, threads(v), ip, cp, cap
-        ),
-        _room(v),
+    args, rp_full = (
+        (v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, wide, threads(v)),
+        library().rp_full,
     )
+    got = _collect(lambda ip, cp, cap: rp_full(_FULL_ARGS.pack(*args, ip, cp, cap)), _room(v))
     return got and (out, *got)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import struct
 import warnings
 
 import pytest
@@ -333,6 +334,39 @@ def test_a_compiler_without_openmp_builds_the_kernel_single_threaded(monkeypatch
     b[1::2] = -b[0::2]
     with _threads(3):
         assert _same(torch.matmul(a, b), dot_bound(a, b)) > 0
+
+
+def test_a_library_whose_argument_blocks_differ_is_not_used(monkeypatch, tmp_path):
+    """native.py packs rp_dot's and rp_full's arguments as the C structs lay them out; a library built from
+    another layout (a field added on one side only) would read garbage: it is refused, the torch path
+    runs."""
+    monkeypatch.setattr(native, "_LIB", None)
+    monkeypatch.setattr(native, "_FULL_ARGS", struct.Struct(native._FULL_ARGS.format + "q"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert native.library() is None
+    assert any("argument blocks" in str(w.message) for w in caught)
+
+
+def test_room_for_close_calls_is_kept_for_small_points_only(monkeypatch):
+    """Each thread's room for a kernel's close calls is reused by every small point; a larger point's is
+    made for it alone (not kept), and either way the same entries come back."""
+    g = torch.Generator().manual_seed(5)
+    a = _f32(torch.randn(40, 30, generator=g, dtype=torch.float64))
+    b = _f32(torch.randn(30, 50, generator=g, dtype=torch.float64))
+    a[:, 1::2] = a[:, ::2]
+    b[1::2, :5] = -b[::2, :5]
+    v = a @ b
+    want = Rounder("record")
+    want.dot(0, v, a, b)
+    assert len(want.entries[0][0]) > 100
+    kept = native._room_buffer(16)
+    assert native._room_buffer(native.ROOM_KEPT).data_ptr() == kept.data_ptr()
+    assert native._room_buffer(native.ROOM_KEPT + 1).data_ptr() != kept.data_ptr()
+    monkeypatch.setattr(native, "ROOM_KEPT", 8)  # every point's room now its own
+    got = Rounder("record")
+    got.dot(0, v, a, b)
+    assert got.entries == want.entries
 
 
 def test_replay_native_0_turns_the_kernel_off(monkeypatch):
@@ -668,7 +702,7 @@ def test_an_empty_product_rounds_to_nothing(a_shape, b_shape):
     (K 0): exact zeros, never close calls."""
     a, b = torch.randn(a_shape, dtype=torch.float64), torch.randn(b_shape, dtype=torch.float64)
     v = a @ b
-    out, idx, codes = native.round_dot(v, a, b, 1e-15, None, False, 4.0, 8.0)
+    out, idx, codes = native.round_dot(v, a, b, 1e-15, None, 0.0, False, 4.0, 8.0)
     assert out.shape == v.shape and torch.equal(out, v) and idx == codes == []
     r = Rounder("record")
     assert r.dot(0, v, a, b).shape == v.shape and not r.entries
