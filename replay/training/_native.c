@@ -455,6 +455,85 @@ int64_t rp_dot_at(int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K1, int6
     return 0;
 }
 
+/* A convolution's geometry: input planes (B, C, H, W) at strides xs[4] (any: a view), kernel kh x kw,
+   zero padding pad, stride st; the output is Ho x Wo, L = Ho * Wo positions. */
+typedef struct {
+    int64_t B, C, H, W, kh, kw, pad, st, Ho, Wo;
+} conv_t;
+
+/* The output columns [*lo, *hi) whose input column ox * st + j - pad lies inside the input (0 <= . < W). */
+static void inside(const conv_t *cv, int64_t j, int64_t *lo, int64_t *hi) {
+    int64_t first = cv->pad - j, end = cv->W + cv->pad - j; /* ox * st in [first, end) */
+    *lo = first > 0 ? (first + cv->st - 1) / cv->st : 0;
+    *hi = end > 0 ? (end + cv->st - 1) / cv->st : 0;
+    if (*hi > cv->Wo) *hi = cv->Wo;
+    if (*lo > *hi) *lo = *hi;
+}
+
+/* dst[ox] = src[ox * step] for ox in [lo, hi): unit steps (stride 1) in vectors. */
+static inline void copy_row(double *restrict dst, const double *restrict src, int64_t lo, int64_t hi, int64_t step) {
+    if (step == 1)
+        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox];
+    else
+        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox * step];
+}
+
+/* im2col: out (B, C * kh * kw, L) contiguous, out[b, (c * kh + i) * kw + j, oy * Wo + ox] = x[b, c,
+   oy * st + i - pad, ox * st + j - pad], 0 outside the input: torch's F.unfold, exact copies, in
+   parallel over (b, c) planes. torch's own walks a 6-d view element by element (a small network's
+   largest copy). */
+void rp_im2col(const double *x, const int64_t *xs, const conv_t *cv, double *out, int64_t threads) {
+    int64_t L = cv->Ho * cv->Wo, kk = cv->kh * cv->kw, planes = cv->B * cv->C;
+#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && planes > 1)
+    for (int64_t bc = 0; bc < planes; bc++) {
+        int64_t b = bc / cv->C, c = bc % cv->C;
+        const double *xp = x + b * xs[0] + c * xs[1];
+        double *op = out + bc * kk * L;
+        for (int64_t i = 0; i < cv->kh; i++)
+            for (int64_t j = 0; j < cv->kw; j++, op += L) {
+                int64_t lo, hi, step = cv->st * xs[3];
+                inside(cv, j, &lo, &hi); /* (divisions: once per kernel tap, not per row) */
+                for (int64_t oy = 0; oy < cv->Ho; oy++) {
+                    int64_t y = oy * cv->st + i - cv->pad;
+                    double *row = op + oy * cv->Wo;
+                    int valid = y >= 0 && y < cv->H;
+                    const double *src = xp + y * xs[2] + (j - cv->pad) * xs[3];
+                    for (int64_t ox = 0; ox < (valid ? lo : cv->Wo); ox++) row[ox] = 0.0;
+                    if (!valid) continue;
+                    copy_row(row, src, lo, hi, step);
+                    for (int64_t ox = hi; ox < cv->Wo; ox++) row[ox] = 0.0;
+                }
+            }
+    }
+}
+
+/* col2im, im2col's adjoint: out (B, C, H, W) contiguous, zeros plus, for each (c, i, j) in order and
+   each position, cols[b, (c * kh + i) * kw + j, oy * Wo + ox] (at strides cs[3]: a broadcast is 0)
+   added at its input element: torch's F.fold, the same additions in the same order (an element's
+   terms in (i, j) order, starting from +0), hence the same bits; in parallel over (b, c) planes. */
+void rp_col2im(const double *cols, const int64_t *cs, const conv_t *cv, double *out, int64_t threads) {
+    int64_t kk = cv->kh * cv->kw, planes = cv->B * cv->C;
+#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && planes > 1)
+    for (int64_t bc = 0; bc < planes; bc++) {
+        int64_t b = bc / cv->C, c = bc % cv->C;
+        double *op = out + bc * cv->H * cv->W;
+        for (int64_t e = 0; e < cv->H * cv->W; e++) op[e] = 0.0;
+        for (int64_t i = 0; i < cv->kh; i++)
+            for (int64_t j = 0; j < cv->kw; j++) {
+                const double *cp = cols + b * cs[0] + (c * kk + i * cv->kw + j) * cs[1];
+                int64_t lo, hi;
+                inside(cv, j, &lo, &hi);
+                for (int64_t oy = 0; oy < cv->Ho; oy++) {
+                    int64_t y = oy * cv->st + i - cv->pad;
+                    if (y < 0 || y >= cv->H) continue;
+                    double *dst = op + y * cv->W + j - cv->pad;
+                    const double *src = cp + oy * cv->Wo * cs[2];
+                    for (int64_t ox = lo; ox < hi; ox++) dst[ox * cv->st] += src[ox * cs[2]];
+                }
+            }
+    }
+}
+
 /* A bound's magnitude sums without |x|'s temporary: x (rows, cols) contiguous; res[j] = sum_i |x_ij|
    (over_rows: a bias gradient's, in parallel over blocks of columns) or res[i] = sum_j |x_ij| (a
    mean's, in lanes, in parallel over rows). Any order: a bound's own rounding is SAFETY's slack. */

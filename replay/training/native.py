@@ -135,6 +135,10 @@ def _load():
     lib.rp_apply_at.restype = _i
     lib.rp_full.argtypes = [ctypes.c_char_p]
     lib.rp_full.restype = _i
+    lib.rp_im2col.argtypes = [_p, _p, ctypes.c_char_p, _p, _i]
+    lib.rp_im2col.restype = None
+    lib.rp_col2im.argtypes = [_p, _p, ctypes.c_char_p, _p, _i]
+    lib.rp_col2im.restype = None
     lib.rp_softmax_err.argtypes = [_p, _p, _p, _i, _i, _d, _d, _d, _p, _i]
     lib.rp_softmax_err.restype = None
     lib.rp_adamw_many.argtypes = [_i, _p, _p, _p] + [_d] * 9
@@ -454,6 +458,51 @@ def abs_sums(x: torch.Tensor, over_rows: bool) -> torch.Tensor | None:
     res = torch.empty(cols if over_rows else rows, dtype=torch.float64)
     lib.rp_abs_sums(x.data_ptr(), rows, cols, int(over_rows), res.data_ptr(), threads(x))
     return res
+
+
+_CONV = struct.Struct("=10q")  # conv_t in _native.c: B, C, H, W, kh, kw, pad, stride, Ho, Wo
+
+
+def _geometry(bsz, c, h, w, ksize, padding, stride) -> bytes:
+    kh, kw = ksize
+    ho, wo = (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1
+    return _CONV.pack(bsz, c, h, w, kh, kw, padding, stride, ho, wo)
+
+
+def im2col(x: torch.Tensor, ksize: tuple[int, int], padding: int, stride: int) -> torch.Tensor | None:
+    """F.unfold(x, ksize, padding=padding, stride=stride) of a 4-D CPU float64 x (any strides): the same
+    values, (B, C * kh * kw, L) contiguous, in one pass; None where the kernel cannot take x."""
+    lib = library()
+    if lib is None or x.dim() != 4 or not usable(x) or min(x.shape) == 0:
+        return None
+    bsz, c, h, w = x.shape
+    (kh, kw), geom = ksize, _geometry(bsz, c, h, w, ksize, padding, stride)
+    ho, wo = _CONV.unpack(geom)[8:]
+    if ho <= 0 or wo <= 0:
+        return None
+    out = torch.empty(bsz, c * kh * kw, ho * wo, dtype=torch.float64)
+    strides = np.array(x.stride(), dtype=np.int64)
+    lib.rp_im2col(x.data_ptr(), strides.ctypes.data, geom, out.data_ptr(), threads(out))
+    return out
+
+
+def col2im(cols: torch.Tensor, size: tuple[int, int], ksize: tuple[int, int], padding: int, stride: int):
+    """F.fold(cols, size, ksize, padding=padding, stride=stride) of a 3-D CPU float64 cols (any strides,
+    a broadcast too): the same additions in the same order, hence the same bits, (B, C, H, W) contiguous;
+    None where the kernel cannot take cols."""
+    lib = library()
+    kk = ksize[0] * ksize[1]
+    if lib is None or cols.dim() != 3 or not usable(cols) or cols.shape[1] % kk or min(cols.shape) == 0:
+        return None
+    bsz, c = cols.shape[0], cols.shape[1] // kk
+    geom = _geometry(bsz, c, *size, ksize, padding, stride)
+    ho, wo = _CONV.unpack(geom)[8:]
+    if ho * wo != cols.shape[2]:
+        return None
+    out = torch.empty(bsz, c, *size, dtype=torch.float64)
+    strides = np.array(cols.stride(), dtype=np.int64)
+    lib.rp_col2im(cols.data_ptr(), strides.ctypes.data, geom, out.data_ptr(), threads(out))
+    return out
 
 
 def softmax_err(p: torch.Tensor, pd: torch.Tensor, dx: torch.Tensor, c: float, k: float, u4: float):

@@ -295,7 +295,7 @@ class _Conv2d(torch.autograd.Function):
         db = R.full(key + 2, g.sum((0, 2)), lambda: g.abs().sum((0, 2)) * gamma(m), (o,))
         dx = None
         if ctx.needs_input_grad[0]:
-            fold = lambda t: F.fold(t, (h, wd), ksize, padding=padding, stride=stride)
+            fold = lambda t: _fold(t, (h, wd), ksize, padding, stride)
             dx = fold(torch.matmul(w2.t(), g))  # the columns (B, CK, L) freed at once, before the rounding point
             dx = R.full(key + 3, dx, lambda: _conv_input_grad_bound(w2, g, fold, ksize, dx.shape), dx.shape)
         return dx, dw, db, None, None, None
@@ -305,8 +305,13 @@ def _unfold(x: torch.Tensor, ksize: tuple[int, int], padding: int, stride: int) 
     """F.unfold(x, ksize, padding=padding, stride=stride), the same values: the padded input viewed as
     (B, C, kh, kw, Ho, Wo) windows and laid out in one copy (a view of x where the windows need none, a
     1 x 1 kernel: only ever read), where torch's im2col walks its windows element by element (two to
-    four times slower on a CPU at a small network's sizes)."""
+    four times slower on a CPU at a small network's sizes). Windows that step (stride > 1) make that
+    copy's rows strided, element by element again: on a CPU the native pass (`native.im2col`) then."""
     kh, kw = ksize
+    if stride > 1:
+        fast = native.im2col(x, ksize, padding, stride)
+        if fast is not None:
+            return fast
     if padding:
         x = F.pad(x, (padding,) * 4)
     bsz, c, h, w = x.shape
@@ -314,6 +319,13 @@ def _unfold(x: torch.Tensor, ksize: tuple[int, int], padding: int, stride: int) 
     sb, sc, sh, sw = x.stride()
     windows = x.as_strided((bsz, c, kh, kw, ho, wo), (sb, sc, sh, sw, sh * stride, sw * stride), x.storage_offset())
     return windows.reshape(bsz, c * kh * kw, ho * wo)
+
+
+def _fold(t: torch.Tensor, size, ksize, padding: int, stride: int) -> torch.Tensor:
+    """F.fold(t, size, ksize, padding=padding, stride=stride): the native pass where it takes t (the same
+    bits), else torch's."""
+    fast = native.col2im(t, size, ksize, padding, stride)
+    return fast if fast is not None else F.fold(t, size, ksize, padding=padding, stride=stride)
 
 
 def _conv_input_grad_bound(w2, g, fold, ksize, shape) -> torch.Tensor:

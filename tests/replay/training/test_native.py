@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -724,3 +725,47 @@ def test_a_refusal_names_the_same_scale_on_every_path():
             native._LIB = saved
         said.append(str(refused.value))
     assert said[0] == said[1] and "there (0)" in said[0]
+
+
+@st.composite
+def conv_geometries(draw):
+    """A convolution's input and window: kernels 1-4 a side, padding up to past the kernel, strides past it."""
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    pad, stride = draw(st.integers(0, 4)), draw(st.integers(1, 4))
+    h, w = draw(st.integers(max(1, kh - 2 * pad), 9)), draw(st.integers(max(1, kw - 2 * pad), 9))
+    return draw(st.integers(1, 3)), draw(st.integers(1, 3)), h, w, (kh, kw), pad, stride
+
+
+@settings(max_examples=150, deadline=None)
+@given(conv_geometries(), st.sampled_from(["contiguous", "transposed", "sliced"]), st.sampled_from([1, 3]))
+def test_im2col_and_col2im_are_torchs_unfold_and_fold(geometry, layout, n):
+    """The native im2col copies exactly what F.unfold does, from an input at any strides; the native col2im
+    adds exactly what F.fold adds, in its order (the same bits, -0 and all), from columns at any strides
+    (a broadcast too), on any number of threads."""
+    bsz, c, h, w, ksize, pad, stride = geometry
+    g = torch.Generator().manual_seed(bsz * 1000 + c * 100 + h * 10 + w)
+    x = torch.randn(bsz, c, h, w, generator=g, dtype=torch.float64)
+    x[..., 0, 0] = -0.0
+    if layout == "transposed":
+        x = x.transpose(2, 3).contiguous().transpose(2, 3)
+    elif layout == "sliced":
+        x = torch.randn(bsz, c, h, 2 * w, generator=g, dtype=torch.float64)[..., ::2]
+    want = F.unfold(x, ksize, padding=pad, stride=stride)
+    with _threads(n):
+        got = native.im2col(x, ksize, pad, stride)
+        cols = torch.randn(want.shape, generator=g, dtype=torch.float64) * 1e3
+        folded = native.col2im(cols, (h, w), ksize, pad, stride)
+        wide = cols[:, :1].expand(want.shape) if want.shape[1] else cols
+        folded_wide = native.col2im(wide, (h, w), ksize, pad, stride)
+    assert got.is_contiguous() and torch.equal(got.view(torch.int64), want.view(torch.int64))
+    same = lambda a, b: torch.equal(a.view(torch.int64), b.view(torch.int64))
+    assert same(folded, F.fold(cols, (h, w), ksize, padding=pad, stride=stride))
+    assert same(folded_wide, F.fold(wide, (h, w), ksize, padding=pad, stride=stride))
+
+
+def test_im2col_and_col2im_decline_what_they_do_not_take():
+    x = torch.randn(2, 3, 5, 5)
+    assert native.im2col(x, (3, 3), 1, 1) is None  # float32
+    assert native.im2col(x.double()[:0], (3, 3), 1, 1) is None  # no images
+    assert native.col2im(torch.randn(2, 10, 25, dtype=torch.float64), (5, 5), (3, 3), 1, 1) is None  # 10 % 9
+    assert native.col2im(torch.randn(2, 9, 24, dtype=torch.float64), (5, 5), (3, 3), 1, 1) is None  # 24 != 25
