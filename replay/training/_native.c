@@ -255,10 +255,12 @@ static double *unit_copy(const double *x, int64_t n, int64_t K1, int64_t K2, int
 }
 
 #define CHUNK 4096 /* candidates whose exact bounds one strided pass forms together */
+#define PIECE_MIN 16 /* unit-stride pieces at least this long are summed in lanes (abs_dot) */
 
-/* Exact bounds of candidates [lo, hi). Unit-stride vectors: one dot each. Otherwise k outer over
-   the chunk: at each k the candidates read one row of each operand's memory, where the vectors
-   of one candidate alone are K cache misses (a weight gradient's operands are both strided). */
+/* Exact bounds of candidates [lo, hi). Unit-stride vectors: one dot each. Unit-stride pieces (k2):
+   k1 outer, a piece's dot each. Otherwise k outer over the chunk: at each k the candidates read one row
+   of each operand's memory, where the vectors of one candidate alone are K cache misses (a weight
+   gradient's operands are both strided). */
 static void exact_bounds(cand_t *c, int64_t lo, int64_t hi, const double *a, const double *b, int64_t K1,
                          int64_t K2, int64_t sak1, int64_t sak2, int64_t sbk1, int64_t sbk2, int unit) {
     if (unit) {
@@ -266,6 +268,14 @@ static void exact_bounds(cand_t *c, int64_t lo, int64_t hi, const double *a, con
         return;
     }
     for (int64_t x = lo; x < hi; x++) c[x].e = 0;
+    if (sak2 == 1 && sbk2 == 1 && K2 >= PIECE_MIN) { /* unit-stride pieces (a convolution's weight gradient:
+        one image's positions): one image's slices of both operands stay in cache while every candidate
+        sums its piece there, in lanes; a candidate's whole vectors, one after another, stream from memory */
+        for (int64_t k1 = 0; k1 < K1; k1++)
+            for (int64_t x = lo; x < hi; x++)
+                c[x].e += abs_dot(a + k1 * sak1 + c[x].a_off, b + k1 * sbk1 + c[x].b_off, K2);
+        return;
+    }
     for (int64_t k1 = 0; k1 < K1; k1++)
         for (int64_t k2 = 0; k2 < K2; k2++) {
             const double *ak = a + k1 * sak1 + k2 * sak2, *bk = b + k1 * sbk1 + k2 * sbk2;

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from replay.prover.recorder import DEFAULT_OPTIMIZER
 from replay.training import architectures as models
-from replay.training import native
+from replay.training import determinism, native
 from replay.training.bundled_data import Batches
 from replay.training.determinism import (
     LogMismatch,
@@ -175,17 +175,19 @@ def test_exact_bounds_refuse_indices_outside_the_output():
     assert native.dot_at((3, 5), a, b, 1e-15, None, False, torch.tensor([14, 0])) is not None
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     st.integers(1, 6),
     st.integers(1, 12),
     st.integers(1, 12),
-    st.integers(1, 20),
+    st.integers(1, 48),
     st.integers(0, 2**31 - 1),
     st.booleans(),
 )
 def test_fused_summed_products_match_the_torch_path(batch, o, ck, length, seed, cancel):
-    """A convolution's weight gradient, sum_b g_b @ cols_b^T: the kernel takes g and cols as they lie."""
+    """A convolution's weight gradient, sum_b g_b @ cols_b^T: the kernel takes g and cols as they lie
+    (positions of one image in unit-stride pieces: from 16 on, their exact bounds are summed a piece
+    at a time)."""
     gen = torch.Generator().manual_seed(seed)
     g = _f32(torch.randn(batch, o, length, generator=gen, dtype=torch.float64))
     cols = _f32(torch.randn(batch, ck, length, generator=gen, dtype=torch.float64))
@@ -195,6 +197,29 @@ def test_fused_summed_products_match_the_torch_path(batch, o, ck, length, seed, 
         cols[..., 1 : 2 * h : 2] = -cols[..., 0 : 2 * h : 2]
     v = torch.matmul(g, cols.transpose(1, 2)).sum(0)
     _same(v, _weight_grad_bound(g, cols))
+
+
+@pytest.mark.parametrize("length", [3, 16, 37])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_summed_exact_bounds_are_every_terms(length, threads):
+    """The exact bound of a summed product's candidate counts every term of every image: with +-1
+    operands each output's bound is gamma(K + 2) * K (K = images x positions), and an output placed 3%
+    inside determinism.SAFETY times that bound from a float32 midpoint is a close call, 3% outside it is not (a bound
+    short of one term in 16, or of one image, would miss the first)."""
+    batch, o, ck = 3, 4, 5
+    gen = torch.Generator().manual_seed(length)
+    g = torch.randn(batch, o, length, generator=gen, dtype=torch.float64).sign()
+    cols = torch.randn(batch, ck, length, generator=gen, dtype=torch.float64).sign()
+    k = batch * length
+    e = determinism.gamma(k + 2) * k
+    mid = 1 + (2 * torch.arange(o * ck, dtype=torch.float64) + 1) * 2.0**-24  # float32 midpoints above 1
+    inside = torch.arange(o * ck) % 2 == 0
+    v = (mid + torch.where(inside, 0.97, 1.03) * determinism.SAFETY * e).reshape(o, ck)
+    with _threads(threads):
+        got = native.round_dot_summed(
+            v, g.permute(1, 0, 2), cols.permute(0, 2, 1), determinism.gamma(k + 2), determinism.SAFETY, determinism.WIDE
+        )
+    assert got is not None and got[1] == inside.nonzero().flatten().tolist()
 
 
 @settings(max_examples=100, deadline=None)
