@@ -301,13 +301,28 @@ def dot_at(
     layout = _product(tuple(shape), a, b, babs) if lib and idx.is_cpu else None
     if layout is None:
         return None
+    return _exact_at(lib, tuple(shape[-2:]), 1, a.shape[-1], a, b, g, babs, bias_rows, layout, idx)
+
+
+def dot_summed_at(a: torch.Tensor, b: torch.Tensor, g: float, idx: torch.Tensor) -> torch.Tensor | None:
+    """`dot_at` for `round_dot_summed`'s product (a (M, T, K), b (T, K, N), any strides): its exact bound
+    g * sum over t, k of |a[m, t, k] b[t, k, n]| at flat output indices idx (a replay's logged elements of a
+    convolution's weight gradient), float64; None where the kernel cannot take them."""
+    lib = library()
+    if lib is None or not (idx.is_cpu and a.dim() == 3 and b.dim() == 3 and usable(a, b)):
+        return None
+    (m, t, k), n = a.shape, b.shape[-1]
+    return _exact_at(lib, (m, n), t, k, a, b, g, None, False, (1, 1, (0, 0, *a.stride()), (0, 0, *b.stride())), idx)
+
+
+def _exact_at(lib, mn, k1, k2, a, b, g, babs, bias_rows, layout, idx) -> torch.Tensor | None:
     idx = idx.to(torch.int64).contiguous()
     e = torch.empty(idx.numel(), dtype=torch.float64)
+    call = lambda part, out: _dot_at(lib, mn, k1, k2, a, b, g, babs, bias_rows, layout, part, out)
     if idx.numel() <= DOT_AT_CHUNK:  # most points: a few entries (no slices: ATen ops, a replay's overhead)
-        return e if _dot_at(lib, shape, a, b, g, babs, bias_rows, layout, idx, e) == 0 else None
+        return e if call(idx, e) == 0 else None
     for at in range(0, idx.numel(), DOT_AT_CHUNK):  # bounded working memory, however many entries a log names
-        part = idx[at : at + DOT_AT_CHUNK]
-        if _dot_at(lib, shape, a, b, g, babs, bias_rows, layout, part, e[at : at + DOT_AT_CHUNK]) != 0:
+        if call(idx[at : at + DOT_AT_CHUNK], e[at : at + DOT_AT_CHUNK]) != 0:
             return None
     return e
 
@@ -315,15 +330,14 @@ def dot_at(
 DOT_AT_CHUNK = 1 << 16  # indices per rp_dot_at call (48 bytes of working space each)
 
 
-def _dot_at(lib, shape, a, b, g, babs, bias_rows, layout, idx, e) -> int:
+def _dot_at(lib, mn, k1, k2, a, b, g, babs, bias_rows, layout, idx, e) -> int:
     b0, b1, sa, sb = layout
     return lib.rp_dot_at(
         b0,
         b1,
-        shape[-2],
-        shape[-1],
-        1,
-        a.shape[-1],
+        *mn,
+        k1,
+        k2,
         a.data_ptr(),
         *sa,
         b.data_ptr(),
@@ -331,7 +345,7 @@ def _dot_at(lib, shape, a, b, g, babs, bias_rows, layout, idx, e) -> int:
         babs.data_ptr() if babs is not None else None,
         int(bias_rows),
         g,
-        torch.get_num_threads() if idx.numel() * a.shape[-1] >= PARALLEL_MIN else 1,  # by terms summed
+        torch.get_num_threads() if idx.numel() * k1 * k2 >= PARALLEL_MIN else 1,  # by terms summed
         idx.data_ptr(),
         idx.numel(),
         e.data_ptr(),

@@ -365,8 +365,9 @@ def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor) -> Bound:
         o, k = unravel(idx, shape)
         return (g[:, o, :].abs() * cols[:, k, :].abs()).sum((0, 2)) * gm
 
-    def at(idx):
-        return in_chunks(exact, idx, g.shape[0] * g.shape[2])
+    def at(idx):  # a replay's logged elements: in the kernel where it takes them (the record pass's sums)
+        fast = native.dot_summed_at(g.permute(1, 0, 2), cols.permute(0, 2, 1), gm, idx)
+        return fast if fast is not None else in_chunks(exact, idx, g.shape[0] * g.shape[2])
 
     def coarse():
         ng, nc = parts()

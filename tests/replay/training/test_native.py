@@ -175,6 +175,45 @@ def test_exact_bounds_refuse_indices_outside_the_output():
     assert native.dot_at((3, 5), a, b, 1e-15, None, False, torch.tensor([14, 0])) is not None
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 5),
+    st.integers(1, 9),
+    st.integers(1, 9),
+    st.integers(1, 40),
+    st.sampled_from([1, 3]),
+    st.integers(0, 2**31 - 1),
+)
+def test_a_weight_gradients_exact_bounds_at_logged_elements_match_the_torch_path(batch, o, ck, length, n, seed):
+    """A replay's exact bounds at a convolution weight gradient's logged elements (`native.dot_summed_at`, any
+    order, repeats, several kernel calls): the torch path's sums of the same terms, within their rounding;
+    indices outside the output are refused."""
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.randn(batch, o, length, generator=gen, dtype=torch.float64)
+    g[g.abs() < 0.3] = 0.0  # exact zeros, and rows of them
+    cols = torch.randn(batch, ck, length, generator=gen, dtype=torch.float64)
+    bound = _weight_grad_bound(g, cols)
+    idx = torch.randint(0, o * ck, (17,), generator=gen)
+    chunk, native.DOT_AT_CHUNK = native.DOT_AT_CHUNK, 5
+    try:
+        with _threads(n):
+            got = bound.at(idx)
+    finally:
+        native.DOT_AT_CHUNK = chunk
+    lib, native._LIB = native._LIB, False
+    try:
+        want = bound.at(idx)
+    finally:
+        native._LIB = lib
+    k = batch * length
+    assert got.dtype == torch.float64 and got.shape == want.shape
+    assert torch.all((got - want).abs() <= want * (2 * (k + 2) * 2.0**-53))
+    assert torch.equal(got == 0, want == 0)
+    a, b = g.permute(1, 0, 2), cols.permute(0, 2, 1)
+    for bad in ([o * ck], [-1], [2**40]):
+        assert native.dot_summed_at(a, b, 1e-15, torch.tensor(bad)) is None
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     st.integers(1, 6),
