@@ -364,13 +364,17 @@ def round_dot_summed(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float
 def _dot(v, m, n, k1, k2, b0, b1, a, sa, b, sb, bias, gbias, bias_rows, g, safety, wide):
     out = torch.empty_like(v)
     head = (v.data_ptr(), out.data_ptr(), b0, b1, m, n, k1, k2, a.data_ptr(), *sa, b.data_ptr(), *sb)
-    tail = (bias.data_ptr() if bias is not None else 0, int(bias_rows), gbias, g, safety, wide, threads(v))
+    # threads by outputs, or by terms: a convolution's weight gradient is a small output over long sums
+    # (its operands' norms, its candidates' exact bounds)
+    nt = threads(v) if (m + n) * k1 * k2 < PARALLEL_TERMS else torch.get_num_threads()
+    tail = (bias.data_ptr() if bias is not None else 0, int(bias_rows), gbias, g, safety, wide, nt)
     rp_dot = library().rp_dot
     got = _collect(lambda ip, cp, cap: rp_dot(_DOT_ARGS.pack(*head, *tail, ip, cp, cap)), _room(v))
     return got and (out, *got)
 
 
 PARALLEL_MIN = 1 << 15  # outputs below which a rounding pass runs on one thread (a parallel region's start costs more)
+PARALLEL_TERMS = 1 << 20  # a product whose operands hold this many terms runs on threads, whatever its outputs
 
 
 def threads(v: torch.Tensor) -> int:
