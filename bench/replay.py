@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/replay.py --device cpu [--json] [--threads 1] [--rows gpt gpt-15m ...]
 
-issue 18 (--device given): per row (mlp, cnn, gpt 0.1M, gpt 3.3M, gpt 15M, GPT-2 small at block 64,
-batch 1), on the device: step time of plain float32, plain float64, det64 recording and det64
+issue 18 (--device given): per row (mlp, cnn, gpt 0.1M: the CLI's defaults; mlp 10.5M: the issue's own mlp
+row; cnn-32: a 3x32x32 image CNN; gpt 3.3M, gpt 15M, GPT-2 small at block 64, batch 1), on the device: step time of plain float32, plain float64, det64 recording and det64
 replay (warm-up, then the median of interleaved rounds: at least the row's count, and for at least
 BENCH_ROW_SECONDS, default 4, up to 1,000 rounds); det64/float32 and det64/float64; host synchronisations and
 ATen ops per det64 recording step on the generic torch path (what an accelerator runs: the
@@ -239,6 +239,9 @@ SCALE_ROWS = {
     "mlp": ("mlp", None, None, 5),
     "cnn": ("cnn", None, None, 5),
     "gpt": ("gpt", None, None, 5),
+    # the issue's own mlp row (1024-2048x3-16, batch 256: 10.5M), and a CNN of a real image's size
+    "mlp-10m": ("mlp", {"sizes": [1024, 2048, 2048, 2048, 16]}, 256, 3),
+    "cnn-32": ("cnn", {"in_channels": 3, "image": 32, "channels": [32, 64], "classes": 10}, 64, 3),
     "gpt-3.3m": ("gpt", {"vocab": 256, "block": 128, "n_layer": 4, "n_head": 4, "n_embd": 256}, 16, 3),
     "gpt-15m": ("gpt", {"vocab": 256, "block": 256, "n_layer": 8, "n_head": 6, "n_embd": 384}, 8, 3),
     "gpt2-small": ("gpt", {**models.PRESETS["gpt2-small"][1], "block": 64}, 1, 1),

@@ -4,7 +4,7 @@
 
 For each row, float64, det64 recording and det64 replay steps of one tree are timed interleaved in a process of
 its own (warm-up, then at least BENCH_ROW_SECONDS, default 4, of rounds, medians, as bench/replay.py's rows), the two trees alternating
-round after round: a change's effect on the ratios det64 / float64 and replay / float64, on a host whose
+round after round (this tree's row shapes for both): a change's effect on the ratios det64 / float64 and replay / float64, on a host whose
 timings drift by a third within minutes (the ratio is taken within one process; each tree's ratios are listed
 per round). The base revision is checked out with `git worktree` into a temporary folder, removed after.
 """
@@ -20,7 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.replay import MAX_ROUNDS, ROW_SECONDS  # noqa: E402  (the rows' own rounds, for both trees)
+from bench.replay import DEFAULT_BATCH, MAX_ROUNDS, ROW_SECONDS, SCALE_ROWS  # noqa: E402
+from replay.training import architectures as models  # noqa: E402
 
 CHILD = """
 import json, statistics, sys, time
@@ -29,12 +30,9 @@ import torch
 torch.set_num_threads(int(sys.argv[2]))
 seconds, most = float(sys.argv[3]), int(sys.argv[4])
 sys.argv = sys.argv[:1] + sys.argv[5:]
-from bench.replay import DEFAULT_BATCH, SCALE_ROWS, one_step_setup
-from replay.training import architectures as models
+from bench.replay import one_step_setup
 out = {}
-for row in sys.argv[1:]:
-    arch, cfg, batch, _ = SCALE_ROWS[row]
-    cfg, batch = cfg or models.DEFAULTS[arch], batch or DEFAULT_BATCH[arch]
+for row, (arch, cfg, batch) in json.loads(sys.argv[1]).items():
     runs = {p: one_step_setup(arch, cfg, batch, "cpu", p) for p in ("float64", "det64", "replay")}
     for run in runs.values():
         run(); run()
@@ -48,8 +46,12 @@ print(json.dumps(out))
 
 
 def _measure(tree: Path, rows: list[str], threads: int) -> dict:
-    # this tree's rounds for both (the base's bench may predate them)
-    args = [sys.executable, "-c", CHILD, str(tree), str(threads), str(ROW_SECONDS), str(MAX_ROUNDS), *rows]
+    # this tree's rows and rounds for both (the base's bench may predate them)
+    shapes = {}
+    for row in rows:
+        arch, cfg, batch, _ = SCALE_ROWS[row]
+        shapes[row] = (arch, cfg or models.DEFAULTS[arch], batch or DEFAULT_BATCH[arch])
+    args = [sys.executable, "-c", CHILD, str(tree), str(threads), str(ROW_SECONDS), str(MAX_ROUNDS), json.dumps(shapes)]
     done = subprocess.run(args, capture_output=True, text=True, cwd=tree, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -57,7 +59,7 @@ def _measure(tree: Path, rows: list[str], threads: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base", required=True, help="git revision to compare this tree against")
-    p.add_argument("--rows", nargs="*", default=["mlp", "cnn", "gpt"])
+    p.add_argument("--rows", nargs="*", default=["mlp", "cnn", "gpt"], choices=list(SCALE_ROWS))
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()

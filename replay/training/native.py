@@ -162,8 +162,10 @@ def tune_allocator() -> None:
     blocks over its mmap threshold with fresh mmaps and trims the heap top on free, so each step
     page-faults all of them in again: a third of a small model's step time here. Raising the
     mmap threshold to its 32 MiB cap and the trim threshold to 1 GiB keeps those pages mapped for
-    reuse. Called by the first deterministic step, so only replay processes (the prover's CLI,
-    the verifier's subprocess) are affected. Numerics do not depend on it.
+    reuse; blocks over the cap (a 10M-parameter model's products: 32 MiB of float64 each) would still
+    be fresh mmaps, so mmap is off altogether (M_MMAP_MAX 0: a rounding pass over 4M outputs 22 -> 6 ms,
+    its product's GEMM 62 -> 44 ms). Called by the first deterministic step, so only replay processes
+    (the prover's CLI, the verifier's subprocess) are affected. Numerics do not depend on it.
     """
     global _TUNED
     if _TUNED:
@@ -173,9 +175,10 @@ def tune_allocator() -> None:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return  # not glibc
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4
     mallopt(M_MMAP_THRESHOLD, 32 << 20)
     mallopt(M_TRIM_THRESHOLD, 1 << 30)
+    mallopt(M_MMAP_MAX, 0)
 
 
 def usable(*tensors: torch.Tensor) -> bool:

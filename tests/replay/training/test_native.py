@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import math
 import struct
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -833,3 +835,32 @@ def test_im2col_and_col2im_decline_what_they_do_not_take():
     assert native.im2col(x.double()[:0], (3, 3), 1, 1) is None  # no images
     assert native.col2im(torch.randn(2, 10, 25, dtype=torch.float64), (5, 5), (3, 3), 1, 1) is None  # 10 % 9
     assert native.col2im(torch.randn(2, 9, 24, dtype=torch.float64), (5, 5), (3, 3), 1, 1) is None  # 24 != 25
+
+
+_HEAP_AFTER_A_LARGE_TENSOR = """
+import sys, torch
+from replay.training import native
+if sys.argv[1] == "tuned":
+    native.tune_allocator()
+t = torch.empty(96 << 20, dtype=torch.uint8).fill_(1)  # over glibc's 32 MiB mmap cap
+del t
+heap = 0
+for line in open("/proc/self/maps"):
+    if line.rstrip().endswith("[heap]"):
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        heap += hi - lo
+print(heap)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator, /proc/self/maps")
+def test_a_replay_process_keeps_even_its_largest_blocks_for_reuse():
+    """After `tune_allocator`, a block over glibc's 32 MiB mmap cap comes from the heap and stays there when
+    freed (the next step reuses its pages instead of faulting fresh ones in); untuned, it is an mmap of
+    its own, returned at once."""
+    heap = {}
+    for mode in ("tuned", "plain"):
+        done = subprocess.run([sys.executable, "-c", _HEAP_AFTER_A_LARGE_TENSOR, mode], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        heap[mode] = int(done.stdout.split()[-1])
+    assert heap["tuned"] >= 96 << 20 > heap["plain"]
