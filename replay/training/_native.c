@@ -480,12 +480,12 @@ static void inside(const conv_t *cv, int64_t j, int64_t *lo, int64_t *hi) {
     if (*lo > *hi) *lo = *hi;
 }
 
-/* dst[ox] = src[ox * step] for ox in [lo, hi): unit steps (stride 1) in vectors. */
-static inline void copy_row(double *restrict dst, const double *restrict src, int64_t lo, int64_t hi, int64_t step) {
+/* dst[k] = src[k * step] for k < n: unit steps (stride 1) in vectors. */
+static inline void copy_row(double *restrict dst, const double *restrict src, int64_t n, int64_t step) {
     if (step == 1)
-        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox];
+        for (int64_t k = 0; k < n; k++) dst[k] = src[k];
     else
-        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox * step];
+        for (int64_t k = 0; k < n; k++) dst[k] = src[k * step];
 }
 
 /* im2col: out (B, C * kh * kw, L) contiguous, out[b, (c * kh + i) * kw + j, oy * Wo + ox] = x[b, c,
@@ -507,10 +507,11 @@ void rp_im2col(const double *x, const int64_t *xs, const conv_t *cv, double *out
                     int64_t y = oy * cv->st + i - cv->pad;
                     double *row = op + oy * cv->Wo;
                     int valid = y >= 0 && y < cv->H;
-                    const double *src = xp + y * xs[2] + (j - cv->pad) * xs[3];
                     for (int64_t ox = 0; ox < (valid ? lo : cv->Wo); ox++) row[ox] = 0.0;
                     if (!valid) continue;
-                    copy_row(row, src, lo, hi, step);
+                    /* from the first input column inside (pointers formed only inside the input) */
+                    if (hi > lo)
+                        copy_row(row + lo, xp + y * xs[2] + (lo * cv->st + j - cv->pad) * xs[3], hi - lo, step);
                     for (int64_t ox = hi; ox < cv->Wo; ox++) row[ox] = 0.0;
                 }
             }
@@ -535,10 +536,10 @@ void rp_col2im(const double *cols, const int64_t *cs, const conv_t *cv, double *
                 inside(cv, j, &lo, &hi);
                 for (int64_t oy = 0; oy < cv->Ho; oy++) {
                     int64_t y = oy * cv->st + i - cv->pad;
-                    if (y < 0 || y >= cv->H) continue;
-                    double *dst = op + y * cv->W + j - cv->pad;
-                    const double *src = cp + oy * cv->Wo * cs[2];
-                    for (int64_t ox = lo; ox < hi; ox++) dst[ox * cv->st] += src[ox * cs[2]];
+                    if (y < 0 || y >= cv->H || hi <= lo) continue;
+                    double *dst = op + y * cv->W + lo * cv->st + j - cv->pad; /* inside the plane */
+                    const double *src = cp + (oy * cv->Wo + lo) * cs[2];
+                    for (int64_t k = 0; k < hi - lo; k++) dst[k * cv->st] += src[k * cs[2]];
                 }
             }
     }

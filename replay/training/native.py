@@ -1,6 +1,7 @@
 """The replay's hot loops in C (`_native.c`), built on first use and loaded with ctypes: a rounding
-point's whole record pass (round, find the close calls, their log codes), rounding alone, and the
-optimizer updates.
+point's whole record pass (round, find the close calls, their log codes), rounding alone, a replay's
+exact bounds and entries, the optimizer updates, and a convolution's im2col and col2im (exact copies,
+F.fold's additions in its order).
 
 Optional by design: the torch code in determinism.py and train.py is the reference and the
 fallback, so a machine without a C compiler records and replays the same bits, only slower. The
@@ -23,6 +24,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import resource
 import shutil
 import struct
 import subprocess
@@ -162,10 +164,13 @@ def tune_allocator() -> None:
     blocks over its mmap threshold with fresh mmaps and trims the heap top on free, so each step
     page-faults all of them in again: a third of a small model's step time here. Raising the
     mmap threshold to its 32 MiB cap and the trim threshold to 1 GiB keeps those pages mapped for
-    reuse; blocks over the cap (a 10M-parameter model's products: 32 MiB of float64 each) would still
+    reuse. Blocks over the cap (a 10M-parameter model's products: 32 MiB of float64 each) would still
     be fresh mmaps, so mmap is off altogether (M_MMAP_MAX 0: a rounding pass over 4M outputs 22 -> 6 ms,
-    its product's GEMM 62 -> 44 ms). Called by the first deterministic step, so only replay processes
-    (the prover's CLI, the verifier's subprocess) are affected. Numerics do not depend on it.
+    its product's GEMM 62 -> 44 ms), except in a process under an address-space cap (the verifier's
+    subprocess, RLIMIT_AS): the heap keeps freed holes a larger block cannot reuse, so its address space
+    may grow past its live memory, and a step near the cap must not fail for that. Called by the first
+    deterministic step: processes that record or replay (the prover's CLI, the verifier's subprocess,
+    in-process recordings: the scenario runner, the tests). Numerics do not depend on it.
     """
     global _TUNED
     if _TUNED:
@@ -178,7 +183,8 @@ def tune_allocator() -> None:
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4
     mallopt(M_MMAP_THRESHOLD, 32 << 20)
     mallopt(M_TRIM_THRESHOLD, 1 << 30)
-    mallopt(M_MMAP_MAX, 0)
+    if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
+        mallopt(M_MMAP_MAX, 0)
 
 
 def usable(*tensors: torch.Tensor) -> bool:
@@ -285,6 +291,10 @@ def _product(shape: tuple[int, ...], a: torch.Tensor, b: torch.Tensor, babs):
     (batch, batch, row, 0, k), B's (batch, batch, 0, k, column)), or None where it cannot."""
     if not (usable(a, b) and (babs is None or (babs.is_contiguous() and usable(babs)))):
         return None
+    if a.dim() < 2 or b.dim() < 2 or len(shape) < 2 or a.shape[-1] != b.shape[-2]:
+        return None
+    if (shape[-2], shape[-1]) != (a.shape[-2], b.shape[-1]):
+        return None
     batch = shape[:-2]
     sa, sb = _batch_strides(a, batch), _batch_strides(b, batch)
     if sa is None or sb is None:
@@ -302,7 +312,7 @@ def dot_at(
     own rounding pass."""
     lib = library()
     layout = _product(tuple(shape), a, b, babs) if lib and idx.is_cpu else None
-    if layout is None:
+    if layout is None or not _bias_ok(babs, shape[-2] if bias_rows else shape[-1]):
         return None
     return _exact_at(lib, tuple(shape[-2:]), 1, a.shape[-1], a, b, g, babs, bias_rows, layout, idx)
 
@@ -312,7 +322,7 @@ def dot_summed_at(a: torch.Tensor, b: torch.Tensor, g: float, idx: torch.Tensor)
     g * sum over t, k of |a[m, t, k] b[t, k, n]| at flat output indices idx (a replay's logged elements of a
     convolution's weight gradient), float64; None where the kernel cannot take them."""
     lib = library()
-    if lib is None or not (idx.is_cpu and a.dim() == 3 and b.dim() == 3 and usable(a, b)):
+    if lib is None or not (idx.is_cpu and _summed_ok(a, b)):
         return None
     (m, t, k), n = a.shape, b.shape[-1]
     return _exact_at(lib, (m, n), t, k, a, b, g, None, False, (1, 1, (0, 0, *a.stride()), (0, 0, *b.stride())), idx)
@@ -355,12 +365,19 @@ def _dot_at(lib, mn, k1, k2, a, b, g, babs, bias_rows, layout, idx, e) -> int:
     )
 
 
+def _summed_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """A summed product's operands as the kernel reads them: a (M, T, K) and b (T, K, N), CPU float64."""
+    return a.dim() == 3 and b.dim() == 3 and a.shape[1:] == b.shape[:2] and usable(a, b)
+
+
 def round_dot_summed(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float, safety: float, wide: float):
     """Fused rounding point for v = sum over t of a[:, t] @ b[t] (a (M, T, K), b (T, K, N), any
     strides: one reduction over T x K terms, as a convolution's weight gradient): as `round_dot`."""
-    if not (v.is_contiguous() and v.dim() == 2 and usable(v, a, b)):
+    if not (v.is_contiguous() and v.dim() == 2 and usable(v) and _summed_ok(a, b)):
         return None
     (m, t, k), n = a.shape, b.shape[-1]
+    if v.shape != (m, n):
+        return None
     return _dot(v, m, n, t, k, 1, 1, a, (0, 0, *a.stride()), b, (0, 0, *b.stride()), None, 0.0, False, g, safety, wide)
 
 
@@ -490,11 +507,17 @@ def _geometry(bsz, c, h, w, ksize, padding, stride) -> bytes:
     return _CONV.pack(bsz, c, h, w, kh, kw, padding, stride, ho, wo)
 
 
+def _window_ok(ksize, padding: int, stride: int) -> bool:
+    """A window the kernels take: kernel sides and stride >= 1, padding >= 0 (else torch's F.unfold / F.fold
+    say what is wrong)."""
+    return min(ksize) >= 1 and stride >= 1 and padding >= 0
+
+
 def im2col(x: torch.Tensor, ksize: tuple[int, int], padding: int, stride: int) -> torch.Tensor | None:
     """F.unfold(x, ksize, padding=padding, stride=stride) of a 4-D CPU float64 x (any strides): the same
     values, (B, C * kh * kw, L) contiguous, in one pass; None where the kernel cannot take x."""
     lib = library()
-    if lib is None or x.dim() != 4 or not usable(x) or min(x.shape) == 0:
+    if lib is None or x.dim() != 4 or not usable(x) or min(x.shape) == 0 or not _window_ok(ksize, padding, stride):
         return None
     bsz, c, h, w = x.shape
     (kh, kw), geom = ksize, _geometry(bsz, c, h, w, ksize, padding, stride)
@@ -512,8 +535,16 @@ def col2im(cols: torch.Tensor, size: tuple[int, int], ksize: tuple[int, int], pa
     a broadcast too): the same additions in the same order, hence the same bits, (B, C, H, W) contiguous;
     None where the kernel cannot take cols."""
     lib = library()
+    if (
+        lib is None
+        or cols.dim() != 3
+        or not usable(cols)
+        or min(cols.shape) == 0
+        or not _window_ok(ksize, padding, stride)
+    ):
+        return None
     kk = ksize[0] * ksize[1]
-    if lib is None or cols.dim() != 3 or not usable(cols) or cols.shape[1] % kk or min(cols.shape) == 0:
+    if cols.shape[1] % kk or min(size) <= 0:
         return None
     bsz, c = cols.shape[0], cols.shape[1] // kk
     geom = _geometry(bsz, c, *size, ksize, padding, stride)
