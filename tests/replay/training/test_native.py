@@ -153,7 +153,14 @@ def test_exact_bounds_at_logged_elements_match_the_torch_path(case, n, seed):
     v = torch.matmul(a, b)
     bound = dot_bound(a, b, scale, bias, bias_rows=rows)
     idx = torch.randint(0, v.numel(), (17,), generator=torch.Generator().manual_seed(seed))
-    chunk, native.DOT_AT_CHUNK = native.DOT_AT_CHUNK, 5  # several kernel calls, as a long log makes
+    _same_bounds_at(bound, idx, n, a.shape[-1])
+
+
+def _same_bounds_at(bound, idx: torch.Tensor, n: int, k: int) -> None:
+    """bound.at(idx) in the kernel (n threads, several calls, as a long log makes) against the torch path:
+    sums of the same nonnegative terms in other orders, within both sums' rounding (K u each), and exact
+    zeros exact."""
+    chunk, native.DOT_AT_CHUNK = native.DOT_AT_CHUNK, 5
     try:
         with _threads(n):
             got = bound.at(idx)
@@ -164,10 +171,9 @@ def test_exact_bounds_at_logged_elements_match_the_torch_path(case, n, seed):
         want = bound.at(idx)
     finally:
         native._LIB = lib
-    k = a.shape[-1]
     assert got.dtype == torch.float64 and got.shape == want.shape
     assert torch.all((got - want).abs() <= want * (2 * (k + 2) * 2.0**-53))
-    assert torch.equal(got == 0, want == 0)  # exact zeros stay exact
+    assert torch.equal(got == 0, want == 0)
 
 
 def test_exact_bounds_refuse_indices_outside_the_output():
@@ -195,22 +201,7 @@ def test_a_weight_gradients_exact_bounds_at_logged_elements_match_the_torch_path
     g[g.abs() < 0.3] = 0.0  # exact zeros, and rows of them
     cols = torch.randn(batch, ck, length, generator=gen, dtype=torch.float64)
     bound = _weight_grad_bound(g, cols)
-    idx = torch.randint(0, o * ck, (17,), generator=gen)
-    chunk, native.DOT_AT_CHUNK = native.DOT_AT_CHUNK, 5
-    try:
-        with _threads(n):
-            got = bound.at(idx)
-    finally:
-        native.DOT_AT_CHUNK = chunk
-    lib, native._LIB = native._LIB, False
-    try:
-        want = bound.at(idx)
-    finally:
-        native._LIB = lib
-    k = batch * length
-    assert got.dtype == torch.float64 and got.shape == want.shape
-    assert torch.all((got - want).abs() <= want * (2 * (k + 2) * 2.0**-53))
-    assert torch.equal(got == 0, want == 0)
+    _same_bounds_at(bound, torch.randint(0, o * ck, (17,), generator=gen), n, batch * length)
     a, b = g.permute(1, 0, 2), cols.permute(0, 2, 1)
     for bad in ([o * ck], [-1], [2**40]):
         assert native.dot_summed_at(a, b, 1e-15, torch.tensor(bad)) is None
