@@ -743,7 +743,7 @@ __attribute__((noinline)) static void sgd_span(int64_t at, int64_t n, const doub
     for (int64_t j = 0; j < n; j++) sgd_one(at + j, gv[j], p, mom, p_out, mom_out, momentum, has_wd, wd, lr);
 }
 
-void rp_adamw(int64_t rows, int64_t cols, int64_t gs0, int64_t gs1, const float *p, const double *g, const float *m,
+static void rp_adamw(int64_t rows, int64_t cols, int64_t gs0, int64_t gs1, const float *p, const double *g, const float *m,
               const float *v, float *p_out, float *m_out, float *v_out, double b1, double c1, double b2, double c2,
               double s1, double s2, double eps, double wd, double lr, int64_t threads) {
 #define ADAMW(at, n, gv) adamw_span(at, n, gv, p, m, v, p_out, m_out, v_out, b1, c1, b2, c2, s1, s2, eps, wd, lr)
@@ -751,7 +751,7 @@ void rp_adamw(int64_t rows, int64_t cols, int64_t gs0, int64_t gs1, const float 
 #undef ADAMW
 }
 
-void rp_sgd(int64_t rows, int64_t cols, int64_t gs0, int64_t gs1, const float *p, const double *g, const float *mom,
+static void rp_sgd(int64_t rows, int64_t cols, int64_t gs0, int64_t gs1, const float *p, const double *g, const float *mom,
             float *p_out, float *mom_out, double momentum, int64_t has_wd, double wd, double lr, int64_t threads) {
 #define SGD(at, n, gv) sgd_span(at, n, gv, p, mom, p_out, mom_out, momentum, has_wd, wd, lr)
     EACH_SPAN(SGD)
@@ -788,7 +788,7 @@ void rp_sgd_many(int64_t n, const int64_t *lay, const int64_t *nthreads, void *c
    name a float32 inside its window (a parity neither of at most two floats there has, a wide value
    outside, a window not > 0): *why = 2. Returns the refused entry, or -1; *ratio the widest applied
    window over scale. */
-int64_t rp_apply(const double *x, const double *e, const int64_t *code, int64_t n, double scale, int64_t steers,
+static int64_t rp_apply(const double *x, const double *e, const int64_t *code, int64_t n, double scale, int64_t steers,
                  double rel, double *out, int64_t *why, double *ratio) {
     *ratio = 0.0;
     for (int64_t j = 0; j < n; j++) {

@@ -442,7 +442,7 @@ def full_bound(err, shape, steers: bool = True, scale=None) -> Bound:
         math.inf,
         lambda idx: _gather(e(), idx, shape),
         coarse=e,
-        fused=lambda v: native.round_full(v, e(), SAFETY, WIDE) if native.library() else None,
+        fused=lambda v: native.round_full(v, e(), SAFETY, WIDE),
         window=e,
         pick=lambda v, k: _pick_full(v, e, k),
         steers=steers,
@@ -458,9 +458,10 @@ def _pick_full(v: torch.Tensor, bound, k: int):
     return kernels.pick_full(v, e, SAFETY, k) if isinstance(e, torch.Tensor) and e.shape == v.shape else None
 
 
-def _dot_scales(k: int, scale: float, bias) -> tuple:
-    """A product's bound's factors: g = gamma(K + 2) |scale| for sum_k |A_ik B_kj|, and |bias| gamma(K + 2)."""
-    return gamma(k + 2) * abs(scale), bias.abs() * gamma(k + 2) if bias is not None else None
+def _dot_gammas(k: int, scale: float) -> tuple[float, float]:
+    """A product's bound's factors: gamma(K + 2), for |bias|, and g = gamma(K + 2) |scale|, for sum_k |A_ik B_kj|."""
+    gk = gamma(k + 2)
+    return gk, gk * abs(scale)
 
 
 def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, bias_rows: bool = False) -> Bound:
@@ -475,7 +476,8 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
     logged elements.
     """
     k = a.shape[-1]
-    g, babs = _dot_scales(k, scale, bias)
+    gk, g = _dot_gammas(k, scale)
+    babs = bias.abs() * gk if bias is not None else None
     sa, sb = tuple(a.shape[:-2]), tuple(b.shape[:-2])  # torch.broadcast_shapes only where needed: it is slow
     bat = sa if sa == sb or not sb else sb if not sa else tuple(torch.broadcast_shapes(sa, sb))
     out_shape = bat + (a.shape[-2], b.shape[-1])
@@ -532,9 +534,7 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
         return e + bias_at(i, j) if babs is not None else e
 
     def fused(v):
-        if not native.library():
-            return None
-        return native.round_dot(v, a, b, g, bias, gamma(k + 2), bias_rows, SAFETY, WIDE)
+        return native.round_dot(v, a, b, g, bias, gk, bias_rows, SAFETY, WIDE)
 
     def window():  # the candidates' window, SAFETY included: Cauchy-Schwarz per element, as the native
         # kernel's filter, ||A_i|| g ||B_j|| + |bias|; the exact bound decides (Rounder._flush)
@@ -1006,8 +1006,8 @@ class Rounder:
         Not where `__call__` is another's (a subclass, a tracer): every point then goes through it."""
         if self._direct() and v.is_cpu:
             if self.mode == "record" and native.library() is not None:
-                gk = gamma(a.shape[-1] + 2)  # the bias's term |bias| * gk is the kernel's (no torch ops)
-                fused = native.round_dot(v, a, b, gk * abs(scale), bias, gk, bias_rows, SAFETY, WIDE)
+                gk, g = _dot_gammas(a.shape[-1], scale)  # the bias's term |bias| * gk is the kernel's (no torch ops)
+                fused = native.round_dot(v, a, b, g, bias, gk, bias_rows, SAFETY, WIDE)
                 if fused is not None:
                     return self._recorded(key, *fused)
                 return self(key, v, _declined(dot_bound(a, b, scale, bias, bias_rows)))

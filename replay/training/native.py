@@ -137,9 +137,9 @@ def _load():
     lib.rp_apply_at.restype = _i
     lib.rp_full.argtypes = [ctypes.c_char_p]
     lib.rp_full.restype = _i
-    lib.rp_im2col.argtypes = [_p, _p, ctypes.c_char_p, _p, _i]
+    lib.rp_im2col.argtypes = [_p, ctypes.c_char_p, ctypes.c_char_p, _p, _i]
     lib.rp_im2col.restype = None
-    lib.rp_col2im.argtypes = [_p, _p, ctypes.c_char_p, _p, _i]
+    lib.rp_col2im.argtypes = [_p, ctypes.c_char_p, ctypes.c_char_p, _p, _i]
     lib.rp_col2im.restype = None
     lib.rp_softmax_err.argtypes = [_p, _p, _p, _i, _i, _d, _d, _d, _p, _i]
     lib.rp_softmax_err.restype = None
@@ -272,8 +272,9 @@ def round_dot(
 ):
     """Fused rounding point for v = scale * (a @ b) + bias (bias per column, or per row), its bound's
     terms g * |a| @ |b| and |bias| * gbias: (float32(v) as float64, close calls' flat indices, their log
-    codes), or None if the kernel cannot take these tensors. safety and wide as in determinism.py."""
-    layout = _product(tuple(v.shape), a, b, None) if v.is_contiguous() and usable(v) else None
+    codes), or None where the kernel is unavailable or cannot take these tensors. safety and wide as in
+    determinism.py."""
+    layout = _product(tuple(v.shape), a, b) if library() and v.is_contiguous() and usable(v) else None
     if layout is None or not _bias_ok(bias, v.shape[-2] if bias_rows else v.shape[-1]):
         return None
     b0, b1, sa, sb = layout
@@ -286,10 +287,10 @@ def _bias_ok(bias: torch.Tensor | None, n: int) -> bool:
     return bias is None or (bias.dim() == 1 and bias.numel() == n and bias.is_contiguous() and usable(bias))
 
 
-def _product(shape: tuple[int, ...], a: torch.Tensor, b: torch.Tensor, babs):
+def _product(shape: tuple[int, ...], a: torch.Tensor, b: torch.Tensor):
     """A product's operands as the kernel takes them, for an output of `shape`: (b0, b1, A's strides
     (batch, batch, row, 0, k), B's (batch, batch, 0, k, column)), or None where it cannot."""
-    if not (usable(a, b) and (babs is None or (babs.is_contiguous() and usable(babs)))):
+    if not usable(a, b):
         return None
     if a.dim() < 2 or b.dim() < 2 or len(shape) < 2 or a.shape[-1] != b.shape[-2]:
         return None
@@ -311,7 +312,7 @@ def dot_at(
     logged elements: gathered by torch, a weight gradient's strided rows cost more than the product's
     own rounding pass."""
     lib = library()
-    layout = _product(tuple(shape), a, b, babs) if lib and idx.is_cpu else None
+    layout = _product(tuple(shape), a, b) if lib and idx.is_cpu else None
     if layout is None or not _bias_ok(babs, shape[-2] if bias_rows else shape[-1]):
         return None
     return _exact_at(lib, tuple(shape[-2:]), 1, a.shape[-1], a, b, g, babs, bias_rows, layout, idx)
@@ -373,7 +374,7 @@ def _summed_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
 def round_dot_summed(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float, safety: float, wide: float):
     """Fused rounding point for v = sum over t of a[:, t] @ b[t] (a (M, T, K), b (T, K, N), any
     strides: one reduction over T x K terms, as a convolution's weight gradient): as `round_dot`."""
-    if not (v.is_contiguous() and v.dim() == 2 and usable(v) and _summed_ok(a, b)):
+    if not (library() and v.is_contiguous() and v.dim() == 2 and usable(v) and _summed_ok(a, b)):
         return None
     (m, t, k), n = a.shape, b.shape[-1]
     if v.shape != (m, n):
@@ -406,7 +407,7 @@ def threads(v: torch.Tensor) -> int:
 def round_full(v: torch.Tensor, e: torch.Tensor, safety: float, wide: float):
     """Fused rounding point for v with a per-element bound e (v's shape, or per row: v.shape[:-1] + (1,)):
     as `round_dot`."""
-    if not (v.is_contiguous() and e.is_contiguous() and usable(v, e)):
+    if not (library() and v.is_contiguous() and e.is_contiguous() and usable(v, e)):
         return None
     n = v.shape[-1] if v.dim() else 1
     rows = v.numel() // n if n else 0
@@ -427,8 +428,7 @@ def round_full(v: torch.Tensor, e: torch.Tensor, safety: float, wide: float):
 
 def _state_ok(g: torch.Tensor, *state: torch.Tensor) -> bool:
     return (
-        library() is not None
-        and g.is_cpu
+        g.is_cpu
         and g.dtype is torch.float64
         and all(t.is_cpu and t.dtype is torch.float32 and t.is_contiguous() and t.shape == g.shape for t in state)
     )
@@ -446,7 +446,7 @@ def _grad_layout(g: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, in
 def takes_updates(grads: list, *states: list) -> bool:
     """Can the kernel update this group: per parameter its float64 CPU gradient and float32 state tensors
     (param, then buffers), each list in the group's order?"""
-    return all(_state_ok(g, *state) for g, *state in zip(grads, *states))
+    return library() is not None and all(_state_ok(g, *state) for g, *state in zip(grads, *states))
 
 
 def adamw_group(ps, gs, ms, vs, b1, b2, s1, s2, eps, wd, lr):
@@ -501,10 +501,11 @@ def abs_sums(x: torch.Tensor, over_rows: bool) -> torch.Tensor | None:
 _CONV = struct.Struct("=10q")  # conv_t in _native.c: B, C, H, W, kh, kw, pad, stride, Ho, Wo
 
 
-def _geometry(bsz, c, h, w, ksize, padding, stride) -> bytes:
+def _geometry(bsz, c, h, w, ksize, padding, stride) -> tuple[bytes, int, int]:
+    """(conv_t packed, Ho, Wo)."""
     kh, kw = ksize
     ho, wo = (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1
-    return _CONV.pack(bsz, c, h, w, kh, kw, padding, stride, ho, wo)
+    return _CONV.pack(bsz, c, h, w, kh, kw, padding, stride, ho, wo), ho, wo
 
 
 def _window_ok(ksize, padding: int, stride: int) -> bool:
@@ -520,13 +521,11 @@ def im2col(x: torch.Tensor, ksize: tuple[int, int], padding: int, stride: int) -
     if lib is None or x.dim() != 4 or not usable(x) or min(x.shape) == 0 or not _window_ok(ksize, padding, stride):
         return None
     bsz, c, h, w = x.shape
-    (kh, kw), geom = ksize, _geometry(bsz, c, h, w, ksize, padding, stride)
-    ho, wo = _CONV.unpack(geom)[8:]
+    (kh, kw), (geom, ho, wo) = ksize, _geometry(bsz, c, h, w, ksize, padding, stride)
     if ho <= 0 or wo <= 0:
         return None
     out = torch.empty(bsz, c * kh * kw, ho * wo, dtype=torch.float64)
-    strides = np.array(x.stride(), dtype=np.int64)
-    lib.rp_im2col(x.data_ptr(), strides.ctypes.data, geom, out.data_ptr(), threads(out))
+    lib.rp_im2col(x.data_ptr(), struct.pack("=4q", *x.stride()), geom, out.data_ptr(), threads(out))
     return out
 
 
@@ -547,13 +546,11 @@ def col2im(cols: torch.Tensor, size: tuple[int, int], ksize: tuple[int, int], pa
     if cols.shape[1] % kk or min(size) <= 0:
         return None
     bsz, c = cols.shape[0], cols.shape[1] // kk
-    geom = _geometry(bsz, c, *size, ksize, padding, stride)
-    ho, wo = _CONV.unpack(geom)[8:]
+    geom, ho, wo = _geometry(bsz, c, *size, ksize, padding, stride)
     if ho * wo != cols.shape[2]:
         return None
     out = torch.empty(bsz, c, *size, dtype=torch.float64)
-    strides = np.array(cols.stride(), dtype=np.int64)
-    lib.rp_col2im(cols.data_ptr(), strides.ctypes.data, geom, out.data_ptr(), threads(out))
+    lib.rp_col2im(cols.data_ptr(), struct.pack("=3q", *cols.stride()), geom, out.data_ptr(), threads(out))
     return out
 
 

@@ -127,16 +127,16 @@ def _adamw(hp: dict, lr: float, t: int, p, g, bufs: dict, to32, own: bool = Fals
 def _fused_group(kind: str, hp: dict, lr: float, t: int, p32: list, g: list, bufs32: dict):
     """`_sgd` or `_adamw` over a group of parameters in one native pass from the float32 state (the same
     operations, the same bits; one call, where a call per parameter was most of a small model's update),
-    or None where the kernel does not take them."""
+    where `native.takes_updates` holds for them."""
     if kind == "sgd":
         out = native.sgd_group(p32, g, bufs32["momentum"], hp["momentum"], hp.get("weight_decay", 0.0), lr)
-        return out and (out[0], {"momentum": out[1]})
+        return out[0], {"momentum": out[1]}
     b1, b2 = hp["betas"]
     c1, c2 = 1.0 / (1.0 - ipow(b1, t + 1)), 1.0 / (1.0 - ipow(b2, t + 1))
     out = native.adamw_group(
         p32, g, bufs32["m"], bufs32["v"], b1, b2, c1, c2, hp["eps"], hp.get("weight_decay", 0.0), lr
     )
-    return out and (out[0], {"m": out[1], "v": out[2]})
+    return out[0], {"m": out[1], "v": out[2]}
 
 
 GROUP_BYTES = 64 << 20  # float64 bytes of parameters one multi-tensor update takes at once
@@ -275,24 +275,30 @@ def _train_step(model, state: State, batch: dict, optimizer: dict, precision: st
         names = list(params)
         if precision == "det64":  # a group of parameters at a time (`_update_groups`)
             _update_groups(kind, optimizer, lr, t, names, params, grads, state, new_p, new_b, rounder)
-        for i, name in enumerate([] if precision == "det64" else names):
-            p, g = params.pop(name), grads[i]
-            grads[i] = None
-            note = _noter(rounder, name)
-            bufs32 = {b: state.buffers[b][name] for b in state.buffers}
-            to32 = lambda what, v, note=note: note(what, converted(v, torch.float32))
-            bufs = {b: converted(v, dt) for b, v in bufs32.items()}
-            own = all(bufs[b] is not bufs32[b] for b in bufs)  # fresh copies, not the state itself
-            if kind == "sgd":
-                new_p[name], nb = _sgd(optimizer, lr, p.detach(), g, bufs, to32, own)
-            else:
-                new_p[name], nb = _adamw(optimizer, lr, t, p.detach(), g, bufs, to32, own)
-            for b, v in nb.items():
-                new_b[b][name] = v
+        else:
+            _update_each(kind, optimizer, lr, t, names, params, grads, state, new_p, new_b, dt, rounder)
     if rounder is not None:
         rounder.finish()
         static_log.learnt(model, rounder)
     return State(t + 1, new_p, new_b), float(loss.detach())
+
+
+def _update_each(kind, hp, lr, t, names, params, grads, state, new_p, new_b, dt, rounder) -> None:
+    """The plain precisions' update, a parameter at a time; each float64 copy and gradient goes with its update."""
+    for i, name in enumerate(names):
+        p, g = params.pop(name), grads[i]
+        grads[i] = None
+        note = _noter(rounder, name)
+        bufs32 = {b: state.buffers[b][name] for b in state.buffers}
+        to32 = lambda what, v, note=note: note(what, converted(v, torch.float32))
+        bufs = {b: converted(v, dt) for b, v in bufs32.items()}
+        own = all(bufs[b] is not bufs32[b] for b in bufs)  # fresh copies, not the state itself
+        if kind == "sgd":
+            new_p[name], nb = _sgd(hp, lr, p.detach(), g, bufs, to32, own)
+        else:
+            new_p[name], nb = _adamw(hp, lr, t, p.detach(), g, bufs, to32, own)
+        for b, v in nb.items():
+            new_b[b][name] = v
 
 
 def _noter(rounder: Rounder | None, name: str):
