@@ -23,9 +23,11 @@ inputs only two kinds of op may differ:
   and CUDA implementation (they promise <= 1 ulp), EXP_ERR below.
 
 Everything else is a single IEEE-754 operation per kernel (+, -, *, /, sqrt, max, comparisons,
-copies) and gives the same bits everywhere. Two rules keep it so: never a fused multi-op kernel
-(addcmul, lerp, rsqrt, alpha != 1), and never division by a Python scalar (CUDA multiplies by the
-reciprocal; we multiply by a Python-computed reciprocal ourselves).
+copies) and gives the same bits everywhere. Three rules keep it so: never a fused multi-op kernel
+(addcmul, lerp, rsqrt, alpha != 1), never division by a Python scalar (CUDA multiplies by the
+reciprocal; we multiply by a Python-computed reciprocal ourselves), and every square root through
+`sqrt_`: torch's CPU kernel is not IEEE's (2.13 misses the correctly rounded root by an ulp in ~0.7%
+of float64 values, on every ATen capability), a GPU's and NumPy's are.
 
 So each rounding point carries a bound err (per element) on one machine's error; two conforming
 machines differ by at most 2 err. The prover flags an element when the window v +- SAFETY * err
@@ -199,6 +201,26 @@ def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
         size += t.numel()
     runs.append(torch.cat(run) if len(run) > 1 else run[0])
     return torch.cat(runs) if len(runs) > 1 else runs[0]
+
+
+def sqrt_(t: torch.Tensor) -> torch.Tensor:
+    """t.sqrt_(), correctly rounded on every device: IEEE-754's square root, the same bits everywhere. torch's
+    CPU kernel is not (2.13's errs by an ulp in ~0.7% of float64 values, whatever ATEN_CPU_CAPABILITY), a
+    GPU's is; NumPy's is the processor's own instruction (or libm's sqrt, correctly rounded too)."""
+    if t.device.type != "cpu":
+        return t.sqrt_()
+    with np.errstate(invalid="ignore"):  # a negative value gives NaN, as torch's does, without a warning
+        np.sqrt(t.detach().numpy(), out=t.detach().numpy())
+    return t
+
+
+def sqrt_each_(tensors: list) -> None:
+    """`sqrt_` of each tensor of a list (torch._foreach_sqrt_ where that is correctly rounded: a GPU)."""
+    if tensors and tensors[0].device.type != "cpu":
+        torch._foreach_sqrt_(tensors)
+        return
+    for t in tensors:
+        sqrt_(t)
 
 
 def max_abs(v: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,7 @@ from replay.training.determinism import (
     gamma,
     in_chunks,
     norms,
+    sqrt_,
     unravel,
 )
 
@@ -168,7 +169,7 @@ class _LayerNorm(torch.autograd.Function):
         d = x - mu
         var_raw = (d * d).sum(-1, keepdim=True) * inv_n
         var = R.full(key + 1, var_raw, lambda: var_raw * gamma(n + 1), var_raw.shape)
-        s = torch.sqrt(var + eps)
+        s = sqrt_(var + eps)  # correctly rounded (torch's CPU kernel is not)
         rstd = torch.ones_like(s) / s
         xhat = d * rstd
         ctx.save_for_backward(xhat, rstd, w)

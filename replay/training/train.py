@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from replay.training import graphs, native, static_log
-from replay.training.determinism import SLOTS, LogOverflow, Rounder, StaticRedo, converted
+from replay.training.determinism import SLOTS, LogOverflow, Rounder, StaticRedo, converted, sqrt_, sqrt_each_
 from replay.training.ops import OPS
 
 OPTIMIZERS = {"sgd": ("momentum",), "adamw": ("m", "v")}
@@ -115,11 +115,11 @@ def _adamw(hp: dict, lr: float, t: int, p, g, bufs: dict, to32, own: bool = Fals
     c1, c2 = 1.0 / (1.0 - ipow(b1, t + 1)), 1.0 / (1.0 - ipow(b2, t + 1))
     if own:
         mhat, vhat = bufs["m"].copy_(m).mul_(c1), bufs["v"].copy_(v).mul_(c2)
-        upd = mhat.div_(vhat.sqrt_().add_(hp["eps"]))
+        upd = mhat.div_(sqrt_(vhat).add_(hp["eps"]))
         upd = upd.add_(p * hp.get("weight_decay", 0.0)).mul_(lr)
     else:
         mhat, vhat = converted(m, p.dtype) * c1, converted(v, p.dtype) * c2
-        upd = mhat / (torch.sqrt(vhat) + hp["eps"])
+        upd = mhat / (sqrt_(vhat) + hp["eps"])
         upd = (upd + p * hp.get("weight_decay", 0.0)) * lr
     return to32("param", p - upd), {"m": m, "v": v}
 
@@ -203,7 +203,7 @@ def _adamw_foreach(hp: dict, lr: float, t: int, p: list, g: list, bufs32: dict) 
     torch._foreach_mul_(m, c1)
     torch._foreach_copy_(v, v32)
     torch._foreach_mul_(v, c2)
-    torch._foreach_sqrt_(v)
+    sqrt_each_(v)
     torch._foreach_add_(v, hp["eps"])
     torch._foreach_div_(m, v)
     torch._foreach_add_(m, torch._foreach_mul(p, hp.get("weight_decay", 0.0)))
