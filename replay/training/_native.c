@@ -624,9 +624,6 @@ typedef struct {
     int64_t cap;
 } full_args_t;
 
-/* sizeof(dot_args_t) << 16 | sizeof(full_args_t): native.py checks its packing against them. */
-int64_t rp_args_sizes(void) { return (int64_t)sizeof(dot_args_t) << 16 | (int64_t)sizeof(full_args_t); }
-
 /* v (rows, n) contiguous with its bound e given per element (e_cols == n) or per row (e_cols ==
    1), e contiguous. Same contract as rp_dot (threads, cap, -1). A bound per element is taken as one
    flat stretch of values, so that short rows (an attention's) cost no more than long ones; threads
@@ -670,6 +667,163 @@ int64_t rp_full(const full_args_t *x) {
     for (int x = 0; x < nt; x++) free(lists[x].c);
     free(lists);
     return failed ? -1 : found;
+}
+
+/* ---------------------------------------------------------------- layer norm, forward and backward
+
+   ops._LayerNorm's rounding points and the IEEE operations between them, fused: one pass per row
+   where the torch path makes a dozen tensors. Every element-wise step is the reference's own
+   operation in its order (x - mu, d * rstd, xhat * w + b, ...: single IEEE operations, so the same
+   bits); only the sums at the rounding points are formed in another order (lanes, as rp_abs_sums),
+   which their bounds cover as they cover any machine's. Each point's values and bounds are kept and
+   its close calls found after the parallel part, in index order, as rp_full finds them. */
+
+/* sum_j x_j and sum_j |x_j| in ACC lanes each. */
+static void lane_sums(const double *restrict x, int64_t n, double *sum, double *abs_sum) {
+    double s[ACC] = {0}, a[ACC] = {0}, ts = 0, ta = 0;
+    int64_t j = 0;
+    for (; j + ACC <= n; j += ACC)
+        for (int l = 0; l < ACC; l++) s[l] += x[j + l], a[l] += fabs(x[j + l]);
+    for (; j < n; j++) ts += x[j], ta += fabs(x[j]);
+    for (int l = 0; l < ACC; l++) ts += s[l], ta += a[l];
+    *sum = ts, *abs_sum = ta;
+}
+
+/* A point's close calls (rp_full's test: straddles(v, e * safety), then log_code), appended at found. */
+static int64_t point_calls(const double *v, const double *e, int64_t count, double safety, double wide,
+                           int64_t *idx, int64_t *code, int64_t cap, int64_t found) {
+    for (int64_t i = 0; i < count; i++) {
+        if (!straddles(v[i], e[i] * safety)) continue;
+        if (found < cap) idx[found] = i, code[found] = log_code(v[i], e[i], wide);
+        found++;
+    }
+    return found;
+}
+
+/* The close calls of np points (values pv[p], bounds pe[p], count[p] each) into idx / code, point after
+   point, counts[p] of them each; the total (may exceed cap: the caller retries with room), 0 where no
+   log is kept (cap < 0). */
+static int64_t all_calls(int np, double *const *pv, double *const *pe, const int64_t *count, double safety,
+                         double wide, int64_t *idx, int64_t *code, int64_t cap, int64_t *counts) {
+    int64_t found = 0;
+    for (int p = 0; p < np; p++) {
+        int64_t before = found;
+        if (cap >= 0) found = point_calls(pv[p], pe[p], count[p], safety, wide, idx, code, cap, found);
+        counts[p] = found - before;
+    }
+    return found;
+}
+
+typedef struct {
+    const double *x, *w, *b;
+    double *y, *xhat, *rstd;
+    int64_t rows, n;
+    double inv_n, g_mean, g_var, eps, safety, wide;
+    int64_t threads;
+    int64_t *idx, *code;
+    int64_t cap; /* < 0: no log kept (a replay whose log names neither point) */
+    int64_t *counts;
+} ln_args_t;
+
+/* LayerNorm over rows of n (x, y, xhat contiguous (rows, n); w, b (n); rstd (rows)): per row,
+   mu = round(sum(x) * inv_n) (its bound sum|x| * g_mean), d = x - mu, var = round(sum(d * d) * inv_n)
+   (bound var_raw * g_var), rstd = 1 / sqrt(var + eps), xhat = d * rstd, y = xhat * w + b: ops._LayerNorm's
+   forward. Points mu, var (row indices); returns their close calls as rp_full does, -1 out of memory. */
+int64_t rp_layer_norm(const ln_args_t *a) {
+    int64_t rows = a->rows, n = a->n;
+    double *pv = malloc(sizeof(double) * (4 * rows + 1));
+    if (!pv) return -1;
+    double *mu_v = pv, *mu_e = pv + rows, *var_v = pv + 2 * rows, *var_e = pv + 3 * rows;
+    int nt = a->threads > 1 && rows > 1 ? (int)(a->threads < rows ? a->threads : rows) : 1;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t i = 0; i < rows; i++) {
+        const double *xr = a->x + i * n;
+        double *hr = a->xhat + i * n, *yr = a->y + i * n, s, sa, q, qa;
+        lane_sums(xr, n, &s, &sa);
+        mu_v[i] = s * a->inv_n, mu_e[i] = sa * a->g_mean;
+        double mu = (double)(float)mu_v[i];
+        for (int64_t j = 0; j < n; j++) hr[j] = xr[j] - mu;
+        for (int64_t j = 0; j < n; j++) yr[j] = hr[j] * hr[j]; /* d * d, summed from y's room */
+        lane_sums(yr, n, &q, &qa);
+        var_v[i] = q * a->inv_n, var_e[i] = var_v[i] * a->g_var;
+        double r = 1.0 / sqrt((double)(float)var_v[i] + a->eps);
+        a->rstd[i] = r;
+        for (int64_t j = 0; j < n; j++) hr[j] = hr[j] * r, yr[j] = hr[j] * a->w[j] + a->b[j];
+    }
+    double *v2[2] = {mu_v, var_v}, *e2[2] = {mu_e, var_e};
+    int64_t count[2] = {rows, rows};
+    int64_t found = all_calls(2, v2, e2, count, a->safety, a->wide, a->idx, a->code, a->cap, a->counts);
+    free(pv);
+    return found;
+}
+
+typedef struct {
+    const double *dy, *xhat, *rstd, *w;
+    double *dx, *dw, *db;
+    int64_t rows, n;
+    double inv_n, g_mean, g_rows, safety, wide;
+    int64_t threads;
+    int64_t *idx, *code;
+    int64_t cap;
+    int64_t *counts;
+} ln_back_args_t;
+
+/* LayerNorm's backward (dy, xhat, dx contiguous (rows, n); rstd (rows); w, dw, db (n)): dw = round(sum over
+   rows of dy * xhat) and db = round(sum over rows of dy) (bounds: the sums of magnitudes * g_rows), then per
+   row g = dy * w, a = round(sum(g) * inv_n), c = round(sum(g * xhat) * inv_n) (bounds: sums of magnitudes *
+   g_mean), dx = ((g - a) - xhat * c) * rstd: ops._LayerNorm's backward. Points dw, db (column indices), a, c
+   (row indices), in that order. */
+int64_t rp_layer_norm_back(const ln_back_args_t *a) {
+    int64_t rows = a->rows, n = a->n;
+    double *pv = malloc(sizeof(double) * (4 * n + 4 * rows + 1));
+    if (!pv) return -1;
+    double *dw_v = pv, *dw_e = pv + n, *db_v = pv + 2 * n, *db_e = pv + 3 * n;
+    double *a_v = pv + 4 * n, *a_e = a_v + rows, *c_v = a_v + 2 * rows, *c_e = a_v + 3 * rows;
+    int64_t blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+    int nb = a->threads > 1 && blocks > 1 ? (int)(a->threads < blocks ? a->threads : blocks) : 1;
+#pragma omp parallel for schedule(static) num_threads(nb) if (nb > 1)
+    for (int64_t blk = 0; blk < blocks; blk++) { /* columns: each sums its rows in order, vectors across columns */
+        int64_t lo = blk * NORM_BLOCK, hi = lo + NORM_BLOCK < n ? lo + NORM_BLOCK : n;
+        for (int64_t j = lo; j < hi; j++) dw_v[j] = dw_e[j] = db_v[j] = db_e[j] = 0;
+        for (int64_t i = 0; i < rows; i++) {
+            const double *dr = a->dy + i * n, *hr = a->xhat + i * n;
+            for (int64_t j = lo; j < hi; j++) {
+                double p = dr[j] * hr[j];
+                dw_v[j] += p, dw_e[j] += fabs(p), db_v[j] += dr[j], db_e[j] += fabs(dr[j]);
+            }
+        }
+        for (int64_t j = lo; j < hi; j++) {
+            dw_e[j] *= a->g_rows, db_e[j] *= a->g_rows;
+            a->dw[j] = (double)(float)dw_v[j], a->db[j] = (double)(float)db_v[j];
+        }
+    }
+    int nt = a->threads > 1 && rows > 1 ? (int)(a->threads < rows ? a->threads : rows) : 1;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t i = 0; i < rows; i++) {
+        const double *dr = a->dy + i * n, *hr = a->xhat + i * n;
+        double *xr = a->dx + i * n, sg, sga, sx, sxa;
+        for (int64_t j = 0; j < n; j++) xr[j] = dr[j] * a->w[j]; /* g, in dx's room */
+        lane_sums(xr, n, &sg, &sga);
+        double gx[ACC], s[ACC] = {0}, m[ACC] = {0};
+        sx = sxa = 0;
+        int64_t j = 0;
+        for (; j + ACC <= n; j += ACC)
+            for (int l = 0; l < ACC; l++) gx[l] = xr[j + l] * hr[j + l], s[l] += gx[l], m[l] += fabs(gx[l]);
+        for (; j < n; j++) {
+            double t = xr[j] * hr[j];
+            sx += t, sxa += fabs(t);
+        }
+        for (int l = 0; l < ACC; l++) sx += s[l], sxa += m[l];
+        a_v[i] = sg * a->inv_n, a_e[i] = sga * a->g_mean;
+        c_v[i] = sx * a->inv_n, c_e[i] = sxa * a->g_mean;
+        double ar = (double)(float)a_v[i], cr = (double)(float)c_v[i], r = a->rstd[i];
+        for (j = 0; j < n; j++) xr[j] = ((xr[j] - ar) - hr[j] * cr) * r;
+    }
+    double *v4[4] = {dw_v, db_v, a_v, c_v}, *e4[4] = {dw_e, db_e, a_e, c_e};
+    int64_t count[4] = {n, n, rows, rows};
+    int64_t found = all_calls(4, v4, e4, count, a->safety, a->wide, a->idx, a->code, a->cap, a->counts);
+    free(pv);
+    return found;
 }
 
 /* The optimizer updates of replay/training/train.py, the same IEEE operations in the same order per element
@@ -968,4 +1122,11 @@ int64_t rp_encode_log(const int64_t *keys, const int64_t *starts, const int64_t 
         pos += nbytes;
     }
     return pos;
+}
+
+/* The argument blocks' sizes, 16 bits each: dot_args_t, full_args_t, ln_args_t, ln_back_args_t (native.py
+   checks its packing against them). */
+int64_t rp_args_sizes(void) {
+    return (int64_t)sizeof(dot_args_t) << 48 | (int64_t)sizeof(full_args_t) << 32 | (int64_t)sizeof(ln_args_t) << 16 |
+           (int64_t)sizeof(ln_back_args_t);
 }

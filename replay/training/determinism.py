@@ -1051,6 +1051,23 @@ class Rounder:
                 return self._noted(_round(v))
         return self(key, v, full_bound(err, shape, steers, scale))
 
+    def fused_mode(self, keys) -> bool | None:
+        """How an op may form these rounding points in one native pass (ops' layer norm): True, logging their
+        close calls (`record_points`), in a CPU recording; False, as plain rounding, in a replay whose log
+        names none of them; None where each point goes through `full` (a GPU, the torch path, a tracer, a
+        perturbation, a log entry there)."""
+        if not (self._direct() and native.library() is not None):
+            return None
+        if self.mode == "record":
+            return True
+        return False if all(self._unlogged(k) for k in keys) else None
+
+    def record_points(self, keys, points) -> None:
+        """A fused pass's close calls [(indices, codes)] per point kept, as `_recorded` keeps one point's."""
+        for key, (idx, codes) in zip(keys, points):
+            if idx:
+                self._entries[key] = (idx, codes)
+
     def _direct(self) -> bool:
         """May `dot` and `full` skip `__call__`: it is this class's own, with nothing to perturb or trace."""
         return self.perturb is None and self.trace is None and type(self).__call__ is _ROUNDER_CALL

@@ -52,6 +52,8 @@ _p = ctypes.c_void_p
 # of 29 arguments was most of a small rounding point's cost; the library says its sizes (`rp_args_sizes`).
 _DOT_ARGS = struct.Struct("=2Q6qQ5qQ5qQq4dq2Qq")
 _FULL_ARGS = struct.Struct("=2Q2qQq2dq2Qq")
+_LN_ARGS = struct.Struct("=6Q2q6dq2QqQ")  # ln_args_t
+_LN_BACK_ARGS = struct.Struct("=7Q2q5dq2QqQ")  # ln_back_args_t
 
 
 def _cpu_id() -> str:
@@ -92,6 +94,11 @@ def _build() -> Path:
     return lib
 
 
+def _args_sizes() -> int:
+    """`rp_args_sizes` as this module packs the blocks: 16 bits each, dot, full, layer norm, its backward."""
+    return _DOT_ARGS.size << 48 | _FULL_ARGS.size << 32 | _LN_ARGS.size << 16 | _LN_BACK_ARGS.size
+
+
 def library() -> ctypes.CDLL | None:
     """The loaded kernel, or None where it is turned off or cannot be built (warned once)."""
     global _LIB
@@ -120,7 +127,7 @@ def _load():
     lib.rp_round.argtypes = [_p, _p, _i, _i]
     lib.rp_round.restype = None
     lib.rp_args_sizes.argtypes, lib.rp_args_sizes.restype = [], _i
-    if ctypes.sizeof(_p) != 8 or lib.rp_args_sizes() != _DOT_ARGS.size << 16 | _FULL_ARGS.size:
+    if ctypes.sizeof(_p) != 8 or lib.rp_args_sizes() != _args_sizes():
         warnings.warn(
             "replay: fused rounding kernel's argument blocks do not match, using the torch path",
             RuntimeWarning,
@@ -137,6 +144,8 @@ def _load():
     lib.rp_apply_at.restype = _i
     lib.rp_full.argtypes = [ctypes.c_char_p]
     lib.rp_full.restype = _i
+    for fn in (lib.rp_layer_norm, lib.rp_layer_norm_back):
+        fn.argtypes, fn.restype = [ctypes.c_char_p], _i
     lib.rp_im2col.argtypes = [_p, ctypes.c_char_p, ctypes.c_char_p, _p, _i]
     lib.rp_im2col.restype = None
     lib.rp_col2im.argtypes = [_p, ctypes.c_char_p, ctypes.c_char_p, _p, _i]
@@ -424,6 +433,62 @@ def round_full(v: torch.Tensor, e: torch.Tensor, safety: float, wide: float):
     )
     got = _collect(lambda ip, cp, cap: rp_full(_FULL_ARGS.pack(*args, ip, cp, cap)), _room(v))
     return got and (out, *got)
+
+
+def layer_norm(x, w, b, eps: float, g_mean: float, g_var: float, safety: float, wide: float, log: bool):
+    """ops._LayerNorm's forward over x's last dim in one pass per row (`rp_layer_norm`): (y, xhat, rstd,
+    points), points the close calls [(indices, codes)] of its rounding points mu and var where `log` (else
+    []), or None where the kernel cannot take these tensors (CPU float64, x contiguous, w and b of x's last
+    dim) or ran out of memory. g_mean and g_var: the points' bound factors (ops); safety and wide as in
+    determinism.py."""
+    n = x.shape[-1] if x.dim() else 0
+    if not (library() and n and x.numel() and x.is_contiguous() and usable(x) and _vectors_ok(n, w, b)):
+        return None
+    rows = x.numel() // n
+    y, xhat = torch.empty_like(x), torch.empty_like(x)
+    rstd = torch.empty(x.shape[:-1] + (1,), dtype=torch.float64)
+    ptrs = (x, w, b, y, xhat, rstd)
+    head = (*(t.data_ptr() for t in ptrs), rows, n, 1.0 / n, g_mean, g_var, eps, safety, wide)
+    points = _points(library().rp_layer_norm, _LN_ARGS, (*head, threads(x)), (rows, rows), log)
+    return None if points is None else (y, xhat, rstd, points)
+
+
+def layer_norm_back(dy, xhat, rstd, w, g_mean: float, g_rows: float, safety: float, wide: float, log: bool):
+    """ops._LayerNorm's backward in one pass (`rp_layer_norm_back`): (dx, dw, db, points), points those of
+    its rounding points dw, db, a and c, as `layer_norm`; None where the kernel cannot take these tensors."""
+    n = xhat.shape[-1] if xhat.dim() else 0
+    ok = n and dy.shape == xhat.shape and rstd.numel() * n == xhat.numel() and _vectors_ok(n, w)
+    if not (library() and ok and xhat.numel() and all(t.is_contiguous() for t in (dy, xhat, rstd))):
+        return None
+    if not usable(dy, xhat, rstd):
+        return None
+    rows = xhat.numel() // n
+    dx, dw, db = torch.empty_like(xhat), torch.empty(n, dtype=torch.float64), torch.empty(n, dtype=torch.float64)
+    ptrs = (dy, xhat, rstd, w, dx, dw, db)
+    head = (*(t.data_ptr() for t in ptrs), rows, n, 1.0 / n, g_mean, g_rows, safety, wide, threads(xhat))
+    points = _points(library().rp_layer_norm_back, _LN_BACK_ARGS, head, (n, n, rows, rows), log)
+    return None if points is None else (dx, dw, db, points)
+
+
+def _vectors_ok(n: int, *vectors: torch.Tensor) -> bool:
+    return all(t.dim() == 1 and t.numel() == n and t.is_contiguous() and usable(t) for t in vectors)
+
+
+def _points(fn, block: struct.Struct, head: tuple, sizes: tuple[int, ...], log: bool):
+    """Run a fused op's kernel (its argument block `head`, then idx, code, cap, counts): its points' close
+    calls [(indices, codes)] in order where `log`, [] where not, None where it failed."""
+    counts = (ctypes.c_int64 * len(sizes))()
+    at = ctypes.addressof(counts)
+    if not log:
+        return [] if fn(block.pack(*head, 0, 0, -1, at)) >= 0 else None
+    got = _collect(lambda ip, cp, cap: fn(block.pack(*head, ip, cp, cap, at)), max(1024, sum(sizes) >> 6))
+    if got is None:
+        return None
+    idx, codes, start, points = *got, 0, []
+    for c in counts:
+        points.append((idx[start : start + c], codes[start : start + c]))
+        start += c
+    return points
 
 
 def _state_ok(g: torch.Tensor, *state: torch.Tensor) -> bool:

@@ -163,7 +163,17 @@ class _LayerNorm(torch.autograd.Function):
     def forward(ctx, x, w, b, eps, name):
         R = active()
         op = R.op(name)
-        key, n = op * SLOTS, x.shape[-1]
+        key = op * SLOTS
+        native_pass = _layer_norm_native(R, key, x, w, b, eps)
+        y, xhat, rstd = native_pass or _LayerNorm.reference(R, key, x, w, b, eps)
+        ctx.save_for_backward(xhat, rstd, w)
+        ctx.op = op
+        return y
+
+    @staticmethod
+    def reference(R, key, x, w, b, eps):
+        """(y, xhat, rstd), each rounding point through the rounder."""
+        n = x.shape[-1]
         inv_n = 1.0 / n
         mu = _mean(R, key, x, n, inv_n)
         d = x - mu
@@ -172,15 +182,21 @@ class _LayerNorm(torch.autograd.Function):
         s = sqrt_(var + eps)  # correctly rounded (torch's CPU kernel is not)
         rstd = torch.ones_like(s) / s
         xhat = d * rstd
-        ctx.save_for_backward(xhat, rstd, w)
-        ctx.op = op
-        return xhat * w + b
+        return xhat * w + b, xhat, rstd
 
     @staticmethod
     def backward(ctx, dy):
         R = active()
         xhat, rstd, w = ctx.saved_tensors
-        key, n = ctx.op * SLOTS, xhat.shape[-1]
+        key = ctx.op * SLOTS
+        native_pass = _layer_norm_back_native(R, key, dy, xhat, rstd, w)
+        dx, dw, db = native_pass or _LayerNorm.backward_reference(R, key, dy, xhat, rstd, w)
+        return dx, dw, db, None, None
+
+    @staticmethod
+    def backward_reference(R, key, dy, xhat, rstd, w):
+        """(dx, dw, db), each rounding point through the rounder."""
+        n = xhat.shape[-1]
         inv_n = 1.0 / n
         rows_dy, rows_xh = dy.reshape(-1, n), xhat.reshape(-1, n)
         m = rows_dy.shape[0]
@@ -192,7 +208,36 @@ class _LayerNorm(torch.autograd.Function):
         a = _mean(R, key + 4, g, n, inv_n)
         c = _mean(R, key + 5, gx, n, inv_n)
         dx = (g - a - xhat * c) * rstd
-        return dx, dw, db, None, None
+        return dx, dw, db
+
+
+def _layer_norm_native(R, key: int, x, w, b, eps: float):
+    """_LayerNorm's forward in one native pass (the same operations, its sums in another order), where the
+    rounder lets it (`Rounder.fused_mode`) and the kernel takes these tensors: (y, xhat, rstd), else None."""
+    log = R.fused_mode((key, key + 1))
+    if log is None:
+        return None
+    n = x.shape[-1]
+    got = native.layer_norm(x.contiguous(), w, b, eps, gamma(n + 1) / n, gamma(n + 1), SAFETY, WIDE, log)
+    if got is None:
+        return None
+    R.record_points((key, key + 1), got[3])
+    return got[:3]
+
+
+def _layer_norm_back_native(R, key: int, dy, xhat, rstd, w):
+    """_LayerNorm's backward in one native pass, as `_layer_norm_native`: (dx, dw, db), else None."""
+    keys = (key + 2, key + 3, key + 4, key + 5)
+    log = R.fused_mode(keys)
+    if log is None:
+        return None
+    n = xhat.shape[-1]
+    rows = xhat.numel() // n if n else 0
+    got = native.layer_norm_back(dy.contiguous(), xhat, rstd, w, gamma(n + 1) / n, gamma(rows), SAFETY, WIDE, log)
+    if got is None:
+        return None
+    R.record_points(keys, got[3])
+    return got[:3]
 
 
 class _Embedding(torch.autograd.Function):

@@ -1,0 +1,208 @@
+"""LayerNorm's fused native pass (`rp_layer_norm`, `rp_layer_norm_back`) against ops._LayerNorm's torch
+reference.
+
+The reference is ops._LayerNorm.reference / backward_reference with every rounding point through a
+recording Rounder on the torch path (the kernel off). The fused pass performs the same IEEE operations
+between the points and sums the points in another order (which their bounds cover): the same values
+and close calls, and the same recorded training steps, on any number of threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replay.prover.recorder import DEFAULT_OPTIMIZER
+from replay.training import architectures as models
+from replay.training import determinism, native, ops
+from replay.training.bundled_data import Batches
+from replay.training.determinism import Rounder, decode_log, encode_log
+from replay.training.train import initial_state, train_step
+
+from ..helpers import TINY
+
+needs_kernel = pytest.mark.skipif(native.library() is None, reason="no C compiler: the torch path is used")
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t.float().double()
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    """The kernel's parallel loops at any size: n threads, no size floor."""
+    before, floor = torch.get_num_threads(), native.PARALLEL_MIN
+    torch.set_num_threads(n)
+    native.PARALLEL_MIN = 0
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        native.PARALLEL_MIN = floor
+
+
+def _reference(x, w, b, dy):
+    """The torch path's forward and backward at op 0 (keys 0-5): (y, xhat, rstd, dx, dw, db, entries)."""
+    r = Rounder("record")
+    lib, native._LIB = native._LIB, False
+    try:
+        with determinism.rounding(r):
+            y, xhat, rstd = ops._LayerNorm.reference(r, 0, x, w, b, 1e-5)
+            dx, dw, db = ops._LayerNorm.backward_reference(r, 0, dy, xhat, rstd, w)
+    finally:
+        native._LIB = lib
+    return y, xhat, rstd, dx, dw, db, r.entries
+
+
+def _fused(x, w, b, dy):
+    n, rows = x.shape[-1], x.numel() // x.shape[-1]
+    g_mean = determinism.gamma(n + 1) / n
+    fwd = native.layer_norm(x, w, b, 1e-5, g_mean, determinism.gamma(n + 1), 4.0, 8.0, True)
+    y, xhat, rstd, (mu, var) = fwd
+    back = native.layer_norm_back(dy, xhat, rstd, w, g_mean, determinism.gamma(rows), 4.0, 8.0, True)
+    dx, dw, db, points = back
+    entries = {k: e for k, e in zip(range(6), [mu, var, *points]) if e[0]}
+    return y, xhat, rstd, dx, dw, db, entries
+
+
+def _midpoint_rows(x: torch.Tensor, rows: list[int]) -> None:
+    """Rows whose mean is a float32 rounding midpoint exactly (every sum exact in any order): close calls
+    of the mean at those rows, whatever the machine. Their deviations are small dyadics summing to 0."""
+    n = x.shape[-1]
+    for r in rows:
+        mid = float(np.nextafter(np.float32(1.0 + r), np.float32(4e9))) / 2 + (1.0 + r) / 2  # halfway
+        dev = torch.zeros(n, dtype=torch.float64)
+        dev[: n // 2], dev[n // 2 : 2 * (n // 2)] = 0.25, -0.25
+        x[r] = mid + dev
+
+
+@needs_kernel
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(1, 40),
+    st.integers(1, 300),
+    st.sampled_from([1, 3]),
+    st.integers(0, 2**31 - 1),
+    st.booleans(),
+)
+def test_the_fused_layer_norm_is_the_reference(rows, n, threads, seed, midpoints):
+    """Forward and backward: the same y, xhat, rstd, dx, dw, db bits and the same close calls at all six
+    points, on one thread or several (rows and columns split among them)."""
+    g = torch.Generator().manual_seed(seed)
+    x = _f32(torch.randn(rows, n, generator=g, dtype=torch.float64) * 3 + 1)
+    w, b = (_f32(torch.randn(n, generator=g, dtype=torch.float64)) for _ in range(2))
+    dy = _f32(torch.randn(rows, n, generator=g, dtype=torch.float64))
+    if midpoints and n >= 2:
+        _midpoint_rows(x, list(range(0, rows, 3)))
+    want = _reference(x, w, b, dy)
+    with _threads(threads):
+        got = _fused(x, w, b, dy)
+    for a, c in zip(got[:6], want[:6]):
+        assert a.shape == c.shape and torch.equal(a.view(torch.int64), c.view(torch.int64))
+    assert got[6] == want[6]
+    if midpoints and n >= 2:
+        assert set(range(0, rows, 3)) <= set(got[6][0][0])  # not vacuous: the means' close calls are logged
+
+
+@needs_kernel
+def test_the_fused_layer_norm_takes_what_the_reference_takes_and_declines_the_rest():
+    x = torch.randn(4, 6, dtype=torch.float64)
+    w, b = torch.ones(6, dtype=torch.float64), torch.zeros(6, dtype=torch.float64)
+    args = (1e-5, 0.1, 0.1, 4.0, 8.0, True)
+    assert native.layer_norm(x, w, b, *args) is not None
+    assert native.layer_norm(x.t().contiguous().t(), w, b, *args) is None  # not contiguous
+    assert native.layer_norm(x.float(), w.float(), b.float(), *args) is None  # float32
+    assert native.layer_norm(x, w[:5], b, *args) is None  # a weight of another width
+    assert native.layer_norm(x[:0], w, b, *args) is None  # no rows
+    _, xhat, rstd, _ = native.layer_norm(x, w, b, *args)
+    back = (0.1, 0.1, 4.0, 8.0, True)
+    assert native.layer_norm_back(x, xhat, rstd, w, *back) is not None
+    assert native.layer_norm_back(x[:3], xhat, rstd, w, *back) is None  # dy of another shape
+    assert native.layer_norm_back(x, xhat, rstd[:3], w, *back) is None  # an rstd per row it does not have
+    assert native.layer_norm_back(x.t().contiguous().t(), xhat, rstd, w, *back) is None
+
+
+@needs_kernel
+def test_non_finite_inputs_give_the_references_values():
+    """NaN, infinities, huge and subnormal values in a row: the same bits as the reference (NaN rows, no
+    close calls from NaN bounds), the other rows untouched."""
+    x = _f32(torch.randn(6, 20, dtype=torch.float64))
+    x[0, 3], x[1, 0], x[2, 5], x[3, :] = math.nan, math.inf, -3e38, 1e-40
+    x[4, 7] = 3e38
+    w, b, dy = torch.ones(20, dtype=torch.float64), torch.zeros(20, dtype=torch.float64), x.clone()
+    dy[5, 2] = math.nan
+    want, got = _reference(x, w, b, dy), _fused(x, w, b, dy)
+    for a, c in zip(got[:6], want[:6]):
+        assert torch.equal(a.isnan(), c.isnan())
+        assert torch.equal(a.nan_to_num(0.0).view(torch.int64), c.nan_to_num(0.0).view(torch.int64))
+    assert got[6] == want[6]
+
+
+@needs_kernel
+@pytest.mark.parametrize("threads", [1, 2])
+def test_recorded_gpt_steps_are_the_same_with_and_without_the_kernel(threads, monkeypatch):
+    """The direct path (no tracer: the fused layer norm in use) against the torch path: the same log and
+    state after three steps; and the log replays with the kernel on and off."""
+    cfg, opt = TINY["gpt"]["config"], DEFAULT_OPTIMIZER["gpt"]
+    model = models.build("gpt", cfg)
+    state = initial_state(models.init_params("gpt", cfg, 5), opt)
+    batch = Batches("gpt", cfg, TINY["gpt"]["batch"], 5)(0)
+    calls = []
+    fused = native.layer_norm
+    monkeypatch.setattr(native, "layer_norm", lambda *a: calls.append(1) or fused(*a))
+    results = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for lib in (native.library(), False):
+            monkeypatch.setattr(native, "_LIB", lib)
+            s, logs = state, []
+            for _ in range(3):
+                r = Rounder("record")
+                s, loss = train_step(model, s, batch, opt, "det64", r)
+                logs.append((loss, encode_log(r.entries)))
+            results.append((s, logs))
+        assert calls  # not vacuous: the kernel's pass ran
+        (s0, logs0), (s1, logs1) = results
+        assert s0.equal(s1) and logs0 == logs1
+        for lib in (native.library(), False):  # the first step's log replays to the same state either way
+            monkeypatch.setattr(native, "_LIB", lib)
+            r = Rounder("replay", entries=decode_log(logs0[0][1]))
+            s, _ = train_step(model, state, batch, opt, "det64", r)
+            s_rec, _ = train_step(model, state, batch, opt, "det64", Rounder("record"))
+            assert s.equal(s_rec)
+    finally:
+        torch.set_num_threads(before)
+
+
+@needs_kernel
+def test_a_replay_whose_log_names_a_layer_norm_point_takes_the_reference(monkeypatch):
+    """A logged entry at a layer norm's point is applied by the rounder (the reference path); the fused
+    pass runs only where the log names none of its points, and then rounds plainly."""
+    x = _f32(torch.randn(8, 16, dtype=torch.float64))
+    _midpoint_rows(x, [2])
+    w, b = torch.ones(16, dtype=torch.float64), torch.zeros(16, dtype=torch.float64)
+    rec = Rounder("record")
+    with determinism.rounding(rec):
+        y_rec = ops.Det.layer_norm(x, w, b, "ln")
+    assert rec.entries[0][0] == [2]
+    # flip the logged parity: the other neighbour of the midpoint (inside the window), a different mean
+    idx, codes = rec.entries[0]
+    steered = {0: (idx, [not codes[0]])}
+    calls = []
+    fused = native.layer_norm
+    monkeypatch.setattr(native, "layer_norm", lambda *a: calls.append(1) or fused(*a))
+    for entries, expect_fused in (({}, True), (steered, False)):
+        calls.clear()
+        r = Rounder("replay", entries=dict(entries))
+        with determinism.rounding(r):
+            y = ops.Det.layer_norm(x, w, b, "ln")
+        assert bool(calls) is expect_fused
+        differs = ~(y == y_rec).all(-1)
+        assert differs.nonzero().flatten().tolist() == ([2] if entries else [])
