@@ -197,8 +197,15 @@ def tune_allocator() -> None:
 
 
 def usable(*tensors: torch.Tensor) -> bool:
-    """Can the kernel take these tensors (CPU float64)?"""
-    return all(t.is_cpu and t.dtype is torch.float64 for t in tensors)
+    """Can the kernel take these tensors (CPU float64)? (A loop: called several times a rounding point,
+    where a generator in `all` cost a small point a microsecond.)"""
+    for t in tensors:  # noqa: SIM110 (a loop, not all(): see above)
+        if t.dtype is not _F64 or not t.is_cpu:
+            return False
+    return True
+
+
+_F64 = torch.float64
 
 
 def max_abs(v: torch.Tensor) -> float | None:
@@ -301,10 +308,14 @@ def _product(shape: tuple[int, ...], a: torch.Tensor, b: torch.Tensor):
     (batch, batch, row, 0, k), B's (batch, batch, 0, k, column)), or None where it cannot."""
     if not usable(a, b):
         return None
-    if a.dim() < 2 or b.dim() < 2 or len(shape) < 2 or a.shape[-1] != b.shape[-2]:
+    a_shape, b_shape = a.shape, b.shape
+    if len(a_shape) < 2 or len(b_shape) < 2 or len(shape) < 2 or a_shape[-1] != b_shape[-2]:
         return None
-    if (shape[-2], shape[-1]) != (a.shape[-2], b.shape[-1]):
+    if shape[-2] != a_shape[-2] or shape[-1] != b_shape[-1]:
         return None
+    if len(shape) == len(a_shape) == len(b_shape) == 2:  # a linear layer's: no batch (most points)
+        (sai, sak), (sbk, sbj) = a.stride(), b.stride()
+        return 1, 1, (0, 0, sai, 0, sak), (0, 0, 0, sbk, sbj)
     batch = shape[:-2]
     sa, sb = _batch_strides(a, batch), _batch_strides(b, batch)
     if sa is None or sb is None:
