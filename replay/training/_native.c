@@ -826,6 +826,99 @@ int64_t rp_layer_norm_back(const ln_back_args_t *a) {
     return found;
 }
 
+/* ---------------------------------------------------------------- softmax
+
+   ops._Softmax's passes around torch's exp (the reference's own exp, whose error the point's bound covers):
+   the row's max subtracted (exact), then the sum and the quotients, rounded with the bound p * c per element
+   as rp_full rounds; the backward's gradient, its bound (rp_softmax_err's) and its rounding in one pass per
+   row. The sums run in lanes (another order than torch's, which the bounds cover). */
+
+/* out = x - max over each row of n (contiguous). The max skips a NaN, which still makes its row's sum, hence
+   every p of the row, NaN: the row torch.amax's NaN gives. */
+void rp_softmax_shift(const double *x, double *out, int64_t rows, int64_t n, int64_t threads) {
+#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && rows > 1)
+    for (int64_t i = 0; i < rows; i++) {
+        const double *xr = x + i * n;
+        double *o = out + i * n, m = -INFINITY;
+        for (int64_t j = 0; j < n; j++) m = xr[j] > m ? xr[j] : m;
+        for (int64_t j = 0; j < n; j++) o[j] = xr[j] - m;
+    }
+}
+
+typedef struct {
+    const double *p, *dp; /* forward: p the exponentials, dp unused (NULL); backward: p and the gradient */
+    double *out;
+    int64_t rows, n;
+    double c, k, u4, safety, wide;
+    int64_t threads;
+    int64_t *idx, *code;
+    int64_t cap; /* < 0: no log kept */
+} softmax_args_t;
+
+/* Row i of the forward: out = e / sum(e) (v, rounded), bounds e_j = v_j * c. */
+static void softmax_row(const softmax_args_t *a, int64_t i, double *v, double *e) {
+    const double *er = a->p + i * a->n;
+    double s, sa;
+    lane_sums(er, a->n, &s, &sa);
+    for (int64_t j = 0; j < a->n; j++) v[j] = er[j] / s, e[j] = v[j] * a->c;
+}
+
+/* Row i of the backward: pd = p * dp, r = sum(pd), dx = p * (dp - r) (v), its bound as rp_softmax_err's. */
+static void softmax_back_row(const softmax_args_t *a, int64_t i, double *v, double *e) {
+    const double *pr = a->p + i * a->n, *qr = a->dp + i * a->n;
+    double acc[ACC] = {0}, mag[ACC] = {0}, r = 0, sum = 0;
+    int64_t m = 0, j = 0, n = a->n;
+    for (; j + ACC <= n; j += ACC)
+        for (int l = 0; l < ACC; l++) {
+            double pd = pr[j + l] * qr[j + l];
+            acc[l] += pd, mag[l] += fabs(pd), m += pd != 0;
+        }
+    for (; j < n; j++) {
+        double pd = pr[j] * qr[j];
+        r += pd, sum += fabs(pd), m += pd != 0;
+    }
+    for (int l = 0; l < ACC; l++) r += acc[l], sum += mag[l];
+    double err_r = sum * (double)((float)(m > 1 ? m - 1 : 0) * (float)a->c); /* float32 factor: the reference's */
+    for (j = 0; j < n; j++) v[j] = pr[j] * (qr[j] - r), e[j] = pr[j] * err_r * a->k + fabs(v[j]) * a->u4;
+}
+
+/* The forward (dp NULL) or backward pass over rows of n, each row's values v and bounds e formed into
+   scratch, then rounded into out with rp_full's test; rows in contiguous blocks per thread, so the close
+   calls come out in index order. Same contract as rp_full (cap < 0: none kept). */
+int64_t rp_softmax(const softmax_args_t *a) {
+    int64_t rows = a->rows, n = a->n, found = 0;
+    int nt = a->threads > 1 && rows > 1 ? (int)(a->threads < rows ? a->threads : rows) : 1, failed = 0;
+    cands_t *lists = calloc(nt, sizeof(cands_t));
+    int64_t room = room_for(rows * n);
+    if (!lists) return -1;
+    for (int t = 0; t < nt; t++) lists[t].room = &room;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        cands_t *mine = my_share(lists, rows, &lo, &hi);
+        double *v = malloc(sizeof(double) * (2 * n + 1)), *e = v + n;
+        uint32_t *flag = malloc(sizeof(uint32_t) * (n + 1));
+        if (!v || !flag) mine->failed = 1;
+        for (int64_t i = lo; i < hi && !mine->failed; i++) {
+            (a->dp ? softmax_back_row : softmax_row)(a, i, v, e);
+            if (!round_stretch(v, a->out + i * n, n, e, 1, a->safety, flag) || a->cap < 0) continue;
+            for (int64_t j = next_flag(flag, 0, n); j < n; j = next_flag(flag, j + 1, n))
+                push(mine, (cand_t){i * n + j, 0, 0, v[j], 0, e[j]});
+        }
+        free(v), free(flag);
+    }
+    for (int t = 0; t < nt; t++) failed |= lists[t].failed;
+    for (int t = 0; t < nt && !failed; t++)
+        for (int64_t y = 0; y < lists[t].n; y++, found++)
+            if (found < a->cap) {
+                a->idx[found] = lists[t].c[y].out;
+                a->code[found] = log_code(lists[t].c[y].v, lists[t].c[y].e, a->wide);
+            }
+    for (int t = 0; t < nt; t++) free(lists[t].c);
+    free(lists);
+    return failed ? -1 : found;
+}
+
 /* The optimizer updates of replay/training/train.py, the same IEEE operations in the same order per element
    (train.py's _adamw and _sgd are the reference: every torch op there is one operation per element,
    a Python-float scalar is a double, and float32 -> double is exact). State is float32, the gradient
@@ -1124,9 +1217,10 @@ int64_t rp_encode_log(const int64_t *keys, const int64_t *starts, const int64_t 
     return pos;
 }
 
-/* The argument blocks' sizes, 16 bits each: dot_args_t, full_args_t, ln_args_t, ln_back_args_t (native.py
-   checks its packing against them). */
-int64_t rp_args_sizes(void) {
-    return (int64_t)sizeof(dot_args_t) << 48 | (int64_t)sizeof(full_args_t) << 32 | (int64_t)sizeof(ln_args_t) << 16 |
-           (int64_t)sizeof(ln_back_args_t);
+/* The size of argument block `which` (dot_args_t, full_args_t, ln_args_t, ln_back_args_t, softmax_args_t), -1
+   past them: native.py checks its packing against each. */
+int64_t rp_args_size(int64_t which) {
+    static const int64_t sizes[] = {sizeof(dot_args_t), sizeof(full_args_t), sizeof(ln_args_t), sizeof(ln_back_args_t),
+                                    sizeof(softmax_args_t)};
+    return which >= 0 && which < (int64_t)(sizeof sizes / sizeof *sizes) ? sizes[which] : -1;
 }

@@ -1062,11 +1062,14 @@ class Rounder:
             return True
         return False if all(self._unlogged(k) for k in keys) else None
 
-    def record_points(self, keys, points) -> None:
-        """A fused pass's close calls [(indices, codes)] per point kept, as `_recorded` keeps one point's."""
+    def record_points(self, keys, points, rounded=()) -> None:
+        """A fused pass's close calls [(indices, codes)] per point kept, and its rounded outputs that leave
+        the op noted, as `_recorded` keeps and notes one point's."""
         for key, (idx, codes) in zip(keys, points):
             if idx:
                 self._entries[key] = (idx, codes)
+        for r in rounded:
+            self._noted(r)
 
     def _direct(self) -> bool:
         """May `dot` and `full` skip `__call__`: it is this class's own, with nothing to perturb or trace."""

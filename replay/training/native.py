@@ -54,6 +54,7 @@ _DOT_ARGS = struct.Struct("=2Q6qQ5qQ5qQq4dq2Qq")
 _FULL_ARGS = struct.Struct("=2Q2qQq2dq2Qq")
 _LN_ARGS = struct.Struct("=6Q2q6dq2QqQ")  # ln_args_t
 _LN_BACK_ARGS = struct.Struct("=7Q2q5dq2QqQ")  # ln_back_args_t
+_SOFTMAX_ARGS = struct.Struct("=3Q2q5dq2Qq")  # softmax_args_t
 
 
 def _cpu_id() -> str:
@@ -94,9 +95,11 @@ def _build() -> Path:
     return lib
 
 
-def _args_sizes() -> int:
-    """`rp_args_sizes` as this module packs the blocks: 16 bits each, dot, full, layer norm, its backward."""
-    return _DOT_ARGS.size << 48 | _FULL_ARGS.size << 32 | _LN_ARGS.size << 16 | _LN_BACK_ARGS.size
+def _blocks_match(lib) -> bool:
+    """Does the library's every argument block (`rp_args_size`) have the size this module packs?"""
+    blocks = (_DOT_ARGS, _FULL_ARGS, _LN_ARGS, _LN_BACK_ARGS, _SOFTMAX_ARGS)
+    sizes = [lib.rp_args_size(i) for i in range(len(blocks) + 1)]
+    return sizes == [b.size for b in blocks] + [-1]
 
 
 def library() -> ctypes.CDLL | None:
@@ -126,8 +129,8 @@ def _load():
     lib.rp_max_abs.restype = _d
     lib.rp_round.argtypes = [_p, _p, _i, _i]
     lib.rp_round.restype = None
-    lib.rp_args_sizes.argtypes, lib.rp_args_sizes.restype = [], _i
-    if ctypes.sizeof(_p) != 8 or lib.rp_args_sizes() != _args_sizes():
+    lib.rp_args_size.argtypes, lib.rp_args_size.restype = [_i], _i
+    if ctypes.sizeof(_p) != 8 or not _blocks_match(lib):
         warnings.warn(
             "replay: fused rounding kernel's argument blocks do not match, using the torch path",
             RuntimeWarning,
@@ -144,8 +147,9 @@ def _load():
     lib.rp_apply_at.restype = _i
     lib.rp_full.argtypes = [ctypes.c_char_p]
     lib.rp_full.restype = _i
-    for fn in (lib.rp_layer_norm, lib.rp_layer_norm_back):
+    for fn in (lib.rp_layer_norm, lib.rp_layer_norm_back, lib.rp_softmax):
         fn.argtypes, fn.restype = [ctypes.c_char_p], _i
+    lib.rp_softmax_shift.argtypes, lib.rp_softmax_shift.restype = [_p, _p, _i, _i, _i], None
     lib.rp_im2col.argtypes = [_p, ctypes.c_char_p, ctypes.c_char_p, _p, _i]
     lib.rp_im2col.restype = None
     lib.rp_col2im.argtypes = [_p, ctypes.c_char_p, ctypes.c_char_p, _p, _i]
@@ -479,6 +483,43 @@ def layer_norm_back(dy, xhat, rstd, w, g_mean: float, g_rows: float, safety: flo
     head = (*(t.data_ptr() for t in ptrs), rows, n, 1.0 / n, g_mean, g_rows, safety, wide, threads(xhat))
     points = _points(library().rp_layer_norm_back, _LN_BACK_ARGS, head, (n, n, rows, rows), log)
     return None if points is None else (dx, dw, db, points)
+
+
+def softmax(x: torch.Tensor, c: float, safety: float, wide: float, log: bool):
+    """ops._Softmax's forward over x's last dim: the row's max subtracted in the kernel, torch's exp (the
+    reference's own) in place, then the quotients by the row's sum rounded with the bound p * c per element
+    in one kernel pass (`rp_softmax`): (p, points) as `layer_norm`'s; None where the kernel cannot take x."""
+    lib = library()
+    n = x.shape[-1] if x.dim() else 0
+    if not (lib and n and x.numel() and x.is_contiguous() and usable(x)):
+        return None
+    rows, e = x.numel() // n, torch.empty_like(x)
+    lib.rp_softmax_shift(x.data_ptr(), e.data_ptr(), rows, n, threads(x))
+    e.exp_()
+    return _softmax_pass(lib, e, None, e, (c, 0.0, 0.0), safety, wide, log)  # p in e's place (row by row)
+
+
+def softmax_back(p: torch.Tensor, dp: torch.Tensor, consts: tuple, safety: float, wide: float, log: bool):
+    """ops._Softmax's backward, dx = p * (dp - sum(p * dp)), with its bound (`softmax_err`'s, consts its
+    (c, k, u4)) and its rounding in one kernel pass: (dx, points); None where the kernel cannot take them."""
+    lib = library()
+    n = p.shape[-1] if p.dim() else 0
+    if not (lib and n and p.numel() and dp.shape == p.shape and p.is_contiguous() and dp.is_contiguous()):
+        return None
+    if not usable(p, dp):
+        return None
+    return _softmax_pass(lib, p, dp, torch.empty_like(p), consts, safety, wide, log)
+
+
+def _softmax_pass(lib, p, dp, out, consts, safety, wide, log):
+    n = p.shape[-1]
+    head = (p.data_ptr(), dp.data_ptr() if dp is not None else 0, out.data_ptr(), p.numel() // n, n)
+    head = (*head, *consts, safety, wide, threads(p))
+    call = lambda ip, cp, cap: lib.rp_softmax(_SOFTMAX_ARGS.pack(*head, ip, cp, cap))
+    if not log:
+        return (out, []) if call(0, 0, -1) >= 0 else None
+    got = _collect(call, _room(p))
+    return None if got is None else (out, [got])
 
 
 def _vectors_ok(n: int, *vectors: torch.Tensor) -> bool:

@@ -126,34 +126,72 @@ class _Softmax(torch.autograd.Function):
     def forward(ctx, x, name):
         R = active()
         op = R.op(name)
-        e = torch.exp(x - x.amax(-1, keepdim=True))
-        p = e / e.sum(-1, keepdim=True)
-        p = R.full(op * SLOTS, p, lambda: p * gamma(x.shape[-1] + 10), p.shape)  # exp 2 ulps, sum, divide
+        p = _softmax_native(R, op * SLOTS, x)
+        p = p if p is not None else _Softmax.reference(R, op * SLOTS, x)
         _save(ctx, p)
         ctx.op = op
         return p
 
     @staticmethod
+    def reference(R, key, x):
+        """p, its rounding point through the rounder: exp 2 ulps, the sum, the divide."""
+        e = torch.exp(x - x.amax(-1, keepdim=True))
+        p = e / e.sum(-1, keepdim=True)
+        return R.full(key, p, lambda: p * gamma(x.shape[-1] + 10), p.shape)
+
+    @staticmethod
     def backward(ctx, dp):
         R = active()
         (p,) = _saved(ctx)
+        dx = _softmax_back_native(R, ctx.op * SLOTS + 1, p, dp)
+        return (dx if dx is not None else _Softmax.backward_reference(R, ctx.op * SLOTS + 1, p, dp)), None
+
+    @staticmethod
+    def backward_reference(R, key, p, dp):
+        """dx, its rounding point through the rounder."""
         pd = p * dp
         r = pd.sum(-1, keepdim=True)
         dx = p * (dp - r)
-        return R.full(ctx.op * SLOTS + 1, dx, lambda: softmax_grad_bound(p, pd, dx), dx.shape), None
+        return R.full(key, dx, lambda: softmax_grad_bound(p, pd, dx), dx.shape)
+
+
+SOFTMAX_GRAD = (U * (1 + 2.0**-20), 1 + 2.0**-40, 4 * U)  # softmax_grad_bound's constants (c, k, u4)
+
+
+def _softmax_native(R, key: int, x):
+    """_Softmax's forward through the kernel's passes (torch's exp between them; the sum in another order),
+    where the rounder lets it (`Rounder.fused_mode`) and the kernel takes x: p, else None."""
+    log = R.fused_mode((key,))
+    got = None if log is None else native.softmax(x.contiguous(), gamma(x.shape[-1] + 10), SAFETY, WIDE, log)
+    if got is None:
+        return None
+    R.record_points((key,), got[1], got[:1])
+    return got[0]
+
+
+def _softmax_back_native(R, key: int, p, dp):
+    """_Softmax's backward in one kernel pass (r = sum(p * dp) in another order: the bound covers it), as
+    `_softmax_native`: dx, else None."""
+    log = R.fused_mode((key,))
+    got = None if log is None else native.softmax_back(p, dp.contiguous(), SOFTMAX_GRAD, SAFETY, WIDE, log)
+    if got is None:
+        return None
+    R.record_points((key,), got[1], got[:1])
+    return got[0]
 
 
 def softmax_grad_bound(p: torch.Tensor, pd: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
     """The bound of the softmax's input gradient dx = p * (dp - r), pd = p * dp, r = sum(pd): the native
     pass where it can (the same operations, the sum in another order), else these torch ops (the reference)."""
-    fused = native.softmax_err(p, pd, dx, U * (1 + 2.0**-20), 1 + 2.0**-40, 4 * U)
+    fused = native.softmax_err(p, pd, dx, *SOFTMAX_GRAD)
     if fused is not None:
         return fused
     # zero terms add exactly, so m nonzero terms err by gamma(m - 1) (a causal row 0 sums one term: exact)
     m = (pd != 0).sum(-1, keepdim=True)
-    err_r = pd.abs().sum(-1, keepdim=True) * ((m - 1).clamp(min=0) * (U * (1 + 2.0**-20)))
+    c, k, u4 = SOFTMAX_GRAD
+    err_r = pd.abs().sum(-1, keepdim=True) * ((m - 1).clamp(min=0) * c)
     # only r differs between machines; the sub and mul after it add rounding relative to the result
-    return p * err_r * (1 + 2.0**-40) + dx.abs() * (4 * U)
+    return p * err_r * k + dx.abs() * u4
 
 
 class _LayerNorm(torch.autograd.Function):

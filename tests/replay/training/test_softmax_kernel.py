@@ -1,0 +1,182 @@
+"""The softmax's native passes (`native.softmax`, `native.softmax_back`) against ops._Softmax's torch reference.
+
+The reference is ops._Softmax.reference / backward_reference, each rounding point through a recording Rounder
+on the torch path (the kernel off). The native passes keep torch's exp and the reference's element-wise
+operations and sum in another order (which the bounds cover): the same bits and close calls, on any number of
+threads, masks (-inf) and NaN included; and the same recorded steps of a GPT.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replay.prover.recorder import DEFAULT_OPTIMIZER
+from replay.training import architectures as models
+from replay.training import determinism, native, ops
+from replay.training.bundled_data import Batches
+from replay.training.determinism import Rounder, decode_log, encode_log
+from replay.training.train import initial_state, train_step
+
+from ..helpers import TINY
+
+pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the torch path is used")
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    before, floor = torch.get_num_threads(), native.PARALLEL_MIN
+    torch.set_num_threads(n)
+    native.PARALLEL_MIN = 0
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        native.PARALLEL_MIN = floor
+
+
+def _reference(x, dp):
+    r = Rounder("record")
+    lib, native._LIB = native._LIB, False
+    try:
+        p = ops._Softmax.reference(r, 0, x)
+        dx = ops._Softmax.backward_reference(r, 1, p, dp)
+    finally:
+        native._LIB = lib
+    return p, dx, r.entries
+
+
+def _native(x, dp):
+    n = x.shape[-1]
+    p, (fwd,) = native.softmax(x, determinism.gamma(n + 10), determinism.SAFETY, determinism.WIDE, True)
+    dx, (back,) = native.softmax_back(p, dp, ops.SOFTMAX_GRAD, determinism.SAFETY, determinism.WIDE, True)
+    return p, dx, {k: e for k, e in ((0, fwd), (1, back)) if e[0]}
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a.view(torch.int64), b.view(torch.int64))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(1, 40),
+    st.integers(1, 200),
+    st.sampled_from([1, 3]),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from(["none", "causal", "ties"]),
+)
+def test_the_native_softmax_is_the_reference(rows, n, threads, seed, pattern):
+    """Forward and backward: the same p and dx bits and the same close calls. "causal" masks entries with
+    -inf (exact zeros); "ties" makes rows of equal values, whose probabilities 1/n sit on rounding midpoints
+    for some n (close calls, not vacuous) and whose gradients cancel."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, n, generator=g, dtype=torch.float64).float().double() * 4
+    dp = torch.randn(rows, n, generator=g, dtype=torch.float64).float().double()
+    if pattern == "causal":
+        x = x.masked_fill(torch.ones(rows, n, dtype=torch.bool).triu(1), -math.inf)
+    elif pattern == "ties":
+        x[::2] = 0.5
+        dp[::2] = 1.0
+    want = _reference(x, dp)
+    with _threads(threads):
+        got = _native(x, dp)
+    assert _same(got[0], want[0]) and _same(got[1], want[1])
+    assert got[2] == want[2]
+
+
+def test_ties_are_close_calls_in_both():
+    """Rows of n equal values, n = 1..69: p = 1/n everywhere and a gradient that cancels to about zero (dp all
+    ones): the same bits and entries as the reference at every width, and some widths log close calls."""
+    found = False
+    for n in range(1, 70):
+        x = torch.zeros(4, n, dtype=torch.float64)
+        dp = torch.ones(4, n, dtype=torch.float64)
+        got, want = _native(x, dp), _reference(x, dp)
+        assert _same(got[0], want[0]) and _same(got[1], want[1]) and got[2] == want[2]
+        found = found or bool(got[2])
+    assert found  # not vacuous: some width's 1/n (or its cancelled gradient) is logged
+
+
+def test_non_finite_rows_give_the_references_values():
+    x = torch.randn(6, 9, dtype=torch.float64).float().double()
+    x[0, 2], x[1, :] = math.nan, -math.inf  # a NaN row; a fully masked row (NaN in torch too)
+    x[2, 4], x[3, 0] = math.inf, 3e38
+    dp = torch.randn(6, 9, dtype=torch.float64).float().double()
+    dp[4, 1] = math.nan
+    got, want = _native(x, dp), _reference(x, dp)
+    for a, b in zip(got[:2], want[:2]):
+        assert torch.equal(a.isnan(), b.isnan())
+        assert _same(a.nan_to_num(0.0), b.nan_to_num(0.0))
+    assert got[2] == want[2]
+
+
+def test_the_native_passes_decline_what_they_do_not_take():
+    x = torch.randn(4, 6, dtype=torch.float64)
+    args = (0.1, 4.0, 8.0, True)
+    assert native.softmax(x, *args) is not None
+    assert native.softmax(x.t(), *args) is None  # not contiguous
+    assert native.softmax(x.float(), *args) is None
+    assert native.softmax(x[:0], *args) is None
+    p = native.softmax(x, *args)[0]
+    back = (ops.SOFTMAX_GRAD, 4.0, 8.0, True)
+    assert native.softmax_back(p, x, *back) is not None
+    assert native.softmax_back(p, x[:3], *back) is None  # another shape
+    assert native.softmax_back(p, x.t().contiguous().t(), *back) is None
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_recorded_gpt_steps_with_the_native_softmax_are_the_references(threads, monkeypatch):
+    """Three recorded steps with the kernel (its softmax passes in use) and on the torch path: the same
+    logs and state; the first step's log replays to the same state with the kernel on and off."""
+    cfg, opt = TINY["gpt"]["config"], DEFAULT_OPTIMIZER["gpt"]
+    model = models.build("gpt", cfg)
+    state = initial_state(models.init_params("gpt", cfg, 9), opt)
+    batch = Batches("gpt", cfg, TINY["gpt"]["batch"], 9)(0)
+    calls = []
+    forward, backward = native.softmax, native.softmax_back
+    monkeypatch.setattr(native, "softmax", lambda *a: calls.append("f") or forward(*a))
+    monkeypatch.setattr(native, "softmax_back", lambda *a: calls.append("b") or backward(*a))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        results = []
+        for lib in (native.library(), False):
+            monkeypatch.setattr(native, "_LIB", lib)
+            s, logs = state, []
+            for _ in range(3):
+                r = Rounder("record")
+                s, loss = train_step(model, s, batch, opt, "det64", r)
+                logs.append((loss, encode_log(r.entries)))
+            results.append((s, logs))
+        assert {"f", "b"} <= set(calls)
+        (s0, logs0), (s1, logs1) = results
+        assert s0.equal(s1) and logs0 == logs1
+        want, _ = train_step(model, state, batch, opt, "det64", Rounder("record"))
+        for lib in (native.library(), False):
+            monkeypatch.setattr(native, "_LIB", lib)
+            got, _ = train_step(model, state, batch, opt, "det64", Rounder("replay", entries=decode_log(logs0[0][1])))
+            assert got.equal(want)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_probability_on_a_rounding_midpoint_is_logged_as_the_reference_logs_it():
+    """The forward's rounding after torch's exp: exponentials whose quotients are exact, one of them the
+    midpoint 1 - 2^-25 between float32's 1 - 2^-24 and 1 (a close call whatever the bound's size), the
+    others exact float32s: the reference's p and entries (its post-exp ops on the same exponentials)."""
+    e = torch.tensor([[2 - 2.0**-24, 2.0**-24], [1.0, 1.0], [3.0, 1.0]], dtype=torch.float64)
+    c = determinism.gamma(2 + 10)
+    r = Rounder("record")
+    lib, native._LIB = native._LIB, False
+    try:
+        p_ref = e / e.sum(-1, keepdim=True)
+        want = r.full(0, p_ref, lambda: p_ref * c, p_ref.shape)
+    finally:
+        native._LIB = lib
+    got, (entries,) = native._softmax_pass(native.library(), e, None, e.clone(), (c, 0.0, 0.0), 4.0, 8.0, True)
+    assert _same(got, want) and r.entries == {0: entries} and entries[0] == [0]
