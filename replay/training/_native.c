@@ -69,6 +69,24 @@ void rp_round(const double *v, double *out, int64_t n, int64_t threads) {
     for (int64_t i = 0; i < n; i++) out[i] = (double)(float)v[i];
 }
 
+/* rp_round and rp_max_abs in one pass (a replay's logged point needs both): the rounded values, and the
+   max |v| rp_max_abs returns. */
+double rp_round_max(const double *v, double *out, int64_t n, int64_t threads) {
+    uint64_t top = 0;
+#pragma omp parallel for simd reduction(max : top) schedule(static) num_threads((int)threads) if (threads > 1)
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t b;
+        memcpy(&b, v + i, sizeof b);
+        b &= 0x7FFFFFFFFFFFFFFFull;
+        top = b > top ? b : top;
+        out[i] = (double)(float)v[i];
+    }
+    if (top > 0x7FF0000000000000ull) return NAN;
+    double m;
+    memcpy(&m, &top, sizeof m);
+    return m;
+}
+
 /* Element j's window in a row of a product: (ni * nb[j] + (bias_i + bcol[j])) * safety (Cauchy-Schwarz
    and the bias, SAFETY included). */
 static inline double row_window(double ni, double nbj, double bias_i, double bcolj, double safety) {
@@ -723,6 +741,11 @@ typedef struct {
     int64_t *idx, *code;
     int64_t cap; /* < 0: no log kept (a replay whose log names neither point) */
     int64_t *counts;
+    /* A replay whose log names a point here goes in stages, the rounder applying each point between them:
+       raw (4 x rows: mu's values and bounds, then var's) kept and the pass stopped before the first point
+       whose rounded values are not given (mu_in, var_in: rows each); NULL raw: one whole pass. */
+    double *raw;
+    const double *mu_in, *var_in;
 } ln_args_t;
 
 /* LayerNorm over rows of n (x, y, xhat contiguous (rows, n); w, b (n); rstd (rows)): per row,
@@ -731,7 +754,7 @@ typedef struct {
    forward. Points mu, var (row indices); returns their close calls as rp_full does, -1 out of memory. */
 int64_t rp_layer_norm(const ln_args_t *a) {
     int64_t rows = a->rows, n = a->n;
-    double *pv = malloc(sizeof(double) * (4 * rows + 1));
+    double *pv = a->raw ? a->raw : malloc(sizeof(double) * (4 * rows + 1));
     if (!pv) return -1;
     double *mu_v = pv, *mu_e = pv + rows, *var_v = pv + 2 * rows, *var_e = pv + 3 * rows;
     int nt = a->threads > 1 && rows > 1 ? (int)(a->threads < rows ? a->threads : rows) : 1;
@@ -739,16 +762,26 @@ int64_t rp_layer_norm(const ln_args_t *a) {
     for (int64_t i = 0; i < rows; i++) {
         const double *xr = a->x + i * n;
         double *hr = a->xhat + i * n, *yr = a->y + i * n, s, sa, q, qa;
-        lane_sums(xr, n, &s, &sa);
-        mu_v[i] = s * a->inv_n, mu_e[i] = sa * a->g_mean;
-        double mu = (double)(float)mu_v[i];
+        if (!a->mu_in) {
+            lane_sums(xr, n, &s, &sa);
+            mu_v[i] = s * a->inv_n, mu_e[i] = sa * a->g_mean;
+            if (a->raw) continue; /* stage: mu for the rounder */
+        }
+        double mu = a->mu_in ? a->mu_in[i] : (double)(float)mu_v[i];
         for (int64_t j = 0; j < n; j++) hr[j] = xr[j] - mu;
-        for (int64_t j = 0; j < n; j++) yr[j] = hr[j] * hr[j]; /* d * d, summed from y's room */
-        lane_sums(yr, n, &q, &qa);
-        var_v[i] = q * a->inv_n, var_e[i] = var_v[i] * a->g_var;
-        double r = 1.0 / sqrt((double)(float)var_v[i] + a->eps);
+        if (!a->var_in) {
+            for (int64_t j = 0; j < n; j++) yr[j] = hr[j] * hr[j]; /* d * d, summed from y's room */
+            lane_sums(yr, n, &q, &qa);
+            var_v[i] = q * a->inv_n, var_e[i] = var_v[i] * a->g_var;
+            if (a->raw) continue; /* stage: var for the rounder */
+        }
+        double r = 1.0 / sqrt((a->var_in ? a->var_in[i] : (double)(float)var_v[i]) + a->eps);
         a->rstd[i] = r;
         for (int64_t j = 0; j < n; j++) hr[j] = hr[j] * r, yr[j] = hr[j] * a->w[j] + a->b[j];
+    }
+    if (a->raw || a->mu_in) { /* a stage: no log (the rounder applies the replay's) */
+        if (!a->raw) free(pv);
+        return 0;
     }
     double *v2[2] = {mu_v, var_v}, *e2[2] = {mu_e, var_e};
     int64_t count[2] = {rows, rows};
@@ -766,6 +799,10 @@ typedef struct {
     int64_t *idx, *code;
     int64_t cap;
     int64_t *counts;
+    /* in stages as rp_layer_norm's: raw (4 x n, then 4 x rows: dw's, db's, a's and c's values and bounds)
+       kept and dx not formed; then dx alone from the rounder's a and c (a_in, c_in: rows each) */
+    double *raw;
+    const double *a_in, *c_in;
 } ln_back_args_t;
 
 /* LayerNorm's backward (dy, xhat, dx contiguous (rows, n); rstd (rows); w, dw, db (n)): dw = round(sum over
@@ -775,11 +812,11 @@ typedef struct {
    (row indices), in that order. */
 int64_t rp_layer_norm_back(const ln_back_args_t *a) {
     int64_t rows = a->rows, n = a->n;
-    double *pv = malloc(sizeof(double) * (4 * n + 4 * rows + 1));
+    double *pv = a->raw ? a->raw : malloc(sizeof(double) * (4 * n + 4 * rows + 1));
     if (!pv) return -1;
     double *dw_v = pv, *dw_e = pv + n, *db_v = pv + 2 * n, *db_e = pv + 3 * n;
     double *a_v = pv + 4 * n, *a_e = a_v + rows, *c_v = a_v + 2 * rows, *c_e = a_v + 3 * rows;
-    int64_t blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+    int64_t blocks = a->a_in ? 0 : (n + NORM_BLOCK - 1) / NORM_BLOCK; /* dx alone: the rounder has dw, db */
     int nb = a->threads > 1 && blocks > 1 ? (int)(a->threads < blocks ? a->threads : blocks) : 1;
 #pragma omp parallel for schedule(static) num_threads(nb) if (nb > 1)
     for (int64_t blk = 0; blk < blocks; blk++) { /* columns: each sums its rows in order, vectors across columns */
@@ -803,21 +840,29 @@ int64_t rp_layer_norm_back(const ln_back_args_t *a) {
         const double *dr = a->dy + i * n, *hr = a->xhat + i * n;
         double *xr = a->dx + i * n, sg, sga, sx, sxa;
         for (int64_t j = 0; j < n; j++) xr[j] = dr[j] * a->w[j]; /* g, in dx's room */
-        lane_sums(xr, n, &sg, &sga);
-        double gx[ACC], s[ACC] = {0}, m[ACC] = {0};
-        sx = sxa = 0;
-        int64_t j = 0;
-        for (; j + ACC <= n; j += ACC)
-            for (int l = 0; l < ACC; l++) gx[l] = xr[j + l] * hr[j + l], s[l] += gx[l], m[l] += fabs(gx[l]);
-        for (; j < n; j++) {
-            double t = xr[j] * hr[j];
-            sx += t, sxa += fabs(t);
+        if (!a->a_in) {
+            lane_sums(xr, n, &sg, &sga);
+            double gx[ACC], s[ACC] = {0}, m[ACC] = {0};
+            sx = sxa = 0;
+            int64_t j = 0;
+            for (; j + ACC <= n; j += ACC)
+                for (int l = 0; l < ACC; l++) gx[l] = xr[j + l] * hr[j + l], s[l] += gx[l], m[l] += fabs(gx[l]);
+            for (; j < n; j++) {
+                double t = xr[j] * hr[j];
+                sx += t, sxa += fabs(t);
+            }
+            for (int l = 0; l < ACC; l++) sx += s[l], sxa += m[l];
+            a_v[i] = sg * a->inv_n, a_e[i] = sga * a->g_mean;
+            c_v[i] = sx * a->inv_n, c_e[i] = sxa * a->g_mean;
+            if (a->raw) continue; /* stage: the points for the rounder */
         }
-        for (int l = 0; l < ACC; l++) sx += s[l], sxa += m[l];
-        a_v[i] = sg * a->inv_n, a_e[i] = sga * a->g_mean;
-        c_v[i] = sx * a->inv_n, c_e[i] = sxa * a->g_mean;
-        double ar = (double)(float)a_v[i], cr = (double)(float)c_v[i], r = a->rstd[i];
-        for (j = 0; j < n; j++) xr[j] = ((xr[j] - ar) - hr[j] * cr) * r;
+        double ar = a->a_in ? a->a_in[i] : (double)(float)a_v[i], cr = a->c_in ? a->c_in[i] : (double)(float)c_v[i];
+        double r = a->rstd[i];
+        for (int64_t j = 0; j < n; j++) xr[j] = ((xr[j] - ar) - hr[j] * cr) * r;
+    }
+    if (a->raw || a->a_in) { /* a stage: no log (the rounder applies the replay's) */
+        if (!a->raw) free(pv);
+        return 0;
     }
     double *v4[4] = {dw_v, db_v, a_v, c_v}, *e4[4] = {dw_e, db_e, a_e, c_e};
     int64_t count[4] = {n, n, rows, rows};

@@ -1004,7 +1004,9 @@ class Rounder:
         if self.mode == "record" and bound.max > 0:
             r = self._record(key, v, bound)
         else:
-            r = _round(v)
+            # a logged point on the CPU's kernel: its rounding and its scale (`_apply`) in one pass
+            scaled = native.round_scaled(v) if self.mode == "replay" and key in self._entries else None
+            r, scale = scaled if scaled is not None else (_round(v), None)
             if self.mode == "replay" and bound.max > 0 and self.learn is not None:
                 self.learn.append((key, r.numel()))
             if self.mode == "replay" and bound.max > 0 and self.static is not None:
@@ -1016,7 +1018,7 @@ class Rounder:
                 # decisions are cheaper than the device path's element-wise ops (REPLAY_NATIVE=0 runs
                 # the device path on the CPU, so that CI tests what accelerators run)
                 host = not self.defer or (v.is_cpu and native.library() is not None)
-                r = self._apply(key, v, r, bound) if host else self._apply_deferred(key, v, r, bound)
+                r = self._apply(key, v, r, bound, scale) if host else self._apply_deferred(key, v, r, bound)
         if self.trace is not None:
             self.trace.append((key, self.name(key), r.detach().float()))
         return self._noted(r)
@@ -1051,16 +1053,18 @@ class Rounder:
                 return self._noted(_round(v))
         return self(key, v, full_bound(err, shape, steers, scale))
 
-    def fused_mode(self, keys) -> bool | None:
-        """How an op may form these rounding points in one native pass (ops' layer norm): True, logging their
-        close calls (`record_points`), in a CPU recording; False, as plain rounding, in a replay whose log
-        names none of them; None where each point goes through `full` (a GPU, the torch path, a tracer, a
-        perturbation, a log entry there)."""
+    def fused_mode(self, keys) -> str | None:
+        """How an op may form these rounding points through native passes (ops' layer norm, softmax): "record",
+        logging their close calls (`record_points`), in a CPU recording; "plain", as plain rounding, in a replay
+        whose log names none of them; "staged", each point through `full` between the passes, in a replay whose
+        log names one; None where the op takes its own path (a GPU, the torch path, a tracer, a perturbation)."""
         if not (self._direct() and native.library() is not None):
             return None
         if self.mode == "record":
-            return True
-        return False if all(self._unlogged(k) for k in keys) else None
+            return "record"
+        if self.learn is not None or self.static is not None:
+            return None
+        return "plain" if all(k not in self._entries for k in keys) else "staged"
 
     def record_points(self, keys, points, rounded=()) -> None:
         """A fused pass's close calls [(indices, codes)] per point kept, and its rounded outputs that leave
@@ -1282,7 +1286,7 @@ class Rounder:
             )
         return f"rounding point {self.name(key)}: logged element {element} is not a close call"
 
-    def _apply(self, key, v, r, bound):
+    def _apply(self, key, v, r, bound, scale=None):
         """Apply the log's entries at this point to r (float64 of float32s, a fresh tensor: changed in place).
 
         A handful of entries per point: decided on Python floats and ints, whose arithmetic and
@@ -1301,7 +1305,7 @@ class Rounder:
         flat = r.view(-1)
         own = None
         out = []
-        scale = native.max_abs(v)
+        scale = native.max_abs(v) if scale is None else scale  # max |v|: given where the rounding pass found it
         if scale is None:
             scale = float(max_abs(v.detach())) if v.numel() else 0.0
         if bound.scale is not None:

@@ -52,8 +52,8 @@ _p = ctypes.c_void_p
 # of 29 arguments was most of a small rounding point's cost; the library says its sizes (`rp_args_sizes`).
 _DOT_ARGS = struct.Struct("=2Q6qQ5qQ5qQq4dq2Qq")
 _FULL_ARGS = struct.Struct("=2Q2qQq2dq2Qq")
-_LN_ARGS = struct.Struct("=6Q2q6dq2QqQ")  # ln_args_t
-_LN_BACK_ARGS = struct.Struct("=7Q2q5dq2QqQ")  # ln_back_args_t
+_LN_ARGS = struct.Struct("=6Q2q6dq2QqQ3Q")  # ln_args_t
+_LN_BACK_ARGS = struct.Struct("=7Q2q5dq2QqQ3Q")  # ln_back_args_t
 _SOFTMAX_ARGS = struct.Struct("=3Q2q5dq2Qq")  # softmax_args_t
 
 
@@ -128,6 +128,7 @@ def _load():
     lib.rp_max_abs.argtypes = [_p, _i, _i]
     lib.rp_max_abs.restype = _d
     lib.rp_round.argtypes = [_p, _p, _i, _i]
+    lib.rp_round_max.argtypes, lib.rp_round_max.restype = [_p, _p, _i, _i], _d
     lib.rp_round.restype = None
     lib.rp_args_size.argtypes, lib.rp_args_size.restype = [_i], _i
     if ctypes.sizeof(_p) != 8 or not _blocks_match(lib):
@@ -226,6 +227,15 @@ def round_f32(v: torch.Tensor) -> torch.Tensor:
     out = torch.empty_like(v, memory_format=torch.contiguous_format)
     library().rp_round(v.data_ptr(), out.data_ptr(), v.numel(), threads(v))
     return out
+
+
+def round_scaled(v: torch.Tensor) -> tuple[torch.Tensor, float] | None:
+    """(round_f32(v), max_abs(v)) in one pass, or None where the kernel cannot take v (CPU float64 contiguous)."""
+    lib = library()
+    if lib is None or not (v.is_contiguous() and usable(v)):
+        return None
+    out = torch.empty_like(v, memory_format=torch.contiguous_format)
+    return out, lib.rp_round_max(v.data_ptr(), out.data_ptr(), v.numel(), threads(v))
 
 
 def _collect(call, cap: int):
@@ -456,9 +466,9 @@ def layer_norm(x, w, b, eps: float, g_mean: float, g_var: float, safety: float, 
     []), or None where the kernel cannot take these tensors (CPU float64, x contiguous, w and b of x's last
     dim) or ran out of memory. g_mean and g_var: the points' bound factors (ops); safety and wide as in
     determinism.py."""
-    n = x.shape[-1] if x.dim() else 0
-    if not (library() and n and x.numel() and x.is_contiguous() and usable(x) and _vectors_ok(n, w, b)):
+    if not _forward_ok(x, w, b):
         return None
+    n = x.shape[-1]
     rows = x.numel() // n
     y, xhat = torch.empty_like(x), torch.empty_like(x)
     rstd = torch.empty(x.shape[:-1] + (1,), dtype=torch.float64)
@@ -468,21 +478,74 @@ def layer_norm(x, w, b, eps: float, g_mean: float, g_var: float, safety: float, 
     return None if points is None else (y, xhat, rstd, points)
 
 
+def layer_norm_staged(x, w, b, eps: float, g_mean: float, g_var: float, point):
+    """`layer_norm` in a replay whose log names one of its points: the kernel stops at each point, whose
+    values and bounds point(slot, values, bounds) rounds (the rounder, applying the log there: it may raise
+    LogMismatch), and goes on from the rounded values: (y, xhat, rstd), or None where the kernel cannot take
+    these tensors."""
+    if not _forward_ok(x, w, b):
+        return None
+    n, lib = x.shape[-1], library()
+    rows = x.numel() // n
+    y, xhat = torch.empty_like(x), torch.empty_like(x)
+    rstd, raw = torch.empty(x.shape[:-1] + (1,), dtype=torch.float64), torch.empty(4, rows, dtype=torch.float64)
+    ptrs = (x, w, b, y, xhat, rstd)
+    head = (*(t.data_ptr() for t in ptrs), rows, n, 1.0 / n, g_mean, g_var, eps, 0.0, 0.0, threads(x), 0, 0, -1, 0)
+    run = lambda *stage: lib.rp_layer_norm(_LN_ARGS.pack(*head, *stage))
+    if run(raw.data_ptr(), 0, 0) < 0:
+        return None
+    mu = point(0, raw[0], raw[1]).contiguous()
+    run(raw.data_ptr(), mu.data_ptr(), 0)
+    var = point(1, raw[2], raw[3]).contiguous()
+    return None if run(0, mu.data_ptr(), var.data_ptr()) < 0 else (y, xhat, rstd)
+
+
 def layer_norm_back(dy, xhat, rstd, w, g_mean: float, g_rows: float, safety: float, wide: float, log: bool):
     """ops._LayerNorm's backward in one pass (`rp_layer_norm_back`): (dx, dw, db, points), points those of
     its rounding points dw, db, a and c, as `layer_norm`; None where the kernel cannot take these tensors."""
-    n = xhat.shape[-1] if xhat.dim() else 0
-    ok = n and dy.shape == xhat.shape and rstd.numel() * n == xhat.numel() and _vectors_ok(n, w)
-    if not (library() and ok and xhat.numel() and all(t.is_contiguous() for t in (dy, xhat, rstd))):
+    if not _back_ok(dy, xhat, rstd, w):
         return None
-    if not usable(dy, xhat, rstd):
-        return None
+    n = xhat.shape[-1]
     rows = xhat.numel() // n
     dx, dw, db = torch.empty_like(xhat), torch.empty(n, dtype=torch.float64), torch.empty(n, dtype=torch.float64)
     ptrs = (dy, xhat, rstd, w, dx, dw, db)
     head = (*(t.data_ptr() for t in ptrs), rows, n, 1.0 / n, g_mean, g_rows, safety, wide, threads(xhat))
     points = _points(library().rp_layer_norm_back, _LN_BACK_ARGS, head, (n, n, rows, rows), log)
     return None if points is None else (dx, dw, db, points)
+
+
+def layer_norm_back_staged(dy, xhat, rstd, w, g_mean: float, g_rows: float, point):
+    """`layer_norm_back` in stages, as `layer_norm_staged`: the four points' values and bounds to point(slot,
+    values, bounds) (slots 2 to 5: dw, db, a, c), then dx from the rounded a and c: (dx, dw, db), or None."""
+    if not _back_ok(dy, xhat, rstd, w):
+        return None
+    n, lib = xhat.shape[-1], library()
+    rows = xhat.numel() // n
+    dx, raw = torch.empty_like(xhat), torch.empty(4 * n + 4 * rows, dtype=torch.float64)
+    spare = torch.empty(2 * n, dtype=torch.float64)  # the first stage's rounded dw and db: the rounder's are kept
+    ptrs = (dy, xhat, rstd, w, dx, spare, spare[n:])
+    head = (*(t.data_ptr() for t in ptrs), rows, n, 1.0 / n, g_mean, g_rows, 0.0, 0.0, threads(xhat), 0, 0, -1, 0)
+    run = lambda *stage: lib.rp_layer_norm_back(_LN_BACK_ARGS.pack(*head, *stage))
+    if run(raw.data_ptr(), 0, 0) < 0:
+        return None
+    starts = (0, n, 2 * n, 3 * n, 4 * n, 4 * n + rows, 4 * n + 2 * rows, 4 * n + 3 * rows, 4 * n + 4 * rows)
+    parts = [raw[lo:hi] for lo, hi in zip(starts, starts[1:])]
+    dw, db, a, c = (point(slot, parts[2 * i], parts[2 * i + 1]).contiguous() for i, slot in enumerate((2, 3, 4, 5)))
+    return None if run(0, a.data_ptr(), c.data_ptr()) < 0 else (dx, dw, db)
+
+
+def _back_ok(dy, xhat, rstd, w) -> bool:
+    """A layer norm's backward operands as the kernel reads them."""
+    n = xhat.shape[-1] if xhat.dim() else 0
+    if not (library() and n and xhat.numel() and dy.shape == xhat.shape and rstd.numel() * n == xhat.numel()):
+        return False
+    return _vectors_ok(n, w) and all(t.is_contiguous() for t in (dy, xhat, rstd)) and usable(dy, xhat, rstd)
+
+
+def _forward_ok(x, w, b) -> bool:
+    """A layer norm's forward operands as the kernel reads them."""
+    n = x.shape[-1] if x.dim() else 0
+    return bool(library() and n and x.numel() and x.is_contiguous() and usable(x) and _vectors_ok(n, w, b))
 
 
 def softmax(x: torch.Tensor, c: float, safety: float, wide: float, log: bool):
@@ -527,13 +590,14 @@ def _vectors_ok(n: int, *vectors: torch.Tensor) -> bool:
 
 
 def _points(fn, block: struct.Struct, head: tuple, sizes: tuple[int, ...], log: bool):
-    """Run a fused op's kernel (its argument block `head`, then idx, code, cap, counts): its points' close
-    calls [(indices, codes)] in order where `log`, [] where not, None where it failed."""
+    """Run a fused op's kernel in one whole pass (its argument block `head`, then idx, code, cap, counts, and
+    no stages): its points' close calls [(indices, codes)] in order where `log`, [] where not, None where it
+    failed."""
     counts = (ctypes.c_int64 * len(sizes))()
     at = ctypes.addressof(counts)
     if not log:
-        return [] if fn(block.pack(*head, 0, 0, -1, at)) >= 0 else None
-    got = _collect(lambda ip, cp, cap: fn(block.pack(*head, ip, cp, cap, at)), max(1024, sum(sizes) >> 6))
+        return [] if fn(block.pack(*head, 0, 0, -1, at, 0, 0, 0)) >= 0 else None
+    got = _collect(lambda ip, cp, cap: fn(block.pack(*head, ip, cp, cap, at, 0, 0, 0)), max(1024, sum(sizes) >> 6))
     if got is None:
         return None
     idx, codes, start, points = *got, 0, []

@@ -156,13 +156,15 @@ class _Softmax(torch.autograd.Function):
 
 
 SOFTMAX_GRAD = (U * (1 + 2.0**-20), 1 + 2.0**-40, 4 * U)  # softmax_grad_bound's constants (c, k, u4)
+_PASSES = ("record", "plain")  # the fused_mode of a native pass that rounds its own points
 
 
 def _softmax_native(R, key: int, x):
     """_Softmax's forward through the kernel's passes (torch's exp between them; the sum in another order),
     where the rounder lets it (`Rounder.fused_mode`) and the kernel takes x: p, else None."""
-    log = R.fused_mode((key,))
-    got = None if log is None else native.softmax(x.contiguous(), gamma(x.shape[-1] + 10), SAFETY, WIDE, log)
+    mode = R.fused_mode((key,))  # (a logged point: the reference's, through the rounder)
+    log = mode == "record"
+    got = native.softmax(x.contiguous(), gamma(x.shape[-1] + 10), SAFETY, WIDE, log) if mode in _PASSES else None
     if got is None:
         return None
     R.record_points((key,), got[1], got[:1])
@@ -172,8 +174,9 @@ def _softmax_native(R, key: int, x):
 def _softmax_back_native(R, key: int, p, dp):
     """_Softmax's backward in one kernel pass (r = sum(p * dp) in another order: the bound covers it), as
     `_softmax_native`: dx, else None."""
-    log = R.fused_mode((key,))
-    got = None if log is None else native.softmax_back(p, dp.contiguous(), SOFTMAX_GRAD, SAFETY, WIDE, log)
+    mode = R.fused_mode((key,))
+    log = mode == "record"
+    got = native.softmax_back(p, dp.contiguous(), SOFTMAX_GRAD, SAFETY, WIDE, log) if mode in _PASSES else None
     if got is None:
         return None
     R.record_points((key,), got[1], got[:1])
@@ -252,26 +255,35 @@ class _LayerNorm(torch.autograd.Function):
 def _layer_norm_native(R, key: int, x, w, b, eps: float):
     """_LayerNorm's forward in one native pass (the same operations, its sums in another order), where the
     rounder lets it (`Rounder.fused_mode`) and the kernel takes these tensors: (y, xhat, rstd), else None."""
-    log = R.fused_mode((key, key + 1))
-    if log is None:
+    mode = R.fused_mode((key, key + 1))
+    if mode is None:
         return None
-    n = x.shape[-1]
-    got = native.layer_norm(x.contiguous(), w, b, eps, gamma(n + 1) / n, gamma(n + 1), SAFETY, WIDE, log)
+    n, x = x.shape[-1], x.contiguous()
+    if mode == "staged":  # each point through the rounder (a replay's log names one), between the kernel's stages
+        return native.layer_norm_staged(x, w, b, eps, gamma(n + 1) / n, gamma(n + 1), _through(R, key))
+    got = native.layer_norm(x, w, b, eps, gamma(n + 1) / n, gamma(n + 1), SAFETY, WIDE, mode == "record")
     if got is None:
         return None
     R.record_points((key, key + 1), got[3])
     return got[:3]
 
 
+def _through(R, key: int):
+    """A staged op's rounding point: slot's values with their bounds per element through the rounder."""
+    return lambda slot, v, e: R.full(key + slot, v, e, v.shape)
+
+
 def _layer_norm_back_native(R, key: int, dy, xhat, rstd, w):
     """_LayerNorm's backward in one native pass, as `_layer_norm_native`: (dx, dw, db), else None."""
     keys = (key + 2, key + 3, key + 4, key + 5)
-    log = R.fused_mode(keys)
-    if log is None:
+    mode = R.fused_mode(keys)
+    if mode is None:
         return None
-    n = xhat.shape[-1]
+    n, dy = xhat.shape[-1], dy.contiguous()
     rows = xhat.numel() // n if n else 0
-    got = native.layer_norm_back(dy.contiguous(), xhat, rstd, w, gamma(n + 1) / n, gamma(rows), SAFETY, WIDE, log)
+    if mode == "staged":
+        return native.layer_norm_back_staged(dy, xhat, rstd, w, gamma(n + 1) / n, gamma(rows), _through(R, key))
+    got = native.layer_norm_back(dy, xhat, rstd, w, gamma(n + 1) / n, gamma(rows), SAFETY, WIDE, mode == "record")
     if got is None:
         return None
     R.record_points(keys, got[3])

@@ -181,28 +181,63 @@ def test_recorded_gpt_steps_are_the_same_with_and_without_the_kernel(threads, mo
         torch.set_num_threads(before)
 
 
+def _ln_step(rounder, x, w, b, dy):
+    """One layer norm's forward and backward under `rounder`, settled as a step is (`finish`: the torch path
+    decides a replay's entries there): (y, dx, dw, db)."""
+    x, w, b = (t.clone().requires_grad_() for t in (x, w, b))
+    with determinism.rounding(rounder):
+        y = ops.Det.layer_norm(x, w, b, "ln")
+        y.backward(dy)
+    rounder.finish()
+    return y.detach(), x.grad, w.grad, b.grad
+
+
+def _midpoint_case():
+    """Means on rounding midpoints in the forward (rows 2, 5 of x) and in the backward (rows 1, 6 of dy, w all
+    ones: a = mean(dy * w)), so that a recording logs both passes' points."""
+    g = torch.Generator().manual_seed(4)
+    x, dy = (_f32(torch.randn(8, 16, dtype=torch.float64, generator=g)) for _ in range(2))
+    _midpoint_rows(x, [2, 5])
+    _midpoint_rows(dy, [1, 6])
+    return x, torch.ones(16, dtype=torch.float64), _f32(torch.randn(16, dtype=torch.float64, generator=g)), dy
+
+
 @needs_kernel
-def test_a_replay_whose_log_names_a_layer_norm_point_takes_the_reference(monkeypatch):
-    """A logged entry at a layer norm's point is applied by the rounder (the reference path); the fused
-    pass runs only where the log names none of its points, and then rounds plainly."""
-    x = _f32(torch.randn(8, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(4)))
-    _midpoint_rows(x, [2])
-    w, b = torch.ones(16, dtype=torch.float64), torch.zeros(16, dtype=torch.float64)
+def test_a_replay_whose_log_names_layer_norm_points_goes_in_stages_as_the_reference(monkeypatch):
+    """A log naming a layer norm's points: the kernel stops at each point and the rounder applies the log
+    there (`layer_norm_staged`, `layer_norm_back_staged`); the same outputs as the torch path's replay, with the
+    log as recorded, with parities flipped (the other neighbour of a midpoint: a different, accepted result),
+    and the same refusal for an entry that is not a close call. A log naming none: one plain pass each way."""
+    x, w, b, dy = _midpoint_case()
     rec = Rounder("record")
-    with determinism.rounding(rec):
-        y_rec = ops.Det.layer_norm(x, w, b, "ln")
-    idx, codes = rec.entries[0]
-    assert 2 in idx
-    # row 2's parity flipped: the other neighbour of its midpoint (inside the window), a different mean
-    steered = {**rec.entries, 0: (idx, [not c if i == 2 else c for i, c in zip(idx, codes)])}
-    calls = []
-    fused = native.layer_norm
-    monkeypatch.setattr(native, "layer_norm", lambda *a: calls.append(1) or fused(*a))
-    for entries, expect_fused in (({}, True), (steered, False)):
-        calls.clear()
-        r = Rounder("replay", entries=dict(entries))
-        with determinism.rounding(r):
-            y = ops.Det.layer_norm(x, w, b, "ln")
-        assert bool(calls) is expect_fused
-        differs = ~(y == y_rec).all(-1)
-        assert differs.nonzero().flatten().tolist() == ([2] if entries else [])
+    recorded = _ln_step(rec, x, w, b, dy)
+    assert {2, 5} <= set(rec.entries[0][0]) and {1, 6} <= set(rec.entries[4][0])
+    staged = []
+    for name in ("layer_norm", "layer_norm_staged", "layer_norm_back", "layer_norm_back_staged"):
+        fn = getattr(native, name)
+        monkeypatch.setattr(native, name, lambda *a, fn=fn, name=name: staged.append(name) or fn(*a))
+
+    def flipped(key, row):
+        idx, codes = rec.entries[key]
+        return {**rec.entries, key: (idx, [not c if i == row else c for i, c in zip(idx, codes)])}
+
+    def replay(entries, lib):
+        monkeypatch.setattr(native, "_LIB", lib)
+        try:
+            return _ln_step(Rounder("replay", entries=dict(entries)), x, w, b, dy)
+        except determinism.LogMismatch as exc:
+            return str(exc)
+
+    not_a_close_call = {**rec.entries, 4: ([0], [True])}  # row 0's mean is far from any midpoint
+    for entries in (rec.entries, flipped(0, 5), flipped(4, 6), not_a_close_call, {}):
+        staged.clear()
+        got, want = replay(entries, native.library()), replay(entries, False)
+        assert staged == (
+            ["layer_norm", "layer_norm_back"] if not entries else ["layer_norm_staged", "layer_norm_back_staged"]
+        )
+        if isinstance(want, str):
+            assert got == want and "not a close call" in want
+            continue
+        assert all(torch.equal(a.view(torch.int64), c.view(torch.int64)) for a, c in zip(got, want))
+        if entries is not rec.entries and entries:
+            assert not all(torch.equal(a, c) for a, c in zip(got, recorded))  # not vacuous: the flip took

@@ -775,6 +775,12 @@ def test_the_largest_magnitude_is_torchs(values):
     with _threads(3):
         again = native.max_abs(v)
     assert again == got or (again != again and got != got)
+    for n in (1, 3):  # a replay's logged point: its rounding and this scale in one pass
+        with _threads(n):
+            rounded, scale = native.round_scaled(v)
+        assert torch.equal(rounded.view(torch.int64), v.float().double().view(torch.int64))
+        assert scale == got or (scale != scale and got != got)
+        assert math.copysign(1.0, scale) == 1.0
 
 
 @pytest.mark.parametrize(
