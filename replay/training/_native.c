@@ -743,7 +743,8 @@ typedef struct {
     int64_t *counts;
     /* A replay whose log names a point here goes in stages, the rounder applying each point between them:
        raw (4 x rows: mu's values and bounds, then var's) kept and the pass stopped before the first point
-       whose rounded values are not given (mu_in, var_in: rows each); NULL raw: one whole pass. */
+       whose rounded values are not given (mu_in, var_in: rows each); every stage passes raw (so none
+       allocates, and none can fail after the rounder has applied a point). NULL raw: one whole pass. */
     double *raw;
     const double *mu_in, *var_in;
 } ln_args_t;
@@ -799,8 +800,8 @@ typedef struct {
     int64_t *idx, *code;
     int64_t cap;
     int64_t *counts;
-    /* in stages as rp_layer_norm's: raw (4 x n, then 4 x rows: dw's, db's, a's and c's values and bounds)
-       kept and dx not formed; then dx alone from the rounder's a and c (a_in, c_in: rows each) */
+    /* in stages as rp_layer_norm's (raw passed to each): raw (4 x n, then 4 x rows: dw's, db's, a's and c's
+       values and bounds) kept and dx not formed; then dx alone from the rounder's a and c (a_in, c_in) */
     double *raw;
     const double *a_in, *c_in;
 } ln_back_args_t;

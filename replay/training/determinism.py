@@ -207,11 +207,11 @@ def sqrt_(t: torch.Tensor) -> torch.Tensor:
     """t.sqrt_(), correctly rounded on every device: IEEE-754's square root, the same bits everywhere. torch's
     CPU kernel is not (2.13's errs by an ulp in ~0.7% of float64 values, whatever ATEN_CPU_CAPABILITY), a
     GPU's is; NumPy's is the processor's own instruction (or libm's sqrt, correctly rounded too)."""
-    if t.device.type != "cpu":
+    if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64):
         return t.sqrt_()
     with np.errstate(invalid="ignore"):  # a negative value gives NaN, as torch's does, without a warning
-        np.sqrt(t.detach().numpy(), out=t.detach().numpy())
-    return t
+        root = np.sqrt(t.detach().numpy())
+    return t.copy_(torch.from_numpy(root))  # through torch: t's version counter moves, as an in-place op's does
 
 
 def sqrt_each_(tensors: list) -> None:
@@ -1005,7 +1005,8 @@ class Rounder:
             r = self._record(key, v, bound)
         else:
             # a logged point on the CPU's kernel: its rounding and its scale (`_apply`) in one pass
-            scaled = native.round_scaled(v) if self.mode == "replay" and key in self._entries else None
+            logged = self.mode == "replay" and self.static is None and v.is_cpu and key in self._entries
+            scaled = native.round_scaled(v) if logged else None
             r, scale = scaled if scaled is not None else (_round(v), None)
             if self.mode == "replay" and bound.max > 0 and self.learn is not None:
                 self.learn.append((key, r.numel()))

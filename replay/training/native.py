@@ -491,13 +491,21 @@ def layer_norm_staged(x, w, b, eps: float, g_mean: float, g_var: float, point):
     rstd, raw = torch.empty(x.shape[:-1] + (1,), dtype=torch.float64), torch.empty(4, rows, dtype=torch.float64)
     ptrs = (x, w, b, y, xhat, rstd)
     head = (*(t.data_ptr() for t in ptrs), rows, n, 1.0 / n, g_mean, g_var, eps, 0.0, 0.0, threads(x), 0, 0, -1, 0)
-    run = lambda *stage: lib.rp_layer_norm(_LN_ARGS.pack(*head, *stage))
-    if run(raw.data_ptr(), 0, 0) < 0:
+    run = lambda *given: lib.rp_layer_norm(_LN_ARGS.pack(*head, raw.data_ptr(), *given))  # stages allocate nothing
+    if run(0, 0) < 0:
         return None
     mu = point(0, raw[0], raw[1]).contiguous()
-    run(raw.data_ptr(), mu.data_ptr(), 0)
+    _staged(run(mu.data_ptr(), 0))
     var = point(1, raw[2], raw[3]).contiguous()
-    return None if run(0, mu.data_ptr(), var.data_ptr()) < 0 else (y, xhat, rstd)
+    _staged(run(mu.data_ptr(), var.data_ptr()))
+    return y, xhat, rstd
+
+
+def _staged(status: int) -> None:
+    """A stage after the rounder has applied a point's entries cannot hand the op back to the torch path,
+    which would meet those points again without them: it cannot fail (no allocation), and if it did, says so."""
+    if status < 0:
+        raise MemoryError("replay: a layer norm's kernel stage failed after its points were applied")
 
 
 def layer_norm_back(dy, xhat, rstd, w, g_mean: float, g_rows: float, safety: float, wide: float, log: bool):
@@ -525,13 +533,14 @@ def layer_norm_back_staged(dy, xhat, rstd, w, g_mean: float, g_rows: float, poin
     spare = torch.empty(2 * n, dtype=torch.float64)  # the first stage's rounded dw and db: the rounder's are kept
     ptrs = (dy, xhat, rstd, w, dx, spare, spare[n:])
     head = (*(t.data_ptr() for t in ptrs), rows, n, 1.0 / n, g_mean, g_rows, 0.0, 0.0, threads(xhat), 0, 0, -1, 0)
-    run = lambda *stage: lib.rp_layer_norm_back(_LN_BACK_ARGS.pack(*head, *stage))
-    if run(raw.data_ptr(), 0, 0) < 0:
+    run = lambda *given: lib.rp_layer_norm_back(_LN_BACK_ARGS.pack(*head, raw.data_ptr(), *given))
+    if run(0, 0) < 0:
         return None
     starts = (0, n, 2 * n, 3 * n, 4 * n, 4 * n + rows, 4 * n + 2 * rows, 4 * n + 3 * rows, 4 * n + 4 * rows)
     parts = [raw[lo:hi] for lo, hi in zip(starts, starts[1:])]
     dw, db, a, c = (point(slot, parts[2 * i], parts[2 * i + 1]).contiguous() for i, slot in enumerate((2, 3, 4, 5)))
-    return None if run(0, a.data_ptr(), c.data_ptr()) < 0 else (dx, dw, db)
+    _staged(run(a.data_ptr(), c.data_ptr()))
+    return dx, dw, db
 
 
 def _back_ok(dy, xhat, rstd, w) -> bool:
@@ -559,7 +568,8 @@ def softmax(x: torch.Tensor, c: float, safety: float, wide: float, log: bool):
     rows, e = x.numel() // n, torch.empty_like(x)
     lib.rp_softmax_shift(x.data_ptr(), e.data_ptr(), rows, n, threads(x))
     e.exp_()
-    return _softmax_pass(lib, e, None, e, (c, 0.0, 0.0), safety, wide, log)  # p in e's place (row by row)
+    # p in a tensor of its own: a pass rerun for room (`_collect`) reads the exponentials again
+    return _softmax_pass(lib, e, None, torch.empty_like(e), (c, 0.0, 0.0), safety, wide, log)
 
 
 def softmax_back(p: torch.Tensor, dp: torch.Tensor, consts: tuple, safety: float, wide: float, log: bool):

@@ -241,3 +241,25 @@ def test_a_replay_whose_log_names_layer_norm_points_goes_in_stages_as_the_refere
         assert all(torch.equal(a.view(torch.int64), c.view(torch.int64)) for a, c in zip(got, want))
         if entries is not rec.entries and entries:
             assert not all(torch.equal(a, c) for a, c in zip(got, recorded))  # not vacuous: the flip took
+
+
+@needs_kernel
+def test_a_stage_that_fails_after_the_rounder_applied_a_point_says_so(monkeypatch):
+    """The torch path would meet the points again without the entries the rounder has taken: a failing later
+    stage (out of memory: none allocates, so it cannot) raises, it does not fall back."""
+    x, w, b, dy = _midpoint_case()
+    rec = Rounder("record")
+    _ln_step(rec, x, w, b, dy)
+    real, calls = native.library(), []
+
+    class FailsLast:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def rp_layer_norm(self, block):
+            calls.append(1)
+            return -1 if len(calls) == 3 else real.rp_layer_norm(block)
+
+    monkeypatch.setattr(native, "_LIB", FailsLast())
+    with pytest.raises(MemoryError, match="after its points were applied"):
+        _ln_step(Rounder("replay", entries=dict(rec.entries)), x, w, b, dy)

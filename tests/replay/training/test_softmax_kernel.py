@@ -180,3 +180,16 @@ def test_a_probability_on_a_rounding_midpoint_is_logged_as_the_reference_logs_it
         native._LIB = lib
     got, (entries,) = native._softmax_pass(native.library(), e, None, e.clone(), (c, 0.0, 0.0), 4.0, 8.0, True)
     assert _same(got, want) and r.entries == {0: entries} and entries[0] == [0]
+
+
+def test_a_pass_rerun_for_room_gives_the_same_probabilities_and_entries(monkeypatch):
+    """A point with more close calls than the room kept for them runs its kernel again (`native._collect`):
+    the exponentials are still there to read (p has a tensor of its own), so the rerun gives the same."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(64, 4096, generator=g, dtype=torch.float64) * 4).float().double()
+    args = (determinism.gamma(x.shape[-1] + 10), 4.0, 8.0, True)
+    p, (entries,) = native.softmax(x, *args)
+    assert len(entries[0]) > 1  # close calls to make room for
+    monkeypatch.setattr(native, "_room", lambda v: 1)
+    again, (entries_again,) = native.softmax(x, *args)
+    assert _same(again, p) and entries_again == entries

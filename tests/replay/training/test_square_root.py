@@ -37,7 +37,9 @@ def test_square_roots_of_negatives_and_nan_are_nan_and_of_strided_views_in_place
     determinism.sqrt_(t)
     assert math.isnan(t[0]) and math.isnan(t[1]) and t[2] == 2.0 and math.isnan(t[3])
     m = torch.full((4, 6), 9.0, dtype=torch.float64)
-    determinism.sqrt_(m[:, 1::2])  # a strided view: only its elements
+    version = m._version
+    determinism.sqrt_(m[:, 1::2])  # a strided view: only its elements, and the change seen (autograd, packing)
+    assert m._version > version
     assert (m[:, 1::2] == 3.0).all() and (m[:, ::2] == 9.0).all()
     each = [torch.full((3,), TORCH_MISSES, dtype=torch.float64), torch.full((2, 2), 16.0, dtype=torch.float64)]
     determinism.sqrt_each_(each)
