@@ -64,6 +64,7 @@ entry.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import struct
 import threading
@@ -209,9 +210,22 @@ def sqrt_(t: torch.Tensor) -> torch.Tensor:
     GPU's is; NumPy's is the processor's own instruction (or libm's sqrt, correctly rounded too)."""
     if t.device.type != "cpu" or t.dtype not in (torch.float32, torch.float64):
         return t.sqrt_()
+    if not t.numel():
+        return t
+    a = _host_array(t)
     with np.errstate(invalid="ignore"):  # a negative value gives NaN, as torch's does, without a warning
-        root = np.sqrt(t.detach().numpy())
-    return t.copy_(torch.from_numpy(root))  # through torch: t's version counter moves, as an in-place op's does
+        np.sqrt(a, out=a)
+    torch.autograd.graph.increment_version(t)  # changed in place: autograd and `Rounder.as_float32` see it
+    return t
+
+
+def _host_array(t: torch.Tensor) -> np.ndarray:
+    """A NumPy view of a CPU tensor's elements: of its memory directly where it is contiguous (Tensor.numpy()
+    is four ATen ops, which the generic path's op count, a GPU's launches, would carry per parameter)."""
+    if not t.is_contiguous():
+        return t.detach().numpy()
+    element = ctypes.c_double if t.dtype == torch.float64 else ctypes.c_float
+    return np.ctypeslib.as_array((element * t.numel()).from_address(t.data_ptr())).reshape(t.shape)
 
 
 def sqrt_each_(tensors: list) -> None:

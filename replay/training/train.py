@@ -107,19 +107,20 @@ def _sgd(hp: dict, lr: float, p, g, bufs: dict, to32, own: bool = False):
     return to32("param", p - step), {"momentum": mom}
 
 
-def _adamw(hp: dict, lr: float, t: int, p, g, bufs: dict, to32, own: bool = False):
-    """own: as in `_sgd`."""
+def _adamw(hp: dict, lr: float, t: int, p, g, bufs: dict, to32, own: bool = False, root_=sqrt_):
+    """own: as in `_sgd`. root_: the in-place square root, correctly rounded (`sqrt_`: the reference the
+    kernels are held to); the plain precisions' baselines take torch's own (`torch.sqrt_`), as plain training does."""
     b1, b2 = hp["betas"]
     m = to32("m", bufs["m"].mul_(b1).add_(g * (1.0 - b1)) if own else bufs["m"] * b1 + g * (1.0 - b1))
     v = to32("v", bufs["v"].mul_(b2).add_((g * g) * (1.0 - b2)) if own else bufs["v"] * b2 + (g * g) * (1.0 - b2))
     c1, c2 = 1.0 / (1.0 - ipow(b1, t + 1)), 1.0 / (1.0 - ipow(b2, t + 1))
     if own:
         mhat, vhat = bufs["m"].copy_(m).mul_(c1), bufs["v"].copy_(v).mul_(c2)
-        upd = mhat.div_(sqrt_(vhat).add_(hp["eps"]))
+        upd = mhat.div_(root_(vhat).add_(hp["eps"]))
         upd = upd.add_(p * hp.get("weight_decay", 0.0)).mul_(lr)
     else:
         mhat, vhat = converted(m, p.dtype) * c1, converted(v, p.dtype) * c2
-        upd = mhat / (sqrt_(vhat) + hp["eps"])
+        upd = mhat / (root_(vhat) + hp["eps"])
         upd = (upd + p * hp.get("weight_decay", 0.0)) * lr
     return to32("param", p - upd), {"m": m, "v": v}
 
@@ -296,7 +297,7 @@ def _update_each(kind, hp, lr, t, names, params, grads, state, new_p, new_b, dt,
         if kind == "sgd":
             new_p[name], nb = _sgd(hp, lr, p.detach(), g, bufs, to32, own)
         else:
-            new_p[name], nb = _adamw(hp, lr, t, p.detach(), g, bufs, to32, own)
+            new_p[name], nb = _adamw(hp, lr, t, p.detach(), g, bufs, to32, own, torch.sqrt_)
         for b, v in nb.items():
             new_b[b][name] = v
 

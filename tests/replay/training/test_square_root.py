@@ -41,6 +41,9 @@ def test_square_roots_of_negatives_and_nan_are_nan_and_of_strided_views_in_place
     determinism.sqrt_(m[:, 1::2])  # a strided view: only its elements, and the change seen (autograd, packing)
     assert m._version > version
     assert (m[:, 1::2] == 3.0).all() and (m[:, ::2] == 9.0).all()
+    assert determinism.sqrt_(torch.empty(0, dtype=torch.float64)).numel() == 0
+    scalar = torch.tensor(TORCH_MISSES, dtype=torch.float64)  # 0-d
+    assert _bits(float(determinism.sqrt_(scalar))) == _bits(math.sqrt(TORCH_MISSES))
     each = [torch.full((3,), TORCH_MISSES, dtype=torch.float64), torch.full((2, 2), 16.0, dtype=torch.float64)]
     determinism.sqrt_each_(each)
     assert {_bits(x) for x in each[0].tolist()} == {_bits(math.sqrt(TORCH_MISSES))} and (each[1] == 4.0).all()
