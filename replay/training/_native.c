@@ -44,23 +44,29 @@ static inline int straddles(double v, double w) {
     return w > 0 && bits32((float)(v - w)) != bits32((float)(v + w));
 }
 
-/* max |v[i]| over n values, NaN if any is NaN, +0 for none or all zeros: a replay's scale at a point its log
-   names. On the bit patterns of |v|: non-negative doubles order as their bits do, and a NaN's (sign cleared)
-   lie above infinity's, so an integer max, exact in any order (lanes, threads), finds the same number as
-   torch's reductions (but never -0). */
-double rp_max_abs(const double *v, int64_t n, int64_t threads) {
-    uint64_t top = 0;
-#pragma omp parallel for simd reduction(max : top) schedule(static) num_threads((int)threads) if (threads > 1)
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t b;
-        memcpy(&b, v + i, sizeof b);
-        b &= 0x7FFFFFFFFFFFFFFFull;
-        top = b > top ? b : top;
-    }
+/* |x|'s bits: non-negative doubles order as their bits do, and a NaN's (sign cleared) lie above infinity's. */
+static inline uint64_t abs_bits(double x) {
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b & 0x7FFFFFFFFFFFFFFFull;
+}
+
+/* The double whose |bits| are the largest, top: NaN for any NaN's. */
+static inline double from_abs_bits(uint64_t top) {
     if (top > 0x7FF0000000000000ull) return NAN;
     double m;
     memcpy(&m, &top, sizeof m);
     return m;
+}
+
+/* max |v[i]| over n values, NaN if any is NaN, +0 for none or all zeros: a replay's scale at a point its log
+   names. An integer max on abs_bits, exact in any order (lanes, threads), finds the same number as torch's
+   reductions (but never -0). */
+double rp_max_abs(const double *v, int64_t n, int64_t threads) {
+    uint64_t top = 0;
+#pragma omp parallel for simd reduction(max : top) schedule(static) num_threads((int)threads) if (threads > 1)
+    for (int64_t i = 0; i < n; i++) top = abs_bits(v[i]) > top ? abs_bits(v[i]) : top;
+    return from_abs_bits(top);
 }
 
 /* out[i] = float32(v[i]) as a double. */
@@ -75,16 +81,10 @@ double rp_round_max(const double *v, double *out, int64_t n, int64_t threads) {
     uint64_t top = 0;
 #pragma omp parallel for simd reduction(max : top) schedule(static) num_threads((int)threads) if (threads > 1)
     for (int64_t i = 0; i < n; i++) {
-        uint64_t b;
-        memcpy(&b, v + i, sizeof b);
-        b &= 0x7FFFFFFFFFFFFFFFull;
-        top = b > top ? b : top;
+        top = abs_bits(v[i]) > top ? abs_bits(v[i]) : top;
         out[i] = (double)(float)v[i];
     }
-    if (top > 0x7FF0000000000000ull) return NAN;
-    double m;
-    memcpy(&m, &top, sizeof m);
-    return m;
+    return from_abs_bits(top);
 }
 
 /* Element j's window in a row of a product: (ni * nb[j] + (bias_i + bcol[j])) * safety (Cauchy-Schwarz

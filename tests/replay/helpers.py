@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -11,6 +12,7 @@ import torch
 
 from replay import Recorder
 from replay.protocol.transcript_layout import batch_digest, canonical_json, checkpoint_path, segment_path, sha256
+from replay.training import native
 
 TINY = {
     "mlp": {"config": {"sizes": [16, 48, 48, 4]}, "batch": 32},
@@ -122,3 +124,53 @@ class ManyCheckpoints:
         from replay.protocol.bisect import first_differing_tensor
 
         return first_differing_tensor(state, self.checkpoint(step))
+
+
+@contextlib.contextmanager
+def kernel_threads(n: int):
+    """The native kernel's parallel paths at any size: n torch threads (more than this machine may have
+    cores), no size floor."""
+    before, floor = torch.get_num_threads(), native.PARALLEL_MIN
+    torch.set_num_threads(n)
+    native.PARALLEL_MIN = 0
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        native.PARALLEL_MIN = floor
+
+
+def gpt_steps_with_and_without_kernel(monkeypatch, seed: int, threads: int) -> None:
+    """A TINY gpt's three recorded steps with the native kernel and on the torch path, on `threads` threads:
+    the same logs and state; and the first step's log replays to the recorded state with the kernel on and off."""
+    from replay.prover.recorder import DEFAULT_OPTIMIZER
+    from replay.training import architectures as models
+    from replay.training.bundled_data import Batches
+    from replay.training.determinism import Rounder, decode_log, encode_log
+    from replay.training.train import initial_state, train_step
+
+    cfg, opt = TINY["gpt"]["config"], DEFAULT_OPTIMIZER["gpt"]
+    model = models.build("gpt", cfg)
+    state = initial_state(models.init_params("gpt", cfg, seed), opt)
+    batch = Batches("gpt", cfg, TINY["gpt"]["batch"], seed)(0)
+    before, lib_on = torch.get_num_threads(), native.library()
+    torch.set_num_threads(threads)
+    try:
+        results = []
+        for lib in (lib_on, False):
+            monkeypatch.setattr(native, "_LIB", lib)
+            s, logs = state, []
+            for _ in range(3):
+                r = Rounder("record")
+                s, loss = train_step(model, s, batch, opt, "det64", r)
+                logs.append((loss, encode_log(r.entries)))
+            results.append((s, logs))
+        (s0, logs0), (s1, logs1) = results
+        assert s0.equal(s1) and logs0 == logs1
+        want, _ = train_step(model, state, batch, opt, "det64", Rounder("record"))
+        for lib in (lib_on, False):
+            monkeypatch.setattr(native, "_LIB", lib)
+            got, _ = train_step(model, state, batch, opt, "det64", Rounder("replay", entries=decode_log(logs0[0][1])))
+            assert got.equal(want)
+    finally:
+        torch.set_num_threads(before)

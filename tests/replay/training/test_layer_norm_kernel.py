@@ -9,7 +9,6 @@ and close calls, and the same recorded training steps, on any number of threads.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
@@ -18,33 +17,16 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay.prover.recorder import DEFAULT_OPTIMIZER
-from replay.training import architectures as models
 from replay.training import determinism, native, ops
-from replay.training.bundled_data import Batches
-from replay.training.determinism import Rounder, decode_log, encode_log
-from replay.training.train import initial_state, train_step
+from replay.training.determinism import Rounder
 
-from ..helpers import TINY
+from ..helpers import gpt_steps_with_and_without_kernel, kernel_threads
 
 needs_kernel = pytest.mark.skipif(native.library() is None, reason="no C compiler: the torch path is used")
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:
     return t.float().double()
-
-
-@contextlib.contextmanager
-def _threads(n: int):
-    """The kernel's parallel loops at any size: n threads, no size floor."""
-    before, floor = torch.get_num_threads(), native.PARALLEL_MIN
-    torch.set_num_threads(n)
-    native.PARALLEL_MIN = 0
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-        native.PARALLEL_MIN = floor
 
 
 def _reference(x, w, b, dy):
@@ -101,7 +83,7 @@ def test_the_fused_layer_norm_is_the_reference(rows, n, threads, seed, midpoints
     if midpoints and n >= 2:
         _midpoint_rows(x, list(range(0, rows, 3)))
     want = _reference(x, w, b, dy)
-    with _threads(threads):
+    with kernel_threads(threads):
         got = _fused(x, w, b, dy)
     for a, c in zip(got[:6], want[:6]):
         assert a.shape == c.shape and torch.equal(a.view(torch.int64), c.view(torch.int64))
@@ -149,36 +131,11 @@ def test_non_finite_inputs_give_the_references_values():
 def test_recorded_gpt_steps_are_the_same_with_and_without_the_kernel(threads, monkeypatch):
     """The direct path (no tracer: the fused layer norm in use) against the torch path: the same log and
     state after three steps; and the log replays with the kernel on and off."""
-    cfg, opt = TINY["gpt"]["config"], DEFAULT_OPTIMIZER["gpt"]
-    model = models.build("gpt", cfg)
-    state = initial_state(models.init_params("gpt", cfg, 5), opt)
-    batch = Batches("gpt", cfg, TINY["gpt"]["batch"], 5)(0)
     calls = []
     fused = native.layer_norm
     monkeypatch.setattr(native, "layer_norm", lambda *a: calls.append(1) or fused(*a))
-    results = []
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for lib in (native.library(), False):
-            monkeypatch.setattr(native, "_LIB", lib)
-            s, logs = state, []
-            for _ in range(3):
-                r = Rounder("record")
-                s, loss = train_step(model, s, batch, opt, "det64", r)
-                logs.append((loss, encode_log(r.entries)))
-            results.append((s, logs))
-        assert calls  # not vacuous: the kernel's pass ran
-        (s0, logs0), (s1, logs1) = results
-        assert s0.equal(s1) and logs0 == logs1
-        for lib in (native.library(), False):  # the first step's log replays to the same state either way
-            monkeypatch.setattr(native, "_LIB", lib)
-            r = Rounder("replay", entries=decode_log(logs0[0][1]))
-            s, _ = train_step(model, state, batch, opt, "det64", r)
-            s_rec, _ = train_step(model, state, batch, opt, "det64", Rounder("record"))
-            assert s.equal(s_rec)
-    finally:
-        torch.set_num_threads(before)
+    gpt_steps_with_and_without_kernel(monkeypatch, 5, threads)
+    assert calls  # not vacuous: the kernel's pass ran
 
 
 def _ln_step(rounder, x, w, b, dy):

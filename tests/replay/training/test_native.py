@@ -7,7 +7,6 @@ give the same rounding log and the same state.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import struct
 import subprocess
@@ -37,7 +36,7 @@ from replay.training.determinism import (
 from replay.training.ops import _weight_grad_bound
 from replay.training.train import initial_state, ipow, train_step
 
-from ..helpers import TINY
+from ..helpers import TINY, kernel_threads
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the torch path is used")
 
@@ -117,20 +116,6 @@ def test_fused_dot_matches_the_torch_path(case):
     _same(v.contiguous(), dot_bound(a, b, scale, bias, bias_rows=rows))
 
 
-@contextlib.contextmanager
-def _threads(n: int):
-    """The kernel's parallel paths at any size: n threads (more than this machine may have cores), no
-    size floor."""
-    before, floor = torch.get_num_threads(), native.PARALLEL_MIN
-    torch.set_num_threads(n)
-    native.PARALLEL_MIN = 0
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-        native.PARALLEL_MIN = floor
-
-
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dot_cases(), st.sampled_from([2, 3, 5]))
 def test_fused_dot_on_several_threads_matches_the_torch_path(case, n):
@@ -140,7 +125,7 @@ def test_fused_dot_on_several_threads_matches_the_torch_path(case, n):
     v = torch.matmul(a, b) * scale
     if bias is not None:
         v = v + (bias.unsqueeze(-1) if rows else bias)
-    with _threads(n):
+    with kernel_threads(n):
         _same(v.contiguous(), dot_bound(a, b, scale, bias, bias_rows=rows))
 
 
@@ -162,7 +147,7 @@ def _same_bounds_at(bound, idx: torch.Tensor, n: int, k: int) -> None:
     zeros exact."""
     chunk, native.DOT_AT_CHUNK = native.DOT_AT_CHUNK, 5
     try:
-        with _threads(n):
+        with kernel_threads(n):
             got = bound.at(idx)
     finally:
         native.DOT_AT_CHUNK = chunk
@@ -272,7 +257,7 @@ def test_summed_exact_bounds_are_every_terms(length, threads):
     mid = 1 + (2 * torch.arange(o * ck, dtype=torch.float64) + 1) * 2.0**-24  # float32 midpoints above 1
     inside = torch.arange(o * ck) % 2 == 0
     v = (mid + torch.where(inside, 0.97, 1.03) * determinism.SAFETY * e).reshape(o, ck)
-    with _threads(threads):
+    with kernel_threads(threads):
         got = native.round_dot_summed(
             v, g.permute(1, 0, 2), cols.permute(0, 2, 1), determinism.gamma(k + 2), determinism.SAFETY, determinism.WIDE
         )
@@ -293,7 +278,7 @@ def test_fused_full_bounds_match_the_torch_path(rows, cols, seed, per, rel, n):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, cols, generator=g, dtype=torch.float64)
     x[0, 0] = 0.0  # an exact zero with a positive bound: a close call (the sign of zero)
-    with _threads(n):
+    with kernel_threads(n):
         if per == "element":
             _same(x, full_bound(x.abs() * rel, x.shape))
         elif per == "row":
@@ -315,7 +300,7 @@ def test_full_bounds_across_stretches(cols, seed, n):
     flat = x.view(-1)
     for at in (0, 4095, 4096, 4097, 8191, 8192, flat.numel() - 1):
         flat[at] = 1.0 + 2.0**-24  # a float32 midpoint: a close call under any positive bound
-    with _threads(n):
+    with kernel_threads(n):
         assert _same(x, full_bound(torch.full_like(x, 1e-12), x.shape)) >= 7
         _same(x, full_bound(x.abs().sum(-1, keepdim=True) * 1e-9, x.shape))
 
@@ -345,7 +330,7 @@ def test_strided_operands_for_the_exact_bounds(a_major, b_major, threads):
         a = a.t().contiguous().t()
     if b_major == "col":
         b = b.t().contiguous().t()
-    with _threads(threads):
+    with kernel_threads(threads):
         assert _same(torch.matmul(a, b), dot_bound(a, b)) == 64 * 96
 
 
@@ -415,7 +400,7 @@ def test_a_compiler_without_openmp_builds_the_kernel_single_threaded(monkeypatch
     b = _f32(torch.randn(8, 256, generator=g, dtype=torch.float64))
     a[:, 1::2] = a[:, 0::2]
     b[1::2] = -b[0::2]
-    with _threads(3):
+    with kernel_threads(3):
         assert _same(torch.matmul(a, b), dot_bound(a, b)) > 0
 
 
@@ -519,12 +504,12 @@ def test_applied_entries_match_the_reference(case):
     assert (v.numel() == 1 or not strided.is_contiguous()) and results[0] == results[1] == results[2]
 
 
-def test_rounding_alone_on_several_threads():
+def test_rounding_alone_on_severalkernel_threads():
     """A replay rounds every point's whole output (`native.round_f32`): on three threads, blocks of a
     large tensor, the same bits as torch's conversion, signed zeros, overflow and NaN included."""
     v = torch.randn(70_001, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 1e38
     v[:5] = torch.tensor([-0.0, float("nan"), 3.5e38, -float("inf"), 1.0 + 2.0**-24])
-    with _threads(3):
+    with kernel_threads(3):
         got = native.round_f32(v)
     assert torch.equal(got.view(torch.int64), v.float().double().view(torch.int64))
 
@@ -537,7 +522,7 @@ def test_magnitude_sums_match_the_torch_path(rows, cols, dim, n, seed):
     x = torch.randn(rows, cols, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     x[:, 0] = 0.0
     x[0] = -0.0
-    with _threads(n):
+    with kernel_threads(n):
         got = abs_sum(x, dim, keepdim=True)
     want = x.abs().sum(dim, keepdim=True)
     terms = x.shape[dim]
@@ -553,7 +538,7 @@ def test_a_crowded_point_takes_the_torch_path(threads):
     v = torch.zeros(300, 300, dtype=torch.float64)
     v[::2] = -0.0
     bound = full_bound(torch.full_like(v, 1e-12), v.shape)
-    with _threads(threads):
+    with kernel_threads(threads):
         assert bound.fused(v) is None
         rounder = Rounder("record")
         with pytest.raises(LogOverflow) as overflow:  # the device path's slots overflow: as train_step does,
@@ -628,7 +613,7 @@ def test_optimizer_updates_on_threads_match_the_torch_path(kind, transposed, n):
     bufs32 = {b: torch.rand(rows, cols, generator=gen) for b in names}
     assert g.is_contiguous() is not transposed
     want_p, want_b = _torch_update("sgd" if kind.startswith("sgd") else "adamw", hp, p, g, bufs32)
-    with _threads(n):
+    with kernel_threads(n):
         if kind.startswith("sgd"):
             out = native.sgd_group([p], [g], [bufs32["momentum"]], hp["momentum"], hp.get("weight_decay", 0.0), 0.01)
         else:
@@ -667,7 +652,7 @@ def test_a_group_of_parameters_updates_in_one_call_as_each_alone(kind, n):
             )
         )
     )
-    with _threads(n):
+    with kernel_threads(n):
         got = call(ps, bufs)
     same = lambda x, y: torch.equal(x.view(torch.int32), y.view(torch.int32))
     for k in range(len(shapes)):
@@ -694,7 +679,7 @@ def test_the_softmax_gradient_bound_matches_the_torch_path(rows, n, threads, see
     dp[-1] = 0.0  # no nonzero term
     pd = p * dp
     dx = p * (dp - pd.sum(-1, keepdim=True))
-    with _threads(threads):
+    with kernel_threads(threads):
         got = softmax_grad_bound(p, pd, dx)
     saved, native._LIB = native._LIB, False
     try:
@@ -772,11 +757,11 @@ def test_the_largest_magnitude_is_torchs(values):
     want = float(max_abs(v)) + 0.0 if values else 0.0
     assert got == want or (got != got and want != want)
     assert math.copysign(1.0, got) == 1.0  # never -0: a refusal's message prints this scale
-    with _threads(3):
+    with kernel_threads(3):
         again = native.max_abs(v)
     assert again == got or (again != again and got != got)
     for n in (1, 3):  # a replay's logged point: its rounding and this scale in one pass
-        with _threads(n):
+        with kernel_threads(n):
             rounded, scale = native.round_scaled(v)
         assert torch.equal(rounded.view(torch.int64), v.float().double().view(torch.int64))
         assert scale == got or (scale != scale and got != got)
@@ -839,7 +824,7 @@ def test_im2col_and_col2im_are_torchs_unfold_and_fold(geometry, layout, n):
     elif layout == "sliced":
         x = torch.randn(bsz, c, h, 2 * w, generator=g, dtype=torch.float64)[..., ::2]
     want = F.unfold(x, ksize, padding=pad, stride=stride)
-    with _threads(n):
+    with kernel_threads(n):
         got = native.im2col(x, ksize, pad, stride)
         cols = torch.randn(want.shape, generator=g, dtype=torch.float64) * 1e3
         cols[cols.abs() < 300] = 0.0

@@ -8,7 +8,6 @@ threads, masks (-inf) and NaN included; and the same recorded steps of a GPT.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pytest
@@ -16,28 +15,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay.prover.recorder import DEFAULT_OPTIMIZER
-from replay.training import architectures as models
 from replay.training import determinism, native, ops
-from replay.training.bundled_data import Batches
-from replay.training.determinism import Rounder, decode_log, encode_log
-from replay.training.train import initial_state, train_step
+from replay.training.determinism import Rounder
 
-from ..helpers import TINY
+from ..helpers import gpt_steps_with_and_without_kernel, kernel_threads
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the torch path is used")
-
-
-@contextlib.contextmanager
-def _threads(n: int):
-    before, floor = torch.get_num_threads(), native.PARALLEL_MIN
-    torch.set_num_threads(n)
-    native.PARALLEL_MIN = 0
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-        native.PARALLEL_MIN = floor
 
 
 def _reference(x, dp):
@@ -83,7 +66,7 @@ def test_the_native_softmax_is_the_reference(rows, n, threads, seed, pattern):
         x[::2] = 0.5
         dp[::2] = 1.0
     want = _reference(x, dp)
-    with _threads(threads):
+    with kernel_threads(threads):
         got = _native(x, dp)
     assert _same(got[0], want[0]) and _same(got[1], want[1])
     assert got[2] == want[2]
@@ -133,36 +116,12 @@ def test_the_native_passes_decline_what_they_do_not_take():
 def test_recorded_gpt_steps_with_the_native_softmax_are_the_references(threads, monkeypatch):
     """Three recorded steps with the kernel (its softmax passes in use) and on the torch path: the same
     logs and state; the first step's log replays to the same state with the kernel on and off."""
-    cfg, opt = TINY["gpt"]["config"], DEFAULT_OPTIMIZER["gpt"]
-    model = models.build("gpt", cfg)
-    state = initial_state(models.init_params("gpt", cfg, 9), opt)
-    batch = Batches("gpt", cfg, TINY["gpt"]["batch"], 9)(0)
     calls = []
     forward, backward = native.softmax, native.softmax_back
     monkeypatch.setattr(native, "softmax", lambda *a: calls.append("f") or forward(*a))
     monkeypatch.setattr(native, "softmax_back", lambda *a: calls.append("b") or backward(*a))
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        results = []
-        for lib in (native.library(), False):
-            monkeypatch.setattr(native, "_LIB", lib)
-            s, logs = state, []
-            for _ in range(3):
-                r = Rounder("record")
-                s, loss = train_step(model, s, batch, opt, "det64", r)
-                logs.append((loss, encode_log(r.entries)))
-            results.append((s, logs))
-        assert {"f", "b"} <= set(calls)
-        (s0, logs0), (s1, logs1) = results
-        assert s0.equal(s1) and logs0 == logs1
-        want, _ = train_step(model, state, batch, opt, "det64", Rounder("record"))
-        for lib in (native.library(), False):
-            monkeypatch.setattr(native, "_LIB", lib)
-            got, _ = train_step(model, state, batch, opt, "det64", Rounder("replay", entries=decode_log(logs0[0][1])))
-            assert got.equal(want)
-    finally:
-        torch.set_num_threads(before)
+    gpt_steps_with_and_without_kernel(monkeypatch, 9, threads)
+    assert {"f", "b"} <= set(calls)
 
 
 def test_a_probability_on_a_rounding_midpoint_is_logged_as_the_reference_logs_it():
