@@ -1079,7 +1079,7 @@ class Rounder:
             return "record"
         if self.learn is not None or self.static is not None:
             return None
-        return "plain" if all(k not in self._entries for k in keys) else "staged"
+        return "plain" if all(self._unlogged(k) for k in keys) else "staged"
 
     def record_points(self, keys, points, rounded=()) -> None:
         """A fused pass's close calls [(indices, codes)] per point kept, and its rounded outputs that leave

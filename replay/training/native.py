@@ -468,14 +468,17 @@ def layer_norm(x, w, b, eps: float, g_mean: float, g_var: float, safety: float, 
     determinism.py."""
     if not _forward_ok(x, w, b):
         return None
+    rows, outputs, head = _forward_block(x, w, b, eps, g_mean, g_var)
+    points = _points(library().rp_layer_norm, _LN_ARGS, (*head, safety, wide, threads(x)), (rows, rows), log)
+    return None if points is None else (*outputs, points)
+
+
+def _forward_block(x, w, b, eps: float, g_mean: float, g_var: float):
+    """(rows, (y, xhat, rstd) made, ln_args_t's fields up to eps): what a layer norm's whole and staged passes share."""
     n = x.shape[-1]
-    rows = x.numel() // n
-    y, xhat = torch.empty_like(x), torch.empty_like(x)
-    rstd = torch.empty(x.shape[:-1] + (1,), dtype=torch.float64)
-    ptrs = (x, w, b, y, xhat, rstd)
-    head = (*(t.data_ptr() for t in ptrs), rows, n, 1.0 / n, g_mean, g_var, eps, safety, wide)
-    points = _points(library().rp_layer_norm, _LN_ARGS, (*head, threads(x)), (rows, rows), log)
-    return None if points is None else (y, xhat, rstd, points)
+    outputs = torch.empty_like(x), torch.empty_like(x), torch.empty(x.shape[:-1] + (1,), dtype=torch.float64)
+    head = (*(t.data_ptr() for t in (x, w, b, *outputs)), x.numel() // n, n, 1.0 / n, g_mean, g_var, eps)
+    return x.numel() // n, outputs, head
 
 
 def layer_norm_staged(x, w, b, eps: float, g_mean: float, g_var: float, point):
@@ -485,12 +488,10 @@ def layer_norm_staged(x, w, b, eps: float, g_mean: float, g_var: float, point):
     these tensors."""
     if not _forward_ok(x, w, b):
         return None
-    n, lib = x.shape[-1], library()
-    rows = x.numel() // n
-    y, xhat = torch.empty_like(x), torch.empty_like(x)
-    rstd, raw = torch.empty(x.shape[:-1] + (1,), dtype=torch.float64), torch.empty(4, rows, dtype=torch.float64)
-    ptrs = (x, w, b, y, xhat, rstd)
-    head = (*(t.data_ptr() for t in ptrs), rows, n, 1.0 / n, g_mean, g_var, eps, 0.0, 0.0, threads(x), 0, 0, -1, 0)
+    lib = library()
+    rows, outputs, head = _forward_block(x, w, b, eps, g_mean, g_var)
+    raw = torch.empty(4, rows, dtype=torch.float64)
+    head = (*head, 0.0, 0.0, threads(x), 0, 0, -1, 0)  # no log: the rounder applies the replay's
     run = lambda *given: lib.rp_layer_norm(_LN_ARGS.pack(*head, raw.data_ptr(), *given))  # stages allocate nothing
     if run(0, 0) < 0:
         return None
@@ -498,7 +499,7 @@ def layer_norm_staged(x, w, b, eps: float, g_mean: float, g_var: float, point):
     _staged(run(mu.data_ptr(), 0))
     var = point(1, raw[2], raw[3]).contiguous()
     _staged(run(mu.data_ptr(), var.data_ptr()))
-    return y, xhat, rstd
+    return outputs
 
 
 def _staged(status: int) -> None:

@@ -156,27 +156,27 @@ class _Softmax(torch.autograd.Function):
 
 
 SOFTMAX_GRAD = (U * (1 + 2.0**-20), 1 + 2.0**-40, 4 * U)  # softmax_grad_bound's constants (c, k, u4)
-_PASSES = ("record", "plain")  # the fused_mode of a native pass that rounds its own points
 
 
 def _softmax_native(R, key: int, x):
     """_Softmax's forward through the kernel's passes (torch's exp between them; the sum in another order),
     where the rounder lets it (`Rounder.fused_mode`) and the kernel takes x: p, else None."""
-    mode = R.fused_mode((key,))  # (a logged point: the reference's, through the rounder)
-    log = mode == "record"
-    got = native.softmax(x.contiguous(), gamma(x.shape[-1] + 10), SAFETY, WIDE, log) if mode in _PASSES else None
-    if got is None:
-        return None
-    R.record_points((key,), got[1], got[:1])
-    return got[0]
+    run = lambda log: native.softmax(x.contiguous(), gamma(x.shape[-1] + 10), SAFETY, WIDE, log)
+    return _one_point_pass(R, key, run)
 
 
 def _softmax_back_native(R, key: int, p, dp):
     """_Softmax's backward in one kernel pass (r = sum(p * dp) in another order: the bound covers it), as
     `_softmax_native`: dx, else None."""
+    return _one_point_pass(R, key, lambda log: native.softmax_back(p, dp.contiguous(), SOFTMAX_GRAD, SAFETY, WIDE, log))
+
+
+def _one_point_pass(R, key: int, run):
+    """An op's one rounding point through a native pass, run(log) -> (rounded, [close calls]) or None, where the
+    rounder lets a pass round it (a recording, or a replay whose log names it not: a logged point takes the
+    reference's ops, through the rounder): the rounded output, else None."""
     mode = R.fused_mode((key,))
-    log = mode == "record"
-    got = native.softmax_back(p, dp.contiguous(), SOFTMAX_GRAD, SAFETY, WIDE, log) if mode in _PASSES else None
+    got = run(mode == "record") if mode in ("record", "plain") else None
     if got is None:
         return None
     R.record_points((key,), got[1], got[:1])
