@@ -244,8 +244,7 @@ def _collect(call, cap: int):
     wide entry, tagged 1 << 32 by the kernel); None where the kernel ran out of memory, or of room for
     the candidates of a crowded point (the caller takes the torch path)."""
     while True:
-        buf = _room_buffer(2 * cap)
-        p = buf.data_ptr()
+        buf, p = _room_buffer(2 * cap)
         n = call(p, p + 8 * cap, cap)
         if n < 0:
             return None
@@ -261,15 +260,18 @@ _ROOM = threading.local()  # this thread's buffer for close calls, reused by eve
 ROOM_KEPT = 1 << 17  # int64s of it kept between calls (1 MiB): a larger point's room is made for it alone
 
 
-def _room_buffer(n: int) -> torch.Tensor:
-    """Room for n int64s, this thread's own (read out before its next kernel call): a small point's kernel
-    call allocates nothing in Python."""
+def _room_buffer(n: int) -> tuple[np.ndarray, int]:
+    """(room for n int64s, its address), this thread's own (read out before its next kernel call): a small
+    point's kernel call allocates nothing in Python. NumPy's, not a tensor: reading a few entries out of
+    a tensor (a slice and tolist) cost a point 10 us, NumPy's 1."""
     if n > ROOM_KEPT:
-        return torch.empty(n, dtype=torch.int64)
-    buf = getattr(_ROOM, "buf", None)
-    if buf is None:
-        buf = _ROOM.buf = torch.empty(ROOM_KEPT, dtype=torch.int64)
-    return buf
+        buf = np.empty(n, dtype=np.int64)
+        return buf, buf.ctypes.data
+    room = getattr(_ROOM, "room", None)
+    if room is None:
+        buf = np.empty(ROOM_KEPT, dtype=np.int64)
+        room = _ROOM.room = (buf, buf.ctypes.data)
+    return room
 
 
 def _room(v: torch.Tensor) -> int:

@@ -319,8 +319,8 @@ def test_close_calls_are_found_and_exact_zeros_are_not():
 def test_strided_operands_for_the_exact_bounds(a_major, b_major, threads):
     """Every output a close call (pairs that cancel to zero), 6,144 of them: more than one pass of exact
     bounds holds. One strided operand is copied to unit stride (past an eighth of its vectors), two
-    (a weight gradient's layout: A column-major, B row-major) are streamed; bounds and codes stay the
-    torch path's, on one thread and on several."""
+    (a weight gradient's layout: A column-major, B row-major) as well (past twice their vectors); bounds
+    and codes stay the torch path's, on one thread and on several."""
     g = torch.Generator().manual_seed(7)
     a = _f32(torch.randn(64, 8, generator=g, dtype=torch.float64))
     b = _f32(torch.randn(8, 96, generator=g, dtype=torch.float64))
@@ -332,6 +332,26 @@ def test_strided_operands_for_the_exact_bounds(a_major, b_major, threads):
         b = b.t().contiguous().t()
     with kernel_threads(threads):
         assert _same(torch.matmul(a, b), dot_bound(a, b)) == 64 * 96
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize(
+    "m,n,cancelling,a_major", [(64, 96, 2, "col"), (64, 96, 64, "col"), (4, 20000, 1, "row"), (4, 20000, 3, "row")]
+)
+def test_strided_operands_copied_or_streamed_by_how_often_they_are_read(m, n, cancelling, a_major, threads):
+    """A's rows that cancel make close calls of their whole rows, the rest few. Both operands strided (a weight
+    gradient's layout) are streamed while candidates are at most twice their vectors (2 of 64 rows: 192 for
+    160 vectors) and copied past that (all rows); B alone strided beyond the cache (20,000 vectors of 8
+    terms) likewise (1 row of 4: 20,000 candidates, streamed; 3 rows: copied). Every way, the torch path's
+    bounds and codes."""
+    g = torch.Generator().manual_seed(11)
+    a = _f32(torch.randn(m, 8, generator=g, dtype=torch.float64))
+    b = _f32(torch.randn(8, n, generator=g, dtype=torch.float64))
+    a[:cancelling, 1::2] = a[:cancelling, 0::2]
+    b[1::2] = -b[0::2]
+    a = a.t().contiguous().t() if a_major == "col" else a
+    with kernel_threads(threads):
+        assert _same(torch.matmul(a, b), dot_bound(a, b)) >= cancelling * n
 
 
 def test_a_kernel_out_of_memory_takes_the_torch_path():
@@ -428,9 +448,9 @@ def test_room_for_close_calls_is_kept_for_small_points_only(monkeypatch):
     want = Rounder("record")
     want.dot(0, v, a, b)
     assert len(want.entries[0][0]) > 100
-    kept = native._room_buffer(16)
-    assert native._room_buffer(native.ROOM_KEPT).data_ptr() == kept.data_ptr()
-    assert native._room_buffer(native.ROOM_KEPT + 1).data_ptr() != kept.data_ptr()
+    kept = native._room_buffer(16)[1]
+    assert native._room_buffer(native.ROOM_KEPT)[1] == kept
+    assert native._room_buffer(native.ROOM_KEPT + 1)[1] != kept
     monkeypatch.setattr(native, "ROOM_KEPT", 8)  # every point's room now its own
     got = Rounder("record")
     got.dot(0, v, a, b)
