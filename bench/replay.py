@@ -62,7 +62,7 @@ from replay.training import architectures as models  # noqa: E402
 from replay.training import graphs, ops  # noqa: E402
 from replay.training.bundled_data import Batches  # noqa: E402
 from replay.training.determinism import Rounder, decode_log_flat, encode_log  # noqa: E402
-from replay.training.train import initial_state, train_step  # noqa: E402
+from replay.training.train import frozen_heap, initial_state, train_step  # noqa: E402
 
 # plain float64 (ops.Plain64: no rounding points, no log) is the part of the deterministic step's cost
 # that is float64 arithmetic itself
@@ -389,6 +389,25 @@ def graph_pool_bytes() -> int:
     )
 
 
+def _median_steps(runs: dict, reps: int, device: str) -> dict[str, float]:
+    """Each precision's median step time, the precisions interleaved (the host's slow spells hit every one
+    alike): at least `reps` rounds, and more for a small row until ROW_SECONDS have passed (a median of five
+    1-ms steps is mostly the host's noise). With the heap frozen, as `record` and `verify` run their steps."""
+    times = {p: [] for p in runs}
+    with frozen_heap():
+        started_all = time.perf_counter()
+        while len(times["det64"]) < reps or (
+            time.perf_counter() - started_all < ROW_SECONDS and len(times["det64"]) < MAX_ROUNDS
+        ):
+            for p, run in runs.items():
+                _sync(device)
+                started = time.perf_counter()
+                run()
+                _sync(device)
+                times[p].append(time.perf_counter() - started)
+    return {p: statistics.median(v) for p, v in times.items()}
+
+
 def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
     arch, cfg, batch_size, reps = SCALE_ROWS[row]
     cfg, batch_size = cfg or models.DEFAULTS[arch], batch_size or DEFAULT_BATCH[arch]
@@ -401,20 +420,7 @@ def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:
     for p in precisions:  # warm-up: a replay learns its layout in the first step, captures its graph in the second
         runs[p]()
         runs[p]()
-    times = {p: [] for p in precisions}
-    started_all = time.perf_counter()
-    # interleaved: the host's slow spells hit every precision alike; at least `reps` rounds, and more for a
-    # small row until ROW_SECONDS have passed (a median of five 1-ms steps is mostly the host's noise)
-    while len(times["det64"]) < reps or (
-        time.perf_counter() - started_all < ROW_SECONDS and len(times["det64"]) < MAX_ROUNDS
-    ):
-        for p in precisions:
-            _sync(device)
-            started = time.perf_counter()
-            runs[p]()
-            _sync(device)
-            times[p].append(time.perf_counter() - started)
-    t = {p: statistics.median(v) for p, v in times.items()}
+    t = _median_steps(runs, reps, device)
     out["graphed"] = bool(graphs._CAPTURED)
     out.update({f"{p}_s": t[p] for p in precisions})
     if "det64_eager" in t:

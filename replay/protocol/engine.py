@@ -15,7 +15,7 @@ from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_errors import MalformedTranscript
 from replay.training import architectures as models
 from replay.training.determinism import LogMismatch, Rounder, decode_log_flat
-from replay.training.train import State, train_step
+from replay.training.train import State, frozen_heap, train_step
 
 
 @dataclass
@@ -80,10 +80,11 @@ class Replayer:
         state = self.tr.checkpoint(start).to(self.device)
         if each:
             each(state)
-        for t, batch, log in self.tr.segment(start) if until > start else []:
-            if t >= until:
-                break
-            state = self.step(state, t, batch, log)
-            if each:
-                each(state)
+        with frozen_heap():
+            for t, batch, log in self.tr.segment(start) if until > start else []:
+                if t >= until:
+                    break
+                state = self.step(state, t, batch, log)
+                if each:
+                    each(state)
         return state

@@ -37,7 +37,7 @@ from replay.protocol.transcript_layout import (
 from replay.training import architectures as models
 from replay.training import bundled_data as data
 from replay.training.determinism import Rounder, encode_log
-from replay.training.train import initial_state, train_step
+from replay.training.train import frozen_heap, initial_state, train_step
 
 COMMITMENTS = ("ops", "steps", "none")
 PRECISIONS = ("det64", "float32", "float64")  # float64: a plain baseline for benchmarks, which no verifier takes
@@ -229,6 +229,11 @@ class Recorder:
             )
 
     def run(self) -> Path:
+        """Record the run: its transcript's folder."""
+        with frozen_heap():
+            return self._record()
+
+    def _record(self) -> Path:
         self.check()
         out = self.out
         out.mkdir(parents=True, exist_ok=True)
