@@ -373,7 +373,9 @@ class _Conv2d(torch.autograd.Function):
         x, w = _no_fold((x, w))
         cols = _unfold(x, (kh, kw), padding, stride)  # (B, C*kh*kw, L), exact copies
         w2 = w.reshape(o, -1)
-        y = torch.matmul(w2, cols) + b.unsqueeze(-1)
+        # the bias inside the GEMM, as a linear layer's (`_Matmul`): one pass over the output fewer, the
+        # same bound (its |bias| term covers a (K + 1)-term sum in any order)
+        y = torch.baddbmm(b.view(1, o, 1), w2.expand(bsz, -1, -1), cols)
         ho = (h + 2 * padding - kh) // stride + 1
         wo = (wd + 2 * padding - kw) // stride + 1
         # the input, not its columns (kh*kw times its size at stride 1): backward unfolds it again, exact copies
