@@ -295,12 +295,35 @@ static int streamed(cand_t *c, int64_t lo, int64_t hi, const double *a, const do
     return ok;
 }
 
+typedef struct {
+    int64_t key, at;
+} keyed_t;
+
+static int by_key(const void *p, const void *q) {
+    const keyed_t *x = p, *y = q;
+    return x->key < y->key ? -1 : x->key > y->key ? 1 : (x->at > y->at) - (x->at < y->at);
+}
+
+/* Candidates [lo, hi) in the order of their B vectors (then their own), or NULL out of memory (index order
+   then). Candidates come in output order, A's vector by A's vector: where B has more vectors (a
+   convolution's weight gradient: 288 columns for 64 channels), each image's B slice is then read once
+   while its candidates sum their pieces, not once for every A vector (cnn-32's: 10 -> 8.5 ms). Each
+   candidate's sum is the same, in the same order. */
+static keyed_t *by_column(const cand_t *c, int64_t lo, int64_t hi) {
+    keyed_t *order = malloc(sizeof(keyed_t) * (hi - lo + 1));
+    if (!order) return NULL;
+    for (int64_t x = lo; x < hi; x++) order[x - lo] = (keyed_t){c[x].b_off, x};
+    qsort(order, hi - lo, sizeof(keyed_t), by_key);
+    return order;
+}
+
 /* Exact bounds of candidates [lo, hi). Unit-stride vectors: one dot each. Unit-stride pieces (k2):
    k1 outer, a piece's dot each. Otherwise k outer over the chunk (`streamed`): at each k the
    candidates read one row of each operand's memory, where the vectors of one candidate alone are K
    cache misses (a weight gradient's operands are both strided). */
 static void exact_bounds(cand_t *c, int64_t lo, int64_t hi, const double *a, const double *b, int64_t K1,
-                         int64_t K2, int64_t sak1, int64_t sak2, int64_t sbk1, int64_t sbk2, int unit) {
+                         int64_t K2, int64_t sak1, int64_t sak2, int64_t sbk1, int64_t sbk2, int unit,
+                         int by_b_vector) {
     if (unit) {
         for (int64_t x = lo; x < hi; x++) c[x].e = abs_dot(a + c[x].a_off, b + c[x].b_off, K1 * K2);
         return;
@@ -309,9 +332,13 @@ static void exact_bounds(cand_t *c, int64_t lo, int64_t hi, const double *a, con
     if (sak2 == 1 && sbk2 == 1 && K2 >= PIECE_MIN) { /* unit-stride pieces (a convolution's weight gradient:
         one image's positions): one image's slices of both operands stay in cache while every candidate
         sums its piece there, in lanes; a candidate's whole vectors, one after another, stream from memory */
+        keyed_t *order = by_b_vector ? by_column(c, lo, hi) : NULL;
         for (int64_t k1 = 0; k1 < K1; k1++)
-            for (int64_t x = lo; x < hi; x++)
+            for (int64_t y = lo; y < hi; y++) {
+                int64_t x = order ? order[y - lo].at : y;
                 c[x].e += abs_dot(a + k1 * sak1 + c[x].a_off, b + k1 * sbk1 + c[x].b_off, K2);
+            }
+        free(order);
         return;
     }
     if (streamed(c, lo, hi, a, b, K1, K2, sak1, sak2, sbk1, sbk2)) return;
@@ -378,7 +405,7 @@ static void exact_phase(const product_t *p, cand_t *all, int64_t total, int nt) 
     for (int64_t ch = 0; ch < chunks; ch++) {
         int64_t lo = ch * chunk, hi = lo + chunk < total ? lo + chunk : total;
         exact_bounds(all, lo, hi, ac ? ac : p->a, bc ? bc : p->b, p->K1, p->K2, sak1, sak2, sbk1, sbk2,
-                     unit_a && unit_b);
+                     unit_a && unit_b, p->N > p->M);
     }
     free(ac), free(bc);
 }
