@@ -356,21 +356,26 @@ typedef struct {
 } product_t;
 
 #define COPY_CACHED (1 << 17) /* an operand of at most this many doubles (1 MiB) is copied within the cache */
+#define COPY_MOST (1 << 25)   /* copies of more doubles than this (256 MiB) are not made: the candidates stream */
 
-/* Is a strided operand of n vectors of K terms, read by `reads` candidates, worth a unit-stride copy? Within
-   the cache, where more than an eighth of its vectors are read (cheaper than their strided reads); beyond
-   it, where each vector is read more than twice on average: a copy writes the operand again to memory, and
-   streaming reads it once (a 10.5M MLP's input gradient: 3,271 candidates over 2,048 vectors of 2,048
-   terms: 20 ms copied, 13 streamed). Both strided (a weight gradient's), more than twice their vectors in
-   all (a 10.5M MLP's: 55K candidates over 2,048 + 2,048 vectors of 256 terms: 28 ms streamed, 9 copied;
-   at 8.7K about even; 865 over 256 + 256 vectors of 64 terms: streamed 40% faster). */
-static int worth_copying(int64_t reads, int64_t n, int64_t K) {
-    return n * K <= COPY_CACHED ? reads > 8 + n / 8 : reads > 2 * n;
+/* Is a strided operand of n vectors of K terms worth a unit-stride copy, `distinct` of its vectors read by
+   `reads` candidates? Within the cache, where more than an eighth of its vectors are read (cheaper than their
+   strided reads); beyond it, where each vector is read more than twice on average: a copy writes the operand
+   again to memory, and streaming reads it once (a 10.5M MLP's input gradient: 3,271 candidates over 2,048
+   vectors of 2,048 terms: 20 ms copied, 13 streamed). Both strided (a weight gradient's) are copied together
+   where their candidates are more than twice their vectors in all (a 10.5M MLP's: 55K candidates over 2,048
+   + 2,048 vectors of 256 terms: 28 ms streamed, 9 copied; at 8.7K about even; 865 over 256 + 256 vectors of
+   64 terms: streamed 40% faster). Never past COPY_MOST: a step's memory stays its own (a GPT-2 head's weight
+   gradient at a long block would copy 0.4 GiB). */
+static int worth_copying(int64_t distinct, int64_t reads, int64_t n, int64_t K) {
+    if (n * K > COPY_MOST) return 0;
+    return n * K <= COPY_CACHED ? distinct > 8 + n / 8 : reads > 2 * n;
 }
 
-/* The exact bounds' sums of candidates all[0, total) (index order), on nt threads. An unbatched
-   product whose strided operands many candidates read copies them to unit stride once (`worth_copying`);
-   otherwise they stream (exact_bounds). Summed pieces (a convolution's weight gradient) keep their own
+/* The exact bounds' sums of candidates all[0, total) (index order), on nt threads. An unbatched product
+   copies its strided operands to unit stride once where many candidates read them (`worth_copying`: one
+   strided operand, or both, summed pieces shorter than PIECE_MIN included); otherwise they stream
+   (exact_bounds), and summed pieces of PIECE_MIN or more (a convolution's weight gradient) keep their own
    path. A copy that cannot be allocated is not made. */
 static void exact_phase(const product_t *p, cand_t *all, int64_t total, int nt) {
     int64_t K = p->K1 * p->K2, rows_hit = 0, sak1 = p->sak1, sak2 = p->sak2, sbk1 = p->sbk1, sbk2 = p->sbk2;
@@ -378,14 +383,15 @@ static void exact_phase(const product_t *p, cand_t *all, int64_t total, int nt) 
     int unit_a = (p->K1 == 1 || sak1 == p->K2 * sak2) && sak2 == 1;
     int unit_b = (p->K1 == 1 || sbk1 == p->K2 * sbk2) && sbk2 == 1;
     int single = p->b0 * p->b1 == 1;
-    double *ac = !unit_a && unit_b && single && worth_copying(rows_hit, p->M, K)
+    double *ac = !unit_a && unit_b && single && worth_copying(rows_hit, total, p->M, K)
                      ? unit_copy(p->a, p->M, p->K1, p->K2, p->sai, sak1, sak2, nt)
                      : NULL;
-    double *bc = !unit_b && unit_a && single && worth_copying(total, p->N, K)
+    double *bc = !unit_b && unit_a && single && worth_copying(total, total, p->N, K)
                      ? unit_copy(p->b, p->N, p->K1, p->K2, p->sbj, sbk1, sbk2, nt)
                      : NULL;
     int pieces = sak2 == 1 && sbk2 == 1 && p->K2 >= PIECE_MIN; /* exact_bounds' summed pieces */
-    if (!unit_a && !unit_b && single && !pieces && total > 2 * (p->M + p->N)) {
+    int64_t both = p->M + p->N;
+    if (!unit_a && !unit_b && single && !pieces && total > 2 * both && both * K <= COPY_MOST) {
         ac = unit_copy(p->a, p->M, p->K1, p->K2, p->sai, sak1, sak2, nt);
         bc = ac ? unit_copy(p->b, p->N, p->K1, p->K2, p->sbj, sbk1, sbk2, nt) : NULL;
         if (!bc) free(ac), ac = NULL;

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 import weakref
 from dataclasses import dataclass
 
@@ -214,22 +215,33 @@ def _adamw_foreach(hp: dict, lr: float, t: int, p: list, g: list, bufs32: dict) 
     return _narrowed(torch._foreach_sub(p, m)), {"m": m32, "v": v32}
 
 
+_HEAP = threading.Lock()  # frozen_heap's count of loops inside it (threads, nesting), and whether it froze
+_HEAP_LOOPS, _HEAP_OURS = 0, False
+
+
 @contextlib.contextmanager
 def frozen_heap():
     """A loop of training steps with what was alive at its start (torch's modules and the process's own: some
     170K objects) out of the cyclic collector's passes, given back after. A det64 step makes more short-lived
     Python objects than torch's own (autograd Functions, rounding points' lists of close calls), enough that
     every few hundred steps the collector's full pass walked all of them: 80-110 ms, 0.3 ms a step on
-    average, 4-7% of a small model's det64 step (float64's steps never started one). A process that froze
-    its heap already (a Celery worker, once ready) is left as it is: unfreezing would give its start-up back."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
+    average, 4-7% of a small model's det64 step (float64's steps never started one). The first loop in
+    freezes, the last out gives back (nested, or on threads); a process that froze its heap already (a
+    Celery worker, once ready) is left as it is: unfreezing would give its start-up back."""
+    global _HEAP_LOOPS, _HEAP_OURS
+    with _HEAP:
+        _HEAP_LOOPS += 1
+        if _HEAP_LOOPS == 1:
+            _HEAP_OURS = not gc.get_freeze_count()
+            if _HEAP_OURS:
+                gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        with _HEAP:
+            _HEAP_LOOPS -= 1
+            if not _HEAP_LOOPS and _HEAP_OURS:
+                gc.unfreeze()
 
 
 DENSE_RETRIES = 2  # steps redone with more points dense before the reference path

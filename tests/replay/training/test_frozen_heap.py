@@ -3,6 +3,7 @@ runs (a det64 step's short-lived objects set one off every few hundred steps: 80
 and given back after; a process that froze its own heap (a Celery worker) keeps it frozen."""
 
 import gc
+import threading
 
 import pytest
 
@@ -15,10 +16,14 @@ from tests.replay.helpers import INTERVAL, record
 
 @pytest.fixture
 def thawed():
-    """A process with nothing frozen, as the CLI's; the same after the test."""
+    """A process with nothing frozen, as the CLI's; frozen again after the test where it was before (a test
+    module that loads config.wsgi freezes the suite's process)."""
+    frozen = gc.get_freeze_count()
     gc.unfreeze()
     yield
     gc.unfreeze()
+    if frozen:
+        gc.freeze()
 
 
 def test_the_loop_runs_frozen_and_gives_the_heap_back(thawed):
@@ -27,6 +32,27 @@ def test_the_loop_runs_frozen_and_gives_the_heap_back(thawed):
     assert gc.get_freeze_count() == 0
     with pytest.raises(RuntimeError), frozen_heap():
         raise RuntimeError("a step failed")
+    assert gc.get_freeze_count() == 0
+
+
+def test_nested_loops_and_threads_give_the_heap_back_when_the_last_is_out(thawed):
+    started, leave = threading.Event(), threading.Event()
+
+    def other_loop():
+        with frozen_heap():
+            started.set()
+            leave.wait(10)
+
+    with frozen_heap():
+        with frozen_heap():
+            pass
+        assert gc.get_freeze_count() > 1000  # the inner loop's exit gave nothing back
+        other = threading.Thread(target=other_loop)
+        other.start()
+        started.wait(10)
+    assert gc.get_freeze_count() > 1000  # the other thread's loop still runs
+    leave.set()
+    other.join(10)
     assert gc.get_freeze_count() == 0
 
 

@@ -141,11 +141,11 @@ def test_exact_bounds_at_logged_elements_match_the_torch_path(case, n, seed):
     _same_bounds_at(bound, idx, n, a.shape[-1])
 
 
-def _same_bounds_at(bound, idx: torch.Tensor, n: int, k: int) -> None:
-    """bound.at(idx) in the kernel (n threads, several calls, as a long log makes) against the torch path:
-    sums of the same nonnegative terms in other orders, within both sums' rounding (K u each), and exact
-    zeros exact."""
-    chunk, native.DOT_AT_CHUNK = native.DOT_AT_CHUNK, 5
+def _same_bounds_at(bound, idx: torch.Tensor, n: int, k: int, chunk: int = 5) -> None:
+    """bound.at(idx) in the kernel (n threads, several calls of `chunk` indices, as a long log makes) against
+    the torch path: sums of the same nonnegative terms in other orders, within both sums' rounding (K u each),
+    and exact zeros exact."""
+    chunk, native.DOT_AT_CHUNK = native.DOT_AT_CHUNK, chunk
     try:
         with kernel_threads(n):
             got = bound.at(idx)
@@ -343,7 +343,8 @@ def test_strided_operands_copied_or_streamed_by_how_often_they_are_read(m, n, ca
     gradient's layout) are streamed while candidates are at most twice their vectors (2 of 64 rows: 192 for
     160 vectors) and copied past that (all rows); B alone strided beyond the cache (20,000 vectors of 8
     terms) likewise (1 row of 4: 20,000 candidates, streamed; 3 rows: copied). Every way, the torch path's
-    bounds and codes."""
+    bounds and codes; and the bounds themselves, the torch path's within their rounding, taken at every output
+    (a replay's kernel, `native.dot_at`, whose candidates are all of them: copied or streamed alike)."""
     g = torch.Generator().manual_seed(11)
     a = _f32(torch.randn(m, 8, generator=g, dtype=torch.float64))
     b = _f32(torch.randn(8, n, generator=g, dtype=torch.float64))
@@ -352,6 +353,7 @@ def test_strided_operands_copied_or_streamed_by_how_often_they_are_read(m, n, ca
     a = a.t().contiguous().t() if a_major == "col" else a
     with kernel_threads(threads):
         assert _same(torch.matmul(a, b), dot_bound(a, b)) >= cancelling * n
+    _same_bounds_at(dot_bound(a, b), torch.arange(m * n), threads, 8, native.DOT_AT_CHUNK)
 
 
 def test_a_kernel_out_of_memory_takes_the_torch_path():
