@@ -61,7 +61,9 @@ def test_a_process_that_froze_its_heap_keeps_it_frozen(thawed):
     before = gc.get_freeze_count()
     with frozen_heap():
         pass
-    assert gc.get_freeze_count() == before
+    # Not given back (that would leave 0); not exactly `before` either: a frozen object whose last reference goes
+    # (a module cache's entry, a thread's frame) leaves the permanent generation in a large process.
+    assert before > 1000 and gc.get_freeze_count() > before // 2
 
 
 def test_recording_and_replaying_step_with_the_heap_frozen(tmp_path, monkeypatch, thawed):
