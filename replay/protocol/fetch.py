@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replay.protocol.fetch_limits import FetchBudget, FetchRefused, tightened_caps
+from replay.protocol.fetch_limits import MAX_MANIFEST_BYTES, FetchBudget, FetchRefused, tightened_caps
 from replay.protocol.fetch_transport import CHUNK, copy_local_file, get_file, transcript_base_url
 
 
@@ -43,7 +43,7 @@ def fetch_transcript(
     allowed_hosts: frozenset[str] = frozenset(),
 ) -> Path:
     """Copy the transcript at ``url`` into ``dest`` (created) and return ``dest``; see the module docstring."""
-    from replay.protocol.transcript import MAX_MANIFEST_BYTES, MalformedTranscript, Transcript
+    from replay.protocol.transcript import MalformedTranscript, Transcript
 
     max_bytes, max_files, deadline_s = tightened_caps(max_bytes, max_files, deadline_s)
     base = transcript_base_url(url)
@@ -103,8 +103,6 @@ def copy_material(
     ``OSError`` writing ``dest`` (ours). Returns counts."""
     import hashlib
     import json
-
-    from replay.protocol.transcript import MAX_MANIFEST_BYTES
 
     max_bytes, max_files, deadline_s = tightened_caps(max_bytes, max_files, deadline_s)
     budget = FetchBudget(max_bytes, max_files, deadline_s)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import time
 
+MAX_MANIFEST_BYTES = 32 << 20  # a transcript's manifest.json: the fetch's cap on it and the reader's (transcript.py)
+
 
 class FetchRefused(Exception):
     """The transcript could not be fetched; the message is safe to show the prover."""

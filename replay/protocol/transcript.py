@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from replay.protocol import limits
+from replay.protocol.fetch_limits import MAX_MANIFEST_BYTES
 from replay.protocol.hashing import same_bits
 from replay.protocol.manifest_schema import validate_manifest
 from replay.protocol.transcript_errors import CommitmentMismatch, MalformedTranscript
@@ -34,7 +35,6 @@ from replay.training import architectures as models
 from replay.training import data_commitment as dataset
 from replay.training.train import OPTIMIZERS, State
 
-MAX_MANIFEST_BYTES = 32 << 20
 MAX_OPS_BYTES = 4 << 20  # per step: 104,857 rounded outputs' digests
 
 

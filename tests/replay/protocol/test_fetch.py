@@ -309,6 +309,35 @@ def test_the_claims_copy_of_a_share_or_a_url_verifies(served, transcripts, tmp_p
         assert verify(dest, honest / "claims.json", Budget(segments=100)).verdict == "verified"
 
 
+def test_the_claims_copy_command_never_loads_torch(transcripts, tmp_path):
+    """The worker runs one copy a claim (``python -m replay.protocol.fetch``): it hashes files, and loading torch
+    would cost it seconds and a GiB of address space for nothing."""
+    import os
+    import subprocess
+    import sys
+
+    from replay.protocol.transcript_layout import sha256
+
+    honest = transcripts["mlp", "det64"]
+    want = sha256((honest / "manifest.json").read_bytes())
+    code = (
+        "import runpy, sys\n"
+        "try:\n"
+        "    runpy.run_module('replay.protocol.fetch', run_name='__main__')\n"
+        "except SystemExit as done:\n"
+        "    assert done.code == 0, done.code\n"
+        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:5]\n"
+    )
+    argv = [str(honest), str(tmp_path / "copy"), "--manifest", want]
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=root, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["copied"]["files"] == 1 + len(named_files(manifest(honest)))
+
+
 def test_the_copy_refuses_what_is_not_as_committed_and_retries_what_failed_to_read(transcripts, tmp_path):
     from replay.protocol.fetch import NotAsCommitted, Unavailable
     from replay.protocol.transcript_layout import sha256
