@@ -13,7 +13,6 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import safetensors.torch
 from django.core.exceptions import ValidationError
 from nacl.signing import SigningKey
 
@@ -22,7 +21,6 @@ from inspections.services import sweeps
 from registry import services as registry
 from registry.models import Chip
 from replay.protocol.firmware import canonical
-from replay.protocol.transcript_layout import checkpoint_path, sha256, write_manifest
 
 from .actors import World
 
@@ -255,6 +253,10 @@ def spoofed_transcript(world: World) -> Outcome:
 def _fabricate_checkpoint(transcript, world: World):
     """A copy of the transcript whose checkpoint before the first logged snapshot holds other weights (imported
     from elsewhere), re-committed in a new manifest: the snapshots then follow from that checkpoint alone."""
+    import safetensors.torch  # torch here, not at import: `run_scenario` itself only starts the run
+
+    from replay.protocol.transcript_layout import checkpoint_path, sha256, write_manifest
+
     fake = transcript.parent / (transcript.name + "-fabricated")
     shutil.copytree(transcript, fake)
     manifest = json.loads((fake / "manifest.json").read_text())
