@@ -37,7 +37,7 @@ from replay.protocol.transcript_layout import (
 from replay.training import architectures as models
 from replay.training import bundled_data as data
 from replay.training.determinism import Rounder, encode_log
-from replay.training.train import frozen_heap, initial_state, train_step
+from replay.training.train import State, frozen_heap, initial_state, train_step
 
 COMMITMENTS = ("ops", "steps", "none")
 PRECISIONS = ("det64", "float32", "float64")  # float64: a plain baseline for benchmarks, which no verifier takes
@@ -228,6 +228,16 @@ class Recorder:
                 f"reads ({max_entries} entries, {max_bytes} bytes): please report this run"
             )
 
+    def check_final(self, t: int, state: State) -> None:
+        """The last update must leave finite parameters: a NaN's sign and payload are not IEEE's to fix (CPUs,
+        GPUs and the native kernel may differ), so a final checkpoint holding one would not verify bit for bit
+        elsewhere. An earlier step's is refused by the next step's loss."""
+        if not all(bool(torch.isfinite(p).all()) for p in state.params.values()):
+            raise ValueError(
+                f"step {t}: the update left non-finite parameters, which a transcript does not record: training "
+                f"diverged (a lower learning rate); {self.out} holds an incomplete recording"
+            )
+
     def run(self) -> Path:
         """Record the run: its transcript's folder."""
         with frozen_heap():
@@ -258,6 +268,8 @@ class Recorder:
                     f"step {t}: the loss is {loss}, outside the [0, {schema.MAX_LOSS:g}] a transcript records: "
                     f"training diverged (a lower learning rate); {out} holds an incomplete recording"
                 )
+            if t == self.steps - 1:
+                self.check_final(t, state)
             state = self.after_step(model, state)
             log = encode_log(rounder.log()) if rounder is not None else None
             self.check_log(t, log, rounder)
