@@ -228,11 +228,13 @@ class Recorder:
                 f"reads ({max_entries} entries, {max_bytes} bytes): please report this run"
             )
 
-    def check_final(self, t: int, state: State) -> None:
-        """The last update must leave finite parameters: a NaN's sign and payload are not IEEE's to fix (CPUs,
-        GPUs and the native kernel may differ), so a final checkpoint holding one would not verify bit for bit
-        elsewhere. An earlier step's is refused by the next step's loss."""
-        if not all(bool(torch.isfinite(p).all()) for p in state.params.values()):
+    def check_params(self, t: int, state: State) -> None:
+        """An update must leave finite parameters: a NaN's sign and payload are not IEEE's to fix (CPUs, GPUs
+        and the native kernel may differ), so a checkpoint or snapshot holding one would not verify bit for bit
+        elsewhere. The next step's loss does not always show one: the last update has none, and an embedding's
+        row no batch reads leaves it finite. A pass over the parameters, as the snapshot hashes' each step."""
+        finite = [torch.isfinite(p).all() for p in state.params.values()]
+        if not bool(torch.stack(finite).all()):
             raise ValueError(
                 f"step {t}: the update left non-finite parameters, which a transcript does not record: training "
                 f"diverged (a lower learning rate); {self.out} holds an incomplete recording"
@@ -268,8 +270,7 @@ class Recorder:
                     f"step {t}: the loss is {loss}, outside the [0, {schema.MAX_LOSS:g}] a transcript records: "
                     f"training diverged (a lower learning rate); {out} holds an incomplete recording"
                 )
-            if t == self.steps - 1:
-                self.check_final(t, state)
+            self.check_params(t, state)
             state = self.after_step(model, state)
             log = encode_log(rounder.log()) if rounder is not None else None
             self.check_log(t, log, rounder)
