@@ -292,6 +292,9 @@ REPLAY_DEVICE = env("REPLAY_DEVICE", default="cpu")
 REPLAY_MAX_MEMORY_BYTES = env.int("REPLAY_MAX_MEMORY_BYTES", default=8 * 2**30)
 # The verifier executable (argv prefix; SOURCE and the contract's options follow). A JSON list in the environment.
 REPLAY_VERIFIER_COMMAND = env.json("REPLAY_VERIFIER_COMMAND", default=[sys.executable, "-m", "replay", "verify"])
+# The default command runs forked from a fork server that imported torch and the verifier once (about 2 s a claim
+# less; the same limits, environment and output). Off: every claim spawns `python -m replay verify` afresh.
+REPLAY_VERIFIER_FORKSERVER = env.bool("REPLAY_VERIFIER_FORKSERVER", default=True)
 # Fetching a transcript URL (inside the verifier's limited subprocess): caps on bytes, files and time.
 REPLAY_FETCH_MAX_BYTES = env.int("REPLAY_FETCH_MAX_BYTES", default=8 * 2**30)
 REPLAY_FETCH_MAX_FILES = env.int("REPLAY_FETCH_MAX_FILES", default=1000)

@@ -5,7 +5,9 @@
   storage by ``python -m replay.protocol.fetch`` in a limited subprocess, hashed against the manifest; only then is
   the claim's one nonce drawn (kept with the claim, reused on every retry). The verifier reads the copy.
 * Claims are verified by the verifier CLI (setting ``REPLAY_VERIFIER_COMMAND``, by default
-  ``python -m replay verify``) in a subprocess with a wall-clock and address-space limit. A
+  ``python -m replay verify``) in a subprocess with a wall-clock and address-space limit. The default command
+  runs forked from a fork server that has imported torch and the verifier once (``REPLAY_VERIFIER_FORKSERVER``):
+  the same process limits, environment and output, without two seconds of start-up a claim. A
   transcript URL is handed to it as SOURCE and fetched inside that subprocess (``replay.protocol.fetch``),
   with the caps on bytes, files and time from the settings (in its environment, where the fetch
   reads them) and ``--allow-host`` for each allowed host: the worker itself never downloads.
@@ -18,12 +20,14 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import os
 import resource
 import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from django.conf import settings
@@ -195,22 +199,101 @@ def time_limit() -> int:
 
 
 def _run(command: list[str], scratch: Path, nonce: str) -> Report:
+    env = verifier_environment(scratch)
+    ran = _run_forked(command, scratch, env) if _forkable(command) else None
+    returncode, stdout, stderr = ran or _run_spawned(command, scratch, env)
+    if stderr:
+        log.info("verifier stderr (exit %s): %s", returncode, stderr[-4000:].decode(errors="replace"))
+    return verdict_of(returncode, stdout[:MAX_OUTPUT], nonce)
+
+
+def _run_spawned(command: list[str], scratch: Path, env: dict) -> tuple[int, bytes, bytes]:
     try:
         done = subprocess.run(
-            command,
-            capture_output=True,
-            cwd=settings.BASE_DIR,
-            env=verifier_environment(scratch),
-            timeout=time_limit(),
-            preexec_fn=_limit,
+            command, capture_output=True, cwd=settings.BASE_DIR, env=env, timeout=time_limit(), preexec_fn=_limit
         )
     except subprocess.TimeoutExpired:
         raise VerifierFailed(f"the verifier ran longer than {time_limit()} s") from None
     except OSError as error:
         raise VerifierFailed(f"the verifier could not start ({type(error).__name__})") from None
-    if done.stderr:
-        log.info("verifier stderr (exit %s): %s", done.returncode, done.stderr[-4000:].decode(errors="replace"))
-    return verdict_of(done.returncode, done.stdout[:MAX_OUTPUT], nonce)
+    return done.returncode, done.stdout, done.stderr
+
+
+# --- the fork server: the default verifier without its start-up ---------------------------------------------
+
+FORKED_COMMAND = [sys.executable, "-m", "replay", "verify"]  # the default REPLAY_VERIFIER_COMMAND
+_fork_server: dict = {}  # "environ": the worker's environment when the fork server started
+
+
+def _forkable(command: list[str]) -> bool:
+    """Whether the verifier may be forked from the fork server: the default command, the setting on, and the
+    worker's environment as it was when the server started (torch and OpenMP read some of it at import: a
+    changed one gets a fresh process, as before)."""
+    if not settings.REPLAY_VERIFIER_FORKSERVER or command[: len(FORKED_COMMAND)] != FORKED_COMMAND:
+        return False
+    return _fork_server.setdefault("environ", _import_environment()) == _import_environment()
+
+
+def _import_environment() -> dict:
+    """The worker's environment, all of it but pytest's marker of the running test (no import reads it)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+
+def _run_forked(command: list[str], scratch: Path, env: dict) -> tuple[int, bytes, bytes] | None:
+    """The verifier forked from the fork server (multiprocessing's, which preloads the verifier): its exit status
+    (negative: killed by that signal), stdout and stderr, as ``subprocess.run`` gives them; None when the server
+    could not start one (the caller spawns the verifier instead)."""
+    out, err = scratch / "verifier.stdout", scratch / "verifier.stderr"
+    argv = command[len(FORKED_COMMAND) - 1 :]  # "verify" and its arguments
+    request = (argv, env, str(settings.BASE_DIR), str(out), str(err), settings.REPLAY_MAX_MEMORY_BYTES)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["replay.__main__", __name__])
+    process = context.Process(target=forked_verifier, args=request, name="replay-verify", daemon=True)
+    try:
+        process.start()
+    except (OSError, EOFError, RuntimeError) as error:
+        log.warning("the verifier's fork server could not start it (%s): spawned instead", type(error).__name__)
+        return None
+    process.join(time_limit())
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+        raise VerifierFailed(f"the verifier ran longer than {time_limit()} s")
+    return process.exitcode, _head(out, MAX_OUTPUT), _tail(err, 4000)
+
+
+def forked_verifier(argv: list[str], env: dict, cwd: str, out: str, err: str, memory: int) -> None:
+    """In the forked child: what ``preexec_fn`` and ``exec`` give a spawned verifier (limits, working directory,
+    environment, stdout and stderr), then ``python -m replay verify``'s own entry point."""
+    _cap(memory)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    tempfile.tempdir = None  # TMPDIR is the claim's scratch: read again, not the server's
+    for fd, path in ((1, out), (2, err)):
+        opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(opened, fd)
+        os.close(opened)
+    from replay.__main__ import main  # preloaded by the server: no import here
+
+    sys.exit(main(argv))
+
+
+def _head(path: Path, size: int) -> bytes:
+    try:
+        with path.open("rb") as f:
+            return f.read(size)
+    except FileNotFoundError:  # the child died before it opened its output (a signal): it said nothing
+        return b""
+
+
+def _tail(path: Path, size: int) -> bytes:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - size))
+            return f.read(size)
+    except FileNotFoundError:
+        return b""
 
 
 def verdict_of(returncode: int, stdout: bytes, nonce: str) -> Report:
@@ -234,7 +317,10 @@ def verdict_of(returncode: int, stdout: bytes, nonce: str) -> Report:
 
 def _limit() -> None:
     """In the child before exec: an address-space cap (a hostile transcript meets it, not the worker) and no core."""
-    limit = settings.REPLAY_MAX_MEMORY_BYTES
+    _cap(settings.REPLAY_MAX_MEMORY_BYTES)
+
+
+def _cap(limit: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 

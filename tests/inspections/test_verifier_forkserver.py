@@ -1,0 +1,97 @@
+"""The default verifier runs forked from a fork server that imported torch once: the same verdict, limits and
+environment as a spawned ``python -m replay verify``, or a spawned one where that cannot hold."""
+
+import dataclasses
+import json
+import multiprocessing
+import multiprocessing.forkserver
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+
+from inspections import verification
+
+NONCE = "00112233445566778899aabbccddeeff"
+
+
+@pytest.fixture(scope="module")
+def transcript(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "mlp-run"
+    subprocess.run(
+        [sys.executable, "-m", "replay", "record", "--arch", "mlp", "--steps", "12", "--chips", "2", "--out", str(out)],
+        check=True,
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+    )
+    return out
+
+
+@pytest.fixture(autouse=True)
+def fresh_fork_server():
+    """Each test starts the fork server itself, in its own environment (an earlier test may have changed it)."""
+    multiprocessing.forkserver._forkserver._stop()
+    verification._fork_server.clear()
+
+
+@pytest.fixture
+def spawned(monkeypatch):
+    """The spawned verifier's runs (the real one runs): a forked verifier adds none."""
+    runs = []
+    real = verification._run_spawned
+
+    def spy(command, scratch, env):
+        runs.append(command)
+        return real(command, scratch, env)
+
+    monkeypatch.setattr(verification, "_run_spawned", spy)
+    return runs
+
+
+def check(transcript, tmp_path, name: str):
+    scratch = tmp_path / name
+    scratch.mkdir()
+    request = json.loads((transcript / "claims.json").read_text())
+    return verification.claim_check(transcript, request, 1e21, scratch, NONCE)
+
+
+def without_timing(verdict) -> dict:
+    return {k: v for k, v in dataclasses.asdict(verdict).items() if k != "seconds"}
+
+
+def test_the_forked_verifier_reaches_the_spawned_verdict(transcript, tmp_path, settings, spawned):
+    settings.REPLAY_VERIFIER_FORKSERVER = True
+    forked = [check(transcript, tmp_path, f"forked-{n}") for n in range(2)]  # the second from a running server
+    assert spawned == []
+    settings.REPLAY_VERIFIER_FORKSERVER = False
+    fresh = check(transcript, tmp_path, "spawned")
+    assert len(spawned) == 1
+    assert forked[0].verdict == "verified" and forked[0].nonce == NONCE and forked[0].segments_replayed
+    assert without_timing(forked[0]) == without_timing(forked[1]) == without_timing(fresh)
+
+
+def test_the_forked_verifier_meets_the_address_space_cap(transcript, tmp_path, settings, spawned):
+    settings.REPLAY_VERIFIER_FORKSERVER = True
+    settings.REPLAY_MAX_MEMORY_BYTES = 64 << 20  # below what torch alone maps: nothing more can be allocated
+    with pytest.raises(verification.VerifierFailed):
+        check(transcript, tmp_path, "capped")
+    assert spawned == []
+
+
+def test_a_forked_verifier_past_its_time_is_killed(transcript, tmp_path, settings, monkeypatch, spawned):
+    settings.REPLAY_VERIFIER_FORKSERVER = True
+    check(transcript, tmp_path, "warm")  # the server runs: what is timed next is the replay alone
+    monkeypatch.setattr(verification, "time_limit", lambda: 0.01)
+    with pytest.raises(verification.VerifierFailed, match=r"ran longer than 0\.01 s"):
+        check(transcript, tmp_path, "late")
+    assert spawned == [] and not [p for p in multiprocessing.active_children() if p.name == "replay-verify"]
+
+
+def test_a_changed_environment_spawns_a_fresh_verifier(transcript, tmp_path, settings, monkeypatch, spawned):
+    """torch and OpenMP read some of the environment at import: the fork server's import is not for another."""
+    settings.REPLAY_VERIFIER_FORKSERVER = True
+    check(transcript, tmp_path, "server")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    verdict = check(transcript, tmp_path, "other-environment")
+    assert len(spawned) == 1 and verdict.verdict == "verified"
