@@ -18,16 +18,22 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
+import math
 import multiprocessing
+import multiprocessing.connection
 import os
 import resource
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from django.conf import settings
@@ -222,14 +228,20 @@ def _run_spawned(command: list[str], scratch: Path, env: dict) -> tuple[int, byt
 # --- the fork server: the default verifier without its start-up ---------------------------------------------
 
 FORKED_COMMAND = [sys.executable, "-m", "replay", "verify"]  # the default REPLAY_VERIFIER_COMMAND
-_fork_server: dict = {}  # "environ": the worker's environment when the fork server started
+# "environ": the worker's environment when the fork server started; "failed": why forking stopped in this process
+_fork_server: dict = {}
+# multiprocessing polls every child of the process in any thread's start() (and reads a forked child's status off
+# one socket): the worker's threads start and poll their verifiers one at a time (waiting on them is not polling)
+_fork_lock = threading.Lock()
 
 
 def _forkable(command: list[str]) -> bool:
-    """Whether the verifier may be forked from the fork server: the default command, the setting on, and the
-    worker's environment as it was when the server started (torch and OpenMP read some of it at import: a
-    changed one gets a fresh process, as before)."""
+    """Whether the verifier may be forked from the fork server: the default command, the setting on, forking not
+    failed in this process, and the worker's environment as it was when the server started (torch and OpenMP read
+    some of it at import: a changed one gets a fresh process, as before)."""
     if not settings.REPLAY_VERIFIER_FORKSERVER or command[: len(FORKED_COMMAND)] != FORKED_COMMAND:
+        return False
+    if "failed" in _fork_server:
         return False
     return _fork_server.setdefault("environ", _import_environment()) == _import_environment()
 
@@ -242,41 +254,75 @@ def _import_environment() -> dict:
 def _run_forked(command: list[str], scratch: Path, env: dict) -> tuple[int, bytes, bytes] | None:
     """The verifier forked from the fork server (multiprocessing's, which preloads the verifier): its exit status
     (negative: killed by that signal), stdout and stderr, as ``subprocess.run`` gives them; None when the server
-    could not start one (the caller spawns the verifier instead)."""
+    could not start one or the child never reached the verifier (the caller spawns it instead, and so does every
+    later claim of this process)."""
     out, err = scratch / "verifier.stdout", scratch / "verifier.stderr"
     argv = command[len(FORKED_COMMAND) - 1 :]  # "verify" and its arguments
-    request = (argv, env, str(settings.BASE_DIR), str(out), str(err), settings.REPLAY_MAX_MEMORY_BYTES)
+    limit = time_limit()
+    request = (argv, env, str(settings.BASE_DIR), str(out), str(err), settings.REPLAY_MAX_MEMORY_BYTES, limit)
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["replay.__main__", __name__])
     process = context.Process(target=forked_verifier, args=request, name="replay-verify", daemon=True)
     try:
-        process.start()
-    except (OSError, EOFError, RuntimeError) as error:
-        log.warning("the verifier's fork server could not start it (%s): spawned instead", type(error).__name__)
-        return None
-    process.join(time_limit())
-    if process.exitcode is None:
-        process.kill()
-        process.join()
-        raise VerifierFailed(f"the verifier ran longer than {time_limit()} s")
-    return process.exitcode, _head(out, MAX_OUTPUT), _tail(err, 4000)
+        with _fork_lock:
+            process.start()
+    except Exception as error:  # a server that cannot start or died: spawning still works
+        return _fork_failed(f"the fork server could not start the verifier ({type(error).__name__})")
+    returncode = _wait(process, limit)
+    if not out.exists():  # died before it could say anything (in multiprocessing's start-up): not the verifier
+        return _fork_failed(f"the forked verifier ended before it started (exit {returncode})")
+    return returncode, _head(out, MAX_OUTPUT), _tail(err, 4000)
 
 
-def forked_verifier(argv: list[str], env: dict, cwd: str, out: str, err: str, memory: int) -> None:
-    """In the forked child: what ``preexec_fn`` and ``exec`` give a spawned verifier (limits, working directory,
-    environment, stdout and stderr), then ``python -m replay verify``'s own entry point."""
+def _wait(process, limit: float) -> int:
+    deadline = time.monotonic() + limit
+    while True:
+        multiprocessing.connection.wait([process.sentinel], max(0.0, deadline - time.monotonic()))
+        with _fork_lock:
+            if process.exitcode is not None:
+                return process.exitcode
+            if time.monotonic() >= deadline:
+                process.kill()
+                process.join()
+                raise VerifierFailed(f"the verifier ran longer than {time_limit()} s")
+
+
+def _fork_failed(why: str) -> None:
+    _fork_server["failed"] = why
+    log.warning("%s: this worker spawns its verifiers from now on", why)
+    return None
+
+
+def forked_verifier(argv: list[str], env: dict, cwd: str, out: str, err: str, memory: int, seconds: float) -> None:
+    """In the forked child: what ``preexec_fn`` and ``exec`` give a spawned verifier (output, limits, working
+    directory, environment), then ``python -m replay verify``'s own entry point. It dies with the fork server and
+    at its deadline by itself (the worker, which is not its parent, kills it too)."""
+    for fd, path in ((1, out), (2, err)):
+        opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(opened, fd)
+        os.close(opened)
+    _die_with_parent()
+    signal.alarm(max(1, math.ceil(seconds)) + 5)
     _cap(memory)
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
     tempfile.tempdir = None  # TMPDIR is the claim's scratch: read again, not the server's
-    for fd, path in ((1, out), (2, err)):
-        opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(opened, fd)
-        os.close(opened)
     from replay.__main__ import main  # preloaded by the server: no import here
 
     sys.exit(main(argv))
+
+
+def _die_with_parent() -> None:
+    """SIGKILL when the fork server ends (Linux's PR_SET_PDEATHSIG): a verifier whose server died has no one left to
+    report its status or to kill it at its deadline."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the alarm still ends it
+        pass
+
+
+PR_SET_PDEATHSIG = 1
 
 
 def _head(path: Path, size: int) -> bytes:

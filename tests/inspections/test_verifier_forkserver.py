@@ -5,13 +5,19 @@ import dataclasses
 import json
 import multiprocessing
 import multiprocessing.forkserver
+import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
+from pathlib import Path
 
 import pytest
 from django.conf import settings
 
 from inspections import verification
+from tests.helpers import wait_for
 
 NONCE = "00112233445566778899aabbccddeeff"
 
@@ -30,7 +36,11 @@ def transcript(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def fresh_fork_server():
-    """Each test starts the fork server itself, in its own environment (an earlier test may have changed it)."""
+    """Each test starts the fork server itself, in its own environment (an earlier test may have changed it), and
+    stops it after."""
+    multiprocessing.forkserver._forkserver._stop()
+    verification._fork_server.clear()
+    yield
     multiprocessing.forkserver._forkserver._stop()
     verification._fork_server.clear()
 
@@ -95,3 +105,62 @@ def test_a_changed_environment_spawns_a_fresh_verifier(transcript, tmp_path, set
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     verdict = check(transcript, tmp_path, "other-environment")
     assert len(spawned) == 1 and verdict.verdict == "verified"
+
+
+def test_a_fork_server_that_cannot_start_the_verifier_leaves_spawning(
+    transcript, tmp_path, settings, monkeypatch, spawned
+):
+    settings.REPLAY_VERIFIER_FORKSERVER = True
+
+    def refused(self, process):
+        raise ConnectionRefusedError("the fork server is gone")
+
+    monkeypatch.setattr(multiprocessing.context.ForkServerProcess, "_Popen", refused)
+    verdicts = [check(transcript, tmp_path, f"claim-{n}") for n in range(2)]
+    assert [v.verdict for v in verdicts] == ["verified", "verified"] and len(spawned) == 2
+    assert "could not start" in verification._fork_server["failed"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_forked_verifier_dies_with_its_fork_server(tmp_path, settings):
+    """Its status goes to the worker through the server: a verifier whose server died (killed, out of memory) would
+    run on unwatched, past its deadline. It is killed with the server; the claim is the verifier's failure."""
+    settings.REPLAY_VERIFIER_FORKSERVER = True
+    silent = socket.socket()  # a transcript URL that accepts and never answers: the verifier waits on it
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    silent.settimeout(60)
+    (tmp_path / "claims.json").write_text("{}")
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}/run"
+    command = [
+        *verification.FORKED_COMMAND,
+        url,
+        "--claims",
+        str(tmp_path / "claims.json"),
+        "--json",
+        "--allow-host",
+        "127.0.0.1",
+    ]
+    ran = {}
+    thread = threading.Thread(
+        target=lambda: ran.update(
+            r=verification._run_forked(command, tmp_path, verification.verifier_environment(tmp_path))
+        )
+    )
+    thread.start()
+    try:
+        child = wait_for(lambda: [p for p in multiprocessing.active_children() if p.name == "replay-verify"], 60)[0]
+        request, _ = silent.accept()  # the verifier's request, held open unanswered: it runs, past its start-up
+        os.kill(multiprocessing.forkserver._forkserver._forkserver_pid, signal.SIGKILL)
+        wait_for(lambda: not _alive(child.pid), 10, "the verifier's end")
+        thread.join(30)
+        assert ran["r"][0] not in verification.EXITS  # no verdict: the verifier's failure, retried
+        request.close()
+    finally:
+        silent.close()
