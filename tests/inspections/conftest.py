@@ -1,6 +1,10 @@
-"""A drawn campaign over the inspections world of tests/inspections/factories.py."""
+"""A drawn campaign over the inspections world of tests/inspections/factories.py; a small real transcript."""
+
+import subprocess
+import sys
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from inspections.services import campaigns
@@ -14,3 +18,16 @@ def draw():
         slug="c1", provers=["owner-a", "owner-b"], rule_flops=20 * H100 * YEAR, starts_on=timezone.now().date()
     )
     return campaigns.campaign_draw(campaign, 0)
+
+
+@pytest.fixture(scope="module")
+def transcript(tmp_path_factory):
+    """One small real transcript (MLP, 20 steps, 2 chips), recorded once for the module."""
+    out = tmp_path_factory.mktemp("run") / "mlp-run"
+    subprocess.run(
+        [sys.executable, "-m", "replay", "record", "--arch", "mlp", "--steps", "20", "--chips", "2", "--out", str(out)],
+        check=True,
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+    )
+    return out

@@ -3,35 +3,21 @@ environment as a spawned ``python -m replay verify``, or a spawned one where tha
 
 import dataclasses
 import json
+import logging
 import multiprocessing
 import multiprocessing.forkserver
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from inspections import verification
 from tests.helpers import wait_for
 
 NONCE = "00112233445566778899aabbccddeeff"
-
-
-@pytest.fixture(scope="module")
-def transcript(tmp_path_factory):
-    out = tmp_path_factory.mktemp("run") / "mlp-run"
-    subprocess.run(
-        [sys.executable, "-m", "replay", "record", "--arch", "mlp", "--steps", "12", "--chips", "2", "--out", str(out)],
-        check=True,
-        cwd=settings.BASE_DIR,
-        capture_output=True,
-    )
-    return out
 
 
 @pytest.fixture(autouse=True)
@@ -81,12 +67,13 @@ def test_the_forked_verifier_reaches_the_spawned_verdict(transcript, tmp_path, s
     assert without_timing(forked[0]) == without_timing(forked[1]) == without_timing(fresh)
 
 
-def test_the_forked_verifier_meets_the_address_space_cap(transcript, tmp_path, settings, spawned):
+def test_the_forked_verifier_meets_the_address_space_cap(transcript, tmp_path, settings, spawned, caplog):
     settings.REPLAY_VERIFIER_FORKSERVER = True
     settings.REPLAY_MAX_MEMORY_BYTES = 64 << 20  # below what torch alone maps: nothing more can be allocated
+    caplog.set_level(logging.INFO, logger=verification.__name__)
     with pytest.raises(verification.VerifierFailed):
         check(transcript, tmp_path, "capped")
-    assert spawned == []
+    assert spawned == [] and "MemoryError" in caplog.text  # the verifier's stderr, logged by the worker
 
 
 def test_a_forked_verifier_past_its_time_is_killed(transcript, tmp_path, settings, monkeypatch, spawned):
@@ -164,3 +151,19 @@ def test_a_forked_verifier_dies_with_its_fork_server(tmp_path, settings):
         request.close()
     finally:
         silent.close()
+
+
+def test_two_threads_verify_at_once(transcript, tmp_path, settings, spawned):
+    """The embedded worker's two threads: each gets its own verifier's verdict."""
+    settings.REPLAY_VERIFIER_FORKSERVER = True
+    check(transcript, tmp_path, "server")
+    verdicts = {}
+    threads = [
+        threading.Thread(target=lambda n=n: verdicts.update({n: check(transcript, tmp_path, f"thread-{n}")}))
+        for n in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert [verdicts[n].verdict for n in range(2)] == ["verified", "verified"] and spawned == []

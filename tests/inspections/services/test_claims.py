@@ -6,13 +6,10 @@ the firmware's keys, drawn, inspected; the prover's claims are verified by the r
 
 import json
 import shutil
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 
 from inspections.models import Alert, Claim, InspectionTask, Snapshot
@@ -32,19 +29,6 @@ def own_material_root(settings, tmp_path):
     """Each test its own claim-material store (a copy is content-addressed: a previous test's honest copy of the
     same manifest would rightly be reused, hiding a test's own edit)."""
     settings.CLAIM_MATERIAL_ROOT = str(tmp_path / "claim-material")
-
-
-@pytest.fixture(scope="module")
-def transcript(tmp_path_factory):
-    """One small real transcript (MLP, 20 steps, 2 chips), recorded once for the module."""
-    out = tmp_path_factory.mktemp("run") / "mlp-run"
-    subprocess.run(
-        [sys.executable, "-m", "replay", "record", "--arch", "mlp", "--steps", "20", "--chips", "2", "--out", str(out)],
-        check=True,
-        cwd=settings.BASE_DIR,
-        capture_output=True,
-    )
-    return out
 
 
 @pytest.fixture
