@@ -47,6 +47,7 @@ from . import transcript_location
 log = logging.getLogger(__name__)
 EXITS = {0: "verified", 1: "rejected", 2: "malformed", 4: "incomplete"}
 MAX_OUTPUT = 16 << 20
+MAX_STDERR_LOGGED = 4000  # the end of a verifier's stderr, logged with its exit status
 MAX_DRAWS = coverage.MAX_DRAWS  # the verifier's cap on a claims file's earlier_draws
 
 
@@ -209,7 +210,7 @@ def _run(command: list[str], scratch: Path, nonce: str) -> Report:
     ran = _run_forked(command, scratch, env) if _forkable(command) else None
     returncode, stdout, stderr = ran or _run_spawned(command, scratch, env)
     if stderr:
-        log.info("verifier stderr (exit %s): %s", returncode, stderr[-4000:].decode(errors="replace"))
+        log.info("verifier stderr (exit %s): %s", returncode, stderr[-MAX_STDERR_LOGGED:].decode(errors="replace"))
     return verdict_of(returncode, stdout[:MAX_OUTPUT], nonce)
 
 
@@ -271,7 +272,7 @@ def _run_forked(command: list[str], scratch: Path, env: dict) -> tuple[int, byte
     returncode = _wait(process, limit)
     if not out.exists():  # died before it could say anything (in multiprocessing's start-up): not the verifier
         return _fork_failed(f"the forked verifier ended before it started (exit {returncode})")
-    return returncode, _head(out, MAX_OUTPUT), _tail(err, 4000)
+    return returncode, _head(out, MAX_OUTPUT), _tail(err, MAX_STDERR_LOGGED)
 
 
 def _wait(process, limit: float) -> int:
