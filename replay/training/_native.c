@@ -59,14 +59,49 @@ static inline double from_abs_bits(uint64_t top) {
     return m;
 }
 
+/* The largest abs_bits(v[i]) over [0, n), each v[i] rounded to float32 into out[i] where out is given: a
+   function of its own with restrict pointers, so that it runs in vectors (as an OpenMP loop's body, with a
+   reduction, it ran one element at a time: 1.6 ns a value, 0.3 here). A signed maximum: abs_bits are below
+   2^63, and AVX2 has no unsigned 64-bit one. */
+__attribute__((noinline)) static int64_t max_bits_span(const double *restrict v, int64_t n) {
+    int64_t top = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t b = (int64_t)abs_bits(v[i]);
+        top = b > top ? b : top;
+    }
+    return top;
+}
+
+__attribute__((noinline)) static int64_t round_max_span(const double *restrict v, double *restrict out, int64_t n) {
+    int64_t top = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t b = (int64_t)abs_bits(v[i]);
+        top = b > top ? b : top;
+        out[i] = (double)(float)v[i];
+    }
+    return top;
+}
+
+#define MAX_SPAN 16384 /* values per task of a threaded maximum */
+
+/* max over spans of max_bits_span / round_max_span (out NULL: none), spans on `threads` threads: a maximum
+   is the same in any order. */
+static int64_t max_bits(const double *v, double *out, int64_t n, int64_t threads) {
+    int64_t top = 0, spans = (n + MAX_SPAN - 1) / MAX_SPAN;
+#pragma omp parallel for reduction(max : top) schedule(static) num_threads((int)threads) if (threads > 1 && spans > 1)
+    for (int64_t s = 0; s < spans; s++) {
+        int64_t at = s * MAX_SPAN, m = n - at < MAX_SPAN ? n - at : MAX_SPAN;
+        int64_t b = out ? round_max_span(v + at, out + at, m) : max_bits_span(v + at, m);
+        top = b > top ? b : top;
+    }
+    return top;
+}
+
 /* max |v[i]| over n values, NaN if any is NaN, +0 for none or all zeros: a replay's scale at a point its log
    names. An integer max on abs_bits, exact in any order (lanes, threads), finds the same number as torch's
    reductions (but never -0). */
 double rp_max_abs(const double *v, int64_t n, int64_t threads) {
-    uint64_t top = 0;
-#pragma omp parallel for simd reduction(max : top) schedule(static) num_threads((int)threads) if (threads > 1)
-    for (int64_t i = 0; i < n; i++) top = abs_bits(v[i]) > top ? abs_bits(v[i]) : top;
-    return from_abs_bits(top);
+    return from_abs_bits((uint64_t)max_bits(v, NULL, n, threads));
 }
 
 /* out[i] = float32(v[i]) as a double. */
@@ -78,13 +113,7 @@ void rp_round(const double *v, double *out, int64_t n, int64_t threads) {
 /* rp_round and rp_max_abs in one pass (a replay's logged point needs both): the rounded values, and the
    max |v| rp_max_abs returns. */
 double rp_round_max(const double *v, double *out, int64_t n, int64_t threads) {
-    uint64_t top = 0;
-#pragma omp parallel for simd reduction(max : top) schedule(static) num_threads((int)threads) if (threads > 1)
-    for (int64_t i = 0; i < n; i++) {
-        top = abs_bits(v[i]) > top ? abs_bits(v[i]) : top;
-        out[i] = (double)(float)v[i];
-    }
-    return from_abs_bits(top);
+    return from_abs_bits((uint64_t)max_bits(v, out, n, threads));
 }
 
 /* Element j's window in a row of a product: (ni * nb[j] + (bias_i + bcol[j])) * safety (Cauchy-Schwarz
@@ -607,6 +636,16 @@ void rp_im2col(const double *x, const int64_t *xs, const conv_t *cv, double *out
     }
 }
 
+/* dst[k * step] += src[k * src_step] for k < n: unit steps (stride 1, contiguous columns) in vectors, each
+   element's one addition as the strided loop's (noinline: inside an OpenMP loop it ran one at a time). */
+__attribute__((noinline)) static void add_row(double *restrict dst, const double *restrict src, int64_t n,
+                                              int64_t step, int64_t src_step) {
+    if (step == 1 && src_step == 1)
+        for (int64_t k = 0; k < n; k++) dst[k] += src[k];
+    else
+        for (int64_t k = 0; k < n; k++) dst[k * step] += src[k * src_step];
+}
+
 /* col2im, im2col's adjoint: out (B, C, H, W) contiguous, zeros plus, for each (c, i, j) in order and
    each position, cols[b, (c * kh + i) * kw + j, oy * Wo + ox] (at strides cs[3]: a broadcast is 0)
    added at its input element: torch's F.fold, the same additions in the same order (an element's
@@ -628,7 +667,7 @@ void rp_col2im(const double *cols, const int64_t *cs, const conv_t *cv, double *
                     if (y < 0 || y >= cv->H || hi <= lo) continue;
                     double *dst = op + y * cv->W + lo * cv->st + j - cv->pad; /* inside the plane */
                     const double *src = cp + (oy * cv->Wo + lo) * cs[2];
-                    for (int64_t k = 0; k < hi - lo; k++) dst[k * cv->st] += src[k * cs[2]];
+                    add_row(dst, src, hi - lo, cv->st, cs[2]);
                 }
             }
     }
@@ -882,6 +921,18 @@ typedef struct {
    row g = dy * w, a = round(sum(g) * inv_n), c = round(sum(g * xhat) * inv_n) (bounds: sums of magnitudes *
    g_mean), dx = ((g - a) - xhat * c) * rstd: ops._LayerNorm's backward. Points dw, db (column indices), a, c
    (row indices), in that order. */
+/* One row's terms of rp_layer_norm_back's column sums (dw, db, their magnitudes) added for columns [lo, hi):
+   a function of its own with restrict pointers, so that it runs in vectors (inside the OpenMP loop it ran
+   one column at a time); each column's sums still in row order. */
+__attribute__((noinline)) static void column_terms(const double *restrict dr, const double *restrict hr, int64_t lo,
+                                                   int64_t hi, double *restrict dw_v, double *restrict dw_e,
+                                                   double *restrict db_v, double *restrict db_e) {
+    for (int64_t j = lo; j < hi; j++) {
+        double p = dr[j] * hr[j];
+        dw_v[j] += p, dw_e[j] += fabs(p), db_v[j] += dr[j], db_e[j] += fabs(dr[j]);
+    }
+}
+
 int64_t rp_layer_norm_back(const ln_back_args_t *a) {
     int64_t rows = a->rows, n = a->n;
     double *pv = a->raw ? a->raw : malloc(sizeof(double) * (4 * n + 4 * rows + 1));
@@ -894,13 +945,8 @@ int64_t rp_layer_norm_back(const ln_back_args_t *a) {
     for (int64_t blk = 0; blk < blocks; blk++) { /* columns: each sums its rows in order, vectors across columns */
         int64_t lo = blk * NORM_BLOCK, hi = lo + NORM_BLOCK < n ? lo + NORM_BLOCK : n;
         for (int64_t j = lo; j < hi; j++) dw_v[j] = dw_e[j] = db_v[j] = db_e[j] = 0;
-        for (int64_t i = 0; i < rows; i++) {
-            const double *dr = a->dy + i * n, *hr = a->xhat + i * n;
-            for (int64_t j = lo; j < hi; j++) {
-                double p = dr[j] * hr[j];
-                dw_v[j] += p, dw_e[j] += fabs(p), db_v[j] += dr[j], db_e[j] += fabs(dr[j]);
-            }
-        }
+        for (int64_t i = 0; i < rows; i++)
+            column_terms(a->dy + i * n, a->xhat + i * n, lo, hi, dw_v, dw_e, db_v, db_e);
         for (int64_t j = lo; j < hi; j++) {
             dw_e[j] *= a->g_rows, db_e[j] *= a->g_rows;
             a->dw[j] = (double)(float)dw_v[j], a->db[j] = (double)(float)db_v[j];

@@ -790,6 +790,29 @@ def test_the_largest_magnitude_is_torchs(values):
         assert math.copysign(1.0, scale) == 1.0
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.sampled_from([(1 << 14) - 1, 1 << 14, (1 << 14) + 1, 3 * (1 << 14) + 5]),
+    at=st.floats(0, 1, exclude_max=True),
+    top=st.sampled_from([3.0, -3.0, 1e308, float("-inf"), float("nan"), -float("nan")]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_largest_magnitude_over_many_spans(n, at, top, seed):
+    """`max_abs` and `round_scaled` split a long tensor into spans (threads take whole spans): the largest
+    magnitude is found in any span, the first, a middle one or a short last one, and the rounding of every
+    value is float32's, on one thread or several."""
+    v = torch.empty(n, dtype=torch.float64).uniform_(-2.0, 2.0, generator=torch.Generator().manual_seed(seed))
+    v[int(at * n)] = top
+    want = math.nan if top != top else abs(top)
+    for threads in (1, 3):
+        with kernel_threads(threads):
+            got = native.max_abs(v)
+            rounded, scale = native.round_scaled(v)
+        assert got == want or (got != got and want != want)
+        assert scale == got or (scale != scale and got != got)
+        assert torch.equal(rounded.view(torch.int64), v.float().double().view(torch.int64))
+
+
 @pytest.mark.parametrize(
     "a_shape, b_shape", [((0, 5), (5, 4)), ((0, 3, 5), (0, 5, 4)), ((2, 0, 5), (2, 5, 4)), ((3, 0), (0, 4))]
 )
