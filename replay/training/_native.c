@@ -1254,6 +1254,45 @@ int64_t rp_apply_at(const double *v, double *r, int64_t size, const int64_t *idx
     return bad;
 }
 
+/* A replay's logged product point in one call, Rounder._apply's work for a product (the reference) with no
+   Python step between: rp_round_max's rounding of v into out and its scale (*scale: max |v|), rp_dot_at's
+   exact bounds at the log's n indices times decode (the windows, into e), and rp_apply_at's decisions at
+   those indices, written into out. Returns rp_apply_at's result (-1: every entry applied; else the refused
+   entry, *why and *ratio as there), or -2 an index outside the output, -3 out of memory: the caller then
+   takes its other path (out holds the plain rounding). The same operations as the three calls, hence the
+   same bits and the same refusals. */
+typedef struct {
+    const double *v;
+    double *out;
+    int64_t b0, b1, M, N, K1, K2;
+    const double *a;
+    int64_t sa0, sa1, sai, sak1, sak2;
+    const double *b;
+    int64_t sb0, sb1, sbk1, sbk2, sbj;
+    const double *babs; /* |bias| * gamma(K + 2) per column, or per row (bias_rows), or NULL */
+    int64_t bias_rows;
+    double g;
+    int64_t round_threads, term_threads;
+    const int64_t *idx, *code; /* code as rp_apply_at reads it */
+    int64_t n;
+    double decode, rel;
+    int64_t steers;
+    double *e, *scale, *ratio;
+    int64_t *why;
+} dot_replay_args_t;
+
+int64_t rp_dot_replay(const dot_replay_args_t *x) {
+    int64_t size = x->b0 * x->b1 * x->M * x->N;
+    *x->scale = rp_round_max(x->v, x->out, size, x->round_threads);
+    int64_t got = rp_dot_at(x->b0, x->b1, x->M, x->N, x->K1, x->K2, x->a, x->sa0, x->sa1, x->sai, x->sak1, x->sak2,
+                            x->b, x->sb0, x->sb1, x->sbk1, x->sbk2, x->sbj, x->babs, x->bias_rows, x->g,
+                            x->term_threads, x->idx, x->n, x->e);
+    if (got != 0) return got == -2 ? -2 : -3;
+    for (int64_t j = 0; j < x->n; j++) x->e[j] *= x->decode;
+    return rp_apply_at(x->v, x->out, size, x->idx, x->e, x->code, x->n, *x->scale, x->steers, x->rel, x->why,
+                       x->ratio);
+}
+
 /* The rounding log's decoder (determinism.decode_log is the reference; tests hold the two to the same
    entries and the same refusals on crafted bytes). Untrusted input: every read is bounds-checked
    first. Returns the number of entries, or a negative code: -1..-9 the reference's refusals (version,
@@ -1383,7 +1422,7 @@ int64_t rp_encode_log(const int64_t *keys, const int64_t *starts, const int64_t 
 /* The size of argument block `which` (dot_args_t, full_args_t, ln_args_t, ln_back_args_t, softmax_args_t), -1
    past them: native.py checks its packing against each. */
 int64_t rp_args_size(int64_t which) {
-    static const int64_t sizes[] = {sizeof(dot_args_t), sizeof(full_args_t), sizeof(ln_args_t), sizeof(ln_back_args_t),
-                                    sizeof(softmax_args_t)};
+    static const int64_t sizes[] = {sizeof(dot_args_t),     sizeof(full_args_t),    sizeof(ln_args_t),
+                                    sizeof(ln_back_args_t), sizeof(softmax_args_t), sizeof(dot_replay_args_t)};
     return which >= 0 && which < (int64_t)(sizeof sizes / sizeof *sizes) ? sizes[which] : -1;
 }

@@ -1052,7 +1052,41 @@ class Rounder:
                 return self(key, v, _declined(dot_bound(a, b, scale, bias, bias_rows)))
             if self._unlogged(key):
                 return self._noted(_round(v))
+            if self._applied_in_kernel(key):
+                applied = self._replay_dot(key, v, a, b, scale, bias, bias_rows)
+                if applied is not None:
+                    return applied
         return self(key, v, dot_bound(a, b, scale, bias, bias_rows))
+
+    def _applied_in_kernel(self, key: int) -> bool:
+        """A replay's logged point that `_apply` would apply on the CPU's kernel, entry by entry (no static
+        layout, nothing learnt, not lenient)."""
+        return (
+            self.mode == "replay"
+            and self.learn is None
+            and self.static is None
+            and not self.lenient
+            and key in self._entries
+            and native.library() is not None
+        )
+
+    def _replay_dot(self, key: int, v, a, b, scale: float, bias, bias_rows: bool):
+        """`_apply` for a product, in one kernel call (native.replay_dot): the same rounding, windows,
+        choices and refusals; None where the kernel cannot take it, or where `_apply` refuses the log
+        before any entry (too many, one past the outputs): that path then runs, and says why."""
+        idx, codes = self._entries[key]
+        if not idx or len(idx) > entry_cap(v.numel()) or idx[-1] >= v.numel():
+            return None
+        gk, g = _dot_gammas(a.shape[-1], scale)
+        got = native.replay_dot(v, a, b, g, bias, gk, bias_rows, idx, codes, DECODE, REL_WINDOW)
+        if got is None:
+            return None
+        r, bad, why, e, found, ratio = got
+        del self._entries[key]
+        if bad >= 0:
+            raise LogMismatch(self._refusal(key, idx[bad], why == 1, e, found))
+        self.max_ratio = max(self.max_ratio, ratio)
+        return self._noted(r)
 
     def full(self, key: int, v: torch.Tensor, err, shape, steers: bool = True, scale=None):
         """self(key, v, full_bound(err, shape, steers, scale)), as `dot`: err (a callable) is formed when

@@ -55,6 +55,7 @@ _FULL_ARGS = struct.Struct("=2Q2qQq2dq2Qq")
 _LN_ARGS = struct.Struct("=6Q2q6dq2QqQ3Q")  # ln_args_t
 _LN_BACK_ARGS = struct.Struct("=7Q2q5dq2QqQ3Q")  # ln_back_args_t
 _SOFTMAX_ARGS = struct.Struct("=3Q2q5dq2Qq")  # softmax_args_t
+_DOT_REPLAY_ARGS = struct.Struct("=2Q6qQ5qQ5qQqd2q2Qq2dq4Q")  # dot_replay_args_t
 
 
 def _cpu_id() -> str:
@@ -97,7 +98,7 @@ def _build() -> Path:
 
 def _blocks_match(lib) -> bool:
     """Does the library's every argument block (`rp_args_size`) have the size this module packs?"""
-    blocks = (_DOT_ARGS, _FULL_ARGS, _LN_ARGS, _LN_BACK_ARGS, _SOFTMAX_ARGS)
+    blocks = (_DOT_ARGS, _FULL_ARGS, _LN_ARGS, _LN_BACK_ARGS, _SOFTMAX_ARGS, _DOT_REPLAY_ARGS)
     sizes = [lib.rp_args_size(i) for i in range(len(blocks) + 1)]
     return sizes == [b.size for b in blocks] + [-1]
 
@@ -140,6 +141,7 @@ def _load():
         return False
     lib.rp_dot.argtypes = [ctypes.c_char_p]
     lib.rp_dot.restype = _i
+    lib.rp_dot_replay.argtypes, lib.rp_dot_replay.restype = [ctypes.c_char_p], _i
     lib.rp_dot_at.argtypes = [_i] * 6 + [_p] + [_i] * 5 + [_p] + [_i] * 5 + [_p, _i, _d, _i, _p, _i, _p]
     lib.rp_dot_at.restype = _i
     lib.rp_abs_sums.argtypes = [_p, _i, _i, _i, _p, _i]
@@ -352,6 +354,36 @@ def dot_at(
     if layout is None or not _bias_ok(babs, shape[-2] if bias_rows else shape[-1]):
         return None
     return _exact_at(lib, tuple(shape[-2:]), 1, a.shape[-1], a, b, g, babs, bias_rows, layout, idx)
+
+
+def replay_dot(v, a, b, g: float, bias, gbias: float, bias_rows: bool, idx: list, codes: list, decode, rel):
+    """A replay's logged product point, v = scale * (a @ b) + bias with its log's entries (flat indices
+    idx, codes as the log holds them), in one kernel call (rp_dot_replay: what `Rounder._apply` does with
+    round_scaled, dot_at and apply_at, without the Python between): (float32(v) as float64 with the entries
+    applied, the refused entry or -1, why (1 a window too wide, 2 not a close call), the refused entry's
+    window, max |v|, the widest applied window over it); None where the kernel cannot take these tensors
+    or indices (the caller takes that path). g and gbias as `round_dot`'s."""
+    lib = library()
+    layout = _product(tuple(v.shape), a, b) if lib and v.is_contiguous() and usable(v) else None
+    if layout is None or not _bias_ok(bias, v.shape[-2] if bias_rows else v.shape[-1]):
+        return None
+    b0, b1, sa, sb = layout
+    m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
+    babs = bias.abs() * gbias if bias is not None else None  # dot_bound's, the same two IEEE operations
+    at = np.array(idx, dtype=np.int64)
+    code = np.array([c if type(c) is bool else (c & 0xFFFFFFFF) | 1 << 32 for c in codes], dtype=np.int64)
+    e, scale_ratio, why = np.empty(len(idx)), np.zeros(2), np.zeros(1, dtype=np.int64)
+    out = torch.empty_like(v)
+    terms = torch.get_num_threads() if len(idx) * k >= PARALLEL_MIN else 1  # as _dot_at's
+    head = (v.data_ptr(), out.data_ptr(), b0, b1, m, n, 1, k, a.data_ptr(), *sa, b.data_ptr(), *sb)
+    bias_at = babs.data_ptr() if babs is not None else 0
+    tail = (at.ctypes.data, code.ctypes.data, len(idx), decode, rel, 1, e.ctypes.data)
+    where = (scale_ratio.ctypes.data, scale_ratio.ctypes.data + 8, why.ctypes.data)
+    bad = lib.rp_dot_replay(_DOT_REPLAY_ARGS.pack(*head, bias_at, int(bias_rows), g, threads(v), terms, *tail, *where))
+    if bad < -1:
+        return None
+    scale, ratio = scale_ratio.tolist()
+    return out, bad, int(why[0]), float(e[bad]) if bad >= 0 else None, scale, ratio
 
 
 def dot_summed_at(a: torch.Tensor, b: torch.Tensor, g: float, idx: torch.Tensor) -> torch.Tensor | None:

@@ -31,6 +31,7 @@ from replay.training.determinism import (
     decode_log,
     dot_bound,
     encode_log,
+    entry_cap,
     full_bound,
 )
 from replay.training.ops import _weight_grad_bound
@@ -759,6 +760,68 @@ def test_the_rounders_direct_points_are_its_call(bias):
     seen = Seen("record")
     points(seen)
     assert seen.seen == [0, 8] and seen.entries == called.entries
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**16),
+    batched=st.booleans(),
+    bias=st.sampled_from([None, "columns", "rows"]),
+    doctor=st.sampled_from([None, "parity", "wide", "window", "past", "many", "unsorted"]),
+    threads=st.sampled_from([1, 3]),
+)
+def test_a_logged_product_replays_in_one_kernel_call_as_apply_does(seed, batched, bias, doctor, threads):
+    """A replay's logged product point through the kernel's one call (`Rounder.dot`: native.replay_dot)
+    and through `Rounder.__call__` with `dot_bound` (round_scaled, the bound at the entries, apply_at):
+    the same bits, the same widest window, and for a doctored log (a wrong parity, a wide entry outside
+    its window, a window too wide, an index past the outputs, more entries than allowed, unsorted indices)
+    the same refusal in the same words."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (2, 3) if batched else ()
+    a = _f32(torch.randn(*shape, 12, 16, generator=g, dtype=torch.float64))
+    b = _f32(torch.randn(*shape, 16, 10, generator=g, dtype=torch.float64))
+    a[..., 1::2] = a[..., ::2]
+    b[..., 1::2, :4] = -b[..., ::2, :4]  # cancellation: close calls in 4 of 10 columns
+    if doctor == "window":  # the cancelled columns' windows wider than 2^-12 of the point's largest |value|
+        b[..., :, 4:] *= 2.0**-100
+    c = None
+    if bias and not batched:
+        c = _f32(torch.randn(12 if bias == "rows" else 10, generator=g, dtype=torch.float64))
+    rows = bias == "rows" and c is not None
+    v = a @ b + (c.view(-1, 1) if rows else c if c is not None else 0)
+    recorder = Rounder("record")
+    recorder.dot(0, v, a, b, 1.0, c, rows)
+    idx, codes = recorder.entries.get(0, ([0], [False]))
+    idx, codes = list(idx), list(codes)
+    if doctor == "parity":
+        codes[-1] = not codes[-1] if isinstance(codes[-1], bool) else codes[-1]
+    elif doctor == "wide":
+        codes[0] = (1 << 32) | 0x7F000000
+    elif doctor == "past":
+        idx[-1] = v.numel() + 5
+    elif doctor == "many":
+        idx, codes = list(range(entry_cap(v.numel()) + 1)), [False] * (entry_cap(v.numel()) + 1)
+    elif doctor == "unsorted" and len(idx) > 1:
+        idx, codes = idx[::-1], codes[::-1]
+    other = v + (a.abs() @ b.abs() + (c.abs().view(-1, 1) if rows else c.abs() if c is not None else 0)) * 2.0**-50
+    results = []
+    for path in ("kernel", "call"):
+        r = Rounder("replay", entries={0: (list(idx), list(codes))}, defer=False)
+        r.op("point")
+        try:
+            with kernel_threads(threads):
+                if path == "kernel":
+                    out = r.dot(0, other, a, b, 1.0, c, rows)
+                else:
+                    out = r(0, other, dot_bound(a, b, 1.0, c, rows))
+            results.append((out.view(torch.int64), r.max_ratio))
+        except (LogMismatch, IndexError, RuntimeError) as refused:
+            results.append((type(refused), str(refused)))
+    (got, got_extra), (want, want_extra) = results
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor) and torch.equal(got, want) and got_extra == want_extra
+    else:
+        assert (got, got_extra) == (want, want_extra)
 
 
 @settings(max_examples=200, deadline=None)
