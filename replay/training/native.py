@@ -370,7 +370,10 @@ def replay_dot(v, a, b, g: float, bias, gbias: float, bias_rows: bool, idx: list
     b0, b1, sa, sb = layout
     m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
     babs = bias.abs() * gbias if bias is not None else None  # dot_bound's, the same two IEEE operations
-    at = np.array(idx, dtype=np.int64)
+    try:  # (a log's index past int64 cannot name an output: the other path refuses it by name)
+        at = np.array(idx, dtype=np.int64)
+    except OverflowError:
+        return None
     code = np.array([c if type(c) is bool else (c & 0xFFFFFFFF) | 1 << 32 for c in codes], dtype=np.int64)
     e, scale_ratio, why = np.empty(len(idx)), np.zeros(2), np.zeros(1, dtype=np.int64)
     out = torch.empty_like(v)
