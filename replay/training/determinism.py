@@ -1346,6 +1346,8 @@ class Rounder:
                 f"rounding point {self.name(key)}: {len(idx_list)} log entries, more than the "
                 f"{entry_cap(r.numel())} allowed for its {r.numel()} outputs"
             )
+        if len(codes) != len(idx_list):  # (a decoded log's never do; entries handed in directly might)
+            raise LogMismatch(f"rounding point {self.name(key)}: {len(idx_list)} log entries, {len(codes)} codes")
         if idx_list[-1] >= r.numel() or bound.max == 0:
             if self.lenient:
                 return r

@@ -364,7 +364,11 @@ def replay_dot(v, a, b, g: float, bias, gbias: float, bias_rows: bool, idx: list
     window, max |v|, the widest applied window over it); None where the kernel cannot take these tensors
     or indices (the caller takes that path). g and gbias as `round_dot`'s."""
     lib = library()
-    layout = _product(tuple(v.shape), a, b) if lib and v.is_contiguous() and usable(v) else None
+    # one rp_dot_at call over every index: as many as `_exact_at` takes in one (its chunks, past that, order
+    # a window's sums otherwise: the same decisions need the same calls)
+    if lib is None or len(codes) != len(idx) or len(idx) > DOT_AT_CHUNK:
+        return None
+    layout = _product(tuple(v.shape), a, b) if v.is_contiguous() and usable(v) else None
     if layout is None or not _bias_ok(bias, v.shape[-2] if bias_rows else v.shape[-1]):
         return None
     b0, b1, sa, sb = layout

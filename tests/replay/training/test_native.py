@@ -767,15 +767,15 @@ def test_the_rounders_direct_points_are_its_call(bias):
     seed=st.integers(0, 2**16),
     batched=st.booleans(),
     bias=st.sampled_from([None, "columns", "rows"]),
-    doctor=st.sampled_from([None, "parity", "wide", "window", "past", "many", "unsorted"]),
+    doctor=st.sampled_from([None, "parity", "wide", "window", "past", "many", "unsorted", "codes"]),
     threads=st.sampled_from([1, 3]),
 )
 def test_a_logged_product_replays_in_one_kernel_call_as_apply_does(seed, batched, bias, doctor, threads):
     """A replay's logged product point through the kernel's one call (`Rounder.dot`: native.replay_dot)
     and through `Rounder.__call__` with `dot_bound` (round_scaled, the bound at the entries, apply_at):
     the same bits, the same widest window, and for a doctored log (a wrong parity, a wide entry outside
-    its window, a window too wide, an index past the outputs, more entries than allowed, unsorted indices)
-    the same refusal in the same words."""
+    its window, a window too wide, an index past the outputs, more entries than allowed, unsorted indices,
+    fewer codes than entries) the same refusal in the same words."""
     g = torch.Generator().manual_seed(seed)
     shape = (2, 3) if batched else ()
     a = _f32(torch.randn(*shape, 12, 16, generator=g, dtype=torch.float64))
@@ -803,6 +803,8 @@ def test_a_logged_product_replays_in_one_kernel_call_as_apply_does(seed, batched
         idx, codes = list(range(entry_cap(v.numel()) + 1)), [False] * (entry_cap(v.numel()) + 1)
     elif doctor == "unsorted" and len(idx) > 1:
         idx, codes = idx[::-1], codes[::-1]
+    elif doctor == "codes":
+        idx = idx + [idx[-1]]  # one code short
     other = v + (a.abs() @ b.abs() + (c.abs().view(-1, 1) if rows else c.abs() if c is not None else 0)) * 2.0**-50
     results = []
     for path in ("kernel", "call"):
@@ -818,10 +820,25 @@ def test_a_logged_product_replays_in_one_kernel_call_as_apply_does(seed, batched
         except (LogMismatch, IndexError, RuntimeError) as refused:
             results.append((type(refused), str(refused)))
     (got, got_extra), (want, want_extra) = results
+    if doctor == "codes":  # refused as such, not applied with entries and codes paired off by zip
+        assert want is LogMismatch and want_extra.endswith(f"{len(idx)} log entries, {len(idx) - 1} codes")
     if isinstance(want, torch.Tensor):
         assert isinstance(got, torch.Tensor) and torch.equal(got, want) and got_extra == want_extra
     else:
         assert (got, got_extra) == (want, want_extra)
+
+
+def test_a_logged_product_past_one_bound_call_takes_the_chunked_path(monkeypatch):
+    """More entries at a point than `_exact_at` bounds in one kernel call: its windows are summed chunk by
+    chunk there (a copy of an operand, or not, depends on a call's indices), so the one-call path declines
+    and the chunked one decides; at the limit the one call takes them."""
+    a, b = torch.randn(6, 8, dtype=torch.float64), torch.randn(8, 5, dtype=torch.float64)
+    v = a @ b
+    monkeypatch.setattr(native, "DOT_AT_CHUNK", 3)
+    args = (v, a, b, 1e-15, None, 0.0, False)
+    assert native.replay_dot(*args, [0, 1, 2, 3], [False] * 4, 4.0, 2.0**-12) is None
+    assert native.replay_dot(*args, [0, 1, 2], [False] * 3, 4.0, 2.0**-12) is not None
+    assert native.replay_dot(*args, [0, 1, 2], [False] * 2, 4.0, 2.0**-12) is None  # a code short
 
 
 @settings(max_examples=200, deadline=None)
