@@ -1405,6 +1405,8 @@ class Rounder:
             idx, code, wide, spans, at = [], [], [], {}, 0
             for k in keys:
                 i, c = self._entries[k]
+                if len(c) != len(i):  # (as `_apply`: the table's spans would pair other points' entries off)
+                    raise LogMismatch(f"rounding point {self.name(k)}: {len(i)} log entries, {len(c)} codes")
                 if i[-1] >= 1 << 62:  # past any point's outputs (and int64): `_apply_deferred` refuses it by name
                     continue
                 idx += i

@@ -828,6 +828,22 @@ def test_a_logged_product_replays_in_one_kernel_call_as_apply_does(seed, batched
         assert (got, got_extra) == (want, want_extra)
 
 
+@pytest.mark.parametrize("native_on", [True, False])
+def test_a_point_whose_entries_and_codes_differ_in_number_is_refused_by_name(native_on, monkeypatch):
+    """Entries handed to a replay directly (a decoded log's never differ): fewer codes than indices are
+    refused, naming the point, on the CPU's path and on the device path (its table of the whole log),
+    not paired off with another point's codes."""
+    if not native_on:
+        monkeypatch.setattr(native, "_LIB", False)
+    a, b = torch.randn(4, 3, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
+    v = a @ b
+    for defer in (False, True):
+        r = Rounder("replay", entries={0: ([1, 2], [True]), 1: ([3], [False])}, defer=defer)
+        r.op("short")
+        with pytest.raises(LogMismatch, match=r"short#0: 2 log entries, 1 codes"):
+            r.dot(0, v, a, b)
+
+
 def test_a_logged_product_past_one_bound_call_takes_the_chunked_path(monkeypatch):
     """More entries at a point than `_exact_at` bounds in one kernel call: its windows are summed chunk by
     chunk there (a copy of an operand, or not, depends on a call's indices), so the one-call path declines
