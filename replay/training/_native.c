@@ -916,11 +916,6 @@ typedef struct {
     const double *a_in, *c_in;
 } ln_back_args_t;
 
-/* LayerNorm's backward (dy, xhat, dx contiguous (rows, n); rstd (rows); w, dw, db (n)): dw = round(sum over
-   rows of dy * xhat) and db = round(sum over rows of dy) (bounds: the sums of magnitudes * g_rows), then per
-   row g = dy * w, a = round(sum(g) * inv_n), c = round(sum(g * xhat) * inv_n) (bounds: sums of magnitudes *
-   g_mean), dx = ((g - a) - xhat * c) * rstd: ops._LayerNorm's backward. Points dw, db (column indices), a, c
-   (row indices), in that order. */
 /* One row's terms of rp_layer_norm_back's column sums (dw, db, their magnitudes) added for columns [lo, hi):
    a function of its own with restrict pointers, so that it runs in vectors (inside the OpenMP loop it ran
    one column at a time); each column's sums still in row order. */
@@ -933,6 +928,11 @@ __attribute__((noinline)) static void column_terms(const double *restrict dr, co
     }
 }
 
+/* LayerNorm's backward (dy, xhat, dx contiguous (rows, n); rstd (rows); w, dw, db (n)): dw = round(sum over
+   rows of dy * xhat) and db = round(sum over rows of dy) (bounds: the sums of magnitudes * g_rows), then per
+   row g = dy * w, a = round(sum(g) * inv_n), c = round(sum(g * xhat) * inv_n) (bounds: sums of magnitudes *
+   g_mean), dx = ((g - a) - xhat * c) * rstd: ops._LayerNorm's backward. Points dw, db (column indices), a, c
+   (row indices), in that order. */
 int64_t rp_layer_norm_back(const ln_back_args_t *a) {
     int64_t rows = a->rows, n = a->n;
     double *pv = a->raw ? a->raw : malloc(sizeof(double) * (4 * n + 4 * rows + 1));
@@ -1419,8 +1419,8 @@ int64_t rp_encode_log(const int64_t *keys, const int64_t *starts, const int64_t 
     return pos;
 }
 
-/* The size of argument block `which` (dot_args_t, full_args_t, ln_args_t, ln_back_args_t, softmax_args_t), -1
-   past them: native.py checks its packing against each. */
+/* The size of argument block `which` (dot_args_t, full_args_t, ln_args_t, ln_back_args_t, softmax_args_t,
+   dot_replay_args_t), -1 past them: native.py checks its packing against each. */
 int64_t rp_args_size(int64_t which) {
     static const int64_t sizes[] = {sizeof(dot_args_t),     sizeof(full_args_t),    sizeof(ln_args_t),
                                     sizeof(ln_back_args_t), sizeof(softmax_args_t), sizeof(dot_replay_args_t)};

@@ -308,12 +308,21 @@ def round_dot(
     terms g * |a| @ |b| and |bias| * gbias: (float32(v) as float64, close calls' flat indices, their log
     codes), or None where the kernel is unavailable or cannot take these tensors. safety and wide as in
     determinism.py."""
-    layout = _product(tuple(v.shape), a, b) if library() and v.is_contiguous() and usable(v) else None
-    if layout is None or not _bias_ok(bias, v.shape[-2] if bias_rows else v.shape[-1]):
+    layout = _dot_layout(v, a, b, bias, bias_rows) if library() else None
+    if layout is None:
         return None
     b0, b1, sa, sb = layout
     m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
     return _dot(v, m, n, 1, k, b0, b1, a, sa, b, sb, bias, gbias, bias_rows, g, safety, wide)
+
+
+def _dot_layout(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias, bias_rows: bool):
+    """`_product`'s layout of v = a @ b (+ bias) where the kernel takes all of them (v CPU float64
+    contiguous, the bias as `_bias_ok` says), else None."""
+    layout = _product(tuple(v.shape), a, b) if v.is_contiguous() and usable(v) else None
+    if layout is None or not _bias_ok(bias, v.shape[-2] if bias_rows else v.shape[-1]):
+        return None
+    return layout
 
 
 def _bias_ok(bias: torch.Tensor | None, n: int) -> bool:
@@ -368,8 +377,8 @@ def replay_dot(v, a, b, g: float, bias, gbias: float, bias_rows: bool, idx: list
     # a window's sums otherwise: the same decisions need the same calls)
     if lib is None or len(codes) != len(idx) or len(idx) > DOT_AT_CHUNK:
         return None
-    layout = _product(tuple(v.shape), a, b) if v.is_contiguous() and usable(v) else None
-    if layout is None or not _bias_ok(bias, v.shape[-2] if bias_rows else v.shape[-1]):
+    layout = _dot_layout(v, a, b, bias, bias_rows)
+    if layout is None:
         return None
     b0, b1, sa, sb = layout
     m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
@@ -378,7 +387,7 @@ def replay_dot(v, a, b, g: float, bias, gbias: float, bias_rows: bool, idx: list
         at = np.array(idx, dtype=np.int64)
     except OverflowError:
         return None
-    code = np.array([c if type(c) is bool else (c & 0xFFFFFFFF) | 1 << 32 for c in codes], dtype=np.int64)
+    code = np.array(_kernel_codes(codes), dtype=np.int64)
     e, scale_ratio, why = np.empty(len(idx)), np.zeros(2), np.zeros(1, dtype=np.int64)
     out = torch.empty_like(v)
     terms = torch.get_num_threads() if len(idx) * k >= PARALLEL_MIN else 1  # as _dot_at's
@@ -826,8 +835,13 @@ def apply_at(v: torch.Tensor, r: torch.Tensor, idx: torch.Tensor, e: torch.Tenso
     return done
 
 
+def _kernel_codes(codes: list) -> list:
+    """A log's codes as rp_apply reads them: a parity bool as 0 or 1, a wide entry's 32 bits tagged 1 << 32."""
+    return [c if type(c) is bool else (c & 0xFFFFFFFF) | 1 << 32 for c in codes]
+
+
 def _apply_at(lib, v, r, idx, e, codes, scale, steers, rel):
-    code = torch.tensor([c if type(c) is bool else (c & 0xFFFFFFFF) | 1 << 32 for c in codes], dtype=torch.int64)
+    code = torch.tensor(_kernel_codes(codes), dtype=torch.int64)
     why, ratio = ctypes.c_int64(0), ctypes.c_double(0.0)
     bad = lib.rp_apply_at(
         v.data_ptr(),
