@@ -8,19 +8,61 @@ import os
 import pgtrigger
 import pytest
 from django.db import connection
+from pytest_django.plugin import blocking_manager_key
+
+from tests import shared_world
 
 append_only_migration = importlib.import_module("ledger.migrations.0002_sqlite_append_only")
 
-TRANSACTIONAL_FIXTURES = {"transactional_db", "live_server"}
+TRANSACTIONAL_FIXTURES = shared_world.TRANSACTIONAL_FIXTURES
 
 
 @pytest.fixture(autouse=True)
-def _own_key_folders(settings, tmp_path_factory):
-    """Tests keep demo and chip keys in folders of their own: a running `make run` keeps its var/ keys."""
-    folder = tmp_path_factory.mktemp("keys")
-    settings.DEMO_KEY_DIR = folder / "demo-keys"
-    settings.CHIP_KEY_DIR = folder / "chip-keys"
-    settings.DEMO_TOKEN_DIR = folder / "demo-tokens"
+def _own_key_folders(request, settings, tmp_path_factory):
+    """Tests keep demo and chip keys in folders of their own: a running `make run` keeps its var/ keys. The tests
+    of a shared world (tests/shared_world.py) share its folders, which hold the keys its seeding wrote."""
+    shared = shared_world.wanted(request.node)
+    if shared:
+        folders = shared_world.OPEN.key_folders(shared, tmp_path_factory)
+    else:
+        folder = tmp_path_factory.mktemp("keys")
+        folders = {"DEMO_KEY_DIR": folder / "demo-keys", "CHIP_KEY_DIR": folder / "chip-keys"}
+        folders["DEMO_TOKEN_DIR"] = folder / "demo-tokens"
+    for name, path in folders.items():
+        setattr(settings, name, path)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fixture_setup(fixturedef, request):
+    """As a test's database is set up, before its own transaction opens: enter its shared world (seeded now if it
+    is not the one open), or leave the one open (tests/shared_world.py)."""
+    if fixturedef.argname != "_django_db_helper":
+        return
+    shared = shared_world.wanted(request.node)
+    with request.config.stash[blocking_manager_key].unblock():
+        if shared:
+            shared_world.OPEN.enter(shared, request.getfixturevalue("tmp_path_factory"))
+        else:
+            shared_world.OPEN.leave()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A test that does not run in the open shared world (one without a database, say) runs after it is left;
+    ``@pytest.mark.postgres``: runs in the PostgreSQL leg only (as tests.helpers.requires_postgres)."""
+    if shared_world.OPEN.key is not None and shared_world.wanted(item) != shared_world.OPEN.key:
+        with item.config.stash[blocking_manager_key].unblock():
+            shared_world.OPEN.leave()
+    if item.get_closest_marker("postgres") and connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL leg only (set DATABASE_URL)")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _shared_world_left(django_db_blocker):
+    """A module's shared world is left after its last test, before the next module's tests."""
+    yield
+    with django_db_blocker.unblock():
+        shared_world.OPEN.leave()
 
 
 @pytest.fixture(autouse=True)
@@ -28,11 +70,6 @@ def _fast_password_hashing(settings):
     """Tests hash passwords with a fast hasher (Django's advice for tests): a demo world hashes one per user, and
     PBKDF2's 10^6 rounds made seeding one cost seconds per test. Servers started by tests keep the real one."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-def _test_is_transactional(request) -> bool:
-    marker = request.node.get_closest_marker("django_db")
-    return bool(marker and marker.kwargs.get("transaction")) or bool(TRANSACTIONAL_FIXTURES & set(request.fixturenames))
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +90,7 @@ def _sqlite_append_only_triggers(request):
     lift = _sqlite_triggers if connection.vendor == "sqlite" else _postgres_truncate_triggers
     lift(install=True)
     yield
-    if _test_is_transactional(request):
+    if shared_world.is_transactional(request.node):
         lift(install=False)
 
 
@@ -71,12 +108,6 @@ def _sqlite_triggers(install: bool) -> None:
             for operation in ("UPDATE", "DELETE"):
                 create, drop = append_only_migration._statements(table, operation)
                 cursor.execute(create if install else drop)
-
-
-def pytest_runtest_setup(item):
-    """``@pytest.mark.postgres``: runs in the PostgreSQL leg only (as tests.helpers.requires_postgres)."""
-    if item.get_closest_marker("postgres") and connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL leg only (set DATABASE_URL)")
 
 
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_setup", "client", "admin_client", "admin_user"}

@@ -10,9 +10,10 @@ from inspections.models import InspectionTask
 from inspections.services import inspectors
 from ledger import services as ledger_services
 from registry import services
-from tests.inspections.conftest import draw as drawn_world
+from tests.inspections.conftest import inspections_draw
 from tests.inspections.factories import accepted
 from tests.registry.factories import SignedClient, organisation
+from tests.shared_world import seeded_once_per_module
 
 pytestmark = pytest.mark.django_db
 ROLES = ["anonymous", "fab", "vendor", "owner_a", "owner_b", "inspect_us", "inspect_eu", "auditor", "regulator"]
@@ -168,11 +169,10 @@ def test_every_endpoint_has_a_row():
     assert {pattern for _, pattern, *_ in TABLE} == endpoints()
 
 
-@pytest.fixture
-def world():
+def endpoint_roles_world() -> dict:
     """The drawn inspections world, plus a vendor, a regulator with an auditor, and one claim and one log."""
     ledger_services.ledger_open()
-    drawn_world.__wrapped__()
+    inspections_draw()
     from registry.models import Organisation
 
     clients = {"anonymous": None}
@@ -196,6 +196,15 @@ def world():
     claim = _a_claim(task, log)
     ledger_services.checkpoint_sign()
     return {"clients": clients, "chip": task.chip.serial, "task": task.pk, "log": log.pk, "claim": claim}
+
+
+endpoint_roles_world_fixture = seeded_once_per_module(endpoint_roles_world)
+
+
+@pytest.fixture
+def world(endpoint_roles_world):
+    """One world for the roles' tests (seeded once per module; a test's requests are rolled back after it)."""
+    return endpoint_roles_world
 
 
 def _a_claim(task, log) -> int:

@@ -7,17 +7,28 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from inspections.models import Draw
 from inspections.services import campaigns
 from tests.inspections.factories import H100, YEAR, make_provers
+from tests.shared_world import seeded_once_per_module
 
 
-@pytest.fixture
-def draw():
+def inspections_draw() -> int:
+    """The inspections world with campaign c1 over both provers drawn for its first period: the draw's key."""
     make_provers()
     campaign = campaigns.campaign_create(
         slug="c1", provers=["owner-a", "owner-b"], rule_flops=20 * H100 * YEAR, starts_on=timezone.now().date()
     )
-    return campaigns.campaign_draw(campaign, 0)
+    return campaigns.campaign_draw(campaign, 0).pk
+
+
+inspections_draw_fixture = seeded_once_per_module(inspections_draw)
+
+
+@pytest.fixture
+def draw(inspections_draw):
+    """The drawn world (seeded once per module), its draw read afresh for each test."""
+    return Draw.objects.get(pk=inspections_draw)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import connection
+from django.test import TestCase
 from django.utils import timezone
 from nacl.signing import SigningKey
 
@@ -24,6 +25,7 @@ from replay.protocol import firmware
 from tests.inspections.factories import H100, YEAR, accepted, make_provers
 from tests.inspections.services import test_claim_results as claim_results
 from tests.registry.factories import event
+from tests.shared_world import seeded_once_per_module
 
 pytestmark = pytest.mark.django_db
 
@@ -32,13 +34,12 @@ def register_body(slug: str, countries: list[str], capacity: int) -> None:
     inspection_body_register(organisation=slug, countries=countries, capacity_per_period=capacity)
 
 
-@pytest.fixture
-def world(django_capture_on_commit_callbacks):
-    """Every inspections entry kind, written by the services (Celery and mail left out)."""
+def rebuild_world() -> dict:
+    """Every inspections entry kind, written by the services (Celery and mail left out): the EU body's tasks' keys."""
     make_provers()  # registers its inspection bodies through the service, on the ledger
     register_body("inspect-eu", ["NL", "DE", "BE"], 40)  # a re-registration replaces the row
     today = timezone.now().date()
-    with django_capture_on_commit_callbacks(execute=False):
+    with TestCase.captureOnCommitCallbacks(execute=False):
         # owner-b's 50 NL chips: 46 samples, 40 of them within the EU body's capacity
         c1 = campaigns.campaign_create(
             slug="c1",
@@ -119,7 +120,18 @@ def world(django_capture_on_commit_callbacks):
         User.objects.create_superuser("ana", is_staff=True)
         alert_act(refused, action="assign", by="regulator", assignee="ana")
         alert_act(refused, action="resolve", by="ana", reason="owner let the inspector in on a second visit")
-    return {"serial": serial, "tasks": eu}
+    return {"serial": serial, "tasks": [task.pk for task in eu]}
+
+
+rebuild_world_fixture = seeded_once_per_module(rebuild_world)
+
+
+@pytest.fixture
+def world(rebuild_world):
+    """The rebuild world (seeded once per module), its EU tasks read afresh for each test."""
+    related = InspectionTask.objects.select_related("chip", "prover", "inspection_body")
+    tasks = related.in_bulk(rebuild_world["tasks"])
+    return {"serial": rebuild_world["serial"], "tasks": [tasks[pk] for pk in rebuild_world["tasks"]]}
 
 
 def check() -> tuple[int, str]:
