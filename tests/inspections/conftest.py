@@ -25,6 +25,14 @@ def inspections_draw() -> int:
 inspections_draw_fixture = seeded_once_per_module(inspections_draw)
 
 
+def inspections_provers() -> None:
+    """The inspections world of tests/inspections/factories.py, nothing drawn."""
+    make_provers()
+
+
+inspections_provers_fixture = seeded_once_per_module(inspections_provers)
+
+
 @pytest.fixture
 def draw(inspections_draw):
     """The drawn world (seeded once per module), its draw read afresh for each test."""

@@ -10,13 +10,20 @@ from nacl.signing import SigningKey
 from ledger.models import Entry
 from registry.demo_registry import seed_demo
 from registry.models import Organisation
+from tests.shared_world import seeded_once_per_module
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def regulator(client):
+def admin_demo_world() -> None:
     seed_demo("demo-pass-123", chips=50)
+
+
+admin_demo_world_fixture = seeded_once_per_module(admin_demo_world)
+
+
+@pytest.fixture
+def regulator(client, admin_demo_world):
     client.force_login(get_user_model().objects.get(username="regulator"))
     return client
 

@@ -20,18 +20,27 @@ from ledger import selectors as ledger
 from registry.models import Organisation
 from registry.services.roles import REGULATOR_STAFF, roles_sync
 from tests.inspections.factories import make_provers
+from tests.shared_world import seeded_once_per_module
 
 S = Alert.State
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def prover():
+def alert_cases_world() -> int:
+    """The provers' world and regulator staff ben and cleo: owner-a's key."""
     make_provers()
     roles_sync()
     for name in ("ben", "cleo"):
         User.objects.create_user(name, is_staff=True).groups.add(Group.objects.get(name=REGULATOR_STAFF))
-    return Organisation.objects.get(slug="owner-a")
+    return Organisation.objects.get(slug="owner-a").pk
+
+
+alert_cases_world_fixture = seeded_once_per_module(alert_cases_world)
+
+
+@pytest.fixture
+def prover(alert_cases_world):
+    return Organisation.objects.get(pk=alert_cases_world)
 
 
 def raised(prover, kind="refused") -> Alert:

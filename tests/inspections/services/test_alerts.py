@@ -15,17 +15,26 @@ from ledger import selectors as ledger
 from registry.models import Organisation
 from registry.services.roles import REGULATOR_STAFF, roles_sync
 from tests.inspections.factories import make_provers
+from tests.shared_world import seeded_once_per_module
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def alert():
+def alerts_world() -> int:
+    """The provers' world, regulator staff ben, and one alert: its key."""
     make_provers()
     roles_sync()
     ben = User.objects.create_user("ben", is_staff=True)
     ben.groups.add(Group.objects.get(name=REGULATOR_STAFF))
-    return alert_raise("refused", Organisation.objects.get(slug="owner-a"), "the owner refused entry")
+    return alert_raise("refused", Organisation.objects.get(slug="owner-a"), "the owner refused entry").pk
+
+
+alerts_world_fixture = seeded_once_per_module(alerts_world)
+
+
+@pytest.fixture
+def alert(alerts_world):
+    return Alert.objects.get(pk=alerts_world)
 
 
 def test_each_action_is_a_ledger_entry_naming_who_and_why(alert):

@@ -16,7 +16,7 @@ from inspections.stored_draw_audit import audit_draw
 from ledger.models import Entry
 from rules import sampling_plans
 from rules.inspection_planning import next_draw, plan_error_words, prover_plan
-from tests.inspections.factories import H100, YEAR, make_provers
+from tests.inspections.factories import H100, YEAR
 from tests.registry.factories import chip_model, event, fabricate, facility, organisation
 
 pytestmark = pytest.mark.django_db
@@ -24,8 +24,8 @@ RULE = 20 * H100 * YEAR
 
 
 @pytest.fixture
-def provers():
-    make_provers()
+def provers(inspections_provers):
+    """The provers' world, seeded once per module (tests/inspections/conftest.py)."""
 
 
 def create(**overrides) -> Campaign:

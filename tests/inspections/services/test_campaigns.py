@@ -17,15 +17,15 @@ from ledger.models import Entry
 from registry.models import Chip
 from rules import draw_ranking
 from rules.inspection_planning import campaign_period
-from tests.inspections.factories import H100, YEAR, make_provers
+from tests.inspections.factories import H100, YEAR
 from tests.registry.factories import event
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def provers():
-    make_provers()
+def provers(inspections_provers):
+    """The provers' world, seeded once per module (tests/inspections/conftest.py)."""
 
 
 def campaign(**overrides):
