@@ -123,22 +123,8 @@ def _uses_services(item) -> bool:
 BROWSER_FIXTURES = {"browser", "chromium", "page"}  # Playwright's Chromium (tests/desk/test_browser.py and others)
 
 
-def _pure_tests_kept(item, rule: str) -> bool:
-    """Whether a test that touches no database or broker runs under CHIPLEDGER_PURE_TESTS's `rule`."""
-    if rule in ("", "all"):
-        return True
-    if rule == "skip":
-        return False
-    mode, _, paths = rule.partition(":")
-    if mode not in ("only", "except") or not paths.split():
-        raise pytest.UsageError(f"CHIPLEDGER_PURE_TESTS={rule!r}: use skip, all, only:PATH... or except:PATH...")
-    path = item.nodeid.split("::")[0]
-    listed = any(path == p.rstrip("/") or path.startswith(p.rstrip("/") + "/") for p in paths.split())
-    return listed if mode == "only" else not listed
-
-
 def _left_out(item) -> bool:
-    if not _uses_services(item) and not _pure_tests_kept(item, os.environ.get("CHIPLEDGER_PURE_TESTS", "")):
+    if os.environ.get("CHIPLEDGER_PURE_TESTS") == "skip" and not _uses_services(item):
         return True
     return os.environ.get("CHIPLEDGER_BROWSER_TESTS") == "skip" and bool(
         BROWSER_FIXTURES & set(getattr(item, "fixturenames", ()))
@@ -146,12 +132,10 @@ def _left_out(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """``CHIPLEDGER_PURE_TESTS``, for the tests that touch no database or broker: ``skip`` leaves them out,
-    ``only:PATH...`` keeps those under the paths, ``except:PATH...`` the others; ``CHIPLEDGER_BROWSER_TESTS=skip``
-    leaves out the pages' browser tests.
+    """``CHIPLEDGER_PURE_TESTS=skip``: leave out the tests that touch no database or broker;
+    ``CHIPLEDGER_BROWSER_TESTS=skip``: leave out the pages' browser tests.
 
-    CI runs each once: the browser tests and most pure tests in the SQLite leg, a few pure files in the PostgreSQL +
-    Redis leg to even the legs' times out; that leg runs every test the services can change.
+    CI runs both once, in the SQLite leg; the PostgreSQL + Redis leg runs only what the services can change.
     """
     left_out = [item for item in items if _left_out(item)]
     if left_out:
