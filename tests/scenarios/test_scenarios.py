@@ -117,3 +117,63 @@ def test_the_leftovers_of_a_killed_run_are_swept_by_the_next():
 
         shutil.rmtree(alive, ignore_errors=True)
         shutil.rmtree(dead, ignore_errors=True)
+
+
+def _in(database: str, code: str, env: dict) -> subprocess.CompletedProcess:
+    command = [sys.executable, "manage.py", "shell", "-v", "0", "-c", code]
+    return subprocess.run(
+        command, env={**env, "DATABASE_URL": database}, cwd=settings.BASE_DIR, capture_output=True, text=True
+    )
+
+
+@pytest.mark.django_db(transaction=True)  # CREATE DATABASE on PostgreSQL runs outside a transaction
+def test_a_runs_database_is_migrated_and_empty_before_its_child_starts(tmp_path):
+    from scenarios import runner
+
+    env = {**os.environ, "CHIPLEDGER_VAR_DIR": str(tmp_path / "var")}
+    database, drop = runner._fresh_database(tmp_path, env)
+    try:
+        done = subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--check"],
+            env={**env, "DATABASE_URL": database},
+            cwd=settings.BASE_DIR,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr  # nothing left to apply: a copy of the template
+        sizes = _in(database, "from ledger import selectors; print(selectors.ledger_size())", env)
+        assert sizes.stdout.split() == ["0"], sizes.stderr
+    finally:
+        drop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_template_that_cannot_be_made_is_never_used_half_made(tmp_path, monkeypatch):
+    from scenarios import runner
+
+    digest = f"t{os.getpid()}x{runner.secrets.token_hex(4)}"
+    monkeypatch.setattr(runner, "migrations_digest", lambda: digest)
+    monkeypatch.setattr(runner.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(runner, "_migrate", lambda database, env: False)  # a migrate that failed half-way
+    env = {**os.environ, "CHIPLEDGER_VAR_DIR": str(tmp_path / "var")}
+    if runner.connection.vendor == "postgresql":
+        assert runner._postgres_template(env) is None
+        with runner.connection.cursor() as cursor:
+            cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE 'scenario\\_%%'")
+            names = [row[0] for row in cursor.fetchall()]
+        assert [n for n in names if digest in n or n.startswith(f"scenario_{os.getpid()}_")] == []  # no build left
+    else:
+        assert runner._sqlite_template(env) is None
+        assert list(tmp_path.glob("chipledger-scenario-template-*")) == []  # no file, whole or in part
+    database, drop = runner._fresh_database(tmp_path, env)  # the run goes on: its child migrates from nothing
+    drop()
+    assert database
+
+
+def test_the_templates_name_follows_the_migrations_and_djangos_version(monkeypatch):
+    from scenarios import runner
+
+    now = runner.migrations_digest()
+    assert runner.migrations_digest() == now
+    monkeypatch.setattr(runner.django, "get_version", lambda: "0.0")
+    assert runner.migrations_digest() != now
