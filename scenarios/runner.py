@@ -10,8 +10,9 @@ throwaway world and runs the scenario in a child process pointed at it —
   filesystem broker in the fresh VAR_DIR).
 
 The fresh database is a copy of an empty, migrated template kept for the project's migrations as they are
-(migrating from nothing cost 3-4 s of a 12 s run): a SQLite file in the temporary directory, or a database
-``scenario_template_<digest>`` on the PostgreSQL server, made by ``manage.py migrate`` the first time. The
+(migrating from nothing cost 3-4 s of a 12 s run): a SQLite file in a private folder of the temporary
+directory, or a database ``scenario_template_<digest>`` on the PostgreSQL server, made by ``manage.py migrate``
+the first time. The
 child (``run_scenario NAME --here``) migrates (nothing to apply on a copy of the template; what the
 post-migrate hooks keep, roles and permissions, is synced again), refuses a ledger that is not empty, starts
 the worker, runs the scenario and prints the summary. Exit status: 0 when the system reached the
@@ -26,6 +27,7 @@ import secrets
 import shutil
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -71,19 +73,21 @@ def run_fresh(name: str, *, keep: bool = False, stdout=sys.stdout) -> int:
         "LEDGER_SIGNING_KEY": "",
         "LEDGER_KEY_FILE": str(folder / "var" / "ledger-signing.key"),
     }
-    database, drop = _fresh_database(folder, env)
-    env["DATABASE_URL"] = database
     command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "run_scenario", name, "--here"]
-    # Its own session: the child and the worker it starts end together (killpg) however the parent ends.
-    child = subprocess.Popen(command, env=env, cwd=settings.BASE_DIR, start_new_session=True)
-    previous = _exit_on_sigterm()
+    previous = _exit_on_sigterm()  # before the database is made: a template build may take seconds
+    child, database, drop = None, None, lambda: None
     try:
+        database, drop = _fresh_database(folder)
+        env["DATABASE_URL"] = database
+        # Its own session: the child and the worker it starts end together (killpg) however the parent ends.
+        child = subprocess.Popen(command, env=env, cwd=settings.BASE_DIR, start_new_session=True)
         return child.wait(timeout=CHILD_SECONDS)
     except subprocess.TimeoutExpired:
         stdout.write(f"FAIL {name}: did not finish within {CHILD_SECONDS} s\n")
         return 1
     finally:
-        _end_group(child)
+        if child is not None:
+            _end_group(child)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         drop()
@@ -157,18 +161,21 @@ def _sweep_leftovers(stdout) -> None:
             stdout.write(f"swept database {name} (its run was killed)\n")
 
 
-def _fresh_database(folder: Path, env: dict):
+def _fresh_database(folder: Path):
     """(DATABASE_URL of a new, empty, migrated database, a function that drops it): a copy of the template, or,
-    where no template could be made, an empty database the child migrates from nothing."""
+    where no template could be made or copied, an empty database the child migrates from nothing."""
     if connection.vendor != "postgresql":
         database = folder / "scenario.sqlite3"
-        template = _sqlite_template(env)
+        template = _sqlite_template(folder)
         if template is not None:
-            with closing(sqlite3.connect(template)) as source, closing(sqlite3.connect(database)) as copy:
-                source.backup(copy)  # a consistent copy, page by page
+            try:
+                with closing(sqlite3.connect(template)) as source, closing(sqlite3.connect(database)) as copy:
+                    source.backup(copy)  # a consistent copy, page by page
+            except (sqlite3.Error, OSError):
+                database.unlink(missing_ok=True)
         return f"sqlite:///{database}", lambda: None
     name = f"scenario_{os.getpid()}_{secrets.token_hex(6)}"
-    _create_postgres_database(name, _postgres_template(env))
+    _create_postgres_database(name, _postgres_template(folder))
 
     def drop() -> None:
         with connection.cursor() as cursor:
@@ -196,60 +203,83 @@ def _create_postgres_database(name: str, template: str | None) -> None:
 
 
 def migrations_digest() -> str:
-    """What an empty migrated database is made of: Django's version and every installed app's migration files."""
+    """What an empty migrated database is made of: Django's version, the pinned requirements (django-pgtrigger
+    turns migrations into SQL) and every installed app's migration files."""
     digest = hashlib.sha256(django.get_version().encode())
+    requirements = settings.BASE_DIR / "requirements.txt"
+    digest.update(requirements.read_bytes() if requirements.exists() else b"")
     loader = MigrationLoader(None, ignore_no_migrations=True)  # the files on disk; no database read
     for key in sorted(loader.disk_migrations):
-        digest.update(
-            repr(key).encode() + Path(sys.modules[loader.disk_migrations[key].__module__].__file__).read_bytes()
-        )
+        path = Path(sys.modules[loader.disk_migrations[key].__module__].__file__)
+        digest.update(repr(key).encode() + path.read_bytes())
     return digest.hexdigest()[:20]
 
 
-def _migrate(database: str, env: dict) -> bool:
+def _migrate(database: str, folder: Path) -> bool:
+    """`manage.py migrate` into `database`, with a var folder of its own (the run's is the child's)."""
+    env = {**os.environ, "DATABASE_URL": database, "CHIPLEDGER_VAR_DIR": str(folder / "template-var")}
     command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "migrate", "--noinput", "-v0"]
-    done = subprocess.run(command, env={**env, "DATABASE_URL": database}, cwd=settings.BASE_DIR, capture_output=True)
-    return done.returncode == 0
+    return subprocess.run(command, env=env, cwd=settings.BASE_DIR, capture_output=True).returncode == 0
 
 
-def _sqlite_template(env: dict) -> Path | None:
-    """The migrated template file, made now if it is missing (built aside, then renamed into place, so a run never
-    copies a half-made one); None if it cannot be made."""
-    template = Path(tempfile.gettempdir()) / f"chipledger-scenario-template-{migrations_digest()}.sqlite3"
+def _template_folder() -> Path | None:
+    """This user's folder of SQLite templates (0700, owned by this user: nobody else's file is copied), or None."""
+    folder = Path(tempfile.gettempdir()) / f"chipledger-scenario-templates-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        status = folder.lstat()
+    except OSError:
+        return None
+    private = stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid() and not status.st_mode & 0o077
+    return folder if private else None
+
+
+def _sqlite_template(folder: Path) -> Path | None:
+    """The migrated template file, made now if it is missing (built in the run's folder, then renamed into
+    place, so a run never copies a half-made one, and a killed build goes with its folder); None if it cannot
+    be made."""
+    templates = _template_folder()
+    if templates is None:
+        return None
+    template = templates / f"{migrations_digest()}.sqlite3"
     if template.exists():
         return template
-    build = template.with_name(f"{template.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    build = folder / "template-build.sqlite3"
+    if not _migrate(f"sqlite:///{build}", folder):
+        return None
+    with closing(sqlite3.connect(build)) as db:
+        db.execute("PRAGMA journal_mode=DELETE")  # out of WAL: one self-contained file
     try:
-        if not _migrate(f"sqlite:///{build}", env):
-            return None
-        with closing(sqlite3.connect(build)) as db:
-            db.execute("PRAGMA journal_mode=DELETE")  # out of WAL: one self-contained file
         os.replace(build, template)
-        return template
-    finally:
-        for leftover in build.parent.glob(f"{build.name}*"):
-            leftover.unlink(missing_ok=True)
+    except OSError:  # another filesystem or a full disk: this run migrates from nothing
+        return None
+    return template
 
 
-def _postgres_template(env: dict) -> str | None:
+def _postgres_template(folder: Path) -> str | None:
     """The migrated template database's name, made now if it is missing (built under a name the sweep knows, then
     renamed); None if it cannot be made."""
     template = f"scenario_template_{migrations_digest()}"
+    if _database_exists(template):
+        return template
+    build = f"scenario_{os.getpid()}_{secrets.token_hex(6)}"  # swept like a run's if this process is killed
     with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [template])
-        if cursor.fetchone():
-            return template
-        build = f"scenario_{os.getpid()}_{secrets.token_hex(6)}"  # swept like a run's if this process is killed
         cursor.execute(f'CREATE DATABASE "{build}"')
     try:
-        if not _migrate(_postgres_url(build), env):
+        if not _migrate(_postgres_url(build), folder):
             return None
         with connection.cursor() as cursor, suppress(DatabaseError):  # fails where another run made it meanwhile
             cursor.execute(f'ALTER DATABASE "{build}" RENAME TO "{template}"')
-        return template
+        return template if _database_exists(template) else None
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f'DROP DATABASE IF EXISTS "{build}" WITH (FORCE)')
+
+
+def _database_exists(name: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+        return cursor.fetchone() is not None
 
 
 def run_here(name: str, *, stdout=sys.stdout) -> int:

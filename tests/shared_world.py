@@ -39,7 +39,8 @@ def seeded_once_per_module(seed):
 
 def is_transactional(item) -> bool:
     marker = item.get_closest_marker("django_db")
-    return bool(marker and marker.kwargs.get("transaction")) or bool(TRANSACTIONAL_FIXTURES & set(item.fixturenames))
+    flagged = marker and (marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences"))
+    return bool(flagged) or bool(TRANSACTIONAL_FIXTURES & set(item.fixturenames))
 
 
 def wanted(item) -> tuple | None:

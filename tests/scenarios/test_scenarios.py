@@ -5,6 +5,7 @@ when the system reached the expected verdict."""
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -131,7 +132,7 @@ def test_a_runs_database_is_migrated_and_empty_before_its_child_starts(tmp_path)
     from scenarios import runner
 
     env = {**os.environ, "CHIPLEDGER_VAR_DIR": str(tmp_path / "var")}
-    database, drop = runner._fresh_database(tmp_path, env)
+    database, drop = runner._fresh_database(tmp_path)
     try:
         done = subprocess.run(
             [sys.executable, "manage.py", "migrate", "--check"],
@@ -154,20 +155,35 @@ def test_a_template_that_cannot_be_made_is_never_used_half_made(tmp_path, monkey
     digest = f"t{os.getpid()}x{runner.secrets.token_hex(4)}"
     monkeypatch.setattr(runner, "migrations_digest", lambda: digest)
     monkeypatch.setattr(runner.tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(runner, "_migrate", lambda database, env: False)  # a migrate that failed half-way
-    env = {**os.environ, "CHIPLEDGER_VAR_DIR": str(tmp_path / "var")}
+
+    def half_way(database: str, folder) -> bool:  # a migrate that wrote part of a database, then failed
+        if database.startswith("sqlite:///"):
+            Path(database.removeprefix("sqlite:///")).write_bytes(b"SQLite format 3\x00" + bytes(100))
+        return False
+
+    monkeypatch.setattr(runner, "_migrate", half_way)
     if runner.connection.vendor == "postgresql":
-        assert runner._postgres_template(env) is None
+        assert runner._postgres_template(tmp_path) is None
         with runner.connection.cursor() as cursor:
             cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE 'scenario\\_%%'")
             names = [row[0] for row in cursor.fetchall()]
         assert [n for n in names if digest in n or n.startswith(f"scenario_{os.getpid()}_")] == []  # no build left
     else:
-        assert runner._sqlite_template(env) is None
-        assert list(tmp_path.glob("chipledger-scenario-template-*")) == []  # no file, whole or in part
-    database, drop = runner._fresh_database(tmp_path, env)  # the run goes on: its child migrates from nothing
+        assert runner._sqlite_template(tmp_path) is None
+        assert list(runner._template_folder().iterdir()) == []  # no template, whole or in part
+    database, drop = runner._fresh_database(tmp_path)  # the run goes on: its child migrates from nothing
     drop()
     assert database
+
+
+def test_a_template_folder_others_may_write_to_is_not_used(tmp_path, monkeypatch):
+    from scenarios import runner
+
+    monkeypatch.setattr(runner.tempfile, "tempdir", str(tmp_path))
+    assert runner._template_folder() is not None
+    runner._template_folder().chmod(0o777)  # another user could plant a template there
+    assert runner._template_folder() is None
+    assert runner._sqlite_template(tmp_path) is None
 
 
 def test_the_templates_name_follows_the_migrations_and_djangos_version(monkeypatch):
