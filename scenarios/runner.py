@@ -12,10 +12,9 @@ throwaway world and runs the scenario in a child process pointed at it —
 The fresh database is a copy of an empty, migrated template kept for the project's migrations as they are
 (migrating from nothing cost 3-4 s of a 12 s run): a SQLite file in a private folder of the temporary
 directory, or a database ``scenario_template_<digest>`` on the PostgreSQL server, made by ``manage.py migrate``
-the first time. The
-child (``run_scenario NAME --here``) migrates (nothing to apply on a copy of the template; what the
-post-migrate hooks keep, roles and permissions, is synced again), refuses a ledger that is not empty, starts
-the worker, runs the scenario and prints the summary. Exit status: 0 when the system reached the
+the first time. The child (``run_scenario NAME --here``) migrates (nothing to apply on a copy of the
+template; what the post-migrate hooks keep, roles and permissions, is synced again), refuses a ledger that is
+not empty, starts the worker, runs the scenario and prints the summary. Exit status: 0 when the system reached the
 expected verdict, 1 when it did not, 2 on a usage error.
 """
 

@@ -25,9 +25,7 @@ def _own_key_folders(request, settings, tmp_path_factory):
     if shared:
         folders = shared_world.OPEN.key_folders(shared, tmp_path_factory)
     else:
-        folder = tmp_path_factory.mktemp("keys")
-        folders = {"DEMO_KEY_DIR": folder / "demo-keys", "CHIP_KEY_DIR": folder / "chip-keys"}
-        folders["DEMO_TOKEN_DIR"] = folder / "demo-tokens"
+        folders = shared_world.key_folders_in(tmp_path_factory.mktemp("keys"))
     for name, path in folders.items():
         setattr(settings, name, path)
 

@@ -37,6 +37,15 @@ def seeded_once_per_module(seed):
     return fixture
 
 
+def key_folders_in(folder) -> dict:
+    """The settings that name a test's demo, chip and token key folders, all inside `folder`."""
+    return {
+        "DEMO_KEY_DIR": folder / "demo-keys",
+        "CHIP_KEY_DIR": folder / "chip-keys",
+        "DEMO_TOKEN_DIR": folder / "demo-tokens",
+    }
+
+
 def is_transactional(item) -> bool:
     marker = item.get_closest_marker("django_db")
     flagged = marker and (marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences"))
@@ -64,12 +73,7 @@ class _OpenWorld:
 
     def key_folders(self, key, tmp_path_factory) -> dict:
         if key not in self.folders:
-            folder = tmp_path_factory.mktemp("shared-keys")
-            self.folders[key] = {
-                "DEMO_KEY_DIR": folder / "demo-keys",
-                "CHIP_KEY_DIR": folder / "chip-keys",
-                "DEMO_TOKEN_DIR": folder / "demo-tokens",
-            }
+            self.folders[key] = key_folders_in(tmp_path_factory.mktemp("shared-keys"))
         return self.folders[key]
 
     def enter(self, key, tmp_path_factory) -> None:
