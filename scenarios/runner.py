@@ -170,8 +170,9 @@ def _fresh_database(folder: Path):
             try:
                 with closing(sqlite3.connect(template)) as source, closing(sqlite3.connect(database)) as copy:
                     source.backup(copy)  # a consistent copy, page by page
-            except (sqlite3.Error, OSError):
+            except (sqlite3.Error, OSError):  # not a database (cut short, overwritten): the next run makes it anew
                 database.unlink(missing_ok=True)
+                template.unlink(missing_ok=True)
         return f"sqlite:///{database}", lambda: None
     name = f"scenario_{os.getpid()}_{secrets.token_hex(6)}"
     _create_postgres_database(name, _postgres_template(folder))

@@ -193,3 +193,24 @@ def test_the_templates_name_follows_the_migrations_and_djangos_version(monkeypat
     assert runner.migrations_digest() == now
     monkeypatch.setattr(runner.django, "get_version", lambda: "0.0")
     assert runner.migrations_digest() != now
+
+
+def test_a_template_that_is_not_a_database_is_made_anew_and_the_run_still_gets_a_migrated_one(tmp_path, monkeypatch):
+    import sqlite3
+    from contextlib import closing
+
+    from scenarios import runner
+
+    if runner.connection.vendor == "postgresql":
+        pytest.skip("the SQLite template file (the PostgreSQL one is a database only this server's owner writes)")
+    monkeypatch.setattr(runner.tempfile, "tempdir", str(tmp_path))
+    template = runner._template_folder() / f"{runner.migrations_digest()}.sqlite3"
+    template.write_bytes(b"garbage\x00 not SQLite\n")  # overwritten, or cut short by a full disk
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    runner._fresh_database(first)
+    assert not template.exists()  # dropped: not copied again and again
+    database, _ = runner._fresh_database(second)
+    assert template.exists()
+    with closing(sqlite3.connect(database.removeprefix("sqlite:///"))) as copy:
+        assert copy.execute("SELECT count(*) FROM django_migrations").fetchone()[0] > 0
