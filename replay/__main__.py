@@ -320,14 +320,26 @@ def _model_shape(args) -> tuple[str, dict]:
     config = dict(config)
     if args.config is not None:
         try:
-            fields = json.loads(args.config)
+            fields = json.loads(args.config, object_pairs_hook=_fields_once)
         except json.JSONDecodeError as e:
             raise ValueError(f"--config is not JSON ({e.msg})") from None
+        except RecursionError:
+            raise ValueError("--config is nested too deeply") from None
         if not isinstance(fields, dict):
             raise ValueError("--config must be a JSON object of shape fields")
         config.update(fields)
     validate_config(arch, config)
     return arch, config
+
+
+def _fields_once(pairs: list) -> dict:
+    """A --config object whose fields are each given once: `{"block": 64, "block": 1024}` is refused by name,
+    not read as whichever one a JSON parser keeps."""
+    fields = dict(pairs)
+    if len(fields) != len(pairs):
+        twice = sorted({k for k, _ in pairs if sum(1 for n, _ in pairs if n == k) > 1})
+        raise ValueError(f"--config gives {', '.join(twice)} more than once")
+    return fields
 
 
 def _verify(args, src: Path, nonce: bytes) -> int:

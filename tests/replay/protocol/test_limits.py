@@ -242,6 +242,9 @@ def test_record_refuses_beyond_the_budget_before_anything_runs(tmp_path, capsys)
     [
         (["--arch", "gpt", "--config", "{"], "--config is not JSON"),
         (["--arch", "gpt", "--config", "[1]"], "JSON object"),
+        (["--arch", "gpt", "--config", '{"block": 8, "block": 4096}'], "--config gives block more than once"),
+        (["--arch", "gpt", "--config", '{"block": 4096, "block": 8}'], "--config gives block more than once"),
+        (["--arch", "gpt", "--config", "[" * 50000 + "]" * 50000], "nested too deeply"),
         (["--arch", "gpt", "--config", '{"block": 2048}'], "config.block"),
         (["--arch", "gpt", "--config", '{"depth": 2}'], "unknown or missing keys"),
         (["--arch", "mlp", "--preset", "gpt2-small"], "does not match"),
