@@ -240,14 +240,15 @@ def round_scaled(v: torch.Tensor) -> tuple[torch.Tensor, float] | None:
     return out, lib.rp_round_max(v.data_ptr(), out.data_ptr(), v.numel(), threads(v))
 
 
-def _collect(call, cap: int):
-    """Run a kernel that writes up to cap (flat index, log code) pairs and says how many there are:
-    ([indices], [codes]) as Rounder.entries holds them (a code is a parity bool, or the 32 bits of a
-    wide entry, tagged 1 << 32 by the kernel); None where the kernel ran out of memory, or of room for
-    the candidates of a crowded point (the caller takes the torch path)."""
+def _collect(kernel, block: struct.Struct, args: tuple, cap: int, tail: tuple = ()):
+    """Run a kernel on its argument block (`block` packed from args, the room: where its indices and codes
+    go and how many fit, then tail) that writes up to cap (flat index, log code) pairs and says how many there
+    are: ([indices], [codes]) as Rounder.entries holds them (a code is a parity bool, or the 32 bits of a
+    wide entry, tagged 1 << 32 by the kernel); None where the kernel ran out of memory, or of room for the
+    candidates of a crowded point (the caller takes the torch path)."""
     while True:
         buf, p = _room_buffer(2 * cap)
-        n = call(p, p + 8 * cap, cap)
+        n = kernel(block.pack(*args, p, p + 8 * cap, cap, *tail))
         if n < 0:
             return None
         if n <= cap:
@@ -308,12 +309,25 @@ def round_dot(
     terms g * |a| @ |b| and |bias| * gbias: (float32(v) as float64, close calls' flat indices, their log
     codes), or None where the kernel is unavailable or cannot take these tensors. safety and wide as in
     determinism.py."""
-    layout = _dot_layout(v, a, b, bias, bias_rows) if library() else None
-    if layout is None:
+    lib = library()
+    if lib is None:
         return None
-    b0, b1, sa, sb = layout
-    m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
-    return _dot(v, m, n, 1, k, b0, b1, a, sa, b, sb, bias, gbias, bias_rows, g, safety, wide)
+    if v.dim() == a.dim() == b.dim() == 2:  # a linear layer's (most points): `_product`'s checks, unbatched
+        (m, k), (kb, n) = a.shape, b.shape
+        if kb != k or v.shape != (m, n) or not (v.is_contiguous() and usable(v, a, b)):
+            return None
+        if not _bias_ok(bias, m if bias_rows else n):
+            return None
+        (sai, sak), (sbk, sbj) = a.stride(), b.stride()
+        head = (1, 1, m, n, 1, k, a.data_ptr(), 0, 0, sai, 0, sak, b.data_ptr(), 0, 0, 0, sbk, sbj)
+    else:
+        layout = _dot_layout(v, a, b, bias, bias_rows)
+        if layout is None:
+            return None
+        b0, b1, sa, sb = layout
+        m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
+        head = (b0, b1, m, n, 1, k, a.data_ptr(), *sa, b.data_ptr(), *sb)
+    return _dot(lib, v, head, (m + n) * k, bias, gbias, bias_rows, g, safety, wide)
 
 
 def _dot_layout(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias, bias_rows: bool):
@@ -463,18 +477,19 @@ def round_dot_summed(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float
     (m, t, k), n = a.shape, b.shape[-1]
     if v.shape != (m, n):
         return None
-    return _dot(v, m, n, t, k, 1, 1, a, (0, 0, *a.stride()), b, (0, 0, *b.stride()), None, 0.0, False, g, safety, wide)
+    head = (1, 1, m, n, t, k, a.data_ptr(), 0, 0, *a.stride(), b.data_ptr(), 0, 0, *b.stride())
+    return _dot(library(), v, head, (m + n) * t * k, None, 0.0, False, g, safety, wide)
 
 
-def _dot(v, m, n, k1, k2, b0, b1, a, sa, b, sb, bias, gbias, bias_rows, g, safety, wide):
+def _dot(lib, v, head: tuple, terms: int, bias, gbias, bias_rows, g, safety, wide):
+    """rp_dot over v's product: head, the block's fields from b0 to B's column stride (`dot_args_t`);
+    terms, (M + N) * K, what the operands' norms read."""
     out = torch.empty_like(v)
-    head = (v.data_ptr(), out.data_ptr(), b0, b1, m, n, k1, k2, a.data_ptr(), *sa, b.data_ptr(), *sb)
     # threads by outputs, or by terms: a convolution's weight gradient is a small output over long sums
     # (its operands' norms, its candidates' exact bounds)
-    nt = threads(v) if (m + n) * k1 * k2 < PARALLEL_TERMS else torch.get_num_threads()
-    tail = (bias.data_ptr() if bias is not None else 0, int(bias_rows), gbias, g, safety, wide, nt)
-    rp_dot = library().rp_dot
-    got = _collect(lambda ip, cp, cap: rp_dot(_DOT_ARGS.pack(*head, *tail, ip, cp, cap)), _room(v))
+    nt = threads(v) if terms < PARALLEL_TERMS else torch.get_num_threads()
+    args = (v.data_ptr(), out.data_ptr(), *head, bias.data_ptr() if bias is not None else 0, int(bias_rows))
+    got = _collect(lib.rp_dot, _DOT_ARGS, (*args, gbias, g, safety, wide, nt), _room(v))
     return got and (out, *got)
 
 
@@ -502,11 +517,8 @@ def round_full(v: torch.Tensor, e: torch.Tensor, safety: float, wide: float):
     else:
         return None
     out = torch.empty_like(v)
-    args, rp_full = (
-        (v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, wide, threads(v)),
-        library().rp_full,
-    )
-    got = _collect(lambda ip, cp, cap: rp_full(_FULL_ARGS.pack(*args, ip, cp, cap)), _room(v))
+    args = (v.data_ptr(), out.data_ptr(), rows, n, e.data_ptr(), e_cols, safety, wide, threads(v))
+    got = _collect(library().rp_full, _FULL_ARGS, args, _room(v))
     return got and (out, *got)
 
 
@@ -639,10 +651,9 @@ def _softmax_pass(lib, p, dp, out, consts, safety, wide, log):
     n = p.shape[-1]
     head = (p.data_ptr(), dp.data_ptr() if dp is not None else 0, out.data_ptr(), p.numel() // n, n)
     head = (*head, *consts, safety, wide, threads(p))
-    call = lambda ip, cp, cap: lib.rp_softmax(_SOFTMAX_ARGS.pack(*head, ip, cp, cap))
     if not log:
-        return (out, []) if call(0, 0, -1) >= 0 else None
-    got = _collect(call, _room(p))
+        return (out, []) if lib.rp_softmax(_SOFTMAX_ARGS.pack(*head, 0, 0, -1)) >= 0 else None
+    got = _collect(lib.rp_softmax, _SOFTMAX_ARGS, head, _room(p))
     return None if got is None else (out, [got])
 
 
@@ -658,7 +669,7 @@ def _points(fn, block: struct.Struct, head: tuple, sizes: tuple[int, ...], log: 
     at = ctypes.addressof(counts)
     if not log:
         return [] if fn(block.pack(*head, 0, 0, -1, at, 0, 0, 0)) >= 0 else None
-    got = _collect(lambda ip, cp, cap: fn(block.pack(*head, ip, cp, cap, at, 0, 0, 0)), max(1024, sum(sizes) >> 6))
+    got = _collect(fn, block, head, max(1024, sum(sizes) >> 6), (at, 0, 0, 0))
     if got is None:
         return None
     idx, codes, start, points = *got, 0, []

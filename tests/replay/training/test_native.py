@@ -7,6 +7,7 @@ give the same rounding log and the same state.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import struct
 import subprocess
@@ -359,8 +360,31 @@ def test_strided_operands_copied_or_streamed_by_how_often_they_are_read(m, n, ca
 
 def test_a_kernel_out_of_memory_takes_the_torch_path():
     """A kernel says -1 when it cannot allocate its working space: the caller is told to use torch."""
-    assert native._collect(lambda ip, cp, cap: -1, 16) is None
-    assert native._collect(lambda ip, cp, cap: 0, 16) == ([], [])
+    room = struct.Struct("=2Qq")  # a block of the room alone: idx, code, cap
+    assert native._collect(lambda block: -1, room, (), 16) is None
+    assert native._collect(lambda block: 0, room, (), 16) == ([], [])
+
+
+def test_a_kernel_short_of_room_runs_again_with_room_for_all():
+    """A kernel that found more close calls than its room says how many: it runs once more with room for
+    them all, and every one comes back (codes as Rounder.entries holds them)."""
+    block, caps = struct.Struct("=q2Qq"), []
+
+    def kernel(packed):
+        tag, idx, code, cap = block.unpack(packed)
+        caps.append((tag, cap))
+        if cap < 20:
+            return 20
+        for i in range(20):
+            ctypes.c_int64.from_address(idx + 8 * i).value = 3 * i
+            ctypes.c_int64.from_address(code + 8 * i).value = i % 2 if i < 10 else (1 << 32) | i
+        return 20
+
+    assert native._collect(kernel, block, (7,), 16) == (
+        [3 * i for i in range(20)],
+        [bool(i % 2) for i in range(10)] + list(range(10, 20)),
+    )
+    assert caps == [(7, 16), (7, 20)]  # the arguments, then the room
 
 
 def test_the_kernel_declines_what_it_does_not_handle():
