@@ -38,6 +38,26 @@ LOG_FLOOR_BYTES = 4 << 20  # a step's rounding log may always hold this much (th
 ROUNDED_PER_LOG_BYTE = 32  # and beyond it, one byte per 32 outputs the step rounds
 
 
+def resolve_device(device: str):
+    """cpu, cuda[:n] or auto (cuda where there is one) as a torch.device; ValueError says why a name is not
+    one this machine can run on (not cpu or cuda, or a card this torch cannot reach)."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r}: use cpu, cuda or auto")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda: no CUDA device is available to this torch")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return dev
+
+
 def device_kind(device=None) -> str:
     kind = str(device or os.environ.get("REPLAY_DEVICE") or "cpu").split(":")[0]
     return kind if kind in DEFAULTS else "cpu"

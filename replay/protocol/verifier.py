@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from replay.protocol import chips_and_time, coverage
+from replay.protocol import chips_and_time, coverage, limits
 from replay.protocol.claims_file import coverage_context, parse_claims, read_json, read_lines
 from replay.protocol.compute_rules import DEFAULT_RULES, count_compute
 from replay.protocol.engine import Budget, BudgetExhausted, Replayer
@@ -113,6 +113,11 @@ def verify(
     problem = float_environment_problem()
     if problem:  # this machine, not the prover, is at fault: retry elsewhere
         return Verdict("error", [f"the verifier's floating-point environment is unfit: {problem}"], report)
+    try:  # also this machine's: a worker told REPLAY_DEVICE=cuda on a host without a card
+        device = limits.resolve_device(str(device))
+    except ValueError as e:
+        return Verdict("error", [f"the verifier cannot replay on this machine: {e}"], report)
+    report["device"] = str(device)
     try:
         tr = Transcript(transcript, device)
         report.update(manifest=tr.hash, arch=tr.arch, precision=tr.precision)

@@ -62,21 +62,6 @@ DEFAULT_OPTIMIZER = {
 }
 
 
-def resolve_device(device: str) -> torch.device:
-    """cpu, cuda[:n] or auto (cuda where there is one); a cuda device that is not there is an error."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        dev = None
-    if dev is None or dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device {device!r}: use cpu, cuda or auto")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device cuda: no CUDA device is available to this torch")
-    return dev
-
-
 def _integer_in(value, lo: int, hi: int, option: str, why: str = "") -> None:
     if type(value) is not int or not lo <= value <= hi:
         raise ValueError(f"{option} must be an integer in [{lo}, {hi}]{why}, not {value!r}")
@@ -177,7 +162,7 @@ class Recorder:
         self.firmware = firmware or Firmware
         self.batches = batches or data.Batches(arch, self.config, self.batch, seed)
         self.step_seconds: list[float] = []  # the prover's time per training step (for benchmarks)
-        self.device = resolve_device(device)
+        self.device = limits.resolve_device(device)
         # per-step commitments for dispute bisection (transcript_layout.py): "steps" (the default: each tensor of
         # the state after each step, a hash per tensor, a few percent of a step), "ops" (and every rounded output
         # of each step: the first divergent operation exactly, at about twice the recording time) or "none"

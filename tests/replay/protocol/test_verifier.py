@@ -295,6 +295,29 @@ def test_budget_exhaustion_is_not_verified_nor_rejected(mlp):
     assert v.verdict == "incomplete" and v.details["budget_exhausted"]
 
 
+@pytest.mark.parametrize(
+    "device,why",
+    [
+        ("cuda", "device cuda: no CUDA device is available to this torch"),
+        ("tpu", "device 'tpu': use cpu, cuda or auto"),
+        ("cuda:x", "device 'cuda:x': use cpu, cuda or auto"),
+        ("cpu\n", "device 'cpu\\n': use cpu, cuda or auto"),
+    ],
+)
+def test_a_device_this_machine_cannot_run_is_the_verifiers_error_not_the_provers(mlp, device, why, monkeypatch):
+    """A worker told REPLAY_DEVICE=cuda on a host without a card: the verdict is "error" (retry elsewhere), with
+    the reason, before the transcript is read; never "malformed" or "rejected", which would blame the prover."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    v = run_verify(mlp, device=device)
+    assert (v.verdict, v.reasons) == ("error", [f"the verifier cannot replay on this machine: {why}"])
+    assert "manifest" not in v.details
+
+
+def test_auto_replays_where_it_can_and_the_verdict_says_where(mlp):
+    v = run_verify(mlp, device="auto")
+    assert v.verdict == "verified" and v.details["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def test_random_segments_depend_on_the_nonce(transcripts):
     d = transcripts["mlp", "det64"]
     picks = {
