@@ -24,6 +24,7 @@ allocator's figure.
 
 from __future__ import annotations
 
+import math
 import os
 
 from replay.training import architectures as models
@@ -71,13 +72,29 @@ def budgets(device=None) -> tuple[int, float]:
         import torch
 
         memory = int(torch.cuda.get_device_properties(0).total_memory * 0.8) if torch.cuda.is_available() else 8 << 30
-    memory = int(os.environ.get("REPLAY_MEMORY_BUDGET_BYTES") or memory)
-    flops = float(os.environ.get("REPLAY_FLOP_BUDGET") or flops)
+    memory = int(_from_environment("REPLAY_MEMORY_BUDGET_BYTES", int, memory))
+    flops = _from_environment("REPLAY_FLOP_BUDGET", float, flops)
     if MAX_STEP_MEMORY_BYTES is not None:
         memory = MAX_STEP_MEMORY_BYTES
     if MAX_STEP_FLOPS is not None:
         flops = MAX_STEP_FLOPS
     return memory, flops
+
+
+def _from_environment(name: str, kind: type, default):
+    """A budget set in the environment, else `default`; ValueError names a value that is not a positive (finite)
+    number: a budget of 0, -1 or NaN would call every honest transcript too large, or none."""
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or not (math.isfinite(value) and value > 0):
+        what = "a positive whole number of bytes" if kind is int else "a positive, finite number of FLOPs"
+        raise ValueError(f"{name}={raw!r} is not {what}")
+    return value
 
 
 def activation_elements(arch: str, config: dict, spec: dict) -> int:

@@ -113,8 +113,9 @@ def verify(
     problem = float_environment_problem()
     if problem:  # this machine, not the prover, is at fault: retry elsewhere
         return Verdict("error", [f"the verifier's floating-point environment is unfit: {problem}"], report)
-    try:  # also this machine's: a worker told REPLAY_DEVICE=cuda on a host without a card
+    try:  # also this machine's: a worker told REPLAY_DEVICE=cuda on a host without a card, or a budget of 0
         device = limits.resolve_device(str(device))
+        limits.budgets(device)
     except ValueError as e:
         return Verdict("error", [f"the verifier cannot replay on this machine: {e}"], report)
     report["device"] = str(device)

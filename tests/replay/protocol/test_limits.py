@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -226,6 +227,42 @@ def test_budgets_come_from_the_environment_and_the_device(monkeypatch):
     monkeypatch.setenv("REPLAY_FLOP_BUDGET", "1e12")
     monkeypatch.setenv("REPLAY_MEMORY_BUDGET_BYTES", "1000")
     assert "GiB of training state" in limits.step_limits("mlp", models.DEFAULTS["mlp"], spec)
+
+
+@pytest.mark.parametrize(
+    "name,raw",
+    [
+        ("REPLAY_FLOP_BUDGET", "nan"),
+        ("REPLAY_FLOP_BUDGET", "inf"),
+        ("REPLAY_FLOP_BUDGET", "-1"),
+        ("REPLAY_FLOP_BUDGET", "0"),
+        ("REPLAY_FLOP_BUDGET", "1e12x"),
+        ("REPLAY_MEMORY_BUDGET_BYTES", "8G"),
+        ("REPLAY_MEMORY_BUDGET_BYTES", "0"),
+        ("REPLAY_MEMORY_BUDGET_BYTES", "-8589934592"),
+        ("REPLAY_MEMORY_BUDGET_BYTES", "8e9"),
+    ],
+)
+def test_a_budget_that_is_not_a_positive_number_is_refused_naming_it(
+    name, raw, monkeypatch, transcripts, tmp_path, capsys
+):
+    """A budget of 0 or -1 would call every honest transcript too large (malformed: the prover blamed), NaN none:
+    the verifier's own misconfiguration is its error, named; record refuses to start."""
+    d = transcripts["mlp", "det64"]  # recorded (on first use) under the default budgets
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(ValueError, match=re.escape(f"{name}={raw!r} is not a positive")):
+        limits.budgets("cpu")
+    v = verify(d, d / "claims.json", Budget(segments=1))
+    assert v.verdict == "error" and v.reasons == [
+        f"the verifier cannot replay on this machine: {name}={raw!r}"
+        + (
+            " is not a positive whole number of bytes"
+            if "MEMORY" in name
+            else " is not a positive, finite number of FLOPs"
+        )
+    ]
+    assert main(["record", "--arch", "mlp", "--steps", "1", "--out", str(tmp_path / "never")]) == 2
+    assert f"{name}={raw!r}" in capsys.readouterr().err and not (tmp_path / "never").exists()
 
 
 def test_record_refuses_beyond_the_budget_before_anything_runs(tmp_path, capsys):
