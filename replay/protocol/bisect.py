@@ -248,7 +248,7 @@ class RecomputingStore:
     """The prover's store: any intermediate state or per-op trace, recomputed from its own transcript."""
 
     def __init__(self, root, device="cpu"):
-        self.tr = Transcript(root)
+        self.tr = Transcript(root, device)
         self.replayer = Replayer(self.tr, Budget(max_seconds=float("inf")), device)
 
     def state(self, step: int) -> State:

@@ -41,8 +41,11 @@ def fetch_transcript(
     max_files: int,
     deadline_s: float,
     allowed_hosts: frozenset[str] = frozenset(),
+    device=None,
 ) -> Path:
-    """Copy the transcript at ``url`` into ``dest`` (created) and return ``dest``; see the module docstring."""
+    """Copy the transcript at ``url`` into ``dest`` (created) and return ``dest``; see the module docstring. A
+    manifest whose step is beyond the budgets of `device` (the replay's; default REPLAY_DEVICE) raises
+    BeyondThisVerifier before any other file is fetched."""
     from replay.protocol.transcript import MalformedTranscript, Transcript
 
     max_bytes, max_files, deadline_s = tightened_caps(max_bytes, max_files, deadline_s)
@@ -53,7 +56,7 @@ def fetch_transcript(
     dest.mkdir(parents=True, exist_ok=True)
     get_file(base, "manifest.json", dest, budget, allowed, MAX_MANIFEST_BYTES)
     try:
-        manifest = Transcript(dest).manifest
+        manifest = Transcript(dest, device).manifest
     except MalformedTranscript as malformed:
         raise FetchRefused(f"manifest.json: {malformed.reason}") from None
     names = named_files(manifest)

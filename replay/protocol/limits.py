@@ -35,6 +35,10 @@ STATE_BYTES = 40
 MAX_STEP_MEMORY_BYTES: int | None = None  # set to override the environment (tests)
 MAX_STEP_FLOPS: float | None = None
 DEFAULTS = {"cpu": (8 << 30, 1e12), "cuda": (None, 1e15)}
+# What no verifier is expected to hold, whatever its budgets: 1 TiB and 1e17 FLOPs a step (a hundred times an
+# H100's default FLOP budget; a CPU host's memory budget may be raised to several hundred GiB). A step beyond
+# these is malformed; one within them but beyond this device's budgets is this verifier's limit (`step_limits`).
+ANY_VERIFIER = (1 << 40, 1e17)
 LOG_FLOOR_BYTES = 4 << 20  # a step's rounding log may always hold this much (the cap of small models)
 ROUNDED_PER_LOG_BYTE = 32  # and beyond it, one byte per 32 outputs the step rounds
 
@@ -122,21 +126,49 @@ def step_memory(arch: str, config: dict, spec: dict) -> tuple[int, int]:
 
 def step_limits(arch: str, config: dict, spec: dict, device=None) -> str | None:
     """Why one step of this manifest is beyond the budgets of `device` (default REPLAY_DEVICE), or None."""
-    shape = spec["x"][1]
     memory, max_flops = budgets(device)
+    where = device_kind(device)
+    return _over(
+        arch,
+        config,
+        spec,
+        memory,
+        max_flops,
+        f"the replay memory budget of {{}} on {where} (REPLAY_MEMORY_BUDGET_BYTES)",
+        f"the replay budget of {{}} on {where} (REPLAY_FLOP_BUDGET)",
+    )
+
+
+def beyond_any_verifier(arch: str, config: dict, spec: dict) -> str | None:
+    """Why one step of this manifest is beyond what any verifier is expected to hold (ANY_VERIFIER), or None: such
+    a transcript is malformed wherever it is read; one within it but beyond this device's budgets
+    (`step_limits`) is this verifier's limit, for a larger worker to take."""
+    memory, max_flops = ANY_VERIFIER
+    return _over(
+        arch,
+        config,
+        spec,
+        memory,
+        max_flops,
+        "the {} a step any verifier may hold",
+        "the {} a step any verifier may run",
+    )
+
+
+def _over(arch: str, config: dict, spec: dict, memory: int, max_flops: float, memory_name: str, flops_name: str):
+    shape = spec["x"][1]
     act, state = step_memory(arch, config, spec)
     if act + state > memory:
         return (
             f"batch.x.shape {shape} with this config needs about {(act + state) / 2**30:.1f} GiB per step "
             f"({act / 2**30:.1f} GiB of activations, {state / 2**30:.1f} GiB of training state), more than "
-            f"the replay memory budget of {memory / 2**30:.1f} GiB on {device_kind(device)} "
-            f"(REPLAY_MEMORY_BUDGET_BYTES)"
+            + memory_name.format(f"{memory / 2**30:.1f} GiB")
         )
     flops = models.training_flops(arch, config, spec)
     if flops > max_flops:
         return (
-            f"batch.x.shape {shape} with this config is {flops:.3e} FLOPs per training step, more than the "
-            f"replay budget of {max_flops:.0e} on {device_kind(device)} (REPLAY_FLOP_BUDGET)"
+            f"batch.x.shape {shape} with this config is {flops:.3e} FLOPs per training step, more than "
+            + flops_name.format(f"{max_flops:.0e}")
         )
     return None
 

@@ -128,9 +128,10 @@ MANIFEST_KEYS = {
 }
 
 
-def validate_manifest(m, device=None) -> dict:
-    """Schema and bounds of a parsed manifest; returns the batch spec {x: (dtype, shape), y: ...}.
-    The step budgets are those of `device`, the one the replay runs on (default REPLAY_DEVICE)."""
+def validate_manifest(m) -> dict:
+    """Schema and bounds of a parsed manifest; returns the batch spec {x: (dtype, shape), y: ...}. A step beyond
+    what any verifier may hold is malformed here; this verifier's own budgets are `Transcript`'s to check, once
+    the manifest is known to be well formed (a limit of this machine, not the prover's fault)."""
     exact_keys(m, MANIFEST_KEYS, "manifest")
     if m["format"] != FORMAT:
         raise MalformedTranscript(f"format must be {FORMAT!r}")
@@ -166,7 +167,7 @@ def validate_manifest(m, device=None) -> dict:
     for k in ("x", "y"):
         if [b[k]["dtype"], b[k]["shape"]] != [spec[k][0], spec[k][1]]:
             raise MalformedTranscript(f"batch.{k} must be {spec[k][0]} of shape {spec[k][1]} for this architecture")
-    too_big = limits.step_limits(m["arch"], m["config"], spec, device)
+    too_big = limits.beyond_any_verifier(m["arch"], m["config"], spec)
     if too_big:
         raise MalformedTranscript(too_big)
 

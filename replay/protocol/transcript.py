@@ -5,7 +5,8 @@ Reading never unpickles (JSON and safetensors only), checks every size against t
 reading, parses safetensors headers itself before handing the bytes to safetensors (transcript_files.py),
 and takes architectures only from the allow-list (manifest_schema.py). Anything malformed raises
 MalformedTranscript(reason); a well-formed file that does not match its commitment raises
-CommitmentMismatch (the prover changed something after committing).
+CommitmentMismatch (the prover changed something after committing); a well-formed manifest whose step
+costs more than this verifier's budgets raises BeyondThisVerifier (this machine's limit).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from replay.protocol import limits
 from replay.protocol.fetch_limits import MAX_MANIFEST_BYTES
 from replay.protocol.hashing import same_bits
 from replay.protocol.manifest_schema import validate_manifest
-from replay.protocol.transcript_errors import CommitmentMismatch, MalformedTranscript
+from replay.protocol.transcript_errors import BeyondThisVerifier, CommitmentMismatch, MalformedTranscript
 from replay.protocol.transcript_files import DTYPES, MAX_HEADER_BYTES, NAMES, read_file, read_safetensors
 from replay.protocol.transcript_layout import (
     batch_digest,
@@ -49,9 +50,12 @@ class Transcript:
             m = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as e:
             raise MalformedTranscript(f"manifest.json is not JSON ({type(e).__name__})") from None
-        self.spec = validate_manifest(m, device)
+        self.spec = validate_manifest(m)
         if canonical_json(m) != data:
             raise MalformedTranscript("manifest.json is not in canonical form (sorted keys, no spaces, no duplicates)")
+        beyond = limits.step_limits(m["arch"], m["config"], self.spec, device)
+        if beyond:
+            raise BeyondThisVerifier(beyond)
         self.manifest, self.hash = m, sha256(data)
         self.arch, self.config, self.precision = m["arch"], m["config"], m["precision"]
         self.shapes = models.param_shapes(self.arch, self.config)

@@ -40,7 +40,7 @@ from replay.protocol.segment_replay import replay_claims, replay_segments
 from replay.protocol.snapshot_logs import check_keys, check_snapshots, work_from_logs
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_checks import whole_transcript_checks
-from replay.protocol.transcript_errors import CommitmentMismatch, MalformedTranscript
+from replay.protocol.transcript_errors import BeyondThisVerifier, CommitmentMismatch, MalformedTranscript
 from replay.protocol.transcript_layout import canonical_json
 from replay.training.determinism import REL_WINDOW
 from replay.training.fenv import float_environment_problem
@@ -64,6 +64,13 @@ class Verdict:
     def report(self) -> Report:
         """The typed report (replay.protocol.report): what the regulator's side records."""
         return Report.from_json(self.to_json())
+
+
+def beyond_this_verifier(e: BeyondThisVerifier, report: dict) -> Verdict:
+    """The verdict on a transcript one step of which costs more than this verifier's budgets: "error", this
+    machine's limit (retried, where a worker with larger budgets can take it), never held against the prover."""
+    why = f"{e.reason}; a verifier with larger budgets can replay it (docs/replay-limits.md)"
+    return Verdict("error", [f"the verifier cannot replay this transcript on this machine: {why}"], report)
 
 
 def verify(
@@ -232,6 +239,8 @@ def verify(
     except MalformedTranscript as e:
         report["seconds"] = round(time.monotonic() - started, 3)
         return Verdict("malformed", [e.reason], report)
+    except BeyondThisVerifier as e:
+        return beyond_this_verifier(e, report)
     except CommitmentMismatch as e:
         reasons.append(str(e))
     report["seconds"] = round(time.monotonic() - started, 3)

@@ -20,7 +20,8 @@ from replay import Budget, verify
 from replay.__main__ import main
 from replay.protocol import limits
 from replay.protocol.manifest_schema import validate_manifest
-from replay.protocol.transcript_errors import MalformedTranscript
+from replay.protocol.transcript import Transcript
+from replay.protocol.transcript_errors import BeyondThisVerifier, MalformedTranscript
 from replay.protocol.transcript_layout import checkpoint_path, segment_path
 from replay.training.determinism import decode_log, encode_log, entry_cap, in_chunks
 
@@ -41,32 +42,37 @@ def run(d: Path, segments: int = 100):
 # --------------------------------------------------------------------------- step cost, before running
 
 
-def test_allow_listed_gpt_with_huge_activations_is_malformed_naming_the_field(transcripts):
-    """block 1024, batch 4096: every config bound holds, one step needs ~10^11 attention scores."""
-    m = manifest(transcripts["gpt", "det64"])
-    m["config"]["block"] = 1024
+def _huge_gpt(m: dict) -> dict:
+    """GPT-2 small's shape at block 1024, batch 4096: every config bound holds, one step needs ~10^12 attention
+    scores (35 TiB), beyond what any verifier may hold."""
+    m["config"].update(block=1024, n_layer=12, n_head=12, n_embd=768)
     m["batch"] = {"x": {"dtype": "int64", "shape": [4096, 1024]}, "y": {"dtype": "int64", "shape": [4096, 1024]}}
+    return m
+
+
+def test_allow_listed_gpt_with_huge_activations_is_malformed_naming_the_field(transcripts):
+    m = _huge_gpt(manifest(transcripts["gpt", "det64"]))
     with pytest.raises(MalformedTranscript) as e:
         validate_manifest(m)
     assert "batch.x.shape [4096, 1024]" in e.value.reason and "GiB of activations" in e.value.reason
+    assert "any verifier may hold" in e.value.reason
 
 
 def test_huge_activations_are_refused_by_verify_before_anything_runs(transcripts, tmp_path):
     d = copy(transcripts["gpt", "det64"], tmp_path / "g")
-    m = manifest(d)
-    m["config"]["block"] = 1024
-    m["batch"] = {"x": {"dtype": "int64", "shape": [4096, 1024]}, "y": {"dtype": "int64", "shape": [4096, 1024]}}
-    save_manifest(d, m)
+    save_manifest(d, _huge_gpt(manifest(d)))
     v = run(d)
     assert v.verdict == "malformed" and "batch.x.shape" in v.reasons[0], v.reasons
 
 
-def test_flops_per_step_above_the_limit_are_refused(transcripts, monkeypatch):
-    m = manifest(transcripts["mlp", "det64"])
+def test_flops_per_step_above_this_verifiers_budget_are_its_error(mlp, monkeypatch):
+    """Beyond this machine's budget, within what a verifier may hold: "error" (retried), not "malformed"."""
     monkeypatch.setattr(limits, "MAX_STEP_FLOPS", 1e5)
-    with pytest.raises(MalformedTranscript) as e:
-        validate_manifest(m)
+    with pytest.raises(BeyondThisVerifier) as e:
+        Transcript(mlp)
     assert "batch.x.shape" in e.value.reason and "FLOPs per training step" in e.value.reason
+    v = run(mlp)
+    assert v.verdict == "error" and "FLOPs per training step" in v.reasons[0], v.reasons
 
 
 def test_bundled_examples_are_within_the_limits():
@@ -326,14 +332,13 @@ def test_streamed_shard_hashes_equal_the_hashes_of_the_flat_vector(sizes, chips)
 
 def test_the_transcript_is_bounded_by_the_budgets_of_the_device_it_is_replayed_on(transcripts, monkeypatch):
     """`verify --device cuda` checked the step against the CPU's 8 GiB: a GPT-2-small run at block 1024
-    recorded on a GPU was `malformed` on the GPU that could replay it."""
-    from replay.protocol.transcript import Transcript
-
+    recorded on a GPU was `malformed` on the GPU that could replay it. Beyond the CPU's budget it is the CPU
+    verifier's limit (BeyondThisVerifier: the verdict "error"), not the prover's fault."""
     d = transcripts["mlp", "det64"]  # recorded first, under the real budgets
     monkeypatch.delenv("REPLAY_DEVICE", raising=False)
     monkeypatch.setitem(limits.DEFAULTS, "cpu", (1 << 10, 1e12))  # a step of the tiny mlp is over it
     monkeypatch.setitem(limits.DEFAULTS, "cuda", (1 << 40, 1e15))
-    with pytest.raises(MalformedTranscript) as e:
+    with pytest.raises(BeyondThisVerifier) as e:
         Transcript(d)
     assert "on cpu" in e.value.reason
     assert Transcript(d, "cuda:0").steps == Transcript(d, "cuda").steps > 0

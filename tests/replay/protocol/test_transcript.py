@@ -10,9 +10,11 @@ import safetensors.torch
 import torch
 
 from replay import Budget, Transcript, verify
+from replay.protocol import limits
 from replay.protocol.transcript_errors import MalformedTranscript
 from replay.protocol.transcript_files import parse_safetensors
 from replay.protocol.transcript_layout import canonical_json, checkpoint_path, segment_path
+from replay.training import architectures as models
 
 from ..helpers import copy, manifest, save_manifest
 
@@ -63,11 +65,39 @@ def test_unknown_arch(t):
 
 def test_oversize_shapes(t, monkeypatch):
     """No parameter cap of its own: a model's state counts against the memory budget (replay/protocol/limits.py)."""
-    monkeypatch.setenv("REPLAY_MEMORY_BUDGET_BYTES", str(1 << 30))  # a worker with 1 GiB to spend
-    edit_manifest(t, lambda m: m["config"].update(sizes=[16, 4096, 4096, 4096, 4096, 4]))  # 50M parameters
-    assert "memory budget" in malformed(t) and "GiB of training state" in malformed(t)
     edit_manifest(t, lambda m: m["config"].update(sizes=[16, 10**9, 4]))
     assert "config.sizes" in malformed(t)
+
+
+def test_a_step_beyond_this_workers_budget_is_its_error_and_beyond_any_verifiers_malformed(t, monkeypatch):
+    """A 50M-parameter MLP (2 GiB of training state) on a worker with 1 GiB to spend: this machine's limit, the
+    verdict "error" (retried, for a larger worker), never "malformed", which is final and blames the prover. A
+    step beyond what any verifier may hold (limits.ANY_VERIFIER) is malformed wherever it is read."""
+    monkeypatch.setenv("REPLAY_MEMORY_BUDGET_BYTES", str(1 << 30))
+    edit_manifest(t, _mlp_of_50m_parameters)
+    v = verify(t, t / "claims.json", Budget(segments=100))
+    assert v.verdict == "error" and len(v.reasons) == 1, (v.verdict, v.reasons)
+    assert "cannot replay this transcript on this machine" in v.reasons[0]
+    assert "GiB of training state" in v.reasons[0] and "REPLAY_MEMORY_BUDGET_BYTES" in v.reasons[0]
+    monkeypatch.delenv("REPLAY_MEMORY_BUDGET_BYTES")
+    assert "GiB" not in malformed(t)  # 8 GiB: within it, so read on (its checkpoints do not match this manifest)
+    monkeypatch.setattr(limits, "ANY_VERIFIER", (1 << 30, 1e17))
+    assert "the 1.0 GiB a step any verifier may hold" in malformed(t)
+    with pytest.raises(MalformedTranscript):
+        Transcript(t, "cuda")  # whatever the device
+
+
+def test_this_workers_budget_is_checked_only_once_the_manifest_is_well_formed(t, monkeypatch):
+    """A manifest both beyond this worker's budget and malformed is malformed: the prover's fault comes first."""
+    monkeypatch.setenv("REPLAY_MEMORY_BUDGET_BYTES", str(1 << 30))
+    edit_manifest(t, lambda m: (_mlp_of_50m_parameters(m), m.update(steps=-1)))
+    assert "steps" in malformed(t)
+
+
+def _mlp_of_50m_parameters(m: dict) -> None:
+    """A well-formed manifest of a 50M-parameter MLP: its shards tile the new parameter count."""
+    m["config"].update(sizes=[16, 4096, 4096, 4096, 4096, 4])
+    m["shards"][-1]["end"] = models.param_count("mlp", m["config"])
 
 
 def test_batch_shape_must_follow_the_architecture(t):
