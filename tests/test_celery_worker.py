@@ -112,3 +112,46 @@ def test_the_procfile_worker_survives_kill_9_of_a_pool_child_and_records_heartbe
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    "environment,named",
+    [
+        ({"REPLAY_DEVICE": "tpu"}, "device 'tpu': use cpu, cuda or auto"),
+        ({"REPLAY_FLOP_BUDGET": "nan"}, "REPLAY_FLOP_BUDGET='nan' is not a positive"),
+    ],
+)
+def test_a_worker_that_could_not_verify_on_this_host_stops_at_start_naming_why(environment, named):
+    """Each claim such a worker took would only end as the verifier's error (retried, its retries spent)."""
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "worker",
+        "--pool=solo",
+        "-Q",
+        f"test-{uuid.uuid4().hex}",
+    ]
+    env = {**os.environ, "DATABASE_URL": subprocess_database_url(), **environment}
+    done = subprocess.run(command, env=env, cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and f"chipledger worker: cannot verify claims on this host: {named}" in done.stderr
+
+
+def test_the_start_check_passes_a_usable_setting_and_leaves_torch_out_of_a_default_worker(settings, monkeypatch):
+    from config.celery import replay_settings_usable
+
+    monkeypatch.delenv("REPLAY_MEMORY_BUDGET_BYTES", raising=False)
+    monkeypatch.setenv("REPLAY_FLOP_BUDGET", "1e12")
+    settings.REPLAY_DEVICE = "auto"
+    replay_settings_usable()  # no SystemExit
+    settings.REPLAY_DEVICE = "cpu"
+    monkeypatch.setenv("REPLAY_FLOP_BUDGET", "-1")
+    with pytest.raises(SystemExit, match="REPLAY_FLOP_BUDGET='-1'"):
+        replay_settings_usable()
+    monkeypatch.delenv("REPLAY_FLOP_BUDGET")
+    code = "import sys, config.celery as c, django; django.setup(); c.replay_settings_usable(); print('torch' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAY_")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=settings.BASE_DIR, capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr
