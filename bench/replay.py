@@ -694,6 +694,8 @@ def main() -> None:
     p.add_argument("--host-profile", action="store_true", help="with --device: a warm step's host time (cProfile)")
     p.add_argument("--saved", action="store_true", help="with --rows: bytes a det64 step keeps for backward")
     args = p.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device cuda: no CUDA device is available to this torch ({torch.__version__})")
     torch.set_num_threads(args.threads)
     if args.rows is None:  # block 512, batch 8 at GPT-2 size is a GPU's row: hours a step on a CPU
         args.rows = [r for r in SCALE_ROWS if args.device == "cuda" or r != "gpt2-small-512"]
