@@ -38,8 +38,7 @@ from pathlib import Path
 
 from replay.protocol import manifest_schema as schema
 from replay.protocol.engine import Budget
-from replay.protocol.transcript_errors import BeyondThisVerifier
-from replay.protocol.verifier import beyond_this_verifier, verify
+from replay.protocol.verifier import verify
 from replay.prover.recorder import DEFAULT_INTERVAL, MAX_SNAPSHOT_RATE, Recorder, check_out
 from replay.training.architectures import ARCHS, DEFAULTS, PRESETS, validate_config
 
@@ -229,16 +228,9 @@ def _verify_source(args) -> int:
                     max_files=FETCH_MAX_FILES,
                     deadline_s=args.max_seconds,
                     allowed_hosts=frozenset(args.allow_host),
-                    device=args.device,
                 )
             except FetchRefused as e:
                 return _refuse(f"transcript not fetched: {e}", args.json, nonce.hex())
-            except BeyondThisVerifier as e:  # seen in its manifest: its files are not fetched for nothing
-                import torch
-
-                verdict = beyond_this_verifier(e, {"nonce": nonce.hex(), "device": args.device})
-                _emit({**verdict.to_json(), "torch": torch.__version__}, args.json)
-                return EXIT[verdict.verdict]
         else:
             src = Path(args.dir)
         return _verify(args, src, nonce)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from replay.protocol.transcript import Transcript
-from replay.protocol.transcript_errors import MalformedTranscript
+from replay.protocol.transcript_errors import BeyondThisVerifier, MalformedTranscript
 from replay.training import architectures as models
 from replay.training.determinism import LogMismatch, Rounder, decode_log_flat
 from replay.training.train import State, frozen_heap, train_step
@@ -43,6 +43,9 @@ class Replayer:
     """Replays transcript steps on a device, counting them against the budget."""
 
     def __init__(self, tr: Transcript, budget: Budget, device="cpu", started: float | None = None):
+        """BeyondThisVerifier where a step of `tr` costs more than this verifier's budgets (`tr.beyond_budget`)."""
+        if tr.beyond_budget:
+            raise BeyondThisVerifier(tr.beyond_budget)
         self.tr, self.budget, self.device = tr, budget, torch.device(device)
         self.model = models.build(tr.arch, tr.config)
         self.started, self.steps = started or time.monotonic(), 0

@@ -41,11 +41,8 @@ def fetch_transcript(
     max_files: int,
     deadline_s: float,
     allowed_hosts: frozenset[str] = frozenset(),
-    device=None,
 ) -> Path:
-    """Copy the transcript at ``url`` into ``dest`` (created) and return ``dest``; see the module docstring. A
-    manifest whose step is beyond the budgets of `device` (the replay's; default REPLAY_DEVICE) raises
-    BeyondThisVerifier before any other file is fetched."""
+    """Copy the transcript at ``url`` into ``dest`` (created) and return ``dest``; see the module docstring."""
     from replay.protocol.transcript import MalformedTranscript, Transcript
 
     max_bytes, max_files, deadline_s = tightened_caps(max_bytes, max_files, deadline_s)
@@ -56,7 +53,7 @@ def fetch_transcript(
     dest.mkdir(parents=True, exist_ok=True)
     get_file(base, "manifest.json", dest, budget, allowed, MAX_MANIFEST_BYTES)
     try:
-        manifest = Transcript(dest, device).manifest
+        manifest = Transcript(dest).manifest
     except MalformedTranscript as malformed:
         raise FetchRefused(f"manifest.json: {malformed.reason}") from None
     names = named_files(manifest)

@@ -5,8 +5,8 @@ Reading never unpickles (JSON and safetensors only), checks every size against t
 reading, parses safetensors headers itself before handing the bytes to safetensors (transcript_files.py),
 and takes architectures only from the allow-list (manifest_schema.py). Anything malformed raises
 MalformedTranscript(reason); a well-formed file that does not match its commitment raises
-CommitmentMismatch (the prover changed something after committing); a well-formed manifest whose step
-costs more than this verifier's budgets raises BeyondThisVerifier (this machine's limit).
+CommitmentMismatch (the prover changed something after committing). A well-formed manifest whose step costs
+more than this verifier's budgets is read (`beyond_budget` says why) but not replayed (engine.Replayer).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from replay.protocol import limits
 from replay.protocol.fetch_limits import MAX_MANIFEST_BYTES
 from replay.protocol.hashing import same_bits
 from replay.protocol.manifest_schema import validate_manifest
-from replay.protocol.transcript_errors import BeyondThisVerifier, CommitmentMismatch, MalformedTranscript
+from replay.protocol.transcript_errors import CommitmentMismatch, MalformedTranscript
 from replay.protocol.transcript_files import DTYPES, MAX_HEADER_BYTES, NAMES, read_file, read_safetensors
 from replay.protocol.transcript_layout import (
     batch_digest,
@@ -53,9 +53,9 @@ class Transcript:
         self.spec = validate_manifest(m)
         if canonical_json(m) != data:
             raise MalformedTranscript("manifest.json is not in canonical form (sorted keys, no spaces, no duplicates)")
-        beyond = limits.step_limits(m["arch"], m["config"], self.spec, device)
-        if beyond:
-            raise BeyondThisVerifier(beyond)
+        # why a step is beyond this verifier's budgets (this machine's limit, not the prover's fault), or None:
+        # what needs no replay is still checked; the Replayer refuses (BeyondThisVerifier)
+        self.beyond_budget = limits.step_limits(m["arch"], m["config"], self.spec, device)
         self.manifest, self.hash = m, sha256(data)
         self.arch, self.config, self.precision = m["arch"], m["config"], m["precision"]
         self.shapes = models.param_shapes(self.arch, self.config)

@@ -184,7 +184,13 @@ def verify(
             if time.monotonic() - started > budget.max_seconds:
                 raise BudgetExhausted(f"time budget ({budget.max_seconds} s) spent")
 
-        replayer = Replayer(tr, budget, device, started)
+        try:
+            replayer = Replayer(tr, budget, device, started)
+        except BeyondThisVerifier:
+            if reasons:  # exact evidence that needed no replay still decides (as a spent budget's does)
+                report["seconds"] = round(time.monotonic() - started, 3)
+                return Verdict("rejected", reasons, report)
+            raise
         claims_bytes = canonical_json([{k: v for k, v in c.items() if k != "at"} for c in claim_list])
         seed = coverage.seed(nonce, tr.hash, claims_bytes)
         starts = tr.checkpoints[:-1]

@@ -18,7 +18,6 @@ from replay import Budget, verify
 from replay.__main__ import main
 from replay.protocol.fetch import FetchRefused, fetch_transcript, named_files
 from replay.protocol.pinned_http import forbidden
-from replay.protocol.transcript_errors import BeyondThisVerifier
 
 from ..helpers import manifest
 
@@ -103,15 +102,14 @@ def test_an_honest_transcript_over_http_verifies(served, transcripts, tmp_path):
     assert v.verdict == "verified", v.reasons
 
 
-def test_a_manifest_beyond_this_verifiers_budget_fetches_nothing_more_and_is_its_error(served, tmp_path, monkeypatch):
-    """Seen in the manifest: the verdict "error" naming the budget (retried, for a larger worker), not "malformed"
-    (final: the prover blamed for this machine's size), and no checkpoint fetched for nothing."""
+def test_a_transcript_beyond_this_verifiers_budget_over_http_is_its_error(served, transcripts, monkeypatch, capsys):
+    """The verdict "error" naming the budget (retried, for a larger worker), not "malformed" (final: the prover
+    blamed for this machine's size)."""
     monkeypatch.setenv("REPLAY_MEMORY_BUDGET_BYTES", "1000")
-    with pytest.raises(BeyondThisVerifier, match="REPLAY_MEMORY_BUDGET_BYTES"):
-        fetch(served.url, tmp_path / "got")
-    assert served.requests == ["/run/manifest.json"]
-    assert main(["verify", served.url, "--claims", str(tmp_path / "none.json"), "--allow-host", "127.0.0.1"]) == 3
-    assert served.requests == ["/run/manifest.json"] * 2
+    claims = str(transcripts["mlp", "det64"] / "claims.json")
+    assert main(["verify", served.url, "--claims", claims, "--allow-host", "127.0.0.1", "--json"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "error" and "REPLAY_MEMORY_BUDGET_BYTES" in out["reasons"][0], out["reasons"]
 
 
 def test_the_environment_tightens_the_callers_caps(served, tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from replay import Budget, verify
 from replay.__main__ import main
 from replay.protocol import limits
+from replay.protocol.engine import Replayer
 from replay.protocol.manifest_schema import validate_manifest
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_errors import BeyondThisVerifier, MalformedTranscript
@@ -68,11 +69,26 @@ def test_huge_activations_are_refused_by_verify_before_anything_runs(transcripts
 def test_flops_per_step_above_this_verifiers_budget_are_its_error(mlp, monkeypatch):
     """Beyond this machine's budget, within what a verifier may hold: "error" (retried), not "malformed"."""
     monkeypatch.setattr(limits, "MAX_STEP_FLOPS", 1e5)
-    with pytest.raises(BeyondThisVerifier) as e:
-        Transcript(mlp)
-    assert "batch.x.shape" in e.value.reason and "FLOPs per training step" in e.value.reason
+    tr = Transcript(mlp)  # read: what needs no replay is still checked
+    assert "batch.x.shape" in tr.beyond_budget and "FLOPs per training step" in tr.beyond_budget
+    with pytest.raises(BeyondThisVerifier):
+        Replayer(tr, Budget())
     v = run(mlp)
     assert v.verdict == "error" and "FLOPs per training step" in v.reasons[0], v.reasons
+
+
+def test_evidence_that_needs_no_replay_still_decides_beyond_this_verifiers_budget(mlp, monkeypatch):
+    """Over this worker's budget, the checks that read no step still run: claims for another transcript are
+    rejected (exact evidence), not left as the verifier's error for a prover to stall on."""
+    claims = json.loads((mlp / "claims.json").read_text())
+    claims["manifest"] = "0" * 64
+    (mlp / "claims.json").write_text(json.dumps(claims))
+    monkeypatch.setattr(limits, "MAX_STEP_FLOPS", 1e5)
+    v = run(mlp)
+    assert v.verdict == "rejected" and v.reasons == [
+        "the claims answer for a different transcript (manifest hash differs)"
+    ]
+    assert v.details["segments_replayed"] == []
 
 
 def test_bundled_examples_are_within_the_limits():
@@ -338,9 +354,7 @@ def test_the_transcript_is_bounded_by_the_budgets_of_the_device_it_is_replayed_o
     monkeypatch.delenv("REPLAY_DEVICE", raising=False)
     monkeypatch.setitem(limits.DEFAULTS, "cpu", (1 << 10, 1e12))  # a step of the tiny mlp is over it
     monkeypatch.setitem(limits.DEFAULTS, "cuda", (1 << 40, 1e15))
-    with pytest.raises(BeyondThisVerifier) as e:
-        Transcript(d)
-    assert "on cpu" in e.value.reason
+    assert "on cpu" in Transcript(d).beyond_budget
     assert Transcript(d, "cuda:0").steps == Transcript(d, "cuda").steps > 0
 
 
