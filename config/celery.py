@@ -24,15 +24,9 @@ def startup_objects_frozen(**_) -> None:
 def replay_settings_usable(**_) -> None:
     """A worker whose REPLAY_DEVICE this host cannot run (cuda without a card, a CPU-only torch) or whose replay
     budgets are not positive numbers stops at start, naming it: each claim it took would only end as the
-    verifier's error. The default (cpu, budgets unset) imports nothing here: torch stays out of the worker."""
-    from django.conf import settings
+    verifier's error."""
+    from inspections.verification import replay_settings_problem
 
-    budgets_set = any(os.environ.get(n) for n in ("REPLAY_MEMORY_BUDGET_BYTES", "REPLAY_FLOP_BUDGET"))
-    if settings.REPLAY_DEVICE == "cpu" and not budgets_set:
-        return
-    from replay.protocol import limits
-
-    try:
-        limits.budgets(limits.resolve_device(settings.REPLAY_DEVICE))
-    except ValueError as e:
-        raise SystemExit(f"chipledger worker: cannot verify claims on this host: {e}") from None
+    problem = replay_settings_problem()
+    if problem:
+        raise SystemExit(f"chipledger worker: cannot verify claims on this host: {problem}")

@@ -343,12 +343,28 @@ def _tail(path: Path, size: int) -> bytes:
         return b""
 
 
+def replay_settings_problem() -> str | None:
+    """Why the verifier this worker starts could not replay on this host (REPLAY_DEVICE names a device it cannot
+    run, a replay budget in the environment is not a positive number), or None. The default (cpu, budgets
+    unset) imports nothing: torch stays out of the worker."""
+    budgets_set = any(os.environ.get(n) for n in ("REPLAY_MEMORY_BUDGET_BYTES", "REPLAY_FLOP_BUDGET"))
+    if settings.REPLAY_DEVICE == "cpu" and not budgets_set:
+        return None
+    from replay.protocol import limits
+
+    try:
+        limits.budgets(limits.resolve_device(settings.REPLAY_DEVICE))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def verdict_of(returncode: int, stdout: bytes, nonce: str) -> Report:
     """The verdict a finished verifier reported, or ``VerifierFailed`` when it reported none that holds."""
     if returncode < 0:
         raise VerifierFailed(f"the verifier was killed by signal {-returncode} (e.g. out of memory)")
     if returncode == 3:
-        raise VerifierFailed("the verifier failed (exit 3)")
+        raise VerifierFailed(_failure(stdout, nonce))
     if returncode not in EXITS:
         raise VerifierFailed(f"the verifier exited with status {returncode}")
     try:
@@ -360,6 +376,21 @@ def verdict_of(returncode: int, stdout: bytes, nonce: str) -> Report:
     if not isinstance(verdict.get("reasons", []), list) or verdict.get("nonce", nonce) != nonce:
         raise VerifierFailed("the verifier's output is not a well-formed verdict for this request")
     return Report.from_json(verdict)
+
+
+def _failure(stdout: bytes, nonce: str) -> str:
+    """Exit 3's message: with the verifier's own reason where its output states one for this request (a device
+    or a step beyond this worker's budgets: a larger worker can take the claim), else the bare status."""
+    try:
+        verdict = json.loads(stdout)
+    except ValueError:
+        verdict = None
+    ours = isinstance(verdict, dict) and verdict.get("verdict") == "error" and verdict.get("nonce") == nonce
+    reasons = verdict.get("reasons") if ours else None
+    if not (isinstance(reasons, list) and reasons and isinstance(reasons[0], str)):
+        return "the verifier failed (exit 3)"
+    reason = "".join(ch for ch in reasons[0][:400] if ch.isprintable())
+    return f"the verifier failed (exit 3): {reason}"
 
 
 def _limit() -> None:

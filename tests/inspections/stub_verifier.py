@@ -62,7 +62,7 @@ def main() -> int:
         missed *= (p - d) / p if p else 1.0
     out = {
         "verdict": "error" if mode == "crash" else verdict,
-        "reasons": ["the verifier hit a bug"] if mode == "crash" else spec.get("reasons", []),
+        "reasons": spec.get("reasons", ["the verifier hit a bug"] if mode == "crash" else []),
         "mismatch_step": spec.get("mismatch_step"),
         "nonce": "00" * 16 if mode == "other-nonce" else nonce,
         "segments_replayed": segments,

@@ -334,6 +334,26 @@ def test_a_verifier_failure_is_an_error_retried_later(
     rebuild_ok()
 
 
+def test_the_verifiers_own_reason_for_its_error_reaches_the_ledger(snapshots, stub, django_capture_on_commit_callbacks):
+    """A step beyond this worker's budget: the regulator reads why (a larger worker can take it), not a bare crash."""
+    why = "the verifier cannot replay this transcript on this machine: batch.x.shape [8, 1024] ... (REPLAY_MEMORY_BUDGET_BYTES)"
+    stub.set(mode="crash", reasons=[why + "\n\x1b[2J"])
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert claim_services.claim_verify(c.pk) == "error"
+    c.refresh_from_db()
+    assert c.report["error"] == f"the verifier failed (exit 3): {why}[2J"  # printable characters only
+    assert why in Entry.objects.get(kind="claim.verification_failed").payload["error"]
+    assert not Alert.objects.exists(), "no alert against the prover"
+
+
+def test_an_exit_3_for_another_request_keeps_its_reason_out(snapshots, stub, django_capture_on_commit_callbacks):
+    stub.set(mode="crash", reasons=["anything at all"], extra={"nonce": "00" * 16})
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_verify(c.pk) == "error"
+    assert Claim.objects.get(pk=c.pk).report["error"] == "the verifier failed (exit 3)"
+
+
 def test_a_verifier_that_hangs_is_an_error(snapshots, stub, monkeypatch, django_capture_on_commit_callbacks):
     monkeypatch.setattr(verification, "time_limit", lambda: 1)
     stub.set(mode="hang")
