@@ -396,6 +396,37 @@ def test_the_kernel_declines_what_it_does_not_handle():
     assert full_bound(f.abs(), f.shape).fused(f) is None  # not float64
 
 
+def _unbatched(bias=True):
+    a, b = torch.randn(6, 4, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
+    return a, b, torch.randn(5, dtype=torch.float64) if bias else None
+
+
+_UNBATCHED_REFUSED = {
+    "v transposed": lambda a, b, c: (torch.randn(5, 6, dtype=torch.float64).t(), a, b, c, False),
+    "v float32": lambda a, b, c: ((a @ b).float(), a, b, c, False),
+    "a float32": lambda a, b, c: (a @ b, a.float(), b, c, False),
+    "b float32": lambda a, b, c: (a @ b, a, b.float(), c, False),
+    "K differs": lambda a, b, c: (a @ b, a, torch.randn(3, 5, dtype=torch.float64), c, False),
+    "v's rows differ": lambda a, b, c: (torch.randn(7, 5, dtype=torch.float64), a, b, c, False),
+    "v's columns differ": lambda a, b, c: (torch.randn(6, 4, dtype=torch.float64), a, b, c, False),
+    "bias too short": lambda a, b, c: (a @ b, a, b, c[:4], False),
+    "bias strided": lambda a, b, c: (a @ b, a, b, torch.randn(10, dtype=torch.float64)[::2], False),
+    "bias float32": lambda a, b, c: (a @ b, a, b, c.float(), False),
+    "bias per row, of a column's length": lambda a, b, c: (a @ b, a, b, c, True),
+    "bias 2-D": lambda a, b, c: (a @ b, a, b, c.view(1, 5), False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_UNBATCHED_REFUSED))
+def test_an_unbatched_product_the_kernel_cannot_take_is_declined(case):
+    """The inline checks of a linear layer's product: each refusal keeps a tensor the kernel would misread from it."""
+    v, a, b, bias, rows = _UNBATCHED_REFUSED[case](*_unbatched())
+    assert native.round_dot(v, a, b, 1e-14, bias, 1e-14, rows, determinism.SAFETY, determinism.WIDE) is None
+    a, b, bias = _unbatched()  # its control: the same shapes, taken
+    good = native.round_dot(a @ b, a, b, 1e-14, bias, 1e-14, False, determinism.SAFETY, determinism.WIDE)
+    assert good is not None and torch.equal(good[0], (a @ b).float().double())  # (the bias is the caller's to add)
+
+
 @pytest.mark.parametrize("arch", ["mlp", "cnn", "gpt"])
 def test_recorded_steps_are_the_same_with_and_without_the_kernel(arch, monkeypatch):
     """Rounding points and optimizer updates (SGD, SGD with weight decay, AdamW: the three defaults)."""
