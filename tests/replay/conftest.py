@@ -17,13 +17,12 @@ from .helpers import record
 
 @pytest.fixture(scope="session")
 def transcripts(tmp_path_factory):
-    """{(arch, precision): path} recorded lazily, once per session."""
-    cache = {}
+    """{(arch, precision): path} recorded lazily, once per session (read, never edited: a test copies one first)."""
 
     class Lazy(dict):
         def __missing__(self, key):
             arch, precision = key
-            cache[key] = record(tmp_path_factory.mktemp(f"{arch}-{precision}"), arch, precision)
-            return cache[key]
+            self[key] = record(tmp_path_factory.mktemp(f"{arch}-{precision}"), arch, precision)
+            return self[key]
 
     return Lazy()
