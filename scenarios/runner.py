@@ -242,7 +242,10 @@ def _sqlite_template(folder: Path) -> Path | None:
     if templates is None:
         return None
     template = templates / f"{migrations_digest()}.sqlite3"
+    _forget_stale_sqlite(templates, template)
     if template.exists():
+        with suppress(OSError):
+            os.utime(template)  # in use: another checkout's sweep leaves it
         return template
     build = folder / "template-build.sqlite3"
     if not _migrate(f"sqlite:///{build}", folder):
@@ -260,7 +263,9 @@ def _postgres_template(folder: Path) -> str | None:
     """The migrated template database's name, made now if it is missing (built under a name the sweep knows, then
     renamed); None if it cannot be made."""
     template = f"scenario_template_{migrations_digest()}"
+    _forget_stale_postgres(template)
     if _database_exists(template):
+        _note_use(template)
         return template
     build = f"scenario_{os.getpid()}_{secrets.token_hex(6)}"  # swept like a run's if this process is killed
     with connection.cursor() as cursor:
@@ -270,10 +275,51 @@ def _postgres_template(folder: Path) -> str | None:
             return None
         with connection.cursor() as cursor, suppress(DatabaseError):  # fails where another run made it meanwhile
             cursor.execute(f'ALTER DATABASE "{build}" RENAME TO "{template}"')
-        return template if _database_exists(template) else None
+        if not _database_exists(template):
+            return None
+        _note_use(template)
+        return template
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f'DROP DATABASE IF EXISTS "{build}" WITH (FORCE)')
+
+
+# a template of other migrations unused this long is removed (each run notes its use)
+STALE_TEMPLATE_SECONDS = 7 * 86_400
+
+
+def _forget_stale_sqlite(templates: Path, current: Path) -> None:
+    """Remove the template files of other migrations (older checkouts) that no run has used for
+    STALE_TEMPLATE_SECONDS: one is left per migration change, and nothing else ever removes them."""
+    cutoff = time.time() - STALE_TEMPLATE_SECONDS
+    for path in templates.glob("*.sqlite3"):
+        with suppress(OSError):
+            if path != current and path.lstat().st_mtime < cutoff:
+                path.unlink()
+
+
+def _note_use(template: str) -> None:
+    """The template database's last use, in its comment (PostgreSQL keeps no access time): the sweep reads it."""
+    with connection.cursor() as cursor, suppress(DatabaseError):
+        cursor.execute(f"COMMENT ON DATABASE \"{template}\" IS 'used {int(time.time())}'")
+
+
+def _forget_stale_postgres(current: str) -> None:
+    """Drop the template databases of other migrations no run has used for STALE_TEMPLATE_SECONDS (by their
+    comment; one without a use noted is as old as can be). One being copied at that instant stays (DROP refuses
+    a database in use): the next sweep takes it."""
+    cutoff = time.time() - STALE_TEMPLATE_SECONDS
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database "
+            "WHERE datname LIKE 'scenario\\_template\\_%'"
+        )
+        rows = cursor.fetchall()
+    for name, comment in rows:
+        used = comment.removeprefix("used ") if comment and comment.startswith("used ") else ""
+        if name != current and not (used.isdigit() and int(used) >= cutoff):
+            with connection.cursor() as cursor, suppress(DatabaseError):
+                cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
 def _database_exists(name: str) -> bool:

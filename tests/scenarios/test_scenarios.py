@@ -5,8 +5,10 @@ when the system reached the expected verdict."""
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.conf import settings
 
@@ -214,3 +216,59 @@ def test_a_template_that_is_not_a_database_is_made_anew_and_the_run_still_gets_a
     assert template.exists()
     with closing(sqlite3.connect(database.removeprefix("sqlite:///"))) as copy:
         assert copy.execute("SELECT count(*) FROM django_migrations").fetchone()[0] > 0
+
+
+WEEK = 7 * 86_400
+
+
+def test_sqlite_templates_of_other_migrations_unused_for_a_week_are_removed(tmp_path, monkeypatch):
+    """One template is left per migration change, and nothing else removes them: a run sweeps the others no run
+    has used for a week, and notes its own use (mtime), so that another checkout's sweep leaves it."""
+    from scenarios import runner
+
+    monkeypatch.setattr(runner.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(runner, "migrations_digest", lambda: "current")
+    folder = runner._template_folder()
+    long_ago = time.time() - WEEK - 60
+    for name in ("current", "stale", "recent"):
+        (folder / f"{name}.sqlite3").write_bytes(b"SQLite format 3\x00")
+    for name in ("current", "stale"):
+        os.utime(folder / f"{name}.sqlite3", (long_ago, long_ago))
+    (folder / "not-a-template").write_bytes(b"")
+    os.utime(folder / "not-a-template", (long_ago, long_ago))
+    assert runner._sqlite_template(tmp_path) == folder / "current.sqlite3"
+    assert sorted(p.name for p in folder.iterdir()) == ["current.sqlite3", "not-a-template", "recent.sqlite3"]
+    assert (folder / "current.sqlite3").stat().st_mtime > time.time() - 60  # its use noted
+
+
+@pytest.mark.django_db(transaction=True)
+def test_postgres_templates_of_other_migrations_unused_for_a_week_are_dropped(tmp_path, monkeypatch):
+    from scenarios import runner
+
+    if runner.connection.vendor != "postgresql":
+        pytest.skip("the template databases of a PostgreSQL server")
+    tag = f"t{os.getpid()}x{runner.secrets.token_hex(3)}"
+    names = {k: f"scenario_template_{tag}{k}" for k in ("current", "stale", "unnoted", "recent", "busy")}
+    long_ago = int(time.time()) - WEEK - 60
+    with runner.connection.cursor() as cursor:
+        for name in names.values():
+            cursor.execute(f'CREATE DATABASE "{name}"')
+        for key, when in (("current", long_ago), ("stale", long_ago), ("recent", int(time.time()))):
+            cursor.execute(f"COMMENT ON DATABASE \"{names[key]}\" IS 'used {when}'")
+    busy = psycopg.connect(runner._postgres_url(names["busy"]))  # being copied at that instant: DROP refuses it
+    try:
+        monkeypatch.setattr(runner, "migrations_digest", lambda: f"{tag}current")
+        assert runner._postgres_template(tmp_path) == names["current"]
+        with runner.connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database WHERE datname LIKE %s",
+                [f"scenario_template_{tag}%"],
+            )
+            left = dict(cursor.fetchall())
+        assert sorted(left) == sorted([names["current"], names["recent"], names["busy"]])
+        assert int(left[names["current"]].removeprefix("used ")) > time.time() - 60  # its use noted
+    finally:
+        busy.close()
+        with runner.connection.cursor() as cursor:
+            for name in names.values():
+                cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
