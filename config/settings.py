@@ -188,6 +188,10 @@ CELERY_TASK_QUEUES = tuple(
     Queue(name, Exchange(name), routing_key=name) for name in dict.fromkeys([CELERY_TASK_DEFAULT_QUEUE, REPLAY_QUEUE])
 )
 CELERY_TASK_ROUTES = {"inspections.tasks.verify_claim": {"queue": REPLAY_QUEUE}}
+# A claim whose step is beyond the budgets of the worker that took it is retried on this queue, where set: only
+# workers started with larger budgets consume it (`-Q replay,replay-large` on a GPU host: docs/operations.md).
+# Not among CELERY_TASK_QUEUES, so a worker started without -Q never takes it. Unset: the retry goes to REPLAY_QUEUE.
+REPLAY_LARGE_QUEUE = env("CELERY_REPLAY_LARGE_QUEUE", default="")
 CELERY_RESULT_EXPIRES = timedelta(days=1)  # task outcomes that matter land on the ledger
 # A task is acknowledged when it finishes, and a pool child that dies running it (kill -9, out of memory)
 # hands the message back at once instead of acknowledging it: the work is redelivered, never lost.

@@ -7,6 +7,7 @@ services queue log checks and claim verifications here; the desk queues its jobs
 from __future__ import annotations
 
 from celery import current_app
+from django.conf import settings
 from django.db import transaction
 
 CHECK_SNAPSHOT_LOG = "inspections.tasks.check_snapshot_log"
@@ -38,9 +39,11 @@ def enqueue_log_check(log_id: int) -> None:
     enqueue_after_commit(CHECK_SNAPSHOT_LOG, log_id)
 
 
-def enqueue_claim_verification(claim_id: int, countdown: float | None = None) -> None:
-    """Verify a claim now, or (a retry after the verifier failed) ``countdown`` seconds from now."""
-    enqueue_after_commit(VERIFY_CLAIM, claim_id, countdown=countdown)
+def enqueue_claim_verification(claim_id: int, countdown: float | None = None, larger_worker: bool = False) -> None:
+    """Verify a claim now, or (a retry after the verifier failed) ``countdown`` seconds from now; on
+    REPLAY_LARGE_QUEUE, where one is set, when only a worker with larger budgets could (``larger_worker``)."""
+    large = settings.REPLAY_LARGE_QUEUE if larger_worker else ""
+    enqueue_after_commit(VERIFY_CLAIM, claim_id, countdown=countdown, queue=large or None)
 
 
 def enqueue_coverage_reverification(claim_id: int) -> None:

@@ -52,7 +52,12 @@ MAX_DRAWS = coverage.MAX_DRAWS  # the verifier's cap on a claims file's earlier_
 
 
 class VerifierFailed(Exception):
-    """The verifier did not produce a verdict (crash, signal, timeout, bad output): retried later."""
+    """The verifier did not produce a verdict (crash, signal, timeout, bad output): retried later.
+    ``larger_worker``: a worker with larger budgets could (the step is beyond this one's)."""
+
+    def __init__(self, message: str, larger_worker: bool = False):
+        super().__init__(message)
+        self.larger_worker = larger_worker
 
 
 class MaterialUnavailable(Exception):
@@ -364,7 +369,7 @@ def verdict_of(returncode: int, stdout: bytes, nonce: str) -> Report:
     if returncode < 0:
         raise VerifierFailed(f"the verifier was killed by signal {-returncode} (e.g. out of memory)")
     if returncode == 3:
-        raise VerifierFailed(_failure(stdout, nonce))
+        raise VerifierFailed(*_failure(stdout, nonce))
     if returncode not in EXITS:
         raise VerifierFailed(f"the verifier exited with status {returncode}")
     try:
@@ -378,9 +383,9 @@ def verdict_of(returncode: int, stdout: bytes, nonce: str) -> Report:
     return Report.from_json(verdict)
 
 
-def _failure(stdout: bytes, nonce: str) -> str:
-    """Exit 3's message: with the verifier's own reason where its output states one for this request (a device
-    or a step beyond this worker's budgets: a larger worker can take the claim), else the bare status."""
+def _failure(stdout: bytes, nonce: str) -> tuple[str, bool]:
+    """Exit 3's (message, whether a larger worker could verify): the verifier's own reason where its output states
+    one for this request (a device, or a step beyond this worker's budgets: `beyond_budget`), else the bare status."""
     try:
         verdict = json.loads(stdout)
     except ValueError:
@@ -388,9 +393,9 @@ def _failure(stdout: bytes, nonce: str) -> str:
     ours = isinstance(verdict, dict) and verdict.get("verdict") == "error" and verdict.get("nonce") == nonce
     reasons = verdict.get("reasons") if ours else None
     if not (isinstance(reasons, list) and reasons and isinstance(reasons[0], str)):
-        return "the verifier failed (exit 3)"
+        return "the verifier failed (exit 3)", False
     reason = "".join(ch for ch in reasons[0][:400] if ch.isprintable())
-    return f"the verifier failed (exit 3): {reason}"
+    return f"the verifier failed (exit 3): {reason}", verdict.get("beyond_budget") is True
 
 
 def _limit() -> None:

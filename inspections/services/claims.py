@@ -317,9 +317,12 @@ def retry_delay(count: int) -> int:
 
 
 @transaction.atomic
-def claim_error_record(claim_id: int, reason: str, failures: int = 0, now: datetime | None = None) -> Claim:
+def claim_error_record(
+    claim_id: int, reason: str, failures: int = 0, now: datetime | None = None, larger_worker: bool = False
+) -> Claim:
     """The verifier failed (not the prover): result ``error`` on the ledger, retried with backoff until
-    ``REPLAY_MAX_ATTEMPTS``; then an alert asks the regulator to look. Never a final verdict on the claim."""
+    ``REPLAY_MAX_ATTEMPTS`` (on REPLAY_LARGE_QUEUE where one is set and a larger worker could verify it); then an
+    alert asks the regulator to look. Never a final verdict on the claim."""
     claim = _open_claim(claim_id, failures)
     if claim is None:
         return Claim.objects.get(pk=claim_id)
@@ -345,7 +348,7 @@ def claim_error_record(claim_id: int, reason: str, failures: int = 0, now: datet
     claim.report = error_report(reason, count, claim.retry_at)
     claim.save(update_fields=["result", "failures", "retry_at", "report", "result_seq"])
     if retry_at is not None:
-        queue.enqueue_claim_verification(claim.pk, countdown=retry_delay(count))
+        queue.enqueue_claim_verification(claim.pk, countdown=retry_delay(count), larger_worker=larger_worker)
     else:
         alert_raise(
             Alert.Kind.VERIFIER_FAILED,
@@ -390,7 +393,7 @@ def _verify_and_record(claim: Claim, now: datetime) -> str:
     except verification.MaterialUnavailable as unavailable:
         return claim_unavailable_record(claim.pk, str(unavailable), failures, now).result
     except verification.VerifierFailed as failed:
-        return claim_error_record(claim.pk, str(failed), failures, now).result
+        return claim_error_record(claim.pk, str(failed), failures, now, larger_worker=failed.larger_worker).result
     if verdict.verdict == "incomplete":  # our budget, not the prover's fault: retried with the same nonce
         why = "; ".join(verdict.reasons)[:400]
         return claim_error_record(

@@ -70,6 +70,7 @@ def beyond_this_verifier(e: BeyondThisVerifier, report: dict) -> Verdict:
     """The verdict on a transcript one step of which costs more than this verifier's budgets: "error", this
     machine's limit (retried, where a worker with larger budgets can take it), never held against the prover."""
     why = f"{e.reason}; a verifier with larger budgets can replay it (docs/replay-limits.md)"
+    report["beyond_budget"] = True  # for the regulator's side: a retry goes to a larger worker where there is one
     return Verdict("error", [f"the verifier cannot replay this transcript on this machine: {why}"], report)
 
 

@@ -347,6 +347,28 @@ def test_the_verifiers_own_reason_for_its_error_reaches_the_ledger(snapshots, st
     assert not Alert.objects.exists(), "no alert against the prover"
 
 
+@pytest.mark.parametrize("large_queue", ["replay-large", ""])
+def test_a_claim_beyond_this_workers_budget_is_retried_on_the_large_queue_where_there_is_one(
+    snapshots, stub, settings, django_capture_on_commit_callbacks, large_queue
+):
+    """Only a worker with larger budgets could verify it: its retry goes where only such workers listen."""
+    settings.REPLAY_LARGE_QUEUE = large_queue
+    stub.set(
+        mode="crash",
+        reasons=["the verifier cannot replay this transcript on this machine: ..."],
+        extra={"beyond_budget": True},
+    )
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert claim_services.claim_verify(c.pk) == "error"
+    retry = {"countdown": settings.REPLAY_RETRY_SECONDS, **({"queue": large_queue} if large_queue else {})}
+    assert stub.enqueued[-1] == (queue.VERIFY_CLAIM, (c.pk,), retry)
+    stub.set(mode="crash", reasons=["the verifier hit a bug"])  # any other failure: back to the replay queue
+    with django_capture_on_commit_callbacks(execute=True):
+        assert _retry(c) == "error"
+    assert stub.enqueued[-1] == (queue.VERIFY_CLAIM, (c.pk,), {"countdown": 2 * settings.REPLAY_RETRY_SECONDS})
+
+
 def test_an_exit_3_for_another_request_keeps_its_reason_out(snapshots, stub, django_capture_on_commit_callbacks):
     stub.set(mode="crash", reasons=["anything at all"], extra={"nonce": "00" * 16})
     c = claim(snapshots, stub, django_capture_on_commit_callbacks)

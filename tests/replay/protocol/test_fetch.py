@@ -110,6 +110,7 @@ def test_a_transcript_beyond_this_verifiers_budget_over_http_is_its_error(served
     assert main(["verify", served.url, "--claims", claims, "--allow-host", "127.0.0.1", "--json"]) == 3
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "error" and "REPLAY_MEMORY_BUDGET_BYTES" in out["reasons"][0], out["reasons"]
+    assert out["beyond_budget"] is True
 
 
 def test_the_environment_tightens_the_callers_caps(served, tmp_path, monkeypatch):
