@@ -187,7 +187,10 @@ REPLAY_QUEUE = env(
 CELERY_TASK_QUEUES = tuple(
     Queue(name, Exchange(name), routing_key=name) for name in dict.fromkeys([CELERY_TASK_DEFAULT_QUEUE, REPLAY_QUEUE])
 )
-CELERY_TASK_ROUTES = {"inspections.tasks.verify_claim": {"queue": REPLAY_QUEUE}}
+CELERY_TASK_ROUTES = {
+    "inspections.tasks.verify_claim": {"queue": REPLAY_QUEUE},
+    "inspections.tasks.reverify_coverage_claim": {"queue": REPLAY_QUEUE},  # a replay too: where the GPU workers are
+}
 # A claim whose step is beyond the budgets of the worker that took it is retried on this queue, where set: only
 # workers started with larger budgets consume it (`-Q replay,replay-large` on a GPU host: docs/operations.md).
 # Not among CELERY_TASK_QUEUES, so a worker started without -Q never takes it. Unset: the retry goes to REPLAY_QUEUE.

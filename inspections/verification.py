@@ -357,8 +357,9 @@ def replay_settings_problem() -> str | None:
         return None
     from replay.protocol import limits
 
-    try:
-        limits.budgets(limits.resolve_device(settings.REPLAY_DEVICE))
+    try:  # neither opens a CUDA context here: the verifiers this worker starts are the ones to use the card
+        limits.resolve_device(settings.REPLAY_DEVICE)
+        limits.check_budget_settings()
     except ValueError as e:
         return str(e)
     return None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -168,7 +169,12 @@ def _fresh_database(folder: Path):
         template = _sqlite_template(folder)
         if template is not None:
             try:
-                with closing(sqlite3.connect(template)) as source, closing(sqlite3.connect(database)) as copy:
+                # read-only: a template another checkout's sweep removed meanwhile is an error, not a new empty file
+                source_uri = f"{template.as_uri()}?mode=ro"
+                with (
+                    closing(sqlite3.connect(source_uri, uri=True)) as source,
+                    closing(sqlite3.connect(database)) as copy,
+                ):
                     source.backup(copy)  # a consistent copy, page by page
             except (sqlite3.Error, OSError):  # not a database (cut short, overwritten): the next run makes it anew
                 database.unlink(missing_ok=True)
@@ -286,6 +292,7 @@ def _postgres_template(folder: Path) -> str | None:
 
 # a template of other migrations unused this long is removed (each run notes its use)
 STALE_TEMPLATE_SECONDS = 7 * 86_400
+TEMPLATE_NAME = re.compile(r"scenario_template_[0-9a-f]{20}", re.ASCII)  # what `_postgres_template` names, nothing else
 
 
 def _forget_stale_sqlite(templates: Path, current: Path) -> None:
@@ -316,10 +323,10 @@ def _forget_stale_postgres(current: str) -> None:
         )
         rows = cursor.fetchall()
     for name, comment in rows:
-        used = comment.removeprefix("used ") if comment and comment.startswith("used ") else ""
-        if name != current and not (used.isdigit() and int(used) >= cutoff):
+        used = re.fullmatch(r"used (\d{1,12})", comment or "", re.ASCII)
+        if name != current and TEMPLATE_NAME.fullmatch(name) and not (used and int(used[1]) >= cutoff):
             with connection.cursor() as cursor, suppress(DatabaseError):
-                cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+                cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')  # a template's name: no quote in it
 
 
 def _database_exists(name: str) -> bool:

@@ -140,12 +140,15 @@ def test_a_worker_that_could_not_verify_on_this_host_stops_at_start_naming_why(e
 
 
 def test_the_start_check_passes_a_usable_setting_and_leaves_torch_out_of_a_default_worker(settings, monkeypatch):
+    import torch
+
     from config.celery import replay_settings_usable
 
     monkeypatch.delenv("REPLAY_MEMORY_BUDGET_BYTES", raising=False)
     monkeypatch.setenv("REPLAY_FLOP_BUDGET", "1e12")
     settings.REPLAY_DEVICE = "auto"
     replay_settings_usable()  # no SystemExit
+    assert not torch.cuda.is_initialized()  # no CUDA context in the worker's parent, were there a card
     settings.REPLAY_DEVICE = "cpu"
     monkeypatch.setenv("REPLAY_FLOP_BUDGET", "-1")
     with pytest.raises(SystemExit, match="REPLAY_FLOP_BUDGET='-1'"):

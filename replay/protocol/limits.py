@@ -85,6 +85,13 @@ def budgets(device=None) -> tuple[int, float]:
     return memory, flops
 
 
+def check_budget_settings() -> None:
+    """ValueError naming a budget set in the environment that is not a positive number; touches no device (a
+    worker's start: `budgets` on cuda reads the card's memory, which opens a CUDA context in the caller)."""
+    _from_environment("REPLAY_MEMORY_BUDGET_BYTES", int, None)
+    _from_environment("REPLAY_FLOP_BUDGET", float, None)
+
+
 def _from_environment(name: str, kind: type, default):
     """A budget set in the environment, else `default`; ValueError names a value that is not a positive (finite)
     number: a budget of 0, -1 or NaN would call every honest transcript too large, or none."""

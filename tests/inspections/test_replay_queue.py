@@ -11,6 +11,7 @@ from inspections import queue
 def test_claim_verification_goes_to_the_replay_queue_and_the_rest_to_the_default():
     route = lambda name: app.amqp.router.route({}, name)["queue"].name
     assert route(queue.VERIFY_CLAIM) == settings.REPLAY_QUEUE
+    assert route(queue.REVERIFY_COVERAGE_CLAIM) == settings.REPLAY_QUEUE  # a replay too: GPU workers take it
     assert route(queue.CHECK_SNAPSHOT_LOG) == settings.CELERY_TASK_DEFAULT_QUEUE
     if settings.CELERY_TASK_DEFAULT_QUEUE == "celery":
         assert settings.REPLAY_QUEUE == "replay"

@@ -247,17 +247,20 @@ def test_postgres_templates_of_other_migrations_unused_for_a_week_are_dropped(tm
 
     if runner.connection.vendor != "postgresql":
         pytest.skip("the template databases of a PostgreSQL server")
-    tag = f"t{os.getpid()}x{runner.secrets.token_hex(3)}"
-    names = {k: f"scenario_template_{tag}{k}" for k in ("current", "stale", "unnoted", "recent", "busy")}
+    tag = runner.secrets.token_hex(8)  # a template's name: 20 hex digits
+    kinds = ("current", "stale", "unnoted", "recent", "busy", "odd", "not-ours")
+    names = {k: f"scenario_template_{tag}{i:04x}" for i, k in enumerate(kinds)}
+    names["not-ours"] = f"scenario_template_{tag}-mine"  # not a name the runner makes: never dropped
     long_ago = int(time.time()) - WEEK - 60
     with runner.connection.cursor() as cursor:
         for name in names.values():
             cursor.execute(f'CREATE DATABASE "{name}"')
         for key, when in (("current", long_ago), ("stale", long_ago), ("recent", int(time.time()))):
             cursor.execute(f"COMMENT ON DATABASE \"{names[key]}\" IS 'used {when}'")
+        cursor.execute(f"COMMENT ON DATABASE \"{names['odd']}\" IS 'used \u00b2'")  # a digit to isdigit(), not to int()
     busy = psycopg.connect(runner._postgres_url(names["busy"]))  # being copied at that instant: DROP refuses it
     try:
-        monkeypatch.setattr(runner, "migrations_digest", lambda: f"{tag}current")
+        monkeypatch.setattr(runner, "migrations_digest", lambda: f"{tag}0000")
         assert runner._postgres_template(tmp_path) == names["current"]
         with runner.connection.cursor() as cursor:
             cursor.execute(
@@ -265,10 +268,24 @@ def test_postgres_templates_of_other_migrations_unused_for_a_week_are_dropped(tm
                 [f"scenario_template_{tag}%"],
             )
             left = dict(cursor.fetchall())
-        assert sorted(left) == sorted([names["current"], names["recent"], names["busy"]])
+        assert sorted(left) == sorted(names[k] for k in ("current", "recent", "busy", "not-ours"))
         assert int(left[names["current"]].removeprefix("used ")) > time.time() - 60  # its use noted
     finally:
         busy.close()
         with runner.connection.cursor() as cursor:
             for name in names.values():
                 cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_template_removed_before_its_copy_leaves_no_empty_file_behind(tmp_path, monkeypatch):
+    """Another checkout's sweep removed it between the check and the copy: opened read-only, it is an error (the
+    child migrates from nothing), never a new empty database that later runs would copy as the template."""
+    from scenarios import runner
+
+    if runner.connection.vendor == "postgresql":
+        pytest.skip("the SQLite template file")
+    gone = tmp_path / "templates" / "gone.sqlite3"
+    gone.parent.mkdir()
+    monkeypatch.setattr(runner, "_sqlite_template", lambda folder: gone)
+    database, _ = runner._fresh_database(tmp_path)
+    assert not gone.exists() and database == f"sqlite:///{tmp_path / 'scenario.sqlite3'}"
