@@ -10,8 +10,9 @@ from replay.training import architectures as models
 from replay.training.train import initial_state
 
 
-def whole_transcript_checks(tr: Transcript, report: dict, tick) -> list[str]:
-    """Data commitments, seed-derived init, update sizes vs. the LR schedule, loss trend. tick() enforces the budget."""
+def data_commitment_checks(tr: Transcript, report: dict, tick) -> list[str]:
+    """Every segment's batches and files against the manifest's commitments: no model is built, no step replayed
+    (so they also run where a step is beyond this verifier's budgets)."""
     reasons = []
     for start in tr.checkpoints[:-1]:
         tick()
@@ -20,6 +21,12 @@ def whole_transcript_checks(tr: Transcript, report: dict, tick) -> list[str]:
         except CommitmentMismatch as e:
             reasons.append(str(e))
     report["checks"]["data_commitments"] = not reasons
+    return reasons
+
+
+def whole_transcript_checks(tr: Transcript, report: dict, tick) -> list[str]:
+    """Data commitments, seed-derived init, update sizes vs. the LR schedule, loss trend. tick() enforces the budget."""
+    reasons = data_commitment_checks(tr, report, tick)
 
     init = initial_state(models.init_params(tr.arch, tr.config, tr.manifest["seed"]), tr.manifest["optimizer"])
     ok = tr.differing_tensor(0, init) is None  # streamed against the derived state: one copy of the state held

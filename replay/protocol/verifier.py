@@ -39,7 +39,7 @@ from replay.protocol.screen import screen_or_reason
 from replay.protocol.segment_replay import replay_claims, replay_segments
 from replay.protocol.snapshot_logs import check_keys, check_snapshots, work_from_logs
 from replay.protocol.transcript import Transcript
-from replay.protocol.transcript_checks import whole_transcript_checks
+from replay.protocol.transcript_checks import data_commitment_checks, whole_transcript_checks
 from replay.protocol.transcript_errors import BeyondThisVerifier, CommitmentMismatch, MalformedTranscript
 from replay.protocol.transcript_layout import canonical_json
 from replay.training.determinism import REL_WINDOW
@@ -188,6 +188,10 @@ def verify(
         try:
             replayer = Replayer(tr, budget, device, started)
         except BeyondThisVerifier:
+            try:  # no model, no step: within any worker's means
+                reasons += data_commitment_checks(tr, report, tick)
+            except BudgetExhausted:  # what was checked decides below; the rest waits for a larger worker
+                pass
             if reasons:  # exact evidence that needed no replay still decides (as a spent budget's does)
                 report["seconds"] = round(time.monotonic() - started, 3)
                 return Verdict("rejected", reasons, report)

@@ -91,6 +91,28 @@ def test_evidence_that_needs_no_replay_still_decides_beyond_this_verifiers_budge
     assert v.details["segments_replayed"] == []
 
 
+def test_a_batch_not_as_committed_is_rejected_beyond_this_verifiers_budget(mlp, monkeypatch):
+    """The data commitments need no model and no step: checked there too, a batch swapped after committing
+    rejects, not left as the verifier's error."""
+
+    def nudge(t):
+        t["x:9"] = t["x:9"].clone()
+        t["x:9"][3, 7] += 1e-3
+
+    edit_segment(mlp, 8, nudge, recommit="file")
+    monkeypatch.setattr(limits, "MAX_STEP_FLOPS", 1e5)
+    v = run(mlp)
+    assert v.verdict == "rejected" and any("step 9 does not match its data commitment" in r for r in v.reasons)
+    assert v.details["checks"]["data_commitments"] is False and v.details["segments_replayed"] == []
+    edit_segment(mlp, 8, lambda t: None)  # re-committed: the batch is still not the dataset's (no replay needed)
+    v = run(mlp)
+    assert v.verdict == "rejected" and v.details["segments_replayed"] == [], v.reasons
+    assert v.reasons == [
+        "the batch of step 9 is not the committed sampler's: example 3 of the batch is not example 3741 of the "
+        "committed dataset (the sampler's draw)"
+    ]
+
+
 def test_bundled_examples_are_within_the_limits():
     from replay.prover.recorder import DEFAULT_BATCH
     from replay.training import architectures as models
