@@ -15,26 +15,17 @@ from tests.helpers import subprocess_database_url
 from tlog import merkle
 
 
+def _worker(queue: str) -> list[str]:
+    """A real Celery worker's command line, on a queue of its own (the solo pool: one task at a time)."""
+    return [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "-Q", queue]
+
+
 @pytest.fixture
 def worker_queue():
     """Start a worker on a queue of its own, so no other worker can take the test's task."""
     queue = f"test-{uuid.uuid4().hex[:12]}"
     env = {**os.environ, "DATABASE_URL": subprocess_database_url()}
-    command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "config",
-        "worker",
-        "--pool=solo",
-        "-Q",
-        queue,
-        "--without-heartbeat",
-        "--without-gossip",
-        "--without-mingle",
-        "--loglevel=WARNING",
-    ]
+    command = [*_worker(queue), "--without-heartbeat", "--without-gossip", "--without-mingle", "--loglevel=WARNING"]
     process = subprocess.Popen(command, env=env, cwd=settings.BASE_DIR)
     try:
         yield queue
@@ -123,17 +114,7 @@ def test_the_procfile_worker_survives_kill_9_of_a_pool_child_and_records_heartbe
 )
 def test_a_worker_that_could_not_verify_on_this_host_stops_at_start_naming_why(environment, named):
     """Each claim such a worker took would only end as the verifier's error (retried, its retries spent)."""
-    command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "config",
-        "worker",
-        "--pool=solo",
-        "-Q",
-        f"test-{uuid.uuid4().hex}",
-    ]
+    command = _worker(f"test-{uuid.uuid4().hex}")
     env = {**os.environ, "DATABASE_URL": subprocess_database_url(), **environment}
     done = subprocess.run(command, env=env, cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and f"chipledger worker: cannot verify claims on this host: {named}" in done.stderr

@@ -135,15 +135,9 @@ def step_limits(arch: str, config: dict, spec: dict, device=None) -> str | None:
     """Why one step of this manifest is beyond the budgets of `device` (default REPLAY_DEVICE), or None."""
     memory, max_flops = budgets(device)
     where = device_kind(device)
-    return _over(
-        arch,
-        config,
-        spec,
-        memory,
-        max_flops,
-        f"the replay memory budget of {{}} on {where} (REPLAY_MEMORY_BUDGET_BYTES)",
-        f"the replay budget of {{}} on {where} (REPLAY_FLOP_BUDGET)",
-    )
+    hold = f"the replay memory budget of {{}} on {where} (REPLAY_MEMORY_BUDGET_BYTES)"
+    run = f"the replay budget of {{}} on {where} (REPLAY_FLOP_BUDGET)"
+    return _over(arch, config, spec, memory, max_flops, hold, run)
 
 
 def beyond_any_verifier(arch: str, config: dict, spec: dict) -> str | None:
@@ -151,15 +145,8 @@ def beyond_any_verifier(arch: str, config: dict, spec: dict) -> str | None:
     a transcript is malformed wherever it is read; one within it but beyond this device's budgets
     (`step_limits`) is this verifier's limit, for a larger worker to take."""
     memory, max_flops = ANY_VERIFIER
-    return _over(
-        arch,
-        config,
-        spec,
-        memory,
-        max_flops,
-        "the {} a step any verifier may hold",
-        "the {} a step any verifier may run",
-    )
+    hold, run = "the {} a step any verifier may hold", "the {} a step any verifier may run"
+    return _over(arch, config, spec, memory, max_flops, hold, run)
 
 
 def _over(arch: str, config: dict, spec: dict, memory: int, max_flops: float, memory_name: str, flops_name: str):

@@ -66,7 +66,7 @@ class Verdict:
         return Report.from_json(self.to_json())
 
 
-def beyond_this_verifier(e: BeyondThisVerifier, report: dict) -> Verdict:
+def _beyond_this_verifier(e: BeyondThisVerifier, report: dict) -> Verdict:
     """The verdict on a transcript one step of which costs more than this verifier's budgets: "error", this
     machine's limit (retried, where a worker with larger budgets can take it), never held against the prover."""
     why = f"{e.reason}; a verifier with larger budgets can replay it (docs/replay-limits.md)"
@@ -123,7 +123,7 @@ def verify(
         return Verdict("error", [f"the verifier's floating-point environment is unfit: {problem}"], report)
     try:  # also this machine's: a worker told REPLAY_DEVICE=cuda on a host without a card, or a budget of 0
         device = limits.resolve_device(str(device))
-        limits.budgets(device)
+        limits.check_budget_settings()
     except ValueError as e:
         return Verdict("error", [f"the verifier cannot replay on this machine: {e}"], report)
     report["device"] = str(device)
@@ -251,7 +251,7 @@ def verify(
         report["seconds"] = round(time.monotonic() - started, 3)
         return Verdict("malformed", [e.reason], report)
     except BeyondThisVerifier as e:
-        return beyond_this_verifier(e, report)
+        return _beyond_this_verifier(e, report)
     except CommitmentMismatch as e:
         reasons.append(str(e))
     report["seconds"] = round(time.monotonic() - started, 3)
