@@ -375,7 +375,7 @@ def verdict_of(returncode: int, stdout: bytes, nonce: str) -> Report:
         raise VerifierFailed(f"the verifier exited with status {returncode}")
     try:
         verdict = json.loads(stdout)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested past the parser: no verdict either)
         raise VerifierFailed("the verifier's output is not JSON") from None
     if not isinstance(verdict, dict) or verdict.get("verdict") != EXITS[returncode]:
         raise VerifierFailed(f"the verifier's output does not state the verdict of its exit status {returncode}")
@@ -389,7 +389,7 @@ def _failure(stdout: bytes, nonce: str) -> tuple[str, bool]:
     one for this request (a device, or a step beyond this worker's budgets: `beyond_budget`), else the bare status."""
     try:
         verdict = json.loads(stdout)
-    except ValueError:
+    except (ValueError, RecursionError):
         verdict = None
     ours = isinstance(verdict, dict) and verdict.get("verdict") == "error" and verdict.get("nonce") == nonce
     reasons = verdict.get("reasons") if ours else None

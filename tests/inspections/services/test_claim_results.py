@@ -619,3 +619,11 @@ def test_a_run_not_replayed_yet_sends_no_figures(snapshots, stub, django_capture
     assert claim_services.claim_verify(second.pk) == "verified"
     [row] = stub.runs()[0]["claims"]["history"][snapshots.chip.serial]
     assert "run_steps" not in row and "chip_step_flops" not in row
+
+
+@pytest.mark.parametrize("status", [0, 1, 3])
+def test_output_nested_past_the_parser_is_the_verifiers_failure_not_a_crash(status):
+    """No verdict in it: VerifierFailed (retried), never a RecursionError out of the task."""
+    with pytest.raises(verification.VerifierFailed) as failed:
+        verification.verdict_of(status, b"[" * 100_000, "ab" * 16)
+    assert not failed.value.larger_worker
