@@ -1269,9 +1269,9 @@ typedef struct {
     int64_t sa0, sa1, sai, sak1, sak2;
     const double *b;
     int64_t sb0, sb1, sbk1, sbk2, sbj;
-    const double *babs; /* |bias| * gamma(K + 2) per column, or per row (bias_rows), or NULL */
+    const double *bias; /* per column, or per row (bias_rows), or NULL; its bound's term |bias| * gbias */
     int64_t bias_rows;
-    double g;
+    double gbias, g;
     int64_t round_threads, term_threads;
     const int64_t *idx, *code; /* code as rp_apply_at reads it */
     int64_t n;
@@ -1282,14 +1282,197 @@ typedef struct {
 } dot_replay_args_t;
 
 int64_t rp_dot_replay(const dot_replay_args_t *x) {
-    int64_t size = x->b0 * x->b1 * x->M * x->N;
+    int64_t size = x->b0 * x->b1 * x->M * x->N, terms = x->bias_rows ? x->M : x->N;
     *x->scale = rp_round_max(x->v, x->out, size, x->round_threads);
+    double *babs = x->bias ? malloc(sizeof(double) * (terms + 1)) : NULL; /* dot_bound's: the same two IEEE ops */
+    if (x->bias && !babs) return -3;
+    for (int64_t j = 0; babs && j < terms; j++) babs[j] = fabs(x->bias[j]) * x->gbias;
     int64_t got = rp_dot_at(x->b0, x->b1, x->M, x->N, x->K1, x->K2, x->a, x->sa0, x->sa1, x->sai, x->sak1, x->sak2,
-                            x->b, x->sb0, x->sb1, x->sbk1, x->sbk2, x->sbj, x->babs, x->bias_rows, x->g,
+                            x->b, x->sb0, x->sb1, x->sbk1, x->sbk2, x->sbj, babs, x->bias_rows, x->g,
                             x->term_threads, x->idx, x->n, x->e);
+    free(babs);
     if (got != 0) return got == -2 ? -2 : -3;
     for (int64_t j = 0; j < x->n; j++) x->e[j] *= x->decode;
     return rp_apply_at(x->v, x->out, size, x->idx, x->e, x->code, x->n, *x->scale, x->steers, x->rel, x->why,
+                       x->ratio);
+}
+
+/* ---------------------------------------------------------------- sums over all axes but one, the loss
+
+   A bias's gradient (ops: a linear layer's sum over rows, a convolution's over images and positions) and the
+   cross-entropy's two points, each in one pass where the torch path makes a temporary of the input's size and
+   a handful of small tensors. Element-wise steps are the reference's own IEEE operations in its order; only
+   the sums run in another order (lanes, and a row at a time), which their bounds cover as they cover any
+   machine's, and that order does not depend on the threads. */
+
+typedef struct {
+    const double *x; /* (A, O, L) contiguous */
+    double *out;     /* (O): the sums, rounded */
+    int64_t A, O, L;
+    double g, safety, wide;
+    int64_t threads;
+    int64_t *idx, *code;
+    int64_t cap; /* < 0: rounded only (no bound formed, no log kept) */
+} axis_sums_args_t;
+
+/* v_o = sum over a, l of x[a, o, l] and its bound e_o = (sum of |x[a, o, l]|) * g (ops' abs_sum(...) *
+   gamma(A * L)), a at a time, each row of L in lanes; rounded and its close calls found as rp_full's.
+   Threads split o, so each sum is formed the same way at any thread count. -1 out of memory. */
+int64_t rp_axis_sums(const axis_sums_args_t *s) {
+    int64_t A = s->A, O = s->O, L = s->L;
+    double *v = malloc(sizeof(double) * (2 * O + 1)), *e = v + O;
+    if (!v) return -1;
+    int64_t blocks = (O + NORM_BLOCK - 1) / NORM_BLOCK;
+#pragma omp parallel for schedule(static) num_threads((int)s->threads) if (s->threads > 1 && blocks > 1)
+    for (int64_t blk = 0; blk < blocks; blk++) {
+        int64_t lo = blk * NORM_BLOCK, hi = lo + NORM_BLOCK < O ? lo + NORM_BLOCK : O;
+        for (int64_t o = lo; o < hi; o++) v[o] = 0, e[o] = 0;
+        for (int64_t a = 0; a < A; a++) {
+            const double *row = s->x + a * O * L;
+            if (L == 1)
+                for (int64_t o = lo; o < hi; o++) v[o] += row[o], e[o] += fabs(row[o]);
+            else
+                for (int64_t o = lo; o < hi; o++) {
+                    double sum, mag;
+                    lane_sums(row + o * L, L, &sum, &mag);
+                    v[o] += sum, e[o] += mag;
+                }
+        }
+        for (int64_t o = lo; o < hi; o++) s->out[o] = (double)(float)v[o], e[o] *= s->g;
+    }
+    int64_t found = s->cap < 0 ? 0 : point_calls(v, e, O, s->safety, s->wide, s->idx, s->code, s->cap, 0);
+    free(v);
+    return found;
+}
+
+typedef struct {
+    const double *x;    /* the logits (rows, n) */
+    double *p;          /* in: exp(x - the row's max) (rp_softmax_shift, then torch's exp); out: p = e / s */
+    const int64_t *t;   /* the targets (rows) */
+    int64_t rows, n;
+    double g_row, exp_err, u, g_rows, inv_rows; /* gamma(n + 8), EXP_ERR, U, gamma(rows + 1), 1 / rows */
+    int64_t threads;
+    double *loss; /* out: the mean loss before rounding, then its bound */
+} ce_args_t;
+
+/* ops._CrossEntropy's forward after its exponentials: per row, s = sum(e), ls = log(s), row = ls - zt (zt the
+   target's x - max), p = e / s in place; the loss sum(row) * inv_rows and its bound (sum |row| * g_rows +
+   sum(g_row + |ls| exp_err + |row| u)) * inv_rows, summed row by row after the parallel part. -2 where a
+   target is not in [0, n) (the caller's torch path says so), -1 out of memory. */
+int64_t rp_ce_forward(const ce_args_t *a) {
+    int64_t rows = a->rows, n = a->n;
+    for (int64_t i = 0; i < rows; i++)
+        if (a->t[i] < 0 || a->t[i] >= n) return -2;
+    double *row = malloc(sizeof(double) * (2 * rows + 1)), *ls = row + rows;
+    if (!row) return -1;
+#pragma omp parallel for schedule(static) num_threads((int)a->threads) if (a->threads > 1 && rows > 1)
+    for (int64_t i = 0; i < rows; i++) {
+        const double *xr = a->x + i * n;
+        double *pr = a->p + i * n, m = -INFINITY, s, mag;
+        for (int64_t j = 0; j < n; j++) m = xr[j] > m ? xr[j] : m; /* rp_softmax_shift's max */
+        lane_sums(pr, n, &s, &mag);
+        ls[i] = log(s), row[i] = ls[i] - (xr[a->t[i]] - m);
+        for (int64_t j = 0; j < n; j++) pr[j] = pr[j] / s;
+    }
+    double sum = 0, mag = 0, err = 0;
+    for (int64_t i = 0; i < rows; i++)
+        sum += row[i], mag += fabs(row[i]), err += a->g_row + fabs(ls[i]) * a->exp_err + fabs(row[i]) * a->u;
+    a->loss[0] = sum * a->inv_rows;
+    a->loss[1] = (mag * a->g_rows + err) * a->inv_rows;
+    free(row);
+    return 0;
+}
+
+typedef struct {
+    const double *p;  /* the probabilities (rows, n) */
+    const int64_t *t; /* the targets (rows) */
+    double *out;      /* dz, rounded */
+    double *bounds;   /* its bound, where given (NULL: not kept) */
+    int64_t rows, n;
+    double c, u, g_p, safety, wide; /* c = dL/dloss / rows; U; gamma(n + 10) */
+    int64_t threads;
+    int64_t *idx, *code;
+    int64_t cap; /* < 0: rounded only */
+} ce_back_args_t;
+
+/* ops._CrossEntropy's backward, dz = (p - onehot) * c, where p - onehot is p + -1 at the target and p
+   elsewhere, and its bound (|p - onehot| u + p g_p) |c| + |dz| 2u: the reference's operations in its
+   order, element by element, so the same bits; rounded and its close calls found as rp_full's (rows in
+   contiguous blocks per thread: in index order). -2 where a target is not in [0, n). */
+int64_t rp_ce_backward(const ce_back_args_t *a) {
+    int64_t rows = a->rows, n = a->n, found = 0;
+    for (int64_t i = 0; i < rows; i++)
+        if (a->t[i] < 0 || a->t[i] >= n) return -2;
+    int nt = a->threads > 1 && rows > 1 ? (int)(a->threads < rows ? a->threads : rows) : 1, failed = 0;
+    cands_t *lists = calloc(nt, sizeof(cands_t));
+    int64_t room = room_for(rows * n);
+    if (!lists) return -1;
+    for (int t = 0; t < nt; t++) lists[t].room = &room;
+    double c = a->c, ac = fabs(a->c), u2 = 2 * a->u;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        cands_t *mine = my_share(lists, rows, &lo, &hi);
+        double *v = malloc(sizeof(double) * (2 * n + 1)), *e = v + n;
+        uint32_t *flag = malloc(sizeof(uint32_t) * (n + 1));
+        if (!v || !flag) mine->failed = 1;
+        for (int64_t i = lo; i < hi && !mine->failed; i++) {
+            const double *pr = a->p + i * n;
+            for (int64_t j = 0; j < n; j++) {
+                double pm = j == a->t[i] ? pr[j] + -1.0 : pr[j];
+                v[j] = pm * c;
+                e[j] = (fabs(pm) * a->u + pr[j] * a->g_p) * ac + fabs(v[j]) * u2;
+            }
+            if (a->bounds) memcpy(a->bounds + i * n, e, sizeof(double) * n);
+            if (!round_stretch(v, a->out + i * n, n, e, 1, a->safety, flag) || a->cap < 0) continue;
+            for (int64_t j = next_flag(flag, 0, n); j < n; j = next_flag(flag, j + 1, n))
+                push(mine, (cand_t){i * n + j, 0, 0, v[j], 0, e[j]});
+        }
+        free(v), free(flag);
+    }
+    for (int t = 0; t < nt; t++) failed |= lists[t].failed;
+    for (int t = 0; t < nt && !failed; t++)
+        for (int64_t y = 0; y < lists[t].n; y++, found++)
+            if (found < a->cap) {
+                a->idx[found] = lists[t].c[y].out;
+                a->code[found] = log_code(lists[t].c[y].v, lists[t].c[y].e, a->wide);
+            }
+    for (int t = 0; t < nt; t++) free(lists[t].c);
+    free(lists);
+    return failed ? -1 : found;
+}
+
+/* A replay's logged point whose bound is given as values (ops' sums, the loss and its gradient: Rounder.full)
+   in one call, Rounder._apply's work for it (the reference) with no Python step between: rp_round_max's
+   rounding of v into out and its scale (*scale: max |v|, or the point's floor where that is larger, as
+   Python's max takes it), the windows e at the log's count indices times decode (into win), and
+   rp_apply_at's decisions there, written into out. Returns as rp_dot_replay: -1 every entry applied, else
+   the refused entry (*why, *ratio as rp_apply's), or -2 an index outside the output, -3 out of memory. */
+typedef struct {
+    const double *v;
+    double *out;
+    int64_t rows, n;
+    const double *e; /* the bound per element (e_cols == n) or per row (e_cols == 1) */
+    int64_t e_cols, threads;
+    const int64_t *idx, *code; /* code as rp_apply_at reads it */
+    int64_t count;
+    double decode, rel, floor;
+    int64_t has_floor, steers;
+    double *win, *scale, *ratio;
+    int64_t *why;
+} full_replay_args_t;
+
+int64_t rp_full_replay(const full_replay_args_t *x) {
+    int64_t size = x->rows * x->n;
+    double s = rp_round_max(x->v, x->out, size, x->threads);
+    if (x->has_floor && x->floor > s) s = x->floor;
+    *x->scale = s;
+    for (int64_t j = 0; j < x->count; j++) {
+        int64_t i = x->idx[j];
+        if (i < 0 || i >= size) return -2;
+        x->win[j] = x->e[x->e_cols == 1 ? i / x->n : i] * x->decode;
+    }
+    return rp_apply_at(x->v, x->out, size, x->idx, x->win, x->code, x->count, s, x->steers, x->rel, x->why,
                        x->ratio);
 }
 
@@ -1420,9 +1603,11 @@ int64_t rp_encode_log(const int64_t *keys, const int64_t *starts, const int64_t 
 }
 
 /* The size of argument block `which` (dot_args_t, full_args_t, ln_args_t, ln_back_args_t, softmax_args_t,
-   dot_replay_args_t), -1 past them: native.py checks its packing against each. */
+   dot_replay_args_t, axis_sums_args_t, ce_args_t, ce_back_args_t, full_replay_args_t), -1 past them: native.py checks its packing against each. */
 int64_t rp_args_size(int64_t which) {
-    static const int64_t sizes[] = {sizeof(dot_args_t),     sizeof(full_args_t),    sizeof(ln_args_t),
-                                    sizeof(ln_back_args_t), sizeof(softmax_args_t), sizeof(dot_replay_args_t)};
+    static const int64_t sizes[] = {sizeof(dot_args_t),        sizeof(full_args_t),    sizeof(ln_args_t),
+                                    sizeof(ln_back_args_t),    sizeof(softmax_args_t), sizeof(dot_replay_args_t),
+                                    sizeof(axis_sums_args_t), sizeof(ce_args_t),      sizeof(ce_back_args_t),
+                                    sizeof(full_replay_args_t)};
     return which >= 0 && which < (int64_t)(sizeof sizes / sizeof *sizes) ? sizes[which] : -1;
 }

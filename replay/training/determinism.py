@@ -1088,6 +1088,24 @@ class Rounder:
         self.max_ratio = max(self.max_ratio, ratio)
         return self._noted(r)
 
+    def _replay_full(self, key: int, v, err, steers: bool, scale):
+        """`_apply` for a point whose bound is given as values, in one kernel call (native.replay_full), as
+        `_replay_dot`: None where the kernel cannot take it, or where `_apply` refuses the log before any
+        entry: that path then runs, and says why."""
+        idx, codes = self._entries[key]
+        if not idx or len(idx) > entry_cap(v.numel()) or idx[-1] >= v.numel():
+            return None
+        e = err() if callable(err) else err
+        got = native.replay_full(v, e, idx, codes, DECODE, REL_WINDOW, steers, scale)
+        if got is None:
+            return None
+        r, bad, why, e_bad, found, ratio = got
+        del self._entries[key]
+        if bad >= 0:
+            raise LogMismatch(self._refusal(key, idx[bad], why == 1, e_bad, found))
+        self.max_ratio = max(self.max_ratio, ratio)
+        return self._noted(r)
+
     def full(self, key: int, v: torch.Tensor, err, shape, steers: bool = True, scale=None):
         """self(key, v, full_bound(err, shape, steers, scale)), as `dot`: err (a callable) is formed when
         recording, and in a replay only where the log names the point."""
@@ -1100,6 +1118,10 @@ class Rounder:
                 return self(key, v, _declined(full_bound(err, shape, steers, scale)))
             if self._unlogged(key):
                 return self._noted(_round(v))
+            if self._applied_in_kernel(key):
+                applied = self._replay_full(key, v, err, steers, scale)
+                if applied is not None:
+                    return applied
         return self(key, v, full_bound(err, shape, steers, scale))
 
     def fused_mode(self, keys) -> str | None:

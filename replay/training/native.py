@@ -55,7 +55,11 @@ _FULL_ARGS = struct.Struct("=2Q2qQq2dq2Qq")
 _LN_ARGS = struct.Struct("=6Q2q6dq2QqQ3Q")  # ln_args_t
 _LN_BACK_ARGS = struct.Struct("=7Q2q5dq2QqQ3Q")  # ln_back_args_t
 _SOFTMAX_ARGS = struct.Struct("=3Q2q5dq2Qq")  # softmax_args_t
-_DOT_REPLAY_ARGS = struct.Struct("=2Q6qQ5qQ5qQqd2q2Qq2dq4Q")  # dot_replay_args_t
+_DOT_REPLAY_ARGS = struct.Struct("=2Q6qQ5qQ5qQq2d2q2Qq2dq4Q")  # dot_replay_args_t
+_AXIS_SUMS_ARGS = struct.Struct("=2Q3q3dq2Qq")  # axis_sums_args_t
+_CE_ARGS = struct.Struct("=3Q2q5dqQ")  # ce_args_t
+_CE_BACK_ARGS = struct.Struct("=4Q2q5dq2Qq")  # ce_back_args_t
+_FULL_REPLAY_ARGS = struct.Struct("=2Q2qQ2q2Qq3d2q3QQ")  # full_replay_args_t
 
 
 def _cpu_id() -> str:
@@ -99,6 +103,7 @@ def _build() -> Path:
 def _blocks_match(lib) -> bool:
     """Does the library's every argument block (`rp_args_size`) have the size this module packs?"""
     blocks = (_DOT_ARGS, _FULL_ARGS, _LN_ARGS, _LN_BACK_ARGS, _SOFTMAX_ARGS, _DOT_REPLAY_ARGS)
+    blocks += (_AXIS_SUMS_ARGS, _CE_ARGS, _CE_BACK_ARGS, _FULL_REPLAY_ARGS)
     sizes = [lib.rp_args_size(i) for i in range(len(blocks) + 1)]
     return sizes == [b.size for b in blocks] + [-1]
 
@@ -150,8 +155,10 @@ def _load():
     lib.rp_apply_at.restype = _i
     lib.rp_full.argtypes = [ctypes.c_char_p]
     lib.rp_full.restype = _i
-    for fn in (lib.rp_layer_norm, lib.rp_layer_norm_back, lib.rp_softmax):
+    for fn in (lib.rp_layer_norm, lib.rp_layer_norm_back, lib.rp_softmax, lib.rp_axis_sums, lib.rp_ce_forward):
         fn.argtypes, fn.restype = [ctypes.c_char_p], _i
+    lib.rp_ce_backward.argtypes, lib.rp_ce_backward.restype = [ctypes.c_char_p], _i
+    lib.rp_full_replay.argtypes, lib.rp_full_replay.restype = [ctypes.c_char_p], _i
     lib.rp_softmax_shift.argtypes, lib.rp_softmax_shift.restype = [_p, _p, _i, _i, _i], None
     lib.rp_im2col.argtypes = [_p, ctypes.c_char_p, ctypes.c_char_p, _p, _i]
     lib.rp_im2col.restype = None
@@ -396,24 +403,80 @@ def replay_dot(v, a, b, g: float, bias, gbias: float, bias_rows: bool, idx: list
         return None
     b0, b1, sa, sb = layout
     m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
-    babs = bias.abs() * gbias if bias is not None else None  # dot_bound's, the same two IEEE operations
-    try:  # (a log's index past int64 cannot name an output: the other path refuses it by name)
-        at = np.array(idx, dtype=np.int64)
+    entries = _entries_block(idx, codes)
+    if entries is None:
+        return None
+    count, (at, results, where) = len(idx), entries
+    out = torch.empty_like(v)
+    terms = torch.get_num_threads() if count * k >= PARALLEL_MIN else 1  # as _dot_at's
+    head = (v.data_ptr(), out.data_ptr(), b0, b1, m, n, 1, k, a.data_ptr(), *sa, b.data_ptr(), *sb)
+    bias_at = bias.data_ptr() if bias is not None else 0  # its term |bias| * gbias formed in the kernel
+    tail = (at, at + 8 * count, count, decode, rel, 1, *where)
+    bad = lib.rp_dot_replay(_DOT_REPLAY_ARGS.pack(*head, bias_at, int(bias_rows), gbias, g, threads(v), terms, *tail))
+    return None if bad < -1 else _replayed(out, bad, results, count)
+
+
+def replay_full(v: torch.Tensor, e: torch.Tensor, idx: list, codes: list, decode, rel, steers: bool, floor):
+    """A replay's logged point with its bound e given per element (v's shape) or per row (v.shape[:-1] + (1,)),
+    in one kernel call (rp_full_replay: what `Rounder._apply` does with round_scaled, the bound's gather and
+    apply_at, without the Python between); floor the point's scale floor (`Bound.scale`) or None. Returns as
+    `replay_dot`; None where the kernel cannot take these tensors or indices."""
+    lib = library()
+    if lib is None or len(codes) != len(idx) or not isinstance(e, torch.Tensor):
+        return None
+    if not (v.is_contiguous() and e.is_contiguous() and usable(v, e)):
+        return None
+    n = v.shape[-1] if v.dim() else 1
+    if e.shape == v.shape:
+        e_cols = n
+    elif v.dim() and e.shape == v.shape[:-1] + (1,):
+        e_cols = 1
+    else:
+        return None
+    entries = _entries_block(idx, codes)
+    if entries is None:
+        return None
+    count, (at, results, where) = len(idx), entries
+    out = torch.empty_like(v)
+    head = (v.data_ptr(), out.data_ptr(), v.numel() // n if n else 0, n, e.data_ptr(), e_cols, threads(v))
+    tail = (at, at + 8 * count, count, decode, rel, 0.0 if floor is None else float(floor))
+    bad = lib.rp_full_replay(_FULL_REPLAY_ARGS.pack(*head, *tail, int(floor is not None), int(steers), *where))
+    return None if bad < -1 else _replayed(out, bad, results, count)
+
+
+def _entries_block(idx: list, codes: list):
+    """A logged point's entries as rp_dot_replay and rp_full_replay read them, in this thread's buffers (read
+    out before its next kernel call; fresh NumPy arrays and their addresses cost a small point's replay a
+    tenth of its time): (the indices' address, the codes (`_kernel_codes`) right after; the results' scratch
+    (a window per entry, then the scale, the ratio and why) and its (windows, scale, ratio, why) addresses),
+    or None where an index does not fit int64 (the other path refuses it by name)."""
+    count = len(idx)
+    room, at = _room_buffer(2 * count)
+    try:
+        room[:count] = idx
     except OverflowError:
         return None
-    code = np.array(_kernel_codes(codes), dtype=np.int64)
-    e, scale_ratio, why = np.empty(len(idx)), np.zeros(2), np.zeros(1, dtype=np.int64)
-    out = torch.empty_like(v)
-    terms = torch.get_num_threads() if len(idx) * k >= PARALLEL_MIN else 1  # as _dot_at's
-    head = (v.data_ptr(), out.data_ptr(), b0, b1, m, n, 1, k, a.data_ptr(), *sa, b.data_ptr(), *sb)
-    bias_at = babs.data_ptr() if babs is not None else 0
-    tail = (at.ctypes.data, code.ctypes.data, len(idx), decode, rel, 1, e.ctypes.data)
-    where = (scale_ratio.ctypes.data, scale_ratio.ctypes.data + 8, why.ctypes.data)
-    bad = lib.rp_dot_replay(_DOT_REPLAY_ARGS.pack(*head, bias_at, int(bias_rows), g, threads(v), terms, *tail, *where))
-    if bad < -1:
-        return None
-    scale, ratio = scale_ratio.tolist()
-    return out, bad, int(why[0]), float(e[bad]) if bad >= 0 else None, scale, ratio
+    room[count : 2 * count] = _kernel_codes(codes)
+    results, base = _scratch(count + 3)
+    return at, results, (base, base + 8 * count, base + 8 * count + 8, base + 8 * count + 16)
+
+
+def _replayed(out: torch.Tensor, bad: int, results: np.ndarray, count: int):
+    """A replay kernel's results (`_entries_block`) as `replay_dot` returns them."""
+    scale, ratio = results[count : count + 2].tolist()
+    why = int(results[count + 2 : count + 3].view(np.int64)[0])
+    return out, bad, why, float(results[bad]) if bad >= 0 else None, scale, ratio
+
+
+_SCRATCH = threading.local()  # this thread's float64 scratch for a replay kernel's results, grown as needed
+
+
+def _scratch(n: int) -> tuple[np.ndarray, int]:
+    held = getattr(_SCRATCH, "held", None)
+    if held is None or held[0].size < n:
+        buf = np.empty(max(n, 1024))
+        held = _SCRATCH.held = (buf, buf.ctypes.data)
+    return held
 
 
 def dot_summed_at(a: torch.Tensor, b: torch.Tensor, g: float, idx: torch.Tensor) -> torch.Tensor | None:
@@ -655,6 +718,68 @@ def _softmax_pass(lib, p, dp, out, consts, safety, wide, log):
         return (out, []) if lib.rp_softmax(_SOFTMAX_ARGS.pack(*head, 0, 0, -1)) >= 0 else None
     got = _collect(lib.rp_softmax, _SOFTMAX_ARGS, head, _room(p))
     return None if got is None else (out, [got])
+
+
+def axis_sums(x: torch.Tensor, g: float, safety: float, wide: float, log: bool):
+    """A bias's gradient as one rounding point in one pass (`rp_axis_sums`): x (A, O, L) contiguous summed over
+    A and L per O, its bound the magnitudes' sums times g; (rounded sums, points) as `softmax`'s; None where
+    the kernel cannot take x."""
+    lib = library()
+    if not (lib and x.dim() == 3 and x.is_contiguous() and usable(x)):
+        return None
+    a, o, length = x.shape
+    out = torch.empty(o, dtype=torch.float64)
+    head = (x.data_ptr(), out.data_ptr(), a, o, length, g, safety, wide, threads(x))
+    if not log:
+        return (out, []) if lib.rp_axis_sums(_AXIS_SUMS_ARGS.pack(*head, 0, 0, -1)) >= 0 else None
+    got = _collect(lib.rp_axis_sums, _AXIS_SUMS_ARGS, head, max(1024, o >> 6))
+    return None if got is None else (out, [got])
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, consts: tuple):
+    """ops._CrossEntropy's forward: the row's max subtracted and torch's exp in place (as `softmax`), then the
+    row sums, logs and quotients and the loss with its bound in one pass (`rp_ce_forward`; consts: gamma(n + 8),
+    EXP_ERR, U, gamma(rows + 1), 1 / rows): (loss, its bound, p), the first two 0-dim; None where the kernel
+    cannot take them or a target is outside the row (the torch path then says so)."""
+    lib = library()
+    if not (lib and logits.dim() == 2 and min(logits.shape) > 0 and logits.is_contiguous() and usable(logits)):
+        return None
+    rows, n = logits.shape
+    if not _targets_ok(targets, rows):
+        return None
+    p, loss = torch.empty_like(logits), torch.empty(2, dtype=torch.float64)
+    lib.rp_softmax_shift(logits.data_ptr(), p.data_ptr(), rows, n, threads(logits))
+    p.exp_()
+    head = (logits.data_ptr(), p.data_ptr(), targets.data_ptr(), rows, n, *consts, threads(logits), loss.data_ptr())
+    if lib.rp_ce_forward(_CE_ARGS.pack(*head)) < 0:
+        return None
+    return loss[0], loss[1], p
+
+
+def cross_entropy_back(p, targets, c: float, consts: tuple, safety: float, wide: float, log: bool, bounds=None):
+    """ops._CrossEntropy's backward, dz = (p - onehot) * c with its bound (consts: U, gamma(n + 10)), and its
+    rounding in one pass (`rp_ce_backward`): (dz, points) as `softmax_back`'s, the bound written into `bounds`
+    (p's shape, float64, contiguous) where given; None where the kernel cannot take them, or a target is
+    outside the row."""
+    lib = library()
+    if not (lib and p.dim() == 2 and min(p.shape) > 0 and p.is_contiguous() and usable(p)):
+        return None
+    rows, n = p.shape
+    if not _targets_ok(targets, rows):
+        return None
+    out = torch.empty_like(p)
+    if bounds is not None and not (bounds.shape == p.shape and bounds.is_contiguous() and usable(bounds)):
+        return None
+    kept = bounds.data_ptr() if bounds is not None else 0
+    head = (p.data_ptr(), targets.data_ptr(), out.data_ptr(), kept, rows, n, c, *consts, safety, wide, threads(p))
+    if not log:
+        return (out, []) if lib.rp_ce_backward(_CE_BACK_ARGS.pack(*head, 0, 0, -1)) >= 0 else None
+    got = _collect(lib.rp_ce_backward, _CE_BACK_ARGS, head, _room(p))
+    return None if got is None else (out, [got])
+
+
+def _targets_ok(targets: torch.Tensor, rows: int) -> bool:
+    return targets.dtype is torch.int64 and targets.is_cpu and targets.is_contiguous() and targets.shape == (rows,)
 
 
 def _vectors_ok(n: int, *vectors: torch.Tensor) -> bool:

@@ -115,8 +115,19 @@ class _Matmul(torch.autograd.Function):
             gb = R.dot(key + 2, torch.matmul(at, g), at, g)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             rows = g.reshape(-1, g.shape[-1])
-            gbias = R.full(key + 3, rows.sum(0), lambda: abs_sum(rows, 0) * gamma(rows.shape[0]), (rows.shape[1],))
+            gbias = _sums_native(R, key + 3, rows.unsqueeze(-1))
+            if gbias is None:
+                err = lambda: abs_sum(rows, 0) * gamma(rows.shape[0])
+                gbias = R.full(key + 3, rows.sum(0), err, (rows.shape[1],))
         return ga, gb, gbias, None, None
+
+
+def _sums_native(R, key: int, x: torch.Tensor):
+    """The rounding point sum of x (A, O, L) over A and L, a bias's gradient (its bound the magnitudes' sum
+    times gamma(A * L)), in one native pass (the sums in another order) where the rounder lets a pass round
+    it (`_one_point_pass`): the rounded sums (O,), else None (the caller's reference ops)."""
+    g = gamma(x.shape[0] * x.shape[2])
+    return _one_point_pass(R, key, lambda log: native.axis_sums(x, g, SAFETY, WIDE, log))
 
 
 class _Softmax(torch.autograd.Function):
@@ -322,6 +333,16 @@ class _CrossEntropy(torch.autograd.Function):
         R = active()
         op = R.op(name)
         n, v = logits.shape
+        fused = _cross_entropy_native(R, op * SLOTS, logits, targets)
+        loss, err, p = fused if fused is not None else _CrossEntropy.reference(logits, targets)
+        ctx.save_for_backward(p, targets)
+        ctx.op, ctx.inv_n, ctx.v = op, 1.0 / n, v
+        return R.full(op * SLOTS, loss, err, loss.shape, steers=False)  # the loss feeds no update
+
+    @staticmethod
+    def reference(logits, targets):
+        """(the mean loss before rounding, its bound (a callable), the probabilities)."""
+        n, v = logits.shape
         z = logits - logits.amax(-1, keepdim=True)
         zt = z.gather(1, targets.unsqueeze(1))
         e = z.exp_()  # in z's place (a logits-sized float64 fewer; the probabilities then take e's place)
@@ -335,15 +356,15 @@ class _CrossEntropy(torch.autograd.Function):
             err_row = gamma(v + 8) + ls.abs() * EXP_ERR + row.abs() * U
             return (row.abs().sum() * gamma(n + 1) + err_row.sum()) * inv_n
 
-        p = e.div_(s)
-        ctx.save_for_backward(p, targets)
-        ctx.op, ctx.inv_n, ctx.v = op, inv_n, v
-        return R.full(op * SLOTS, loss, err, loss.shape, steers=False)  # the loss feeds no update
+        return loss, err, e.div_(s)
 
     @staticmethod
     def backward(ctx, gl):
         p, targets = ctx.saved_tensors
         c = gl * ctx.inv_n
+        fused = _cross_entropy_back_native(active(), ctx.op * SLOTS + 1, p, targets, c, ctx.v)
+        if fused is not None:
+            return fused, None, None
         # logits-sized float64 tensors, the step's largest at a real vocabulary (the peak of a GPT-2
         # step): in place, and no one-hot. p - onehot is p + -1 at each row's target (x - y is x + -y)
         # and p elsewhere (p - 0 is p); the bound forms it again, only where it is needed (a replay
@@ -359,6 +380,23 @@ class _CrossEntropy(torch.autograd.Function):
 
         # scale floor |c| (= |dL/dlogit| of a wrong prediction): see Bound.scale
         return active().full(ctx.op * SLOTS + 1, dz, err, dz.shape, scale=c.abs().reshape(())), None, None
+
+
+def _cross_entropy_native(R, key: int, logits, targets):
+    """_CrossEntropy's forward through the kernel (torch's exp between its passes; the sums in another order)
+    where the rounder forms its points as a pass would (`Rounder.fused_mode`: not under a tracer or a
+    perturbation, which see the reference's operations): (loss, its bound, p), else None."""
+    if R.fused_mode((key,)) is None:
+        return None
+    n, v = logits.shape
+    return native.cross_entropy(logits.contiguous(), targets, (gamma(v + 8), EXP_ERR, U, gamma(n + 1), 1.0 / n))
+
+
+def _cross_entropy_back_native(R, key: int, p, targets, c, v: int):
+    """_CrossEntropy's backward in one kernel pass (the reference's element-wise operations: the same bits),
+    as `_softmax_back_native`: dz, else None."""
+    run = lambda log: native.cross_entropy_back(p, targets, float(c), (U, gamma(v + 10)), SAFETY, WIDE, log)
+    return _one_point_pass(R, key, run)
 
 
 class _Conv2d(torch.autograd.Function):
@@ -395,7 +433,9 @@ class _Conv2d(torch.autograd.Function):
         m = bsz * g.shape[2]
         dw = R(key + 1, torch.matmul(g, cols.transpose(1, 2)).sum(0), _weight_grad_bound(g, cols)).reshape(wshape)
         del cols  # kh*kw times the input: gone before its gradient's columns are made (memory)
-        db = R.full(key + 2, g.sum((0, 2)), lambda: g.abs().sum((0, 2)) * gamma(m), (o,))
+        db = _sums_native(R, key + 2, g)
+        if db is None:
+            db = R.full(key + 2, g.sum((0, 2)), lambda: g.abs().sum((0, 2)) * gamma(m), (o,))
         dx = None
         if ctx.needs_input_grad[0]:
             fold = lambda t: _fold(t, (h, wd), ksize, padding, stride)

@@ -1,0 +1,286 @@
+"""The bias gradients' and the cross-entropy's native passes against ops' torch reference, and a logged point
+whose bound is given as values replayed in one kernel call against `Rounder._apply`.
+
+The references are ops' own torch formulas, each rounding point through a recording Rounder with the kernel
+off. The passes keep the reference's element-wise operations and sum in another order (which the bounds
+cover): the same rounded bits and close calls, on any number of threads; the cross-entropy's loss before
+rounding and its bound within a few ulps of the reference's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replay.training import native, ops
+from replay.training.determinism import (
+    SAFETY,
+    WIDE,
+    LogMismatch,
+    Rounder,
+    U,
+    entry_cap,
+    full_bound,
+    gamma,
+    rounding,
+)
+
+from ..helpers import kernel_threads
+
+pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the torch path is used")
+
+
+@contextlib.contextmanager
+def _torch_path():
+    lib, native._LIB = native._LIB, False
+    try:
+        yield
+    finally:
+        native._LIB = lib
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1).view(torch.int64)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same bits, but for NaN's sign and payload, which IEEE leaves open (docs/replay-limits.md): NaN
+    where the other has NaN."""
+    nan = a.isnan()
+    return a.shape == b.shape and torch.equal(nan, b.isnan()) and torch.equal(_bits(a[~nan]), _bits(b[~nan]))
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t.float().double()
+
+
+def _ce_back_bound(p, targets, c, v):
+    """ops._CrossEntropy.backward's bound on the torch path, its formula as written there."""
+    t = targets.unsqueeze(1)
+    p_minus_onehot = lambda: p.clone().scatter_add_(1, t, torch.full(t.shape, -1.0, dtype=p.dtype))
+    dz = p_minus_onehot().mul_(c)
+    e = p_minus_onehot().abs_().mul_(U).add_(p * gamma(v + 10)).mul_(c.abs())
+    return e.add_(dz.abs().mul_(2 * U))
+
+
+_SPECIAL = st.sampled_from([0.0, -0.0, 1.0, 0.5, 3.0e38, -3.0e38, 1e-45, float("inf"), float("nan")])
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    a=st.integers(1, 70),
+    o=st.integers(1, 300),
+    length=st.sampled_from([1, 2, 17, 64]),
+    threads=st.sampled_from([1, 3]),
+    seed=st.integers(0, 2**31 - 1),
+    pattern=st.sampled_from(["random", "cancel", "special"]),
+    data=st.data(),
+)
+def test_the_native_axis_sums_are_the_reference(a, o, length, threads, seed, pattern, data):
+    """A bias's gradient, x (A, O, L) summed over A and L: the same rounded bits and close calls as the
+    reference (`rows.sum`, `abs_sum(...) * gamma(A * L)` through the rounder); plain rounding the same bits.
+    "cancel": float32 values whose sums cancel to near zero, many exact, some on rounding midpoints (close
+    calls, so the comparison is not vacuous); "special": infinities, NaN, signed zeros, extremes."""
+    g = torch.Generator().manual_seed(seed)
+    x = _f32(torch.randn(a, o, length, generator=g, dtype=torch.float64))
+    if pattern == "cancel":
+        x[1::2] = -x[::2][: x[1::2].shape[0]] * 0.75
+    elif pattern == "special":
+        at = data.draw(st.lists(st.tuples(st.integers(0, a - 1), st.integers(0, o - 1)), max_size=6))
+        for i, j in at:
+            x[i, j, 0] = data.draw(_SPECIAL)
+    with _torch_path():
+        r = Rounder("record")
+        want = r.full(0, x.sum((0, 2)), lambda: x.abs().sum((0, 2)) * gamma(a * length), (o,))
+    with kernel_threads(threads):
+        got, points = native.axis_sums(x, gamma(a * length), SAFETY, WIDE, True)
+        plain, none = native.axis_sums(x, gamma(a * length), SAFETY, WIDE, False)
+    assert _same(got, want) and _same(plain, want) and none == []
+    assert dict(p for p in [(0, points[0])] if p[1][0]) == r.entries
+
+
+def test_axis_sums_find_close_calls_and_decline_what_they_do_not_take():
+    """Control: sums of float32 values that land on float32 midpoints are logged (the comparison above can
+    see a close call), and a non-contiguous or float32 input is declined (the caller's reference ops)."""
+    x = torch.tensor([[[1.0]], [[2.0**-24]]], dtype=torch.float64).expand(2, 3, 1).contiguous()
+    _, points = native.axis_sums(x, gamma(2), SAFETY, WIDE, True)
+    assert points[0][0] == [0, 1, 2]
+    assert native.axis_sums(x.transpose(0, 1), gamma(2), SAFETY, WIDE, True) is None
+    assert native.axis_sums(x.float(), gamma(2), SAFETY, WIDE, True) is None
+
+
+def _ce_reference(logits, targets, gl):
+    """(rounded loss, its close calls, the loss before rounding, its bound, p, rounded dz, its close calls) of
+    ops._CrossEntropy on the torch path."""
+    with _torch_path():
+        r = Rounder("record")
+        loss, err, p = ops._CrossEntropy.reference(logits, targets)
+        rounded = r.full(0, loss, err, loss.shape, steers=False)
+        c = gl * (1.0 / logits.shape[0])
+        x = logits.clone().requires_grad_()
+        with rounding(r2 := Rounder("record")):
+            out = ops._CrossEntropy.apply(x, targets, "ce")
+            out.backward(gl)
+    return rounded, r.entries, loss, err(), p, c, x.grad, r2.entries
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.integers(1, 40),
+    cols=st.integers(1, 50),
+    threads=st.sampled_from([1, 3]),
+    gl=st.sampled_from([1.0, -0.5, 3.0e-7, 0.0, 7.25]),
+    seed=st.integers(0, 2**31 - 1),
+    scale=st.sampled_from([1e-3, 1.0, 30.0]),
+    data=st.data(),
+)
+def test_the_native_cross_entropy_is_the_reference(rows, cols, threads, gl, seed, scale, data):
+    """Forward: the loss before rounding and its bound within a few ulps of the reference's (the sums and the
+    log in another order), the probabilities within an ulp, the rounded loss the same bits. Backward from the
+    same probabilities: dz's and its bound's operations are the reference's, so the same rounded bits and close
+    calls, recorded or plain. Special values (infinities, NaN) included."""
+    g = torch.Generator().manual_seed(seed)
+    logits = _f32(torch.randn(rows, cols, generator=g, dtype=torch.float64) * scale + scale)
+    for i, j in data.draw(st.lists(st.tuples(st.integers(0, rows - 1), st.integers(0, cols - 1)), max_size=4)):
+        logits[i, j] = data.draw(_SPECIAL)
+    targets = torch.tensor(data.draw(st.lists(st.integers(0, cols - 1), min_size=rows, max_size=rows)))
+    g = torch.tensor(gl, dtype=torch.float64)
+    rounded, entries, loss, err, p, c, dz, dz_entries = _ce_reference(logits, targets, g)
+    consts = (gamma(cols + 8), ops.EXP_ERR, U, gamma(rows + 1), 1.0 / rows)
+    with kernel_threads(threads):
+        got_loss, got_err, got_p = native.cross_entropy(logits, targets, consts)
+        bounds = torch.empty_like(p)
+        back, (points,) = native.cross_entropy_back(
+            p, targets, float(c), (U, gamma(cols + 10)), SAFETY, WIDE, True, bounds
+        )
+        plain, none = native.cross_entropy_back(p, targets, float(c), (U, gamma(cols + 10)), SAFETY, WIDE, False)
+    close = lambda x, y, ulps: torch.isclose(x, y, rtol=ulps * 2.0**-52, atol=0.0, equal_nan=True).all()
+    assert close(got_loss, loss, 4 * rows) and close(got_err, err, 4 * rows) and close(got_p, p, 4 * cols)
+    assert got_loss.isnan() == loss.isnan() and got_err.isnan() == err.isnan()
+    recorder = Rounder("record")
+    assert _same(recorder.full(0, got_loss, got_err, (), steers=False), rounded)
+    assert recorder.entries == entries
+    assert _same(back, dz) and _same(plain, dz) and none == []
+    assert _same(bounds, _ce_back_bound(p, targets, c, cols))
+    assert (points if points[0] else None) == dz_entries.get(1)  # the op's first point after its forward's
+
+
+def test_the_cross_entropy_refuses_targets_outside_the_row():
+    """A target outside its row is declined by both passes; the op then takes the torch path, which refuses it
+    as it always has."""
+    logits, bad = torch.zeros(2, 3, dtype=torch.float64), torch.tensor([0, 3])
+    consts = (gamma(11), ops.EXP_ERR, U, gamma(3), 0.5)
+    assert native.cross_entropy(logits, bad, consts) is None
+    p = torch.full((2, 3), 1 / 3, dtype=torch.float64)
+    assert native.cross_entropy_back(p, bad, 0.5, (U, gamma(13)), SAFETY, WIDE, True) is None
+    assert native.cross_entropy(logits, torch.tensor([0, -1]), consts) is None
+    with rounding(r := Rounder("record")), pytest.raises((IndexError, RuntimeError)):
+        r.op("x")
+        ops._CrossEntropy.apply(logits, bad, "loss")
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**16),
+    per_row=st.booleans(),
+    floor=st.sampled_from([None, 0.0, 1e-3, 1e30]),
+    steers=st.booleans(),
+    doctor=st.sampled_from([None, "parity", "wide", "window", "past", "many", "unsorted", "codes"]),
+    threads=st.sampled_from([1, 3]),
+)
+def test_a_logged_full_point_replays_in_one_kernel_call_as_apply_does(seed, per_row, floor, steers, doctor, threads):
+    """A replay's logged point whose bound is given as values (`Rounder.full`: native.replay_full) and through
+    `Rounder.__call__` with `full_bound` (round_scaled, the bound at the entries, apply_at): the same bits, the
+    same widest window, and for a doctored log the same refusal in the same words."""
+    g = torch.Generator().manual_seed(seed)
+    x = _f32(torch.randn(6, 40, 9, generator=g, dtype=torch.float64))
+    x[3:] = -x[:3] * 0.5  # sums that cancel: close calls
+    v = x.sum(0)
+    e = x.abs().sum(0) * gamma(6)
+    if per_row:
+        e = e.amax(-1, keepdim=True)
+    if doctor == "window":
+        e = e * 2.0**60
+    scale = None if floor is None else torch.tensor(floor, dtype=torch.float64)
+    recorder = Rounder("record")
+    recorder.full(0, v, e, v.shape, steers, scale)
+    idx, codes = recorder.entries.get(0, ([0], [False]))
+    idx, codes = list(idx), list(codes)
+    if doctor == "parity":
+        codes[-1] = not codes[-1] if isinstance(codes[-1], bool) else codes[-1]
+    elif doctor == "wide":
+        codes[0] = (1 << 32) | 0x7F000000
+    elif doctor == "past":
+        idx[-1] = v.numel() + 5
+    elif doctor == "many":
+        idx, codes = list(range(entry_cap(v.numel()) + 1)), [False] * (entry_cap(v.numel()) + 1)
+    elif doctor == "unsorted" and len(idx) > 1:
+        idx, codes = idx[::-1], codes[::-1]
+    elif doctor == "codes":
+        idx = idx + [idx[-1]]
+    other = v + e * 2.0**-3  # another machine's value, within the bound
+    results = []
+    for path in ("kernel", "call"):
+        r = Rounder("replay", entries={0: (list(idx), list(codes))}, defer=False)
+        r.op("point")
+        try:
+            with kernel_threads(threads):
+                if path == "kernel":
+                    out = r.full(0, other, lambda: e, v.shape, steers, scale)
+                else:
+                    out = r(0, other, full_bound(e, v.shape, steers, scale))
+            results.append((out.view(torch.int64), r.max_ratio))
+        except (LogMismatch, IndexError, RuntimeError) as refused:
+            results.append((type(refused), str(refused)))
+    (got, got_extra), (want, want_extra) = results
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor) and torch.equal(got, want) and got_extra == want_extra
+    else:
+        assert (got, got_extra) == (want, want_extra)
+
+
+def test_a_logged_full_point_takes_the_kernel_and_refuses_there():
+    """Control for the comparison above: the kernel's call is the one taken (a spy on native.replay_full), and
+    a wide entry naming a float32 outside its window (2.0) is refused there, naming the point and the element;
+    the recorded entry is applied."""
+    v = torch.tensor([1.0 + 2.0**-24, 3.0], dtype=torch.float64)
+    e = torch.full((2,), 2.0**-40, dtype=torch.float64)
+    recorder = Rounder("record")
+    recorder.full(0, v, e, v.shape)
+    (idx, codes) = recorder.entries[0]
+    assert idx == [0]
+    calls = []
+    real = native.replay_full
+    native.replay_full = lambda *a: calls.append(a) or real(*a)
+    try:
+        r = Rounder("replay", entries={0: ([0], [(1 << 32) | 0x40000000])}, defer=False)
+        r.op("bias")
+        with pytest.raises(LogMismatch, match=r"bias#0: logged element 0 is not a close call"):
+            r.full(0, v, e, v.shape)
+        r = Rounder("replay", entries={0: (idx, codes)}, defer=False)
+        r.op("bias")
+        assert codes == [False] and _same(r.full(0, v, e, v.shape), v.float().double())  # 1.0: the even one
+    finally:
+        native.replay_full = real
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("native_on", [True, False])
+def test_a_bias_gradients_bound_counts_every_term_summed(native_on):
+    """ops' bias gradient point over A x L terms (a convolution's: images x positions) is bounded by
+    gamma(A * L), not gamma(A): a sum 2^-45 above a float32 midpoint (1 + 2^-24) is a close call when A = 2
+    images of L = 64 positions are summed (4 gamma(128) ~ 5.7e-14 > 2^-45 ~ 2.8e-14; 4 gamma(2) is not), on the
+    kernel's path and on the reference's."""
+    x = torch.zeros(2, 1, 64, dtype=torch.float64)
+    x[0, 0, :3] = torch.tensor([1.0, 2.0**-24, 2.0**-45], dtype=torch.float64)
+    with contextlib.nullcontext() if native_on else _torch_path(), rounding(r := Rounder("record")):
+        r.op("conv")
+        db = ops._sums_native(r, 2, x)
+        if db is None:
+            assert not native_on
+            db = r.full(2, x.sum((0, 2)), lambda: x.abs().sum((0, 2)) * gamma(128), (1,))
+    assert r.entries == {2: ([0], [True])} and db.item() == 1.0 + 2.0**-23
