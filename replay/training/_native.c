@@ -1316,7 +1316,8 @@ int64_t rp_dot_replay(const dot_replay_args_t *x) {
 
 typedef struct {
     const double *x; /* (A, O, L) contiguous */
-    double *out;     /* (O): the sums, rounded */
+    double *out;     /* (O): the sums, rounded; where bounds is given, the sums themselves */
+    double *bounds;  /* NULL, or (O): the bounds (a replay whose log names the point: the rounder applies it) */
     int64_t A, O, L;
     double g, safety, wide;
     int64_t threads;
@@ -1337,7 +1338,7 @@ LANES __attribute__((noinline)) static void lane_add(const double *restrict x, i
 
 /* v_o = sum over a, l of x[a, o, l] and its bound e_o = (sum of |x[a, o, l]|) * g (ops' abs_sum(...) *
    gamma(A * L)), a at a time (L == 1: each a's row across o in vectors; else each (a, o) row into o's lanes);
-   rounded and its close calls found as rp_full's. Threads split o, so each sum is formed the same way at
+   rounded and its close calls found as rp_full's, or (bounds given) the sums and bounds handed back. Threads split o, so each sum is formed the same way at
    any thread count. -1 out of memory. */
 int64_t rp_axis_sums(const axis_sums_args_t *s) {
     int64_t A = s->A, O = s->O, L = s->L, lanes = L == 1 ? 0 : (2 * ACC + 2) * O;
@@ -1365,9 +1366,10 @@ int64_t rp_axis_sums(const axis_sums_args_t *s) {
             v[o] = at[2 * ACC], e[o] = at[2 * ACC + 1];
             for (int l = 0; l < ACC; l++) v[o] += at[l], e[o] += at[ACC + l];
         }
-        for (int64_t o = lo; o < hi; o++) s->out[o] = (double)(float)v[o], e[o] *= s->g;
+        for (int64_t o = lo; o < hi; o++) s->out[o] = s->bounds ? v[o] : (double)(float)v[o], e[o] *= s->g;
     }
-    int64_t found = s->cap < 0 ? 0 : point_calls(v, e, O, s->safety, s->wide, s->idx, s->code, s->cap, 0);
+    if (s->bounds) memcpy(s->bounds, e, sizeof(double) * O);
+    int64_t found = s->cap < 0 || s->bounds ? 0 : point_calls(v, e, O, s->safety, s->wide, s->idx, s->code, s->cap, 0);
     free(v);
     return found;
 }
@@ -1456,6 +1458,58 @@ int64_t rp_ce_backward(const ce_back_args_t *a) {
                 push(mine, (cand_t){i * n + j, 0, 0, v[j], 0, e[j]});
         }
         free(v), free(flag);
+    }
+    for (int t = 0; t < nt; t++) failed |= lists[t].failed;
+    for (int t = 0; t < nt && !failed; t++)
+        for (int64_t y = 0; y < lists[t].n; y++, found++)
+            if (found < a->cap) {
+                a->idx[found] = lists[t].c[y].out;
+                a->code[found] = log_code(lists[t].c[y].v, lists[t].c[y].e, a->wide);
+            }
+    for (int t = 0; t < nt; t++) free(lists[t].c);
+    free(lists);
+    return failed ? -1 : found;
+}
+
+/* A point whose bound is an outer product: v (B, C, P) contiguous, e[b, c, p] = (win[b, p] * f[c]) * g, those
+   two IEEE multiplies in that order (ops._conv_input_grad_bound's: a convolution's input gradient, its bound the
+   window's norm times the filter's), rounded and its close calls found as rp_full's, without the bound's
+   B x C x P tensor (two passes and a copy of the input's size). Rows (b, c) in contiguous blocks per thread:
+   the close calls in index order. Same contract as rp_full. */
+typedef struct {
+    const double *v;
+    double *out;
+    int64_t B, C, P;
+    const double *win, *f;
+    double g, safety, wide;
+    int64_t threads;
+    int64_t *idx, *code;
+    int64_t cap;
+} outer_args_t;
+
+int64_t rp_round_outer(const outer_args_t *a) {
+    int64_t rows = a->B * a->C, n = a->P, found = 0;
+    int nt = a->threads > 1 && rows > 1 ? (int)(a->threads < rows ? a->threads : rows) : 1, failed = 0;
+    cands_t *lists = calloc(nt, sizeof(cands_t));
+    int64_t room = room_for(rows * n);
+    if (!lists) return -1;
+    for (int t = 0; t < nt; t++) lists[t].room = &room;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        cands_t *mine = my_share(lists, rows, &lo, &hi);
+        double *e = malloc(sizeof(double) * (n + 1));
+        uint32_t *flag = malloc(sizeof(uint32_t) * (n + 1));
+        if (!e || !flag) mine->failed = 1;
+        for (int64_t r = lo; r < hi && !mine->failed; r++) {
+            const double *w = a->win + (r / a->C) * n, *vr = a->v + r * n;
+            double fc = a->f[r % a->C];
+            for (int64_t j = 0; j < n; j++) e[j] = (w[j] * fc) * a->g;
+            if (!round_stretch(vr, a->out + r * n, n, e, 1, a->safety, flag)) continue;
+            for (int64_t j = next_flag(flag, 0, n); j < n; j = next_flag(flag, j + 1, n))
+                push(mine, (cand_t){r * n + j, 0, 0, vr[j], 0, e[j]});
+        }
+        free(e), free(flag);
     }
     for (int t = 0; t < nt; t++) failed |= lists[t].failed;
     for (int t = 0; t < nt && !failed; t++)
@@ -1630,11 +1684,12 @@ int64_t rp_encode_log(const int64_t *keys, const int64_t *starts, const int64_t 
 }
 
 /* The size of argument block `which` (dot_args_t, full_args_t, ln_args_t, ln_back_args_t, softmax_args_t,
-   dot_replay_args_t, axis_sums_args_t, ce_args_t, ce_back_args_t, full_replay_args_t), -1 past them: native.py checks its packing against each. */
+   dot_replay_args_t, axis_sums_args_t, ce_args_t, ce_back_args_t, full_replay_args_t,
+   outer_args_t), -1 past them: native.py checks its packing against each. */
 int64_t rp_args_size(int64_t which) {
     static const int64_t sizes[] = {sizeof(dot_args_t),        sizeof(full_args_t),    sizeof(ln_args_t),
                                     sizeof(ln_back_args_t),    sizeof(softmax_args_t), sizeof(dot_replay_args_t),
                                     sizeof(axis_sums_args_t), sizeof(ce_args_t),      sizeof(ce_back_args_t),
-                                    sizeof(full_replay_args_t)};
+                                    sizeof(full_replay_args_t), sizeof(outer_args_t)};
     return which >= 0 && which < (int64_t)(sizeof sizes / sizeof *sizes) ? sizes[which] : -1;
 }

@@ -56,10 +56,11 @@ _LN_ARGS = struct.Struct("=6Q2q6dq2QqQ3Q")  # ln_args_t
 _LN_BACK_ARGS = struct.Struct("=7Q2q5dq2QqQ3Q")  # ln_back_args_t
 _SOFTMAX_ARGS = struct.Struct("=3Q2q5dq2Qq")  # softmax_args_t
 _DOT_REPLAY_ARGS = struct.Struct("=2Q6qQ5qQ5qQq2d2q2Qq2dq4Q")  # dot_replay_args_t
-_AXIS_SUMS_ARGS = struct.Struct("=2Q3q3dq2Qq")  # axis_sums_args_t
+_AXIS_SUMS_ARGS = struct.Struct("=3Q3q3dq2Qq")  # axis_sums_args_t
 _CE_ARGS = struct.Struct("=3Q2q5dqQ")  # ce_args_t
 _CE_BACK_ARGS = struct.Struct("=4Q2q5dq2Qq")  # ce_back_args_t
 _FULL_REPLAY_ARGS = struct.Struct("=2Q2qQ2q2Qq3d2q3QQ")  # full_replay_args_t
+_OUTER_ARGS = struct.Struct("=2Q3q2Q3dq2Qq")  # outer_args_t
 
 
 def _cpu_id() -> str:
@@ -103,7 +104,7 @@ def _build() -> Path:
 def _blocks_match(lib) -> bool:
     """Does the library's every argument block (`rp_args_size`) have the size this module packs?"""
     blocks = (_DOT_ARGS, _FULL_ARGS, _LN_ARGS, _LN_BACK_ARGS, _SOFTMAX_ARGS, _DOT_REPLAY_ARGS)
-    blocks += (_AXIS_SUMS_ARGS, _CE_ARGS, _CE_BACK_ARGS, _FULL_REPLAY_ARGS)
+    blocks += (_AXIS_SUMS_ARGS, _CE_ARGS, _CE_BACK_ARGS, _FULL_REPLAY_ARGS, _OUTER_ARGS)
     sizes = [lib.rp_args_size(i) for i in range(len(blocks) + 1)]
     return sizes == [b.size for b in blocks] + [-1]
 
@@ -159,6 +160,7 @@ def _load():
         fn.argtypes, fn.restype = [ctypes.c_char_p], _i
     lib.rp_ce_backward.argtypes, lib.rp_ce_backward.restype = [ctypes.c_char_p], _i
     lib.rp_full_replay.argtypes, lib.rp_full_replay.restype = [ctypes.c_char_p], _i
+    lib.rp_round_outer.argtypes, lib.rp_round_outer.restype = [ctypes.c_char_p], _i
     lib.rp_softmax_shift.argtypes, lib.rp_softmax_shift.restype = [_p, _p, _i, _i, _i], None
     lib.rp_im2col.argtypes = [_p, ctypes.c_char_p, ctypes.c_char_p, _p, _i]
     lib.rp_im2col.restype = None
@@ -729,11 +731,41 @@ def axis_sums(x: torch.Tensor, g: float, safety: float, wide: float, log: bool):
         return None
     a, o, length = x.shape
     out = torch.empty(o, dtype=torch.float64)
-    head = (x.data_ptr(), out.data_ptr(), a, o, length, g, safety, wide, threads(x))
+    head = (x.data_ptr(), out.data_ptr(), 0, a, o, length, g, safety, wide, threads(x))
     if not log:
         return (out, []) if lib.rp_axis_sums(_AXIS_SUMS_ARGS.pack(*head, 0, 0, -1)) >= 0 else None
     got = _collect(lib.rp_axis_sums, _AXIS_SUMS_ARGS, head, max(1024, o >> 6))
     return None if got is None else (out, [got])
+
+
+def round_outer(v: torch.Tensor, win: torch.Tensor, f: torch.Tensor, g: float, safety: float, wide: float):
+    """A rounding point whose bound is an outer product, v (B, C, ...) with e[b, c, ...] = (win[b, ...] * f[c]) * g
+    (a convolution's input gradient), rounded with its close calls found in one pass (`rp_round_outer`), the
+    bound never formed: (rounded, points) as `softmax`'s; None where the kernel cannot take them (all CPU
+    float64 contiguous, win (B, 1, ...) or (B, ...) of v's trailing size, f (C,))."""
+    lib = library()
+    if not (lib and v.dim() >= 2 and v.numel() and v.is_contiguous() and win.is_contiguous() and f.is_contiguous()):
+        return None
+    b, c = v.shape[:2]
+    p = v.numel() // (b * c)
+    if not (usable(v, win, f) and win.numel() == b * p and win.shape[0] == b and f.shape == (c,)):
+        return None
+    out = torch.empty_like(v)
+    head = (v.data_ptr(), out.data_ptr(), b, c, p, win.data_ptr(), f.data_ptr(), g, safety, wide, threads(v))
+    got = _collect(lib.rp_round_outer, _OUTER_ARGS, head, _room(v))
+    return None if got is None else (out, [got])
+
+
+def axis_sums_values(x: torch.Tensor, g: float):
+    """`axis_sums`' sums and bounds, not rounded (a replay whose log names the point: the rounder applies it),
+    or None where the kernel cannot take x."""
+    lib = library()
+    if not (lib and x.dim() == 3 and x.is_contiguous() and usable(x)):
+        return None
+    a, o, length = x.shape
+    out = torch.empty(2, o, dtype=torch.float64)
+    head = (x.data_ptr(), out.data_ptr(), out[1].data_ptr(), a, o, length, g, 0.0, 0.0, threads(x), 0, 0, -1)
+    return (out[0], out[1]) if lib.rp_axis_sums(_AXIS_SUMS_ARGS.pack(*head)) >= 0 else None
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, consts: tuple):

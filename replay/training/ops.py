@@ -125,8 +125,12 @@ class _Matmul(torch.autograd.Function):
 def _sums_native(R, key: int, x: torch.Tensor):
     """The rounding point sum of x (A, O, L) over A and L, a bias's gradient (its bound the magnitudes' sum
     times gamma(A * L)), in one native pass (the sums in another order) where the rounder lets a pass round
-    it (`_one_point_pass`): the rounded sums (O,), else None (the caller's reference ops)."""
+    it (`_one_point_pass`), or the pass's sums and bounds through the rounder where a replay's log names the
+    point: the rounded sums (O,), else None (the caller's reference ops)."""
     g = gamma(x.shape[0] * x.shape[2])
+    if R.fused_mode((key,)) == "staged":
+        got = native.axis_sums_values(x, g)
+        return None if got is None else R.full(key, got[0], got[1], got[0].shape)
     return _one_point_pass(R, key, lambda log: native.axis_sums(x, g, SAFETY, WIDE, log))
 
 
@@ -440,7 +444,11 @@ class _Conv2d(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             fold = lambda t: _fold(t, (h, wd), ksize, padding, stride)
             dx = fold(torch.matmul(w2.t(), g))  # the columns (B, CK, L) freed at once, before the rounding point
-            dx = R.full(key + 3, dx, lambda: _conv_input_grad_bound(w2, g, fold, ksize, dx.shape), dx.shape)
+            fast = _conv_input_grad_native(R, key + 3, w2, g, fold, ksize, dx)
+            if fast is not None:
+                dx = fast
+            else:
+                dx = R.full(key + 3, dx, lambda: _conv_input_grad_bound(w2, g, fold, ksize, dx.shape), dx.shape)
         return dx, dw, db, None, None, None
 
 
@@ -479,13 +487,51 @@ def _conv_input_grad_bound(w2, g, fold, ksize, shape) -> torch.Tensor:
     gamma_(a+b)), and by Cauchy-Schwarz sum |w||g| <= ||W[:, c]|| * ||g over the window||. The
     window's squared norm is the fold of sum_o g^2, one channel: no full-size temporary.
     """
+    window, nw, gm = _conv_input_grad_factors(w2, g, fold, ksize)
+    # in place: one full-size temporary, not two (the same multiplications)
+    return (window * nw.reshape(1, -1, 1, 1)).mul_(gm).expand(shape).contiguous()
+
+
+def _conv_input_grad_factors(w2, g, fold, ksize):
+    """`_conv_input_grad_bound`'s factors: (the window's norm (B, 1, H, W), the filter's per channel (C,), gamma)."""
     kk = ksize[0] * ksize[1]
     o = w2.shape[0]
     nw = (w2 * w2).reshape(o, -1, kk).sum((0, 2)).sqrt()  # (C,): ||W[:, c, :, :]||
     sq = (g * g).sum(1, keepdim=True)  # (B, 1, L)
     window = fold(sq.expand(-1, kk, -1)).sqrt()  # (B, 1, H, W)
-    # in place: one full-size temporary, not two (the same multiplications)
-    return (window * nw.reshape(1, -1, 1, 1)).mul_(gamma(o + kk + 2)).expand(shape).contiguous()
+    return window, nw, gamma(o + kk + 2)
+
+
+def _conv_input_grad_native(R, key: int, w2, g, fold, ksize, dx):
+    """The convolution's input gradient's point where the rounder lets the kernel take it: in one pass (`_one_point_pass`),
+    its bound's outer product never formed when recording (`native.round_outer`: the same two multiplies per element),
+    nor its factors in a plain replay; where a replay's log names it, through the rounder with the bound formed at
+    the logged elements alone (`_outer_bound`). The rounded dx, else None."""
+    if not (native.usable(dx) and dx.is_contiguous()):
+        return None
+    if R.fused_mode((key,)) == "staged":
+        return R(key, dx, _outer_bound(*_conv_input_grad_factors(w2, g, fold, ksize), dx.shape))
+
+    def run(log):
+        if not log:
+            return native.round_f32(dx), []
+        window, nw, gm = _conv_input_grad_factors(w2, g, fold, ksize)
+        return native.round_outer(dx, window, nw, gm, SAFETY, WIDE)
+
+    return _one_point_pass(R, key, run)
+
+
+def _outer_bound(window, f, g: float, shape) -> Bound:
+    """The bound (window[b, p] * f[c]) * g of an output (B, C, ...) with p its position, `_conv_input_grad_bound`'s
+    two multiplies per element, as a Bound formed only at the elements asked for (a replay's logged ones)."""
+    b, c = shape[:2]
+    flat = window.reshape(b, -1)
+    positions = flat.shape[1]
+
+    def at(idx):
+        return (flat[idx // (c * positions), idx % positions] * f[idx // positions % c]) * g
+
+    return Bound(math.inf, at)
 
 
 def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor) -> Bound:
