@@ -1310,7 +1310,8 @@ int64_t rp_dot_replay(const dot_replay_args_t *x) {
 
    A bias's gradient (ops: a linear layer's sum over rows, a convolution's over images and positions) and the
    cross-entropy's two points, each in one pass where the torch path makes a temporary of the input's size and
-   a handful of small tensors. Element-wise steps are the reference's own IEEE operations in its order; only
+   a handful of small tensors. Element-wise steps are the reference's own IEEE operations in its order, but
+   for the loss's logarithm (the C library's, not torch's: within an ulp of each other, inside EXP_ERR's two);
    the sums run in another order (lanes, and a row at a time), which their bounds cover as they cover any
    machine's, and that order does not depend on the threads. */
 

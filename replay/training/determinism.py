@@ -1088,14 +1088,13 @@ class Rounder:
         return self._noted(r)
 
     def _replay_full(self, key: int, v, err, steers: bool, scale):
-        """`_apply` for a point whose bound is given as values, in one kernel call (native.replay_full), as
+        """`_apply` for a point whose bound is given as values (err, formed), in one kernel call (native.replay_full), as
         `_replay_dot`: None where the kernel cannot take it, or where `_apply` refuses the log before any
         entry: that path then runs, and says why."""
         idx, codes = self._entries[key]
         if not idx or len(idx) > entry_cap(v.numel()) or idx[-1] >= v.numel():
             return None
-        e = err() if callable(err) else err
-        got = native.replay_full(v, e, idx, codes, DECODE, REL_WINDOW, steers, scale)
+        got = native.replay_full(v, err, idx, codes, DECODE, REL_WINDOW, steers, scale)
         if got is None:
             return None
         r, bad, why, e_bad, found, ratio = got
@@ -1118,6 +1117,7 @@ class Rounder:
             if self._unlogged(key):
                 return self._noted(_round(v))
             if self._applied_in_kernel(key):
+                err = err() if callable(err) else err  # formed once, whichever path applies the log
                 applied = self._replay_full(key, v, err, steers, scale)
                 if applied is not None:
                     return applied

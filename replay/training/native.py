@@ -408,13 +408,14 @@ def replay_dot(v, a, b, g: float, bias, gbias: float, bias_rows: bool, idx: list
     entries = _entries_block(idx, codes)
     if entries is None:
         return None
-    count, (at, results, where) = len(idx), entries
+    count, (room, at, results, where) = len(idx), entries  # room and results held until the kernel returns
     out = torch.empty_like(v)
     terms = torch.get_num_threads() if count * k >= PARALLEL_MIN else 1  # as _dot_at's
     head = (v.data_ptr(), out.data_ptr(), b0, b1, m, n, 1, k, a.data_ptr(), *sa, b.data_ptr(), *sb)
     bias_at = bias.data_ptr() if bias is not None else 0  # its term |bias| * gbias formed in the kernel
     tail = (at, at + 8 * count, count, decode, rel, 1, *where)
     bad = lib.rp_dot_replay(_DOT_REPLAY_ARGS.pack(*head, bias_at, int(bias_rows), gbias, g, threads(v), terms, *tail))
+    del room  # read by the kernel: alive until it returned
     return None if bad < -1 else _replayed(out, bad, results, count)
 
 
@@ -438,11 +439,12 @@ def replay_full(v: torch.Tensor, e: torch.Tensor, idx: list, codes: list, decode
     entries = _entries_block(idx, codes)
     if entries is None:
         return None
-    count, (at, results, where) = len(idx), entries
+    count, (room, at, results, where) = len(idx), entries  # room and results held until the kernel returns
     out = torch.empty_like(v)
     head = (v.data_ptr(), out.data_ptr(), v.numel() // n if n else 0, n, e.data_ptr(), e_cols, threads(v))
     tail = (at, at + 8 * count, count, decode, rel, 0.0 if floor is None else float(floor))
     bad = lib.rp_full_replay(_FULL_REPLAY_ARGS.pack(*head, *tail, int(floor is not None), int(steers), *where))
+    del room  # read by the kernel: alive until it returned
     return None if bad < -1 else _replayed(out, bad, results, count)
 
 
@@ -451,7 +453,8 @@ def _entries_block(idx: list, codes: list):
     out before its next kernel call; fresh NumPy arrays and their addresses cost a small point's replay a
     tenth of its time): (the indices' address, the codes (`_kernel_codes`) right after; the results' scratch
     (a window per entry, then the scale, the ratio and why) and its (windows, scale, ratio, why) addresses),
-    or None where an index does not fit int64 (the other path refuses it by name)."""
+    or None where an index does not fit int64 (the other path refuses it by name). The caller holds both
+    arrays until the kernel returns: past what a thread keeps, each is a fresh array of the caller's alone."""
     count = len(idx)
     room, at = _room_buffer(2 * count)
     try:
@@ -460,7 +463,7 @@ def _entries_block(idx: list, codes: list):
         return None
     room[count : 2 * count] = _kernel_codes(codes)
     results, base = _scratch(count + 3)
-    return at, results, (base, base + 8 * count, base + 8 * count + 8, base + 8 * count + 16)
+    return room, at, results, (base, base + 8 * count, base + 8 * count + 8, base + 8 * count + 16)
 
 
 def _replayed(out: torch.Tensor, bad: int, results: np.ndarray, count: int):
@@ -470,13 +473,17 @@ def _replayed(out: torch.Tensor, bad: int, results: np.ndarray, count: int):
     return out, bad, why, float(results[bad]) if bad >= 0 else None, scale, ratio
 
 
-_SCRATCH = threading.local()  # this thread's float64 scratch for a replay kernel's results, grown as needed
+_SCRATCH = threading.local()  # this thread's float64 scratch for a replay kernel's results
+SCRATCH_KEPT = 1 << 16  # float64s of it kept between calls (512 KiB): a point with more entries gets its own
 
 
 def _scratch(n: int) -> tuple[np.ndarray, int]:
+    if n > SCRATCH_KEPT:
+        buf = np.empty(n)
+        return buf, buf.ctypes.data
     held = getattr(_SCRATCH, "held", None)
-    if held is None or held[0].size < n:
-        buf = np.empty(max(n, 1024))
+    if held is None:
+        buf = np.empty(SCRATCH_KEPT)
         held = _SCRATCH.held = (buf, buf.ctypes.data)
     return held
 

@@ -390,7 +390,7 @@ def _cross_entropy_native(R, key: int, logits, targets):
     """_CrossEntropy's forward through the kernel (torch's exp between its passes; the sums in another order)
     where the rounder forms its points as a pass would (`Rounder.fused_mode`: not under a tracer or a
     perturbation, which see the reference's operations): (loss, its bound, p), else None."""
-    if R.fused_mode((key,)) is None:
+    if not (logits.is_cpu and R.fused_mode((key,))):  # (a GPU's logits: no copy made for nothing)
         return None
     n, v = logits.shape
     return native.cross_entropy(logits.contiguous(), targets, (gamma(v + 8), EXP_ERR, U, gamma(n + 1), 1.0 / n))
@@ -399,6 +399,8 @@ def _cross_entropy_native(R, key: int, logits, targets):
 def _cross_entropy_back_native(R, key: int, p, targets, c, v: int):
     """_CrossEntropy's backward in one kernel pass (the reference's element-wise operations: the same bits),
     as `_softmax_back_native`: dz, else None."""
+    if not p.is_cpu:  # float(c) would wait for a GPU: its deferred path makes no host synchronisation
+        return None
     run = lambda log: native.cross_entropy_back(p, targets, float(c), (U, gamma(v + 10)), SAFETY, WIDE, log)
     return _one_point_pass(R, key, run)
 

@@ -10,6 +10,8 @@ rounding and its bound within a few ulps of the reference's.
 from __future__ import annotations
 
 import contextlib
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -78,14 +80,18 @@ _SPECIAL = st.sampled_from([0.0, -0.0, 1.0, 0.5, 3.0e38, -3.0e38, 1e-45, float("
     length=st.sampled_from([1, 2, 17, 64]),
     threads=st.sampled_from([1, 3]),
     seed=st.integers(0, 2**31 - 1),
-    pattern=st.sampled_from(["random", "cancel", "special"]),
+    pattern=st.sampled_from(["random", "cancel", "special", "scaled"]),
     data=st.data(),
 )
 def test_the_native_axis_sums_are_the_reference(a, o, length, threads, seed, pattern, data):
     """A bias's gradient, x (A, O, L) summed over A and L: the same rounded bits and close calls as the
     reference (`rows.sum`, `abs_sum(...) * gamma(A * L)` through the rounder); plain rounding the same bits.
     "cancel": float32 values whose sums cancel to near zero, many exact, some on rounding midpoints (close
-    calls, so the comparison is not vacuous); "special": infinities, NaN, signed zeros, extremes."""
+    calls, so the comparison is not vacuous); "special": infinities, NaN, signed zeros, extremes. Those sums are
+    exact in float64 (float32 values over a few thousand terms), so any order gives the same bits. "scaled":
+    magnitudes over 16 decades, sums inexact, formed in another order than torch's: the same bits wherever
+    neither path logs a close call (what the bound guarantees); a close call's own value may differ (the log
+    settles it)."""
     g = torch.Generator().manual_seed(seed)
     x = _f32(torch.randn(a, o, length, generator=g, dtype=torch.float64))
     if pattern == "cancel":
@@ -94,12 +100,19 @@ def test_the_native_axis_sums_are_the_reference(a, o, length, threads, seed, pat
         at = data.draw(st.lists(st.tuples(st.integers(0, a - 1), st.integers(0, o - 1)), max_size=6))
         for i, j in at:
             x[i, j, 0] = data.draw(_SPECIAL)
+    elif pattern == "scaled":
+        x = x * torch.pow(10.0, torch.randint(-8, 9, x.shape, generator=g).double())
     with _torch_path():
         r = Rounder("record")
         want = r.full(0, x.sum((0, 2)), lambda: x.abs().sum((0, 2)) * gamma(a * length), (o,))
     with kernel_threads(threads):
         got, points = native.axis_sums(x, gamma(a * length), SAFETY, WIDE, True)
         plain, none = native.axis_sums(x, gamma(a * length), SAFETY, WIDE, False)
+    if pattern == "scaled":
+        logged = torch.zeros(o, dtype=torch.bool)
+        logged[points[0][0] + r.entries.get(0, ([], []))[0]] = True
+        assert _same(got[~logged], want[~logged]) and _same(plain[~logged], want[~logged]) and none == []
+        return
     assert _same(got, want) and _same(plain, want) and none == []
     assert dict(p for p in [(0, points[0])] if p[1][0]) == r.entries
 
@@ -403,3 +416,55 @@ def test_a_replay_naming_the_passes_points_takes_them_through_the_rounder_as_the
         assert isinstance(results[0], str) and results[0] == results[1] and doctor
     else:
         assert results[0].equal(results[1]) and results[0].equal(want) == (doctor is None)
+
+
+_CRAFTED_PAST_THE_ROOM = """
+import sys
+import torch
+from replay.training.determinism import LogMismatch, Rounder, full_bound
+count, path = int(sys.argv[1]), sys.argv[2]
+v = torch.zeros(300_000, dtype=torch.float64)
+v[1::2][:count] = 1.0
+e = torch.full_like(v, 1e-300)
+floor = torch.tensor(1.0, dtype=torch.float64)
+r = Rounder("replay", entries={7: (list(range(1, 2 * count, 2)), [True] * count)}, defer=False)
+r.op("point")
+try:
+    r.full(7, v, lambda: e, v.shape, True, floor) if path == "kernel" else r(7, v, full_bound(e, v.shape, True, floor))
+    print("accepted")
+except LogMismatch as refused:
+    print(refused)
+"""
+
+
+@pytest.mark.parametrize("count", [65_536, 65_537, 70_000])
+def test_a_point_with_more_entries_than_a_thread_keeps_room_for_replays_as_apply_does(count):
+    """Past the entries a thread keeps buffers for (2 x 65,536 int64s), the one-call replay's entries and results
+    are arrays of their own, held until the kernel returns: one freed before was read after the output took its
+    memory, and a crafted log whose windows hold no float32 choice was accepted (in a fresh process, as the
+    verifier's subprocess is: its allocator returns such a block to the system and maps it again). The same
+    refusal as `__call__` with `full_bound`; and an honest log of that size applied the same."""
+    import subprocess
+    import sys
+
+    root = str(Path(native.__file__).resolve().parents[2])
+    said = [
+        subprocess.run(
+            [sys.executable, "-c", _CRAFTED_PAST_THE_ROOM, str(count), path],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": root},
+            timeout=120,
+        ).stdout.strip()
+        for path in ("kernel", "call")
+    ]
+    assert said[0] == said[1] == "rounding point point#7: logged element 1 is not a close call"
+    v = torch.full((300_000,), 1.0 + 2.0**-24, dtype=torch.float64)  # every element a midpoint
+    wide = torch.full_like(v, 2.0**-30)
+    honest = (list(range(count)), [bool(i % 2) for i in range(count)])  # either float32 is an honest choice
+    outs = []
+    for path in ("kernel", "call"):
+        r = Rounder("replay", entries={7: (list(honest[0]), list(honest[1]))}, defer=False)
+        outs.append(r.full(7, v, lambda: wide, v.shape) if path == "kernel" else r(7, v, full_bound(wide, v.shape)))
+    assert torch.equal(outs[0], outs[1]) and outs[0][:count].ne(outs[0][0]).any()
