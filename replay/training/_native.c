@@ -20,7 +20,7 @@
 /* Loops over two sets of ACC lanes (a sum and its magnitudes) in 256-bit vectors: GCC's tuning for AMD's AVX-512
    chips (Zen 4) vectorized them 512 bits wide into permutes, 3-4x slower than the 256-bit loop its tuning for
    Intel's picks (a bias gradient's sums: 50 -> 13 us). The same operations per lane either way. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && __GNUC__ >= 8 /* (its attribute's first) */
 #define LANES __attribute__((target("prefer-vector-width=256")))
 #else
 #define LANES
