@@ -1017,6 +1017,48 @@ void rp_softmax_shift(const double *x, double *out, int64_t rows, int64_t n, int
     }
 }
 
+/* A pass over rows of n: row(ctx, i, v, e) forms row i's values and bounds into scratch, which are rounded into
+   out and their close calls found with rp_full's test; rows in contiguous blocks per thread, so the close calls
+   come out in index order, and every row is formed the same way at any thread count. Up to cap (flat index,
+   log code) pairs into idx and code (cap < 0: rounded only); returns how many there are, or -1 out of memory
+   or room (rp_full's contract). The softmax's, the loss gradient's and an outer product's points. */
+typedef void (*row_fn)(const void *ctx, int64_t i, double *v, double *e);
+
+static int64_t rows_pass(int64_t rows, int64_t n, int64_t threads, row_fn row, const void *ctx, double *out,
+                         double safety, double wide, int64_t *idx, int64_t *code, int64_t cap) {
+    int64_t found = 0;
+    int nt = threads > 1 && rows > 1 ? (int)(threads < rows ? threads : rows) : 1, failed = 0;
+    cands_t *lists = calloc(nt, sizeof(cands_t));
+    int64_t room = room_for(rows * n);
+    if (!lists) return -1;
+    for (int t = 0; t < nt; t++) lists[t].room = &room;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int64_t lo, hi;
+        cands_t *mine = my_share(lists, rows, &lo, &hi);
+        double *v = malloc(sizeof(double) * (2 * n + 1)), *e = v + n;
+        uint32_t *flag = malloc(sizeof(uint32_t) * (n + 1));
+        if (!v || !flag) mine->failed = 1;
+        for (int64_t i = lo; i < hi && !mine->failed; i++) {
+            row(ctx, i, v, e);
+            if (!round_stretch(v, out + i * n, n, e, 1, safety, flag) || cap < 0) continue;
+            for (int64_t j = next_flag(flag, 0, n); j < n; j = next_flag(flag, j + 1, n))
+                push(mine, (cand_t){i * n + j, 0, 0, v[j], 0, e[j]});
+        }
+        free(v), free(flag);
+    }
+    for (int t = 0; t < nt; t++) failed |= lists[t].failed;
+    for (int t = 0; t < nt && !failed; t++)
+        for (int64_t y = 0; y < lists[t].n; y++, found++)
+            if (found < cap) {
+                idx[found] = lists[t].c[y].out;
+                code[found] = log_code(lists[t].c[y].v, lists[t].c[y].e, wide);
+            }
+    for (int t = 0; t < nt; t++) free(lists[t].c);
+    free(lists);
+    return failed ? -1 : found;
+}
+
 typedef struct {
     const double *p, *dp; /* forward: p the exponentials, dp unused (NULL); backward: p and the gradient */
     double *out;
@@ -1057,38 +1099,15 @@ static void softmax_back_row(const softmax_args_t *a, int64_t i, double *v, doub
 /* The forward (dp NULL) or backward pass over rows of n, each row's values v and bounds e formed into
    scratch, then rounded into out with rp_full's test; rows in contiguous blocks per thread, so the close
    calls come out in index order. Same contract as rp_full (cap < 0: none kept). */
+/* The softmax's row (`softmax_row`, or `softmax_back_row` where dp is given). */
+static void softmax_pass_row(const void *ctx, int64_t i, double *v, double *e) {
+    const softmax_args_t *a = ctx;
+    (a->dp ? softmax_back_row : softmax_row)(a, i, v, e);
+}
+
 int64_t rp_softmax(const softmax_args_t *a) {
-    int64_t rows = a->rows, n = a->n, found = 0;
-    int nt = a->threads > 1 && rows > 1 ? (int)(a->threads < rows ? a->threads : rows) : 1, failed = 0;
-    cands_t *lists = calloc(nt, sizeof(cands_t));
-    int64_t room = room_for(rows * n);
-    if (!lists) return -1;
-    for (int t = 0; t < nt; t++) lists[t].room = &room;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int64_t lo, hi;
-        cands_t *mine = my_share(lists, rows, &lo, &hi);
-        double *v = malloc(sizeof(double) * (2 * n + 1)), *e = v + n;
-        uint32_t *flag = malloc(sizeof(uint32_t) * (n + 1));
-        if (!v || !flag) mine->failed = 1;
-        for (int64_t i = lo; i < hi && !mine->failed; i++) {
-            (a->dp ? softmax_back_row : softmax_row)(a, i, v, e);
-            if (!round_stretch(v, a->out + i * n, n, e, 1, a->safety, flag) || a->cap < 0) continue;
-            for (int64_t j = next_flag(flag, 0, n); j < n; j = next_flag(flag, j + 1, n))
-                push(mine, (cand_t){i * n + j, 0, 0, v[j], 0, e[j]});
-        }
-        free(v), free(flag);
-    }
-    for (int t = 0; t < nt; t++) failed |= lists[t].failed;
-    for (int t = 0; t < nt && !failed; t++)
-        for (int64_t y = 0; y < lists[t].n; y++, found++)
-            if (found < a->cap) {
-                a->idx[found] = lists[t].c[y].out;
-                a->code[found] = log_code(lists[t].c[y].v, lists[t].c[y].e, a->wide);
-            }
-    for (int t = 0; t < nt; t++) free(lists[t].c);
-    free(lists);
-    return failed ? -1 : found;
+    return rows_pass(a->rows, a->n, a->threads, softmax_pass_row, a, a->out, a->safety, a->wide, a->idx, a->code,
+                     a->cap);
 }
 
 /* The optimizer updates of replay/training/train.py, the same IEEE operations in the same order per element
@@ -1429,47 +1448,22 @@ typedef struct {
    elsewhere, and its bound (|p - onehot| u + p g_p) |c| + |dz| 2u: the reference's operations in its
    order, element by element, so the same bits; rounded and its close calls found as rp_full's (rows in
    contiguous blocks per thread: in index order). -2 where a target is not in [0, n). */
-int64_t rp_ce_backward(const ce_back_args_t *a) {
-    int64_t rows = a->rows, n = a->n, found = 0;
-    for (int64_t i = 0; i < rows; i++)
-        if (a->t[i] < 0 || a->t[i] >= n) return -2;
-    int nt = a->threads > 1 && rows > 1 ? (int)(a->threads < rows ? a->threads : rows) : 1, failed = 0;
-    cands_t *lists = calloc(nt, sizeof(cands_t));
-    int64_t room = room_for(rows * n);
-    if (!lists) return -1;
-    for (int t = 0; t < nt; t++) lists[t].room = &room;
+static void ce_back_row(const void *ctx, int64_t i, double *v, double *e) {
+    const ce_back_args_t *a = ctx;
+    const double *pr = a->p + i * a->n;
     double c = a->c, ac = fabs(a->c), u2 = 2 * a->u;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int64_t lo, hi;
-        cands_t *mine = my_share(lists, rows, &lo, &hi);
-        double *v = malloc(sizeof(double) * (2 * n + 1)), *e = v + n;
-        uint32_t *flag = malloc(sizeof(uint32_t) * (n + 1));
-        if (!v || !flag) mine->failed = 1;
-        for (int64_t i = lo; i < hi && !mine->failed; i++) {
-            const double *pr = a->p + i * n;
-            for (int64_t j = 0; j < n; j++) {
-                double pm = j == a->t[i] ? pr[j] + -1.0 : pr[j];
-                v[j] = pm * c;
-                e[j] = (fabs(pm) * a->u + pr[j] * a->g_p) * ac + fabs(v[j]) * u2;
-            }
-            if (a->bounds) memcpy(a->bounds + i * n, e, sizeof(double) * n);
-            if (!round_stretch(v, a->out + i * n, n, e, 1, a->safety, flag) || a->cap < 0) continue;
-            for (int64_t j = next_flag(flag, 0, n); j < n; j = next_flag(flag, j + 1, n))
-                push(mine, (cand_t){i * n + j, 0, 0, v[j], 0, e[j]});
-        }
-        free(v), free(flag);
+    for (int64_t j = 0; j < a->n; j++) {
+        double pm = j == a->t[i] ? pr[j] + -1.0 : pr[j];
+        v[j] = pm * c;
+        e[j] = (fabs(pm) * a->u + pr[j] * a->g_p) * ac + fabs(v[j]) * u2;
     }
-    for (int t = 0; t < nt; t++) failed |= lists[t].failed;
-    for (int t = 0; t < nt && !failed; t++)
-        for (int64_t y = 0; y < lists[t].n; y++, found++)
-            if (found < a->cap) {
-                a->idx[found] = lists[t].c[y].out;
-                a->code[found] = log_code(lists[t].c[y].v, lists[t].c[y].e, a->wide);
-            }
-    for (int t = 0; t < nt; t++) free(lists[t].c);
-    free(lists);
-    return failed ? -1 : found;
+    if (a->bounds) memcpy(a->bounds + i * a->n, e, sizeof(double) * a->n);
+}
+
+int64_t rp_ce_backward(const ce_back_args_t *a) {
+    for (int64_t i = 0; i < a->rows; i++)
+        if (a->t[i] < 0 || a->t[i] >= a->n) return -2;
+    return rows_pass(a->rows, a->n, a->threads, ce_back_row, a, a->out, a->safety, a->wide, a->idx, a->code, a->cap);
 }
 
 /* A point whose bound is an outer product: v (B, C, P) contiguous, e[b, c, p] = (win[b, p] * f[c]) * g, those
@@ -1488,40 +1482,17 @@ typedef struct {
     int64_t cap;
 } outer_args_t;
 
+static void outer_row(const void *ctx, int64_t r, double *v, double *e) {
+    const outer_args_t *a = ctx;
+    const double *w = a->win + (r / a->C) * a->P;
+    double fc = a->f[r % a->C];
+    memcpy(v, a->v + r * a->P, sizeof(double) * a->P);
+    for (int64_t j = 0; j < a->P; j++) e[j] = (w[j] * fc) * a->g;
+}
+
 int64_t rp_round_outer(const outer_args_t *a) {
-    int64_t rows = a->B * a->C, n = a->P, found = 0;
-    int nt = a->threads > 1 && rows > 1 ? (int)(a->threads < rows ? a->threads : rows) : 1, failed = 0;
-    cands_t *lists = calloc(nt, sizeof(cands_t));
-    int64_t room = room_for(rows * n);
-    if (!lists) return -1;
-    for (int t = 0; t < nt; t++) lists[t].room = &room;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int64_t lo, hi;
-        cands_t *mine = my_share(lists, rows, &lo, &hi);
-        double *e = malloc(sizeof(double) * (n + 1));
-        uint32_t *flag = malloc(sizeof(uint32_t) * (n + 1));
-        if (!e || !flag) mine->failed = 1;
-        for (int64_t r = lo; r < hi && !mine->failed; r++) {
-            const double *w = a->win + (r / a->C) * n, *vr = a->v + r * n;
-            double fc = a->f[r % a->C];
-            for (int64_t j = 0; j < n; j++) e[j] = (w[j] * fc) * a->g;
-            if (!round_stretch(vr, a->out + r * n, n, e, 1, a->safety, flag)) continue;
-            for (int64_t j = next_flag(flag, 0, n); j < n; j = next_flag(flag, j + 1, n))
-                push(mine, (cand_t){r * n + j, 0, 0, vr[j], 0, e[j]});
-        }
-        free(e), free(flag);
-    }
-    for (int t = 0; t < nt; t++) failed |= lists[t].failed;
-    for (int t = 0; t < nt && !failed; t++)
-        for (int64_t y = 0; y < lists[t].n; y++, found++)
-            if (found < a->cap) {
-                a->idx[found] = lists[t].c[y].out;
-                a->code[found] = log_code(lists[t].c[y].v, lists[t].c[y].e, a->wide);
-            }
-    for (int t = 0; t < nt; t++) free(lists[t].c);
-    free(lists);
-    return failed ? -1 : found;
+    return rows_pass(a->B * a->C, a->P, a->threads, outer_row, a, a->out, a->safety, a->wide, a->idx, a->code,
+                     a->cap);
 }
 
 /* A replay's logged point whose bound is given as values (ops' sums, the loss and its gradient: Rounder.full)

@@ -174,3 +174,27 @@ def gpt_steps_with_and_without_kernel(monkeypatch, seed: int, threads: int) -> N
             assert got.equal(want)
     finally:
         torch.set_num_threads(before)
+
+
+def doctored_entries(entries: dict, doctor: str | None, outputs: int) -> tuple[list, list]:
+    """Point 0's recorded log entries (one entry at 0 where none), doctored as the one-call replay tests doctor
+    them: "parity" flips the last entry's parity, "wide" makes the first a wide entry naming a float32 far away,
+    "past" names an index past the outputs, "many" more entries than allowed, "unsorted" reverses them,
+    "codes" leaves one code short; any other (None, "window") leaves them as recorded."""
+    from replay.training.determinism import entry_cap
+
+    idx, codes = entries.get(0, ([0], [False]))
+    idx, codes = list(idx), list(codes)
+    if doctor == "parity":
+        codes[-1] = not codes[-1] if isinstance(codes[-1], bool) else codes[-1]
+    elif doctor == "wide":
+        codes[0] = (1 << 32) | 0x7F000000
+    elif doctor == "past":
+        idx[-1] = outputs + 5
+    elif doctor == "many":
+        idx, codes = list(range(entry_cap(outputs) + 1)), [False] * (entry_cap(outputs) + 1)
+    elif doctor == "unsorted" and len(idx) > 1:
+        idx, codes = idx[::-1], codes[::-1]
+    elif doctor == "codes":
+        idx = idx + [idx[-1]]  # one code short
+    return idx, codes

@@ -32,13 +32,12 @@ from replay.training.determinism import (
     decode_log,
     dot_bound,
     encode_log,
-    entry_cap,
     full_bound,
 )
 from replay.training.ops import _weight_grad_bound
 from replay.training.train import initial_state, ipow, train_step
 
-from ..helpers import TINY, kernel_threads
+from ..helpers import TINY, doctored_entries, kernel_threads
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the torch path is used")
 
@@ -846,20 +845,7 @@ def test_a_logged_product_replays_in_one_kernel_call_as_apply_does(seed, batched
     v = a @ b + (c.view(-1, 1) if rows else c if c is not None else 0)
     recorder = Rounder("record")
     recorder.dot(0, v, a, b, 1.0, c, rows)
-    idx, codes = recorder.entries.get(0, ([0], [False]))
-    idx, codes = list(idx), list(codes)
-    if doctor == "parity":
-        codes[-1] = not codes[-1] if isinstance(codes[-1], bool) else codes[-1]
-    elif doctor == "wide":
-        codes[0] = (1 << 32) | 0x7F000000
-    elif doctor == "past":
-        idx[-1] = v.numel() + 5
-    elif doctor == "many":
-        idx, codes = list(range(entry_cap(v.numel()) + 1)), [False] * (entry_cap(v.numel()) + 1)
-    elif doctor == "unsorted" and len(idx) > 1:
-        idx, codes = idx[::-1], codes[::-1]
-    elif doctor == "codes":
-        idx = idx + [idx[-1]]  # one code short
+    idx, codes = doctored_entries(recorder.entries, doctor, v.numel())
     other = v + (a.abs() @ b.abs() + (c.abs().view(-1, 1) if rows else c.abs() if c is not None else 0)) * 2.0**-50
     results = []
     for path in ("kernel", "call"):

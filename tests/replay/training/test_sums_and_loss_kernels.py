@@ -26,13 +26,12 @@ from replay.training.determinism import (
     LogMismatch,
     Rounder,
     U,
-    entry_cap,
     full_bound,
     gamma,
     rounding,
 )
 
-from ..helpers import kernel_threads
+from ..helpers import doctored_entries, kernel_threads
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the torch path is used")
 
@@ -225,20 +224,7 @@ def test_a_logged_full_point_replays_in_one_kernel_call_as_apply_does(seed, per_
     scale = None if floor is None else torch.tensor(floor, dtype=torch.float64)
     recorder = Rounder("record")
     recorder.full(0, v, e, v.shape, steers, scale)
-    idx, codes = recorder.entries.get(0, ([0], [False]))
-    idx, codes = list(idx), list(codes)
-    if doctor == "parity":
-        codes[-1] = not codes[-1] if isinstance(codes[-1], bool) else codes[-1]
-    elif doctor == "wide":
-        codes[0] = (1 << 32) | 0x7F000000
-    elif doctor == "past":
-        idx[-1] = v.numel() + 5
-    elif doctor == "many":
-        idx, codes = list(range(entry_cap(v.numel()) + 1)), [False] * (entry_cap(v.numel()) + 1)
-    elif doctor == "unsorted" and len(idx) > 1:
-        idx, codes = idx[::-1], codes[::-1]
-    elif doctor == "codes":
-        idx = idx + [idx[-1]]
+    idx, codes = doctored_entries(recorder.entries, doctor, v.numel())
     other = v + e * 2.0**-3  # another machine's value, within the bound
     results = []
     for path in ("kernel", "call"):
