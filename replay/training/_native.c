@@ -235,6 +235,24 @@ static cands_t *my_share(cands_t *lists, int64_t n, int64_t *lo, int64_t *hi) {
    of the outputs' own size in bytes at large points. */
 static int64_t room_for(int64_t outputs) { return ((int64_t)1 << 16) + outputs / 24; }
 
+/* The nt threads' candidate lists (contiguous blocks of rows or parts, in thread order: their candidates in index
+   order) as up to cap (flat index, log code) pairs into idx and code, the lists freed: how many there are, or -1
+   where a thread ran out of memory or room (rp_full's contract). */
+static int64_t merged_calls(cands_t *lists, int nt, int64_t *idx, int64_t *code, int64_t cap, double wide) {
+    int64_t found = 0;
+    int failed = 0;
+    for (int t = 0; t < nt; t++) failed |= lists[t].failed;
+    for (int t = 0; t < nt && !failed; t++)
+        for (int64_t y = 0; y < lists[t].n; y++, found++)
+            if (found < cap) {
+                idx[found] = lists[t].c[y].out;
+                code[found] = log_code(lists[t].c[y].v, lists[t].c[y].e, wide);
+            }
+    for (int t = 0; t < nt; t++) free(lists[t].c);
+    free(lists);
+    return failed ? -1 : found;
+}
+
 /* res[o] = sqrt(sum_k x(o, k)^2) for o in [lo, hi), x(o, k) at x[o * so + k1 * s1 + k2 * s2] (k = (k1, k2)),
    walking memory in order: k outer where vectors are interleaved (so < s2), as an activation's
    transpose is. The same sums, in the same order, however [0, n) is split among threads. */
@@ -770,7 +788,7 @@ int64_t rp_full(const full_args_t *x) {
     double *out = x->out, safety = x->safety, wide = x->wide;
     int64_t rows = x->rows, n = x->n, e_cols = x->e_cols, threads = x->threads, *idx = x->idx, *code = x->code;
     int64_t cap = x->cap;
-    int per_elem = e_cols != 1, failed = 0;
+    int per_elem = e_cols != 1;
     int64_t total = rows * n, len = per_elem ? STRETCH : n;
     int64_t parts = per_elem ? (total + STRETCH - 1) / STRETCH : rows;
     int nt = threads > 1 && parts > 1 ? (int)(threads < parts ? threads : parts) : 1;
@@ -793,17 +811,7 @@ int64_t rp_full(const full_args_t *x) {
         }
         free(flag);
     }
-    int64_t found = 0;
-    for (int x = 0; x < nt; x++) failed |= lists[x].failed;
-    for (int x = 0; x < nt && !failed; x++) /* threads hold contiguous blocks of parts, in order */
-        for (int64_t y = 0; y < lists[x].n; y++, found++)
-            if (found < cap) {
-                idx[found] = lists[x].c[y].out;
-                code[found] = log_code(lists[x].c[y].v, lists[x].c[y].e, wide);
-            }
-    for (int x = 0; x < nt; x++) free(lists[x].c);
-    free(lists);
-    return failed ? -1 : found;
+    return merged_calls(lists, nt, idx, code, cap, wide);
 }
 
 /* ---------------------------------------------------------------- layer norm, forward and backward
@@ -1026,8 +1034,7 @@ typedef void (*row_fn)(const void *ctx, int64_t i, double *v, double *e);
 
 static int64_t rows_pass(int64_t rows, int64_t n, int64_t threads, row_fn row, const void *ctx, double *out,
                          double safety, double wide, int64_t *idx, int64_t *code, int64_t cap) {
-    int64_t found = 0;
-    int nt = threads > 1 && rows > 1 ? (int)(threads < rows ? threads : rows) : 1, failed = 0;
+    int nt = threads > 1 && rows > 1 ? (int)(threads < rows ? threads : rows) : 1;
     cands_t *lists = calloc(nt, sizeof(cands_t));
     int64_t room = room_for(rows * n);
     if (!lists) return -1;
@@ -1047,16 +1054,7 @@ static int64_t rows_pass(int64_t rows, int64_t n, int64_t threads, row_fn row, c
         }
         free(v), free(flag);
     }
-    for (int t = 0; t < nt; t++) failed |= lists[t].failed;
-    for (int t = 0; t < nt && !failed; t++)
-        for (int64_t y = 0; y < lists[t].n; y++, found++)
-            if (found < cap) {
-                idx[found] = lists[t].c[y].out;
-                code[found] = log_code(lists[t].c[y].v, lists[t].c[y].e, wide);
-            }
-    for (int t = 0; t < nt; t++) free(lists[t].c);
-    free(lists);
-    return failed ? -1 : found;
+    return merged_calls(lists, nt, idx, code, cap, wide);
 }
 
 typedef struct {

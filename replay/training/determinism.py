@@ -463,6 +463,12 @@ def entry_cap(n: int) -> int:
     return 256 + n // 2
 
 
+def _fits(idx: list, outputs: int) -> bool:
+    """Entries a one-call replay kernel may take: some, no more than `entry_cap`, the last inside the outputs
+    (else `_apply` refuses the log before any entry, and says why)."""
+    return bool(idx) and len(idx) <= entry_cap(outputs) and idx[-1] < outputs
+
+
 def full_bound(err, shape, steers: bool = True, scale=None) -> Bound:
     """A bound given as a tensor broadcastable to the output's shape, or a zero-argument callable
     giving one: formed only when needed (always when recording; in a replay only at a point the
@@ -1074,33 +1080,32 @@ class Rounder:
         choices and refusals; None where the kernel cannot take it, or where `_apply` refuses the log
         before any entry (too many, one past the outputs): that path then runs, and says why."""
         idx, codes = self._entries[key]
-        if not idx or len(idx) > entry_cap(v.numel()) or idx[-1] >= v.numel():
+        if not _fits(idx, v.numel()):
             return None
         gk, g = _dot_gammas(a.shape[-1], scale)
-        got = native.replay_dot(v, a, b, g, bias, gk, bias_rows, idx, codes, DECODE, REL_WINDOW)
-        if got is None:
-            return None
-        r, bad, why, e, found, ratio = got
-        del self._entries[key]
-        if bad >= 0:
-            raise LogMismatch(self._refusal(key, idx[bad], why == 1, e, found))
-        self.max_ratio = max(self.max_ratio, ratio)
-        return self._noted(r)
+        return self._kernel_applied(
+            key, idx, native.replay_dot(v, a, b, g, bias, gk, bias_rows, idx, codes, DECODE, REL_WINDOW)
+        )
 
     def _replay_full(self, key: int, v, err, steers: bool, scale):
         """`_apply` for a point whose bound is given as values (err, formed), in one kernel call (native.replay_full), as
         `_replay_dot`: None where the kernel cannot take it, or where `_apply` refuses the log before any
         entry: that path then runs, and says why."""
         idx, codes = self._entries[key]
-        if not idx or len(idx) > entry_cap(v.numel()) or idx[-1] >= v.numel():
+        if not _fits(idx, v.numel()):
             return None
-        got = native.replay_full(v, err, idx, codes, DECODE, REL_WINDOW, steers, scale)
+        return self._kernel_applied(key, idx, native.replay_full(v, err, idx, codes, DECODE, REL_WINDOW, steers, scale))
+
+    def _kernel_applied(self, key: int, idx: list, got):
+        """A one-call replay kernel's result (native.replay_dot's form) taken as `_apply` takes its own: the point's
+        entries used up, a refused one named, the widest window kept; the rounded output, or None where the
+        kernel declined (got None: the other path runs)."""
         if got is None:
             return None
-        r, bad, why, e_bad, found, ratio = got
+        r, bad, why, e, found, ratio = got
         del self._entries[key]
         if bad >= 0:
-            raise LogMismatch(self._refusal(key, idx[bad], why == 1, e_bad, found))
+            raise LogMismatch(self._refusal(key, idx[bad], why == 1, e, found))
         self.max_ratio = max(self.max_ratio, ratio)
         return self._noted(r)
 

@@ -781,11 +781,9 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, consts: tuple):
     EXP_ERR, U, gamma(rows + 1), 1 / rows): (loss, its bound, p), the first two 0-dim; None where the kernel
     cannot take them or a target is outside the row (the torch path then says so)."""
     lib = library()
-    if not (lib and logits.dim() == 2 and min(logits.shape) > 0 and logits.is_contiguous() and usable(logits)):
+    if not (lib and _rows_and_targets_ok(logits, targets)):
         return None
     rows, n = logits.shape
-    if not _targets_ok(targets, rows):
-        return None
     p, loss = torch.empty_like(logits), torch.empty(2, dtype=torch.float64)
     lib.rp_softmax_shift(logits.data_ptr(), p.data_ptr(), rows, n, threads(logits))
     p.exp_()
@@ -801,11 +799,9 @@ def cross_entropy_back(p, targets, c: float, consts: tuple, safety: float, wide:
     (p's shape, float64, contiguous) where given; None where the kernel cannot take them, or a target is
     outside the row."""
     lib = library()
-    if not (lib and p.dim() == 2 and min(p.shape) > 0 and p.is_contiguous() and usable(p)):
+    if not (lib and _rows_and_targets_ok(p, targets)):
         return None
     rows, n = p.shape
-    if not _targets_ok(targets, rows):
-        return None
     out = torch.empty_like(p)
     if bounds is not None and not (bounds.shape == p.shape and bounds.is_contiguous() and usable(bounds)):
         return None
@@ -817,8 +813,12 @@ def cross_entropy_back(p, targets, c: float, consts: tuple, safety: float, wide:
     return None if got is None else (out, [got])
 
 
-def _targets_ok(targets: torch.Tensor, rows: int) -> bool:
-    return targets.dtype is torch.int64 and targets.is_cpu and targets.is_contiguous() and targets.shape == (rows,)
+def _rows_and_targets_ok(x: torch.Tensor, targets: torch.Tensor) -> bool:
+    """The cross-entropy's passes' operands: x (rows, n) CPU float64 contiguous and not empty, one int64 target a row."""
+    if not (x.dim() == 2 and min(x.shape) > 0 and x.is_contiguous() and usable(x)):
+        return False
+    ok = targets.dtype is torch.int64 and targets.is_cpu and targets.is_contiguous()
+    return ok and targets.shape == (x.shape[0],)
 
 
 def _vectors_ok(n: int, *vectors: torch.Tensor) -> bool:
