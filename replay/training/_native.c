@@ -472,6 +472,78 @@ static void exact_phase(const product_t *p, cand_t *all, int64_t total, int nt) 
     free(ac), free(bc);
 }
 
+/* Support masks of n vectors of K terms (x(o, k) as in norms): bit k of vector o's words set where its term is
+   not zero. Only finite operands are passed (see disjoint_terms), so a term set in neither operand's mask
+   contributes |a| |b| = +0 exactly to the exact bound's sum. */
+static void support_masks(const double *x, int64_t n, int64_t K1, int64_t K2, int64_t so, int64_t s1, int64_t s2,
+                          int64_t words, uint64_t *mask) {
+    memset(mask, 0, sizeof(uint64_t) * n * words);
+    if ((K1 == 1 || s1 == K2 * s2) && so < s2) { /* interleaved vectors (an activation's transpose): k outer */
+        for (int64_t k = 0; k < K1 * K2; k++) {
+            uint64_t *m = mask + k / 64;
+            const double *xk = x + k * s2;
+            for (int64_t o = 0; o < n; o++) m[o * words] |= (uint64_t)(xk[o * so] != 0) << (k % 64);
+        }
+        return;
+    }
+    for (int64_t o = 0; o < n; o++)
+        for (int64_t k1 = 0; k1 < K1; k1++)
+            for (int64_t k2 = 0; k2 < K2; k2++) {
+                int64_t k = k1 * K2 + k2;
+                mask[o * words + k / 64] |= (uint64_t)(x[o * so + k1 * s1 + k2 * s2] != 0) << (k % 64);
+            }
+}
+
+#define DISJOINT_WORDS 16 /* reductions up to 1,024 terms: a mask's words per vector */
+
+/* Candidates of an unbatched product whose A and B vectors have no nonzero term in common: their exact bound is
+   +0, the sum the exact phase would form (each of its terms |a| |b| = +0, finite operands: their norms are).
+   An MLP's weight gradient under ReLU has zeros on both sides, and where their supports miss each other the
+   output is an exact 0 that Cauchy-Schwarz's window (> 0) flags: 865 of its 865 candidates at 256 x 256 over a
+   batch of 64, each a strided K-term sum otherwise. Marks done[x] for those (their e stays 0); the masks, a bit
+   per term, cost one pass over both operands, made only where the candidates outnumber a quarter of the
+   vectors. Returns how many it marked (0: none, or not worth it, or out of memory). */
+static int64_t disjoint_terms(const product_t *p, const double *na, const double *nb, const cand_t *all, int64_t total,
+                              unsigned char *done) {
+    int64_t K = p->K1 * p->K2, words = (K + 63) / 64, marked = 0;
+    if (p->b0 * p->b1 != 1 || words > DISJOINT_WORDS || 4 * total < p->M + p->N) return 0;
+    uint64_t *ma = malloc(sizeof(uint64_t) * ((p->M + p->N) * words + 1)), *mb = ma + p->M * words;
+    if (!ma) return 0;
+    support_masks(p->a, p->M, p->K1, p->K2, p->sai, p->sak1, p->sak2, words, ma);
+    support_masks(p->b, p->N, p->K1, p->K2, p->sbj, p->sbk1, p->sbk2, words, mb);
+    for (int64_t x = 0; x < total; x++) {
+        int64_t i = all[x].out / p->N, j = all[x].out % p->N;
+        if (!isfinite(na[i]) || !isfinite(nb[j])) continue; /* an inf or NaN term: |0| |inf| is NaN, not 0 */
+        uint64_t common = 0;
+        for (int64_t w = 0; w < words; w++) common |= ma[i * words + w] & mb[j * words + w];
+        done[x] = !common;
+        marked += done[x];
+    }
+    free(ma);
+    return marked;
+}
+
+/* exact_phase over the candidates disjoint_terms leaves (in order, then their sums put back): the others' e
+   stays +0. Falls back to all of them where the rest cannot be allocated. */
+static void exact_phase_rest(const product_t *p, const double *na, const double *nb, cand_t *all, int64_t total,
+                             int nt) {
+    unsigned char *done = calloc(total + 1, 1);
+    int64_t marked = done ? disjoint_terms(p, na, nb, all, total, done) : 0;
+    cand_t *rest = marked ? malloc(sizeof(cand_t) * (total - marked + 1)) : NULL;
+    if (!rest) {
+        free(done);
+        exact_phase(p, all, total, nt);
+        return;
+    }
+    int64_t n = 0;
+    for (int64_t x = 0; x < total; x++)
+        if (!done[x]) rest[n++] = all[x];
+    exact_phase(p, rest, n, nt);
+    for (int64_t x = 0, y = 0; x < total; x++)
+        if (!done[x]) all[x].e = rest[y++].e;
+    free(rest), free(done);
+}
+
 /* A call's arguments in one block: ctypes converts each argument of a call in Python, about a third of a
    microsecond each, which was most of a small rounding point's cost at rp_dot's 29. Every field is 8 bytes
    (no padding), so native.py packs the block with struct in this order. */
@@ -564,7 +636,7 @@ int64_t rp_dot(const dot_args_t *x) {
         for (int64_t x = 0, at = 0; x < nt; at += lists[x].n, x++)
             if (lists[x].n) memcpy(all + at, lists[x].c, sizeof(cand_t) * lists[x].n);
     product_t prod = {a, b, b0, b1, M, N, K1, K2, sa0, sa1, sai, sak1, sak2, sb0, sb1, sbk1, sbk2, sbj};
-    exact_phase(&prod, all, total, nt);
+    exact_phase_rest(&prod, na, nb, all, total, nt);
     for (int64_t x = 0; x < total; x++) {
         double e = all[x].e * g + all[x].bias;
         if (!straddles(all[x].v, e * safety)) continue;
@@ -633,12 +705,42 @@ static inline void copy_row(double *restrict dst, const double *restrict src, in
         for (int64_t k = 0; k < n; k++) dst[k] = src[k * step];
 }
 
+#define SHORT_ROW 16 /* output rows shorter than this are gathered by table (im2col_gathered) */
+
+/* dst[t] = src[off[t]], or 0 where off[t] < 0 (noinline: in an OpenMP loop's body it ran one at a time). */
+__attribute__((noinline)) static void gather_plane(const double *restrict src, const int64_t *restrict off, int64_t n,
+                                                   double *restrict dst) {
+    for (int64_t t = 0; t < n; t++) dst[t] = off[t] >= 0 ? src[off[t]] : 0.0;
+}
+
 /* im2col: out (B, C * kh * kw, L) contiguous, out[b, (c * kh + i) * kw + j, oy * Wo + ox] = x[b, c,
    oy * st + i - pad, ox * st + j - pad], 0 outside the input: torch's F.unfold, exact copies, in
    parallel over (b, c) planes. torch's own walks a 6-d view element by element (a small network's
    largest copy). */
+/* Where rows are short: one table of each column entry's offset in its input plane (-1 in the padding), the
+   same for every (b, c) plane, and a plane's columns gathered in one loop over it. A short row (cnn's
+   stride-2 convolution: 8 positions) cost more in its loop's bookkeeping than in its copies. 0 out of memory. */
+static int im2col_gathered(const double *x, const int64_t *xs, const conv_t *cv, double *out, int64_t threads) {
+    int64_t L = cv->Ho * cv->Wo, n = cv->kh * cv->kw * L, planes = cv->B * cv->C;
+    int64_t *off = malloc(sizeof(int64_t) * (n + 1));
+    if (!off) return 0;
+    for (int64_t i = 0, t = 0; i < cv->kh; i++)
+        for (int64_t j = 0; j < cv->kw; j++)
+            for (int64_t oy = 0; oy < cv->Ho; oy++)
+                for (int64_t ox = 0; ox < cv->Wo; ox++, t++) {
+                    int64_t y = oy * cv->st + i - cv->pad, c = ox * cv->st + j - cv->pad;
+                    off[t] = y >= 0 && y < cv->H && c >= 0 && c < cv->W ? y * xs[2] + c * xs[3] : -1;
+                }
+#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && planes > 1)
+    for (int64_t bc = 0; bc < planes; bc++)
+        gather_plane(x + bc / cv->C * xs[0] + bc % cv->C * xs[1], off, n, out + bc * n);
+    free(off);
+    return 1;
+}
+
 void rp_im2col(const double *x, const int64_t *xs, const conv_t *cv, double *out, int64_t threads) {
     int64_t L = cv->Ho * cv->Wo, kk = cv->kh * cv->kw, planes = cv->B * cv->C;
+    if (cv->Wo < SHORT_ROW && im2col_gathered(x, xs, cv, out, threads)) return;
 #pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && planes > 1)
     for (int64_t bc = 0; bc < planes; bc++) {
         int64_t b = bc / cv->C, c = bc % cv->C;

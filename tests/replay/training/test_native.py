@@ -335,6 +335,47 @@ def test_strided_operands_for_the_exact_bounds(a_major, b_major, threads):
         assert _same(torch.matmul(a, b), dot_bound(a, b)) == 64 * 96
 
 
+def _relu_weight_gradient(k: int, m: int, n: int, seed: int):
+    """A ReLU MLP's weight gradient's operands, A = activations^T (m, k) and B = gradients (k, n), strided as
+    the step's are (an odd seed: A's rows unit-stride instead). Even rows of A are nonzero on the first half of
+    the batch only, odd columns of B at two terms of the second half only (`half`, the last): those pairs'
+    outputs are exact zeros under a Cauchy-Schwarz window > 0. Rows 2 mod 4 of A bridge them, equal at both
+    terms where B's odd columns are opposite: zeros again, over common terms, that are close calls by the sign
+    of zero; so are the outputs of even columns of B that cancel over pairs of rows repeated in A's first rows."""
+    g = torch.Generator().manual_seed(seed)
+    act = _f32(torch.randn(k, m, generator=g, dtype=torch.float64)).clamp_min(0)
+    grad = _f32(torch.randn(k, n, generator=g, dtype=torch.float64))
+    half = k // 2
+    act[half:, 0::2] = 0.0
+    act[half, 2::4] = act[k - 1, 2::4] = 0.75
+    grad[:, 1::2] = 0.0
+    grad[half, 1::2] = _f32(torch.randn(n // 2, generator=g, dtype=torch.float64))
+    grad[k - 1, 1::2] = -grad[half, 1::2]
+    grad[1::2, 0::4] = -grad[0::2, 0::4][: grad[1::2].shape[0]]
+    act[1::2, :2] = act[0::2, :2][: act[1::2].shape[0]]
+    return (act.t().contiguous() if seed % 2 else act.t()), grad
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("k", [64, 100, 1024, 1100])
+@pytest.mark.parametrize("special", [None, math.inf, math.nan])
+def test_a_weight_gradients_outputs_over_disjoint_zeros_have_the_torch_paths_bounds(k, special, threads):
+    """Where an A row's nonzero terms and a B column's miss each other, the kernel takes the exact bound as +0
+    from the operands' support masks, without summing (up to 1,024 terms; past that it sums): every output's
+    bits and every entry are the torch path's, the cancelling zeros still close calls, on one thread and on
+    several. An inf or NaN term (|0| |inf| is NaN, not 0) keeps its vector's candidates on the summing path."""
+    for seed in (0, 1):
+        a, b = _relu_weight_gradient(k, 40, 36, seed)
+        if special is not None:
+            a[4, k - 2] = special  # where row 4 and the odd columns are zero: the masks alone would miss it
+        v = torch.matmul(a, b)
+        window = a.norm(dim=1).unsqueeze(1) * b.norm(dim=0) > 0  # Cauchy-Schwarz's, before its factor
+        zeros = int(((v == 0) & (a.abs() @ b.abs() == 0) & window).sum())
+        with kernel_threads(threads):
+            found = _same(v, dot_bound(a, b))
+        assert zeros >= 150 and found >= 180  # exact zeros the window flags; close calls among the others
+
+
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize(
     "m,n,cancelling,a_major", [(64, 96, 2, "col"), (64, 96, 64, "col"), (4, 20000, 1, "row"), (4, 20000, 3, "row")]
@@ -984,10 +1025,12 @@ def test_a_refusal_names_the_same_scale_on_every_path():
 
 @st.composite
 def conv_geometries(draw):
-    """A convolution's input and window: kernels 1-4 a side, padding up to past the kernel, strides past it."""
+    """A convolution's input and window: kernels 1-4 a side, padding up to past the kernel, strides past it;
+    rows short (gathered by table) and long (copied row by row: 16 outputs or more)."""
     kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     pad, stride = draw(st.integers(0, 4)), draw(st.integers(1, 4))
-    h, w = draw(st.integers(max(1, kh - 2 * pad), 9)), draw(st.integers(max(1, kw - 2 * pad), 9))
+    h = draw(st.integers(max(1, kh - 2 * pad), 9))
+    w = draw(st.one_of(st.integers(max(1, kw - 2 * pad), 9), st.integers(16 * stride + kw, 16 * stride + kw + 8)))
     return draw(st.integers(1, 3)), draw(st.integers(1, 3)), h, w, (kh, kw), pad, stride
 
 
