@@ -502,8 +502,13 @@ def _pick_full(v: torch.Tensor, bound, k: int):
 
 def _dot_gammas(k: int, scale: float) -> tuple[float, float]:
     """A product's bound's factors: gamma(K + 2), for |bias|, and g = gamma(K + 2) |scale|, for sum_k |A_ik B_kj|."""
-    gk = gamma(k + 2)
-    return gk, gk * abs(scale)
+    gk = _GAMMAS.get(k)
+    if gk is None:
+        gk = _GAMMAS[k] = gamma(k + 2)
+    return gk, (gk if scale == 1.0 else gk * abs(scale))
+
+
+_GAMMAS: dict[int, float] = {}  # gamma(K + 2) by K: a model's few reduction lengths, each formed once
 
 
 def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, bias_rows: bool = False) -> Bound:

@@ -221,7 +221,7 @@ def usable(*tensors: torch.Tensor) -> bool:
     return True
 
 
-_F64 = torch.float64
+_F64, _F32 = torch.float64, torch.float32
 
 
 def max_abs(v: torch.Tensor) -> float | None:
@@ -323,9 +323,12 @@ def round_dot(
         return None
     if v.dim() == a.dim() == b.dim() == 2:  # a linear layer's (most points): `_product`'s checks, unbatched
         (m, k), (kb, n) = a.shape, b.shape
-        if kb != k or v.shape != (m, n) or not (v.is_contiguous() and usable(v, a, b)):
+        if kb != k or v.shape != (m, n) or not v.is_contiguous():
             return None
-        if not _bias_ok(bias, m if bias_rows else n):
+        # `usable(v, a, b)` written out: a call costs a small point as much as these six reads
+        if not (v.dtype is _F64 and a.dtype is _F64 and b.dtype is _F64 and v.is_cpu and a.is_cpu and b.is_cpu):
+            return None
+        if bias is not None and not _bias_ok(bias, m if bias_rows else n):
             return None
         (sai, sak), (sbk, sbj) = a.stride(), b.stride()
         head = (1, 1, m, n, 1, k, a.data_ptr(), 0, 0, sai, 0, sak, b.data_ptr(), 0, 0, 0, sbk, sbj)
@@ -558,10 +561,11 @@ def _dot(lib, v, head: tuple, terms: int, bias, gbias, bias_rows, g, safety, wid
     terms, (M + N) * K, what the operands' norms read."""
     out = torch.empty_like(v)
     # threads by outputs, or by terms: a convolution's weight gradient is a small output over long sums
-    # (its operands' norms, its candidates' exact bounds)
-    nt = threads(v) if terms < PARALLEL_TERMS else torch.get_num_threads()
+    # (its operands' norms, its candidates' exact bounds); `threads` and `_room` written out (see above)
+    outputs = v.numel()
+    nt = torch.get_num_threads() if outputs >= PARALLEL_MIN or terms >= PARALLEL_TERMS else 1
     args = (v.data_ptr(), out.data_ptr(), *head, bias.data_ptr() if bias is not None else 0, int(bias_rows))
-    got = _collect(lib.rp_dot, _DOT_ARGS, (*args, gbias, g, safety, wide, nt), _room(v))
+    got = _collect(lib.rp_dot, _DOT_ARGS, (*args, gbias, g, safety, wide, nt), max(1024, outputs >> 6))
     return got and (out, *got)
 
 
@@ -844,11 +848,13 @@ def _points(fn, block: struct.Struct, head: tuple, sizes: tuple[int, ...], log: 
 
 
 def _state_ok(g: torch.Tensor, *state: torch.Tensor) -> bool:
-    return (
-        g.is_cpu
-        and g.dtype is torch.float64
-        and all(t.is_cpu and t.dtype is torch.float32 and t.is_contiguous() and t.shape == g.shape for t in state)
-    )
+    if g.dtype is not _F64 or not g.is_cpu:
+        return False
+    shape = g.shape
+    for t in state:  # noqa: SIM110 (a loop, not all(): a generator is a call per tensor, as in `usable`)
+        if t.dtype is not _F32 or not t.is_cpu or t.shape != shape or not t.is_contiguous():
+            return False
+    return True
 
 
 def _grad_layout(g: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, int]]:
@@ -863,14 +869,20 @@ def _grad_layout(g: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, in
 def takes_updates(grads: list, *states: list) -> bool:
     """Can the kernel update this group: per parameter its float64 CPU gradient and float32 state tensors
     (param, then buffers), each list in the group's order?"""
-    return library() is not None and all(_state_ok(g, *state) for g, *state in zip(grads, *states))
+    if library() is None:
+        return False
+    for g, *state in zip(grads, *states):  # noqa: SIM110 (as in _state_ok)
+        if not _state_ok(g, *state):
+            return False
+    return True
 
 
-def adamw_group(ps, gs, ms, vs, b1, b2, s1, s2, eps, wd, lr):
+def adamw_group(ps, gs, ms, vs, b1, b2, s1, s2, eps, wd, lr, checked: bool = False):
     """train._adamw over a group of parameters in one native call (the same operations, the same bits):
     ([p], [m], [v]) float32 after the step, or None where the kernel cannot take one of them
-    (`takes_updates`). s1, s2 are the bias corrections 1 / (1 - beta^(t+1)) as train.py computes them."""
-    if not takes_updates(gs, ps, ms, vs):
+    (`takes_updates`, unless the caller has just checked). s1, s2 are the bias corrections 1 / (1 - beta^(t+1))
+    as train.py computes them."""
+    if not (checked or takes_updates(gs, ps, ms, vs)):
         return None
     outs = [(torch.empty_like(p), torch.empty_like(m), torch.empty_like(v)) for p, m, v in zip(ps, ms, vs)]
     tensors = [(p, g, m, v, *out) for p, g, m, v, out in zip(ps, gs, ms, vs, outs)]
@@ -878,10 +890,10 @@ def adamw_group(ps, gs, ms, vs, b1, b2, s1, s2, eps, wd, lr):
     return tuple(list(t) for t in zip(*outs)) if outs else ([], [], [])
 
 
-def sgd_group(ps, gs, moms, momentum, wd, lr):
+def sgd_group(ps, gs, moms, momentum, wd, lr, checked: bool = False):
     """train._sgd over a group of parameters in one native call: ([p], [momentum]) float32 after the step,
-    or None where the kernel cannot take one of them."""
-    if not takes_updates(gs, ps, moms):
+    or None where the kernel cannot take one of them (unless the caller has just checked: `takes_updates`)."""
+    if not (checked or takes_updates(gs, ps, moms)):
         return None
     outs = [(torch.empty_like(p), torch.empty_like(m)) for p, m in zip(ps, moms)]
     tensors = [(p, g, m, *out) for p, g, m, out in zip(ps, gs, moms, outs)]

@@ -52,9 +52,10 @@ def _no_fold(tensors):
 
 
 def _matmul_operands(tensors):
-    """`_no_fold` where the operands' dims differ (a broadcast product); equal dims fold nothing, and
+    """`_no_fold` where the two operands' dims differ (a broadcast product); equal dims fold nothing, and
     a detach is an ATen op (two per product, forward and backward)."""
-    return tuple(tensors) if len({t.dim() for t in tensors}) == 1 else _no_fold(tensors)
+    a, b = tensors
+    return (a, b) if a.dim() == b.dim() else _no_fold(tensors)
 
 
 PACK = True  # saved float32-valued float64 tensors kept as float32 (tests turn it off to compare)
@@ -64,11 +65,11 @@ def _save(ctx, *tensors) -> None:
     """ctx.save_for_backward, each large tensor that holds float32 values (a view of a rounding point's
     output, unchanged since: `Rounder.as_float32`) kept as float32: backward reads the same values
     (`_saved`) from half the memory. det64's own tensors are float64, so a float32 one is such a copy."""
-    R = active()
-    packed = [
-        R.as_float32(t) if PACK and t is not None and t.numel() >= determinism.PACK_MIN else None for t in tensors
-    ]
-    ctx.save_for_backward(*(t if p is None else p for t, p in zip(tensors, packed)))
+    R, kept = active(), []
+    for t in tensors:  # a loop, not comprehensions: a small model's step is mostly the Python around its points
+        packed = R.as_float32(t) if PACK and t is not None and t.numel() >= determinism.PACK_MIN else None
+        kept.append(t if packed is None else packed)
+    ctx.save_for_backward(*kept)
 
 
 def _saved(ctx) -> tuple:

@@ -131,14 +131,15 @@ def _adamw(hp: dict, lr: float, t: int, p, g, bufs: dict, to32, own: bool = Fals
 def _fused_group(kind: str, hp: dict, lr: float, t: int, p32: list, g: list, bufs32: dict):
     """`_sgd` or `_adamw` over a group of parameters in one native pass from the float32 state (the same
     operations, the same bits; one call, where a call per parameter was most of a small model's update),
-    where `native.takes_updates` holds for them."""
+    where `native.takes_updates` holds for them (checked: not again)."""
     if kind == "sgd":
-        out = native.sgd_group(p32, g, bufs32["momentum"], hp["momentum"], hp.get("weight_decay", 0.0), lr)
+        wd = hp.get("weight_decay", 0.0)
+        out = native.sgd_group(p32, g, bufs32["momentum"], hp["momentum"], wd, lr, checked=True)
         return out[0], {"momentum": out[1]}
     b1, b2 = hp["betas"]
     c1, c2 = 1.0 / (1.0 - ipow(b1, t + 1)), 1.0 / (1.0 - ipow(b2, t + 1))
     out = native.adamw_group(
-        p32, g, bufs32["m"], bufs32["v"], b1, b2, c1, c2, hp["eps"], hp.get("weight_decay", 0.0), lr
+        p32, g, bufs32["m"], bufs32["v"], b1, b2, c1, c2, hp["eps"], hp.get("weight_decay", 0.0), lr, checked=True
     )
     return out[0], {"m": out[1], "v": out[2]}
 
@@ -372,6 +373,12 @@ def _update_groups(kind, hp, lr, t, names, params, grads, state, new_p, new_b, r
         else:
             ps, bufs = _adamw_foreach(hp, lr, t, p, g, bufs32)
         del g
+        if rounder is None or rounder.trace is None:  # nothing to note: a loop of assignments
+            for i, name in enumerate(group):
+                new_p[name] = ps[i]
+                for b in OPTIMIZERS[kind]:
+                    new_b[b][name] = bufs[b][i]
+            continue
         for i, name in enumerate(group):
             note = _noter(rounder, name)
             for b in OPTIMIZERS[kind]:
