@@ -1060,25 +1060,25 @@ class Rounder:
                 if fused is not None:
                     return self._recorded(key, *fused)
                 return self(key, v, _declined(dot_bound(a, b, scale, bias, bias_rows)))
-            if self._unlogged(key):
+            route = self._replay_route(key)
+            if route == "plain":
                 return self._noted(_round(v))
-            if self._applied_in_kernel(key):
+            if route == "kernel":
                 applied = self._replay_dot(key, v, a, b, scale, bias, bias_rows)
                 if applied is not None:
                     return applied
         return self(key, v, dot_bound(a, b, scale, bias, bias_rows))
 
-    def _applied_in_kernel(self, key: int) -> bool:
-        """A replay's logged point that `_apply` would apply on the CPU's kernel, entry by entry (no static
-        layout, nothing learnt, not lenient)."""
-        return (
-            self.mode == "replay"
-            and self.learn is None
-            and self.static is None
-            and not self.lenient
-            and key in self._entries
-            and native.library() is not None
-        )
+    def _replay_route(self, key: int) -> str | None:
+        """How a replay's point goes on the CPU: "plain" rounding where it is unlogged (`_unlogged`), "kernel" where
+        `_apply` would apply its entries on the CPU's kernel, entry by entry (not lenient, the kernel there), or
+        None (a recording, a static layout, a step that learns: their own paths). One call, the log's dict read
+        once: a small model's step is mostly the Python around its points."""
+        if self.mode != "replay" or self.learn is not None or self.static is not None:
+            return None
+        if key not in (self._entries_dict if self._flat is None else self._entries):
+            return "plain"
+        return "kernel" if not self.lenient and native.library() is not None else None
 
     def _replay_dot(self, key: int, v, a, b, scale: float, bias, bias_rows: bool):
         """`_apply` for a product, in one kernel call (native.replay_dot): the same rounding, windows,
@@ -1124,9 +1124,10 @@ class Rounder:
                 if fused is not None:
                     return self._recorded(key, *fused)
                 return self(key, v, _declined(full_bound(err, shape, steers, scale)))
-            if self._unlogged(key):
+            route = self._replay_route(key)
+            if route == "plain":
                 return self._noted(_round(v))
-            if self._applied_in_kernel(key):
+            if route == "kernel":
                 err = err() if callable(err) else err  # formed once, whichever path applies the log
                 applied = self._replay_full(key, v, err, steers, scale)
                 if applied is not None:
@@ -1161,7 +1162,7 @@ class Rounder:
 
     def _unlogged(self, key: int) -> bool:
         """A replay's point that is plain rounding: no entries there, nothing learnt or laid out."""
-        return self.mode == "replay" and self.learn is None and self.static is None and key not in self._entries
+        return self._replay_route(key) == "plain"
 
     def _recorded(self, key: int, r: torch.Tensor, idx: list, codes: list) -> torch.Tensor:
         """A fused record pass's result kept (`_record`), r noted (`__call__`)."""
@@ -1631,7 +1632,7 @@ def _static_decisions(v, idx, e, code, wide, valid, scale, steers: bool):
 
 def _round(v: torch.Tensor) -> torch.Tensor:
     """float32(v) as a fresh float64 tensor: one fused pass where the kernel takes v."""
-    if v.is_contiguous() and native.usable(v) and native.library():
+    if v.dtype is torch.float64 and v.is_cpu and v.is_contiguous() and native.library():  # (`native.usable`)
         return native.round_f32(v)
     if v.dtype == torch.float64 and v.is_contiguous() and not v.requires_grad:
         # the same conversions as v.float().double(), through a reused float32 buffer: half the ops

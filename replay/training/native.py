@@ -234,9 +234,9 @@ def max_abs(v: torch.Tensor) -> float | None:
 
 
 def round_f32(v: torch.Tensor) -> torch.Tensor:
-    """float32(v) as a new contiguous float64 tensor (v CPU float64 contiguous)."""
-    out = torch.empty_like(v, memory_format=torch.contiguous_format)
-    library().rp_round(v.data_ptr(), out.data_ptr(), v.numel(), threads(v))
+    """float32(v) as a new contiguous float64 tensor (v CPU float64 contiguous: its like is contiguous too)."""
+    out, n = torch.empty_like(v), v.numel()
+    library().rp_round(v.data_ptr(), out.data_ptr(), n, torch.get_num_threads() if n >= PARALLEL_MIN else 1)
     return out
 
 
