@@ -428,7 +428,10 @@ static int worth_copying(int64_t distinct, int64_t reads, int64_t n, int64_t K) 
     return n * K <= COPY_CACHED ? distinct > 8 + n / 8 : reads > 2 * n;
 }
 
-/* The exact bounds' sums of candidates all[0, total) (index order), on nt threads. An unbatched product
+/* The exact bounds' sums of candidates all[0, total) (index order), on nt threads, in chunks that never span two
+   batches of a batched product (a convolution's images: a chunk's candidates then read one image's slice,
+   which stays in cache, where a chunk over all images missed it at every term: cnn-32's second layer's point
+   4.3 -> 4.1 ms). Each candidate's sum is the same however they are chunked. An unbatched product
    copies its strided operands to unit stride once where many candidates read them (`worth_copying`: one
    strided operand, or both, summed pieces shorter than PIECE_MIN included); otherwise they stream
    (exact_bounds), and summed pieces of PIECE_MIN or more (a convolution's weight gradient) keep their own
@@ -462,14 +465,22 @@ static void exact_phase(const product_t *p, cand_t *all, int64_t total, int nt) 
     }
     int64_t chunk = (total + nt - 1) / nt; /* each thread a share, up to CHUNK: a chunk's accumulators stay in L1 */
     chunk = chunk < 64 ? 64 : chunk > CHUNK ? CHUNK : chunk;
-    int64_t chunks = (total + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && chunks > 1)
-    for (int64_t ch = 0; ch < chunks; ch++) {
-        int64_t lo = ch * chunk, hi = lo + chunk < total ? lo + chunk : total;
-        exact_bounds(all, lo, hi, ac ? ac : p->a, bc ? bc : p->b, p->K1, p->K2, sak1, sak2, sbk1, sbk2,
+    int64_t *starts = malloc(sizeof(int64_t) * (total + 2)), chunks = 0;
+    if (!starts) { /* one chunk after another, in order: the same sums */
+        exact_bounds(all, 0, total, ac ? ac : p->a, bc ? bc : p->b, p->K1, p->K2, sak1, sak2, sbk1, sbk2,
                      unit_a && unit_b, p->N > p->M);
+        free(ac), free(bc);
+        return;
     }
-    free(ac), free(bc);
+    for (int64_t x = 0, mn = p->M * p->N; x < total; x++)
+        if (!chunks || x - starts[chunks - 1] == chunk || (!single && all[x].out / mn != all[x - 1].out / mn))
+            starts[chunks++] = x;
+    starts[chunks] = total;
+#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && chunks > 1)
+    for (int64_t ch = 0; ch < chunks; ch++)
+        exact_bounds(all, starts[ch], starts[ch + 1], ac ? ac : p->a, bc ? bc : p->b, p->K1, p->K2, sak1, sak2,
+                     sbk1, sbk2, unit_a && unit_b, p->N > p->M);
+    free(starts), free(ac), free(bc);
 }
 
 /* Support masks of n vectors of K terms (x(o, k) as in norms): bit k of vector o's words set where its term is

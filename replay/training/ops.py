@@ -459,10 +459,11 @@ def _unfold(x: torch.Tensor, ksize: tuple[int, int], padding: int, stride: int) 
     """F.unfold(x, ksize, padding=padding, stride=stride), the same values: the padded input viewed as
     (B, C, kh, kw, Ho, Wo) windows and laid out in one copy (a view of x where the windows need none, a
     1 x 1 kernel: only ever read), where torch's im2col walks its windows element by element (two to
-    four times slower on a CPU at a small network's sizes). Windows that step (stride > 1) make that
-    copy's rows strided, element by element again: on a CPU the native pass (`native.im2col`) then."""
+    four times slower on a CPU at a small network's sizes). On a CPU the native pass (`native.im2col`)
+    makes that copy: no padded copy first, and rows that step (stride > 1) copied in vectors (cnn-32's
+    first layer 0.76 -> 0.47 ms, its second's strided rows element by element otherwise)."""
     kh, kw = ksize
-    if stride > 1:
+    if stride > 1 or padding or kh * kw > 1:  # a copy is made: the kernel's (a 1 x 1 window unpadded is a view)
         fast = native.im2col(x, ksize, padding, stride)
         if fast is not None:
             return fast
