@@ -423,17 +423,20 @@ class _Conv2d(torch.autograd.Function):
         y = torch.baddbmm(b.view(1, o, 1), w2.expand(bsz, -1, -1), cols)
         ho = (h + 2 * padding - kh) // stride + 1
         wo = (wd + 2 * padding - kw) // stride + 1
-        # the input, not its columns (kh*kw times its size at stride 1): backward unfolds it again, exact copies
-        _save(ctx, x, w2)
+        # the input, not its columns (kh*kw times its size at stride 1): backward unfolds it again, exact copies;
+        # columns under PACK_MIN elements are kept as they are (their bytes do not matter, their copy's time does)
+        ctx.kept_cols = cols.numel() < determinism.PACK_MIN
+        _save(ctx, cols if ctx.kept_cols else x, w2)
         ctx.op, ctx.geom = op, ((h, wd), (kh, kw), stride, padding, w.shape)
         return R.dot(op * SLOTS, y, w2, cols, bias=b, bias_rows=True).reshape(bsz, o, ho, wo)
 
     @staticmethod
     def backward(ctx, dy):
         R = active()
-        x, w2 = _no_fold(_saved(ctx))
+        kept, w2 = _no_fold(_saved(ctx))  # the columns, or the input to unfold again
         (h, wd), ksize, stride, padding, wshape = ctx.geom
-        cols = _unfold(x, ksize, padding, stride)
+        cols = kept if ctx.kept_cols else _unfold(kept, ksize, padding, stride)
+        del kept
         key = ctx.op * SLOTS
         bsz, o = dy.shape[:2]
         g = dy.reshape(bsz, o, -1)  # (B, O, L)

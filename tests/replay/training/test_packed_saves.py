@@ -17,10 +17,11 @@ from replay.training.train import initial_state, train_step
 from ..helpers import TINY
 
 
-def _steps(arch: str, pack: bool, monkeypatch, steps: int = 2):
-    """(states, logs, float32 tensors saved) of a det64 recording, then the replay of its logs."""
+def _steps(arch: str, pack: bool, monkeypatch, steps: int = 2, pack_min: int = 0):
+    """(states, logs, replayed states, float32 tensors saved) of a det64 recording, then the replay of its logs;
+    tensors from pack_min elements packed (by default the tiny models' too)."""
     monkeypatch.setattr(ops, "PACK", pack)
-    monkeypatch.setattr(det, "PACK_MIN", 0)  # the tiny models' tensors too
+    monkeypatch.setattr(det, "PACK_MIN", pack_min)
     packed = []
     real = Rounder.as_float32
     monkeypatch.setattr(Rounder, "as_float32", lambda self, t: (lambda p: packed.append(p) or p)(real(self, t)))
@@ -96,3 +97,26 @@ def test_the_relu_gradient_is_torchs():
     y.backward(g)
     assert torch.equal(y.detach().view(torch.int64), torch.relu(x).view(torch.int64))
     assert torch.equal(b.grad.view(torch.int64), a.grad.view(torch.int64))
+
+
+@pytest.mark.parametrize("native_on", [True, False], ids=["native", "torch"])
+def test_a_small_convolution_keeps_its_columns_for_backward_and_changes_no_bit(native_on, monkeypatch):
+    """Columns under PACK_MIN elements are what a convolution keeps for backward (their copy costs a small network's
+    step more than their bytes); past it, the input, unfolded again: the same states, logs and replays either way."""
+    if not native_on:
+        monkeypatch.setattr(native, "_LIB", False)
+    unfolds = []
+    real = ops._unfold
+    monkeypatch.setattr(ops, "_unfold", lambda *args: unfolds.append(args) or real(*args))
+
+    def recorded(pack_min: int):
+        monkeypatch.setattr(det, "PACK_MIN", pack_min)
+        unfolds.clear()
+        states, logs, replayed, _ = _steps("cnn", True, monkeypatch, pack_min=pack_min)
+        return states, logs, replayed, len(unfolds)
+
+    kept, again = recorded(1 << 18), recorded(1)
+    assert kept[3] == 2 * 2 * 2 and again[3] == 2 * 2 * 4, "control: two layers, record and replay, two steps"
+    assert all(a.equal(b) for a, b in zip(kept[0], again[0])), "recorded states"
+    assert kept[1] == again[1] and any(len(log) > 2 for log in kept[1]), "the same logs, with close calls"
+    assert all(a.equal(b) for a, b in zip(kept[2], again[2]))
