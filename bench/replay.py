@@ -4,7 +4,8 @@
 
 issue 18 (--device given): per row (mlp, cnn, gpt 0.1M: the CLI's defaults; mlp 10.5M: the issue's own mlp
 row; cnn-32: a 3x32x32 image CNN; gpt 3.3M, gpt 15M, GPT-2 small at block 64, batch 1), on the device: step time of plain float32, plain float64, det64 recording and det64
-replay (warm-up, then the median of interleaved rounds: at least the row's count, and for at least
+replay (warm-up, then the median of interleaved rounds, in an order that reverses every other round, a row of
+steps under 0.1 s in blocks of 3 steps a precision, the first untimed: at least the row's count, and for at least
 BENCH_ROW_SECONDS, default 4, up to 1,000 rounds); det64/float32 and det64/float64; host synchronisations and
 ATen ops per det64 recording step on the generic torch path (what an accelerator runs: the
 profiler, by difference of a 1- and a 2-step run, against float32's; see
@@ -389,23 +390,42 @@ def graph_pool_bytes() -> int:
     )
 
 
+SHORT_STEP = 0.1  # s: a row whose steps are all shorter runs each precision in blocks of BLOCK steps
+BLOCK = 3
+
+
 def _median_steps(runs: dict, reps: int, device: str) -> dict[str, float]:
     """Each precision's median step time, the precisions interleaved (the host's slow spells hit every one
     alike): at least `reps` rounds, and more for a small row until ROW_SECONDS have passed (a median of five
-    1-ms steps is mostly the host's noise). With the heap frozen, as `record` and `verify` run their steps."""
+    1-ms steps is mostly the host's noise). With the heap frozen, as `record` and `verify` run their steps.
+
+    A step right after another precision's pays for the caches that one left (its code, the interpreter's
+    objects): on a small row that is a tenth of a step, and in a fixed order it fell on the same precision every
+    round (det64, after float64: the tiny mlp 1.43 x float64 in that order, 1.32 in float64, det64, replay).
+    So the order reverses every other round, and a small row runs each precision in blocks of BLOCK steps,
+    timing all but the first, as a run does its steps one after another."""
     times = {p: [] for p in runs}
+    block = BLOCK if max(_one_step(run, device) for run in runs.values()) < SHORT_STEP else 1
     with frozen_heap():
-        started_all = time.perf_counter()
+        started_all, rounds = time.perf_counter(), 0
         while len(times["det64"]) < reps or (
             time.perf_counter() - started_all < ROW_SECONDS and len(times["det64"]) < MAX_ROUNDS
         ):
-            for p, run in runs.items():
-                _sync(device)
-                started = time.perf_counter()
-                run()
-                _sync(device)
-                times[p].append(time.perf_counter() - started)
+            rounds += 1
+            for p in list(runs) if rounds % 2 else list(runs)[::-1]:
+                for i in range(block):
+                    took = _one_step(runs[p], device)
+                    if i or block == 1:
+                        times[p].append(took)
     return {p: statistics.median(v) for p, v in times.items()}
+
+
+def _one_step(run, device: str) -> float:
+    _sync(device)
+    started = time.perf_counter()
+    run()
+    _sync(device)
+    return time.perf_counter() - started
 
 
 def scale_row(row: str, device: str, threads: int, counts: bool) -> dict:

@@ -428,15 +428,38 @@ static int worth_copying(int64_t distinct, int64_t reads, int64_t n, int64_t K) 
     return n * K <= COPY_CACHED ? distinct > 8 + n / 8 : reads > 2 * n;
 }
 
-/* The exact bounds' sums of candidates all[0, total) (index order), on nt threads, in chunks that never span two
-   batches of a batched product (a convolution's images: a chunk's candidates then read one image's slice,
-   which stays in cache, where a chunk over all images missed it at every term: cnn-32's second layer's point
-   4.3 -> 4.1 ms). Each candidate's sum is the same however they are chunked. An unbatched product
+/* exact_bounds over candidates c[0, n) in chunks on nt threads: each thread a share, up to CHUNK (a chunk's
+   accumulators stay in L1); in a batched product each batch starts a chunk of its own (a convolution's image
+   slice then stays in cache while its candidates sum, where a chunk over all images missed it at every term:
+   cnn-32's convolutions' points 3.5 -> 3.3 and 3.2 -> 3.0 ms; an attention's 64 batches of a few candidates
+   each, no slower). Each candidate's sum is the same however they are chunked. */
+static void summed_in_chunks(const product_t *p, cand_t *c, int64_t n, const double *a, const double *b, int64_t sak1,
+                             int64_t sak2, int64_t sbk1, int64_t sbk2, int unit, int nt) {
+    int64_t chunk = (n + nt - 1) / nt, mn = p->M * p->N, chunks = 0;
+    chunk = chunk < 64 ? 64 : chunk > CHUNK ? CHUNK : chunk;
+    int64_t *starts = malloc(sizeof(int64_t) * (n + 2));
+    if (!starts) { /* one chunk: the same sums */
+        exact_bounds(c, 0, n, a, b, p->K1, p->K2, sak1, sak2, sbk1, sbk2, unit, p->N > p->M);
+        return;
+    }
+    for (int64_t x = 0; x < n; x++) {
+        int next_batch = p->b0 * p->b1 > 1 && x && c[x].out / mn != c[x - 1].out / mn;
+        if (!chunks || x - starts[chunks - 1] == chunk || next_batch) starts[chunks++] = x;
+    }
+    starts[chunks] = n;
+#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && chunks > 1)
+    for (int64_t ch = 0; ch < chunks; ch++)
+        exact_bounds(c, starts[ch], starts[ch + 1], a, b, p->K1, p->K2, sak1, sak2, sbk1, sbk2, unit, p->N > p->M);
+    free(starts);
+}
+
+/* The exact bounds' sums of candidates all[0, total) (index order), on nt threads (`summed_in_chunks`), but for
+   those `done` marks (NULL: none), whose e stays +0; how operands are read is decided on all of them. An unbatched product
    copies its strided operands to unit stride once where many candidates read them (`worth_copying`: one
    strided operand, or both, summed pieces shorter than PIECE_MIN included); otherwise they stream
    (exact_bounds), and summed pieces of PIECE_MIN or more (a convolution's weight gradient) keep their own
    path. A copy that cannot be allocated is not made. */
-static void exact_phase(const product_t *p, cand_t *all, int64_t total, int nt) {
+static void exact_phase(const product_t *p, cand_t *all, int64_t total, const unsigned char *done, int nt) {
     int64_t K = p->K1 * p->K2, rows_hit = 0, sak1 = p->sak1, sak2 = p->sak2, sbk1 = p->sbk1, sbk2 = p->sbk2;
     for (int64_t x = 0; x < total; x++) rows_hit += x == 0 || all[x].out / p->N != all[x - 1].out / p->N;
     int unit_a = (p->K1 == 1 || sak1 == p->K2 * sak2) && sak2 == 1;
@@ -463,24 +486,17 @@ static void exact_phase(const product_t *p, cand_t *all, int64_t total, int nt) 
         for (int64_t x = 0; x < total; x++) all[x].b_off = all[x].out % p->N * K;
         sbk1 = p->K2, sbk2 = 1, unit_b = 1;
     }
-    int64_t chunk = (total + nt - 1) / nt; /* each thread a share, up to CHUNK: a chunk's accumulators stay in L1 */
-    chunk = chunk < 64 ? 64 : chunk > CHUNK ? CHUNK : chunk;
-    int64_t *starts = malloc(sizeof(int64_t) * (total + 2)), chunks = 0;
-    if (!starts) { /* one chunk after another, in order: the same sums */
-        exact_bounds(all, 0, total, ac ? ac : p->a, bc ? bc : p->b, p->K1, p->K2, sak1, sak2, sbk1, sbk2,
-                     unit_a && unit_b, p->N > p->M);
-        free(ac), free(bc);
-        return;
-    }
-    for (int64_t x = 0, mn = p->M * p->N; x < total; x++)
-        if (!chunks || x - starts[chunks - 1] == chunk || (!single && all[x].out / mn != all[x - 1].out / mn))
-            starts[chunks++] = x;
-    starts[chunks] = total;
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && chunks > 1)
-    for (int64_t ch = 0; ch < chunks; ch++)
-        exact_bounds(all, starts[ch], starts[ch + 1], ac ? ac : p->a, bc ? bc : p->b, p->K1, p->K2, sak1, sak2,
-                     sbk1, sbk2, unit_a && unit_b, p->N > p->M);
-    free(starts), free(ac), free(bc);
+    /* the sums skip the candidates `done` marks (their e stays +0): the rest, in order, then put back */
+    int64_t n = 0;
+    cand_t *rest = done ? malloc(sizeof(cand_t) * (total + 1)) : all;
+    if (!rest) rest = all, done = NULL; /* out of memory: every candidate summed, the same e for the marked */
+    for (int64_t x = 0; x < total; x++)
+        if (!done || !done[x]) rest[n++] = all[x];
+    summed_in_chunks(p, rest, n, ac ? ac : p->a, bc ? bc : p->b, sak1, sak2, sbk1, sbk2, unit_a && unit_b, nt);
+    for (int64_t x = 0, y = 0; done && x < total; x++)
+        if (!done[x]) all[x].e = rest[y++].e;
+    if (rest != all) free(rest);
+    free(ac), free(bc);
 }
 
 /* Support masks of n vectors of K terms (x(o, k) as in norms): bit k of vector o's words set where its term is
@@ -508,23 +524,25 @@ static void support_masks(const double *x, int64_t n, int64_t K1, int64_t K2, in
 #define DISJOINT_WORDS 16 /* reductions up to 1,024 terms: a mask's words per vector */
 
 /* Candidates of an unbatched product whose A and B vectors have no nonzero term in common: their exact bound is
-   +0, the sum the exact phase would form (each of its terms |a| |b| = +0, finite operands: their norms are).
+   +0, the sum the exact phase would form (each of its terms |a| |b| = +0: finite operands, as their norms say).
    An MLP's weight gradient under ReLU has zeros on both sides, and where their supports miss each other the
    output is an exact 0 that Cauchy-Schwarz's window (> 0) flags: 865 of its 865 candidates at 256 x 256 over a
-   batch of 64, each a strided K-term sum otherwise. Marks done[x] for those (their e stays 0); the masks, a bit
-   per term, cost one pass over both operands, made only where the candidates outnumber a quarter of the
-   vectors. Returns how many it marked (0: none, or not worth it, or out of memory). */
+   batch of 64, each a strided K-term sum otherwise. Such an output is +-0 (no bias: a weight gradient's), so
+   only zero-valued candidates are looked at, and the masks (a bit per term, one pass over both operands) are
+   made only where those outnumber a quarter of the vectors: a network without zeros makes none. Marks done[x];
+   returns how many it marked (0: none, or not worth it, or out of memory). */
 static int64_t disjoint_terms(const product_t *p, const double *na, const double *nb, const cand_t *all, int64_t total,
                               unsigned char *done) {
-    int64_t K = p->K1 * p->K2, words = (K + 63) / 64, marked = 0;
-    if (p->b0 * p->b1 != 1 || words > DISJOINT_WORDS || 4 * total < p->M + p->N) return 0;
+    int64_t K = p->K1 * p->K2, words = (K + 63) / 64, marked = 0, zeros = 0;
+    for (int64_t x = 0; x < total; x++) zeros += all[x].v == 0.0;
+    if (p->b0 * p->b1 != 1 || words > DISJOINT_WORDS || 4 * zeros < p->M + p->N) return 0;
     uint64_t *ma = malloc(sizeof(uint64_t) * ((p->M + p->N) * words + 1)), *mb = ma + p->M * words;
     if (!ma) return 0;
     support_masks(p->a, p->M, p->K1, p->K2, p->sai, p->sak1, p->sak2, words, ma);
     support_masks(p->b, p->N, p->K1, p->K2, p->sbj, p->sbk1, p->sbk2, words, mb);
     for (int64_t x = 0; x < total; x++) {
         int64_t i = all[x].out / p->N, j = all[x].out % p->N;
-        if (!isfinite(na[i]) || !isfinite(nb[j])) continue; /* an inf or NaN term: |0| |inf| is NaN, not 0 */
+        if (all[x].v != 0.0 || !isfinite(na[i]) || !isfinite(nb[j])) continue; /* |0| |inf| is NaN, not 0 */
         uint64_t common = 0;
         for (int64_t w = 0; w < words; w++) common |= ma[i * words + w] & mb[j * words + w];
         done[x] = !common;
@@ -534,25 +552,13 @@ static int64_t disjoint_terms(const product_t *p, const double *na, const double
     return marked;
 }
 
-/* exact_phase over the candidates disjoint_terms leaves (in order, then their sums put back): the others' e
-   stays +0. Falls back to all of them where the rest cannot be allocated. */
+/* exact_phase, the candidates disjoint_terms marks left at +0 (all summed where the marks cannot be allocated). */
 static void exact_phase_rest(const product_t *p, const double *na, const double *nb, cand_t *all, int64_t total,
                              int nt) {
     unsigned char *done = calloc(total + 1, 1);
-    int64_t marked = done ? disjoint_terms(p, na, nb, all, total, done) : 0;
-    cand_t *rest = marked ? malloc(sizeof(cand_t) * (total - marked + 1)) : NULL;
-    if (!rest) {
-        free(done);
-        exact_phase(p, all, total, nt);
-        return;
-    }
-    int64_t n = 0;
-    for (int64_t x = 0; x < total; x++)
-        if (!done[x]) rest[n++] = all[x];
-    exact_phase(p, rest, n, nt);
-    for (int64_t x = 0, y = 0; x < total; x++)
-        if (!done[x]) all[x].e = rest[y++].e;
-    free(rest), free(done);
+    int marked = done && disjoint_terms(p, na, nb, all, total, done) > 0;
+    exact_phase(p, all, total, marked ? done : NULL, nt);
+    free(done);
 }
 
 /* A call's arguments in one block: ctypes converts each argument of a call in Python, about a third of a
@@ -687,7 +693,7 @@ int64_t rp_dot_at(int64_t b0, int64_t b1, int64_t M, int64_t N, int64_t K1, int6
                           bias, 0};
     }
     product_t prod = {a, b, b0, b1, M, N, K1, K2, sa0, sa1, sai, sak1, sak2, sb0, sb1, sbk1, sbk2, sbj};
-    exact_phase(&prod, all, n, threads > 1 ? (int)threads : 1);
+    exact_phase(&prod, all, n, NULL, threads > 1 ? (int)threads : 1);
     for (int64_t x = 0; x < n; x++) e[x] = all[x].e * g + all[x].bias;
     free(all);
     return 0;

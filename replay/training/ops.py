@@ -442,7 +442,7 @@ class _Conv2d(torch.autograd.Function):
         g = dy.reshape(bsz, o, -1)  # (B, O, L)
         m = bsz * g.shape[2]
         dw = R(key + 1, torch.matmul(g, cols.transpose(1, 2)).sum(0), _weight_grad_bound(g, cols)).reshape(wshape)
-        del cols  # kh*kw times the input: gone before its gradient's columns are made (memory)
+        del cols  # kh*kw times the input: gone before its gradient's columns are made (memory; kept ones are small)
         db = _sums_native(R, key + 2, g)
         if db is None:
             db = R.full(key + 2, g.sum((0, 2)), lambda: g.abs().sum((0, 2)) * gamma(m), (o,))

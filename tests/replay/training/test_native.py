@@ -363,11 +363,12 @@ def test_a_weight_gradients_outputs_over_disjoint_zeros_have_the_torch_paths_bou
     """Where an A row's nonzero terms and a B column's miss each other, the kernel takes the exact bound as +0
     from the operands' support masks, without summing (up to 1,024 terms; past that it sums): every output's
     bits and every entry are the torch path's, the cancelling zeros still close calls, on one thread and on
-    several. An inf or NaN term (|0| |inf| is NaN, not 0) keeps its vector's candidates on the summing path."""
+    several; and with an inf or NaN term among them (its outputs NaN, never candidates; the kernel does not take
+    +0 from the masks where an operand's norm is not finite: |0| |inf| is NaN, not 0)."""
     for seed in (0, 1):
         a, b = _relu_weight_gradient(k, 40, 36, seed)
         if special is not None:
-            a[4, k - 2] = special  # where row 4 and the odd columns are zero: the masks alone would miss it
+            a[4, k - 2] = special  # where the odd columns are zero: an output of 0 * inf, NaN
         v = torch.matmul(a, b)
         window = a.norm(dim=1).unsqueeze(1) * b.norm(dim=0) > 0  # Cauchy-Schwarz's, before its factor
         zeros = int(((v == 0) & (a.abs() @ b.abs() == 0) & window).sum())
