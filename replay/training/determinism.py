@@ -544,10 +544,13 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
         return torch.take(babs, i if bias_rows else j)  # babs is 1-D: take is two ATen ops, indexing four
 
     def coarse():
+        # a NaN column (or bias) makes its own outputs NaN, never close calls; through the max it made every row's
+        # window NaN and hid the other columns' close calls (the kernel's and the device path's windows are per
+        # column). An infinite norm stays infinite: its column's outputs may be finite (squares that overflow)
         na, nb = norm_a(), norm_b()
-        c = na * (nb.max() * g) if nb.numel() else torch.zeros_like(na)
+        c = na * (nb.nan_to_num(nan=0.0, posinf=math.inf).max() * g) if nb.numel() else torch.zeros_like(na)
         if babs is not None and babs.numel():
-            c = c + (babs if bias_rows else babs.max())
+            c = c + (babs if bias_rows else babs.nan_to_num(nan=0.0, posinf=math.inf).max())
         return c.unsqueeze(-1)  # per row of the output; tensors throughout, no host sync
 
     def coords(idx):

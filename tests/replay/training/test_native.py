@@ -315,6 +315,29 @@ def test_close_calls_are_found_and_exact_zeros_are_not():
     assert _same(zeros, full_bound(torch.full_like(zeros, 1e-12), zeros.shape)) == 64 * 64
 
 
+@pytest.mark.parametrize("special", [math.nan, math.inf])
+@pytest.mark.parametrize("where", ["column", "bias"])
+def test_a_non_finite_column_hides_no_close_call_in_the_others(special, where):
+    """A NaN (or inf) in one column of B, or in its bias, makes that column's outputs NaN or infinite, never close
+    calls; the other columns' close calls (cancellations to zero) are logged all the same, by the torch path as by
+    the kernel: the torch path's coarse window took the max of the columns' norms, and a NaN there made every
+    row's window NaN, so the point logged nothing where the kernel, whose windows are per column, logged them."""
+    g = torch.Generator().manual_seed(3)
+    a = _f32(torch.randn(24, 16, generator=g, dtype=torch.float64))
+    b = _f32(torch.randn(16, 10, generator=g, dtype=torch.float64))
+    a[:, 1::2] = a[:, 0::2]
+    b[1::2] = -b[0::2]  # every output cancels to zero: a close call by the sign of zero
+    bias = None
+    if where == "column":
+        b[5, 3] = special
+    else:
+        bias = torch.zeros(10, dtype=torch.float64)
+        bias[3] = special
+    v = torch.matmul(a, b) if bias is None else torch.addmm(bias, a, b)
+    found = _same(v, dot_bound(a, b, 1.0, bias))
+    assert found >= 24 * 9, "the nine finite columns' close calls"
+
+
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("a_major,b_major", [("row", "row"), ("col", "col"), ("col", "row"), ("row", "col")])
 def test_strided_operands_for_the_exact_bounds(a_major, b_major, threads):
@@ -1105,3 +1128,17 @@ def test_a_replay_process_keeps_even_its_largest_blocks_for_reuse():
         assert done.returncode == 0, done.stderr
         heap[mode] = int(done.stdout.split()[-1])
     assert heap["tuned"] >= 96 << 20 > max(heap["plain"], heap["capped"])
+
+
+@pytest.mark.parametrize("special", [math.nan, math.inf])
+def test_a_non_finite_column_hides_no_close_call_in_a_convolutions_weight_gradient(special):
+    """The same for a convolution's weight gradient (`_weight_grad_bound`): a NaN or inf among one channel's
+    columns, and the others' cancelling outputs are close calls on the torch path as in the kernel."""
+    gen = torch.Generator().manual_seed(4)
+    g = _f32(torch.randn(3, 6, 10, generator=gen, dtype=torch.float64))
+    cols = _f32(torch.randn(3, 5, 10, generator=gen, dtype=torch.float64))
+    g[..., 1::2] = g[..., 0::2]
+    cols[..., 1::2] = -cols[..., 0::2]
+    cols[1, 2, 4] = special
+    v = torch.matmul(g, cols.transpose(1, 2)).sum(0)
+    assert _same(v, _weight_grad_bound(g, cols)) >= 6 * 4
