@@ -546,7 +546,8 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
     def coarse():
         # a NaN column (or bias) makes its own outputs NaN, never close calls; through the max it made every row's
         # window NaN and hid the other columns' close calls (the kernel's and the device path's windows are per
-        # column). An infinite norm stays infinite: its column's outputs may be finite (squares that overflow)
+        # column). An infinite norm stays infinite, as the kernel's window for that column: its infinite outputs
+        # are flagged by both
         na, nb = norm_a(), norm_b()
         c = na * (nb.nan_to_num(nan=0.0, posinf=math.inf).max() * g) if nb.numel() else torch.zeros_like(na)
         if babs is not None and babs.numel():

@@ -318,10 +318,11 @@ def test_close_calls_are_found_and_exact_zeros_are_not():
 @pytest.mark.parametrize("special", [math.nan, math.inf])
 @pytest.mark.parametrize("where", ["column", "bias"])
 def test_a_non_finite_column_hides_no_close_call_in_the_others(special, where):
-    """A NaN (or inf) in one column of B, or in its bias, makes that column's outputs NaN or infinite, never close
-    calls; the other columns' close calls (cancellations to zero) are logged all the same, by the torch path as by
-    the kernel: the torch path's coarse window took the max of the columns' norms, and a NaN there made every
-    row's window NaN, so the point logged nothing where the kernel, whose windows are per column, logged them."""
+    """A NaN in one column of B, or in its bias, makes that column's outputs NaN, never close calls; the other
+    columns' close calls (cancellations to zero) are logged all the same, by the torch path as by the kernel: the
+    torch path's coarse window took the max of the columns' norms, and a NaN there made every row's window NaN, so
+    the point logged nothing where the kernel, whose windows are per column, logged them. An inf column's outputs
+    are infinite, and both paths flag them alike (its window stays infinite)."""
     g = torch.Generator().manual_seed(3)
     a = _f32(torch.randn(24, 16, generator=g, dtype=torch.float64))
     b = _f32(torch.randn(16, 10, generator=g, dtype=torch.float64))
