@@ -486,16 +486,21 @@ static void exact_phase(const product_t *p, cand_t *all, int64_t total, const un
         for (int64_t x = 0; x < total; x++) all[x].b_off = all[x].out % p->N * K;
         sbk1 = p->K2, sbk2 = 1, unit_b = 1;
     }
-    /* the sums skip the candidates `done` marks (their e stays +0): the rest, in order, then put back */
-    int64_t n = 0;
-    cand_t *rest = done ? malloc(sizeof(cand_t) * (total + 1)) : all;
-    if (!rest) rest = all, done = NULL; /* out of memory: every candidate summed, the same e for the marked */
-    for (int64_t x = 0; x < total; x++)
-        if (!done || !done[x]) rest[n++] = all[x];
-    summed_in_chunks(p, rest, n, ac ? ac : p->a, bc ? bc : p->b, sak1, sak2, sbk1, sbk2, unit_a && unit_b, nt);
-    for (int64_t x = 0, y = 0; done && x < total; x++)
-        if (!done[x]) all[x].e = rest[y++].e;
-    if (rest != all) free(rest);
+    /* the sums skip the candidates `done` marks (their e stays +0): the rest, in order, then put back; out of
+       memory for that copy, every candidate is summed (the marked ones' sums are +0 too) */
+    const double *ua = ac ? ac : p->a, *ub = bc ? bc : p->b;
+    cand_t *rest = done ? malloc(sizeof(cand_t) * (total + 1)) : NULL;
+    if (!rest) {
+        summed_in_chunks(p, all, total, ua, ub, sak1, sak2, sbk1, sbk2, unit_a && unit_b, nt);
+    } else {
+        int64_t n = 0;
+        for (int64_t x = 0; x < total; x++)
+            if (!done[x]) rest[n++] = all[x];
+        summed_in_chunks(p, rest, n, ua, ub, sak1, sak2, sbk1, sbk2, unit_a && unit_b, nt);
+        for (int64_t x = 0, y = 0; x < total; x++)
+            if (!done[x]) all[x].e = rest[y++].e;
+        free(rest);
+    }
     free(ac), free(bc);
 }
 
@@ -730,10 +735,6 @@ __attribute__((noinline)) static void gather_plane(const double *restrict src, c
     for (int64_t t = 0; t < n; t++) dst[t] = off[t] >= 0 ? src[off[t]] : 0.0;
 }
 
-/* im2col: out (B, C * kh * kw, L) contiguous, out[b, (c * kh + i) * kw + j, oy * Wo + ox] = x[b, c,
-   oy * st + i - pad, ox * st + j - pad], 0 outside the input: torch's F.unfold, exact copies, in
-   parallel over (b, c) planes. torch's own walks a 6-d view element by element (a small network's
-   largest copy). */
 /* Where rows are short: one table of each column entry's offset in its input plane (-1 in the padding), the
    same for every (b, c) plane, and a plane's columns gathered in one loop over it. A short row (cnn's
    stride-2 convolution: 8 positions) cost more in its loop's bookkeeping than in its copies. 0 out of memory. */
@@ -755,6 +756,10 @@ static int im2col_gathered(const double *x, const int64_t *xs, const conv_t *cv,
     return 1;
 }
 
+/* im2col: out (B, C * kh * kw, L) contiguous, out[b, (c * kh + i) * kw + j, oy * Wo + ox] = x[b, c,
+   oy * st + i - pad, ox * st + j - pad], 0 outside the input: torch's F.unfold, exact copies, in
+   parallel over (b, c) planes. torch's own walks a 6-d view element by element (a small network's
+   largest copy); rows under SHORT_ROW positions through im2col_gathered. */
 void rp_im2col(const double *x, const int64_t *xs, const conv_t *cv, double *out, int64_t threads) {
     int64_t L = cv->Ho * cv->Wo, kk = cv->kh * cv->kw, planes = cv->B * cv->C;
     if (cv->Wo < SHORT_ROW && im2col_gathered(x, xs, cv, out, threads)) return;
@@ -1213,15 +1218,14 @@ static void softmax_back_row(const softmax_args_t *a, int64_t i, double *v, doub
     for (j = 0; j < n; j++) v[j] = pr[j] * (qr[j] - r), e[j] = pr[j] * err_r * a->k + fabs(v[j]) * a->u4;
 }
 
-/* The forward (dp NULL) or backward pass over rows of n, each row's values v and bounds e formed into
-   scratch, then rounded into out with rp_full's test; rows in contiguous blocks per thread, so the close
-   calls come out in index order. Same contract as rp_full (cap < 0: none kept). */
 /* The softmax's row (`softmax_row`, or `softmax_back_row` where dp is given). */
 static void softmax_pass_row(const void *ctx, int64_t i, double *v, double *e) {
     const softmax_args_t *a = ctx;
     (a->dp ? softmax_back_row : softmax_row)(a, i, v, e);
 }
 
+/* The forward (dp NULL) or backward pass over rows of n (`rows_pass`): each row's values and bounds formed,
+   rounded with rp_full's test, the close calls in index order. Same contract as rp_full (cap < 0: none kept). */
 int64_t rp_softmax(const softmax_args_t *a) {
     return rows_pass(a->rows, a->n, a->threads, softmax_pass_row, a, a->out, a->safety, a->wide, a->idx, a->code,
                      a->cap);

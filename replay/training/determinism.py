@@ -237,6 +237,15 @@ def sqrt_each_(tensors: list) -> None:
         sqrt_(t)
 
 
+def max_of_numbers(t: torch.Tensor) -> torch.Tensor:
+    """t's max over its values that are not NaN, +inf kept (0 where all are NaN), a 0-d tensor: a product's
+    coarse window over its columns' norms. A NaN column's outputs are NaN, never close calls; through a plain
+    max it made every row's window NaN and hid the other columns' close calls (the kernel's and the device
+    path's windows are per column). An infinite norm stays infinite, as the kernel's window for that column:
+    its infinite outputs are flagged by both. t holds magnitudes (>= 0)."""
+    return t.nan_to_num(nan=0.0, posinf=math.inf).max()
+
+
 def max_abs(v: torch.Tensor) -> torch.Tensor:
     """max |v| (NaN if any is NaN), a 0-d tensor: the same number as v.abs().max(), from two reductions
     instead of a temporary of v's size and a third pass (a replay takes it at every logged point)."""
@@ -544,14 +553,10 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
         return torch.take(babs, i if bias_rows else j)  # babs is 1-D: take is two ATen ops, indexing four
 
     def coarse():
-        # a NaN column (or bias) makes its own outputs NaN, never close calls; through the max it made every row's
-        # window NaN and hid the other columns' close calls (the kernel's and the device path's windows are per
-        # column). An infinite norm stays infinite, as the kernel's window for that column: its infinite outputs
-        # are flagged by both
-        na, nb = norm_a(), norm_b()
-        c = na * (nb.nan_to_num(nan=0.0, posinf=math.inf).max() * g) if nb.numel() else torch.zeros_like(na)
+        na, nb = norm_a(), norm_b()  # (a NaN column's norm blanks no other column's window: `max_of_numbers`)
+        c = na * (max_of_numbers(nb) * g) if nb.numel() else torch.zeros_like(na)
         if babs is not None and babs.numel():
-            c = c + (babs if bias_rows else babs.nan_to_num(nan=0.0, posinf=math.inf).max())
+            c = c + (babs if bias_rows else max_of_numbers(babs))
         return c.unsqueeze(-1)  # per row of the output; tensors throughout, no host sync
 
     def coords(idx):

@@ -236,7 +236,7 @@ def max_abs(v: torch.Tensor) -> float | None:
 def round_f32(v: torch.Tensor) -> torch.Tensor:
     """float32(v) as a new contiguous float64 tensor (v CPU float64 contiguous: its like is contiguous too)."""
     out, n = torch.empty_like(v), v.numel()
-    library().rp_round(v.data_ptr(), out.data_ptr(), n, torch.get_num_threads() if n >= PARALLEL_MIN else 1)
+    library().rp_round(v.data_ptr(), out.data_ptr(), n, _threads_for(n))
     return out
 
 
@@ -289,7 +289,11 @@ def _room_buffer(n: int) -> tuple[np.ndarray, int]:
 def _room(v: torch.Tensor) -> int:
     """Room for close calls: far above the ~1e-4 of outputs seen even in cancellation-heavy
     reductions, so that the kernel runs once."""
-    return max(1024, v.numel() >> 6)
+    return _room_for(v.numel())
+
+
+def _room_for(outputs: int) -> int:
+    return max(1024, outputs >> 6)
 
 
 def _batch_strides(t: torch.Tensor, batch: tuple[int, ...]) -> list[int] | None:
@@ -561,11 +565,11 @@ def _dot(lib, v, head: tuple, terms: int, bias, gbias, bias_rows, g, safety, wid
     terms, (M + N) * K, what the operands' norms read."""
     out = torch.empty_like(v)
     # threads by outputs, or by terms: a convolution's weight gradient is a small output over long sums
-    # (its operands' norms, its candidates' exact bounds); `threads` and `_room` written out (see above)
+    # (its operands' norms, its candidates' exact bounds)
     outputs = v.numel()
-    nt = torch.get_num_threads() if outputs >= PARALLEL_MIN or terms >= PARALLEL_TERMS else 1
+    nt = _threads_for(outputs) if terms < PARALLEL_TERMS else torch.get_num_threads()
     args = (v.data_ptr(), out.data_ptr(), *head, bias.data_ptr() if bias is not None else 0, int(bias_rows))
-    got = _collect(lib.rp_dot, _DOT_ARGS, (*args, gbias, g, safety, wide, nt), max(1024, outputs >> 6))
+    got = _collect(lib.rp_dot, _DOT_ARGS, (*args, gbias, g, safety, wide, nt), _room_for(outputs))
     return got and (out, *got)
 
 
@@ -576,7 +580,11 @@ PARALLEL_TERMS = 1 << 20  # a product whose operands hold this many terms runs o
 def threads(v: torch.Tensor) -> int:
     """Threads for a kernel pass over v: torch's own count (the same OpenMP pool: the kernel is built
     against the libgomp torch loads), one for small tensors. Results do not depend on it."""
-    return torch.get_num_threads() if v.numel() >= PARALLEL_MIN else 1
+    return _threads_for(v.numel())
+
+
+def _threads_for(outputs: int) -> int:
+    return torch.get_num_threads() if outputs >= PARALLEL_MIN else 1
 
 
 def round_full(v: torch.Tensor, e: torch.Tensor, safety: float, wide: float):

@@ -31,6 +31,7 @@ from replay.training.determinism import (
     active,
     gamma,
     in_chunks,
+    max_of_numbers,
     norms,
     sqrt_,
     unravel,
@@ -565,9 +566,9 @@ def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor) -> Bound:
         fast = native.dot_summed_at(g.permute(1, 0, 2), cols.permute(0, 2, 1), gm, idx)
         return fast if fast is not None else in_chunks(exact, idx, g.shape[0] * g.shape[2])
 
-    def coarse():  # a NaN column's outputs are NaN: its norm does not blank every row (as dot_bound's)
+    def coarse():  # (a NaN column's norm blanks no other column's window: `max_of_numbers`)
         ng, nc = parts()
-        return (ng * (nc.nan_to_num(nan=0.0, posinf=math.inf).max() * gm)).unsqueeze(-1)
+        return (ng * (max_of_numbers(nc) * gm)).unsqueeze(-1)
 
     def fused(v):
         if not native.library():
