@@ -797,12 +797,47 @@ __attribute__((noinline)) static void add_row(double *restrict dst, const double
         for (int64_t k = 0; k < n; k++) dst[k * step] += src[k * src_step];
 }
 
+/* op[off[t]] += src[from[t]] for t < n in order (noinline: in an OpenMP loop's body it ran one at a time). */
+__attribute__((noinline)) static void scatter_plane(double *restrict op, const double *restrict src,
+                                                    const int64_t *restrict off, const int64_t *restrict from,
+                                                    int64_t n) {
+    for (int64_t t = 0; t < n; t++) op[off[t]] += src[from[t]];
+}
+
+/* col2im where rows are short (im2col_gathered's case): one table of the (input element, column entry) pairs
+   inside the input, in (i, j, oy, ox) order, the same for every (b, c) plane; each element's terms are then
+   added in (i, j) order from +0, as the row loop adds them: the same bits. 0 out of memory. */
+static int col2im_scattered(const double *cols, const int64_t *cs, const conv_t *cv, double *out, int64_t threads) {
+    int64_t kk = cv->kh * cv->kw, n = kk * cv->Ho * cv->Wo, planes = cv->B * cv->C, hw = cv->H * cv->W, used = 0;
+    int64_t *off = malloc(sizeof(int64_t) * (2 * n + 1)), *from = off + n;
+    if (!off) return 0;
+    for (int64_t i = 0; i < cv->kh; i++)
+        for (int64_t j = 0; j < cv->kw; j++)
+            for (int64_t oy = 0; oy < cv->Ho; oy++)
+                for (int64_t ox = 0; ox < cv->Wo; ox++) {
+                    int64_t y = oy * cv->st + i - cv->pad, c = ox * cv->st + j - cv->pad;
+                    if (y < 0 || y >= cv->H || c < 0 || c >= cv->W) continue;
+                    off[used] = y * cv->W + c;
+                    from[used++] = (i * cv->kw + j) * cs[1] + (oy * cv->Wo + ox) * cs[2];
+                }
+#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && planes > 1)
+    for (int64_t bc = 0; bc < planes; bc++) {
+        double *op = out + bc * hw;
+        for (int64_t e = 0; e < hw; e++) op[e] = 0.0;
+        scatter_plane(op, cols + bc / cv->C * cs[0] + bc % cv->C * kk * cs[1], off, from, used);
+    }
+    free(off);
+    return 1;
+}
+
 /* col2im, im2col's adjoint: out (B, C, H, W) contiguous, zeros plus, for each (c, i, j) in order and
    each position, cols[b, (c * kh + i) * kw + j, oy * Wo + ox] (at strides cs[3]: a broadcast is 0)
    added at its input element: torch's F.fold, the same additions in the same order (an element's
-   terms in (i, j) order, starting from +0), hence the same bits; in parallel over (b, c) planes. */
+   terms in (i, j) order, starting from +0), hence the same bits; in parallel over (b, c) planes. Rows under
+   SHORT_ROW positions through col2im_scattered (cnn's stride-2 layer: 8 positions a row, a call a row before). */
 void rp_col2im(const double *cols, const int64_t *cs, const conv_t *cv, double *out, int64_t threads) {
     int64_t kk = cv->kh * cv->kw, planes = cv->B * cv->C;
+    if (cv->Wo < SHORT_ROW && col2im_scattered(cols, cs, cv, out, threads)) return;
 #pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && planes > 1)
     for (int64_t bc = 0; bc < planes; bc++) {
         int64_t b = bc / cv->C, c = bc % cv->C;

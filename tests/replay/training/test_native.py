@@ -547,6 +547,19 @@ def test_a_compiler_without_openmp_builds_the_kernel_single_threaded(monkeypatch
         assert _same(torch.matmul(a, b), dot_bound(a, b)) > 0
 
 
+@pytest.mark.skipif(not native.WIDE_VECTORS, reason="x86 only: no wide-vector flag to refuse")
+@pytest.mark.parametrize("refused", ["WIDE_VECTORS", "OPENMP"])
+def test_each_flag_a_compiler_refuses_is_dropped_alone(monkeypatch, tmp_path, refused):
+    """The wide vectors refused: the kernel is still built with OpenMP (its parallel loops); OpenMP refused:
+    built without it."""
+    monkeypatch.setattr(native, "_LIB", None)
+    monkeypatch.setattr(native, refused, ["-fno-such-flag"])
+    monkeypatch.setenv("REPLAY_NATIVE_CACHE", str(tmp_path / "cache"))
+    assert native.library() is not None
+    (built,) = (tmp_path / "cache").glob("rounding-*.so")
+    assert (b"GOMP_parallel" in built.read_bytes()) == (refused == "WIDE_VECTORS")
+
+
 def test_a_library_whose_argument_blocks_differ_is_not_used(monkeypatch, tmp_path):
     """native.py packs rp_dot's and rp_full's arguments as the C structs lay them out; a library built from
     another layout (a field added on one side only) would read garbage: it is refused, the torch path
@@ -1051,7 +1064,7 @@ def test_a_refusal_names_the_same_scale_on_every_path():
 @st.composite
 def conv_geometries(draw):
     """A convolution's input and window: kernels 1-4 a side, padding up to past the kernel, strides past it;
-    rows short (gathered by table) and long (copied row by row: 16 outputs or more)."""
+    rows short (gathered, and folded, by table) and long (row by row: 16 outputs or more)."""
     kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     pad, stride = draw(st.integers(0, 4)), draw(st.integers(1, 4))
     h = draw(st.integers(max(1, kh - 2 * pad), 9))
@@ -1082,9 +1095,11 @@ def test_im2col_and_col2im_are_torchs_unfold_and_fold(geometry, layout, n):
         folded = native.col2im(cols, (h, w), ksize, pad, stride)
         wide = cols[:, :1].expand(want.shape) if want.shape[1] else cols
         folded_wide = native.col2im(wide, (h, w), ksize, pad, stride)
+        folded_strided = native.col2im(cols.transpose(1, 2).contiguous().transpose(1, 2), (h, w), ksize, pad, stride)
     assert got.is_contiguous() and torch.equal(got.view(torch.int64), want.view(torch.int64))
     same = lambda a, b: torch.equal(a.view(torch.int64), b.view(torch.int64))
     assert same(folded, F.fold(cols, (h, w), ksize, padding=pad, stride=stride))
+    assert same(folded_strided, folded)
     assert same(folded_wide, F.fold(wide, (h, w), ksize, padding=pad, stride=stride))
 
 
