@@ -1057,21 +1057,23 @@ class Rounder:
             self.trace.append((key, self.name(key), r.detach().float()))
         return self._noted(r)
 
-    def dot(self, key: int, v: torch.Tensor, a, b, scale: float = 1.0, bias=None, bias_rows: bool = False):
+    def dot(self, key: int, v: torch.Tensor, a, b, scale: float = 1.0, bias=None, bias_rows: bool = False, owned=False):
         """self(key, v, dot_bound(a, b, scale, bias, bias_rows)), the same result, without forming the
         bound's other forms where the step goes straight to the native kernel's record pass or to a
         replay's plain rounding: a small model's step is mostly the Python around its rounding points.
-        Not where `__call__` is another's (a subclass, a tracer): every point then goes through it."""
+        Not where `__call__` is another's (a subclass, a tracer): every point then goes through it.
+        owned: v is the caller's fresh temporary, which nothing reads after: the kernel may round it in place."""
         if self._direct() and v.is_cpu:
             if self.mode == "record" and native.library() is not None:
                 gk, g = _dot_gammas(a.shape[-1], scale)  # the bias's term |bias| * gk is the kernel's (no torch ops)
-                fused = native.round_dot(v, a, b, g, bias, gk, bias_rows, SAFETY, WIDE)
+                fused = native.round_dot(v, a, b, g, bias, gk, bias_rows, SAFETY, WIDE, owned)
                 if fused is not None:
                     return self._recorded(key, *fused)
                 return self(key, v, _declined(dot_bound(a, b, scale, bias, bias_rows)))
             route = self._replay_route(key)
             if route == "plain":
-                return self._noted(_round(v))
+                plain = owned and v.is_contiguous() and v.dtype is torch.float64 and native.library() is not None
+                return self._noted(native.round_f32(v, in_place=True) if plain else _round(v))
             if route == "kernel":
                 applied = self._replay_dot(key, v, a, b, scale, bias, bias_rows)
                 if applied is not None:

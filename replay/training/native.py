@@ -242,9 +242,10 @@ def max_abs(v: torch.Tensor) -> float | None:
     return lib.rp_max_abs(v.data_ptr(), v.numel(), threads(v))
 
 
-def round_f32(v: torch.Tensor) -> torch.Tensor:
-    """float32(v) as a new contiguous float64 tensor (v CPU float64 contiguous: its like is contiguous too)."""
-    out, n = torch.empty_like(v), v.numel()
+def round_f32(v: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    """float32(v) as a new contiguous float64 tensor (v CPU float64 contiguous: its like is contiguous too), or
+    written over v (in_place: the caller's own temporary)."""
+    out, n = v if in_place else torch.empty_like(v), v.numel()
     library().rp_round(v.data_ptr(), out.data_ptr(), n, _threads_for(n))
     return out
 
@@ -326,11 +327,13 @@ def round_dot(
     bias_rows: bool,
     safety: float,
     wide: float,
+    in_place: bool = False,
 ):
     """Fused rounding point for v = scale * (a @ b) + bias (bias per column, or per row), its bound's
     terms g * |a| @ |b| and |bias| * gbias: (float32(v) as float64, close calls' flat indices, their log
     codes), or None where the kernel is unavailable or cannot take these tensors. safety and wide as in
-    determinism.py."""
+    determinism.py. in_place: v itself rounded and returned (the caller's own temporary, that nothing else
+    reads: no output's pages to fault in, none to hold); v is unchanged where the result is None."""
     lib = library()
     if lib is None:
         return None
@@ -352,7 +355,7 @@ def round_dot(
         b0, b1, sa, sb = layout
         m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
         head = (b0, b1, m, n, 1, k, a.data_ptr(), *sa, b.data_ptr(), *sb)
-    return _dot(lib, v, head, (m + n) * k, bias, gbias, bias_rows, g, safety, wide)
+    return _dot(lib, v, head, (m + n) * k, bias, gbias, bias_rows, g, safety, wide, in_place)
 
 
 def _dot_layout(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias, bias_rows: bool):
@@ -569,10 +572,10 @@ def round_dot_summed(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float
     return _dot(library(), v, head, (m + n) * t * k, None, 0.0, False, g, safety, wide)
 
 
-def _dot(lib, v, head: tuple, terms: int, bias, gbias, bias_rows, g, safety, wide):
+def _dot(lib, v, head: tuple, terms: int, bias, gbias, bias_rows, g, safety, wide, in_place: bool = False):
     """rp_dot over v's product: head, the block's fields from b0 to B's column stride (`dot_args_t`);
-    terms, (M + N) * K, what the operands' norms read."""
-    out = torch.empty_like(v)
+    terms, (M + N) * K, what the operands' norms read; in_place as `round_dot`'s."""
+    out = v if in_place else torch.empty_like(v)
     # threads by outputs, or by terms: a convolution's weight gradient is a small output over long sums
     # (its operands' norms, its candidates' exact bounds)
     outputs = v.numel()

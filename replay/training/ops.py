@@ -99,7 +99,7 @@ class _Matmul(torch.autograd.Function):
                 c = c + bias
         _save(ctx, a, b)
         ctx.op, ctx.scale, ctx.has_bias = op, scale, bias is not None
-        return R.dot(op * SLOTS, c, a, b, scale, bias)
+        return R.dot(op * SLOTS, c, a, b, scale, bias, owned=True)
 
     @staticmethod
     def backward(ctx, g):
@@ -111,10 +111,10 @@ class _Matmul(torch.autograd.Function):
         ga = gb = gbias = None
         if ctx.needs_input_grad[0]:
             bt = b.transpose(-2, -1)
-            ga = R.dot(key + 1, torch.matmul(g, bt), g, bt)
+            ga = R.dot(key + 1, torch.matmul(g, bt), g, bt, owned=True)
         if ctx.needs_input_grad[1]:
             at = a.transpose(-2, -1)
-            gb = R.dot(key + 2, torch.matmul(at, g), at, g)
+            gb = R.dot(key + 2, torch.matmul(at, g), at, g, owned=True)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             rows = g.reshape(-1, g.shape[-1])
             gbias = _sums_native(R, key + 3, rows.unsqueeze(-1))
@@ -429,7 +429,7 @@ class _Conv2d(torch.autograd.Function):
         ctx.kept_cols = cols.numel() < determinism.PACK_MIN
         _save(ctx, cols if ctx.kept_cols else x, w2)
         ctx.op, ctx.geom = op, ((h, wd), (kh, kw), stride, padding, w.shape)
-        return R.dot(op * SLOTS, y, w2, cols, bias=b, bias_rows=True).reshape(bsz, o, ho, wo)
+        return R.dot(op * SLOTS, y, w2, cols, bias=b, bias_rows=True, owned=True).reshape(bsz, o, ho, wo)
 
     @staticmethod
     def backward(ctx, dy):

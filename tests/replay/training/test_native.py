@@ -708,6 +708,71 @@ def test_a_crowded_point_takes_the_torch_path(threads):
     assert rounder.entries == want and len(want[0][0]) == v.numel()
 
 
+def _cancelling_product(seed: int, m: int = 300, k: int = 8, n: int = 200):
+    """a @ b with exact cancellations (columns of a in equal pairs, rows of b in opposite pairs, half of the rows):
+    zeros with a positive bound (close calls) among ordinary outputs; a bias per column, zero in every other."""
+    g = torch.Generator().manual_seed(seed)
+    a = _f32(torch.randn(m, k, generator=g, dtype=torch.float64))
+    b = _f32(torch.randn(k, n, generator=g, dtype=torch.float64))
+    a[: m // 2, 1::2] = a[: m // 2, 0::2]
+    b[1::2] = -b[0::2]
+    bias = _f32(torch.randn(n, generator=g, dtype=torch.float64))
+    bias[0::2] = 0.0  # those columns' cancelled outputs stay zeros
+    return a, b, bias
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("room", ["enough", "short"])
+def test_a_product_rounded_in_place_is_the_one_rounded_into_a_new_tensor(threads, room, monkeypatch):
+    """`round_dot(..., in_place=True)` rounds v itself (the caller's temporary, no output made) to the bits and
+    entries a new output gets; short of room for its close calls, its second run reads v as it was (v is
+    rounded last, after every close call is found)."""
+    a, b, bias = _cancelling_product(threads)
+    v = torch.addmm(bias, a, b)
+    f = v[1::7, ::5].float()  # and midpoints between two float32s: close calls that rounding v would hide
+    v[1::7, ::5] = (f.double() + torch.nextafter(f, torch.full_like(f, math.inf)).double()) / 2
+    args = (a, b, 1e-15, bias, 1e-15, False, determinism.SAFETY, determinism.WIDE)
+    with kernel_threads(threads):
+        want, want_idx, want_codes = native.round_dot(v, *args)
+        if room == "short":
+            monkeypatch.setattr(native, "_room_for", lambda outputs: 1)
+        got, idx, codes = native.round_dot(v, *args, in_place=True)
+    assert got is v and torch.equal(v.view(torch.int64), want.view(torch.int64))
+    assert (idx, codes) == (want_idx, want_codes) and len(idx) > 1
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_crowded_product_declined_in_place_is_left_as_it_was(threads):
+    """Where the kernel declines a point it was to round in place (more candidates than it holds), v is
+    unchanged, signed zeros and all: the torch path that takes the point then reads the product's values."""
+    a, b = torch.ones(300, 2, dtype=torch.float64), torch.ones(2, 300, dtype=torch.float64)
+    b[1] = -1.0  # every output 1 - 1 = 0 with a positive bound: all candidates
+    v = a @ b
+    v[::2] = -0.0
+    v[1, 1] = 1.0 + 2.0**-30  # one value the rounding would change
+    before = v.clone()
+    with kernel_threads(threads):
+        assert native.round_dot(v, a, b, 1e-14, None, 0.0, False, 4.0, 8.0, in_place=True) is None
+    assert torch.equal(v.view(torch.int64), before.view(torch.int64))
+
+
+def test_a_replays_unlogged_product_is_rounded_in_place_where_its_caller_owns_it():
+    """Rounder.dot with owned=True: a recording's and a replay's plain rounding write over v (no new output);
+    without it v is left as it was. The values are the same either way."""
+    a, b, bias = _cancelling_product(5)
+    for mode in ("record", "replay"):
+        v = torch.addmm(bias, a, b)
+        kept = v.clone()
+        rounder = Rounder(mode)
+        rounder.op("point")
+        fresh = rounder.dot(0, v, a, b, bias=bias)
+        assert fresh is not v and torch.equal(v.view(torch.int64), kept.view(torch.int64))
+        rounder = Rounder(mode)
+        rounder.op("point")
+        assert rounder.dot(0, v, a, b, bias=bias, owned=True) is v
+        assert torch.equal(v.view(torch.int64), fresh.view(torch.int64))
+
+
 def test_a_crowded_point_is_offered_to_the_kernel_once(monkeypatch):
     """`Rounder.full` / `Rounder.dot` on a point the kernel declines (too many candidates): the step goes on
     as `__call__` with the whole bound does (its slots overflow, it is redone dense), and the kernel, which
