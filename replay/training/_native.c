@@ -17,15 +17,6 @@
 #include <omp.h>
 #endif
 
-/* Loops over two sets of ACC lanes (a sum and its magnitudes) in 256-bit vectors: GCC's tuning for AMD's AVX-512
-   chips (Zen 4) vectorized them 512 bits wide into permutes, 3-4x slower than the 256-bit loop its tuning for
-   Intel's picks (a bias gradient's sums: 50 -> 13 us). The same operations per lane either way. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && __GNUC__ >= 8 /* (its attribute's first) */
-#define LANES __attribute__((target("prefer-vector-width=256")))
-#else
-#define LANES
-#endif
-
 static inline uint32_t bits32(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
@@ -1004,15 +995,55 @@ int64_t rp_full(const full_args_t *x) {
    which their bounds cover as they cover any machine's. Each point's values and bounds are kept and
    its close calls found after the parallel part, in index order, as rp_full finds them. */
 
-/* sum_j x_j and sum_j |x_j| in ACC lanes each. */
-LANES static void lane_sums(const double *restrict x, int64_t n, double *sum, double *abs_sum) {
-    double s[ACC] = {0}, a[ACC] = {0}, ts = 0, ta = 0;
+/* sum_j x_j and sum_j |x_j| in ACC lanes each, summed pairwise at the end (a layer norm's row of 64: two
+   16-add chains a row were its critical path). In GCC's vector types: its vectorizer built these lanes from
+   scalar loads (GCC 12: 50 -> 35 us a gpt layer norm's forward, 512 x 64). Any order: a point's sum (its bound
+   covers it, as any machine's order) or a bound's. */
+#if ACC != 16
+#error "lane_sums' pairwise end is written for 16 lanes"
+#endif
+typedef double lanes4_t __attribute__((vector_size(32)));
+typedef int64_t bits4_t __attribute__((vector_size(32)));
+static void lane_sums(const double *restrict x, int64_t n, double *sum, double *abs_sum) {
+    const bits4_t magnitude = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX}; /* the sign bit cleared: fabs */
+    lanes4_t s[ACC / 4] = {{0}}, a[ACC / 4] = {{0}};
+    double ts = 0, ta = 0;
     int64_t j = 0;
     for (; j + ACC <= n; j += ACC)
-        for (int l = 0; l < ACC; l++) s[l] += x[j + l], a[l] += fabs(x[j + l]);
+        for (int q = 0; q < ACC / 4; q++) {
+            lanes4_t v;
+            memcpy(&v, x + j + 4 * q, sizeof v);
+            s[q] += v, a[q] += (lanes4_t)((bits4_t)v & magnitude);
+        }
     for (; j < n; j++) ts += x[j], ta += fabs(x[j]);
-    for (int l = 0; l < ACC; l++) ts += s[l], ta += a[l];
-    *sum = ts, *abs_sum = ta;
+    lanes4_t s2 = (s[0] + s[2]) + (s[1] + s[3]), a2 = (a[0] + a[2]) + (a[1] + a[3]);
+    *sum = ts + ((s2[0] + s2[2]) + (s2[1] + s2[3])), *abs_sum = ta + ((a2[0] + a2[2]) + (a2[1] + a2[3]));
+}
+
+/* sum_j x_j y_j, sum_j |x_j y_j| and how many x_j y_j are not 0 (NaN counts), as lane_sums forms its sums
+   (a layer norm's backward, the softmax's: GCC built these lanes from scalar loads too). The count is exact. */
+static void lane_products(const double *restrict x, const double *restrict y, int64_t n, double *sum,
+                          double *abs_sum, int64_t *nonzero) {
+    const bits4_t magnitude = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX};
+    lanes4_t s[ACC / 4] = {{0}}, a[ACC / 4] = {{0}};
+    bits4_t m = {0};
+    double ts = 0, ta = 0;
+    int64_t j = 0, tm = 0;
+    for (; j + ACC <= n; j += ACC)
+        for (int q = 0; q < ACC / 4; q++) {
+            lanes4_t u, v;
+            memcpy(&u, x + j + 4 * q, sizeof u);
+            memcpy(&v, y + j + 4 * q, sizeof v);
+            lanes4_t t = u * v;
+            s[q] += t, a[q] += (lanes4_t)((bits4_t)t & magnitude), m -= (bits4_t)(t != 0); /* true is -1 */
+        }
+    for (; j < n; j++) {
+        double t = x[j] * y[j];
+        ts += t, ta += fabs(t), tm += t != 0;
+    }
+    lanes4_t s2 = (s[0] + s[2]) + (s[1] + s[3]), a2 = (a[0] + a[2]) + (a[1] + a[3]);
+    *sum = ts + ((s2[0] + s2[2]) + (s2[1] + s2[3])), *abs_sum = ta + ((a2[0] + a2[2]) + (a2[1] + a2[3]));
+    *nonzero = tm + m[0] + m[1] + m[2] + m[3];
 }
 
 /* A point's close calls (rp_full's test: straddles(v, e * safety), then log_code), appended at found. */
@@ -1157,17 +1188,9 @@ int64_t rp_layer_norm_back(const ln_back_args_t *a) {
         double *xr = a->dx + i * n, sg, sga, sx, sxa;
         for (int64_t j = 0; j < n; j++) xr[j] = dr[j] * a->w[j]; /* g, in dx's room */
         if (!a->a_in) {
+            int64_t nonzero;
             lane_sums(xr, n, &sg, &sga);
-            double gx[ACC], s[ACC] = {0}, m[ACC] = {0};
-            sx = sxa = 0;
-            int64_t j = 0;
-            for (; j + ACC <= n; j += ACC)
-                for (int l = 0; l < ACC; l++) gx[l] = xr[j + l] * hr[j + l], s[l] += gx[l], m[l] += fabs(gx[l]);
-            for (; j < n; j++) {
-                double t = xr[j] * hr[j];
-                sx += t, sxa += fabs(t);
-            }
-            for (int l = 0; l < ACC; l++) sx += s[l], sxa += m[l];
+            lane_products(xr, hr, n, &sx, &sxa, &nonzero);
             a_v[i] = sg * a->inv_n, a_e[i] = sga * a->g_mean;
             c_v[i] = sx * a->inv_n, c_e[i] = sxa * a->g_mean;
             if (a->raw) continue; /* stage: the points for the rounder */
@@ -1259,18 +1282,9 @@ static void softmax_row(const softmax_args_t *a, int64_t i, double *v, double *e
 /* Row i of the backward: pd = p * dp, r = sum(pd), dx = p * (dp - r) (v), its bound as rp_softmax_err's. */
 static void softmax_back_row(const softmax_args_t *a, int64_t i, double *v, double *e) {
     const double *pr = a->p + i * a->n, *qr = a->dp + i * a->n;
-    double acc[ACC] = {0}, mag[ACC] = {0}, r = 0, sum = 0;
-    int64_t m = 0, j = 0, n = a->n;
-    for (; j + ACC <= n; j += ACC)
-        for (int l = 0; l < ACC; l++) {
-            double pd = pr[j + l] * qr[j + l];
-            acc[l] += pd, mag[l] += fabs(pd), m += pd != 0;
-        }
-    for (; j < n; j++) {
-        double pd = pr[j] * qr[j];
-        r += pd, sum += fabs(pd), m += pd != 0;
-    }
-    for (int l = 0; l < ACC; l++) r += acc[l], sum += mag[l];
+    double r, sum;
+    int64_t m, j, n = a->n;
+    lane_products(pr, qr, n, &r, &sum, &m); /* pd = p * dp: its sum, magnitudes and nonzero terms */
     double err_r = sum * (double)((float)(m > 1 ? m - 1 : 0) * (float)a->c); /* float32 factor: the reference's */
     for (j = 0; j < n; j++) v[j] = pr[j] * (qr[j] - r), e[j] = pr[j] * err_r * a->k + fabs(v[j]) * a->u4;
 }
@@ -1526,11 +1540,19 @@ typedef struct {
 /* x[0, n) added into lanes s and a (their magnitudes), ACC each, and the last n % ACC into rest[0] and rest[1]:
    a row's share of a sum over many rows, the lanes combined once at the end (`rp_axis_sums`), not per row
    (a convolution's rows of positions are short: combining 2 x ACC lanes per row cost more than the row). */
-LANES __attribute__((noinline)) static void lane_add(const double *restrict x, int64_t n, double *restrict s,
-                                               double *restrict a, double *restrict rest) {
+__attribute__((noinline)) static void lane_add(const double *restrict x, int64_t n, double *restrict s,
+                                         double *restrict a, double *restrict rest) {
+    const bits4_t magnitude = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX};
+    lanes4_t vs[ACC / 4], va[ACC / 4]; /* lane_sums' vectors: s[l] += x[j + l], a[l] += |x[j + l]|, l < ACC */
+    memcpy(vs, s, sizeof vs), memcpy(va, a, sizeof va);
     int64_t j = 0;
     for (; j + ACC <= n; j += ACC)
-        for (int l = 0; l < ACC; l++) s[l] += x[j + l], a[l] += fabs(x[j + l]);
+        for (int q = 0; q < ACC / 4; q++) {
+            lanes4_t v;
+            memcpy(&v, x + j + 4 * q, sizeof v);
+            vs[q] += v, va[q] += (lanes4_t)((bits4_t)v & magnitude);
+        }
+    memcpy(s, vs, sizeof vs), memcpy(a, va, sizeof va);
     for (; j < n; j++) rest[0] += x[j], rest[1] += fabs(x[j]);
 }
 

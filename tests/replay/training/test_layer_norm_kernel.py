@@ -93,6 +93,39 @@ def test_the_fused_layer_norm_is_the_reference(rows, n, threads, seed, midpoints
 
 
 @needs_kernel
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 200), st.integers(0, 2**31 - 1))
+def test_the_layer_norms_points_have_the_references_values_and_bounds(rows, n, seed):
+    """Each of the six points' values and bounds as the stages hand them to the rounder, against the torch
+    reference's (ops._mean, the column sums): the same sums in other orders (lanes, pairwise), so within both
+    sums' rounding (n u each), and the bounds' magnitudes complete (every term's)."""
+    g = torch.Generator().manual_seed(seed)
+    x = _f32(torch.randn(rows, n, generator=g, dtype=torch.float64) * 3 + 1)
+    w, b, dy = (_f32(torch.randn(*shape, generator=g, dtype=torch.float64)) for shape in ((n,), (n,), (rows, n)))
+    gm, got = determinism.gamma(n + 1) / n, {}
+
+    def point(slot, v, e):
+        got[slot] = (v.clone(), e.clone())
+        return _f32(v)
+
+    _, xhat, rstd = native.layer_norm_staged(x, w, b, 1e-5, gm, determinism.gamma(n + 1), point)
+    native.layer_norm_back_staged(dy, xhat, rstd, w, gm, determinism.gamma(rows), point)
+    d = x - _f32(got[0][0]).view(-1, 1)
+    terms = {0: x, 1: d * d, 4: dy * w, 5: dy * w * xhat}  # per row: sum * (1 / n), bound sum |.| * gamma-ish
+    factors = {0: gm, 1: determinism.gamma(n + 1) / n, 4: gm, 5: gm}
+    for slot, t in terms.items():
+        v, e = got[slot]
+        want_v, want_e = t.sum(-1) * (1.0 / n), t.abs().sum(-1) * factors[slot]
+        slack = 2 * (n + 2) * 2.0**-53
+        assert torch.all((v - want_v).abs() <= want_e / factors[slot] * slack), slot
+        assert torch.all((e - want_e).abs() <= want_e * slack), slot
+    for slot, t in {2: dy * xhat, 3: dy}.items():  # dw, db: column sums over the rows
+        (v, e), want_e, slack = got[slot], t.abs().sum(0) * determinism.gamma(rows), 2 * (rows + 2) * 2.0**-53
+        assert torch.all((v - t.sum(0)).abs() <= t.abs().sum(0) * slack), slot
+        assert torch.all((e - want_e).abs() <= want_e * slack), slot
+
+
+@needs_kernel
 def test_the_fused_layer_norm_takes_what_the_reference_takes_and_declines_the_rest():
     x = torch.randn(4, 6, dtype=torch.float64)
     w, b = torch.ones(6, dtype=torch.float64), torch.zeros(6, dtype=torch.float64)
