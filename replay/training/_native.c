@@ -116,6 +116,27 @@ double rp_round_max(const double *v, double *out, int64_t n, int64_t threads) {
     return from_abs_bits((uint64_t)max_bits(v, out, n, threads));
 }
 
+/* max_bits with the rounding written over v itself (round_max_span's pointers may not alias). */
+__attribute__((noinline)) static int64_t round_max_over_span(double *v, int64_t n) {
+    int64_t top = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t b = (int64_t)abs_bits(v[i]);
+        top = b > top ? b : top;
+        v[i] = (double)(float)v[i];
+    }
+    return top;
+}
+
+static int64_t round_max_over(double *v, int64_t n, int64_t threads) {
+    int64_t top = 0, spans = (n + MAX_SPAN - 1) / MAX_SPAN;
+#pragma omp parallel for reduction(max : top) schedule(static) num_threads((int)threads) if (threads > 1 && spans > 1)
+    for (int64_t s = 0; s < spans; s++) {
+        int64_t at = s * MAX_SPAN, b = round_max_over_span(v + at, n - at < MAX_SPAN ? n - at : MAX_SPAN);
+        top = b > top ? b : top;
+    }
+    return top;
+}
+
 /* Element j's window in a row of a product: (ni * nb[j] + (bias_i + bcol[j])) * safety (Cauchy-Schwarz
    and the bias, SAFETY included). */
 static inline double row_window(double ni, double nbj, double bias_i, double bcolj, double safety) {
@@ -1479,8 +1500,8 @@ int64_t rp_apply_at(const double *v, double *r, int64_t size, const int64_t *idx
    exact bounds at the log's n indices times decode (the windows, into e), and rp_apply_at's decisions at
    those indices, written into out. Returns rp_apply_at's result (-1: every entry applied; else the refused
    entry, *why and *ratio as there), or -2 an index outside the output, -3 out of memory: the caller then
-   takes its other path (out holds the plain rounding). The same operations as the three calls, hence the
-   same bits and the same refusals. */
+   takes its other path, v untouched. The same operations as the three calls, hence the same bits and the
+   same refusals. out == v rounds v in place (the logged elements' values read first). */
 typedef struct {
     const double *v;
     double *out;
@@ -1502,19 +1523,32 @@ typedef struct {
 } dot_replay_args_t;
 
 int64_t rp_dot_replay(const dot_replay_args_t *x) {
-    int64_t size = x->b0 * x->b1 * x->M * x->N, terms = x->bias_rows ? x->M : x->N;
-    *x->scale = rp_round_max(x->v, x->out, size, x->round_threads);
-    double *babs = x->bias ? malloc(sizeof(double) * (terms + 1)) : NULL; /* dot_bound's: the same two IEEE ops */
-    if (x->bias && !babs) return -3;
-    for (int64_t j = 0; babs && j < terms; j++) babs[j] = fabs(x->bias[j]) * x->gbias;
+    int64_t size = x->b0 * x->b1 * x->M * x->N, terms = x->bias_rows ? x->M : x->N, n = x->n;
+    double *babs = malloc(sizeof(double) * (terms + 2 * n + 1)), *at = babs + terms, *res = at + n;
+    if (!babs) return -3;
+    for (int64_t j = 0; j < n; j++) {
+        if (x->idx[j] < 0 || x->idx[j] >= size) {
+            free(babs);
+            return -2;
+        }
+        at[j] = x->v[x->idx[j]]; /* the logged elements' values, read before v is rounded (out == v: in place) */
+    }
+    for (int64_t j = 0; x->bias && j < terms; j++) babs[j] = fabs(x->bias[j]) * x->gbias; /* dot_bound's two IEEE ops */
     int64_t got = rp_dot_at(x->b0, x->b1, x->M, x->N, x->K1, x->K2, x->a, x->sa0, x->sa1, x->sai, x->sak1, x->sak2,
-                            x->b, x->sb0, x->sb1, x->sbk1, x->sbk2, x->sbj, babs, x->bias_rows, x->g,
-                            x->term_threads, x->idx, x->n, x->e);
+                            x->b, x->sb0, x->sb1, x->sbk1, x->sbk2, x->sbj, x->bias ? babs : NULL, x->bias_rows, x->g,
+                            x->term_threads, x->idx, n, x->e);
+    if (got != 0) {
+        free(babs);
+        return got == -2 ? -2 : -3;
+    }
+    /* every way out that leaves v to the caller's other path is behind: v rounded (into out, or over itself) */
+    *x->scale = x->v == x->out ? from_abs_bits((uint64_t)round_max_over(x->out, size, x->round_threads))
+                               : rp_round_max(x->v, x->out, size, x->round_threads);
+    for (int64_t j = 0; j < n; j++) x->e[j] *= x->decode;
+    int64_t bad = rp_apply(at, x->e, x->code, n, *x->scale, x->steers, x->rel, res, x->why, x->ratio);
+    for (int64_t j = 0; bad == -1 && j < n; j++) x->out[x->idx[j]] = res[j];
     free(babs);
-    if (got != 0) return got == -2 ? -2 : -3;
-    for (int64_t j = 0; j < x->n; j++) x->e[j] *= x->decode;
-    return rp_apply_at(x->v, x->out, size, x->idx, x->e, x->code, x->n, *x->scale, x->steers, x->rel, x->why,
-                       x->ratio);
+    return bad;
 }
 
 /* ---------------------------------------------------------------- sums over all axes but one, the loss

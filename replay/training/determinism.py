@@ -1075,7 +1075,7 @@ class Rounder:
                 plain = owned and v.is_contiguous() and v.dtype is torch.float64 and native.library() is not None
                 return self._noted(native.round_f32(v, in_place=True) if plain else _round(v))
             if route == "kernel":
-                applied = self._replay_dot(key, v, a, b, scale, bias, bias_rows)
+                applied = self._replay_dot(key, v, a, b, scale, bias, bias_rows, owned)
                 if applied is not None:
                     return applied
         return self(key, v, dot_bound(a, b, scale, bias, bias_rows))
@@ -1091,17 +1091,17 @@ class Rounder:
             return "plain"
         return "kernel" if not self.lenient and native.library() is not None else None
 
-    def _replay_dot(self, key: int, v, a, b, scale: float, bias, bias_rows: bool):
+    def _replay_dot(self, key: int, v, a, b, scale: float, bias, bias_rows: bool, owned: bool = False):
         """`_apply` for a product, in one kernel call (native.replay_dot): the same rounding, windows,
         choices and refusals; None where the kernel cannot take it, or where `_apply` refuses the log
-        before any entry (too many, one past the outputs): that path then runs, and says why."""
+        before any entry (too many, one past the outputs): that path then runs, and says why (v as it was).
+        owned as `dot`'s: v rounded in place."""
         idx, codes = self._entries[key]
         if not _fits(idx, v.numel()):
             return None
         gk, g = _dot_gammas(a.shape[-1], scale)
-        return self._kernel_applied(
-            key, idx, native.replay_dot(v, a, b, g, bias, gk, bias_rows, idx, codes, DECODE, REL_WINDOW)
-        )
+        got = native.replay_dot(v, a, b, g, bias, gk, bias_rows, idx, codes, DECODE, REL_WINDOW, owned)
+        return self._kernel_applied(key, idx, got)
 
     def _replay_full(self, key: int, v, err, steers: bool, scale):
         """`_apply` for a point whose bound is given as values (err, formed), in one kernel call (native.replay_full), as

@@ -407,13 +407,15 @@ def dot_at(
     return _exact_at(lib, tuple(shape[-2:]), 1, a.shape[-1], a, b, g, babs, bias_rows, layout, idx)
 
 
-def replay_dot(v, a, b, g: float, bias, gbias: float, bias_rows: bool, idx: list, codes: list, decode, rel):
+def replay_dot(
+    v, a, b, g: float, bias, gbias: float, bias_rows: bool, idx: list, codes: list, decode, rel, in_place=False
+):
     """A replay's logged product point, v = scale * (a @ b) + bias with its log's entries (flat indices
     idx, codes as the log holds them), in one kernel call (rp_dot_replay: what `Rounder._apply` does with
     round_scaled, dot_at and apply_at, without the Python between): (float32(v) as float64 with the entries
     applied, the refused entry or -1, why (1 a window too wide, 2 not a close call), the refused entry's
     window, max |v|, the widest applied window over it); None where the kernel cannot take these tensors
-    or indices (the caller takes that path). g and gbias as `round_dot`'s."""
+    or indices (the caller takes that path), v unchanged. g, gbias and in_place as `round_dot`'s."""
     lib = library()
     # one rp_dot_at call over every index: as many as `_exact_at` takes in one (its chunks, past that, order
     # a window's sums otherwise: the same decisions need the same calls)
@@ -428,7 +430,7 @@ def replay_dot(v, a, b, g: float, bias, gbias: float, bias_rows: bool, idx: list
     if entries is None:
         return None
     count, (room, at, results, where) = len(idx), entries  # room and results held until the kernel returns
-    out = torch.empty_like(v)
+    out = v if in_place else torch.empty_like(v)
     terms = torch.get_num_threads() if count * k >= PARALLEL_MIN else 1  # as _dot_at's
     head = (v.data_ptr(), out.data_ptr(), b0, b1, m, n, 1, k, a.data_ptr(), *sa, b.data_ptr(), *sb)
     bias_at = bias.data_ptr() if bias is not None else 0  # its term |bias| * gbias formed in the kernel

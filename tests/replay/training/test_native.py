@@ -967,13 +967,14 @@ def test_the_rounders_direct_points_are_its_call(bias):
     bias=st.sampled_from([None, "columns", "rows"]),
     doctor=st.sampled_from([None, "parity", "wide", "window", "past", "many", "unsorted", "codes"]),
     threads=st.sampled_from([1, 3]),
+    owned=st.booleans(),
 )
-def test_a_logged_product_replays_in_one_kernel_call_as_apply_does(seed, batched, bias, doctor, threads):
+def test_a_logged_product_replays_in_one_kernel_call_as_apply_does(seed, batched, bias, doctor, threads, owned):
     """A replay's logged product point through the kernel's one call (`Rounder.dot`: native.replay_dot)
     and through `Rounder.__call__` with `dot_bound` (round_scaled, the bound at the entries, apply_at):
     the same bits, the same widest window, and for a doctored log (a wrong parity, a wide entry outside
     its window, a window too wide, an index past the outputs, more entries than allowed, unsorted indices,
-    fewer codes than entries) the same refusal in the same words."""
+    fewer codes than entries) the same refusal in the same words; owned, the product rounded in place."""
     g = torch.Generator().manual_seed(seed)
     shape = (2, 3) if batched else ()
     a = _f32(torch.randn(*shape, 12, 16, generator=g, dtype=torch.float64))
@@ -998,7 +999,9 @@ def test_a_logged_product_replays_in_one_kernel_call_as_apply_does(seed, batched
         try:
             with kernel_threads(threads):
                 if path == "kernel":
-                    out = r.dot(0, other, a, b, 1.0, c, rows)
+                    mine = other.clone()
+                    out = r.dot(0, mine, a, b, 1.0, c, rows, owned=owned)
+                    assert (out is mine) == owned
                 else:
                     out = r(0, other, dot_bound(a, b, 1.0, c, rows))
             results.append((out.view(torch.int64), r.max_ratio))
@@ -1040,6 +1043,19 @@ def test_a_logged_product_past_one_bound_call_takes_the_chunked_path(monkeypatch
     assert native.replay_dot(*args, [0, 1, 2, 3], [False] * 4, 4.0, 2.0**-12) is None
     assert native.replay_dot(*args, [0, 1, 2], [False] * 3, 4.0, 2.0**-12) is not None
     assert native.replay_dot(*args, [0, 1, 2], [False] * 2, 4.0, 2.0**-12) is None  # a code short
+
+
+@pytest.mark.parametrize("past", [30, -1])
+def test_a_logged_product_the_kernel_declines_in_place_is_left_as_it_was(past):
+    """An index outside the output (the kernel's own check, behind the rounder's): declined before v is
+    rounded over itself, so the path that then runs reads the product's values."""
+    a, b = torch.randn(6, 8, dtype=torch.float64), torch.randn(8, 5, dtype=torch.float64)
+    v = a @ b
+    before = v.clone()
+    assert native.replay_dot(v, a, b, 1e-15, None, 0.0, False, [1, past], [False] * 2, 4.0, 0.5, True) is None
+    assert torch.equal(v.view(torch.int64), before.view(torch.int64))
+    got = native.replay_dot(v, a, b, 1e-15, None, 0.0, False, [], [], 4.0, 0.5, True)
+    assert got[0] is v and torch.equal(v, before.float().double())  # control: taken, rounded in place
 
 
 @settings(max_examples=200, deadline=None)

@@ -87,7 +87,8 @@ def test_the_native_axis_sums_are_the_reference(a, o, length, threads, seed, pat
     reference (`rows.sum`, `abs_sum(...) * gamma(A * L)` through the rounder); plain rounding the same bits.
     "cancel": float32 values whose sums cancel to near zero, many exact, some on rounding midpoints (close
     calls, so the comparison is not vacuous); "special": infinities, NaN, signed zeros, extremes. Those sums are
-    exact in float64 (float32 values over a few thousand terms), so any order gives the same bits. "scaled":
+    exact in float64 (float32 values over a few thousand terms), so any order gives the same bits, but where
+    3e38 and -3e38 meet in one sum (then as "scaled", both logged). "scaled":
     magnitudes over 16 decades, sums inexact, formed in another order than torch's: the same bits wherever
     neither path logs a close call (what the bound guarantees); a close call's own value may differ (the log
     settles it)."""
@@ -107,13 +108,20 @@ def test_the_native_axis_sums_are_the_reference(a, o, length, threads, seed, pat
     with kernel_threads(threads):
         got, points = native.axis_sums(x, gamma(a * length), SAFETY, WIDE, True)
         plain, none = native.axis_sums(x, gamma(a * length), SAFETY, WIDE, False)
+    logged = torch.zeros(o, dtype=torch.bool)
+    logged[points[0][0] + r.entries.get(0, ([], []))[0]] = True
     if pattern == "scaled":
-        logged = torch.zeros(o, dtype=torch.bool)
-        logged[points[0][0] + r.entries.get(0, ([], []))[0]] = True
         assert _same(got[~logged], want[~logged]) and _same(plain[~logged], want[~logged]) and none == []
         return
-    assert _same(got, want) and _same(plain, want) and none == []
-    assert dict(p for p in [(0, points[0])] if p[1][0]) == r.entries
+    # a column holding both 3e38 and -3e38 (and nothing infinite or NaN) cancels them in an order of its own (the
+    # other terms absorbed before or after): inexact, as "scaled" is; its window is wide enough to log it in both
+    mixed = (x == 3.0e38).any(2).any(0) & (x == -3.0e38).any(2).any(0) & x.isfinite().all(2).all(0)
+    assert bool(logged[mixed].all())
+    keep = ~mixed
+    assert _same(got[keep], want[keep]) and _same(plain[keep], want[keep]) and none == []
+    drop = set(torch.nonzero(mixed).flatten().tolist())
+    only = lambda e: [(i, c) for i, c in zip(*e) if i not in drop]
+    assert only(points[0]) == only(r.entries.get(0, ([], [])))
 
 
 def test_axis_sums_find_close_calls_and_decline_what_they_do_not_take():
