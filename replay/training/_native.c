@@ -320,6 +320,62 @@ static void all_norms(const double *x, int64_t b0, int64_t b1, int64_t st0, int6
     }
 }
 
+/* A row-major block's squares, rows [0, rows) x columns [c0, c1): each row's sum over the block into part[i], each
+   column's over the rows into col[c] (from +0, rows in order); rows in 8 lanes, summed pairwise at the end. */
+typedef double lanes8_t __attribute__((vector_size(64)));
+__attribute__((noinline)) static void square_sums_block(const double *x, int64_t rows, int64_t s0, int64_t c0,
+                                                        int64_t c1, double *restrict part, double *restrict col) {
+    for (int64_t c = c0; c < c1; c++) col[c] = 0;
+    for (int64_t i = 0; i < rows; i++) {
+        const double *r = x + i * s0;
+        lanes8_t acc = {0};
+        double tail = 0;
+        int64_t c = c0;
+        for (; c + 8 <= c1; c += 8) {
+            lanes8_t v, have;
+            memcpy(&v, r + c, sizeof v);
+            memcpy(&have, col + c, sizeof have);
+            v *= v, acc += v, have += v;
+            memcpy(col + c, &have, sizeof have);
+        }
+        for (; c < c1; c++) tail += r[c] * r[c], col[c] += r[c] * r[c];
+        part[i] = tail + (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])));
+    }
+}
+
+/* Both norms of a 2-D operand (rows x cols, element (i, c) at x[i * s0 + c * s1], one of the strides 1) in one pass
+   over it: rn[i] = ||row i||, cn[c] = ||column c||. A linear layer's activations and gradients are each read by two
+   rounding points' norms, by rows in one and by columns in the other (`ops._Matmul`: the input's rows in the forward
+   product, its columns in the weight gradient's; the gradient's rows and columns in the two backward products); one
+   pass reads them once (gpt-3.3m: ...). Columns in blocks of NORM_BLOCK on `threads` threads, a row's partial sums
+   added in block order: the same sums at any thread count. Any order of a norm's squares is a bound's (SAFETY's
+   slack). 0, or -1 out of memory or a layout it does not take (the caller leaves the norms to rp_dot). */
+int64_t rp_row_col_norms(const double *x, int64_t rows, int64_t cols, int64_t s0, int64_t s1, double *rn, double *cn,
+                         int64_t threads) {
+    if (s1 != 1) { /* column-major (a transposed view): the same pass over the transpose, the roles swapped */
+        if (s0 != 1) return -1;
+        int64_t t = rows;
+        double *tn = rn;
+        rows = cols, cols = t, s0 = s1, rn = cn, cn = tn;
+    }
+    int64_t blocks = (cols + NORM_BLOCK - 1) / NORM_BLOCK;
+    double *part = malloc(sizeof(double) * (blocks * rows + 1));
+    if (!part) return -1;
+#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && blocks > 1)
+    for (int64_t blk = 0; blk < blocks; blk++) {
+        int64_t c0 = blk * NORM_BLOCK, c1 = c0 + NORM_BLOCK < cols ? c0 + NORM_BLOCK : cols;
+        square_sums_block(x, rows, s0, c0, c1, part + blk * rows, cn);
+    }
+    for (int64_t i = 0; i < rows; i++) {
+        double sum = 0;
+        for (int64_t blk = 0; blk < blocks; blk++) sum += part[blk * rows + i];
+        rn[i] = sqrt(sum);
+    }
+    for (int64_t c = 0; c < cols; c++) cn[c] = sqrt(cn[c]);
+    free(part);
+    return 0;
+}
+
 /* The vectors [lo, hi) of an operand (x(o, k) as in norms) into dst, unit stride (o * K + k); a flat
    interleaved source in 32 x 32 tiles, read a cache line at a time. */
 static void gather(const double *x, int64_t lo, int64_t hi, int64_t K1, int64_t K2, int64_t so, int64_t s1,
@@ -603,6 +659,8 @@ typedef struct {
     int64_t sb0, sb1, sbk1, sbk2, sbj;
     const double *bias;
     int64_t bias_rows;
+    const double *na_in, *nb_in; /* A's row norms and B's column norms where the caller has them (an unbatched
+                                    product's: rp_row_col_norms), else NULL: formed here */
     double gbias, g, safety, wide;
     int64_t threads;
     int64_t *idx, *code;
@@ -647,8 +705,14 @@ int64_t rp_dot(const dot_args_t *x) {
     }
     for (int64_t j = 0; j < N; j++) bcol[j] = bias && !bias_rows ? fabs(bias[j]) * x->gbias : 0.0;
     for (int64_t i = 0; i < M; i++) brow[i] = bias && bias_rows ? fabs(bias[i]) * x->gbias : 0.0;
-    all_norms(a, b0, b1, sa0, sa1, M, K1, K2, sai, sak1, sak2, na, nt);
-    all_norms(b, b0, b1, sb0, sb1, N, K1, K2, sbj, sbk1, sbk2, nb, nt);
+    if (x->na_in && T == 1)
+        memcpy(na, x->na_in, sizeof(double) * M);
+    else
+        all_norms(a, b0, b1, sa0, sa1, M, K1, K2, sai, sak1, sak2, na, nt);
+    if (x->nb_in && T == 1)
+        memcpy(nb, x->nb_in, sizeof(double) * N);
+    else
+        all_norms(b, b0, b1, sb0, sb1, N, K1, K2, sbj, sbk1, sbk2, nb, nt);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         int64_t lo, hi;

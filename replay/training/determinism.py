@@ -703,6 +703,7 @@ def encode_log_reference(entries: dict[int, tuple[list[int], list]]) -> bytes:
 
 PACK_MIN = 1 << 18  # elements below which what backward keeps is kept as it is (ops._save): its bytes do not
 # matter, its two copies' ops do; nor is a smaller rounding point's output noted as float32-valued
+SHARED_NORMS_MIN = 1 << 16  # elements of a product's operand past which its norms are formed once for two points
 WIDE_CODE = 1 << 32  # FlatLog: a wide entry's code is its float32's 32 bits with this bit set
 
 
@@ -1057,16 +1058,17 @@ class Rounder:
             self.trace.append((key, self.name(key), r.detach().float()))
         return self._noted(r)
 
-    def dot(self, key: int, v: torch.Tensor, a, b, scale: float = 1.0, bias=None, bias_rows: bool = False, owned=False):
+    def dot(self, key: int, v: torch.Tensor, a, b, scale=1.0, bias=None, bias_rows=False, owned=False, norms=None):
         """self(key, v, dot_bound(a, b, scale, bias, bias_rows)), the same result, without forming the
         bound's other forms where the step goes straight to the native kernel's record pass or to a
         replay's plain rounding: a small model's step is mostly the Python around its rounding points.
         Not where `__call__` is another's (a subclass, a tracer): every point then goes through it.
-        owned: v is the caller's fresh temporary, which nothing reads after: the kernel may round it in place."""
+        owned: v is the caller's fresh temporary, which nothing reads after: the kernel may round it in place.
+        norms: (a's row norms, b's column norms) where the caller formed them (`shares_norms`), for the kernel."""
         if self._direct() and v.is_cpu:
             if self.mode == "record" and native.library() is not None:
                 gk, g = _dot_gammas(a.shape[-1], scale)  # the bias's term |bias| * gk is the kernel's (no torch ops)
-                fused = native.round_dot(v, a, b, g, bias, gk, bias_rows, SAFETY, WIDE, owned)
+                fused = native.round_dot(v, a, b, g, bias, gk, bias_rows, SAFETY, WIDE, owned, norms)
                 if fused is not None:
                     return self._recorded(key, *fused)
                 return self(key, v, _declined(dot_bound(a, b, scale, bias, bias_rows)))
@@ -1144,6 +1146,14 @@ class Rounder:
                 if applied is not None:
                     return applied
         return self(key, v, full_bound(err, shape, steers, scale))
+
+    def shares_norms(self, t: torch.Tensor) -> bool:
+        """Would `dot` hand norms formed by its caller to the kernel's record pass (a CPU recording on the kernel), and
+        is this 2-D operand large enough for a pass of its own to pay (`native.row_col_norms`: read once for two
+        products' norms)?"""
+        if not (self.mode == "record" and self._direct() and native.library() is not None):
+            return False
+        return t.is_cpu and t.dim() == 2 and t.numel() >= SHARED_NORMS_MIN
 
     def fused_mode(self, keys) -> str | None:
         """How an op may form these rounding points through native passes (ops' layer norm, softmax): "record",

@@ -54,7 +54,7 @@ _p = ctypes.c_void_p
 # rp_dot's and rp_full's argument blocks (`dot_args_t`, `full_args_t` in _native.c), fields in order, each
 # 8 bytes: a pointer Q, an integer q, a double d. One packed block per call, where ctypes converting each
 # of 29 arguments was most of a small rounding point's cost; the library says its sizes (`rp_args_sizes`).
-_DOT_ARGS = struct.Struct("=2Q6qQ5qQ5qQq4dq2Qq")
+_DOT_ARGS = struct.Struct("=2Q6qQ5qQ5qQq2Q4dq2Qq")
 _FULL_ARGS = struct.Struct("=2Q2qQq2dq2Qq")
 _LN_ARGS = struct.Struct("=6Q2q6dq2QqQ3Q")  # ln_args_t
 _LN_BACK_ARGS = struct.Struct("=7Q2q5dq2QqQ3Q")  # ln_back_args_t
@@ -159,6 +159,7 @@ def _load():
     lib.rp_dot_replay.argtypes, lib.rp_dot_replay.restype = [ctypes.c_char_p], _i
     lib.rp_dot_at.argtypes = [_i] * 6 + [_p] + [_i] * 5 + [_p] + [_i] * 5 + [_p, _i, _d, _i, _p, _i, _p]
     lib.rp_dot_at.restype = _i
+    lib.rp_row_col_norms.argtypes, lib.rp_row_col_norms.restype = [_p, _i, _i, _i, _i, _p, _p, _i], _i
     lib.rp_abs_sums.argtypes = [_p, _i, _i, _i, _p, _i]
     lib.rp_abs_sums.restype = None
     lib.rp_apply_at.argtypes = [_p, _p, _i, _p, _p, _p, _i, _d, _i, _d, _p, _p]
@@ -328,12 +329,14 @@ def round_dot(
     safety: float,
     wide: float,
     in_place: bool = False,
+    norms=None,
 ):
     """Fused rounding point for v = scale * (a @ b) + bias (bias per column, or per row), its bound's
     terms g * |a| @ |b| and |bias| * gbias: (float32(v) as float64, close calls' flat indices, their log
     codes), or None where the kernel is unavailable or cannot take these tensors. safety and wide as in
     determinism.py. in_place: v itself rounded and returned (the caller's own temporary, that nothing else
-    reads: no output's pages to fault in, none to hold); v is unchanged where the result is None."""
+    reads: no output's pages to fault in, none to hold); v is unchanged where the result is None. norms: (A's
+    row norms, B's column norms) where the caller formed them (`row_col_norms`), or None (formed here)."""
     lib = library()
     if lib is None:
         return None
@@ -348,6 +351,10 @@ def round_dot(
             return None
         (sai, sak), (sbk, sbj) = a.stride(), b.stride()
         head = (1, 1, m, n, 1, k, a.data_ptr(), 0, 0, sai, 0, sak, b.data_ptr(), 0, 0, 0, sbk, sbj)
+        if norms is not None:
+            return _dot(
+                lib, v, head, (m + n) * k, bias, gbias, bias_rows, g, safety, wide, in_place, _given(norms, m, n)
+            )
     else:
         layout = _dot_layout(v, a, b, bias, bias_rows)
         if layout is None:
@@ -574,17 +581,39 @@ def round_dot_summed(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float
     return _dot(library(), v, head, (m + n) * t * k, None, 0.0, False, g, safety, wide)
 
 
-def _dot(lib, v, head: tuple, terms: int, bias, gbias, bias_rows, g, safety, wide, in_place: bool = False):
+def _dot(lib, v, head: tuple, terms: int, bias, gbias, bias_rows, g, safety, wide, in_place=False, norms=(0, 0)):
     """rp_dot over v's product: head, the block's fields from b0 to B's column stride (`dot_args_t`);
-    terms, (M + N) * K, what the operands' norms read; in_place as `round_dot`'s."""
+    terms, (M + N) * K, what the operands' norms read; in_place as `round_dot`'s; norms, the addresses of
+    A's row norms and B's column norms (`_given`), 0 for none."""
     out = v if in_place else torch.empty_like(v)
     # threads by outputs, or by terms: a convolution's weight gradient is a small output over long sums
     # (its operands' norms, its candidates' exact bounds)
     outputs = v.numel()
     nt = _threads_for(outputs) if terms < PARALLEL_TERMS else torch.get_num_threads()
-    args = (v.data_ptr(), out.data_ptr(), *head, bias.data_ptr() if bias is not None else 0, int(bias_rows))
+    args = (v.data_ptr(), out.data_ptr(), *head, bias.data_ptr() if bias is not None else 0, int(bias_rows), *norms)
     got = _collect(lib.rp_dot, _DOT_ARGS, (*args, gbias, g, safety, wide, nt), _room_for(outputs))
     return got and (out, *got)
+
+
+def _given(norms, m: int, n: int) -> tuple[int, int]:
+    """The addresses of (A's row norms, B's column norms), each where it is m (n) contiguous CPU float64 values (the
+    kernel reads that many), else 0: formed by the kernel."""
+    na, nb = norms
+    ok = lambda t, size: isinstance(t, torch.Tensor) and t.dim() == 1 and t.numel() == size and t.is_contiguous()
+    return (na.data_ptr() if ok(na, m) and usable(na) else 0), (nb.data_ptr() if ok(nb, n) and usable(nb) else 0)
+
+
+def row_col_norms(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(||row i||, ||column j||) of a 2-D CPU float64 t, row-major or column-major, in one pass (`rp_row_col_norms`),
+    or None where the kernel cannot take it."""
+    lib = library()
+    if lib is None or t.dim() != 2 or not usable(t) or 1 not in t.stride() or not t.numel():
+        return None
+    rows, cols = t.shape
+    rn, cn = torch.empty(rows, dtype=_F64), torch.empty(cols, dtype=_F64)
+    s0, s1 = t.stride()
+    got = lib.rp_row_col_norms(t.data_ptr(), rows, cols, s0, s1, rn.data_ptr(), cn.data_ptr(), threads(t))
+    return (rn, cn) if got == 0 else None
 
 
 PARALLEL_MIN = 1 << 15  # outputs below which a rounding pass runs on one thread (a parallel region's start costs more)

@@ -99,7 +99,9 @@ class _Matmul(torch.autograd.Function):
                 c = c + bias
         _save(ctx, a, b)
         ctx.op, ctx.scale, ctx.has_bias = op, scale, bias is not None
-        return R.dot(op * SLOTS, c, a, b, scale, bias, owned=True)
+        (ra, ca), (rb, cb) = _both_norms(R, a), _both_norms(R, b)
+        ctx.norms = ca, rb  # what backward's products read of a and b: a's columns (its weight gradient), b's rows
+        return R.dot(op * SLOTS, c, a, b, scale, bias, owned=True, norms=(ra, cb))
 
     @staticmethod
     def backward(ctx, g):
@@ -108,13 +110,14 @@ class _Matmul(torch.autograd.Function):
         key = ctx.op * SLOTS
         if ctx.scale != 1.0:
             g = g * ctx.scale
+        (rg, cg), (ca, rb) = _both_norms(R, g), ctx.norms
         ga = gb = gbias = None
         if ctx.needs_input_grad[0]:
             bt = b.transpose(-2, -1)
-            ga = R.dot(key + 1, torch.matmul(g, bt), g, bt, owned=True)
+            ga = R.dot(key + 1, torch.matmul(g, bt), g, bt, owned=True, norms=(rg, rb))
         if ctx.needs_input_grad[1]:
             at = a.transpose(-2, -1)
-            gb = R.dot(key + 2, torch.matmul(at, g), at, g, owned=True)
+            gb = R.dot(key + 2, torch.matmul(at, g), at, g, owned=True, norms=(ca, cg))
         if ctx.has_bias and ctx.needs_input_grad[2]:
             rows = g.reshape(-1, g.shape[-1])
             gbias = _sums_native(R, key + 3, rows.unsqueeze(-1))
@@ -122,6 +125,14 @@ class _Matmul(torch.autograd.Function):
                 err = lambda: abs_sum(rows, 0) * gamma(rows.shape[0])
                 gbias = R.full(key + 3, rows.sum(0), err, (rows.shape[1],))
         return ga, gb, gbias, None, None
+
+
+def _both_norms(R, t: torch.Tensor) -> tuple:
+    """(t's row norms, its column norms) in one pass over a large 2-D operand where the rounder hands its points'
+    norms to the kernel (`Rounder.shares_norms`): a linear layer's input and gradient are each read by two points'
+    norms, by rows in one and by columns in the other; else (None, None), the kernel's own."""
+    both = native.row_col_norms(t) if R.shares_norms(t) else None
+    return both if both is not None else (None, None)
 
 
 def _sums_native(R, key: int, x: torch.Tensor):

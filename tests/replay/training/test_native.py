@@ -516,6 +516,79 @@ def test_recorded_steps_are_the_same_with_and_without_the_kernel(arch, monkeypat
         assert all(torch.equal(x.view(torch.int32), y.view(torch.int32)) for (_, x), (_, y) in zip(t0, t1))
 
 
+@pytest.mark.parametrize("arch", ["mlp", "gpt"])
+def test_recorded_steps_are_the_same_with_norms_formed_once_for_two_products(arch, monkeypatch):
+    """A linear layer's operands' row and column norms formed in one pass each (`row_col_norms`, every operand here:
+    the threshold lowered) and handed to its products' record passes: the same states and logs as the kernel's own
+    norms and as the torch path's."""
+    cfg, opt = TINY[arch]["config"], DEFAULT_OPTIMIZER[arch]
+    model = models.build(arch, cfg)
+    state = initial_state(models.init_params(arch, cfg, 3), opt)
+    batch = Batches(arch, cfg, TINY[arch]["batch"], 3)(0)
+    formed, real = [], native.row_col_norms
+    monkeypatch.setattr(native, "row_col_norms", lambda t: formed.append(t.shape) or real(t))
+    results = []
+    for lib, shared in ((native.library(), 1), (native.library(), 1 << 60), (False, 1)):
+        monkeypatch.setattr(native, "_LIB", lib)
+        monkeypatch.setattr(determinism, "SHARED_NORMS_MIN", shared)
+        s, logs = state, []
+        for _ in range(2):
+            rounder = Rounder("record")
+            s, loss = train_step(model, s, batch, opt, "det64", rounder)
+            logs.append((loss, rounder.entries))
+        results.append((s, logs))
+        if shared == 1 and lib:
+            assert len(formed) >= 2 * 3 * 2, formed  # not vacuous: a forward's two operands, the backward's gradient
+            formed.clear()
+    (s0, logs0), (s1, logs1), (s2, logs2) = results
+    assert s0.equal(s1) and s0.equal(s2) and logs0 == logs1 == logs2 and not formed  # (the torch path forms none)
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns", "sliced"])
+def test_row_and_column_norms_in_one_pass_are_the_norms_at_any_thread_count(layout):
+    """`row_col_norms` of a row-major, a column-major (a transposed view) and a sliced operand: each norm within its
+    sum's rounding of torch's, zeros exact, the same bits on one thread or three (columns in blocks, a row's partial
+    sums added in block order); a layout without a unit stride, or float32, declined."""
+    g = torch.Generator().manual_seed(7)
+    base = _f32(torch.randn(300, 900, generator=g, dtype=torch.float64)) * 10.0 ** torch.randint(
+        -3, 4, (300, 900), generator=g
+    )
+    base[5], base[:, 17] = 0.0, 0.0
+    t = {"rows": base[:, :700], "columns": base[:, :700].t(), "sliced": base[:, 100:800]}[layout]
+    with kernel_threads(1):
+        rn, cn = native.row_col_norms(t)
+    with kernel_threads(3):
+        rn3, cn3 = native.row_col_norms(t)
+    assert torch.equal(rn, rn3) and torch.equal(cn, cn3)
+    for got, want, n in ((rn, t.pow(2).sum(1).sqrt(), t.shape[1]), (cn, t.pow(2).sum(0).sqrt(), t.shape[0])):
+        assert got.shape == want.shape and torch.all((got - want).abs() <= want * ((n + 4) * 2.0**-53))
+        assert torch.equal(got == 0, want == 0)
+    assert native.row_col_norms(base[:, ::2]) is None and native.row_col_norms(t.float()) is None
+
+
+def test_a_product_given_its_operands_norms_finds_the_close_calls_it_finds_alone():
+    """Rows of A and columns of B parallel (Cauchy-Schwarz exact: the screen's window is the exact one), outputs set at
+    fractions of that window from float32 midpoints: close calls up to the window's edge, none past it; with the norms
+    handed in (`row_col_norms`), the kernel logs what it logs forming them itself, and what the torch path logs."""
+    k, m, n = 48, 20, 24
+    a = torch.full((m, k), 0.75, dtype=torch.float64)
+    b = torch.full((k, n), 0.375, dtype=torch.float64)
+    bound = dot_bound(a, b)
+    window = bound.at(torch.arange(m * n)) * determinism.SAFETY
+    f = (18.0 + torch.arange(m * n, dtype=torch.float64) * 2.0**-10).float()
+    mid = (f.double() + torch.nextafter(f, torch.full_like(f, math.inf)).double()) / 2
+    frac = torch.linspace(-1.5, 1.5, m * n, dtype=torch.float64)
+    v = (mid + frac * window).reshape(m, n)
+    want_r, want = _reference(v, bound)
+    args = (a, b, determinism.gamma(k + 2), None, 0.0, False, determinism.SAFETY, determinism.WIDE)  # dot_bound's
+    alone = native.round_dot(v, *args)
+    given = native.round_dot(v, *args, norms=(native.row_col_norms(a)[0], native.row_col_norms(b)[1]))
+    assert torch.equal(given[0], want_r) and torch.equal(alone[0], want_r)
+    assert given[1:] == alone[1:] and {0: tuple(given[1:])} == want
+    logged = frac[given[1]].abs()
+    assert bool((logged < 1).all()) and bool(((logged > 0.6) & (logged < 0.95)).any())  # out to the window's edge
+
+
 def test_without_a_compiler_replay_falls_back_to_torch(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_LIB", None)
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
