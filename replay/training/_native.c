@@ -1365,7 +1365,8 @@ static void softmax_row(const softmax_args_t *a, int64_t i, double *v, double *e
     for (int64_t j = 0; j < a->n; j++) v[j] = er[j] / s, e[j] = v[j] * a->c;
 }
 
-/* Row i of the backward: pd = p * dp, r = sum(pd), dx = p * (dp - r) (v), its bound as rp_softmax_err's. */
+/* Row i of the backward: pd = p * dp, r = sum(pd), dx = p * (dp - r) (v), its bound rp_softmax_err's formula (its
+   magnitude sum in lane_products' order, not that pass's: a bound's, SAFETY's slack). */
 static void softmax_back_row(const softmax_args_t *a, int64_t i, double *v, double *e) {
     const double *pr = a->p + i * a->n, *qr = a->dp + i * a->n;
     double r, sum;
