@@ -198,14 +198,23 @@ static int64_t next_flag(const uint32_t *flag, int64_t from, int64_t n) {
    (thousands). The order of these additions is free: the bound's own rounding, ~K u relative, is
    absorbed by SAFETY's slack, as the torch path's (another order again) is. */
 #define ACC 16
+typedef double lanes8_t __attribute__((vector_size(64)));
+typedef int64_t bits8_t __attribute__((vector_size(64)));
 static double abs_dot(const double *restrict x, const double *restrict y, int64_t K) {
-    double acc[ACC] = {0}, e = 0;
+    const bits8_t magnitude = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX};
+    lanes8_t acc[ACC / 8] = {{0}};
+    double e = 0;
     int64_t k = 0;
     for (; k + ACC <= K; k += ACC)
-        for (int l = 0; l < ACC; l++) acc[l] += fabs(x[k + l]) * fabs(y[k + l]);
+        for (int q = 0; q < ACC / 8; q++) {
+            lanes8_t u, v;
+            memcpy(&u, x + k + 8 * q, sizeof u);
+            memcpy(&v, y + k + 8 * q, sizeof v);
+            acc[q] += (lanes8_t)((bits8_t)u & magnitude) * (lanes8_t)((bits8_t)v & magnitude);
+        }
     for (; k < K; k++) e += fabs(x[k]) * fabs(y[k]);
-    for (int l = 0; l < ACC; l++) e += acc[l];
-    return e;
+    lanes8_t s = acc[0] + acc[1]; /* the lanes summed pairwise: a short vector's end (an attention head's 16 terms) */
+    return e + (((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7])));
 }
 
 /* A candidate of a product: its flat output index, where its A row and B column start, its value
@@ -322,7 +331,6 @@ static void all_norms(const double *x, int64_t b0, int64_t b1, int64_t st0, int6
 
 /* A row-major block's squares, rows [0, rows) x columns [c0, c1): each row's sum over the block into part[i], each
    column's over the rows into col[c] (from +0, rows in order); rows in 8 lanes, summed pairwise at the end. */
-typedef double lanes8_t __attribute__((vector_size(64)));
 __attribute__((noinline)) static void square_sums_block(const double *x, int64_t rows, int64_t s0, int64_t c0,
                                                         int64_t c1, double *restrict part, double *restrict col) {
     for (int64_t c = c0; c < c1; c++) col[c] = 0;
@@ -375,6 +383,18 @@ int64_t rp_row_col_norms(const double *x, int64_t rows, int64_t cols, int64_t s0
     for (int64_t c = 0; c < cols; c++) cn[c] = sqrt(cn[c]);
     free(part);
     return 0;
+}
+
+/* all_norms, an operand broadcast over the batch (both batch strides 0: a convolution's filter, the same for every
+   image) formed once and copied to each batch's place (cnn-32's second layer: 64 x 64 x 288 terms -> 64 x 288). */
+static void batch_norms(const double *x, int64_t b0, int64_t b1, int64_t st0, int64_t st1, int64_t n, int64_t K1,
+                        int64_t K2, int64_t so, int64_t s1, int64_t s2, double *res, int threads) {
+    if (b0 * b1 == 1 || st0 != 0 || st1 != 0) {
+        all_norms(x, b0, b1, st0, st1, n, K1, K2, so, s1, s2, res, threads);
+        return;
+    }
+    all_norms(x, 1, 1, 0, 0, n, K1, K2, so, s1, s2, res, threads);
+    for (int64_t t = 1; t < b0 * b1; t++) memcpy(res + t * n, res, sizeof(double) * n);
 }
 
 /* The vectors [lo, hi) of an operand (x(o, k) as in norms) into dst, unit stride (o * K + k); a flat
@@ -709,11 +729,11 @@ int64_t rp_dot(const dot_args_t *x) {
     if (x->na_in && T == 1)
         memcpy(na, x->na_in, sizeof(double) * M);
     else
-        all_norms(a, b0, b1, sa0, sa1, M, K1, K2, sai, sak1, sak2, na, nt);
+        batch_norms(a, b0, b1, sa0, sa1, M, K1, K2, sai, sak1, sak2, na, nt);
     if (x->nb_in && T == 1)
         memcpy(nb, x->nb_in, sizeof(double) * N);
     else
-        all_norms(b, b0, b1, sb0, sb1, N, K1, K2, sbj, sbk1, sbk2, nb, nt);
+        batch_norms(b, b0, b1, sb0, sb1, N, K1, K2, sbj, sbk1, sbk2, nb, nt);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         int64_t lo, hi;
