@@ -82,16 +82,29 @@ __attribute__((noinline)) static int64_t round_max_span(const double *restrict v
     return top;
 }
 
+/* round_max_span with the rounding written over v itself (that one's pointers may not alias). */
+__attribute__((noinline)) static int64_t round_max_over_span(double *v, int64_t n) {
+    int64_t top = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t b = (int64_t)abs_bits(v[i]);
+        top = b > top ? b : top;
+        v[i] = (double)(float)v[i];
+    }
+    return top;
+}
+
 #define MAX_SPAN 16384 /* values per task of a threaded maximum */
 
-/* max over spans of max_bits_span / round_max_span (out NULL: none), spans on `threads` threads: a maximum
-   is the same in any order. */
+/* max over spans of max_bits_span / round_max_span (out NULL: none; out == v: round_max_over_span), spans on
+   `threads` threads: a maximum is the same in any order. */
 static int64_t max_bits(const double *v, double *out, int64_t n, int64_t threads) {
     int64_t top = 0, spans = (n + MAX_SPAN - 1) / MAX_SPAN;
 #pragma omp parallel for reduction(max : top) schedule(static) num_threads((int)threads) if (threads > 1 && spans > 1)
     for (int64_t s = 0; s < spans; s++) {
         int64_t at = s * MAX_SPAN, m = n - at < MAX_SPAN ? n - at : MAX_SPAN;
-        int64_t b = out ? round_max_span(v + at, out + at, m) : max_bits_span(v + at, m);
+        int64_t b = !out ? max_bits_span(v + at, m)
+                    : out == v ? round_max_over_span(out + at, m)
+                               : round_max_span(v + at, out + at, m);
         top = b > top ? b : top;
     }
     return top;
@@ -110,32 +123,13 @@ void rp_round(const double *v, double *out, int64_t n, int64_t threads) {
     for (int64_t i = 0; i < n; i++) out[i] = (double)(float)v[i];
 }
 
-/* rp_round and rp_max_abs in one pass (a replay's logged point needs both): the rounded values, and the
-   max |v| rp_max_abs returns. */
+/* rp_round and rp_max_abs in one pass (a replay's logged point needs both): the rounded values (out == v: over
+   v), and the max |v| rp_max_abs returns. */
 double rp_round_max(const double *v, double *out, int64_t n, int64_t threads) {
     return from_abs_bits((uint64_t)max_bits(v, out, n, threads));
 }
 
-/* max_bits with the rounding written over v itself (round_max_span's pointers may not alias). */
-__attribute__((noinline)) static int64_t round_max_over_span(double *v, int64_t n) {
-    int64_t top = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t b = (int64_t)abs_bits(v[i]);
-        top = b > top ? b : top;
-        v[i] = (double)(float)v[i];
-    }
-    return top;
-}
 
-static int64_t round_max_over(double *v, int64_t n, int64_t threads) {
-    int64_t top = 0, spans = (n + MAX_SPAN - 1) / MAX_SPAN;
-#pragma omp parallel for reduction(max : top) schedule(static) num_threads((int)threads) if (threads > 1 && spans > 1)
-    for (int64_t s = 0; s < spans; s++) {
-        int64_t at = s * MAX_SPAN, b = round_max_over_span(v + at, n - at < MAX_SPAN ? n - at : MAX_SPAN);
-        top = b > top ? b : top;
-    }
-    return top;
-}
 
 /* Element j's window in a row of a product: (ni * nb[j] + (bias_i + bcol[j])) * safety (Cauchy-Schwarz
    and the bias, SAFETY included). */
@@ -1628,8 +1622,7 @@ int64_t rp_dot_replay(const dot_replay_args_t *x) {
         return got == -2 ? -2 : -3;
     }
     /* every way out that leaves v to the caller's other path is behind: v rounded (into out, or over itself) */
-    *x->scale = x->v == x->out ? from_abs_bits((uint64_t)round_max_over(x->out, size, x->round_threads))
-                               : rp_round_max(x->v, x->out, size, x->round_threads);
+    *x->scale = rp_round_max(x->v, x->out, size, x->round_threads);
     for (int64_t j = 0; j < n; j++) x->e[j] *= x->decode;
     int64_t bad = rp_apply(at, x->e, x->code, n, *x->scale, x->steers, x->rel, res, x->why, x->ratio);
     for (int64_t j = 0; bad == -1 && j < n; j++) x->out[x->idx[j]] = res[j];
