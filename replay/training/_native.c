@@ -59,10 +59,11 @@ static inline double from_abs_bits(uint64_t top) {
     return m;
 }
 
-/* The largest abs_bits(v[i]) over [0, n), each v[i] rounded to float32 into out[i] where out is given: a
-   function of its own with restrict pointers, so that it runs in vectors (as an OpenMP loop's body, with a
-   reduction, it ran one element at a time: 1.6 ns a value, 0.3 here). A signed maximum: abs_bits are below
-   2^63, and AVX2 has no unsigned 64-bit one. */
+/* The largest abs_bits(v[i]) over [0, n), each v[i] rounded to float32 into out[i] where out is given: functions
+   of their own, so that they run in vectors (as an OpenMP loop's body, with a reduction, it ran one element at a
+   time: 1.6 ns a value, 0.3 here). round_max_span's out may be v itself (a replay's product rounded in place), so
+   its pointers are not restrict: GCC's runtime check still runs both cases in vectors. A signed maximum: abs_bits
+   are below 2^63, and AVX2 has no unsigned 64-bit one. */
 __attribute__((noinline)) static int64_t max_bits_span(const double *restrict v, int64_t n) {
     int64_t top = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -72,7 +73,7 @@ __attribute__((noinline)) static int64_t max_bits_span(const double *restrict v,
     return top;
 }
 
-__attribute__((noinline)) static int64_t round_max_span(const double *restrict v, double *restrict out, int64_t n) {
+__attribute__((noinline)) static int64_t round_max_span(const double *v, double *out, int64_t n) {
     int64_t top = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t b = (int64_t)abs_bits(v[i]);
@@ -82,29 +83,16 @@ __attribute__((noinline)) static int64_t round_max_span(const double *restrict v
     return top;
 }
 
-/* round_max_span with the rounding written over v itself (that one's pointers may not alias). */
-__attribute__((noinline)) static int64_t round_max_over_span(double *v, int64_t n) {
-    int64_t top = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t b = (int64_t)abs_bits(v[i]);
-        top = b > top ? b : top;
-        v[i] = (double)(float)v[i];
-    }
-    return top;
-}
-
 #define MAX_SPAN 16384 /* values per task of a threaded maximum */
 
-/* max over spans of max_bits_span / round_max_span (out NULL: none; out == v: round_max_over_span), spans on
-   `threads` threads: a maximum is the same in any order. */
+/* max over spans of max_bits_span / round_max_span (out NULL: none), spans on `threads` threads: a maximum is the
+   same in any order. */
 static int64_t max_bits(const double *v, double *out, int64_t n, int64_t threads) {
     int64_t top = 0, spans = (n + MAX_SPAN - 1) / MAX_SPAN;
 #pragma omp parallel for reduction(max : top) schedule(static) num_threads((int)threads) if (threads > 1 && spans > 1)
     for (int64_t s = 0; s < spans; s++) {
         int64_t at = s * MAX_SPAN, m = n - at < MAX_SPAN ? n - at : MAX_SPAN;
-        int64_t b = !out ? max_bits_span(v + at, m)
-                    : out == v ? round_max_over_span(out + at, m)
-                               : round_max_span(v + at, out + at, m);
+        int64_t b = out ? round_max_span(v + at, out + at, m) : max_bits_span(v + at, m);
         top = b > top ? b : top;
     }
     return top;
@@ -128,8 +116,6 @@ void rp_round(const double *v, double *out, int64_t n, int64_t threads) {
 double rp_round_max(const double *v, double *out, int64_t n, int64_t threads) {
     return from_abs_bits((uint64_t)max_bits(v, out, n, threads));
 }
-
-
 
 /* Element j's window in a row of a product: (ni * nb[j] + (bias_i + bcol[j])) * safety (Cauchy-Schwarz
    and the bias, SAFETY included). */
@@ -696,8 +682,6 @@ typedef struct {
    call is found (the candidates read v's values; a failure or a rerun for room finds v as it was), where a
    separate out is written row by row with the screen (round_row): a fresh output's pages are not read in
    from memory (gpt's (512, 256) products: 0.5 -> 0.3 ns an output). */
-#define ROUND_PARALLEL_MIN (1 << 15) /* outputs below which a rounding pass runs on one thread: native.PARALLEL_MIN */
-
 int64_t rp_dot(const dot_args_t *x) {
     const double *v = x->v, *a = x->a, *b = x->b, *bias = x->bias;
     double *out = x->out, g = x->g, safety = x->safety, wide = x->wide;
@@ -783,7 +767,7 @@ int64_t rp_dot(const dot_args_t *x) {
     for (int x = 0; x < nt; x++) free(lists[x].c);
     free(lists), free(na);
     if (in_place && found <= cap) /* last: a failure (-1) or a rerun for room (found > cap) finds v as it was */
-        rp_round(v, out, rows * N, rows * N >= ROUND_PARALLEL_MIN ? threads : 1);
+        rp_round(v, out, rows * N, threads);
     return found;
 }
 

@@ -1074,8 +1074,7 @@ class Rounder:
                 return self(key, v, _declined(dot_bound(a, b, scale, bias, bias_rows)))
             route = self._replay_route(key)
             if route == "plain":
-                plain = owned and v.is_contiguous() and v.dtype is torch.float64 and native.library() is not None
-                return self._noted(native.round_f32(v, in_place=True) if plain else _round(v))
+                return self._noted(_round(v, in_place=owned))
             if route == "kernel":
                 applied = self._replay_dot(key, v, a, b, scale, bias, bias_rows, owned)
                 if applied is not None:
@@ -1651,10 +1650,11 @@ def _static_decisions(v, idx, e, code, wide, valid, scale, steers: bool):
     return ref
 
 
-def _round(v: torch.Tensor) -> torch.Tensor:
-    """float32(v) as a fresh float64 tensor: one fused pass where the kernel takes v."""
+def _round(v: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    """float32(v) as a fresh float64 tensor: one fused pass where the kernel takes v, written over v there where
+    in_place (the caller's own temporary: `Rounder.dot`'s owned)."""
     if v.dtype is torch.float64 and v.is_cpu and v.is_contiguous() and native.library():  # (`native.usable`)
-        return native.round_f32(v)
+        return native.round_f32(v, in_place)
     if v.dtype == torch.float64 and v.is_contiguous() and not v.requires_grad:
         # the same conversions as v.float().double(), through a reused float32 buffer: half the ops
         return torch.empty(v.shape, dtype=v.dtype, device=v.device).copy_(_scratch(v)[1].copy_(v))

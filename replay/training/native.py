@@ -351,10 +351,6 @@ def round_dot(
             return None
         (sai, sak), (sbk, sbj) = a.stride(), b.stride()
         head = (1, 1, m, n, 1, k, a.data_ptr(), 0, 0, sai, 0, sak, b.data_ptr(), 0, 0, 0, sbk, sbj)
-        if norms is not None:
-            return _dot(
-                lib, v, head, (m + n) * k, bias, gbias, bias_rows, g, safety, wide, in_place, _given(norms, m, n)
-            )
     else:
         layout = _dot_layout(v, a, b, bias, bias_rows)
         if layout is None:
@@ -362,7 +358,8 @@ def round_dot(
         b0, b1, sa, sb = layout
         m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
         head = (b0, b1, m, n, 1, k, a.data_ptr(), *sa, b.data_ptr(), *sb)
-    return _dot(lib, v, head, (m + n) * k, bias, gbias, bias_rows, g, safety, wide, in_place)
+    given = _given(norms, m, n) if norms is not None and head[0] * head[1] == 1 else (0, 0)  # (an unbatched product's)
+    return _dot(lib, v, head, (m + n) * k, bias, gbias, bias_rows, g, safety, wide, in_place, given)
 
 
 def _dot_layout(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias, bias_rows: bool):
