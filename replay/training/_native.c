@@ -17,6 +17,25 @@
 #include <omp.h>
 #endif
 
+/* Regions only for a team. A libgomp region costs a futex syscall (its barrier's wake) even where its `if` clause gives
+   it one thread: about a microsecond in a VM guest, 52 of them in a small MLP's det64 step (2% of it), 279 in a small
+   GPT's. IN_TEAM(threads, kind, statement) runs the statement (a for loop, LOOP, or a block, BLOCK) on `threads`
+   threads where threads > 1, else as plain code: the same code, whose results never depend on the threads. */
+#define LOOP "omp parallel for schedule(static) num_threads(team_)"
+#define BLOCK "omp parallel num_threads(team_)"
+#define IN_TEAM(threads, kind, ...) \
+    do {                            \
+        int team_ = (int)(threads); \
+        if (team_ > 1) {            \
+            _Pragma(kind) __VA_ARGS__ \
+        } else {                    \
+            __VA_ARGS__             \
+        }                           \
+    } while (0)
+
+/* `threads` for `work` independent pieces, or 1 where either is 1 (no region). */
+static inline int64_t team(int64_t threads, int64_t work) { return threads > 1 && work > 1 ? threads : 1; }
+
 static inline uint32_t bits32(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
@@ -89,12 +108,12 @@ __attribute__((noinline)) static int64_t round_max_span(const double *v, double 
    same in any order. */
 static int64_t max_bits(const double *v, double *out, int64_t n, int64_t threads) {
     int64_t top = 0, spans = (n + MAX_SPAN - 1) / MAX_SPAN;
-#pragma omp parallel for reduction(max : top) schedule(static) num_threads((int)threads) if (threads > 1 && spans > 1)
-    for (int64_t s = 0; s < spans; s++) {
-        int64_t at = s * MAX_SPAN, m = n - at < MAX_SPAN ? n - at : MAX_SPAN;
-        int64_t b = out ? round_max_span(v + at, out + at, m) : max_bits_span(v + at, m);
-        top = b > top ? b : top;
-    }
+    IN_TEAM(team(threads, spans), "omp parallel for reduction(max : top) schedule(static) num_threads(team_)",
+            for (int64_t s = 0; s < spans; s++) {
+                int64_t at = s * MAX_SPAN, m = n - at < MAX_SPAN ? n - at : MAX_SPAN;
+                int64_t b = out ? round_max_span(v + at, out + at, m) : max_bits_span(v + at, m);
+                top = b > top ? b : top;
+            });
     return top;
 }
 
@@ -107,8 +126,7 @@ double rp_max_abs(const double *v, int64_t n, int64_t threads) {
 
 /* out[i] = float32(v[i]) as a double. */
 void rp_round(const double *v, double *out, int64_t n, int64_t threads) {
-#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1)
-    for (int64_t i = 0; i < n; i++) out[i] = (double)(float)v[i];
+    IN_TEAM(team(threads, n), LOOP, for (int64_t i = 0; i < n; i++) { out[i] = (double)(float)v[i]; });
 }
 
 /* rp_round and rp_max_abs in one pass (a replay's logged point needs both): the rounded values (out == v: over
@@ -302,11 +320,11 @@ static void norms(const double *x, int64_t lo, int64_t hi, int64_t K1, int64_t K
 static void all_norms(const double *x, int64_t b0, int64_t b1, int64_t st0, int64_t st1, int64_t n, int64_t K1,
                       int64_t K2, int64_t so, int64_t s1, int64_t s2, double *res, int threads) {
     int64_t blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK, tasks = b0 * b1 * blocks;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && tasks > 1)
+    IN_TEAM(team(threads, tasks), LOOP,
     for (int64_t task = 0; task < tasks; task++) {
         int64_t t = task / blocks, lo = (task % blocks) * NORM_BLOCK, hi = lo + NORM_BLOCK < n ? lo + NORM_BLOCK : n;
         norms(x + (t / b1) * st0 + (t % b1) * st1, lo, hi, K1, K2, so, s1, s2, res + t * n);
-    }
+    });
 }
 
 /* A row-major block's squares, rows [0, rows) x columns [c0, c1): each row's sum over the block into part[i], each
@@ -350,11 +368,11 @@ int64_t rp_row_col_norms(const double *x, int64_t rows, int64_t cols, int64_t s0
     int64_t blocks = (cols + NORM_BLOCK - 1) / NORM_BLOCK;
     double *part = malloc(sizeof(double) * (blocks * rows + 1));
     if (!part) return -1;
-#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && blocks > 1)
+    IN_TEAM(team(threads, blocks), LOOP,
     for (int64_t blk = 0; blk < blocks; blk++) {
         int64_t c0 = blk * NORM_BLOCK, c1 = c0 + NORM_BLOCK < cols ? c0 + NORM_BLOCK : cols;
         square_sums_block(x, rows, s0, c0, c1, part + blk * rows, cn);
-    }
+    });
     for (int64_t i = 0; i < rows; i++) {
         double sum = 0;
         for (int64_t blk = 0; blk < blocks; blk++) sum += part[blk * rows + i];
@@ -401,11 +419,11 @@ static double *unit_copy(const double *x, int64_t n, int64_t K1, int64_t K2, int
     double *dst = malloc(sizeof(double) * (n * K1 * K2 + 1));
     if (!dst) return NULL;
     int64_t blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && blocks > 1)
+    IN_TEAM(team(threads, blocks), LOOP,
     for (int64_t blk = 0; blk < blocks; blk++) {
         int64_t lo = blk * NORM_BLOCK, hi = lo + NORM_BLOCK < n ? lo + NORM_BLOCK : n;
         gather(x, lo, hi, K1, K2, so, s1, s2, dst);
-    }
+    });
     return dst;
 }
 
@@ -528,9 +546,11 @@ static void summed_in_chunks(const product_t *p, cand_t *c, int64_t n, const dou
         if (!chunks || x - starts[chunks - 1] == chunk || next_batch) starts[chunks++] = x;
     }
     starts[chunks] = n;
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (nt > 1 && chunks > 1)
-    for (int64_t ch = 0; ch < chunks; ch++)
-        exact_bounds(c, starts[ch], starts[ch + 1], a, b, p->K1, p->K2, sak1, sak2, sbk1, sbk2, unit, p->N > p->M);
+    IN_TEAM(team(nt, chunks), "omp parallel for schedule(dynamic) num_threads(team_)",
+            for (int64_t ch = 0; ch < chunks; ch++) {
+                exact_bounds(c, starts[ch], starts[ch + 1], a, b, p->K1, p->K2, sak1, sak2, sbk1, sbk2, unit,
+                             p->N > p->M);
+            });
     free(starts);
 }
 
@@ -712,7 +732,7 @@ int64_t rp_dot(const dot_args_t *x) {
         memcpy(nb, x->nb_in, sizeof(double) * N);
     else
         batch_norms(b, b0, b1, sb0, sb1, N, K1, K2, sbj, sbk1, sbk2, nb, nt);
-#pragma omp parallel num_threads(nt) if (nt > 1)
+    IN_TEAM(nt, BLOCK,
     {
         int64_t lo, hi;
         cands_t *mine = my_share(lists, rows, &lo, &hi);
@@ -739,7 +759,7 @@ int64_t rp_dot(const dot_args_t *x) {
             }
         }
         free(flag);
-    }
+    });
     int failed = 0;
     int64_t total = 0;
     for (int x = 0; x < nt; x++) failed |= lists[x].failed, total += lists[x].n;
@@ -846,9 +866,9 @@ static int im2col_gathered(const double *x, const int64_t *xs, const conv_t *cv,
                     int64_t y = oy * cv->st + i - cv->pad, c = ox * cv->st + j - cv->pad;
                     off[t] = y >= 0 && y < cv->H && c >= 0 && c < cv->W ? y * xs[2] + c * xs[3] : -1;
                 }
-#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && planes > 1)
-    for (int64_t bc = 0; bc < planes; bc++)
+    IN_TEAM(team(threads, planes), LOOP, for (int64_t bc = 0; bc < planes; bc++) {
         gather_plane(x + bc / cv->C * xs[0] + bc % cv->C * xs[1], off, n, out + bc * n);
+    });
     free(off);
     return 1;
 }
@@ -860,7 +880,7 @@ static int im2col_gathered(const double *x, const int64_t *xs, const conv_t *cv,
 void rp_im2col(const double *x, const int64_t *xs, const conv_t *cv, double *out, int64_t threads) {
     int64_t L = cv->Ho * cv->Wo, kk = cv->kh * cv->kw, planes = cv->B * cv->C;
     if (cv->Wo < SHORT_ROW && im2col_gathered(x, xs, cv, out, threads)) return;
-#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && planes > 1)
+    IN_TEAM(team(threads, planes), LOOP,
     for (int64_t bc = 0; bc < planes; bc++) {
         int64_t b = bc / cv->C, c = bc % cv->C;
         const double *xp = x + b * xs[0] + c * xs[1];
@@ -881,7 +901,7 @@ void rp_im2col(const double *x, const int64_t *xs, const conv_t *cv, double *out
                     for (int64_t ox = hi; ox < cv->Wo; ox++) row[ox] = 0.0;
                 }
             }
-    }
+    });
 }
 
 /* dst[k * step] += src[k * src_step] for k < n: unit steps (stride 1, contiguous columns) in vectors, each
@@ -917,12 +937,12 @@ static int col2im_scattered(const double *cols, const int64_t *cs, const conv_t 
                     off[used] = y * cv->W + c;
                     from[used++] = (i * cv->kw + j) * cs[1] + (oy * cv->Wo + ox) * cs[2];
                 }
-#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && planes > 1)
+    IN_TEAM(team(threads, planes), LOOP,
     for (int64_t bc = 0; bc < planes; bc++) {
         double *op = out + bc * hw;
         for (int64_t e = 0; e < hw; e++) op[e] = 0.0;
         scatter_plane(op, cols + bc / cv->C * cs[0] + bc % cv->C * kk * cs[1], off, from, used);
-    }
+    });
     free(off);
     return 1;
 }
@@ -935,7 +955,7 @@ static int col2im_scattered(const double *cols, const int64_t *cs, const conv_t 
 void rp_col2im(const double *cols, const int64_t *cs, const conv_t *cv, double *out, int64_t threads) {
     int64_t kk = cv->kh * cv->kw, planes = cv->B * cv->C;
     if (cv->Wo < SHORT_ROW && col2im_scattered(cols, cs, cv, out, threads)) return;
-#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && planes > 1)
+    IN_TEAM(team(threads, planes), LOOP,
     for (int64_t bc = 0; bc < planes; bc++) {
         int64_t b = bc / cv->C, c = bc % cv->C;
         double *op = out + bc * cv->H * cv->W;
@@ -953,7 +973,7 @@ void rp_col2im(const double *cols, const int64_t *cs, const conv_t *cv, double *
                     add_row(dst, src, hi - lo, cv->st, cs[2]);
                 }
             }
-    }
+    });
 }
 
 /* A bound's magnitude sums without |x|'s temporary: x (rows, cols) contiguous; res[j] = sum_i |x_ij|
@@ -962,16 +982,16 @@ void rp_col2im(const double *cols, const int64_t *cs, const conv_t *cv, double *
 void rp_abs_sums(const double *x, int64_t rows, int64_t cols, int64_t over_rows, double *res, int64_t threads) {
     if (over_rows) {
         int64_t blocks = (cols + NORM_BLOCK - 1) / NORM_BLOCK;
-#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && blocks > 1)
+        IN_TEAM(team(threads, blocks), LOOP,
         for (int64_t blk = 0; blk < blocks; blk++) {
             int64_t lo = blk * NORM_BLOCK, hi = lo + NORM_BLOCK < cols ? lo + NORM_BLOCK : cols;
             for (int64_t j = lo; j < hi; j++) res[j] = 0;
             for (int64_t i = 0; i < rows; i++)
                 for (int64_t j = lo; j < hi; j++) res[j] += fabs(x[i * cols + j]);
-        }
+        });
         return;
     }
-#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && rows > 1)
+    IN_TEAM(team(threads, rows), LOOP,
     for (int64_t i = 0; i < rows; i++) {
         const double *r = x + i * cols;
         double acc[ACC] = {0}, e = 0;
@@ -981,7 +1001,7 @@ void rp_abs_sums(const double *x, int64_t rows, int64_t cols, int64_t over_rows,
         for (; j < cols; j++) e += fabs(r[j]);
         for (int l = 0; l < ACC; l++) e += acc[l];
         res[i] = e;
-    }
+    });
 }
 
 /* The softmax backward's bound, ops._Softmax.backward's err() (the reference) in one pass per row of n
@@ -990,7 +1010,7 @@ void rp_abs_sums(const double *x, int64_t rows, int64_t cols, int64_t over_rows,
    that order, in the reference's precisions. */
 void rp_softmax_err(const double *p, const double *pd, const double *dx, int64_t rows, int64_t n, double c,
                     double k, double u4, double *e, int64_t threads) {
-#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && rows > 1)
+    IN_TEAM(team(threads, rows), LOOP,
     for (int64_t i = 0; i < rows; i++) {
         const double *pr = p + i * n, *qr = pd + i * n, *dr = dx + i * n;
         double acc[ACC] = {0}, sum = 0, *er = e + i * n;
@@ -1003,7 +1023,7 @@ void rp_softmax_err(const double *p, const double *pd, const double *dx, int64_t
            dtype), widened exactly when it meets the float64 sum */
         double err_r = sum * (double)((float)(m > 1 ? m - 1 : 0) * (float)c);
         for (j = 0; j < n; j++) er[j] = pr[j] * err_r * k + fabs(dr[j]) * u4;
-    }
+    });
 }
 
 /* Round n values into out, the windows e[j] * safety (per_elem) or e[0] * safety; flags and result as
@@ -1052,7 +1072,7 @@ int64_t rp_full(const full_args_t *x) {
     int64_t room = room_for(total);
     if (!lists) return -1;
     for (int x = 0; x < nt; x++) lists[x].room = &room;
-#pragma omp parallel num_threads(nt) if (nt > 1)
+    IN_TEAM(nt, BLOCK,
     {
         int64_t lo, hi;
         cands_t *mine = my_share(lists, parts, &lo, &hi);
@@ -1066,7 +1086,7 @@ int64_t rp_full(const full_args_t *x) {
                 push(mine, (cand_t){at + j, 0, 0, vp[j], 0, ep[per_elem ? j : 0]});
         }
         free(flag);
-    }
+    });
     return merged_calls(lists, nt, idx, code, cap, wide);
 }
 
@@ -1182,7 +1202,7 @@ int64_t rp_layer_norm(const ln_args_t *a) {
     if (!pv) return -1;
     double *mu_v = pv, *mu_e = pv + rows, *var_v = pv + 2 * rows, *var_e = pv + 3 * rows;
     int nt = a->threads > 1 && rows > 1 ? (int)(a->threads < rows ? a->threads : rows) : 1;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    IN_TEAM(nt, LOOP,
     for (int64_t i = 0; i < rows; i++) {
         const double *xr = a->x + i * n;
         double *hr = a->xhat + i * n, *yr = a->y + i * n, s, sa, q, qa;
@@ -1202,7 +1222,7 @@ int64_t rp_layer_norm(const ln_args_t *a) {
         double r = 1.0 / sqrt((a->var_in ? a->var_in[i] : (double)(float)var_v[i]) + a->eps);
         a->rstd[i] = r;
         for (int64_t j = 0; j < n; j++) hr[j] = hr[j] * r, yr[j] = hr[j] * a->w[j] + a->b[j];
-    }
+    });
     if (a->raw || a->mu_in) { /* a stage: no log (the rounder applies the replay's) */
         if (!a->raw) free(pv);
         return 0;
@@ -1254,7 +1274,7 @@ int64_t rp_layer_norm_back(const ln_back_args_t *a) {
     double *a_v = pv + 4 * n, *a_e = a_v + rows, *c_v = a_v + 2 * rows, *c_e = a_v + 3 * rows;
     int64_t blocks = a->a_in ? 0 : (n + NORM_BLOCK - 1) / NORM_BLOCK; /* dx alone: the rounder has dw, db */
     int nb = a->threads > 1 && blocks > 1 ? (int)(a->threads < blocks ? a->threads : blocks) : 1;
-#pragma omp parallel for schedule(static) num_threads(nb) if (nb > 1)
+    IN_TEAM(nb, LOOP,
     for (int64_t blk = 0; blk < blocks; blk++) { /* columns: each sums its rows in order, vectors across columns */
         int64_t lo = blk * NORM_BLOCK, hi = lo + NORM_BLOCK < n ? lo + NORM_BLOCK : n;
         for (int64_t j = lo; j < hi; j++) dw_v[j] = dw_e[j] = db_v[j] = db_e[j] = 0;
@@ -1264,9 +1284,9 @@ int64_t rp_layer_norm_back(const ln_back_args_t *a) {
             dw_e[j] *= a->g_rows, db_e[j] *= a->g_rows;
             a->dw[j] = (double)(float)dw_v[j], a->db[j] = (double)(float)db_v[j];
         }
-    }
+    });
     int nt = a->threads > 1 && rows > 1 ? (int)(a->threads < rows ? a->threads : rows) : 1;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    IN_TEAM(nt, LOOP,
     for (int64_t i = 0; i < rows; i++) {
         const double *dr = a->dy + i * n, *hr = a->xhat + i * n;
         double *xr = a->dx + i * n, sg, sga, sx, sxa;
@@ -1282,7 +1302,7 @@ int64_t rp_layer_norm_back(const ln_back_args_t *a) {
         double ar = a->a_in ? a->a_in[i] : (double)(float)a_v[i], cr = a->c_in ? a->c_in[i] : (double)(float)c_v[i];
         double r = a->rstd[i];
         for (int64_t j = 0; j < n; j++) xr[j] = ((xr[j] - ar) - hr[j] * cr) * r;
-    }
+    });
     if (a->raw || a->a_in) { /* a stage: no log (the rounder applies the replay's) */
         if (!a->raw) free(pv);
         return 0;
@@ -1304,13 +1324,13 @@ int64_t rp_layer_norm_back(const ln_back_args_t *a) {
 /* out = x - max over each row of n (contiguous). The max skips a NaN, which still makes its row's sum, hence
    every p of the row, NaN: the row torch.amax's NaN gives. */
 void rp_softmax_shift(const double *x, double *out, int64_t rows, int64_t n, int64_t threads) {
-#pragma omp parallel for schedule(static) num_threads((int)threads) if (threads > 1 && rows > 1)
+    IN_TEAM(team(threads, rows), LOOP,
     for (int64_t i = 0; i < rows; i++) {
         const double *xr = x + i * n;
         double *o = out + i * n, m = -INFINITY;
         for (int64_t j = 0; j < n; j++) m = xr[j] > m ? xr[j] : m;
         for (int64_t j = 0; j < n; j++) o[j] = xr[j] - m;
-    }
+    });
 }
 
 /* A pass over rows of n: row(ctx, i, v, e) forms row i's values and bounds into scratch, which are rounded into
@@ -1327,7 +1347,7 @@ static int64_t rows_pass(int64_t rows, int64_t n, int64_t threads, row_fn row, c
     int64_t room = room_for(rows * n);
     if (!lists) return -1;
     for (int t = 0; t < nt; t++) lists[t].room = &room;
-#pragma omp parallel num_threads(nt) if (nt > 1)
+    IN_TEAM(nt, BLOCK,
     {
         int64_t lo, hi;
         cands_t *mine = my_share(lists, rows, &lo, &hi);
@@ -1341,7 +1361,7 @@ static int64_t rows_pass(int64_t rows, int64_t n, int64_t threads, row_fn row, c
                 push(mine, (cand_t){i * n + j, 0, 0, v[j], 0, e[j]});
         }
         free(v), free(flag);
-    }
+    });
     return merged_calls(lists, nt, idx, code, cap, wide);
 }
 
@@ -1425,20 +1445,21 @@ static inline void sgd_one(int64_t i, double gd, const float *restrict p, const 
 #define EACH_SPAN(SPAN)                                                                                      \
     if (gs1 == 1 && gs0 == cols) {                                                                           \
         int64_t total = rows * cols, spans = (total + SPAN_LEN - 1) / SPAN_LEN;                              \
-        _Pragma("omp parallel for schedule(static) num_threads((int)threads) if (threads > 1)")             \
-        for (int64_t s = 0; s < spans; s++)                                                                  \
+        IN_TEAM(team(threads, spans), LOOP, for (int64_t s = 0; s < spans; s++) {                            \
             SPAN(s * SPAN_LEN, total - s * SPAN_LEN < SPAN_LEN ? total - s * SPAN_LEN : SPAN_LEN, g + s * SPAN_LEN);\
+        });                                                                                                  \
     } else {                                                                                                 \
-        _Pragma("omp parallel for schedule(static) num_threads((int)threads) if (threads > 1)")             \
-        for (int64_t r0 = 0; r0 < rows; r0 += TILE_EDGE)                                                     \
-            for (int64_t c0 = 0; c0 < cols; c0 += TILE_EDGE) {                                               \
-                double tile[TILE_EDGE][TILE_EDGE];                                                           \
-                int64_t nr = rows - r0 < TILE_EDGE ? rows - r0 : TILE_EDGE;                                  \
-                int64_t nc = cols - c0 < TILE_EDGE ? cols - c0 : TILE_EDGE;                                  \
-                for (int64_t c = 0; c < nc; c++)                                                             \
-                    for (int64_t r = 0; r < nr; r++) tile[r][c] = g[(r0 + r) * gs0 + (c0 + c) * gs1];        \
-                for (int64_t r = 0; r < nr; r++) SPAN((r0 + r) * cols + c0, nc, tile[r]);                   \
-            }                                                                                                \
+        IN_TEAM(team(threads, (rows + TILE_EDGE - 1) / TILE_EDGE), LOOP,                                     \
+                for (int64_t r0 = 0; r0 < rows; r0 += TILE_EDGE) {                                           \
+                    for (int64_t c0 = 0; c0 < cols; c0 += TILE_EDGE) {                                       \
+                        double tile[TILE_EDGE][TILE_EDGE];                                                   \
+                        int64_t nr = rows - r0 < TILE_EDGE ? rows - r0 : TILE_EDGE;                          \
+                        int64_t nc = cols - c0 < TILE_EDGE ? cols - c0 : TILE_EDGE;                          \
+                        for (int64_t c = 0; c < nc; c++)                                                     \
+                            for (int64_t r = 0; r < nr; r++) tile[r][c] = g[(r0 + r) * gs0 + (c0 + c) * gs1];\
+                        for (int64_t r = 0; r < nr; r++) SPAN((r0 + r) * cols + c0, nc, tile[r]);            \
+                    }                                                                                        \
+                });                                                                                          \
     }
 
 __attribute__((noinline)) static void adamw_span(int64_t at, int64_t n, const double *restrict gv,
@@ -1662,7 +1683,7 @@ int64_t rp_axis_sums(const axis_sums_args_t *s) {
     double *v = malloc(sizeof(double) * (2 * O + lanes + 1)), *e = v + O, *lane = e + O;
     if (!v) return -1;
     int64_t blocks = (O + NORM_BLOCK - 1) / NORM_BLOCK;
-#pragma omp parallel for schedule(static) num_threads((int)s->threads) if (s->threads > 1 && blocks > 1)
+    IN_TEAM(team(s->threads, blocks), LOOP,
     for (int64_t blk = 0; blk < blocks; blk++) {
         int64_t lo = blk * NORM_BLOCK, hi = lo + NORM_BLOCK < O ? lo + NORM_BLOCK : O;
         double *sl = lane + lo * (2 * ACC + 2); /* per o: ACC sums, ACC magnitudes, the rest's two */
@@ -1684,7 +1705,7 @@ int64_t rp_axis_sums(const axis_sums_args_t *s) {
             for (int l = 0; l < ACC; l++) v[o] += at[l], e[o] += at[ACC + l];
         }
         for (int64_t o = lo; o < hi; o++) s->out[o] = s->bounds ? v[o] : (double)(float)v[o], e[o] *= s->g;
-    }
+    });
     if (s->bounds) memcpy(s->bounds, e, sizeof(double) * O);
     int64_t found = s->cap < 0 || s->bounds ? 0 : point_calls(v, e, O, s->safety, s->wide, s->idx, s->code, s->cap, 0);
     free(v);
@@ -1711,7 +1732,7 @@ int64_t rp_ce_forward(const ce_args_t *a) {
         if (a->t[i] < 0 || a->t[i] >= n) return -2;
     double *row = malloc(sizeof(double) * (2 * rows + 1)), *ls = row + rows;
     if (!row) return -1;
-#pragma omp parallel for schedule(static) num_threads((int)a->threads) if (a->threads > 1 && rows > 1)
+    IN_TEAM(team(a->threads, rows), LOOP,
     for (int64_t i = 0; i < rows; i++) {
         const double *xr = a->x + i * n;
         double *pr = a->p + i * n, m = -INFINITY, s, mag;
@@ -1719,7 +1740,7 @@ int64_t rp_ce_forward(const ce_args_t *a) {
         lane_sums(pr, n, &s, &mag);
         ls[i] = log(s), row[i] = ls[i] - (xr[a->t[i]] - m);
         for (int64_t j = 0; j < n; j++) pr[j] = pr[j] / s;
-    }
+    });
     double sum = 0, mag = 0, err = 0;
     for (int64_t i = 0; i < rows; i++)
         sum += row[i], mag += fabs(row[i]), err += a->g_row + fabs(ls[i]) * a->exp_err + fabs(row[i]) * a->u;
