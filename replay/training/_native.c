@@ -284,6 +284,33 @@ static int64_t merged_calls(cands_t *lists, int nt, int64_t *idx, int64_t *code,
     return failed ? -1 : found;
 }
 
+/* res[o] = sum_k x[o * so + k]^2 for eight unit-stride vectors (o < 8) of K terms: each vector's squares in eight
+   lanes, the eight vectors side by side (eight add chains at once), then their lanes summed together, a transpose's
+   adds in three rounds of shuffles, where eight reductions of their own cost an attention head's 16-term vectors
+   most of their norms' time. Any order of a norm's squares is a bound's (SAFETY's slack). */
+static void square_sums8(const double *x, int64_t so, int64_t K, double *res) {
+    const bits8_t even = {0, 8, 2, 10, 4, 12, 6, 14}, odd = {1, 9, 3, 11, 5, 13, 7, 15};
+    const bits8_t pairs_lo = {0, 1, 8, 9, 4, 5, 12, 13}, pairs_hi = {2, 3, 10, 11, 6, 7, 14, 15};
+    const bits8_t halves_lo = {0, 1, 2, 3, 8, 9, 10, 11}, halves_hi = {4, 5, 6, 7, 12, 13, 14, 15};
+    lanes8_t acc[8] = {{0}}, r[4], q[2];
+    double tail[8] = {0};
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8)
+        for (int o = 0; o < 8; o++) {
+            lanes8_t v;
+            memcpy(&v, x + o * so + k, sizeof v);
+            acc[o] += v * v;
+        }
+    for (; k < K; k++)
+        for (int o = 0; o < 8; o++) tail[o] += x[o * so + k] * x[o * so + k];
+    for (int o = 0; o < 4; o++) /* lane l of r[o]: vector 2o + (l & 1)'s lanes (l & ~1) and (l | 1) */
+        r[o] = __builtin_shuffle(acc[2 * o], acc[2 * o + 1], even) + __builtin_shuffle(acc[2 * o], acc[2 * o + 1], odd);
+    for (int o = 0; o < 2; o++) /* lane l of q[o]: vector 4o + (l & 3)'s lanes 4 (l >> 2) .. + 3 */
+        q[o] = __builtin_shuffle(r[2 * o], r[2 * o + 1], pairs_lo) + __builtin_shuffle(r[2 * o], r[2 * o + 1], pairs_hi);
+    lanes8_t all = __builtin_shuffle(q[0], q[1], halves_lo) + __builtin_shuffle(q[0], q[1], halves_hi);
+    for (int o = 0; o < 8; o++) res[o] = all[o] + tail[o];
+}
+
 /* res[o] = sqrt(sum_k x(o, k)^2) for o in [lo, hi), x(o, k) at x[o * so + k1 * s1 + k2 * s2] (k = (k1, k2)),
    walking memory in order: k outer where vectors are interleaved (so < s2), as an activation's
    transpose is. The same sums, in the same order, however [0, n) is split among threads. */
@@ -293,8 +320,10 @@ static void norms(const double *x, int64_t lo, int64_t hi, int64_t K1, int64_t K
         for (int64_t o = lo; o < hi; o++) res[o] = 0;
         for (int64_t k = 0; k < K1 * K2; k++)
             for (int64_t o = lo; o < hi; o++) res[o] += x[o * so + k * s2] * x[o * so + k * s2];
-    } else if ((K1 == 1 || s1 == K2 * s2) && s2 == 1) { /* unit-stride vectors: sums in lanes (abs_dot) */
-        for (int64_t o = lo; o < hi; o++) res[o] = abs_dot(x + o * so, x + o * so, K1 * K2);
+    } else if ((K1 == 1 || s1 == K2 * s2) && s2 == 1) { /* unit-stride vectors: sums in lanes, eight vectors at once */
+        int64_t o = lo;
+        for (; o + 8 <= hi; o += 8) square_sums8(x + o * so, so, K1 * K2, res + o);
+        for (; o < hi; o++) res[o] = abs_dot(x + o * so, x + o * so, K1 * K2);
     } else if (s2 == 1) { /* unit-stride pieces (a convolution's operands, per image): each in lanes */
         for (int64_t o = lo; o < hi; o++) {
             double acc = 0;

@@ -589,6 +589,35 @@ def test_a_product_given_its_operands_norms_finds_the_close_calls_it_finds_alone
     assert bool((logged < 1).all()) and bool(((logged > 0.6) & (logged < 0.95)).any())  # out to the window's edge
 
 
+@pytest.mark.parametrize("k", [16, 19])
+def test_an_attention_products_short_vectors_norms_find_the_close_calls_out_to_the_windows_edge(k):
+    """An attention head's product (batched; A's rows and B's columns unit-stride vectors of k terms, formed eight at a
+    time): each batch's vectors one spike at its own position (every lane and the tail's, one batch each), so that
+    Cauchy-Schwarz is exact and the screen's window is the exact one; outputs set at fractions of that window from
+    float32 midpoints. The kernel logs what the torch path logs, out to the window's edge: a norm that lost or doubled
+    a lane would miss a close call (or, doubled elsewhere, be only slower)."""
+    m, n = 21, 13  # vectors on both sides: two groups of eight and a rest
+    spikes = torch.eye(k, dtype=torch.float64)  # batch t: every vector along e_t
+    scale_a = 4 + torch.arange(m, dtype=torch.float64) / 16
+    scale_b = 2 + torch.arange(n, dtype=torch.float64) / 32
+    a = scale_a[None, :, None] * spikes[:, None, :]  # (k, m, k): rows unit-stride
+    b = (scale_b[None, :, None] * spikes[:, None, :]).transpose(-2, -1)  # (k, k, n): columns unit-stride
+    bound = dot_bound(a, b)
+    size = k * m * n
+    window = bound.at(torch.arange(size)) * determinism.SAFETY
+    f = (0.125 + torch.arange(size, dtype=torch.float64) * 2.0**-20).float()  # windows of hundreds of float64 steps
+    mid = (f.double() + torch.nextafter(f, torch.full_like(f, math.inf)).double()) / 2
+    frac = torch.linspace(-1.5, 1.5, m * n, dtype=torch.float64).repeat(k)  # each batch from outside to outside
+    v = (mid + frac * window).reshape(k, m, n)
+    want_r, want = _reference(v, bound)
+    got = native.round_dot(v, a, b, determinism.gamma(k + 2), None, 0.0, False, determinism.SAFETY, determinism.WIDE)
+    assert got is not None and torch.equal(got[0], want_r) and {0: tuple(got[1:])} == want
+    logged = frac[got[1]].abs()
+    assert bool((logged < 1).all()) and bool(((logged > 0.6) & (logged < 0.95)).any())  # out to the window's edge
+    batches = {int(i) // (m * n) for i in got[1]}
+    assert batches == set(range(k))  # every spike's position has close calls at its window's edge
+
+
 def test_without_a_compiler_replay_falls_back_to_torch(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_LIB", None)
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
