@@ -1396,7 +1396,7 @@ static int64_t rows_pass(int64_t rows, int64_t n, int64_t threads, row_fn row, c
 
 typedef struct {
     const double *p, *dp; /* forward: p the exponentials, dp unused (NULL); backward: p and the gradient */
-    double *out;
+    double *out, *bounds; /* bounds NULL: out rounded (a record pass, or plain rounding); else a stage (below) */
     int64_t rows, n;
     double c, k, u4, safety, wide;
     int64_t threads;
@@ -1430,8 +1430,17 @@ static void softmax_pass_row(const void *ctx, int64_t i, double *v, double *e) {
 }
 
 /* The forward (dp NULL) or backward pass over rows of n (`rows_pass`): each row's values and bounds formed,
-   rounded with rp_full's test, the close calls in index order. Same contract as rp_full (cap < 0: none kept). */
+   rounded with rp_full's test, the close calls in index order. Same contract as rp_full (cap < 0: none kept).
+   With bounds, a stage (a replay whose log names the point): the values into out and their bounds into bounds,
+   not rounded (the rounder applies the log); out may be the forward's exponentials themselves (a row's sum is
+   formed before its quotients overwrite it). */
 int64_t rp_softmax(const softmax_args_t *a) {
+    if (a->bounds) {
+        IN_TEAM(team(a->threads, a->rows), LOOP, for (int64_t i = 0; i < a->rows; i++) {
+            softmax_pass_row(a, i, a->out + i * a->n, a->bounds + i * a->n);
+        });
+        return 0;
+    }
     return rows_pass(a->rows, a->n, a->threads, softmax_pass_row, a, a->out, a->safety, a->wide, a->idx, a->code,
                      a->cap);
 }

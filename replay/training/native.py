@@ -58,7 +58,7 @@ _DOT_ARGS = struct.Struct("=2Q6qQ5qQ5qQq2Q4dq2Qq")
 _FULL_ARGS = struct.Struct("=2Q2qQq2dq2Qq")
 _LN_ARGS = struct.Struct("=6Q2q6dq2QqQ3Q")  # ln_args_t
 _LN_BACK_ARGS = struct.Struct("=7Q2q5dq2QqQ3Q")  # ln_back_args_t
-_SOFTMAX_ARGS = struct.Struct("=3Q2q5dq2Qq")  # softmax_args_t
+_SOFTMAX_ARGS = struct.Struct("=4Q2q5dq2Qq")  # softmax_args_t
 _DOT_REPLAY_ARGS = struct.Struct("=2Q6qQ5qQ5qQq2d2q2Qq2dq4Q")  # dot_replay_args_t
 _AXIS_SUMS_ARGS = struct.Struct("=3Q3q3dq2Qq")  # axis_sums_args_t
 _CE_ARGS = struct.Struct("=3Q2q5dqQ")  # ce_args_t
@@ -752,11 +752,29 @@ def softmax(x: torch.Tensor, c: float, safety: float, wide: float, log: bool):
     n = x.shape[-1] if x.dim() else 0
     if not (lib and n and x.numel() and x.is_contiguous() and usable(x)):
         return None
-    rows, e = x.numel() // n, torch.empty_like(x)
-    lib.rp_softmax_shift(x.data_ptr(), e.data_ptr(), rows, n, threads(x))
-    e.exp_()
+    e = _exponentials(lib, x)
     # p in a tensor of its own: a pass rerun for room (`_collect`) reads the exponentials again
     return _softmax_pass(lib, e, None, torch.empty_like(e), (c, 0.0, 0.0), safety, wide, log)
+
+
+def softmax_values(x: torch.Tensor, c: float):
+    """`softmax`'s quotients and their bounds p * c, not rounded (a replay whose log names the point: the rounder
+    applies it), the quotients over the exponentials (two tensors of x's size, where the torch reference makes four):
+    (p, bounds), or None where the kernel cannot take x."""
+    lib = library()
+    n = x.shape[-1] if x.dim() else 0
+    if not (lib and n and x.numel() and x.is_contiguous() and usable(x)):
+        return None
+    e = _exponentials(lib, x)
+    return _softmax_stage(lib, e, None, e, (c, 0.0, 0.0))
+
+
+def _exponentials(lib, x: torch.Tensor) -> torch.Tensor:
+    """exp(x - the row's max) of a contiguous CPU float64 x: the max subtracted in the kernel, torch's exp in place."""
+    n = x.shape[-1]
+    e = torch.empty_like(x)
+    lib.rp_softmax_shift(x.data_ptr(), e.data_ptr(), x.numel() // n, n, threads(x))
+    return e.exp_()
 
 
 def softmax_back(p: torch.Tensor, dp: torch.Tensor, consts: tuple, safety: float, wide: float, log: bool):
@@ -771,9 +789,30 @@ def softmax_back(p: torch.Tensor, dp: torch.Tensor, consts: tuple, safety: float
     return _softmax_pass(lib, p, dp, torch.empty_like(p), consts, safety, wide, log)
 
 
+def softmax_back_values(p: torch.Tensor, dp: torch.Tensor, consts: tuple):
+    """`softmax_back`'s dx and its bounds, not rounded (as `softmax_values`): (dx, bounds), or None where the kernel
+    cannot take them."""
+    lib = library()
+    n = p.shape[-1] if p.dim() else 0
+    if not (lib and n and p.numel() and dp.shape == p.shape and p.is_contiguous() and dp.is_contiguous()):
+        return None
+    if not usable(p, dp):
+        return None
+    return _softmax_stage(lib, p, dp, torch.empty_like(p), consts)
+
+
+def _softmax_stage(lib, p, dp, out, consts):
+    """A softmax pass's values into out and their bounds into a new tensor (`rp_softmax` with bounds): (out, bounds)."""
+    bounds = torch.empty_like(out)
+    n = p.shape[-1]
+    head = (p.data_ptr(), dp.data_ptr() if dp is not None else 0, out.data_ptr(), bounds.data_ptr(), p.numel() // n, n)
+    lib.rp_softmax(_SOFTMAX_ARGS.pack(*head, *consts, 0.0, 0.0, threads(p), 0, 0, -1))
+    return out, bounds
+
+
 def _softmax_pass(lib, p, dp, out, consts, safety, wide, log):
     n = p.shape[-1]
-    head = (p.data_ptr(), dp.data_ptr() if dp is not None else 0, out.data_ptr(), p.numel() // n, n)
+    head = (p.data_ptr(), dp.data_ptr() if dp is not None else 0, out.data_ptr(), 0, p.numel() // n, n)
     head = (*head, *consts, safety, wide, threads(p))
     if not log:
         return (out, []) if lib.rp_softmax(_SOFTMAX_ARGS.pack(*head, 0, 0, -1)) >= 0 else None

@@ -142,8 +142,7 @@ def _sums_native(R, key: int, x: torch.Tensor):
     point: the rounded sums (O,), else None (the caller's reference ops)."""
     g = gamma(x.shape[0] * x.shape[2])
     if R.fused_mode((key,)) == "staged":
-        got = native.axis_sums_values(x, g)
-        return None if got is None else R.full(key, got[0], got[1], got[0].shape)
+        return _staged(R, key, native.axis_sums_values(x, g))
     return _one_point_pass(R, key, lambda log: native.axis_sums(x, g, SAFETY, WIDE, log))
 
 
@@ -188,15 +187,27 @@ SOFTMAX_GRAD = (U * (1 + 2.0**-20), 1 + 2.0**-40, 4 * U)  # softmax_grad_bound's
 
 def _softmax_native(R, key: int, x):
     """_Softmax's forward through the kernel's passes (torch's exp between them; the sum in another order),
-    where the rounder lets it (`Rounder.fused_mode`) and the kernel takes x: p, else None."""
-    run = lambda log: native.softmax(x.contiguous(), gamma(x.shape[-1] + 10), SAFETY, WIDE, log)
-    return _one_point_pass(R, key, run)
+    where the rounder lets it (`Rounder.fused_mode`) and the kernel takes x: p, else None. A replay whose log names
+    the point takes the pass's values and bounds through the rounder (`_staged`)."""
+    c = gamma(x.shape[-1] + 10)
+    if R.fused_mode((key,)) == "staged":
+        return _staged(R, key, native.softmax_values(x.contiguous(), c))
+    return _one_point_pass(R, key, lambda log: native.softmax(x.contiguous(), c, SAFETY, WIDE, log))
 
 
 def _softmax_back_native(R, key: int, p, dp):
     """_Softmax's backward in one kernel pass (r = sum(p * dp) in another order: the bound covers it), as
     `_softmax_native`: dx, else None."""
+    if R.fused_mode((key,)) == "staged":
+        return _staged(R, key, native.softmax_back_values(p, dp.contiguous(), SOFTMAX_GRAD))
     return _one_point_pass(R, key, lambda log: native.softmax_back(p, dp.contiguous(), SOFTMAX_GRAD, SAFETY, WIDE, log))
+
+
+def _staged(R, key: int, got):
+    """A pass's (values, bounds) at a point a replay's log names, through the rounder (`Rounder.full`), which
+    applies the log: the values rounded; None where the kernel declined (got None: the reference's ops run). Two
+    tensors of the output's size, where the softmax's reference ops make four (a GPT's replay peaked in them)."""
+    return None if got is None else R.full(key, got[0], got[1], got[0].shape)
 
 
 def _one_point_pass(R, key: int, run):

@@ -152,3 +152,82 @@ def test_a_pass_rerun_for_room_gives_the_same_probabilities_and_entries(monkeypa
     monkeypatch.setattr(native, "_room", lambda v: 1)
     again, (entries_again,) = native.softmax(x, *args)
     assert _same(again, p) and entries_again == entries
+
+
+def _softmax_step(rounder, x, dp):
+    """A softmax point's forward and backward (ops._Softmax) under `rounder`, finished as a step finishes it (a
+    deferred replay's checks): (p, dx)."""
+    x = x.clone().requires_grad_()
+    with determinism.rounding(rounder):
+        p = ops._Softmax.apply(x, "attn.softmax")
+        (dx,) = torch.autograd.grad(p, x, dp)
+    rounder.finish()
+    return p.detach(), dx
+
+
+@pytest.mark.parametrize("doctor", [None, "parity", "wide", "unlogged"])
+def test_a_replay_naming_the_softmax_points_takes_the_passes_values_through_the_rounder_as_the_torch_path(
+    doctor, monkeypatch
+):
+    """A replay whose log names the softmax's points, forward and backward: the passes' values and bounds, not rounded,
+    through the rounder (`softmax_values`, `softmax_back_values`: two tensors of the output's size, where the
+    reference's ops make four), against the torch path's replay. The recorded log reproduces the recorded p and dx on
+    both; with every parity flipped (the other float32 in each window) both reach the same other values; a wide entry
+    naming a float32 outside its window is refused by both in the same words; a log naming neither point: one plain
+    pass each way."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(64, 4096, generator=g, dtype=torch.float64) * 4).float().double()
+    dp = torch.randn(64, 4096, generator=g, dtype=torch.float64).float().double()
+    rec = Rounder("record")
+    want = _softmax_step(rec, x, dp)
+    assert set(rec.entries) == {0, 1}  # control: both points have close calls
+    entries = {} if doctor == "unlogged" else dict(rec.entries)
+    for k in entries:
+        idx, codes = entries[k]
+        if doctor == "parity":
+            entries[k] = (idx, [not c if isinstance(c, bool) else c for c in codes])
+        elif doctor == "wide":
+            entries[k] = (idx, [(1 << 32) | 0x7F000000, *codes[1:]])
+    calls = []
+    for name in ("softmax", "softmax_values", "softmax_back", "softmax_back_values"):
+        real = getattr(native, name)
+        monkeypatch.setattr(native, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+    results = []
+    for lib in (native.library(), False):
+        monkeypatch.setattr(native, "_LIB", lib)
+        try:
+            results.append(_softmax_step(Rounder("replay", entries=dict(entries)), x, dp))
+        except determinism.LogMismatch as refused:
+            results.append(str(refused))
+    staged = {None: ["softmax_values", "softmax_back_values"], "wide": ["softmax_values"]}
+    assert calls == staged.get(doctor, staged[None] if doctor == "parity" else ["softmax", "softmax_back"])
+    if doctor == "wide":
+        assert isinstance(results[0], str) and results[0] == results[1]
+        return
+    (p, dx), (p_torch, dx_torch) = results
+    assert _same(p, p_torch) and _same(dx, dx_torch)
+    assert (_same(p, want[0]) and _same(dx, want[1])) == (doctor != "parity")  # (unlogged: the nearer float32s)
+
+
+def test_a_stage_gives_the_passes_values_and_bounds_not_rounded():
+    """`softmax_values` / `softmax_back_values`: values that round to the plain passes' outputs, bit for bit, bounds
+    the record pass's own (p * c forward, exactly; the backward's formula), x left as it was; they decline what the
+    passes decline."""
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(24, 97, generator=g, dtype=torch.float64) * 4).float().double()
+    x[::3, 60:] = -math.inf  # masked entries: exact zeros
+    dp = torch.randn(24, 97, generator=g, dtype=torch.float64).float().double()
+    c, before = determinism.gamma(97 + 10), x.clone()
+    v, e = native.softmax_values(x, c)
+    plain, _ = native.softmax(x, c, determinism.SAFETY, determinism.WIDE, False)
+    assert _same(v.float().double(), plain) and _same(e, v * c) and _same(x, before)
+    assert bool(((v - torch.softmax(x, -1)).abs() <= e).all())  # within its bound of torch's own softmax
+    p = plain
+    dx, eb = native.softmax_back_values(p, dp, ops.SOFTMAX_GRAD)
+    plain_dx, _ = native.softmax_back(p, dp, ops.SOFTMAX_GRAD, determinism.SAFETY, determinism.WIDE, False)
+    assert _same(dx.float().double(), plain_dx)
+    ref = ops.softmax_grad_bound(p, p * dp, dx)
+    assert bool(((eb - ref).abs() <= ref * 1e-12).all())
+    assert native.softmax_values(x.t(), c) is None and native.softmax_values(x.float(), c) is None
+    assert native.softmax_back_values(p, dp[:3], ops.SOFTMAX_GRAD) is None
+    assert native.softmax_back_values(p, dp.t().contiguous().t(), ops.SOFTMAX_GRAD) is None
