@@ -33,7 +33,7 @@
         }                           \
     } while (0)
 
-/* `threads` for `work` independent pieces, or 1 where either is 1 (no region). */
+/* `threads` for `work` independent pieces, or 1 where either is 1 or less (no region). */
 static inline int64_t team(int64_t threads, int64_t work) { return threads > 1 && work > 1 ? threads : 1; }
 
 static inline uint32_t bits32(float f) {
@@ -211,7 +211,7 @@ static double abs_dot(const double *restrict x, const double *restrict y, int64_
             acc[q] += (lanes8_t)((bits8_t)u & magnitude) * (lanes8_t)((bits8_t)v & magnitude);
         }
     for (; k < K; k++) e += fabs(x[k]) * fabs(y[k]);
-    lanes8_t s = acc[0] + acc[1]; /* the lanes summed pairwise: a short vector's end (an attention head's 16 terms) */
+    lanes8_t s = acc[0] + acc[1]; /* the lanes summed pairwise: a short vector's end (a candidate's 16-term bound) */
     return e + (((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7])));
 }
 
@@ -284,14 +284,19 @@ static int64_t merged_calls(cands_t *lists, int nt, int64_t *idx, int64_t *code,
     return failed ? -1 : found;
 }
 
+/* The lanes of two 8-lane vectors at eight constant indices (0-7 the first's, 8-15 the second's): GCC's builtin and
+   clang's differ (clang has no __builtin_shuffle; GCC has __builtin_shufflevector only from version 12). */
+#if defined(__clang__)
+#define PICK8(a, b, i0, i1, i2, i3, i4, i5, i6, i7) __builtin_shufflevector(a, b, i0, i1, i2, i3, i4, i5, i6, i7)
+#else
+#define PICK8(a, b, i0, i1, i2, i3, i4, i5, i6, i7) __builtin_shuffle(a, b, (bits8_t){i0, i1, i2, i3, i4, i5, i6, i7})
+#endif
+
 /* res[o] = sum_k x[o * so + k]^2 for eight unit-stride vectors (o < 8) of K terms: each vector's squares in eight
    lanes, the eight vectors side by side (eight add chains at once), then their lanes summed together, a transpose's
    adds in three rounds of shuffles, where eight reductions of their own cost an attention head's 16-term vectors
    most of their norms' time. Any order of a norm's squares is a bound's (SAFETY's slack). */
 static void square_sums8(const double *x, int64_t so, int64_t K, double *res) {
-    const bits8_t even = {0, 8, 2, 10, 4, 12, 6, 14}, odd = {1, 9, 3, 11, 5, 13, 7, 15};
-    const bits8_t pairs_lo = {0, 1, 8, 9, 4, 5, 12, 13}, pairs_hi = {2, 3, 10, 11, 6, 7, 14, 15};
-    const bits8_t halves_lo = {0, 1, 2, 3, 8, 9, 10, 11}, halves_hi = {4, 5, 6, 7, 12, 13, 14, 15};
     lanes8_t acc[8] = {{0}}, r[4], q[2];
     double tail[8] = {0};
     int64_t k = 0;
@@ -304,10 +309,12 @@ static void square_sums8(const double *x, int64_t so, int64_t K, double *res) {
     for (; k < K; k++)
         for (int o = 0; o < 8; o++) tail[o] += x[o * so + k] * x[o * so + k];
     for (int o = 0; o < 4; o++) /* lane l of r[o]: vector 2o + (l & 1)'s lanes (l & ~1) and (l | 1) */
-        r[o] = __builtin_shuffle(acc[2 * o], acc[2 * o + 1], even) + __builtin_shuffle(acc[2 * o], acc[2 * o + 1], odd);
+        r[o] = PICK8(acc[2 * o], acc[2 * o + 1], 0, 8, 2, 10, 4, 12, 6, 14) +
+               PICK8(acc[2 * o], acc[2 * o + 1], 1, 9, 3, 11, 5, 13, 7, 15);
     for (int o = 0; o < 2; o++) /* lane l of q[o]: vector 4o + (l & 3)'s lanes 4 (l >> 2) .. + 3 */
-        q[o] = __builtin_shuffle(r[2 * o], r[2 * o + 1], pairs_lo) + __builtin_shuffle(r[2 * o], r[2 * o + 1], pairs_hi);
-    lanes8_t all = __builtin_shuffle(q[0], q[1], halves_lo) + __builtin_shuffle(q[0], q[1], halves_hi);
+        q[o] = PICK8(r[2 * o], r[2 * o + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+               PICK8(r[2 * o], r[2 * o + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+    lanes8_t all = PICK8(q[0], q[1], 0, 1, 2, 3, 8, 9, 10, 11) + PICK8(q[0], q[1], 4, 5, 6, 7, 12, 13, 14, 15);
     for (int o = 0; o < 8; o++) res[o] = all[o] + tail[o];
 }
 

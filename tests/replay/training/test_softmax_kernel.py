@@ -189,9 +189,17 @@ def test_a_replay_naming_the_softmax_points_takes_the_passes_values_through_the_
         elif doctor == "wide":
             entries[k] = (idx, [(1 << 32) | 0x7F000000, *codes[1:]])
     calls = []
+
+    def counted(name, real):
+        def call(*a):
+            got = real(*a)
+            calls.append(name if got is not None else f"{name} declined")
+            return got
+
+        return call
+
     for name in ("softmax", "softmax_values", "softmax_back", "softmax_back_values"):
-        real = getattr(native, name)
-        monkeypatch.setattr(native, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+        monkeypatch.setattr(native, name, counted(name, getattr(native, name)))
     results = []
     for lib in (native.library(), False):
         monkeypatch.setattr(native, "_LIB", lib)
@@ -205,8 +213,12 @@ def test_a_replay_naming_the_softmax_points_takes_the_passes_values_through_the_
         assert isinstance(results[0], str) and results[0] == results[1]
         return
     (p, dx), (p_torch, dx_torch) = results
+    if doctor == "unlogged":  # the kernel's plain passes: the recording's own values, rounded to the nearer float32s
+        # (the torch path's sums, in another order, may fall on the other side of a close call's midpoint: not compared)
+        assert _same(p, want[0]) and _same(dx, want[1])
+        return
     assert _same(p, p_torch) and _same(dx, dx_torch)
-    assert (_same(p, want[0]) and _same(dx, want[1])) == (doctor != "parity")  # (unlogged: the nearer float32s)
+    assert (_same(p, want[0]) and _same(dx, want[1])) == (doctor != "parity")
 
 
 def test_a_stage_gives_the_passes_values_and_bounds_not_rounded():
