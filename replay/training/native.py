@@ -749,8 +749,7 @@ def softmax(x: torch.Tensor, c: float, safety: float, wide: float, log: bool):
     reference's own) in place, then the quotients by the row's sum rounded with the bound p * c per element
     in one kernel pass (`rp_softmax`): (p, points) as `layer_norm`'s; None where the kernel cannot take x."""
     lib = library()
-    n = x.shape[-1] if x.dim() else 0
-    if not (lib and n and x.numel() and x.is_contiguous() and usable(x)):
+    if not (lib and _rows_ok(x)):
         return None
     e = _exponentials(lib, x)
     # p in a tensor of its own: a pass rerun for room (`_collect`) reads the exponentials again
@@ -762,11 +761,16 @@ def softmax_values(x: torch.Tensor, c: float):
     applies it), the quotients over the exponentials (two tensors of x's size, where the torch reference makes four):
     (p, bounds), or None where the kernel cannot take x."""
     lib = library()
-    n = x.shape[-1] if x.dim() else 0
-    if not (lib and n and x.numel() and x.is_contiguous() and usable(x)):
+    if not (lib and _rows_ok(x)):
         return None
     e = _exponentials(lib, x)
     return _softmax_stage(lib, e, None, e, (c, 0.0, 0.0))
+
+
+def _rows_ok(x: torch.Tensor) -> bool:
+    """Rows of n > 0 values, contiguous CPU float64: a softmax pass's input as the kernel takes it."""
+    n = x.shape[-1] if x.dim() else 0
+    return bool(n and x.numel() and x.is_contiguous() and usable(x))
 
 
 def _exponentials(lib, x: torch.Tensor) -> torch.Tensor:
@@ -781,10 +785,7 @@ def softmax_back(p: torch.Tensor, dp: torch.Tensor, consts: tuple, safety: float
     """ops._Softmax's backward, dx = p * (dp - sum(p * dp)), with its bound (`softmax_err`'s, consts its
     (c, k, u4)) and its rounding in one kernel pass: (dx, points); None where the kernel cannot take them."""
     lib = library()
-    n = p.shape[-1] if p.dim() else 0
-    if not (lib and n and p.numel() and dp.shape == p.shape and p.is_contiguous() and dp.is_contiguous()):
-        return None
-    if not usable(p, dp):
+    if not (lib and _rows_ok(p) and dp.shape == p.shape and dp.is_contiguous() and usable(dp)):
         return None
     return _softmax_pass(lib, p, dp, torch.empty_like(p), consts, safety, wide, log)
 
@@ -793,10 +794,7 @@ def softmax_back_values(p: torch.Tensor, dp: torch.Tensor, consts: tuple):
     """`softmax_back`'s dx and its bounds, not rounded (as `softmax_values`): (dx, bounds), or None where the kernel
     cannot take them."""
     lib = library()
-    n = p.shape[-1] if p.dim() else 0
-    if not (lib and n and p.numel() and dp.shape == p.shape and p.is_contiguous() and dp.is_contiguous()):
-        return None
-    if not usable(p, dp):
+    if not (lib and _rows_ok(p) and dp.shape == p.shape and dp.is_contiguous() and usable(dp)):
         return None
     return _softmax_stage(lib, p, dp, torch.empty_like(p), consts)
 

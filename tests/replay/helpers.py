@@ -176,6 +176,19 @@ def gpt_steps_with_and_without_kernel(monkeypatch, seed: int, threads: int) -> N
         torch.set_num_threads(before)
 
 
+def doctored_points(entries: dict, keys, doctor: str | None) -> dict:
+    """entries with the points `keys` doctored: "parity" flips every parity there (the other float32 in each window),
+    "wide" makes each one's first entry a wide entry naming a float32 far outside its window; else as they were."""
+    out = dict(entries)
+    for k in keys:
+        idx, codes = out[k]
+        if doctor == "parity":
+            out[k] = (idx, [not c if isinstance(c, bool) else c for c in codes])
+        elif doctor == "wide":
+            out[k] = (idx, [(1 << 32) | 0x7F000000, *codes[1:]])
+    return out
+
+
 def doctored_entries(entries: dict, doctor: str | None, outputs: int) -> tuple[list, list]:
     """Point 0's recorded log entries (one entry at 0 where none), doctored as the one-call replay tests doctor
     them: "parity" flips the last entry's parity, "wide" makes the first a wide entry naming a float32 far away,

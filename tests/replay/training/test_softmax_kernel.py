@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from replay.training import determinism, native, ops
 from replay.training.determinism import Rounder
 
-from ..helpers import gpt_steps_with_and_without_kernel, kernel_threads
+from ..helpers import doctored_points, gpt_steps_with_and_without_kernel, kernel_threads
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the torch path is used")
 
@@ -181,13 +181,7 @@ def test_a_replay_naming_the_softmax_points_takes_the_passes_values_through_the_
     rec = Rounder("record")
     want = _softmax_step(rec, x, dp)
     assert set(rec.entries) == {0, 1}  # control: both points have close calls
-    entries = {} if doctor == "unlogged" else dict(rec.entries)
-    for k in entries:
-        idx, codes = entries[k]
-        if doctor == "parity":
-            entries[k] = (idx, [not c if isinstance(c, bool) else c for c in codes])
-        elif doctor == "wide":
-            entries[k] = (idx, [(1 << 32) | 0x7F000000, *codes[1:]])
+    entries = {} if doctor == "unlogged" else doctored_points(rec.entries, (0, 1), doctor)
     calls = []
 
     def counted(name, real):

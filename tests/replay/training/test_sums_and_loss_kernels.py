@@ -31,7 +31,7 @@ from replay.training.determinism import (
     rounding,
 )
 
-from ..helpers import doctored_entries, kernel_threads
+from ..helpers import doctored_entries, doctored_points, kernel_threads
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the torch path is used")
 
@@ -385,12 +385,7 @@ def test_a_replay_naming_the_passes_points_takes_them_through_the_rounder_as_the
         dx_key = rec.names.index("convs.1") * SLOTS + 3
         entries.setdefault(dx_key, ([0], [False]))
         staged.append(dx_key)
-    for k in staged:
-        idx, codes = entries[k]
-        if doctor == "parity":
-            entries[k] = (idx, [not c if isinstance(c, bool) else c for c in codes])
-        elif doctor == "wide":
-            entries[k] = (idx, [(1 << 32) | 0x7F000000, *codes[1:]])
+    entries = doctored_points(entries, staged, doctor)
     staged_calls = []
     for name, module in (("axis_sums_values", native), ("_outer_bound", ops)):
         real = getattr(module, name)
