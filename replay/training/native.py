@@ -75,8 +75,13 @@ def _cpu_id() -> str:
     return f"{platform.machine()} {flags}"
 
 
+def compiler() -> str | None:
+    """The C compiler the kernel is built with: $CC, else cc, gcc or clang on PATH; None where there is none."""
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
 def _build() -> Path:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    cc = compiler()
     if not cc:
         raise OSError("no C compiler (cc, gcc or clang) on PATH")
     src = SOURCE.read_bytes()
