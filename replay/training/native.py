@@ -778,6 +778,11 @@ def _rows_ok(x: torch.Tensor) -> bool:
     return bool(n and x.numel() and x.is_contiguous() and usable(x))
 
 
+def _softmax_back_ok(p: torch.Tensor, dp: torch.Tensor) -> bool:
+    """The backward's p and dp as the kernel takes them: p as `_rows_ok`, dp of its shape, contiguous CPU float64."""
+    return _rows_ok(p) and dp.shape == p.shape and dp.is_contiguous() and usable(dp)
+
+
 def _exponentials(lib, x: torch.Tensor) -> torch.Tensor:
     """exp(x - the row's max) of a contiguous CPU float64 x: the max subtracted in the kernel, torch's exp in place."""
     n = x.shape[-1]
@@ -790,7 +795,7 @@ def softmax_back(p: torch.Tensor, dp: torch.Tensor, consts: tuple, safety: float
     """ops._Softmax's backward, dx = p * (dp - sum(p * dp)), with its bound (`softmax_err`'s, consts its
     (c, k, u4)) and its rounding in one kernel pass: (dx, points); None where the kernel cannot take them."""
     lib = library()
-    if not (lib and _rows_ok(p) and dp.shape == p.shape and dp.is_contiguous() and usable(dp)):
+    if not (lib and _softmax_back_ok(p, dp)):
         return None
     return _softmax_pass(lib, p, dp, torch.empty_like(p), consts, safety, wide, log)
 
@@ -799,7 +804,7 @@ def softmax_back_values(p: torch.Tensor, dp: torch.Tensor, consts: tuple):
     """`softmax_back`'s dx and its bounds, not rounded (as `softmax_values`): (dx, bounds), or None where the kernel
     cannot take them."""
     lib = library()
-    if not (lib and _rows_ok(p) and dp.shape == p.shape and dp.is_contiguous() and usable(dp)):
+    if not (lib and _softmax_back_ok(p, dp)):
         return None
     return _softmax_stage(lib, p, dp, torch.empty_like(p), consts)
 
@@ -807,16 +812,24 @@ def softmax_back_values(p: torch.Tensor, dp: torch.Tensor, consts: tuple):
 def _softmax_stage(lib, p, dp, out, consts):
     """A softmax pass's values into out and their bounds into a new tensor (`rp_softmax` with bounds): (out, bounds)."""
     bounds = torch.empty_like(out)
-    n = p.shape[-1]
-    head = (p.data_ptr(), dp.data_ptr() if dp is not None else 0, out.data_ptr(), bounds.data_ptr(), p.numel() // n, n)
-    lib.rp_softmax(_SOFTMAX_ARGS.pack(*head, *consts, 0.0, 0.0, threads(p), 0, 0, -1))
+    lib.rp_softmax(_SOFTMAX_ARGS.pack(*_softmax_head(p, dp, out, bounds, consts, 0.0, 0.0), 0, 0, -1))
     return out, bounds
 
 
-def _softmax_pass(lib, p, dp, out, consts, safety, wide, log):
+def _softmax_head(p, dp, out, bounds, consts, safety, wide) -> tuple:
+    """softmax_args_t's fields from p to threads (bounds None: a rounding pass)."""
     n = p.shape[-1]
-    head = (p.data_ptr(), dp.data_ptr() if dp is not None else 0, out.data_ptr(), 0, p.numel() // n, n)
-    head = (*head, *consts, safety, wide, threads(p))
+    ptrs = (
+        p.data_ptr(),
+        dp.data_ptr() if dp is not None else 0,
+        out.data_ptr(),
+        bounds.data_ptr() if bounds is not None else 0,
+    )
+    return (*ptrs, p.numel() // n, n, *consts, safety, wide, threads(p))
+
+
+def _softmax_pass(lib, p, dp, out, consts, safety, wide, log):
+    head = _softmax_head(p, dp, out, None, consts, safety, wide)
     if not log:
         return (out, []) if lib.rp_softmax(_SOFTMAX_ARGS.pack(*head, 0, 0, -1)) >= 0 else None
     got = _collect(lib.rp_softmax, _SOFTMAX_ARGS, head, _room(p))

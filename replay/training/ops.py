@@ -141,9 +141,8 @@ def _sums_native(R, key: int, x: torch.Tensor):
     it (`_one_point_pass`), or the pass's sums and bounds through the rounder where a replay's log names the
     point: the rounded sums (O,), else None (the caller's reference ops)."""
     g = gamma(x.shape[0] * x.shape[2])
-    if R.fused_mode((key,)) == "staged":
-        return _staged(R, key, native.axis_sums_values(x, g))
-    return _one_point_pass(R, key, lambda log: native.axis_sums(x, g, SAFETY, WIDE, log))
+    run = lambda log: native.axis_sums(x, g, SAFETY, WIDE, log)
+    return _one_point_pass(R, key, run, lambda: _staged(R, key, native.axis_sums_values(x, g)))
 
 
 class _Softmax(torch.autograd.Function):
@@ -190,17 +189,17 @@ def _softmax_native(R, key: int, x):
     where the rounder lets it (`Rounder.fused_mode`) and the kernel takes x: p, else None. A replay whose log names
     the point takes the pass's values and bounds through the rounder (`_staged`)."""
     c = gamma(x.shape[-1] + 10)
-    if R.fused_mode((key,)) == "staged":
-        return _staged(R, key, native.softmax_values(x.contiguous(), c))
-    return _one_point_pass(R, key, lambda log: native.softmax(x.contiguous(), c, SAFETY, WIDE, log))
+    run = lambda log: native.softmax(x.contiguous(), c, SAFETY, WIDE, log)
+    return _one_point_pass(R, key, run, lambda: _staged(R, key, native.softmax_values(x.contiguous(), c)))
 
 
 def _softmax_back_native(R, key: int, p, dp):
     """_Softmax's backward in one kernel pass (r = sum(p * dp) in another order: the bound covers it), as
     `_softmax_native`: dx, else None."""
-    if R.fused_mode((key,)) == "staged":
-        return _staged(R, key, native.softmax_back_values(p, dp.contiguous(), SOFTMAX_GRAD))
-    return _one_point_pass(R, key, lambda log: native.softmax_back(p, dp.contiguous(), SOFTMAX_GRAD, SAFETY, WIDE, log))
+    run = lambda log: native.softmax_back(p, dp.contiguous(), SOFTMAX_GRAD, SAFETY, WIDE, log)
+    return _one_point_pass(
+        R, key, run, lambda: _staged(R, key, native.softmax_back_values(p, dp.contiguous(), SOFTMAX_GRAD))
+    )
 
 
 def _staged(R, key: int, got):
@@ -210,11 +209,14 @@ def _staged(R, key: int, got):
     return None if got is None else R.full(key, got[0], got[1], got[0].shape)
 
 
-def _one_point_pass(R, key: int, run):
+def _one_point_pass(R, key: int, run, stage=None):
     """An op's one rounding point through a native pass, run(log) -> (rounded, [close calls]) or None, where the
-    rounder lets a pass round it (a recording, or a replay whose log names it not: a logged point takes the
-    reference's ops, through the rounder): the rounded output, else None."""
+    rounder lets a pass round it (a recording, or a replay whose log names it not); where a replay's log names it,
+    stage() -> the point through the rounder, which applies the log (`_staged`), or None (without a stage: None,
+    the reference's ops). The rounded output, else None."""
     mode = R.fused_mode((key,))
+    if mode == "staged":
+        return stage() if stage is not None else None
     got = run(mode == "record") if mode in ("record", "plain") else None
     if got is None:
         return None
@@ -539,8 +541,6 @@ def _conv_input_grad_native(R, key: int, w2, g, fold, ksize, dx):
     the logged elements alone (`_outer_bound`). The rounded dx, else None."""
     if not (native.usable(dx) and dx.is_contiguous()):
         return None
-    if R.fused_mode((key,)) == "staged":
-        return R(key, dx, _outer_bound(*_conv_input_grad_factors(w2, g, fold, ksize), dx.shape))
 
     def run(log):
         if not log:
@@ -548,7 +548,8 @@ def _conv_input_grad_native(R, key: int, w2, g, fold, ksize, dx):
         window, nw, gm = _conv_input_grad_factors(w2, g, fold, ksize)
         return native.round_outer(dx, window, nw, gm, SAFETY, WIDE)
 
-    return _one_point_pass(R, key, run)
+    stage = lambda: R(key, dx, _outer_bound(*_conv_input_grad_factors(w2, g, fold, ksize), dx.shape))
+    return _one_point_pass(R, key, run, stage)
 
 
 def _outer_bound(window, f, g: float, shape) -> Bound:
