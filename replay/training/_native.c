@@ -198,7 +198,29 @@ static int64_t next_flag(const uint32_t *flag, int64_t from, int64_t n) {
 #define ACC 16
 typedef double lanes8_t __attribute__((vector_size(64)));
 typedef int64_t bits8_t __attribute__((vector_size(64)));
+
+/* Eight-double lanes in GCC's vector types (lanes8_t) where the target has registers that wide (AVX-512); elsewhere
+   in arrays of doubles, whose loops the compiler vectorizes at the width it has: GCC splits a 64-byte vector type
+   for AVX2 through the stack (partial stores read back whole, each a store-forwarding stall), which made abs_dot's
+   and the norms' loops two to three times slower on an AVX2 EPYC. The same operations in the same order either
+   way, so the same bits: the tests build the library both ways (`-DVECTOR_LANES=0`, `=1`) and compare. */
+#ifndef VECTOR_LANES
+#if defined(__AVX512F__)
+#define VECTOR_LANES 1
+#else
+#define VECTOR_LANES 0
+#endif
+#endif
 static double abs_dot(const double *restrict x, const double *restrict y, int64_t K) {
+#if !VECTOR_LANES
+    double acc[ACC] = {0}, e = 0, s[8];
+    int64_t k = 0;
+    for (; k + ACC <= K; k += ACC)
+        for (int l = 0; l < ACC; l++) acc[l] += fabs(x[k + l]) * fabs(y[k + l]);
+    for (; k < K; k++) e += fabs(x[k]) * fabs(y[k]);
+    for (int l = 0; l < 8; l++) s[l] = acc[l] + acc[l + 8]; /* as the vector types' acc[0] + acc[1] */
+    return e + (((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7])));
+#else
     const bits8_t magnitude = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX};
     lanes8_t acc[ACC / 8] = {{0}};
     double e = 0;
@@ -213,6 +235,7 @@ static double abs_dot(const double *restrict x, const double *restrict y, int64_
     for (; k < K; k++) e += fabs(x[k]) * fabs(y[k]);
     lanes8_t s = acc[0] + acc[1]; /* the lanes summed pairwise: a short vector's end (a candidate's 16-term bound) */
     return e + (((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7])));
+#endif
 }
 
 /* A candidate of a product: its flat output index, where its A row and B column start, its value
@@ -296,7 +319,30 @@ static int64_t merged_calls(cands_t *lists, int nt, int64_t *idx, int64_t *code,
    lanes, the eight vectors side by side (eight add chains at once), then their lanes summed together, a transpose's
    adds in three rounds of shuffles, where eight reductions of their own cost an attention head's 16-term vectors
    most of their norms' time. Any order of a norm's squares is a bound's (SAFETY's slack). */
+#if !VECTOR_LANES
+/* out[l] = ab[i[l]] + ab[j[l]] (ab: a's eight lanes, then b's), l < 8: PICK8(a, b, i) + PICK8(a, b, j) on arrays. */
+static void picked_sums(const double *a, const double *b, const int *i, const int *j, double *out) {
+    for (int l = 0; l < 8; l++) out[l] = (i[l] < 8 ? a[i[l]] : b[i[l] - 8]) + (j[l] < 8 ? a[j[l]] : b[j[l] - 8]);
+}
+#endif
+
 static void square_sums8(const double *x, int64_t so, int64_t K, double *res) {
+#if !VECTOR_LANES
+    static const int r_i[8] = {0, 8, 2, 10, 4, 12, 6, 14}, r_j[8] = {1, 9, 3, 11, 5, 13, 7, 15};
+    static const int q_i[8] = {0, 1, 8, 9, 4, 5, 12, 13}, q_j[8] = {2, 3, 10, 11, 6, 7, 14, 15};
+    static const int all_i[8] = {0, 1, 2, 3, 8, 9, 10, 11}, all_j[8] = {4, 5, 6, 7, 12, 13, 14, 15};
+    double acc[8][8] = {{0}}, r[4][8], q[2][8], all[8], tail[8] = {0};
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8)
+        for (int o = 0; o < 8; o++)
+            for (int l = 0; l < 8; l++) acc[o][l] += x[o * so + k + l] * x[o * so + k + l];
+    for (; k < K; k++)
+        for (int o = 0; o < 8; o++) tail[o] += x[o * so + k] * x[o * so + k];
+    for (int o = 0; o < 4; o++) picked_sums(acc[2 * o], acc[2 * o + 1], r_i, r_j, r[o]); /* the shuffles below */
+    for (int o = 0; o < 2; o++) picked_sums(r[2 * o], r[2 * o + 1], q_i, q_j, q[o]);
+    picked_sums(q[0], q[1], all_i, all_j, all);
+    for (int o = 0; o < 8; o++) res[o] = all[o] + tail[o];
+#else
     lanes8_t acc[8] = {{0}}, r[4], q[2];
     double tail[8] = {0};
     int64_t k = 0;
@@ -316,6 +362,7 @@ static void square_sums8(const double *x, int64_t so, int64_t K, double *res) {
                PICK8(r[2 * o], r[2 * o + 1], 2, 3, 10, 11, 6, 7, 14, 15);
     lanes8_t all = PICK8(q[0], q[1], 0, 1, 2, 3, 8, 9, 10, 11) + PICK8(q[0], q[1], 4, 5, 6, 7, 12, 13, 14, 15);
     for (int o = 0; o < 8; o++) res[o] = all[o] + tail[o];
+#endif
 }
 
 /* res[o] = sqrt(sum_k x(o, k)^2) for o in [lo, hi), x(o, k) at x[o * so + k1 * s1 + k2 * s2] (k = (k1, k2)),
@@ -370,15 +417,26 @@ __attribute__((noinline)) static void square_sums_block(const double *x, int64_t
     for (int64_t c = c0; c < c1; c++) col[c] = 0;
     for (int64_t i = 0; i < rows; i++) {
         const double *r = x + i * s0;
+#if !VECTOR_LANES
+        double acc[8] = {0};
+#else
         lanes8_t acc = {0};
+#endif
         double tail = 0;
         int64_t c = c0;
         for (; c + 8 <= c1; c += 8) {
+#if !VECTOR_LANES
+            for (int l = 0; l < 8; l++) {
+                double v = r[c + l] * r[c + l];
+                acc[l] += v, col[c + l] += v;
+            }
+#else
             lanes8_t v, have;
             memcpy(&v, r + c, sizeof v);
             memcpy(&have, col + c, sizeof have);
             v *= v, acc += v, have += v;
             memcpy(col + c, &have, sizeof have);
+#endif
         }
         for (; c < c1; c++) tail += r[c] * r[c], col[c] += r[c] * r[c];
         part[i] = tail + (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])));
@@ -508,13 +566,56 @@ static keyed_t *by_column(const cand_t *c, int64_t lo, int64_t hi) {
     return order;
 }
 
+#define PIECES_CACHE (192 * 1024) /* bytes of both operands' pieces over one block of positions (in L2) */
+
+/* Exact bounds of candidates [lo, hi) over unit-stride pieces (a convolution's weight gradient: K1 images of K2
+   positions, M rows of A, N columns of B), image by image and within an image by blocks of positions short
+   enough that both operands' slices of a block stay in cache (PIECES_CACHE), each candidate adding its piece of a
+   block into its own ACC lanes, kept between blocks. Summing a whole image's piece per candidate read every
+   candidate's pieces from memory where an image's slices outgrow the cache (cnn-32's second layer: 288 columns of
+   256 positions, 576 KiB an image). Candidates in `order` (by B vector) where given: a B piece is read once
+   for the candidates beside it. 0 where one block spans an image or the lanes cannot be allocated (the caller
+   sums piece by piece). Another order of the same terms: a bound's (abs_dot). */
+static int pieces_in_blocks(cand_t *c, int64_t lo, int64_t hi, const double *a, const double *b, int64_t M,
+                            int64_t N, int64_t K1, int64_t K2, int64_t sak1, int64_t sbk1, const keyed_t *order) {
+    int64_t n = hi - lo, P = PIECES_CACHE / ((int64_t)sizeof(double) * (M + N)) / ACC * ACC;
+    if (P < ACC) P = ACC;
+    if (P >= K2 || n <= 0) return 0;
+    double *acc = calloc(ACC * (n + 1), sizeof(double)), *tail = calloc(n + 1, sizeof(double));
+    if (!acc || !tail) {
+        free(acc), free(tail);
+        return 0;
+    }
+    for (int64_t k1 = 0; k1 < K1; k1++)
+        for (int64_t p0 = 0; p0 < K2; p0 += P) {
+            int64_t len = p0 + P < K2 ? P : K2 - p0, full = len / ACC * ACC;
+            for (int64_t y = 0; y < n; y++) {
+                int64_t x = order ? order[y].at : lo + y;
+                const double *ax = a + k1 * sak1 + c[x].a_off + p0, *bx = b + k1 * sbk1 + c[x].b_off + p0;
+                double s[ACC];
+                memcpy(s, acc + ACC * y, sizeof s);
+                for (int64_t k = 0; k < full; k += ACC)
+                    for (int l = 0; l < ACC; l++) s[l] += fabs(ax[k + l]) * fabs(bx[k + l]);
+                memcpy(acc + ACC * y, s, sizeof s);
+                for (int64_t k = full; k < len; k++) tail[y] += fabs(ax[k]) * fabs(bx[k]);
+            }
+        }
+    for (int64_t y = 0; y < n; y++) {
+        double *l = acc + ACC * y, r[8];
+        for (int q = 0; q < 8; q++) r[q] = l[q] + l[q + 8]; /* abs_dot's end */
+        c[order ? order[y].at : lo + y].e = tail[y] + (((r[0] + r[4]) + (r[2] + r[6])) + ((r[1] + r[5]) + (r[3] + r[7])));
+    }
+    free(acc), free(tail);
+    return 1;
+}
+
 /* Exact bounds of candidates [lo, hi). Unit-stride vectors: one dot each. Unit-stride pieces (k2):
    k1 outer, a piece's dot each. Otherwise k outer over the chunk (`streamed`): at each k the
    candidates read one row of each operand's memory, where the vectors of one candidate alone are K
    cache misses (a weight gradient's operands are both strided). */
-static void exact_bounds(cand_t *c, int64_t lo, int64_t hi, const double *a, const double *b, int64_t K1,
-                         int64_t K2, int64_t sak1, int64_t sak2, int64_t sbk1, int64_t sbk2, int unit,
-                         int by_b_vector) {
+static void exact_bounds(cand_t *c, int64_t lo, int64_t hi, const double *a, const double *b, int64_t M,
+                         int64_t N, int64_t K1, int64_t K2, int64_t sak1, int64_t sak2, int64_t sbk1, int64_t sbk2,
+                         int unit, int by_b_vector) {
     if (unit) {
         for (int64_t x = lo; x < hi; x++) c[x].e = abs_dot(a + c[x].a_off, b + c[x].b_off, K1 * K2);
         return;
@@ -522,8 +623,13 @@ static void exact_bounds(cand_t *c, int64_t lo, int64_t hi, const double *a, con
     for (int64_t x = lo; x < hi; x++) c[x].e = 0;
     if (sak2 == 1 && sbk2 == 1 && K2 >= PIECE_MIN) { /* unit-stride pieces (a convolution's weight gradient:
         one image's positions): one image's slices of both operands stay in cache while every candidate
-        sums its piece there, in lanes; a candidate's whole vectors, one after another, stream from memory */
+        sums its piece there, in lanes (block by block where they outgrow it: `pieces_in_blocks`); a
+        candidate's whole vectors, one after another, stream from memory */
         keyed_t *order = by_b_vector ? by_column(c, lo, hi) : NULL;
+        if (pieces_in_blocks(c, lo, hi, a, b, M, N, K1, K2, sak1, sbk1, order)) {
+            free(order);
+            return;
+        }
         for (int64_t k1 = 0; k1 < K1; k1++)
             for (int64_t y = lo; y < hi; y++) {
                 int64_t x = order ? order[y - lo].at : y;
@@ -574,7 +680,7 @@ static void summed_in_chunks(const product_t *p, cand_t *c, int64_t n, const dou
     chunk = chunk < 64 ? 64 : chunk > CHUNK ? CHUNK : chunk;
     int64_t *starts = malloc(sizeof(int64_t) * (n + 2));
     if (!starts) { /* one chunk: the same sums */
-        exact_bounds(c, 0, n, a, b, p->K1, p->K2, sak1, sak2, sbk1, sbk2, unit, p->N > p->M);
+        exact_bounds(c, 0, n, a, b, p->M, p->N, p->K1, p->K2, sak1, sak2, sbk1, sbk2, unit, p->N > p->M);
         return;
     }
     for (int64_t x = 0; x < n; x++) {
@@ -584,7 +690,7 @@ static void summed_in_chunks(const product_t *p, cand_t *c, int64_t n, const dou
     starts[chunks] = n;
     IN_TEAM(team(nt, chunks), "omp parallel for schedule(dynamic) num_threads(team_)",
             for (int64_t ch = 0; ch < chunks; ch++) {
-                exact_bounds(c, starts[ch], starts[ch + 1], a, b, p->K1, p->K2, sak1, sak2, sbk1, sbk2, unit,
+                exact_bounds(c, starts[ch], starts[ch + 1], a, b, p->M, p->N, p->K1, p->K2, sak1, sak2, sbk1, sbk2, unit,
                              p->N > p->M);
             });
     free(starts);

@@ -265,6 +265,129 @@ def test_summed_exact_bounds_are_every_terms(length, threads):
     assert got is not None and got[1] == inside.nonzero().flatten().tolist()
 
 
+@pytest.mark.parametrize("length", [40, 47, 64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_wide_weight_gradients_exact_bounds_are_summed_block_by_block(length, threads):
+    """A weight gradient whose images' slices outgrow PIECES_CACHE (8 + 1,592 vectors: 16 positions a block) sums each
+    candidate's terms block by block, in lanes kept between blocks, and a block's tail (40: 16 + 16 + 8 that no lane
+    takes; 47: 15) on its own: with +-1 operands every output's exact bound is gamma(K + 2) * K, and outputs placed 3%
+    inside determinism.SAFETY times it from a float32 midpoint are close calls, 3% outside are not (a lane, a block
+    or a tail short fails it)."""
+    batch, o, ck = 2, 8, 1592
+    gen = torch.Generator().manual_seed(length)
+    g = torch.randn(batch, o, length, generator=gen, dtype=torch.float64).sign()
+    cols = torch.randn(batch, ck, length, generator=gen, dtype=torch.float64).sign()
+    k = batch * length
+    e = determinism.gamma(k + 2) * k
+    mid = 1 + (2 * torch.arange(o * ck, dtype=torch.float64) + 1) * 2.0**-24  # float32 midpoints above 1
+    inside = torch.arange(o * ck) % 3 == 0
+    v = (mid + torch.where(inside, 0.97, 1.03) * determinism.SAFETY * e).reshape(o, ck)
+    with kernel_threads(threads):
+        got = native.round_dot_summed(
+            v, g.permute(1, 0, 2), cols.permute(0, 2, 1), determinism.gamma(k + 2), determinism.SAFETY, determinism.WIDE
+        )
+    assert got is not None and got[1] == inside.nonzero().flatten().tolist()
+
+
+@pytest.fixture(scope="module")
+def lane_builds(tmp_path_factory):
+    """The kernel built with its eight-double lanes in vector types and in arrays (`VECTOR_LANES` in _native.c:
+    this CPU takes one of them by itself), each in a cache of its own."""
+    patch, libs = pytest.MonkeyPatch(), {}
+    try:
+        patch.setenv("REPLAY_NATIVE_CACHE", str(tmp_path_factory.mktemp("lanes")))
+        for lanes in ("vector types", "arrays"):
+            patch.setattr(native, "FLAGS", [*native.FLAGS, f"-DVECTOR_LANES={int(lanes == 'vector types')}"])
+            patch.setattr(native, "_LIB", None)
+            libs[lanes] = native.library()
+            assert libs[lanes] is not None
+    finally:
+        patch.undo()
+    return libs
+
+
+def _on_each(libs: dict, run) -> list:
+    """run() with each library in turn as this process's kernel."""
+    saved, got = native._LIB, []
+    try:
+        for lib in libs.values():
+            native._LIB = lib
+            got.append(run())
+    finally:
+        native._LIB = saved
+    return got
+
+
+def _bits(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().contiguous().view(torch.uint8).flatten().tolist()
+    return [_bits(y) for y in x] if isinstance(x, (tuple, list)) else x
+
+
+@pytest.mark.parametrize("k", [16, 37, 77])
+def test_lanes_in_vector_types_and_in_arrays_give_the_same_bits(lane_builds, k):
+    """The two builds of every lane loop (abs_dot, square_sums8, square_sums_block, pieces_in_blocks) on products
+    with many candidates: norms of unit-stride rows and columns (eight at a time and the rest), exact bounds of
+    unit-stride vectors with a tail, a weight gradient's pieces block by block, both norms of an operand in one pass:
+    the same output, entries and codes, bit for bit (a lane summed in another order differs in its last bits)."""
+    gen = torch.Generator().manual_seed(k)
+    a = _f32(torch.randn(19, k, generator=gen, dtype=torch.float64))
+    bt = _f32(torch.randn(13, k, generator=gen, dtype=torch.float64))
+    odd, even = slice(1, k // 2 * 2, 2), slice(0, k // 2 * 2, 2)  # pairs that cancel
+    a[:, odd], bt[::2, odd] = a[:, even], -bt[::2, even]
+    a[:, k // 2 * 2 :] *= 2.0**-30  # an odd k's last term: small, and still in the bound
+    b = bt.t()  # unit-stride columns
+    g = _f32(torch.randn(2, 8, k, generator=gen, dtype=torch.float64))
+    cols = _f32(torch.randn(2, 1592, k, generator=gen, dtype=torch.float64))
+    g[..., odd], cols[..., odd] = g[..., even], -cols[..., even]
+    g[..., k // 2 * 2 :] *= 2.0**-30
+    gm, gs = determinism.gamma(k + 2), determinism.gamma(2 * k + 2)
+    runs = {
+        "product": lambda: native.round_dot(a @ b, a, b, gm, None, 0.0, False, determinism.SAFETY, determinism.WIDE),
+        "summed": lambda: native.round_dot_summed(
+            torch.matmul(g, cols.transpose(1, 2)).sum(0),
+            g.permute(1, 0, 2),
+            cols.permute(0, 2, 1),
+            gs,
+            determinism.SAFETY,
+            determinism.WIDE,
+        ),
+        "norms": lambda: native.row_col_norms(torch.cat([a, a * 3], 0)),
+        "bounds": lambda: native.dot_at((19, 13), a, b, gm, None, False, torch.arange(19 * 13)),
+        "summed bounds": lambda: native.dot_summed_at(
+            g.permute(1, 0, 2), cols.permute(0, 2, 1), gs, torch.arange(0, 8 * 1592, 7)
+        ),
+    }
+    for name, run in runs.items():
+        first, second = _on_each(lane_builds, run)
+        assert first is not None and _bits(first) == _bits(second), name
+        assert name not in ("product", "summed") or len(first[1]) > 10  # close calls: exact bounds were summed
+
+
+@pytest.mark.parametrize("lanes", ["vector types", "arrays"])
+def test_either_lane_build_finds_the_close_calls_out_to_the_windows_edge(lane_builds, lanes, monkeypatch):
+    """Norms eight vectors at a time (square_sums8) in either build: exact, every lane and the tail's."""
+    monkeypatch.setattr(native, "_LIB", lane_builds[lanes])
+    for k in (16, 19):
+        test_an_attention_products_short_vectors_norms_find_the_close_calls_out_to_the_windows_edge(k)
+
+
+@pytest.mark.parametrize("arch", ["mlp", "cnn", "gpt"])
+def test_lanes_in_vector_types_and_in_arrays_train_the_same_step(lane_builds, arch):
+    """A det64 step of each architecture on either build: the same state, bit for bit, and the same log."""
+    cfg, opt = TINY[arch]["config"], DEFAULT_OPTIMIZER[arch]
+    model, batch = models.build(arch, cfg), Batches(arch, cfg, TINY[arch]["batch"], 0)(0)
+    state = initial_state(models.init_params(arch, cfg, 0), opt)
+
+    def step():
+        r = Rounder("record")
+        after, _ = train_step(model, state, batch, opt, "det64", r)
+        return [*after.params.values(), *(t for b in after.buffers.values() for t in b.values())], encode_log(r.entries)
+
+    (t1, log1), (t2, log2) = _on_each(lane_builds, step)
+    assert log1 == log2 and len(t1) == len(t2) > 0 and _bits(t1) == _bits(t2)
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     st.integers(1, 40),
