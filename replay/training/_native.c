@@ -566,6 +566,23 @@ static keyed_t *by_column(const cand_t *c, int64_t lo, int64_t hi) {
     return order;
 }
 
+/* One block of a candidate's unit-stride pieces, len terms: its lanes' terms into s[ACC] (position l of each ACC
+   into lane l), the rest into *tail. */
+static inline void block_terms(const double *restrict ax, const double *restrict bx, int64_t len, double *restrict s,
+                               double *restrict tail) {
+    int64_t full = len / ACC * ACC;
+    for (int64_t k = 0; k < full; k += ACC)
+        for (int l = 0; l < ACC; l++) s[l] += fabs(ax[k + l]) * fabs(bx[k + l]);
+    for (int64_t k = full; k < len; k++) *tail += fabs(ax[k]) * fabs(bx[k]);
+}
+
+/* tail plus ACC lanes summed pairwise, as abs_dot ends. */
+static inline double lanes_end(const double *s, double tail) {
+    double r[8];
+    for (int q = 0; q < 8; q++) r[q] = s[q] + s[q + 8];
+    return tail + (((r[0] + r[4]) + (r[2] + r[6])) + ((r[1] + r[5]) + (r[3] + r[7])));
+}
+
 #define PIECES_CACHE (192 * 1024) /* bytes of both operands' pieces over one block of positions (in L2) */
 
 /* Exact bounds of candidates [lo, hi) over unit-stride pieces (a convolution's weight gradient: K1 images of K2
@@ -574,37 +591,41 @@ static keyed_t *by_column(const cand_t *c, int64_t lo, int64_t hi) {
    block into its own ACC lanes, kept between blocks. Summing a whole image's piece per candidate read every
    candidate's pieces from memory where an image's slices outgrow the cache (cnn-32's second layer: 288 columns of
    256 positions, 576 KiB an image). Candidates in `order` (by B vector) where given: a B piece is read once
-   for the candidates beside it. 0 where one block spans an image or the lanes cannot be allocated (the caller
-   sums piece by piece). Another order of the same terms: a bound's (abs_dot). */
+   for the candidates beside it. 0 where one block spans an image (the caller sums piece by piece); where the lanes
+   cannot be allocated, each candidate's blocks in turn (the same sums). Another order of the same terms: a bound's
+   (abs_dot). */
 static int pieces_in_blocks(cand_t *c, int64_t lo, int64_t hi, const double *a, const double *b, int64_t M,
                             int64_t N, int64_t K1, int64_t K2, int64_t sak1, int64_t sbk1, const keyed_t *order) {
-    int64_t n = hi - lo, P = PIECES_CACHE / ((int64_t)sizeof(double) * (M + N)) / ACC * ACC;
+    int64_t n = hi - lo;
+    if (n <= 0 || M + N <= 0) return 0;
+    int64_t P = PIECES_CACHE / ((int64_t)sizeof(double) * (M + N)) / ACC * ACC;
     if (P < ACC) P = ACC;
-    if (P >= K2 || n <= 0) return 0;
+    if (P >= K2) return 0;
     double *acc = calloc(ACC * (n + 1), sizeof(double)), *tail = calloc(n + 1, sizeof(double));
-    if (!acc || !tail) {
+    if (!acc || !tail) { /* each candidate alone, all its blocks in turn: the same sums, with no room */
         free(acc), free(tail);
-        return 0;
+        for (int64_t y = 0; y < n; y++) {
+            int64_t x = order ? order[y].at : lo + y;
+            double s[ACC] = {0}, t = 0;
+            for (int64_t k1 = 0; k1 < K1; k1++)
+                for (int64_t p0 = 0; p0 < K2; p0 += P)
+                    block_terms(a + k1 * sak1 + c[x].a_off + p0, b + k1 * sbk1 + c[x].b_off + p0,
+                                p0 + P < K2 ? P : K2 - p0, s, &t);
+            c[x].e = lanes_end(s, t);
+        }
+        return 1;
     }
     for (int64_t k1 = 0; k1 < K1; k1++)
-        for (int64_t p0 = 0; p0 < K2; p0 += P) {
-            int64_t len = p0 + P < K2 ? P : K2 - p0, full = len / ACC * ACC;
+        for (int64_t p0 = 0; p0 < K2; p0 += P)
             for (int64_t y = 0; y < n; y++) {
                 int64_t x = order ? order[y].at : lo + y;
-                const double *ax = a + k1 * sak1 + c[x].a_off + p0, *bx = b + k1 * sbk1 + c[x].b_off + p0;
                 double s[ACC];
                 memcpy(s, acc + ACC * y, sizeof s);
-                for (int64_t k = 0; k < full; k += ACC)
-                    for (int l = 0; l < ACC; l++) s[l] += fabs(ax[k + l]) * fabs(bx[k + l]);
+                block_terms(a + k1 * sak1 + c[x].a_off + p0, b + k1 * sbk1 + c[x].b_off + p0,
+                            p0 + P < K2 ? P : K2 - p0, s, tail + y);
                 memcpy(acc + ACC * y, s, sizeof s);
-                for (int64_t k = full; k < len; k++) tail[y] += fabs(ax[k]) * fabs(bx[k]);
             }
-        }
-    for (int64_t y = 0; y < n; y++) {
-        double *l = acc + ACC * y, r[8];
-        for (int q = 0; q < 8; q++) r[q] = l[q] + l[q + 8]; /* abs_dot's end */
-        c[order ? order[y].at : lo + y].e = tail[y] + (((r[0] + r[4]) + (r[2] + r[6])) + ((r[1] + r[5]) + (r[3] + r[7])));
-    }
+    for (int64_t y = 0; y < n; y++) c[order ? order[y].at : lo + y].e = lanes_end(acc + ACC * y, tail[y]);
     free(acc), free(tail);
     return 1;
 }

@@ -242,14 +242,18 @@ def test_a_products_bias_term_is_its_own_magnitude_per_row_or_column(bias_rows):
     assert got[0] == got[1] == inside.flatten().nonzero().flatten().tolist()
 
 
-@pytest.mark.parametrize("length", [3, 16, 37])
+@pytest.mark.parametrize(
+    ("batch", "o", "ck", "length"),
+    [(3, 4, 5, 3), (3, 4, 5, 16), (3, 4, 5, 37), (2, 8, 1592, 40), (2, 8, 1592, 47), (2, 8, 1592, 64)],
+)
 @pytest.mark.parametrize("threads", [1, 3])
-def test_summed_exact_bounds_are_every_terms(length, threads):
+def test_summed_exact_bounds_are_every_terms(batch, o, ck, length, threads):
     """The exact bound of a summed product's candidate counts every term of every image: with +-1
     operands each output's bound is gamma(K + 2) * K (K = images x positions), and an output placed 3%
     inside determinism.SAFETY times that bound from a float32 midpoint is a close call, 3% outside it is not (a bound
-    short of one term in 16, or of one image, would miss the first)."""
-    batch, o, ck = 3, 4, 5
+    short of one term in 16, or of one image, would miss the first). 1,592 columns outgrow PIECES_CACHE: each
+    candidate's terms are summed block by block (16 positions), its lanes kept between blocks, and a block's tail (40:
+    16 + 16 + 8 that no lane takes; 47: 15) on its own."""
     gen = torch.Generator().manual_seed(length)
     g = torch.randn(batch, o, length, generator=gen, dtype=torch.float64).sign()
     cols = torch.randn(batch, ck, length, generator=gen, dtype=torch.float64).sign()
@@ -265,39 +269,29 @@ def test_summed_exact_bounds_are_every_terms(length, threads):
     assert got is not None and got[1] == inside.nonzero().flatten().tolist()
 
 
-@pytest.mark.parametrize("length", [40, 47, 64])
-@pytest.mark.parametrize("threads", [1, 2])
-def test_a_wide_weight_gradients_exact_bounds_are_summed_block_by_block(length, threads):
-    """A weight gradient whose images' slices outgrow PIECES_CACHE (8 + 1,592 vectors: 16 positions a block) sums each
-    candidate's terms block by block, in lanes kept between blocks, and a block's tail (40: 16 + 16 + 8 that no lane
-    takes; 47: 15) on its own: with +-1 operands every output's exact bound is gamma(K + 2) * K, and outputs placed 3%
-    inside determinism.SAFETY times it from a float32 midpoint are close calls, 3% outside are not (a lane, a block
-    or a tail short fails it)."""
-    batch, o, ck = 2, 8, 1592
-    gen = torch.Generator().manual_seed(length)
-    g = torch.randn(batch, o, length, generator=gen, dtype=torch.float64).sign()
-    cols = torch.randn(batch, ck, length, generator=gen, dtype=torch.float64).sign()
-    k = batch * length
-    e = determinism.gamma(k + 2) * k
-    mid = 1 + (2 * torch.arange(o * ck, dtype=torch.float64) + 1) * 2.0**-24  # float32 midpoints above 1
-    inside = torch.arange(o * ck) % 3 == 0
-    v = (mid + torch.where(inside, 0.97, 1.03) * determinism.SAFETY * e).reshape(o, ck)
-    with kernel_threads(threads):
-        got = native.round_dot_summed(
-            v, g.permute(1, 0, 2), cols.permute(0, 2, 1), determinism.gamma(k + 2), determinism.SAFETY, determinism.WIDE
-        )
-    assert got is not None and got[1] == inside.nonzero().flatten().tolist()
+@pytest.mark.parametrize(("ck", "length"), [(1592, 40), (700, 71), (700, 90), (3, 300)])
+def test_a_weight_gradients_exact_bounds_count_every_term_once(ck, length):
+    """Integer operands, whose sums are exact in any order: a weight gradient's exact bounds at every output
+    (`native.dot_summed_at`, the record pass's sums) are sum |g| |cols| exactly, block by block (1,592 columns: 16
+    positions a block; 700: 32, so 71 is two blocks and a tail of 7, 90 two and one of 16 lanes and 10 more) or an
+    image's piece at a time (3 columns): a term dropped or counted twice changes one."""
+    gen = torch.Generator().manual_seed(ck + length)
+    g = torch.randint(-1000, 1001, (2, 8, length), generator=gen).double()
+    cols = torch.randint(-1000, 1001, (2, ck, length), generator=gen).double()
+    want = torch.einsum("bol,bcl->oc", g.abs(), cols.abs()).flatten()
+    got = native.dot_summed_at(g.permute(1, 0, 2), cols.permute(0, 2, 1), 1.0, torch.arange(8 * ck))
+    assert got is not None and torch.equal(got, want)
 
 
 @pytest.fixture(scope="module")
 def lane_builds(tmp_path_factory):
     """The kernel built with its eight-double lanes in vector types and in arrays (`VECTOR_LANES` in _native.c:
     this CPU takes one of them by itself), each in a cache of its own."""
-    patch, libs = pytest.MonkeyPatch(), {}
+    patch, libs, flags = pytest.MonkeyPatch(), {}, list(native.FLAGS)
     try:
         patch.setenv("REPLAY_NATIVE_CACHE", str(tmp_path_factory.mktemp("lanes")))
         for lanes in ("vector types", "arrays"):
-            patch.setattr(native, "FLAGS", [*native.FLAGS, f"-DVECTOR_LANES={int(lanes == 'vector types')}"])
+            patch.setattr(native, "FLAGS", [*flags, f"-DVECTOR_LANES={int(lanes == 'vector types')}"])
             patch.setattr(native, "_LIB", None)
             libs[lanes] = native.library()
             assert libs[lanes] is not None
@@ -326,10 +320,11 @@ def _bits(x):
 
 @pytest.mark.parametrize("k", [16, 37, 77])
 def test_lanes_in_vector_types_and_in_arrays_give_the_same_bits(lane_builds, k):
-    """The two builds of every lane loop (abs_dot, square_sums8, square_sums_block, pieces_in_blocks) on products
-    with many candidates: norms of unit-stride rows and columns (eight at a time and the rest), exact bounds of
-    unit-stride vectors with a tail, a weight gradient's pieces block by block, both norms of an operand in one pass:
-    the same output, entries and codes, bit for bit (a lane summed in another order differs in its last bits)."""
+    """The two builds of the lane loops on products with many candidates: exact bounds of unit-stride vectors with a
+    tail (abs_dot), a weight gradient's pieces block by block, both norms of an operand in one pass
+    (square_sums_block): the same outputs, entries, codes and bounds, bit for bit (a lane summed in another order
+    differs in its last bits; NaNs aside, whose payloads either build may pick). square_sums8's norms only choose the
+    candidates (no output shows their bits): `test_either_lane_build_finds_the_close_calls_out_to_the_windows_edge`."""
     gen = torch.Generator().manual_seed(k)
     a = _f32(torch.randn(19, k, generator=gen, dtype=torch.float64))
     bt = _f32(torch.randn(13, k, generator=gen, dtype=torch.float64))
