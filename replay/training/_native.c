@@ -2145,6 +2145,9 @@ int64_t rp_encode_log(const int64_t *keys, const int64_t *starts, const int64_t 
     return pos;
 }
 
+/* Which lanes this build has: 1 GCC's vector types, 0 arrays (`VECTOR_LANES`). */
+int64_t rp_vector_lanes(void) { return VECTOR_LANES; }
+
 /* The size of argument block `which` (dot_args_t, full_args_t, ln_args_t, ln_back_args_t, softmax_args_t,
    dot_replay_args_t, axis_sums_args_t, ce_args_t, ce_back_args_t, full_replay_args_t,
    outer_args_t), -1 past them: native.py checks its packing against each. */

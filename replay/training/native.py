@@ -152,6 +152,7 @@ def _load():
     lib.rp_round_max.argtypes, lib.rp_round_max.restype = [_p, _p, _i, _i], _d
     lib.rp_round.restype = None
     lib.rp_args_size.argtypes, lib.rp_args_size.restype = [_i], _i
+    lib.rp_vector_lanes.argtypes, lib.rp_vector_lanes.restype = [], _i
     if ctypes.sizeof(_p) != 8 or not _blocks_match(lib):
         warnings.warn(
             "replay: fused rounding kernel's argument blocks do not match, using the torch path",

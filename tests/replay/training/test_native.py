@@ -285,16 +285,19 @@ def test_a_weight_gradients_exact_bounds_count_every_term_once(ck, length):
 
 @pytest.fixture(scope="module")
 def lane_builds(tmp_path_factory):
-    """The kernel built with its eight-double lanes in vector types and in arrays (`VECTOR_LANES` in _native.c:
-    this CPU takes one of them by itself), each in a cache of its own."""
-    patch, libs, flags = pytest.MonkeyPatch(), {}, list(native.FLAGS)
+    """The kernel with its eight-double lanes in vector types and in arrays (`VECTOR_LANES` in _native.c): this
+    process's own library for the kind this CPU takes by itself, the other built in a cache of its own."""
+    own = native.library()
+    kinds = ("arrays", "vector types")
+    libs = {kinds[own.rp_vector_lanes()]: own}
+    other = kinds[1 - own.rp_vector_lanes()]
+    patch = pytest.MonkeyPatch()
     try:
         patch.setenv("REPLAY_NATIVE_CACHE", str(tmp_path_factory.mktemp("lanes")))
-        for lanes in ("vector types", "arrays"):
-            patch.setattr(native, "FLAGS", [*flags, f"-DVECTOR_LANES={int(lanes == 'vector types')}"])
-            patch.setattr(native, "_LIB", None)
-            libs[lanes] = native.library()
-            assert libs[lanes] is not None
+        patch.setattr(native, "FLAGS", [*native.FLAGS, f"-DVECTOR_LANES={kinds.index(other)}"])
+        patch.setattr(native, "_LIB", None)
+        libs[other] = native.library()
+        assert libs[other] is not None and libs[other].rp_vector_lanes() == kinds.index(other)
     finally:
         patch.undo()
     return libs
