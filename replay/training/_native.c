@@ -211,15 +211,30 @@ typedef int64_t bits8_t __attribute__((vector_size(64)));
 #define VECTOR_LANES 0
 #endif
 #endif
+
+/* One block of a candidate's unit-stride pieces, len terms: its lanes' terms into s[ACC] (position l of each ACC
+   into lane l), the rest into *tail. */
+static inline void block_terms(const double *restrict ax, const double *restrict bx, int64_t len, double *restrict s,
+                               double *restrict tail) {
+    int64_t full = len / ACC * ACC;
+    for (int64_t k = 0; k < full; k += ACC)
+        for (int l = 0; l < ACC; l++) s[l] += fabs(ax[k + l]) * fabs(bx[k + l]);
+    for (int64_t k = full; k < len; k++) *tail += fabs(ax[k]) * fabs(bx[k]);
+}
+
+/* tail plus ACC lanes summed pairwise (lane l with lane l + 8, as the vector types' acc[0] + acc[1], then a tree):
+   a short vector's end, a candidate's 16-term bound. */
+static inline double lanes_end(const double *s, double tail) {
+    double r[8];
+    for (int q = 0; q < 8; q++) r[q] = s[q] + s[q + 8];
+    return tail + (((r[0] + r[4]) + (r[2] + r[6])) + ((r[1] + r[5]) + (r[3] + r[7])));
+}
+
 static double abs_dot(const double *restrict x, const double *restrict y, int64_t K) {
 #if !VECTOR_LANES
-    double acc[ACC] = {0}, e = 0, s[8];
-    int64_t k = 0;
-    for (; k + ACC <= K; k += ACC)
-        for (int l = 0; l < ACC; l++) acc[l] += fabs(x[k + l]) * fabs(y[k + l]);
-    for (; k < K; k++) e += fabs(x[k]) * fabs(y[k]);
-    for (int l = 0; l < 8; l++) s[l] = acc[l] + acc[l + 8]; /* as the vector types' acc[0] + acc[1] */
-    return e + (((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7])));
+    double acc[ACC] = {0}, e = 0;
+    block_terms(x, y, K, acc, &e); /* one block of K terms */
+    return lanes_end(acc, e);
 #else
     const bits8_t magnitude = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX};
     lanes8_t acc[ACC / 8] = {{0}};
@@ -564,23 +579,6 @@ static keyed_t *by_column(const cand_t *c, int64_t lo, int64_t hi) {
     for (int64_t x = lo; x < hi; x++) order[x - lo] = (keyed_t){c[x].b_off, x};
     qsort(order, hi - lo, sizeof(keyed_t), by_key);
     return order;
-}
-
-/* One block of a candidate's unit-stride pieces, len terms: its lanes' terms into s[ACC] (position l of each ACC
-   into lane l), the rest into *tail. */
-static inline void block_terms(const double *restrict ax, const double *restrict bx, int64_t len, double *restrict s,
-                               double *restrict tail) {
-    int64_t full = len / ACC * ACC;
-    for (int64_t k = 0; k < full; k += ACC)
-        for (int l = 0; l < ACC; l++) s[l] += fabs(ax[k + l]) * fabs(bx[k + l]);
-    for (int64_t k = full; k < len; k++) *tail += fabs(ax[k]) * fabs(bx[k]);
-}
-
-/* tail plus ACC lanes summed pairwise, as abs_dot ends. */
-static inline double lanes_end(const double *s, double tail) {
-    double r[8];
-    for (int q = 0; q < 8; q++) r[q] = s[q] + s[q + 8];
-    return tail + (((r[0] + r[4]) + (r[2] + r[6])) + ((r[1] + r[5]) + (r[3] + r[7])));
 }
 
 #define PIECES_CACHE (192 * 1024) /* bytes of both operands' pieces over one block of positions (in L2) */
