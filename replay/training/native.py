@@ -21,20 +21,19 @@ written to a temporary name and renamed, so concurrent first uses do not collide
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import platform
 import resource
 import shutil
 import struct
-import subprocess
-import tempfile
 import threading
 import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from replay.training import build, step_allocator
 
 SOURCE = Path(__file__).with_name("_native.c")
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared", "-std=c99"]
@@ -84,35 +83,10 @@ def _build() -> Path:
     cc = compiler()
     if not cc:
         raise OSError("no C compiler (cc, gcc or clang) on PATH")
-    src = SOURCE.read_bytes()
     flags = FLAGS + WIDE_VECTORS + OPENMP
-    key = hashlib.sha256(src + cc.encode() + " ".join(flags).encode() + _cpu_id().encode()).hexdigest()[:16]
-    cache = Path(
-        os.environ.get("REPLAY_NATIVE_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "chipledger-replay"
-    )
-    lib = cache / f"rounding-{key}.so"
-    if lib.exists():
-        return lib
-    cache.mkdir(mode=0o700, parents=True, exist_ok=True)  # private: a library loaded from here runs in-process
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
-    os.close(fd)
-    try:
-        # where the compiler refuses a flag: without the wide vectors, then without OpenMP, then without both (the
-        # last try's error is raised)
-        tries = [flags, FLAGS + OPENMP, FLAGS + WIDE_VECTORS, FLAGS] if WIDE_VECTORS else [flags, FLAGS]
-        for n, args in enumerate(tries):
-            try:
-                subprocess.run([cc, *args, "-o", tmp, str(SOURCE), "-lm"], check=True, capture_output=True, timeout=120)
-                break
-            except subprocess.CalledProcessError:
-                if n == len(tries) - 1:
-                    raise
-        os.replace(tmp, lib)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return lib
+    # where the compiler refuses a flag: without the wide vectors, then without OpenMP, then without both
+    tries = [flags, FLAGS + OPENMP, FLAGS + WIDE_VECTORS, FLAGS] if WIDE_VECTORS else [flags, FLAGS]
+    return build.compiled(cc, SOURCE, tries, ["-lm"], "rounding", _cpu_id())
 
 
 def _blocks_match(lib) -> bool:
@@ -134,17 +108,8 @@ def library() -> ctypes.CDLL | None:
 
 
 def _load():
-    if os.environ.get("REPLAY_NATIVE", "1") == "0":
-        return False
-    try:
-        lib = ctypes.CDLL(str(_build()))
-    except (OSError, subprocess.SubprocessError) as exc:
-        detail = getattr(exc, "stderr", b"") or b""
-        warnings.warn(
-            f"replay: fused rounding kernel unavailable, using the torch path ({exc} {detail[-300:]!r})",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+    lib = build.loaded("REPLAY_NATIVE", _build, "fused rounding kernel unavailable, using the torch path")
+    if not lib:
         return False
     lib.rp_max_abs.argtypes = [_p, _i, _i]
     lib.rp_max_abs.restype = _d
@@ -199,24 +164,26 @@ _TUNED = False
 
 
 def tune_allocator() -> None:
-    """Keep freed memory in the process instead of returning it to the OS (glibc only; once).
+    """Keep freed memory in the process instead of returning it to the OS (once).
 
     A deterministic step allocates the same large float64 temporaries every step. glibc serves
     blocks over its mmap threshold with fresh mmaps and trims the heap top on free, so each step
-    page-faults all of them in again: a third of a small model's step time here. Raising the
-    mmap threshold to its 32 MiB cap and the trim threshold to 1 GiB keeps those pages mapped for
-    reuse. Blocks over the cap (a 10M-parameter model's products: 32 MiB of float64 each) would still
-    be fresh mmaps, so mmap is off altogether (M_MMAP_MAX 0: a rounding pass over 4M outputs 22 -> 6 ms,
-    its product's GEMM 62 -> 44 ms), except in a process under an address-space cap (the verifier's
-    subprocess, RLIMIT_AS): the heap keeps freed holes a larger block cannot reuse, so its address space
-    may grow past its live memory, and a step near the cap must not fail for that. Called by the first
-    deterministic step: processes that record or replay (the prover's CLI, the verifier's subprocess,
-    in-process recordings: the scenario runner, the tests). Numerics do not depend on it.
+    page-faults all of them in again: a third of a small model's step time here. Blocks of 64 KiB and
+    more go to the step allocator (`step_allocator`: kept mapped, reused best fit in segments of their
+    own); the smaller ones stay on glibc's heap, whose top is no longer trimmed (trim threshold 1 GiB).
+    Where the step allocator is unavailable, the large blocks are glibc's too: its mmap threshold is raised
+    to its 32 MiB cap, and mmap is off altogether (M_MMAP_MAX 0: a rounding pass over 4M outputs 22 -> 6
+    ms, its product's GEMM 62 -> 44 ms), except in a process under an address-space cap (the verifier's
+    subprocess, RLIMIT_AS): the heap keeps freed holes a larger block cannot reuse, so its
+    address space may grow past its live memory, and a step near the cap must not fail for that. Called by
+    the first deterministic step: processes that record or replay (the prover's CLI, the verifier's
+    subprocess, in-process recordings: the scenario runner, the tests). Numerics do not depend on it.
     """
     global _TUNED
     if _TUNED:
         return
     _TUNED = True
+    step_allocator.install()
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

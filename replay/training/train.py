@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from replay.training import graphs, native, static_log
+from replay.training import graphs, native, static_log, step_allocator
 from replay.training.determinism import SLOTS, LogOverflow, Rounder, StaticRedo, converted, sqrt_, sqrt_each_
 from replay.training.ops import OPS
 
@@ -228,7 +228,9 @@ def frozen_heap():
     every few hundred steps the collector's full pass walked all of them: 80-110 ms, 0.3 ms a step on
     average, 4-7% of a small model's det64 step (float64's steps never started one). The first loop in
     freezes, the last out gives back (nested, or on threads); a process that froze its heap already (a
-    Celery worker, once ready) is left as it is: unfreezing would give its start-up back."""
+    Celery worker, once ready) is left as it is: unfreezing would give its start-up back. The last out also
+    gives the step allocator's free segments back to the system (`step_allocator.release`): a run's large
+    temporaries, kept mapped from step to step, are not the process's to hold after it."""
     global _HEAP_LOOPS, _HEAP_OURS
     with _HEAP:
         _HEAP_LOOPS += 1
@@ -241,8 +243,10 @@ def frozen_heap():
     finally:
         with _HEAP:
             _HEAP_LOOPS -= 1
-            if not _HEAP_LOOPS and _HEAP_OURS:
-                gc.unfreeze()
+            if not _HEAP_LOOPS:
+                if _HEAP_OURS:
+                    gc.unfreeze()
+                step_allocator.release()
 
 
 DENSE_RETRIES = 2  # steps redone with more points dense before the reference path

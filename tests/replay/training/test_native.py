@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import struct
 import subprocess
 import sys
@@ -1447,14 +1448,17 @@ print(heap)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator, /proc/self/maps")
-def test_a_replay_process_keeps_even_its_largest_blocks_for_reuse():
-    """After `tune_allocator`, a block over glibc's 32 MiB mmap cap comes from the heap and stays there when
-    freed (the next step reuses its pages instead of faulting fresh ones in); untuned, or under an
-    address-space cap (the verifier's subprocess: the heap's holes must not take its room), it is an mmap
-    of its own, returned at once."""
+def test_without_the_step_allocator_a_replay_process_keeps_even_its_largest_blocks_on_the_heap():
+    """Without the step allocator (`REPLAY_ALLOCATOR=0`, or no C++ compiler: tests/replay/training/
+    test_step_allocator.py has it), after `tune_allocator` a block over glibc's 32 MiB mmap cap comes from the heap
+    and stays there when freed (the next step reuses its pages instead of faulting fresh ones in); untuned, or under
+    an address-space cap (the verifier's subprocess: the heap's holes must not take its room), it is an mmap of its
+    own, returned at once."""
     heap = {}
+    env = {**os.environ, "REPLAY_ALLOCATOR": "0"}
     for mode in ("tuned", "plain", "capped"):
-        done = subprocess.run([sys.executable, "-c", _HEAP_AFTER_A_LARGE_TENSOR, mode], capture_output=True, text=True)
+        run = [sys.executable, "-c", _HEAP_AFTER_A_LARGE_TENSOR, mode]
+        done = subprocess.run(run, capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr
         heap[mode] = int(done.stdout.split()[-1])
     assert heap["tuned"] >= 96 << 20 > max(heap["plain"], heap["capped"])
