@@ -29,6 +29,7 @@ namespace {
 constexpr size_t LARGE_MIN = size_t(64) << 10;     /* smaller blocks: the replaced allocator's (glibc's heap) */
 constexpr size_t SEGMENT_ROUND = size_t(2) << 20;  /* a new segment's size: the request rounded up to this */
 constexpr size_t PAGE = 4096;                      /* block sizes and splits: whole pages (alignment, madvise) */
+constexpr size_t LARGE_MAX = size_t(1) << 56;      /* larger ones: the replaced allocator's error (no rounding wraps) */
 constexpr uint8_t PRIORITY = 1;                    /* over torch's default CPU allocator (0) */
 
 struct Block {
@@ -153,7 +154,7 @@ void give_back(void *p) {
 
 struct StepAllocator final : c10::Allocator {
     c10::DataPtr allocate(size_t n) override {
-        if (n < LARGE_MIN) return pool->replaced->allocate(n);
+        if (n < LARGE_MIN || n > LARGE_MAX) return pool->replaced->allocate(n);
         size_t size = round_up(n, PAGE);
         Block *b = nullptr;
         {

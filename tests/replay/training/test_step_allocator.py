@@ -105,6 +105,13 @@ with train.frozen_heap():
     out["inside"] = step_allocator.stats()
     del big
 out["after_loop"] = step_allocator.stats()
+out["huge"] = []
+for n in (1 << 55, 1 << 62, (1 << 63) - 1, (1 << 56) + 1):  # no address space has room; no rounding may wrap
+    try:
+        torch.empty(n, dtype=torch.uint8)
+        out["huge"].append("allocated")
+    except RuntimeError as exc:
+        out["huge"].append(str(exc)[:200])
 out["check"] = step_allocator.check()
 print(json.dumps(out))
 """
@@ -121,6 +128,7 @@ def test_a_freed_block_is_reused_in_place_and_a_run_gives_its_segments_back():
     assert got["all_free"]["free_blocks"] == 2  # each segment merged back into one block
     assert got["inside"]["mapped"] >= 40 * MIB
     assert got["after_loop"]["mapped"] == 0 and got["after_loop"]["segments"] == 0
+    assert all("memory" in e.lower() for e in got["huge"]), got["huge"]
     assert got["check"] == 0
 
 
