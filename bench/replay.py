@@ -12,7 +12,7 @@ profiler, by difference of a 1- and a 2-step run, against float32's; see
 tests/replay/training/test_device_path.py for what counts); peak memory of one step per precision (CUDA:
 torch.cuda.max_memory_allocated; CPU: the process's resident peak, VmHWM, reset just before the
 step through /proc/self/clear_refs, minus the resident size then, after one warm-up step, the step
-allocator's free segments given back and malloc_trim: each precision in its own process); rounding-log bytes per step over checkpoint bytes.
+allocator's free blocks given back and malloc_trim: each precision in its own process); rounding-log bytes per step over checkpoint bytes.
 
     .venv/bin/python bench/replay.py                  # the bundled examples, 1 thread
     .venv/bin/python bench/replay.py --threads 2 --steps 40
@@ -271,7 +271,7 @@ if device == "cuda":
 else:
     import ctypes
     from replay.training import step_allocator
-    step_allocator.release()  # its segments, free after the warm-up: the step maps its own again
+    step_allocator.release()  # its blocks, free after the warm-up: the step maps its own again
     ctypes.CDLL(None).malloc_trim(0)  # memory kept from setting up (a replay's recording) is not the step's
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM to the current resident size

@@ -7,9 +7,10 @@
    them drift apart among the heap's small blocks: a 32x32-image CNN's step held 290 MiB resident for 72 MiB
    of live large blocks, growing step after step. Here they live in segments of their own (mmap), reused best
    fit (the smallest free block that holds the request, the lowest address among equals), split, and merged
-   with free neighbours when freed, as CUDA's caching allocator does on a GPU: the same step holds about 1.2x
-   its live large blocks, and the next step faults nothing in. Free segments go back to the system on
-   `rp_step_allocator_release` (the end of a run of steps) and whenever a new segment cannot be mapped.
+   with free neighbours when freed, as CUDA's caching allocator does on a GPU: the same step maps about 1.2x
+   its live large blocks (86 MiB for 72), and the next step faults nothing in. Free blocks go back to the
+   system (unmapped, a segment cut in two around a hole) on `rp_step_allocator_release` (the end of a run of
+   steps) and whenever a new segment cannot be mapped (an address-space cap: the verifier's).
 
    Nothing numeric depends on it: where a block comes from changes no value. */
 #include <c10/core/CPUAllocator.h>
@@ -17,32 +18,38 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <new>
 #include <set>
 #include <unordered_map>
 #include <utility>
-#include <vector>
 
 namespace {
 
 constexpr size_t LARGE_MIN = size_t(64) << 10;     /* smaller blocks: the replaced allocator's (glibc's heap) */
-constexpr size_t SEGMENT_ROUND = size_t(2) << 20;  /* a new segment's size: the request rounded up to this */
-constexpr size_t PAGE = 4096;                      /* block sizes and splits: whole pages (alignment, madvise) */
 constexpr size_t LARGE_MAX = size_t(1) << 56;      /* larger ones: the replaced allocator's error (no rounding wraps) */
+constexpr size_t SEGMENT_ROUND = size_t(2) << 20;  /* a new segment's size: the request rounded up to this */
+constexpr size_t PAGE = 4096;                      /* block sizes and splits: whole pages (alignment, munmap) */
 constexpr uint8_t PRIORITY = 1;                    /* over torch's default CPU allocator (0) */
 
+using FreeSet = std::set<std::pair<size_t, uintptr_t>>; /* (size, address): best fit, lowest address first */
+
+/* A block of a segment. Its free-set node is made with it and moved into the set and out again, so that freeing a
+   block allocates nothing (a deleter runs where an exception ends the process). */
 struct Block {
     char *addr;
     size_t size;
     bool free;
     Block *prev, *next; /* neighbours within its segment, by address */
+    FreeSet::node_type node;
 };
 
 struct Pool {
     std::mutex mu;
-    std::set<std::pair<size_t, uintptr_t>> free_blocks; /* (size, address): best fit, lowest address */
-    std::unordered_map<uintptr_t, Block *> blocks;      /* every block of every segment, by address */
+    FreeSet free_blocks;
+    std::unordered_map<uintptr_t, Block *> blocks; /* every block of every segment, by address */
     size_t mapped = 0, live = 0, peak_mapped = 0, segments = 0;
     c10::Allocator *replaced = nullptr;
     c10::DeleterFnPtr replaced_raw = nullptr;
@@ -51,14 +58,29 @@ struct Pool {
 Pool *pool = nullptr; /* never freed: a tensor may be freed after static destructors ran (interpreter exit) */
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+uintptr_t key(const Block *b) { return reinterpret_cast<uintptr_t>(b->addr); }
 
-void mark_free(Block *b) {
+/* A new block, its node and its place in `blocks` made first (each may throw): nothing changed where one fails. */
+Block *new_block(char *addr, size_t size, Block *prev, Block *next) {
+    FreeSet scratch;
+    Block *b = new Block{addr, size, false, prev, next, scratch.extract(scratch.emplace(0, 0).first)};
+    try {
+        pool->blocks.emplace(key(b), b);
+    } catch (...) {
+        delete b;
+        throw;
+    }
+    return b;
+}
+
+void mark_free(Block *b) { /* allocates nothing */
     b->free = true;
-    pool->free_blocks.emplace(b->size, reinterpret_cast<uintptr_t>(b->addr));
+    b->node.value() = {b->size, key(b)};
+    pool->free_blocks.insert(std::move(b->node));
 }
 
 void unmark_free(Block *b) {
-    pool->free_blocks.erase({b->size, reinterpret_cast<uintptr_t>(b->addr)});
+    b->node = pool->free_blocks.extract({b->size, key(b)});
     b->free = false;
 }
 
@@ -67,23 +89,20 @@ Block *take(size_t size) {
     auto it = pool->free_blocks.lower_bound({size, 0});
     if (it == pool->free_blocks.end()) return nullptr;
     Block *b = pool->blocks.at(it->second);
-    if (b->size - size >= PAGE) {
-        Block *rest = new Block{b->addr + size, b->size - size, false, b, b->next}; /* before any change */
-        pool->blocks.emplace(reinterpret_cast<uintptr_t>(rest->addr), rest);
-        unmark_free(b);
+    Block *rest = b->size - size >= PAGE ? new_block(b->addr + size, b->size - size, b, b->next) : nullptr;
+    unmark_free(b);
+    if (rest) {
         if (b->next) b->next->prev = rest;
         b->next = rest, b->size = size;
         mark_free(rest);
-    } else {
-        unmark_free(b);
     }
     pool->live += b->size;
     return b;
 }
 
-/* n, b's next neighbour, merged into b (neither in free_blocks). */
+/* n, b's next neighbour, merged into b (neither in the free set). */
 void merge_into(Block *b, Block *n) {
-    pool->blocks.erase(reinterpret_cast<uintptr_t>(n->addr));
+    pool->blocks.erase(key(n));
     b->size += n->size, b->next = n->next;
     if (n->next) n->next->prev = b;
     delete n;
@@ -95,8 +114,7 @@ bool map_segment(size_t size) {
     if (p == MAP_FAILED) return false;
     Block *b;
     try {
-        b = new Block{static_cast<char *>(p), bytes, false, nullptr, nullptr};
-        pool->blocks.emplace(reinterpret_cast<uintptr_t>(p), b);
+        b = new_block(static_cast<char *>(p), bytes, nullptr, nullptr);
     } catch (const std::bad_alloc &) {
         munmap(p, bytes);
         return false;
@@ -107,31 +125,35 @@ bool map_segment(size_t size) {
     return true;
 }
 
-/* Unmap every segment that is one free block. */
-void release_free_segments() {
-    std::vector<Block *> whole;
-    for (const auto &fb : pool->free_blocks) {
-        Block *b = pool->blocks.at(fb.second);
-        if (!b->prev && !b->next) whole.push_back(b);
-    }
-    for (Block *b : whole) {
-        unmark_free(b);
-        pool->blocks.erase(reinterpret_cast<uintptr_t>(b->addr));
+/* Unmap every free block: a whole free segment goes, a hole cuts its segment in two (blocks in use stay put). */
+void release_free_blocks() {
+    for (auto it = pool->free_blocks.begin(); it != pool->free_blocks.end();) {
+        Block *b = pool->blocks.at(it->second);
+        it = pool->free_blocks.erase(it);
+        if (b->prev && b->next) pool->segments++;
+        if (!b->prev && !b->next) pool->segments--;
+        if (b->prev) b->prev->next = nullptr;
+        if (b->next) b->next->prev = nullptr;
+        pool->blocks.erase(key(b));
         munmap(b->addr, b->size);
-        pool->mapped -= b->size, pool->segments--;
+        pool->mapped -= b->size;
         delete b;
     }
 }
 
-/* A block's deleter (and the raw one): ours back to its segment, merged with free neighbours; any other
-   pointer (a small block of the replaced allocator's, through the raw interface) to the replaced one. */
+/* Every block's deleter (and the raw one): ours back to its segment, merged with free neighbours; any other
+   pointer (the replaced allocator's: a small block, a fallback) to the replaced allocator's. Allocates nothing. */
 void give_back(void *p) {
     if (!p) return;
     {
         std::lock_guard<std::mutex> lock(pool->mu);
         auto it = pool->blocks.find(reinterpret_cast<uintptr_t>(p));
-        if (it != pool->blocks.end() && !it->second->free) {
+        if (it != pool->blocks.end()) {
             Block *b = it->second;
+            if (b->free) {
+                std::fprintf(stderr, "step allocator: block %p freed twice\n", p);
+                std::abort();
+            }
             c10::profiledCPUMemoryReporter().Delete(p);
             pool->live -= b->size;
             if (b->next && b->next->free) {
@@ -154,21 +176,29 @@ void give_back(void *p) {
 
 struct StepAllocator final : c10::Allocator {
     c10::DataPtr allocate(size_t n) override {
-        if (n < LARGE_MIN || n > LARGE_MAX) return pool->replaced->allocate(n);
+        if (n < LARGE_MIN || n > LARGE_MAX) return replaced(n);
         size_t size = round_up(n, PAGE);
         Block *b = nullptr;
         {
             std::lock_guard<std::mutex> lock(pool->mu);
             b = take(size);
             if (!b && !map_segment(size)) {
-                release_free_segments(); /* under an address-space cap (the verifier's), room for this one */
+                release_free_blocks(); /* under an address-space cap (the verifier's): room for this one */
                 map_segment(size);
             }
             if (!b) b = take(size);
         }
-        if (!b) return pool->replaced->allocate(n); /* its own error where it cannot either */
+        if (!b) return replaced(n); /* its own error where it cannot either */
         c10::profiledCPUMemoryReporter().New(b->addr, n);
         return {b->addr, b->addr, &give_back, c10::Device(c10::DeviceType::CPU)};
+    }
+
+    /* The replaced allocator's block, with give_back as its deleter (where the replaced one has a raw interface):
+       every block this allocator returns carries its raw deleter, as the interface promises. */
+    static c10::DataPtr replaced(size_t n) {
+        if (!pool->replaced_raw) return pool->replaced->allocate(n);
+        void *p = pool->replaced->raw_allocate(n);
+        return {p, p, &give_back, c10::Device(c10::DeviceType::CPU)};
     }
 
     c10::DeleterFnPtr raw_deleter() const override { return pool->replaced_raw ? &give_back : nullptr; }
@@ -198,11 +228,11 @@ int rp_step_allocator_install(void) {
     return 1;
 }
 
-/* Unmap the free segments (their blocks' pages go back to the system). */
+/* Unmap every free block (its pages go back to the system); blocks in use stay. */
 void rp_step_allocator_release(void) {
     if (!pool) return;
     std::lock_guard<std::mutex> lock(pool->mu);
-    release_free_segments();
+    release_free_blocks();
 }
 
 /* [mapped bytes, bytes in live blocks, segments, peak mapped bytes, free blocks, LARGE_MIN] */
@@ -217,7 +247,7 @@ void rp_step_allocator_stats(int64_t *out) {
 
 /* Walk every segment: 0 where the invariants hold, else the first that fails. 1: neighbours' links; 2: a block not
    ending where its next one starts; 3: two free neighbours (not merged); 4: the free set and the free flags
-   disagree; 5: the blocks' sizes do not add up to the bytes mapped; 6: nor the live ones to the live bytes;
+   disagree (or a block holds its node while in the set); 5: the blocks' sizes do not add up to the bytes mapped; 6: nor the live ones to the live bytes;
    7: segments miscounted; 8: a block not page-aligned. */
 int rp_step_allocator_check(void) {
     if (!pool) return 0;
@@ -229,7 +259,7 @@ int rp_step_allocator_check(void) {
         if (b->next && (b->next->prev != b)) return 1;
         if (b->next && b->addr + b->size != b->next->addr) return 2;
         if (b->next && b->free && b->next->free) return 3;
-        if (b->free != (pool->free_blocks.count({b->size, entry.first}) == 1)) return 4;
+        if (b->free != (pool->free_blocks.count({b->size, entry.first}) == 1) || b->free == !b->node.empty()) return 4;
         mapped += b->size, live += b->free ? 0 : b->size, segments += !b->prev, free_count += b->free;
     }
     if (mapped != pool->mapped) return 5;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import shlex
 import subprocess
 import tempfile
 import warnings
@@ -35,7 +36,8 @@ def compiled(cc: str, source: Path, tries: list[list[str]], libs: list[str], nam
     try:
         for n, args in enumerate(tries):
             try:
-                subprocess.run([cc, *args, "-o", tmp, str(source), *libs], check=True, capture_output=True, timeout=120)
+                command = [*shlex.split(cc), *args, "-o", tmp, str(source), *libs]  # $CC may be "ccache gcc"
+                subprocess.run(command, check=True, capture_output=True, timeout=120)
                 break
             except subprocess.CalledProcessError:
                 if n == len(tries) - 1:

@@ -183,14 +183,16 @@ def tune_allocator() -> None:
     if _TUNED:
         return
     _TUNED = True
-    step_allocator.install()
+    large_blocks_taken = step_allocator.install()
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return  # not glibc
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4
-    mallopt(M_MMAP_THRESHOLD, 32 << 20)
     mallopt(M_TRIM_THRESHOLD, 1 << 30)
+    if large_blocks_taken:  # glibc's blocks are under 64 KiB, under its mmap threshold
+        return
+    mallopt(M_MMAP_THRESHOLD, 32 << 20)
     if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
         mallopt(M_MMAP_MAX, 0)
 

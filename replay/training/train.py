@@ -229,7 +229,7 @@ def frozen_heap():
     average, 4-7% of a small model's det64 step (float64's steps never started one). The first loop in
     freezes, the last out gives back (nested, or on threads); a process that froze its heap already (a
     Celery worker, once ready) is left as it is: unfreezing would give its start-up back. The last out also
-    gives the step allocator's free segments back to the system (`step_allocator.release`): a run's large
+    gives the step allocator's free blocks back to the system (`step_allocator.release`): a run's large
     temporaries, kept mapped from step to step, are not the process's to hold after it."""
     global _HEAP_LOOPS, _HEAP_OURS
     with _HEAP:
