@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -56,6 +57,10 @@ struct Pool {
 };
 
 Pool *pool = nullptr; /* never freed: a tensor may be freed after static destructors ran (interpreter exit) */
+
+/* The address range any segment was ever mapped in, only widened: a pointer outside it (glibc's small blocks, on its
+   heap) is the replaced allocator's, known without taking the lock (hundreds of small blocks a step). */
+std::atomic<uintptr_t> lowest{UINTPTR_MAX}, highest{0};
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 uintptr_t key(const Block *b) { return reinterpret_cast<uintptr_t>(b->addr); }
@@ -120,6 +125,8 @@ bool map_segment(size_t size) {
         return false;
     }
     mark_free(b);
+    if (key(b) < lowest.load(std::memory_order_relaxed)) lowest.store(key(b), std::memory_order_relaxed);
+    if (key(b) + bytes > highest.load(std::memory_order_relaxed)) highest.store(key(b) + bytes, std::memory_order_relaxed);
     pool->mapped += bytes, pool->segments++;
     if (pool->mapped > pool->peak_mapped) pool->peak_mapped = pool->mapped;
     return true;
@@ -145,9 +152,10 @@ void release_free_blocks() {
    pointer (the replaced allocator's: a small block, a fallback) to the replaced allocator's. Allocates nothing. */
 void give_back(void *p) {
     if (!p) return;
-    {
+    uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    if (at >= lowest.load(std::memory_order_relaxed) && at < highest.load(std::memory_order_relaxed)) {
         std::lock_guard<std::mutex> lock(pool->mu);
-        auto it = pool->blocks.find(reinterpret_cast<uintptr_t>(p));
+        auto it = pool->blocks.find(at);
         if (it != pool->blocks.end()) {
             Block *b = it->second;
             if (b->free) {
