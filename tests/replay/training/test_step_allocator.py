@@ -201,7 +201,7 @@ def test_under_an_address_space_cap_free_segments_make_room_and_a_block_beyond_i
 
 
 _FORKS = """
-import json, os, signal, sys, threading, time
+import json, os, select, signal, sys, threading
 sys.path.insert(0, sys.argv[1])
 import torch
 from replay.training import native, step_allocator
@@ -209,10 +209,10 @@ M = 1 << 20
 native.tune_allocator()
 step_allocator.install()
 stop = threading.Event()
-def churn():  # the lock held through mmap and munmap (ctypes and torch let the GIL go): forks land inside it
+def churn():  # the lock held through release's munmaps of 200 holes (ctypes lets the GIL go): forks land inside it
     while not stop.is_set():
-        t = torch.empty(8 * M, dtype=torch.uint8).fill_(1)
-        del t
+        blocks = [torch.empty(64 << 10, dtype=torch.uint8) for _ in range(400)]
+        del blocks[::2]
         step_allocator.release()
 worker = threading.Thread(target=churn)
 worker.start()
@@ -222,14 +222,13 @@ for _ in range(60):
     if pid == 0:  # the child allocates at once: a lock inherited held would hang it
         t = torch.empty(5 * M, dtype=torch.uint8).fill_(7)
         os._exit(0 if int(t.min()) == 7 == int(t.max()) and step_allocator.check() == 0 else 1)
-    deadline, done = time.monotonic() + 10, (0, 0)
-    while not done[0] and time.monotonic() < deadline:
-        time.sleep(0.002)
-        done = os.waitpid(pid, os.WNOHANG)
-    if not done[0]:
+    exited = os.pidfd_open(pid)
+    ended = select.select([exited], [], [], 10)[0]  # readable once the child has exited
+    os.close(exited)
+    if not ended:
         os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    codes.append(done[1] if done[0] else "hung")
+    status = os.waitpid(pid, 0)[1]
+    codes.append(status if ended else "hung")
 stop.set()
 worker.join()
 print(json.dumps({"codes": codes}))
