@@ -841,8 +841,9 @@ typedef struct {
     int64_t sb0, sb1, sbk1, sbk2, sbj;
     const double *bias;
     int64_t bias_rows;
-    const double *na_in, *nb_in; /* A's row norms and B's column norms where the caller has them (an unbatched
-                                    product's: rp_row_col_norms), else NULL: formed here */
+    const double *na_in, *nb_in; /* A's row norms (b0 * b1 * M) and B's column norms (b0 * b1 * N), batch by batch,
+                                    where the caller has them (rp_row_col_norms; a convolution's columns' norms from
+                                    im2col, rp_im2col), else NULL: formed here */
     double gbias, g, safety, wide;
     int64_t threads;
     int64_t *idx, *code;
@@ -885,12 +886,12 @@ int64_t rp_dot(const dot_args_t *x) {
     }
     for (int64_t j = 0; j < N; j++) bcol[j] = bias && !bias_rows ? fabs(bias[j]) * x->gbias : 0.0;
     for (int64_t i = 0; i < M; i++) brow[i] = bias && bias_rows ? fabs(bias[i]) * x->gbias : 0.0;
-    if (x->na_in && T == 1)
-        memcpy(na, x->na_in, sizeof(double) * M);
+    if (x->na_in)
+        memcpy(na, x->na_in, sizeof(double) * T * M);
     else
         batch_norms(a, b0, b1, sa0, sa1, M, K1, K2, sai, sak1, sak2, na, nt);
-    if (x->nb_in && T == 1)
-        memcpy(nb, x->nb_in, sizeof(double) * N);
+    if (x->nb_in)
+        memcpy(nb, x->nb_in, sizeof(double) * T * N);
     else
         batch_norms(b, b0, b1, sb0, sb1, N, K1, K2, sbj, sbk1, sbk2, nb, nt);
     IN_TEAM(nt, BLOCK,
@@ -1005,7 +1006,7 @@ static inline void copy_row(double *restrict dst, const double *restrict src, in
         for (int64_t k = 0; k < n; k++) dst[k] = src[k * step];
 }
 
-#define SHORT_ROW 16 /* output rows shorter than this are gathered by table (im2col_gathered) */
+#define SHORT_ROW 16 /* output rows shorter than this are gathered by table (gather_table) */
 
 /* dst[t] = src[off[t]], or 0 where off[t] < 0 (noinline: in an OpenMP loop's body it ran one at a time). */
 __attribute__((noinline)) static void gather_plane(const double *restrict src, const int64_t *restrict off, int64_t n,
@@ -1013,13 +1014,12 @@ __attribute__((noinline)) static void gather_plane(const double *restrict src, c
     for (int64_t t = 0; t < n; t++) dst[t] = off[t] >= 0 ? src[off[t]] : 0.0;
 }
 
-/* Where rows are short: one table of each column entry's offset in its input plane (-1 in the padding), the
-   same for every (b, c) plane, and a plane's columns gathered in one loop over it. A short row (cnn's
-   stride-2 convolution: 8 positions) cost more in its loop's bookkeeping than in its copies. 0 out of memory. */
-static int im2col_gathered(const double *x, const int64_t *xs, const conv_t *cv, double *out, int64_t threads) {
-    int64_t L = cv->Ho * cv->Wo, n = cv->kh * cv->kw * L, planes = cv->B * cv->C;
+/* The offset of each column entry of a (b, c) plane in its input plane, -1 in the padding: the same table for every
+   plane (kk * L entries); NULL out of memory. */
+static int64_t *gather_table(const int64_t *xs, const conv_t *cv) {
+    int64_t L = cv->Ho * cv->Wo, n = cv->kh * cv->kw * L;
     int64_t *off = malloc(sizeof(int64_t) * (n + 1));
-    if (!off) return 0;
+    if (!off) return NULL;
     for (int64_t i = 0, t = 0; i < cv->kh; i++)
         for (int64_t j = 0; j < cv->kw; j++)
             for (int64_t oy = 0; oy < cv->Ho; oy++)
@@ -1027,42 +1027,69 @@ static int im2col_gathered(const double *x, const int64_t *xs, const conv_t *cv,
                     int64_t y = oy * cv->st + i - cv->pad, c = ox * cv->st + j - cv->pad;
                     off[t] = y >= 0 && y < cv->H && c >= 0 && c < cv->W ? y * xs[2] + c * xs[3] : -1;
                 }
-    IN_TEAM(team(threads, planes), LOOP, for (int64_t bc = 0; bc < planes; bc++) {
-        gather_plane(x + bc / cv->C * xs[0] + bc % cv->C * xs[1], off, n, out + bc * n);
-    });
-    free(off);
-    return 1;
+    return off;
+}
+
+/* One input plane xp's kh * kw rows of columns into op (kk * L), row by row. */
+static void plane_columns(const double *xp, const int64_t *xs, const conv_t *cv, double *op) {
+    int64_t L = cv->Ho * cv->Wo;
+    for (int64_t i = 0; i < cv->kh; i++)
+        for (int64_t j = 0; j < cv->kw; j++, op += L) {
+            int64_t lo, hi, step = cv->st * xs[3];
+            inside(cv, j, &lo, &hi); /* (divisions: once per kernel tap, not per row) */
+            for (int64_t oy = 0; oy < cv->Ho; oy++) {
+                int64_t y = oy * cv->st + i - cv->pad;
+                double *row = op + oy * cv->Wo;
+                int valid = y >= 0 && y < cv->H;
+                for (int64_t ox = 0; ox < (valid ? lo : cv->Wo); ox++) row[ox] = 0.0;
+                if (!valid) continue;
+                /* from the first input column inside (pointers formed only inside the input) */
+                if (hi > lo) copy_row(row + lo, xp + y * xs[2] + (lo * cv->st + j - cv->pad) * xs[3], hi - lo, step);
+                for (int64_t ox = hi; ox < cv->Wo; ox++) row[ox] = 0.0;
+            }
+        }
+}
+
+/* One (b, c) plane's columns: by table (off, rows shorter than SHORT_ROW: cnn's stride-2 convolution's 8 positions
+   cost more in a row loop's bookkeeping than in their copies) or row by row. */
+static void one_plane(const double *x, const int64_t *xs, const conv_t *cv, const int64_t *off, int64_t bc,
+                      double *out) {
+    int64_t n = cv->kh * cv->kw * cv->Ho * cv->Wo;
+    const double *xp = x + bc / cv->C * xs[0] + bc % cv->C * xs[1];
+    if (off)
+        gather_plane(xp, off, n, out + bc * n);
+    else
+        plane_columns(xp, xs, cv, out + bc * n);
+}
+
+/* res[p] = ||column p|| of an image's rows x L columns (row-major), the squares added row by row: read while the
+   image's columns are still in cache. */
+__attribute__((noinline)) static void column_norms(const double *restrict cols, int64_t rows, int64_t L,
+                                                   double *restrict res) {
+    for (int64_t p = 0; p < L; p++) res[p] = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t p = 0; p < L; p++) res[p] += cols[r * L + p] * cols[r * L + p];
+    for (int64_t p = 0; p < L; p++) res[p] = sqrt(res[p]);
 }
 
 /* im2col: out (B, C * kh * kw, L) contiguous, out[b, (c * kh + i) * kw + j, oy * Wo + ox] = x[b, c,
    oy * st + i - pad, ox * st + j - pad], 0 outside the input: torch's F.unfold, exact copies, in
    parallel over (b, c) planes. torch's own walks a 6-d view element by element (a small network's
-   largest copy); rows under SHORT_ROW positions through im2col_gathered. */
-void rp_im2col(const double *x, const int64_t *xs, const conv_t *cv, double *out, int64_t threads) {
-    int64_t L = cv->Ho * cv->Wo, kk = cv->kh * cv->kw, planes = cv->B * cv->C;
-    if (cv->Wo < SHORT_ROW && im2col_gathered(x, xs, cv, out, threads)) return;
-    IN_TEAM(team(threads, planes), LOOP,
-    for (int64_t bc = 0; bc < planes; bc++) {
-        int64_t b = bc / cv->C, c = bc % cv->C;
-        const double *xp = x + b * xs[0] + c * xs[1];
-        double *op = out + bc * kk * L;
-        for (int64_t i = 0; i < cv->kh; i++)
-            for (int64_t j = 0; j < cv->kw; j++, op += L) {
-                int64_t lo, hi, step = cv->st * xs[3];
-                inside(cv, j, &lo, &hi); /* (divisions: once per kernel tap, not per row) */
-                for (int64_t oy = 0; oy < cv->Ho; oy++) {
-                    int64_t y = oy * cv->st + i - cv->pad;
-                    double *row = op + oy * cv->Wo;
-                    int valid = y >= 0 && y < cv->H;
-                    for (int64_t ox = 0; ox < (valid ? lo : cv->Wo); ox++) row[ox] = 0.0;
-                    if (!valid) continue;
-                    /* from the first input column inside (pointers formed only inside the input) */
-                    if (hi > lo)
-                        copy_row(row + lo, xp + y * xs[2] + (lo * cv->st + j - cv->pad) * xs[3], hi - lo, step);
-                    for (int64_t ox = hi; ox < cv->Wo; ox++) row[ox] = 0.0;
-                }
-            }
-    });
+   largest copy). norms (B * L) or NULL: each image's columns' norms, what the forward product's rounding point reads
+   of them (rp_dot's nb_in), added while the image's columns are in cache, where rp_dot's own pass reads them all
+   from memory again (cnn-32's second layer: 37 MB); then in parallel over images. */
+void rp_im2col(const double *x, const int64_t *xs, const conv_t *cv, double *out, double *norms, int64_t threads) {
+    int64_t L = cv->Ho * cv->Wo, rows = cv->C * cv->kh * cv->kw, planes = cv->B * cv->C;
+    int64_t *off = cv->Wo < SHORT_ROW ? gather_table(xs, cv) : NULL; /* (none out of memory: row by row) */
+    if (norms)
+        IN_TEAM(team(threads, cv->B), LOOP, for (int64_t b = 0; b < cv->B; b++) {
+            for (int64_t c = 0; c < cv->C; c++) one_plane(x, xs, cv, off, b * cv->C + c, out);
+            column_norms(out + b * rows * L, rows, L, norms + b * L);
+        });
+    else
+        IN_TEAM(team(threads, planes), LOOP,
+                for (int64_t bc = 0; bc < planes; bc++) one_plane(x, xs, cv, off, bc, out););
+    free(off);
 }
 
 /* dst[k * step] += src[k * src_step] for k < n: unit steps (stride 1, contiguous columns) in vectors, each

@@ -1146,13 +1146,14 @@ class Rounder:
                     return applied
         return self(key, v, full_bound(err, shape, steers, scale))
 
+    def hands_norms(self) -> bool:
+        """Would `dot` hand norms formed by its caller to the kernel's record pass (a CPU recording on the kernel)?"""
+        return self.mode == "record" and self._direct() and native.library() is not None
+
     def shares_norms(self, t: torch.Tensor) -> bool:
-        """Would `dot` hand norms formed by its caller to the kernel's record pass (a CPU recording on the kernel), and
-        is this 2-D operand large enough for a pass of its own to pay (`native.row_col_norms`: read once for two
-        products' norms)?"""
-        if not (self.mode == "record" and self._direct() and native.library() is not None):
-            return False
-        return t.is_cpu and t.dim() == 2 and t.numel() >= SHARED_NORMS_MIN
+        """`hands_norms`, and is this 2-D operand large enough for a pass of its own to pay (`native.row_col_norms`:
+        read once for two products' norms)?"""
+        return self.hands_norms() and t.is_cpu and t.dim() == 2 and t.numel() >= SHARED_NORMS_MIN
 
     def fused_mode(self, keys) -> str | None:
         """How an op may form these rounding points through native passes (ops' layer norm, softmax): "record",

@@ -143,7 +143,7 @@ def _load():
     lib.rp_full_replay.argtypes, lib.rp_full_replay.restype = [ctypes.c_char_p], _i
     lib.rp_round_outer.argtypes, lib.rp_round_outer.restype = [ctypes.c_char_p], _i
     lib.rp_softmax_shift.argtypes, lib.rp_softmax_shift.restype = [_p, _p, _i, _i, _i], None
-    lib.rp_im2col.argtypes = [_p, ctypes.c_char_p, ctypes.c_char_p, _p, _i]
+    lib.rp_im2col.argtypes = [_p, ctypes.c_char_p, ctypes.c_char_p, _p, _p, _i]
     lib.rp_im2col.restype = None
     lib.rp_col2im.argtypes = [_p, ctypes.c_char_p, ctypes.c_char_p, _p, _i]
     lib.rp_col2im.restype = None
@@ -311,7 +311,8 @@ def round_dot(
     codes), or None where the kernel is unavailable or cannot take these tensors. safety and wide as in
     determinism.py. in_place: v itself rounded and returned (the caller's own temporary, that nothing else
     reads: no output's pages to fault in, none to hold); v is unchanged where the result is None. norms: (A's
-    row norms, B's column norms) where the caller formed them (`row_col_norms`), or None (formed here)."""
+    row norms, B's column norms), each batch's in turn, where the caller formed them (`row_col_norms`,
+    `im2col` with_norms), or None (formed here); either may be None."""
     lib = library()
     if lib is None:
         return None
@@ -333,7 +334,8 @@ def round_dot(
         b0, b1, sa, sb = layout
         m, n, k = v.shape[-2], v.shape[-1], a.shape[-1]
         head = (b0, b1, m, n, 1, k, a.data_ptr(), *sa, b.data_ptr(), *sb)
-    given = _given(norms, m, n) if norms is not None and head[0] * head[1] == 1 else (0, 0)  # (an unbatched product's)
+    batches = head[0] * head[1]
+    given = _given(norms, batches * m, batches * n) if norms is not None else (0, 0)
     return _dot(lib, v, head, (m + n) * k, bias, gbias, bias_rows, g, safety, wide, in_place, given)
 
 
@@ -541,16 +543,20 @@ def _summed_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dim() == 3 and b.dim() == 3 and a.shape[1:] == b.shape[:2] and usable(a, b)
 
 
-def round_dot_summed(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float, safety: float, wide: float):
+def round_dot_summed(
+    v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: float, safety: float, wide: float, norms=None
+):
     """Fused rounding point for v = sum over t of a[:, t] @ b[t] (a (M, T, K), b (T, K, N), any
-    strides: one reduction over T x K terms, as a convolution's weight gradient): as `round_dot`."""
+    strides: one reduction over T x K terms, as a convolution's weight gradient): as `round_dot`, norms
+    (a's (M,), b's (N,)) too."""
     if not (library() and v.is_contiguous() and v.dim() == 2 and usable(v) and _summed_ok(a, b)):
         return None
     (m, t, k), n = a.shape, b.shape[-1]
     if v.shape != (m, n):
         return None
     head = (1, 1, m, n, t, k, a.data_ptr(), 0, 0, *a.stride(), b.data_ptr(), 0, 0, *b.stride())
-    return _dot(library(), v, head, (m + n) * t * k, None, 0.0, False, g, safety, wide)
+    given = _given(norms, m, n) if norms is not None else (0, 0)
+    return _dot(library(), v, head, (m + n) * t * k, None, 0.0, False, g, safety, wide, norms=given)
 
 
 def _dot(lib, v, head: tuple, terms: int, bias, gbias, bias_rows, g, safety, wide, in_place=False, norms=(0, 0)):
@@ -569,7 +575,7 @@ def _dot(lib, v, head: tuple, terms: int, bias, gbias, bias_rows, g, safety, wid
 
 def _given(norms, m: int, n: int) -> tuple[int, int]:
     """The addresses of (A's row norms, B's column norms), each where it is m (n) contiguous CPU float64 values (the
-    kernel reads that many), else 0: formed by the kernel."""
+    kernel reads that many: every batch's), else 0: formed by the kernel."""
     na, nb = norms
     ok = lambda t, size: isinstance(t, torch.Tensor) and t.dim() == 1 and t.numel() == size and t.is_contiguous()
     return (na.data_ptr() if ok(na, m) and usable(na) else 0), (nb.data_ptr() if ok(nb, n) and usable(nb) else 0)
@@ -1016,9 +1022,10 @@ def _window_ok(ksize, padding: int, stride: int) -> bool:
     return min(ksize) >= 1 and stride >= 1 and padding >= 0
 
 
-def im2col(x: torch.Tensor, ksize: tuple[int, int], padding: int, stride: int) -> torch.Tensor | None:
+def im2col(x: torch.Tensor, ksize: tuple[int, int], padding: int, stride: int, with_norms: bool = False):
     """F.unfold(x, ksize, padding=padding, stride=stride) of a 4-D CPU float64 x (any strides): the same
-    values, (B, C * kh * kw, L) contiguous, in one pass; None where the kernel cannot take x."""
+    values, (B, C * kh * kw, L) contiguous, in one pass; None where the kernel cannot take x. with_norms:
+    (the columns, their norms (B * L,), each image's in turn: `round_dot`'s norms of them) in the same pass."""
     lib = library()
     if lib is None or x.dim() != 4 or not usable(x) or min(x.shape) == 0 or not _window_ok(ksize, padding, stride):
         return None
@@ -1027,8 +1034,10 @@ def im2col(x: torch.Tensor, ksize: tuple[int, int], padding: int, stride: int) -
     if ho <= 0 or wo <= 0:
         return None
     out = torch.empty(bsz, c * kh * kw, ho * wo, dtype=torch.float64)
-    lib.rp_im2col(x.data_ptr(), struct.pack("=4q", *x.stride()), geom, out.data_ptr(), threads(out))
-    return out
+    norms = torch.empty(bsz * ho * wo, dtype=torch.float64) if with_norms else None
+    where = norms.data_ptr() if with_norms else None
+    lib.rp_im2col(x.data_ptr(), struct.pack("=4q", *x.stride()), geom, out.data_ptr(), where, threads(out))
+    return (out, norms) if with_norms else out
 
 
 def col2im(cols: torch.Tensor, size: tuple[int, int], ksize: tuple[int, int], padding: int, stride: int):

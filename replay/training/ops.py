@@ -441,7 +441,10 @@ class _Conv2d(torch.autograd.Function):
         bsz, _, h, wd = x.shape
         o, _, kh, kw = w.shape
         x, w = _no_fold((x, w))
-        cols = _unfold(x, (kh, kw), padding, stride)  # (B, C*kh*kw, L), exact copies
+        if R.hands_norms():  # (B, C*kh*kw, L), exact copies; their norms where the kernel forms them too
+            cols, nb = _unfold(x, (kh, kw), padding, stride, with_norms=True)
+        else:
+            cols, nb = _unfold(x, (kh, kw), padding, stride), None
         w2 = w.reshape(o, -1)
         # the bias inside the GEMM, as a linear layer's (`_Matmul`): one pass over the output fewer, the
         # same bound (its |bias| term covers a (K + 1)-term sum in any order)
@@ -453,7 +456,9 @@ class _Conv2d(torch.autograd.Function):
         ctx.kept_cols = cols.numel() < determinism.PACK_MIN
         _save(ctx, cols if ctx.kept_cols else x, w2)
         ctx.op, ctx.geom = op, ((h, wd), (kh, kw), stride, padding, w.shape)
-        return R.dot(op * SLOTS, y, w2, cols, bias=b, bias_rows=True, owned=True).reshape(bsz, o, ho, wo)
+        return R.dot(op * SLOTS, y, w2, cols, bias=b, bias_rows=True, owned=True, norms=(None, nb)).reshape(
+            bsz, o, ho, wo
+        )
 
     @staticmethod
     def backward(ctx, dy):
@@ -461,12 +466,14 @@ class _Conv2d(torch.autograd.Function):
         kept, w2 = _no_fold(_saved(ctx))  # the columns, or the input to unfold again
         (h, wd), ksize, stride, padding, wshape = ctx.geom
         cols = kept if ctx.kept_cols else _unfold(kept, ksize, padding, stride)
+        col_norms = None if ctx.kept_cols or R.mode != "record" else _channel_norms(kept, ksize)
         del kept
         key = ctx.op * SLOTS
         bsz, o = dy.shape[:2]
         g = dy.reshape(bsz, o, -1)  # (B, O, L)
         m = bsz * g.shape[2]
-        dw = R(key + 1, torch.matmul(g, cols.transpose(1, 2)).sum(0), _weight_grad_bound(g, cols)).reshape(wshape)
+        dw = torch.matmul(g, cols.transpose(1, 2)).sum(0)  # each image's product, then their sum: `_weight_grad_bound`
+        dw = R(key + 1, dw, _weight_grad_bound(g, cols, col_norms)).reshape(wshape)
         del cols  # kh*kw times the input: gone before its gradient's columns are made (memory; kept ones are small)
         db = _sums_native(R, key + 2, g)
         if db is None:
@@ -483,16 +490,19 @@ class _Conv2d(torch.autograd.Function):
         return dx, dw, db, None, None, None
 
 
-def _unfold(x: torch.Tensor, ksize: tuple[int, int], padding: int, stride: int) -> torch.Tensor:
+def _unfold(x: torch.Tensor, ksize: tuple[int, int], padding: int, stride: int, with_norms: bool = False):
     """F.unfold(x, ksize, padding=padding, stride=stride), the same values: the padded input viewed as
     (B, C, kh, kw, Ho, Wo) windows and laid out in one copy (a view of x where the windows need none, a
     1 x 1 kernel: only ever read), where torch's im2col walks its windows element by element (two to
     four times slower on a CPU at a small network's sizes). On a CPU the native pass (`native.im2col`)
     makes that copy: no padded copy first, and rows that step (stride > 1) copied in vectors (cnn-32's
-    first layer 0.76 -> 0.47 ms, its second's strided rows element by element otherwise)."""
+    first layer 0.76 -> 0.47 ms, its second's strided rows element by element otherwise). with_norms: (the
+    columns, their norms (B * L,) where the native pass formed them, each image's while its columns are in cache,
+    else None): what a recording's forward product reads of them, which its point would read from memory again
+    (cnn-32's second layer's point 5.6 -> 2.9 ms)."""
     kh, kw = ksize
     if stride > 1 or padding or kh * kw > 1:  # a copy is made: the kernel's (a 1 x 1 window unpadded is a view)
-        fast = native.im2col(x, ksize, padding, stride)
+        fast = native.im2col(x, ksize, padding, stride, with_norms=with_norms)
         if fast is not None:
             return fast
     if padding:
@@ -501,7 +511,8 @@ def _unfold(x: torch.Tensor, ksize: tuple[int, int], padding: int, stride: int) 
     ho, wo = (h - kh) // stride + 1, (w - kw) // stride + 1
     sb, sc, sh, sw = x.stride()
     windows = x.as_strided((bsz, c, kh, kw, ho, wo), (sb, sc, sh, sw, sh * stride, sw * stride), x.storage_offset())
-    return windows.reshape(bsz, c * kh * kw, ho * wo)
+    cols = windows.reshape(bsz, c * kh * kw, ho * wo)
+    return (cols, None) if with_norms else cols
 
 
 def _fold(t: torch.Tensor, size, ksize, padding: int, stride: int) -> torch.Tensor:
@@ -565,16 +576,35 @@ def _outer_bound(window, f, g: float, shape) -> Bound:
     return Bound(math.inf, at)
 
 
-def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor) -> Bound:
-    """Bound of sum_b g_b @ cols_b^T, g (B, O, L), cols (B, CK, L): one reduction over K = B*L terms,
-    which the fused kernel takes as it lies (a 2-D copy of cols would cost more than the product)."""
-    gm = gamma(g.shape[0] * g.shape[2] + 2)
+def _channel_norms(x: torch.Tensor, ksize: tuple[int, int]) -> torch.Tensor:
+    """Bounds on the norms of unfold(x)'s rows (C * kh * kw,): each input channel's norm, kh * kw times. Each of a
+    channel's kh * kw rows holds each of its pixels at most once (and padding zeros), so a row's norm is at most its
+    channel's; read from the input, a ninth of the columns (3 x 3), where a recording's weight gradient needs them
+    (`_weight_grad_bound`)."""
+    per_image = torch.linalg.vector_norm(x.flatten(2), dim=-1)  # (B, C): along the last dim, with no temporary
+    return (per_image * per_image).sum(0).sqrt_().repeat_interleave(ksize[0] * ksize[1])
+
+
+def _weight_grad_gamma(images: int, positions: int) -> float:
+    """`_weight_grad_bound`'s factor: the depth of its sum, not its length."""
+    return gamma(images + positions)
+
+
+def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor, col_norms=None) -> Bound:
+    """Bound of sum_b g_b @ cols_b^T, g (B, O, L), cols (B, CK, L), as `_Conv2d.backward` forms it: each image's
+    product (an L-term sum, in any order), then the B products' sum (in any order). No term passes through more than
+    (L - 1) + (B - 1) additions and its own product, so gamma(L + B) bounds the error (Higham's gamma_n for a sum
+    of depth n), where gamma(B * L) would be one reduction over all B * L terms: cnn-32's second layer's bound is 50
+    times tighter, and its close calls as many times fewer. The kernel takes g and cols as they lie (a 2-D copy of
+    cols would cost more than the product). col_norms: bounds on the norms of cols's rows (`_channel_norms`), or
+    None: their own."""
+    gm = _weight_grad_gamma(g.shape[0], g.shape[2])
     shape = (g.shape[1], cols.shape[1])
     memo = {}
 
     def parts():
         if not memo:
-            memo["g"], memo["c"] = norms(g, (0, 2)), norms(cols, (0, 2))
+            memo["g"], memo["c"] = norms(g, (0, 2)), norms(cols, (0, 2)) if col_norms is None else col_norms
         return memo["g"], memo["c"]
 
     def cheap(idx):
@@ -596,7 +626,8 @@ def _weight_grad_bound(g: torch.Tensor, cols: torch.Tensor) -> Bound:
     def fused(v):
         if not native.library():
             return None
-        return native.round_dot_summed(v, g.permute(1, 0, 2), cols.permute(0, 2, 1), gm, SAFETY, WIDE)
+        given = (None, col_norms) if col_norms is not None else None
+        return native.round_dot_summed(v, g.permute(1, 0, 2), cols.permute(0, 2, 1), gm, SAFETY, WIDE, given)
 
     return Bound(math.inf, at, coarse=coarse, cheap=cheap, fused=fused)
 

@@ -299,6 +299,35 @@ def test_matmul_bounds_hold_against_extended_precision():
 
 
 @EXTENDED
+@pytest.mark.parametrize("stride", [1, 2])
+def test_convolution_bounds_hold_against_extended_precision(stride):
+    """A convolution's four points against a wider reference: the forward product, the weight gradient (each image's
+    product, then their sum: its bound gamma(B + L), the depth of that sum, not gamma(B * L)), the bias gradient and
+    the input gradient. Positive operands: no cancellation, every rounding error adds up."""
+    import numpy as np
+
+    from replay.training.ops import _Conv2d
+
+    x = _f32(6, 3, 11, 11, seed=1).abs().requires_grad_()
+    w, b = _f32(5, 3, 3, 3, seed=2).abs().requires_grad_(), _f32(5, seed=3).requires_grad_()
+    ho = (11 + 2 - 3) // stride + 1
+    dy = _f32(6, 5, ho, ho, seed=4).abs()
+    caps = _captured(lambda: _Conv2d.apply(x, w, b, stride, 1, "c").backward(dy))
+    (y, by), (dw, bdw), (db, bdb), (dx, bdx) = caps
+    cols = _ld(torch.nn.functional.unfold(x.detach(), (3, 3), padding=1, stride=stride))  # (B, CK, L), exact copies
+    W, G = _ld(w).reshape(5, -1), _ld(dy).reshape(6, 5, -1)
+    _check(y, by, W @ cols + _ld(b)[:, None])  # (B, O, L): the point is before the reshape
+    _check(dw, bdw, np.einsum("bol,bcl->oc", G, cols))
+    _check(db, bdb, G.sum((0, 2)))
+    dcols = np.einsum("oc,bol->bcl", W, G).astype(
+        np.float64
+    )  # each term of a fold is one product (exact in longdouble)
+    folded = torch.nn.functional.fold(torch.from_numpy(dcols), (11, 11), (3, 3), padding=1, stride=stride)
+    assert bdx.at(torch.arange(dx.numel())).max() > 0  # (the reference's own rounding, below, is far inside it)
+    _check(dx, bdx, _ld(folded))
+
+
+@EXTENDED
 def test_softmax_layernorm_and_loss_bounds_hold_against_extended_precision():
     import numpy as np
 

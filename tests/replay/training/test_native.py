@@ -34,6 +34,7 @@ from replay.training.determinism import (
     dot_bound,
     encode_log,
     full_bound,
+    gamma,
 )
 from replay.training.ops import _weight_grad_bound
 from replay.training.train import initial_state, ipow, train_step
@@ -664,6 +665,73 @@ def test_recorded_steps_are_the_same_with_norms_formed_once_for_two_products(arc
             formed.clear()
     (s0, logs0), (s1, logs1), (s2, logs2) = results
     assert s0.equal(s1) and s0.equal(s2) and logs0 == logs1 == logs2 and not formed  # (the torch path forms none)
+
+
+def test_a_convolutions_recorded_steps_are_the_same_with_norms_from_its_columns_pass_and_its_input(monkeypatch):
+    """A convolution's forward point handed its columns' norms by the pass that makes the columns (`im2col`
+    with_norms), and its weight gradient's handed its input channels' norms (`_channel_norms`, a looser screen):
+    the same states and logs as with the kernel's own norms and as on the torch path, close calls at both points."""
+    from replay.training import ops
+
+    arch, opt = "cnn", DEFAULT_OPTIMIZER["cnn"]
+    cfg = {"in_channels": 3, "image": 16, "channels": [8, 16], "classes": 4}
+    model = models.build(arch, cfg)
+    state = initial_state(models.init_params(arch, cfg, 1), opt)  # (a seed whose steps log a weight gradient's point)
+    batch = Batches(arch, cfg, 16, 1)(0)
+    real_im2col, real_channel_norms, given = native.im2col, ops._channel_norms, []
+    monkeypatch.setattr(determinism, "PACK_MIN", 1)  # backward unfolds each input again (columns this small are kept)
+    results = []
+    for lib, handed in ((native.library(), True), (native.library(), False), (False, True)):
+        with monkeypatch.context() as m:
+            m.setattr(native, "_LIB", lib)
+            if handed:  # counted
+                m.setattr(native, "im2col", lambda *a, **k: given.append(k) or real_im2col(*a, **k))
+                m.setattr(ops, "_channel_norms", lambda *a: given.append(a) or real_channel_norms(*a))
+            else:  # the kernel's own
+                m.setattr(Rounder, "hands_norms", lambda self: False)
+                m.setattr(ops, "_channel_norms", lambda *a: None)
+            s, logs = state, []
+            for _ in range(3):
+                rounder = Rounder("record")
+                s, loss = train_step(model, s, batch, opt, "det64", rounder)
+                logs.append((loss, rounder.entries))
+        results.append((s, logs))
+        if lib and handed:  # not vacuous: both layers' columns with norms, both weight gradients' channels
+            assert sum(bool(k.get("with_norms")) for k in given if isinstance(k, dict)) == 2 * 3
+            assert sum(isinstance(a, tuple) for a in given) == 2 * 3
+            names = {rounder.name(k) for _, entries in logs for k in entries}
+            assert {"convs.0#0", "convs.1#0", "convs.1#1"} <= names, names
+    (s0, logs0), (s1, logs1), (s2, logs2) = results
+    assert s0.equal(s1) and s0.equal(s2) and logs0 == logs1 == logs2
+
+
+@pytest.mark.parametrize("native_on", [True, False])
+def test_steps_recorded_under_the_wider_weight_gradient_bound_still_replay(native_on, monkeypatch):
+    """Transcripts recorded before the weight gradient's bound was its sum's depth (gamma(B * L + 2), 50 times wider
+    at cnn-32's size, many more close calls logged) replay under the narrower one to the same states, with the kernel
+    and on the torch path: every entry is taken, none refused."""
+    from replay.training import ops
+
+    opt, cfg = DEFAULT_OPTIMIZER["cnn"], {"in_channels": 3, "image": 16, "channels": [8, 16], "classes": 4}
+    model = models.build("cnn", cfg)
+    state = initial_state(models.init_params("cnn", cfg, 1), opt)
+    batch = Batches("cnn", cfg, 16, 1)(0)
+    with monkeypatch.context() as m:
+        m.setattr(ops, "_weight_grad_gamma", lambda images, positions: gamma(images * positions + 2))
+        recorded, s = [], state
+        for _ in range(3):
+            rounder = Rounder("record")
+            s, _ = train_step(model, s, batch, opt, "det64", rounder)
+            recorded.append((s, rounder.entries))
+    names = [rounder.name(k) for k in rounder.entries]
+    assert sum(n.endswith("#1") and n.startswith("convs") for n in names) == 2, names  # both weight gradients logged
+    monkeypatch.setattr(native, "_LIB", native.library() if native_on else False)
+    s = state
+    for want, entries in recorded:
+        rounder = Rounder("replay", entries=entries)
+        s, _ = train_step(model, s, batch, opt, "det64", rounder)
+        rounder.finish()
+        assert s.equal(want)
 
 
 @pytest.mark.parametrize("layout", ["rows", "columns", "sliced"])
@@ -1390,9 +1458,9 @@ def conv_geometries(draw):
 @settings(max_examples=150, deadline=None)
 @given(conv_geometries(), st.sampled_from(["contiguous", "transposed", "sliced"]), st.sampled_from([1, 3]))
 def test_im2col_and_col2im_are_torchs_unfold_and_fold(geometry, layout, n):
-    """The native im2col copies exactly what F.unfold does, from an input at any strides; the native col2im
-    adds exactly what F.fold adds, in its order (the same bits, -0 and all), from columns at any strides
-    (a broadcast too), on any number of threads."""
+    """The native im2col copies exactly what F.unfold does, from an input at any strides, with its columns' norms
+    where asked (the same columns, each image's norms in turn); the native col2im adds exactly what F.fold adds, in
+    its order (the same bits, -0 and all), from columns at any strides (a broadcast too), on any number of threads."""
     bsz, c, h, w, ksize, pad, stride = geometry
     g = torch.Generator().manual_seed(bsz * 1000 + c * 100 + h * 10 + w)
     x = torch.randn(bsz, c, h, w, generator=g, dtype=torch.float64)
@@ -1404,6 +1472,7 @@ def test_im2col_and_col2im_are_torchs_unfold_and_fold(geometry, layout, n):
     want = F.unfold(x, ksize, padding=pad, stride=stride)
     with kernel_threads(n):
         got = native.im2col(x, ksize, pad, stride)
+        with_norms, norms = native.im2col(x, ksize, pad, stride, with_norms=True)
         cols = torch.randn(want.shape, generator=g, dtype=torch.float64) * 1e3
         cols[cols.abs() < 300] = 0.0
         cols[cols.abs() < 500] *= -0.0  # exact zeros of both signs among the overlaps' terms
@@ -1412,6 +1481,9 @@ def test_im2col_and_col2im_are_torchs_unfold_and_fold(geometry, layout, n):
         folded_wide = native.col2im(wide, (h, w), ksize, pad, stride)
         folded_strided = native.col2im(cols.transpose(1, 2).contiguous().transpose(1, 2), (h, w), ksize, pad, stride)
     assert got.is_contiguous() and torch.equal(got.view(torch.int64), want.view(torch.int64))
+    assert torch.equal(with_norms.view(torch.int64), want.view(torch.int64))
+    # each column's squares added row by row: torch's norm of the same column, within a few roundings
+    torch.testing.assert_close(norms, torch.linalg.vector_norm(want, dim=1).reshape(-1), rtol=1e-14, atol=0)
     same = lambda a, b: torch.equal(a.view(torch.int64), b.view(torch.int64))
     assert same(folded, F.fold(cols, (h, w), ksize, padding=pad, stride=stride))
     assert same(folded_strided, folded)

@@ -107,7 +107,7 @@ def test_a_small_convolution_keeps_its_columns_for_backward_and_changes_no_bit(n
         monkeypatch.setattr(native, "_LIB", False)
     unfolds = []
     real = ops._unfold
-    monkeypatch.setattr(ops, "_unfold", lambda *args: unfolds.append(args) or real(*args))
+    monkeypatch.setattr(ops, "_unfold", lambda *args, **kw: unfolds.append(args) or real(*args, **kw))
 
     def recorded(pack_min: int):
         monkeypatch.setattr(det, "PACK_MIN", pack_min)
