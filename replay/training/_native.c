@@ -129,6 +129,13 @@ void rp_round(const double *v, double *out, int64_t n, int64_t threads) {
     IN_TEAM(team(threads, n), LOOP, for (int64_t i = 0; i < n; i++) { out[i] = (double)(float)v[i]; });
 }
 
+/* torch's relu backward, threshold_backward(g, y, 0), from the float32 copy of the relu's output that backward keeps
+   (ops._save): out[i] = g[i], or +0 where y[i] <= 0 (a NaN passes g, as torch's comparison does). One pass, where
+   widening y to float64 first and then masking were two (the copy's values are y's: the same bits). */
+void rp_relu_back(const double *g, const float *y, double *out, int64_t n, int64_t threads) {
+    IN_TEAM(team(threads, n), LOOP, for (int64_t i = 0; i < n; i++) { out[i] = y[i] <= 0.0f ? 0.0 : g[i]; });
+}
+
 /* rp_round and rp_max_abs in one pass (a replay's logged point needs both): the rounded values (out == v: over
    v), and the max |v| rp_max_abs returns. */
 double rp_round_max(const double *v, double *out, int64_t n, int64_t threads) {

@@ -114,6 +114,7 @@ def _load():
     lib.rp_max_abs.argtypes = [_p, _i, _i]
     lib.rp_max_abs.restype = _d
     lib.rp_round.argtypes = [_p, _p, _i, _i]
+    lib.rp_relu_back.argtypes, lib.rp_relu_back.restype = [_p, _p, _p, _i, _i], None
     lib.rp_round_max.argtypes, lib.rp_round_max.restype = [_p, _p, _i, _i], _d
     lib.rp_round.restype = None
     lib.rp_args_size.argtypes, lib.rp_args_size.restype = [_i], _i
@@ -223,6 +224,19 @@ def round_f32(v: torch.Tensor, in_place: bool = False) -> torch.Tensor:
     written over v (in_place: the caller's own temporary)."""
     out, n = v if in_place else torch.empty_like(v), v.numel()
     library().rp_round(v.data_ptr(), out.data_ptr(), n, _threads_for(n))
+    return out
+
+
+def relu_back(g: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+    """threshold_backward(g, y, 0), torch.relu's gradient, from y's float32 copy (`rp_relu_back`): g CPU float64 and y
+    CPU float32, both contiguous and of one shape; the same bits, else None."""
+    lib = library()
+    if not (lib and g.dtype is _F64 and y.dtype is _F32 and g.is_cpu and y.is_cpu and g.shape == y.shape):
+        return None
+    if not (g.is_contiguous() and y.is_contiguous()):
+        return None
+    out = torch.empty_like(g)
+    lib.rp_relu_back(g.data_ptr(), y.data_ptr(), out.data_ptr(), g.numel(), threads(g))
     return out
 
 

@@ -80,13 +80,16 @@ def _saved(ctx) -> tuple:
 
 
 class _Matmul(torch.autograd.Function):
-    """C = scale * (A @ B) + bias. A (..., M, K), B (..., K, N) with equal batch dims, bias (N,)."""
+    """C = scale * (A @ B) + bias. A (..., M, K), B (..., K, N) with equal batch dims, bias (N,). weight: b is a
+    linear layer's weight (N, K) and B its transpose, taken here rather than by a transpose node in the graph (a small
+    model's step is mostly the overhead of its graph's nodes); its gradient is the transpose of B's."""
 
     @staticmethod
-    def forward(ctx, a, b, bias, scale, name):
+    def forward(ctx, a, b, bias, scale, name, weight=False):
         R = active()
         op = R.op(name)
-        a, b = _matmul_operands((a, b))
+        ctx.weight = weight
+        a, b = _matmul_operands((a, b.t() if weight else b))
         if bias is not None and scale == 1.0 and a.dim() == b.dim() == 2:
             # the bias inside the GEMM (one pass over C fewer): a (K + 1)-term sum in some order, which
             # the point's bound, gamma(K + 2) (sum |A_ik B_kj| + |bias_j|), covers as it covers any order
@@ -118,13 +121,14 @@ class _Matmul(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             at = a.transpose(-2, -1)
             gb = R.dot(key + 2, torch.matmul(at, g), at, g, owned=True, norms=(ca, cg))
+            gb = gb.t() if ctx.weight else gb  # (the point is B's, (K, N), as it always was: its log's indices)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             rows = g.reshape(-1, g.shape[-1])
             gbias = _sums_native(R, key + 3, rows.unsqueeze(-1))
             if gbias is None:
                 err = lambda: abs_sum(rows, 0) * gamma(rows.shape[0])
                 gbias = R.full(key + 3, rows.sum(0), err, (rows.shape[1],))
-        return ga, gb, gbias, None, None
+        return ga, gb, gbias, None, None, None
 
 
 def _both_norms(R, t: torch.Tensor) -> tuple:
@@ -650,6 +654,11 @@ class _Relu(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
+        (kept,) = ctx.saved_tensors
+        if kept.dtype == torch.float32:  # its float32 copy read as it is, not widened first (one pass, not two)
+            fast = native.relu_back(g, kept)
+            if fast is not None:
+                return fast
         (y,) = _saved(ctx)
         return torch.ops.aten.threshold_backward(g, y, 0)  # torch.relu's own backward
 
@@ -669,7 +678,9 @@ class Det:
 
     @staticmethod
     def linear(x, w, b, name):
-        y = _Matmul.apply(x.reshape(-1, x.shape[-1]), w.t(), b, 1.0, name)
+        if x.dim() == 2:  # no reshapes: each is a node of the graph (a 0.1M MLP's det64 step -x%)
+            return _Matmul.apply(x, w, b, 1.0, name, True)
+        y = _Matmul.apply(x.reshape(-1, x.shape[-1]), w, b, 1.0, name, True)
         return y.reshape(*x.shape[:-1], w.shape[0])
 
     @staticmethod

@@ -1490,6 +1490,30 @@ def test_im2col_and_col2im_are_torchs_unfold_and_fold(geometry, layout, n):
     assert same(folded_wide, F.fold(wide, (h, w), ksize, padding=pad, stride=stride))
 
 
+_SPECIAL = [0.0, -0.0, math.inf, -math.inf, math.nan, 1e-310, -1e-310, 1.5, -2.5]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 3000), st.integers(0, 2**31 - 1), st.sampled_from([1, 3]))
+def test_relu_backward_from_the_float32_copy_is_torchs(n, seed, threads):
+    """torch.relu's gradient from the float32 copy backward keeps (`native.relu_back`): threshold_backward's bits
+    (its +0 where the output is <= 0, -0 and NaN outputs included; g's own NaN, infinities, zeros and subnormals
+    passed through), on any number of threads; what the kernel does not take is declined."""
+    gen = torch.Generator().manual_seed(seed)
+    pick = lambda: torch.tensor(_SPECIAL, dtype=torch.float64)[torch.randint(0, len(_SPECIAL), (n,), generator=gen)]
+    g = torch.where(torch.rand(n, generator=gen) < 0.2, pick(), torch.randn(n, generator=gen, dtype=torch.float64))
+    y = torch.where(torch.rand(n, generator=gen) < 0.3, pick(), torch.randn(n, generator=gen, dtype=torch.float64))
+    y32 = y.float()
+    with kernel_threads(threads):
+        got = native.relu_back(g, y32)
+    want = torch.ops.aten.threshold_backward(g, y32.double(), 0)
+    assert got is not None and torch.equal(got.view(torch.int64), want.view(torch.int64))
+    if n >= 3:  # (two elements or more: one is contiguous at any stride)
+        assert native.relu_back(g[::2], y32[::2]) is None  # strided
+    assert native.relu_back(g, y) is None and native.relu_back(g.float(), y32) is None  # dtypes
+    assert native.relu_back(g.reshape(1, -1), y32) is None  # shapes
+
+
 def test_im2col_and_col2im_decline_what_they_do_not_take():
     x = torch.randn(2, 3, 5, 5)
     assert native.im2col(x, (3, 3), 1, 1) is None  # float32

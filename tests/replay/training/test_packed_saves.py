@@ -47,7 +47,10 @@ def _steps(arch: str, pack: bool, monkeypatch, steps: int = 2, pack_min: int = 0
 def test_float32_saves_change_no_bit(arch, native_on, monkeypatch):
     if not native_on:
         monkeypatch.setattr(native, "_LIB", False)
+    relu_backs, real = [], native.relu_back
+    monkeypatch.setattr(native, "relu_back", lambda g, y: (lambda r: relu_backs.append(r is not None) or r)(real(g, y)))
     on = _steps(arch, True, monkeypatch)
+    assert any(relu_backs) == native_on, "control: a relu's gradient from its float32 copy, in the kernel"
     off = _steps(arch, False, monkeypatch)
     assert on[3] > 0 and off[3] == 0, "control: packing happened only where on"
     assert all(a.equal(b) for a, b in zip(on[0], off[0])), "recorded states"
