@@ -154,15 +154,22 @@ static inline uint32_t may_straddle(double x, double w) {
     return (bits32((float)(x - w)) ^ bits32((float)(x + w))) & (0u - (uint32_t)(w > 0));
 }
 
+/* The value a product's point rounds: v's, plus its bias where rp_dot adds it (`add_bias`: v holds the product alone),
+   one IEEE addition, as torch's v + bias; where none is added, v's own (x + 0 would make -0 +0). add: 0 none, 1 the
+   row's (row), 2 the column's (col[j]); a loop's invariant, unswitched out of it. */
+static inline double biased(double x, int add, double row, const double *col, int64_t j) {
+    return add == 0 ? x : x + (add == 1 ? row : col[j]);
+}
+
 /* Round one row of a product, windows formed inline (row_window); flag[j] says whether element j may
    straddle, and the result whether any does. Flags are 32-bit, so that no lane is narrower than a
-   float's: a short row (an attention head's 16 or 32) still runs in vectors. */
+   float's: a short row (an attention head's 16 or 32) still runs in vectors. add, row, col: `biased`'s. */
 static int round_row(const double *restrict v, double *restrict out, int64_t n, double ni,
                      const double *restrict nb, double bias_i, const double *restrict bcol, double safety,
-                     uint32_t *restrict flag) {
+                     uint32_t *restrict flag, int add, double row, const double *restrict col) {
     uint32_t any = 0;
     for (int64_t j = 0; j < n; j++) {
-        double x = v[j];
+        double x = biased(v[j], add, row, col, j);
         out[j] = (double)(float)x;
         flag[j] = may_straddle(x, row_window(ni, nb[j], bias_i, bcol[j], safety));
         any |= flag[j];
@@ -173,13 +180,26 @@ static int round_row(const double *restrict v, double *restrict out, int64_t n, 
 /* round_row's flags alone, nothing written but flag: the screen of a product rounded in place (rp_dot), whose values
    its candidates still read. */
 static int row_flags(const double *restrict v, int64_t n, double ni, const double *restrict nb, double bias_i,
-                     const double *restrict bcol, double safety, uint32_t *restrict flag) {
+                     const double *restrict bcol, double safety, uint32_t *restrict flag, int add, double row,
+                     const double *restrict col) {
     uint32_t any = 0;
     for (int64_t j = 0; j < n; j++) {
-        flag[j] = may_straddle(v[j], row_window(ni, nb[j], bias_i, bcol[j], safety));
+        flag[j] = may_straddle(biased(v[j], add, row, col, j), row_window(ni, nb[j], bias_i, bcol[j], safety));
         any |= flag[j];
     }
     return any != 0;
+}
+
+/* v's rows rounded in place, each plus its bias first where `add` says (`biased`): rp_round where nothing is added. */
+static void round_rows(double *v, int64_t rows, int64_t M, int64_t N, int add, const double *bias, int64_t threads) {
+    if (!add) {
+        rp_round(v, v, rows * N, threads);
+        return;
+    }
+    IN_TEAM(team(threads, rows), LOOP, for (int64_t r = 0; r < rows; r++) {
+        double *vr = v + r * N, row = add == 1 ? bias[r % M] : 0.0;
+        for (int64_t j = 0; j < N; j++) vr[j] = (double)(float)biased(vr[j], add, row, bias, j);
+    });
 }
 
 /* The first j in [from, n) with flag[j] set, else n: eight flags at a time (a flagged element is rare
@@ -848,6 +868,7 @@ typedef struct {
     int64_t sb0, sb1, sbk1, sbk2, sbj;
     const double *bias;
     int64_t bias_rows;
+    int64_t add_bias; /* v holds the product alone: its bias is added here, in the passes that read v (`biased`) */
     const double *na_in, *nb_in; /* A's row norms (b0 * b1 * M) and B's column norms (b0 * b1 * N), batch by batch,
                                     where the caller has them (rp_row_col_norms; a convolution's columns' norms from
                                     im2col, rp_im2col), else NULL: formed here */
@@ -862,7 +883,9 @@ typedef struct {
    a[t0*sa0 + t1*sa1 + i*sai + k1*sak1 + k2*sak2], B element (t0, t1, k1, k2, j) at
    b[t0*sb0 + t1*sb1 + k1*sbk1 + k2*sbk2 + j*sbj] (a stride of 0 broadcasts). g = gamma(K + 2) *
    |scale|; bias (contiguous) or NULL, per column j (bias_rows 0) or per row i (bias_rows 1), its term
-   babs = |bias| * gbias (gbias = gamma(K + 2)). Candidates by Cauchy-Schwarz (||A_i|| ||B_j|| g + babs),
+   babs = |bias| * gbias (gbias = gamma(K + 2)); add_bias: v is the product alone, and the point's value is v + bias
+   (one IEEE addition an element, formed where v is read: a GEMM that adds the bias copies it into the output
+   first, a pass of its own). Candidates by Cauchy-Schwarz (||A_i|| ||B_j|| g + babs),
    then the exact bound g * sum_k |A_ik B_kj| + babs. Writes up to cap close calls (flat index, log code)
    at idx and code; returns how many there are, so the caller can retry with room for all, or -1 out of
    memory or room (the caller takes the torch path). Rows run on `threads` threads, each a contiguous
@@ -879,7 +902,7 @@ int64_t rp_dot(const dot_args_t *x) {
     int64_t sb0 = x->sb0, sb1 = x->sb1, sbk1 = x->sbk1, sbk2 = x->sbk2, sbj = x->sbj;
     int64_t threads = x->threads, *idx = x->idx, *code = x->code, cap = x->cap;
     int64_t T = b0 * b1, rows = T * M, found = 0;
-    int in_place = out == v;
+    int in_place = out == v, add = x->add_bias && bias ? (x->bias_rows ? 1 : 2) : 0;
     if (rows == 0) return 0; /* no outputs (and no row to count from: M or a batch dim is 0) */
     int nt = threads > 1 && rows > 1 ? (int)(threads < rows ? threads : rows) : 1;
     double *na = malloc(sizeof(double) * (T * M + T * N + N + M + 1)), *nb = na + T * M, *bcol = nb + T * N;
@@ -914,13 +937,15 @@ int64_t rp_dot(const dot_args_t *x) {
             int64_t base = r * N;
             double bias_i = brow[i], ni = na[r] * g;
             const double *vr = v + base;
-            int flagged = in_place ? row_flags(vr, N, ni, nb + t * N, bias_i, bcol, safety, flag)
-                                   : round_row(vr, out + base, N, ni, nb + t * N, bias_i, bcol, safety, flag);
+            double row = add == 1 ? bias[i] : 0.0;
+            int flagged = in_place ? row_flags(vr, N, ni, nb + t * N, bias_i, bcol, safety, flag, add, row, bias)
+                                   : round_row(vr, out + base, N, ni, nb + t * N, bias_i, bcol, safety, flag, add,
+                                               row, bias);
             if (flagged) {
                 int64_t a_off = t0 * sa0 + t1 * sa1 + i * sai;
                 for (int64_t j = next_flag(flag, 0, N); j < N; j = next_flag(flag, j + 1, N))
-                    push(mine,
-                         (cand_t){base + j, a_off, t0 * sb0 + t1 * sb1 + j * sbj, vr[j], bias_i + bcol[j], 0});
+                    push(mine, (cand_t){base + j, a_off, t0 * sb0 + t1 * sb1 + j * sbj, biased(vr[j], add, row, bias, j),
+                                        bias_i + bcol[j], 0});
             }
             if (++i == M) {
                 i = 0, t++;
@@ -956,7 +981,7 @@ int64_t rp_dot(const dot_args_t *x) {
     for (int x = 0; x < nt; x++) free(lists[x].c);
     free(lists), free(na);
     if (in_place && found <= cap) /* last: a failure (-1) or a rerun for room (found > cap) finds v as it was */
-        rp_round(v, out, rows * N, threads);
+        round_rows(out, rows, M, N, add, bias, threads);
     return found;
 }
 

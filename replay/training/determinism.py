@@ -520,6 +520,15 @@ def _dot_gammas(k: int, scale: float) -> tuple[float, float]:
 _GAMMAS: dict[int, float] = {}  # gamma(K + 2) by K: a model's few reduction lengths, each formed once
 
 
+def _with_bias(v: torch.Tensor, bias, bias_rows: bool, owned: bool) -> torch.Tensor:
+    """v + bias, per column or per row (bias_rows: v's rows, the last but one dim): in v's place where the caller owns
+    it. The kernel's `biased` additions, one an element, in torch."""
+    if bias is None:
+        return v
+    b = bias.reshape(-1, 1) if bias_rows else bias
+    return v.add_(b) if owned else v + b
+
+
 def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, bias_rows: bool = False) -> Bound:
     """Bound for C = scale * (A @ B) + bias, A (..., M, K), B (..., K, N), batch dims broadcast;
     bias (N,), or (M,) with bias_rows (a convolution's per-channel bias).
@@ -1058,20 +1067,26 @@ class Rounder:
             self.trace.append((key, self.name(key), r.detach().float()))
         return self._noted(r)
 
-    def dot(self, key: int, v: torch.Tensor, a, b, scale=1.0, bias=None, bias_rows=False, owned=False, norms=None):
+    def dot(
+        self, key: int, v: torch.Tensor, a, b, scale=1.0, bias=None, bias_rows=False, owned=False, norms=None, add=False
+    ):
         """self(key, v, dot_bound(a, b, scale, bias, bias_rows)), the same result, without forming the
         bound's other forms where the step goes straight to the native kernel's record pass or to a
         replay's plain rounding: a small model's step is mostly the Python around its rounding points.
         Not where `__call__` is another's (a subclass, a tracer): every point then goes through it.
         owned: v is the caller's fresh temporary, which nothing reads after: the kernel may round it in place.
-        norms: (a's row norms, b's column norms) where the caller formed them (`shares_norms`), for the kernel."""
+        norms: (a's row norms, b's column norms) where the caller formed them (`shares_norms`), for the kernel.
+        add: v is the product alone (a GEMM that adds a bias first copies it into its output: a pass of its own), and
+        the point's value v + bias, one IEEE addition an element: in the kernel's record pass, else here first."""
         if self._direct() and v.is_cpu:
             if self.mode == "record" and native.library() is not None:
                 gk, g = _dot_gammas(a.shape[-1], scale)  # the bias's term |bias| * gk is the kernel's (no torch ops)
-                fused = native.round_dot(v, a, b, g, bias, gk, bias_rows, SAFETY, WIDE, owned, norms)
+                fused = native.round_dot(v, a, b, g, bias, gk, bias_rows, SAFETY, WIDE, owned, norms, add)
                 if fused is not None:
                     return self._recorded(key, *fused)
+                v = _with_bias(v, bias, bias_rows, owned) if add else v
                 return self(key, v, _declined(dot_bound(a, b, scale, bias, bias_rows)))
+            v = _with_bias(v, bias, bias_rows, owned) if add else v
             route = self._replay_route(key)
             if route == "plain":
                 return self._noted(_round(v, in_place=owned))
@@ -1079,6 +1094,8 @@ class Rounder:
                 applied = self._replay_dot(key, v, a, b, scale, bias, bias_rows, owned)
                 if applied is not None:
                     return applied
+        elif add:
+            v = _with_bias(v, bias, bias_rows, owned)
         return self(key, v, dot_bound(a, b, scale, bias, bias_rows))
 
     def _replay_route(self, key: int) -> str | None:

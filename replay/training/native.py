@@ -53,7 +53,7 @@ _p = ctypes.c_void_p
 # rp_dot's and rp_full's argument blocks (`dot_args_t`, `full_args_t` in _native.c), fields in order, each
 # 8 bytes: a pointer Q, an integer q, a double d. One packed block per call, where ctypes converting each
 # of 29 arguments was most of a small rounding point's cost; the library says its sizes (`rp_args_sizes`).
-_DOT_ARGS = struct.Struct("=2Q6qQ5qQ5qQq2Q4dq2Qq")
+_DOT_ARGS = struct.Struct("=2Q6qQ5qQ5qQ2q2Q4dq2Qq")
 _FULL_ARGS = struct.Struct("=2Q2qQq2dq2Qq")
 _LN_ARGS = struct.Struct("=6Q2q6dq2QqQ3Q")  # ln_args_t
 _LN_BACK_ARGS = struct.Struct("=7Q2q5dq2QqQ3Q")  # ln_back_args_t
@@ -319,6 +319,7 @@ def round_dot(
     wide: float,
     in_place: bool = False,
     norms=None,
+    add_bias: bool = False,
 ):
     """Fused rounding point for v = scale * (a @ b) + bias (bias per column, or per row), its bound's
     terms g * |a| @ |b| and |bias| * gbias: (float32(v) as float64, close calls' flat indices, their log
@@ -326,7 +327,8 @@ def round_dot(
     determinism.py. in_place: v itself rounded and returned (the caller's own temporary, that nothing else
     reads: no output's pages to fault in, none to hold); v is unchanged where the result is None. norms: (A's
     row norms, B's column norms), each batch's in turn, where the caller formed them (`row_col_norms`,
-    `im2col` with_norms), or None (formed here); either may be None."""
+    `im2col` with_norms), or None (formed here); either may be None. add_bias: v is the product alone and the point's
+    value v + bias, added in the kernel's passes over v (`rp_dot`); v is unchanged where the result is None."""
     lib = library()
     if lib is None:
         return None
@@ -350,7 +352,21 @@ def round_dot(
         head = (b0, b1, m, n, 1, k, a.data_ptr(), *sa, b.data_ptr(), *sb)
     batches = head[0] * head[1]
     given = _given(norms, batches * m, batches * n) if norms is not None else (0, 0)
-    return _dot(lib, v, head, (m + n) * k, bias, gbias, bias_rows, g, safety, wide, in_place, given)
+    return _dot(
+        lib,
+        v,
+        head,
+        (m + n) * k,
+        bias,
+        gbias,
+        bias_rows,
+        g,
+        safety,
+        wide,
+        in_place,
+        given,
+        add_bias and bias is not None,
+    )
 
 
 def _dot_layout(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias, bias_rows: bool):
@@ -573,16 +589,31 @@ def round_dot_summed(
     return _dot(library(), v, head, (m + n) * t * k, None, 0.0, False, g, safety, wide, norms=given)
 
 
-def _dot(lib, v, head: tuple, terms: int, bias, gbias, bias_rows, g, safety, wide, in_place=False, norms=(0, 0)):
+def _dot(
+    lib,
+    v,
+    head: tuple,
+    terms: int,
+    bias,
+    gbias,
+    bias_rows,
+    g,
+    safety,
+    wide,
+    in_place=False,
+    norms=(0, 0),
+    add_bias=False,
+):
     """rp_dot over v's product: head, the block's fields from b0 to B's column stride (`dot_args_t`);
-    terms, (M + N) * K, what the operands' norms read; in_place as `round_dot`'s; norms, the addresses of
-    A's row norms and B's column norms (`_given`), 0 for none."""
+    terms, (M + N) * K, what the operands' norms read; in_place and add_bias as `round_dot`'s; norms, the
+    addresses of A's row norms and B's column norms (`_given`), 0 for none."""
     out = v if in_place else torch.empty_like(v)
     # threads by outputs, or by terms: a convolution's weight gradient is a small output over long sums
     # (its operands' norms, its candidates' exact bounds)
     outputs = v.numel()
     nt = _threads_for(outputs) if terms < PARALLEL_TERMS else torch.get_num_threads()
-    args = (v.data_ptr(), out.data_ptr(), *head, bias.data_ptr() if bias is not None else 0, int(bias_rows), *norms)
+    pointer = bias.data_ptr() if bias is not None else 0
+    args = (v.data_ptr(), out.data_ptr(), *head, pointer, int(bias_rows), int(add_bias), *norms)
     got = _collect(lib.rp_dot, _DOT_ARGS, (*args, gbias, g, safety, wide, nt), _room_for(outputs))
     return got and (out, *got)
 

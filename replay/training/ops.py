@@ -90,10 +90,14 @@ class _Matmul(torch.autograd.Function):
         op = R.op(name)
         ctx.weight = weight
         a, b = _matmul_operands((a, b.t() if weight else b))
+        add = False
         if bias is not None and scale == 1.0 and a.dim() == b.dim() == 2:
-            # the bias inside the GEMM (one pass over C fewer): a (K + 1)-term sum in some order, which
-            # the point's bound, gamma(K + 2) (sum |A_ik B_kj| + |bias_j|), covers as it covers any order
-            c = torch.addmm(bias, a, b)
+            # the bias added after the product or inside the GEMM: a (K + 1)-term sum in some order either way, which
+            # the point's bound, gamma(K + 2) (sum |A_ik B_kj| + |bias_j|), covers as it covers any order. On a CPU
+            # after it, in the rounding point's own pass over C (`Rounder.dot`'s add), where addmm first copies the
+            # bias into C, a pass of its own (det64 steps: mlp -1.2%, gpt -2.4%, cnn-32 -1%); on a GPU inside the GEMM
+            add = a.is_cpu
+            c = torch.mm(a, b) if add else torch.addmm(bias, a, b)
         else:
             c = torch.matmul(a, b)
             if scale != 1.0:
@@ -104,7 +108,7 @@ class _Matmul(torch.autograd.Function):
         ctx.op, ctx.scale, ctx.has_bias = op, scale, bias is not None
         (ra, ca), (rb, cb) = _both_norms(R, a), _both_norms(R, b)
         ctx.norms = ca, rb  # what backward's products read of a and b: a's columns (its weight gradient), b's rows
-        return R.dot(op * SLOTS, c, a, b, scale, bias, owned=True, norms=(ra, cb))
+        return R.dot(op * SLOTS, c, a, b, scale, bias, owned=True, norms=(ra, cb), add=add)
 
     @staticmethod
     def backward(ctx, g):
@@ -450,9 +454,14 @@ class _Conv2d(torch.autograd.Function):
         else:
             cols, nb = _unfold(x, (kh, kw), padding, stride), None
         w2 = w.reshape(o, -1)
-        # the bias inside the GEMM, as a linear layer's (`_Matmul`): one pass over the output fewer, the
-        # same bound (its |bias| term covers a (K + 1)-term sum in any order)
-        y = torch.baddbmm(b.view(1, o, 1), w2.expand(bsz, -1, -1), cols)
+        # the bias added as a linear layer's is (`_Matmul`): on a CPU in the rounding point's pass, on a GPU inside the
+        # GEMM; the same bound (its |bias| term covers a (K + 1)-term sum in any order)
+        add = x.is_cpu
+        y = (
+            torch.bmm(w2.expand(bsz, -1, -1), cols)
+            if add
+            else torch.baddbmm(b.view(1, o, 1), w2.expand(bsz, -1, -1), cols)
+        )
         ho = (h + 2 * padding - kh) // stride + 1
         wo = (wd + 2 * padding - kw) // stride + 1
         # the input, not its columns (kh*kw times its size at stride 1): backward unfolds it again, exact copies;
@@ -460,7 +469,7 @@ class _Conv2d(torch.autograd.Function):
         ctx.kept_cols = cols.numel() < determinism.PACK_MIN
         _save(ctx, cols if ctx.kept_cols else x, w2)
         ctx.op, ctx.geom = op, ((h, wd), (kh, kw), stride, padding, w.shape)
-        return R.dot(op * SLOTS, y, w2, cols, bias=b, bias_rows=True, owned=True, norms=(None, nb)).reshape(
+        return R.dot(op * SLOTS, y, w2, cols, bias=b, bias_rows=True, owned=True, norms=(None, nb), add=add).reshape(
             bsz, o, ho, wo
         )
 
@@ -678,7 +687,9 @@ class Det:
 
     @staticmethod
     def linear(x, w, b, name):
-        if x.dim() == 2:  # no reshapes: each is a node of the graph (with no transpose: the 0.1M MLP's det64 step -2.5%)
+        if (
+            x.dim() == 2
+        ):  # no reshapes: each is a node of the graph (with no transpose: the 0.1M MLP's det64 step -2.5%)
             return _Matmul.apply(x, w, b, 1.0, name, True)
         y = _Matmul.apply(x.reshape(-1, x.shape[-1]), w, b, 1.0, name, True)
         return y.reshape(*x.shape[:-1], w.shape[0])

@@ -219,6 +219,53 @@ def test_fused_summed_products_match_the_torch_path(batch, o, ck, length, seed, 
     _same(v, _weight_grad_bound(g, cols))
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 3),
+    st.integers(1, 20),
+    st.integers(1, 40),
+    st.integers(1, 12),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from([1, 3]),
+)
+def test_a_bias_added_in_the_record_pass_is_the_products_plus_its_bias(batch, m, n, k, rows, in_place, seed, threads):
+    """`round_dot`'s add_bias: the product alone, its bias (per column, or per row over a batch: a convolution's)
+    added in the kernel's passes over it: the outputs, close calls and codes of the product plus its bias (one IEEE
+    addition an element: -0 + -0 stays -0, a NaN bias or product stays NaN), in place or not, on any number of
+    threads; a product the kernel declines is left as it was."""
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=gen, dtype=torch.float64)
+    b = (
+        torch.randn(batch, k, n, generator=gen, dtype=torch.float64)
+        if rows
+        else torch.randn(k, n, generator=gen, dtype=torch.float64)
+    )
+    bias = torch.randn(m if rows else n, generator=gen, dtype=torch.float64)
+    bias[torch.rand(bias.shape, generator=gen) < 0.2] = -0.0
+    v = torch.matmul(a, b)
+    v[torch.rand(v.shape, generator=gen) < 0.1] = -0.0
+    if v.numel() > 3:
+        v.view(-1)[3] = math.nan
+    if bias.numel() > 1:
+        bias[1] = math.nan
+    want_v = v + (bias.reshape(-1, 1) if rows else bias)
+    g = 1e-8  # wide windows: a close call in about one output in three
+    with kernel_threads(threads):
+        want = native.round_dot(want_v.clone(), a, b, g, bias, g, rows, determinism.SAFETY, determinism.WIDE)
+        given = v.clone()
+        got = native.round_dot(
+            given, a, b, g, bias, g, rows, determinism.SAFETY, determinism.WIDE, in_place, None, True
+        )
+    assert want is not None and got is not None
+    assert torch.equal(got[0].view(torch.int64), want[0].view(torch.int64))
+    assert got[1:] == want[1:] and (len(want[1]) > 0 or v.numel() < 40)
+    assert (got[0] is given) == in_place
+    if not in_place:
+        assert torch.equal(given.view(torch.int64), v.view(torch.int64))  # v itself unchanged
+
+
 @pytest.mark.parametrize("bias_rows", [False, True])
 def test_a_products_bias_term_is_its_own_magnitude_per_row_or_column(bias_rows):
     """A product's bound's bias term is |bias| * gamma(K + 2), per column (or per row, a convolution's), not
