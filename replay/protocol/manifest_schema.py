@@ -8,7 +8,7 @@ import math
 
 from replay.protocol import limits
 from replay.protocol.transcript_errors import MalformedTranscript
-from replay.protocol.transcript_layout import FORMAT, checkpoint_steps
+from replay.protocol.transcript_layout import FORMATS_READ, checkpoint_steps
 from replay.training import architectures as models
 from replay.training import data_commitment as dataset
 from replay.training.train import OPTIMIZERS
@@ -133,8 +133,8 @@ def validate_manifest(m) -> dict:
     what any verifier may hold is malformed here; this verifier's own budgets are `Transcript`'s to check, once
     the manifest is known to be well formed (a limit of this machine, not the prover's fault)."""
     exact_keys(m, MANIFEST_KEYS, "manifest")
-    if m["format"] != FORMAT:
-        raise MalformedTranscript(f"format must be {FORMAT!r}")
+    if not isinstance(m["format"], str) or m["format"] not in FORMATS_READ:
+        raise MalformedTranscript(f"format must be one of {list(FORMATS_READ)}")
     if not isinstance(m["arch"], str) or m["arch"] not in models.ARCHS:
         raise MalformedTranscript(
             f"architecture {str(m['arch'])[:40]!r} is not on the allow-list {sorted(models.ARCHS)}"

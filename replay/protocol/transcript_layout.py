@@ -36,7 +36,12 @@ import torch
 
 from replay.training.train import State
 
-FORMAT = "chipledger-replay/1"
+FORMAT = "chipledger-replay/2"  # what a recording writes
+# What a verification reads. /2: a convolution's weight gradient's bound is its sum's depth, gamma(B + L)
+# (ops._weight_grad_bound); /1 recorded it as gamma(B * L + 2), whose entries all lie inside the narrower windows
+# (tests/replay/protocol/test_verifier.py): both verify here. A verifier that reads /1 alone refuses /2 by its format,
+# where its 50 times wider window could refuse a narrow entry at a near-zero output (a false rejection).
+FORMATS_READ = ("chipledger-replay/1", FORMAT)
 
 
 # --------------------------------------------------------------------------- canonical bytes and digests

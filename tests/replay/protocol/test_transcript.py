@@ -44,7 +44,7 @@ def test_honest_manifest_round_trips(t):
 
 
 def test_bad_json(t):
-    (t / "manifest.json").write_text('{"format": "chipledger-replay/1", ')
+    (t / "manifest.json").write_text('{"format": "chipledger-replay/2", ')
     assert "not JSON" in malformed(t)
 
 

@@ -51,6 +51,33 @@ def test_honest_transcript_verifies_on_another_thread_count(transcripts, arch):
     assert len(v.details["segments"]) == STEPS // helpers.INTERVAL and all(s["ok"] for s in v.details["segments"])
 
 
+def test_a_transcript_of_the_first_format_verifies(tmp_path, monkeypatch):
+    """A chipledger-replay/1 transcript, its convolutions' weight gradients recorded under that format's wider bound
+    (gamma(B * L + 2), many more close calls logged), verifies here, where a weight gradient's window is its sum's
+    depth (gamma(B + L)): every entry inside the narrower windows. A format this verifier does not read is malformed."""
+    from replay.prover import recorder
+    from replay.training import ops
+    from replay.training.determinism import Rounder, gamma
+
+    logged, finish = set(), Rounder.finish
+    with monkeypatch.context() as m:
+        m.setattr(recorder, "FORMAT", "chipledger-replay/1")
+        m.setattr(ops, "_weight_grad_gamma", lambda images, positions: gamma(images * positions + 2))
+        m.setattr(Rounder, "finish", lambda self: logged.update(map(self.name, self.entries)) or finish(self))
+        cfg = {"in_channels": 3, "image": 16, "channels": [8, 16], "classes": 4}  # (the tiny one logs none there)
+        d = helpers.record(tmp_path / "v1", "cnn", config=cfg)
+    assert manifest(d)["format"] == "chipledger-replay/1"
+    assert {"convs.0#1", "convs.1#1"} <= logged, sorted(logged)  # not vacuous: both weight gradients logged
+    v = run_verify(d)
+    assert v.verdict == "verified", v.reasons
+    assert all(c["ok"] for c in v.details["claims"]) and len(v.details["claims"]) > 0
+    m = manifest(d)
+    for other in ("chipledger-replay/3", "chipledger-replay/1\n", ["chipledger-replay/1"]):
+        save_manifest(d, {**m, "format": other})
+        v = run_verify(d)
+        assert v.verdict == "malformed" and "format must be one of" in v.reasons[0], (other, v.reasons)
+
+
 def test_other_cpu_code_path_verifies_det64(transcripts):
     """A subprocess with MKL's AVX2 kernels, ATen's scalar kernels, 2 threads and no fused kernel: det64
     verifies (float32 is refused before any replay: test_only_deterministic_precisions_are_claimable)."""
