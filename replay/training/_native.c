@@ -1113,14 +1113,18 @@ __attribute__((noinline)) static void column_norms(const double *restrict cols, 
 void rp_im2col(const double *x, const int64_t *xs, const conv_t *cv, double *out, double *norms, int64_t threads) {
     int64_t L = cv->Ho * cv->Wo, rows = cv->C * cv->kh * cv->kw, planes = cv->B * cv->C;
     int64_t *off = cv->Wo < SHORT_ROW ? gather_table(xs, cv) : NULL; /* (none out of memory: row by row) */
-    if (norms)
+    if (norms && (cv->B >= threads || threads <= 1)) /* an image a task: its norms while its columns are in cache */
         IN_TEAM(team(threads, cv->B), LOOP, for (int64_t b = 0; b < cv->B; b++) {
             for (int64_t c = 0; c < cv->C; c++) one_plane(x, xs, cv, off, b * cv->C + c, out);
             column_norms(out + b * rows * L, rows, L, norms + b * L);
         });
-    else
+    else { /* fewer images than threads: a plane a task, then the norms (read again) */
         IN_TEAM(team(threads, planes), LOOP,
                 for (int64_t bc = 0; bc < planes; bc++) one_plane(x, xs, cv, off, bc, out););
+        if (norms)
+            IN_TEAM(team(threads, cv->B), LOOP,
+                    for (int64_t b = 0; b < cv->B; b++) column_norms(out + b * rows * L, rows, L, norms + b * L););
+    }
     free(off);
 }
 

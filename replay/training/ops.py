@@ -485,7 +485,9 @@ class _Conv2d(torch.autograd.Function):
         bsz, o = dy.shape[:2]
         g = dy.reshape(bsz, o, -1)  # (B, O, L)
         m = bsz * g.shape[2]
-        dw = torch.matmul(g, cols.transpose(1, 2)).sum(0)  # each image's product, then their sum: `_weight_grad_bound`
+        # each image's product, then their sum: the order `_weight_grad_bound`'s gamma(B + L) is proven for (one
+        # product over all B * L terms would need gamma(B * L): not to be folded into one mm)
+        dw = torch.matmul(g, cols.transpose(1, 2)).sum(0)
         dw = R(key + 1, dw, _weight_grad_bound(g, cols, col_norms)).reshape(wshape)
         del cols  # kh*kw times the input: gone before its gradient's columns are made (memory; kept ones are small)
         db = _sums_native(R, key + 2, g)
@@ -595,7 +597,11 @@ def _channel_norms(x: torch.Tensor, ksize: tuple[int, int]) -> torch.Tensor:
     channel's; read from the input, a ninth of the columns (3 x 3), where a recording's weight gradient needs them
     (`_weight_grad_bound`)."""
     per_image = torch.linalg.vector_norm(x.flatten(2), dim=-1)  # (B, C): along the last dim, with no temporary
-    return (per_image * per_image).sum(0).sqrt_().repeat_interleave(ksize[0] * ksize[1])
+    channels = (per_image * per_image).sum(0).sqrt_()
+    # a NaN pixel: its channel's rows screened wide open (an infinite window flags, a NaN one would not), the exact
+    # bounds then deciding, as with the rows' own norms (a row that never reads that pixel has a finite one)
+    channels.masked_fill_(channels.isnan(), math.inf)
+    return channels.repeat_interleave(ksize[0] * ksize[1])
 
 
 def _weight_grad_gamma(images: int, positions: int) -> float:

@@ -752,6 +752,29 @@ def test_a_convolutions_recorded_steps_are_the_same_with_norms_from_its_columns_
     assert s0.equal(s1) and s0.equal(s2) and logs0 == logs1 == logs2
 
 
+@pytest.mark.parametrize("special", [math.nan, math.inf])
+def test_a_weight_gradients_channel_norms_screen_no_fewer_close_calls_past_a_non_finite_pixel(special):
+    """`_channel_norms` where a channel holds a NaN or inf pixel that some of its rows never read (a 1 x 1 window at
+    stride 2): those rows' own norms are finite, the channel's is not; its rows are screened wide open (an infinite
+    window), so the exact bounds find the close calls the rows' own norms find."""
+    from replay.training import ops
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 2, 8, 8, generator=gen, dtype=torch.float64)
+    x[0, 0, 1, 1] = special  # a pixel no 1 x 1 stride-2 window reads
+    cols = F.unfold(x, (1, 1), padding=0, stride=2)
+    assert cols.isfinite().all()
+    g = torch.randn(4, 3, cols.shape[2], generator=gen, dtype=torch.float64)
+    v = torch.matmul(g, cols.transpose(1, 2)).sum(0)
+    a, b, gm = g.permute(1, 0, 2), cols.permute(0, 2, 1), 1e-8  # wide windows: close calls in most outputs
+    own = native.round_dot_summed(v.clone(), a, b, gm, determinism.SAFETY, determinism.WIDE)
+    norms = ops._channel_norms(x, (1, 1))
+    assert norms[0] == math.inf and norms[1].isfinite()
+    given = native.round_dot_summed(v.clone(), a, b, gm, determinism.SAFETY, determinism.WIDE, (None, norms))
+    assert own is not None and given is not None and len(own[1]) >= 3
+    assert given[1:] == own[1:] and torch.equal(given[0], own[0])
+
+
 @pytest.mark.parametrize("native_on", [True, False])
 def test_steps_recorded_under_the_wider_weight_gradient_bound_still_replay(native_on, monkeypatch):
     """Transcripts recorded before the weight gradient's bound was its sum's depth (gamma(B * L + 2), 50 times wider
