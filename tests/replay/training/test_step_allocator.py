@@ -166,13 +166,15 @@ from replay.training import native, step_allocator
 M = 1 << 20
 native.tune_allocator()
 step_allocator.install()
-size = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize:"))
-resource.setrlimit(resource.RLIMIT_AS, (size + 180 * M, resource.RLIM_INFINITY))
 out = {}
-a = torch.empty(96 * M, dtype=torch.uint8).fill_(1)
-del a  # kept mapped: 96 MiB of the 180
+a = torch.empty(96 * M, dtype=torch.uint8).fill_(1)  # (a parallel fill: the thread team made before the cap is set)
+del a  # kept mapped
 pin = torch.empty(64 << 10, dtype=torch.uint8).fill_(9)  # best fit: the freed segment's first 64 KiB, the rest free
-b = torch.empty(120 * M, dtype=torch.uint8).fill_(2)  # room only once the free block beside `pin` goes back
+# the cap set here, from what is mapped now (a thread or an arena made earlier counts in it, not against the room):
+# 44 MiB beyond, room for `b` only once the free block beside `pin` goes back (then 20 MiB to spare)
+size = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (size + 44 * M, resource.RLIM_INFINITY))
+b = torch.empty(120 * M, dtype=torch.uint8).fill_(2)
 out["after_120"] = step_allocator.stats()
 out["pin_intact"] = int(pin.min()) == 9 == int(pin.max())
 try:
