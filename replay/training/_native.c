@@ -1109,7 +1109,8 @@ __attribute__((noinline)) static void column_norms(const double *restrict cols, 
    parallel over (b, c) planes. torch's own walks a 6-d view element by element (a small network's
    largest copy). norms (B * L) or NULL: each image's columns' norms, what the forward product's rounding point reads
    of them (rp_dot's nb_in), added while the image's columns are in cache, where rp_dot's own pass reads them all
-   from memory again (cnn-32's second layer: 37 MB); then in parallel over images. */
+   from memory again (cnn-32's second layer: 37 MB); then an image a task, or, where images are fewer than threads,
+   a plane a task and the norms in a pass of their own. */
 void rp_im2col(const double *x, const int64_t *xs, const conv_t *cv, double *out, double *norms, int64_t threads) {
     int64_t L = cv->Ho * cv->Wo, rows = cv->C * cv->kh * cv->kw, planes = cv->B * cv->C;
     int64_t *off = cv->Wo < SHORT_ROW ? gather_table(xs, cv) : NULL; /* (none out of memory: row by row) */

@@ -520,10 +520,10 @@ def _dot_gammas(k: int, scale: float) -> tuple[float, float]:
 _GAMMAS: dict[int, float] = {}  # gamma(K + 2) by K: a model's few reduction lengths, each formed once
 
 
-def _with_bias(v: torch.Tensor, bias, bias_rows: bool, owned: bool) -> torch.Tensor:
-    """v + bias, per column or per row (bias_rows: v's rows, the last but one dim): in v's place where the caller owns
-    it. The kernel's `biased` additions, one an element, in torch."""
-    if bias is None:
+def _with_bias(v: torch.Tensor, bias, bias_rows: bool, owned: bool, add: bool) -> torch.Tensor:
+    """v + bias where `add` (`Rounder.dot`'s), per column or per row (bias_rows: v's rows, the last but one dim): in
+    v's place where the caller owns it. The kernel's `biased` additions, one an element, in torch; else v."""
+    if not add or bias is None:
         return v
     b = bias.reshape(-1, 1) if bias_rows else bias
     return v.add_(b) if owned else v + b
@@ -1078,24 +1078,23 @@ class Rounder:
         norms: (a's row norms, b's column norms) where the caller formed them (`shares_norms`), for the kernel.
         add: v is the product alone (a GEMM that adds a bias first copies it into its output: a pass of its own), and
         the point's value v + bias, one IEEE addition an element: in the kernel's record pass, else here first."""
-        if self._direct() and v.is_cpu:
-            if self.mode == "record" and native.library() is not None:
-                gk, g = _dot_gammas(a.shape[-1], scale)  # the bias's term |bias| * gk is the kernel's (no torch ops)
-                fused = native.round_dot(v, a, b, g, bias, gk, bias_rows, SAFETY, WIDE, owned, norms, add)
-                if fused is not None:
-                    return self._recorded(key, *fused)
-                v = _with_bias(v, bias, bias_rows, owned) if add else v
-                return self(key, v, _declined(dot_bound(a, b, scale, bias, bias_rows)))
-            v = _with_bias(v, bias, bias_rows, owned) if add else v
-            route = self._replay_route(key)
-            if route == "plain":
-                return self._noted(_round(v, in_place=owned))
-            if route == "kernel":
-                applied = self._replay_dot(key, v, a, b, scale, bias, bias_rows, owned)
-                if applied is not None:
-                    return applied
-        elif add:
-            v = _with_bias(v, bias, bias_rows, owned)
+        direct = self._direct() and v.is_cpu
+        if direct and self.mode == "record" and native.library() is not None:
+            gk, g = _dot_gammas(a.shape[-1], scale)  # the bias's term |bias| * gk is the kernel's (no torch ops)
+            fused = native.round_dot(v, a, b, g, bias, gk, bias_rows, SAFETY, WIDE, owned, norms, add)
+            if fused is not None:
+                return self._recorded(key, *fused)
+            return self(
+                key, _with_bias(v, bias, bias_rows, owned, add), _declined(dot_bound(a, b, scale, bias, bias_rows))
+            )
+        v = _with_bias(v, bias, bias_rows, owned, add)
+        route = self._replay_route(key) if direct else None
+        if route == "plain":
+            return self._noted(_round(v, in_place=owned))
+        if route == "kernel":
+            applied = self._replay_dot(key, v, a, b, scale, bias, bias_rows, owned)
+            if applied is not None:
+                return applied
         return self(key, v, dot_bound(a, b, scale, bias, bias_rows))
 
     def _replay_route(self, key: int) -> str | None:

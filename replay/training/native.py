@@ -352,21 +352,7 @@ def round_dot(
         head = (b0, b1, m, n, 1, k, a.data_ptr(), *sa, b.data_ptr(), *sb)
     batches = head[0] * head[1]
     given = _given(norms, batches * m, batches * n) if norms is not None else (0, 0)
-    return _dot(
-        lib,
-        v,
-        head,
-        (m + n) * k,
-        bias,
-        gbias,
-        bias_rows,
-        g,
-        safety,
-        wide,
-        in_place,
-        given,
-        add_bias and bias is not None,
-    )
+    return _dot(lib, v, head, (m + n) * k, bias, gbias, bias_rows, g, safety, wide, in_place, given, add_bias)
 
 
 def _dot_layout(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias, bias_rows: bool):
