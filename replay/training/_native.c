@@ -743,49 +743,50 @@ static void summed_in_chunks(const product_t *p, cand_t *c, int64_t n, const dou
 }
 
 /* The exact bounds' sums of candidates all[0, total) (index order), on nt threads (`summed_in_chunks`), but for
-   those `done` marks (NULL: none), whose e stays +0; how operands are read is decided on all of them. An unbatched product
-   copies its strided operands to unit stride once where many candidates read them (`worth_copying`: one
-   strided operand, or both, summed pieces shorter than PIECE_MIN included); otherwise they stream
-   (exact_bounds), and summed pieces of PIECE_MIN or more (a convolution's weight gradient) keep their own
-   path. A copy that cannot be allocated is not made. */
+   those `done` marks (NULL: none), whose e stays +0; how operands are read is decided on the candidates summed (an
+   MLP's weight gradient whose candidates are all disjoint zeros copies nothing). An unbatched product copies its
+   strided operands to unit stride once where many candidates read them (`worth_copying`: one strided operand, or
+   both, summed pieces shorter than PIECE_MIN included); otherwise they stream (exact_bounds), and summed pieces of
+   PIECE_MIN or more (a convolution's weight gradient) keep their own path. A copy that cannot be allocated is not
+   made. Which way a sum is read changes its order of addition only (the bound's own rounding: SAFETY's slack). */
 static void exact_phase(const product_t *p, cand_t *all, int64_t total, const unsigned char *done, int nt) {
+    /* the candidates to sum: the unmarked, in order (put back below); out of memory for that copy, every candidate
+       (the marked ones' sums are +0 too) */
+    cand_t *rest = done ? malloc(sizeof(cand_t) * (total + 1)) : NULL, *c = rest ? rest : all;
+    int64_t n = total;
+    if (rest) {
+        n = 0;
+        for (int64_t x = 0; x < total; x++)
+            if (!done[x]) rest[n++] = all[x];
+    }
     int64_t K = p->K1 * p->K2, rows_hit = 0, sak1 = p->sak1, sak2 = p->sak2, sbk1 = p->sbk1, sbk2 = p->sbk2;
-    for (int64_t x = 0; x < total; x++) rows_hit += x == 0 || all[x].out / p->N != all[x - 1].out / p->N;
+    for (int64_t x = 0; x < n; x++) rows_hit += x == 0 || c[x].out / p->N != c[x - 1].out / p->N;
     int unit_a = (p->K1 == 1 || sak1 == p->K2 * sak2) && sak2 == 1;
     int unit_b = (p->K1 == 1 || sbk1 == p->K2 * sbk2) && sbk2 == 1;
-    int single = p->b0 * p->b1 == 1;
-    double *ac = !unit_a && unit_b && single && worth_copying(rows_hit, total, p->M, K)
+    int single = p->b0 * p->b1 == 1 && n > 0;
+    double *ac = !unit_a && unit_b && single && worth_copying(rows_hit, n, p->M, K)
                      ? unit_copy(p->a, p->M, p->K1, p->K2, p->sai, sak1, sak2, nt)
                      : NULL;
-    double *bc = !unit_b && unit_a && single && worth_copying(total, total, p->N, K)
+    double *bc = !unit_b && unit_a && single && worth_copying(n, n, p->N, K)
                      ? unit_copy(p->b, p->N, p->K1, p->K2, p->sbj, sbk1, sbk2, nt)
                      : NULL;
     int pieces = sak2 == 1 && sbk2 == 1 && p->K2 >= PIECE_MIN; /* exact_bounds' summed pieces */
     int64_t both = p->M + p->N;
-    if (!unit_a && !unit_b && single && !pieces && total > 2 * both && both * K <= COPY_MOST) {
+    if (!unit_a && !unit_b && single && !pieces && n > 2 * both && both * K <= COPY_MOST) {
         ac = unit_copy(p->a, p->M, p->K1, p->K2, p->sai, sak1, sak2, nt);
         bc = ac ? unit_copy(p->b, p->N, p->K1, p->K2, p->sbj, sbk1, sbk2, nt) : NULL;
         if (!bc) free(ac), ac = NULL;
     }
     if (ac) {
-        for (int64_t x = 0; x < total; x++) all[x].a_off = all[x].out / p->N * K;
+        for (int64_t x = 0; x < n; x++) c[x].a_off = c[x].out / p->N * K;
         sak1 = p->K2, sak2 = 1, unit_a = 1;
     }
     if (bc) {
-        for (int64_t x = 0; x < total; x++) all[x].b_off = all[x].out % p->N * K;
+        for (int64_t x = 0; x < n; x++) c[x].b_off = c[x].out % p->N * K;
         sbk1 = p->K2, sbk2 = 1, unit_b = 1;
     }
-    /* the sums skip the candidates `done` marks (their e stays +0): the rest, in order, then put back; out of
-       memory for that copy, every candidate is summed (the marked ones' sums are +0 too) */
-    const double *ua = ac ? ac : p->a, *ub = bc ? bc : p->b;
-    cand_t *rest = done ? malloc(sizeof(cand_t) * (total + 1)) : NULL;
-    if (!rest) {
-        summed_in_chunks(p, all, total, ua, ub, sak1, sak2, sbk1, sbk2, unit_a && unit_b, nt);
-    } else {
-        int64_t n = 0;
-        for (int64_t x = 0; x < total; x++)
-            if (!done[x]) rest[n++] = all[x];
-        summed_in_chunks(p, rest, n, ua, ub, sak1, sak2, sbk1, sbk2, unit_a && unit_b, nt);
+    if (n) summed_in_chunks(p, c, n, ac ? ac : p->a, bc ? bc : p->b, sak1, sak2, sbk1, sbk2, unit_a && unit_b, nt);
+    if (rest) {
         for (int64_t x = 0, y = 0; x < total; x++)
             if (!done[x]) all[x].e = rest[y++].e;
         free(rest);

@@ -1068,7 +1068,18 @@ class Rounder:
         return self._noted(r)
 
     def dot(
-        self, key: int, v: torch.Tensor, a, b, scale=1.0, bias=None, bias_rows=False, owned=False, norms=None, add=False
+        self,
+        key: int,
+        v: torch.Tensor,
+        a,
+        b,
+        scale=1.0,
+        bias=None,
+        bias_rows=False,
+        owned=False,
+        norms=None,
+        add=False,
+        transposed=False,
     ):
         """self(key, v, dot_bound(a, b, scale, bias, bias_rows)), the same result, without forming the
         bound's other forms where the step goes straight to the native kernel's record pass or to a
@@ -1077,20 +1088,26 @@ class Rounder:
         owned: v is the caller's fresh temporary, which nothing reads after: the kernel may round it in place.
         norms: (a's row norms, b's column norms) where the caller formed them (`shares_norms`), for the kernel.
         add: v is the product alone (a GEMM that adds a bias first copies it into its output: a pass of its own), and
-        the point's value v + bias, one IEEE addition an element: in the kernel's record pass, else here first."""
+        the point's value v + bias, one IEEE addition an element: in the kernel's record pass, else here first.
+        transposed: v is the 2-D product's transpose, (N, M) contiguous, with no bias (`ops._b_gradient`: a CPU GEMM
+        forms a product of few columns slowly); the point is still the (M, N) product's, its log's indices too, and the
+        result comes in v's layout, the rounded product's transpose."""
         direct = self._direct() and v.is_cpu
         if direct and self.mode == "record" and native.library() is not None:
             gk, g = _dot_gammas(a.shape[-1], scale)  # the bias's term |bias| * gk is the kernel's (no torch ops)
-            fused = native.round_dot(v, a, b, g, bias, gk, bias_rows, SAFETY, WIDE, owned, norms, add)
+            fused = native.round_dot(v, a, b, g, bias, gk, bias_rows, SAFETY, WIDE, owned, norms, add, transposed)
             if fused is not None:
                 return self._recorded(key, *fused)
-            return self(
-                key, _with_bias(v, bias, bias_rows, owned, add), _declined(dot_bound(a, b, scale, bias, bias_rows))
-            )
+            bound = _declined(dot_bound(a, b, scale, bias, bias_rows))
+            if transposed:
+                return self(key, v.t().contiguous(), bound).t()
+            return self(key, _with_bias(v, bias, bias_rows, owned, add), bound)
         v = _with_bias(v, bias, bias_rows, owned, add)
         route = self._replay_route(key) if direct else None
-        if route == "plain":
+        if route == "plain":  # element by element: either layout
             return self._noted(_round(v, in_place=owned))
+        if transposed:  # the point's own layout for the rest (a replay's log names it, a tracer, the torch path)
+            return self.dot(key, v.t().contiguous(), a, b, scale, owned=True).t()
         if route == "kernel":
             applied = self._replay_dot(key, v, a, b, scale, bias, bias_rows, owned)
             if applied is not None:

@@ -320,6 +320,7 @@ def round_dot(
     in_place: bool = False,
     norms=None,
     add_bias: bool = False,
+    transposed: bool = False,
 ):
     """Fused rounding point for v = scale * (a @ b) + bias (bias per column, or per row), its bound's
     terms g * |a| @ |b| and |bias| * gbias: (float32(v) as float64, close calls' flat indices, their log
@@ -328,10 +329,14 @@ def round_dot(
     reads: no output's pages to fault in, none to hold); v is unchanged where the result is None. norms: (A's
     row norms, B's column norms), each batch's in turn, where the caller formed them (`row_col_norms`,
     `im2col` with_norms), or None (formed here); either may be None. add_bias: v is the product alone and the point's
-    value v + bias, added in the kernel's passes over v (`rp_dot`); v is unchanged where the result is None."""
+    value v + bias, added in the kernel's passes over v (`rp_dot`); v is unchanged where the result is None.
+    transposed: v is the 2-D product's transpose (N, M), no bias (`Rounder.dot`'s): the output is in v's layout, the
+    close calls' indices the (M, N) product's, in order."""
     lib = library()
     if lib is None:
         return None
+    if transposed:
+        return _transposed_dot(v, a, b, g, gbias, safety, wide, in_place, norms) if bias is None else None
     if v.dim() == a.dim() == b.dim() == 2:  # a linear layer's (most points): `_product`'s checks, unbatched
         (m, k), (kb, n) = a.shape, b.shape
         if kb != k or v.shape != (m, n) or not v.is_contiguous():
@@ -353,6 +358,20 @@ def round_dot(
     batches = head[0] * head[1]
     given = _given(norms, batches * m, batches * n) if norms is not None else (0, 0)
     return _dot(lib, v, head, (m + n) * k, bias, gbias, bias_rows, g, safety, wide, in_place, given, add_bias)
+
+
+def _transposed_dot(v, a, b, g: float, gbias: float, safety: float, wide: float, in_place: bool, norms):
+    """`round_dot` of v = (a @ b)^T as the product b^T a^T, whose output v is, its close calls' indices mapped to
+    (a @ b)'s and sorted (a candidate's terms and bound are the same either way)."""
+    if not (v.dim() == a.dim() == b.dim() == 2):
+        return None
+    swapped = (norms[1], norms[0]) if norms is not None else None  # b's column norms are b^T's row norms
+    got = round_dot(v, b.t(), a.t(), g, None, gbias, False, safety, wide, in_place, swapped)
+    if got is None or not got[1]:
+        return got
+    m, n = a.shape[0], b.shape[1]
+    pairs = sorted(zip([f % m * n + f // m for f in got[1]], got[2]))
+    return got[0], [f for f, _ in pairs], [c for _, c in pairs]
 
 
 def _dot_layout(v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias, bias_rows: bool):

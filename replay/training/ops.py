@@ -123,9 +123,7 @@ class _Matmul(torch.autograd.Function):
             bt = b.transpose(-2, -1)
             ga = R.dot(key + 1, torch.matmul(g, bt), g, bt, owned=True, norms=(rg, rb))
         if ctx.needs_input_grad[1]:
-            at = a.transpose(-2, -1)
-            gb = R.dot(key + 2, torch.matmul(at, g), at, g, owned=True, norms=(ca, cg))
-            gb = gb.t() if ctx.weight else gb  # (the point is B's, (K, N), as it always was: its log's indices)
+            gb = _b_gradient(R, key + 2, a, g, (ca, cg), ctx.weight)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             rows = g.reshape(-1, g.shape[-1])
             gbias = _sums_native(R, key + 3, rows.unsqueeze(-1))
@@ -133,6 +131,19 @@ class _Matmul(torch.autograd.Function):
                 err = lambda: abs_sum(rows, 0) * gamma(rows.shape[0])
                 gbias = R.full(key + 3, rows.sum(0), err, (rows.shape[1],))
         return ga, gb, gbias, None, None, None
+
+
+def _b_gradient(R, key: int, a, g, norms, weight: bool):
+    """B's gradient A^T g, the point (K, N) (its log's indices); a linear layer's weight (`weight`) takes its
+    transpose. There, on a CPU, where N < K, the GEMM forms that transpose, g^T A, (N, K), the weight's own layout,
+    and the rounder takes it as the point's transpose (`Rounder.dot`'s transposed): a CPU GEMM forms a product of few
+    columns slowly (the 0.1M MLP's last layer, (256, 8) over 64 terms: 28 us, its transpose 10; the gpt's MLP, (256, 64)
+    over 512: 476 us, 339). On every CPU path alike (kernel or not), so that one machine's paths sum the same way."""
+    at = a.transpose(-2, -1)
+    if weight and a.dim() == 2 and a.is_cpu and g.shape[-1] < a.shape[-1]:
+        return R.dot(key, torch.mm(g.t(), a), at, g, owned=True, norms=norms, transposed=True)
+    gb = R.dot(key, torch.matmul(at, g), at, g, owned=True, norms=norms)
+    return gb.t() if weight else gb
 
 
 def _both_norms(R, t: torch.Tensor) -> tuple:

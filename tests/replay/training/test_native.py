@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from replay.prover.recorder import DEFAULT_OPTIMIZER
 from replay.training import architectures as models
-from replay.training import determinism, native
+from replay.training import determinism, native, ops
 from replay.training.bundled_data import Batches
 from replay.training.determinism import (
     LogMismatch,
@@ -39,7 +39,7 @@ from replay.training.determinism import (
 from replay.training.ops import _weight_grad_bound
 from replay.training.train import initial_state, ipow, train_step
 
-from ..helpers import TINY, doctored_entries, kernel_threads
+from ..helpers import TINY, doctored_entries, doctored_points, kernel_threads
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler: the torch path is used")
 
@@ -264,6 +264,105 @@ def test_a_bias_added_in_the_record_pass_is_the_products_plus_its_bias(batch, m,
     assert (got[0] is given) == in_place
     if not in_place:
         assert torch.equal(given.view(torch.int64), v.view(torch.int64))  # v itself unchanged
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 24),
+    st.integers(1, 24),
+    st.integers(1, 12),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from([1, 3]),
+)
+def test_a_transposed_product_rounds_as_the_product_itself(m, n, k, in_place, given_norms, seed, threads):
+    """`round_dot`'s transposed: v the product's transpose (N, M), rounded as the product (M, N) is (its log's layout):
+    the outputs are the product's transposed, bit for bit, and the close calls and codes the product's, in its index
+    order, with norms handed in (each operand's own) or formed by the kernel, in place or not, on any number of
+    threads; exact zeros (cancelling terms), signed zeros and a NaN included. With a bias it declines."""
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=gen, dtype=torch.float64)
+    b = torch.randn(k, n, generator=gen, dtype=torch.float64)
+    if k > 1:  # a row of a and a column of b whose terms cancel: an exact 0 with a positive window
+        a[0, 1] = a[0, 0]
+        b[1, 0] = -b[0, 0]
+        a[0, 2:] = 0.0
+    v = a @ b
+    v[torch.rand(v.shape, generator=gen) < 0.1] = -0.0
+    if v.numel() > 3:
+        v.view(-1)[3] = math.nan
+    g = 1e-8  # wide windows: a close call in about one output in three
+    norms = (a.norm(dim=1), b.norm(dim=0)) if given_norms else None
+    with kernel_threads(threads):
+        want = native.round_dot(v.clone(), a, b, g, None, g, False, determinism.SAFETY, determinism.WIDE)
+        vt = v.t().contiguous()
+        got = native.round_dot(
+            vt, a, b, g, None, g, False, determinism.SAFETY, determinism.WIDE, in_place, norms, transposed=True
+        )
+        biased = native.round_dot(
+            v.t().contiguous(), a, b, g, b[0], g, False, determinism.SAFETY, determinism.WIDE, transposed=True
+        )
+    assert want is not None and got is not None and biased is None
+    assert got[0].shape == (n, m) and torch.equal(got[0].view(torch.int64), want[0].t().view(torch.int64))
+    assert got[1:] == want[1:] and (len(want[1]) > 0 or v.numel() < 40)
+    assert got[1] == sorted(got[1])
+    assert (got[0] is vt) == in_place
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+@pytest.mark.parametrize("who", ["record", "declined", "replay", "doctored", "wide", "trace", "perturbed"])
+def test_a_transposed_point_is_the_point_on_every_route(who, kernel, monkeypatch):
+    """`Rounder.dot`'s transposed (v the product's transpose; `ops._b_gradient`): on every route, the kernel on and
+    off, the result is the product's point transposed, bit for bit, and what it logs, traces or refuses is the
+    product's: a recording (kernel pass, a point the kernel declines, torch path), a replay of that log (plain points in place, logged ones
+    applied), a doctored one (the other float32 of each window followed; one far outside refused at the same element),
+    a tracer, a perturbed machine."""
+    g = torch.Generator().manual_seed(3)
+    a, b = (_f32(torch.randn(*shape, generator=g, dtype=torch.float64)) for shape in ((60, 8), (8, 40)))
+    a[:5, 1::2], b[1::2] = a[:5, 0::2], -b[0::2]  # five rows of exact zeros: close calls at any scale
+    v = a @ b
+    f = v[1::7, ::5].float()  # and midpoints between two float32s
+    v[1::7, ::5] = (f.double() + torch.nextafter(f, torch.full_like(f, math.inf)).double()) / 2
+    monkeypatch.setattr(native, "_LIB", native.library() if kernel else False)
+    recorded = Rounder("record", defer=False)  # (the torch path's deferred slots are a step's: LogOverflow here)
+    recorded.op("point")
+    recorded.dot(0, v.clone(), a, b)
+    assert recorded.entries and len(recorded.entries[0][0]) > 1
+
+    if who == "declined":  # the kernel declines the point (a crowded one): the torch path takes it
+        monkeypatch.setattr(native, "round_dot", lambda *args, **kw: None)
+
+    def rounder():
+        if who in ("record", "declined"):
+            r = Rounder("record", defer=False)
+        elif who == "trace":
+            r = Rounder("record", trace=[], defer=False)
+        elif who == "perturbed":
+            moved = lambda v, bound: v + bound.at(torch.arange(v.numel())).reshape(v.shape) / 2
+            r = Rounder("record", perturb=moved, defer=False)
+        else:
+            r = Rounder("replay", entries=doctored_points(recorded.entries, [0], {"doctored": "parity"}.get(who, who)))
+        r.op("point")
+        return r
+
+    outcomes = []
+    for transposed in (False, True):
+        r, given = rounder(), (v.t().contiguous() if transposed else v.clone())
+        try:
+            out = r.dot(0, given, a, b, owned=True, transposed=transposed)
+            r.finish()  # (a deferred replay's refusals come at the step's end)
+            outcomes.append((out.t() if transposed else out, r.entries if r.mode == "record" else None, r.trace))
+        except LogMismatch as exc:
+            outcomes.append(str(exc))
+    plain, turned = outcomes
+    if who == "wide":
+        assert isinstance(plain, str) and plain == turned
+        return
+    assert torch.equal(turned[0].view(torch.int64), plain[0].view(torch.int64))
+    assert turned[1] == plain[1]
+    if who == "trace":
+        assert len(turned[2]) == len(plain[2]) == 1 and torch.equal(turned[2][0][2], plain[2][0][2])
 
 
 @pytest.mark.parametrize("bias_rows", [False, True])
@@ -1126,6 +1225,50 @@ def test_a_crowded_product_declined_in_place_is_left_as_it_was(threads):
     with kernel_threads(threads):
         assert native.round_dot(v, a, b, 1e-14, None, 0.0, False, 4.0, 8.0, in_place=True) is None
     assert torch.equal(v.view(torch.int64), before.view(torch.int64))
+
+
+def _b_gradient_as_product(R, key, a, g, norms, weight):
+    """`ops._b_gradient` as it was: always A^T g, the point's own layout (another machine's GEMM, in effect)."""
+    at = a.transpose(-2, -1)
+    gb = R.dot(key, torch.matmul(at, g), at, g, owned=True, norms=norms)
+    return gb.t() if weight else gb
+
+
+@pytest.mark.parametrize("arch", ["mlp", "gpt"])
+@pytest.mark.parametrize("kernel", [True, False])
+def test_a_weight_gradient_formed_transposed_replays_where_it_is_not(arch, kernel, monkeypatch):
+    """A narrow linear layer's weight gradient is formed as its transpose on a CPU (`ops._b_gradient`: the tiny MLP's
+    head 48 -> 4, the GPT's MLP 128 -> 32), another sum than the point's own layout: three recorded steps replay
+    to the same states where the gradient is formed the other way (as a machine with another GEMM sums), and the
+    other way round, with the kernel on and off; and the transposed product is the one recorded."""
+    cfg, opt = TINY[arch]["config"], DEFAULT_OPTIMIZER[arch]
+    model = models.build(arch, cfg)
+    batches = Batches(arch, cfg, TINY[arch]["batch"], 7)
+    monkeypatch.setattr(native, "_LIB", native.library() if kernel else False)
+    turned = []
+    real_dot = Rounder.dot
+    monkeypatch.setattr(
+        Rounder, "dot", lambda self, *a, **kw: turned.append(kw.get("transposed")) or real_dot(self, *a, **kw)
+    )
+    ways = {"transposed": ops._b_gradient, "as product": _b_gradient_as_product}
+    for recorded_way, replayed_way in (("transposed", "as product"), ("as product", "transposed")):
+        monkeypatch.setattr(ops, "_b_gradient", ways[recorded_way])
+        turned.clear()
+        state = initial_state(models.init_params(arch, cfg, 7), opt)
+        states, logs = [state], []
+        for t in range(3):
+            r = Rounder("record")
+            state, _ = train_step(model, state, batches(t), opt, "det64", r)
+            states.append(state)
+            logs.append(encode_log(r.entries))
+        assert any(turned) == (recorded_way == "transposed")
+        assert sum(len(decode_log(log)) for log in logs) > 0
+        monkeypatch.setattr(ops, "_b_gradient", ways[replayed_way])
+        for t in range(3):
+            replayed, _ = train_step(
+                model, states[t], batches(t), opt, "det64", Rounder("replay", entries=decode_log(logs[t]))
+            )
+            assert replayed.equal(states[t + 1]), (recorded_way, t)
 
 
 def test_a_replays_unlogged_product_is_rounded_in_place_where_its_caller_owns_it():
