@@ -1114,6 +1114,28 @@ class Rounder:
                 return applied
         return self(key, v, dot_bound(a, b, scale, bias, bias_rows))
 
+    def recorded_product(self, key: int, v, a, b, bias=None, norms=None, add=False, transposed=False):
+        """`dot(key, v, a, b, 1.0, bias, False, True, norms, add, transposed)` where the caller has established what
+        the kernel's record pass needs (`hands_norms`; v a fresh contiguous float64 product of 2-D CPU float64
+        operands, scale 1, the bias none or per column): that pass alone, without `dot`'s routes and `round_dot`'s
+        checks (a small model's linear layers are most of its points, and its step mostly their Python); `dot`
+        where the kernel declines."""
+        gk, g = _dot_gammas(a.shape[-1], 1.0)
+        if transposed:
+            fused = native.round_dot(v, a, b, g, bias, gk, False, SAFETY, WIDE, True, norms, add, True)
+        else:
+            fused = native.record_product(v, a, b, g, gk, SAFETY, WIDE, bias, add, norms)
+        if fused is None:
+            return self.dot(key, v, a, b, 1.0, bias, False, True, norms, add, transposed)
+        return self._recorded(key, *fused)
+
+    def recorded_column_sums(self, key: int, x: torch.Tensor) -> torch.Tensor | None:
+        """The point sum of a 2-D x over its rows (a linear layer's bias gradient, its bound the magnitudes' sums
+        times gamma(rows)) in one kernel pass, where the caller has established what it needs (`hands_norms`; x
+        contiguous CPU float64); None where the kernel declines (the caller's other path)."""
+        got = native.record_column_sums(x, gamma(x.shape[0]), SAFETY, WIDE)
+        return None if got is None else self._recorded(key, *got)
+
     def _replay_route(self, key: int) -> str | None:
         """How a replay's point goes on the CPU: "plain" rounding where it is unlogged (`_unlogged`), "kernel" where
         `_apply` would apply its entries on the CPU's kernel, entry by entry (not lenient, the kernel there), or

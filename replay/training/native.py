@@ -360,6 +360,31 @@ def round_dot(
     return _dot(lib, v, head, (m + n) * k, bias, gbias, bias_rows, g, safety, wide, in_place, given, add_bias)
 
 
+def record_product(v, a, b, g: float, gbias: float, safety: float, wide: float, bias=None, add_bias=False, norms=None):
+    """`round_dot(v, a, b, g, bias, gbias, False, safety, wide, True, norms, add_bias)` where the caller has established
+    its checks (`Rounder.recorded_product`: v a fresh contiguous product of 2-D CPU float64 operands, the kernel
+    loaded, the bias none or per column): the kernel's pass alone, v rounded in place. None where it declines (v as
+    it was) or cannot take the bias."""
+    (m, k), n = a.shape, b.shape[1]
+    if bias is not None and not _bias_ok(bias, n):
+        return None
+    (sai, sak), (sbk, sbj) = a.stride(), b.stride()
+    head = (1, 1, m, n, 1, k, a.data_ptr(), 0, 0, sai, 0, sak, b.data_ptr(), 0, 0, 0, sbk, sbj)
+    given = _given(norms, m, n) if norms is not None else (0, 0)
+    return _dot(_LIB, v, head, (m + n) * k, bias, gbias, False, g, safety, wide, True, given, add_bias)
+
+
+def record_column_sums(x: torch.Tensor, g: float, safety: float, wide: float):
+    """`axis_sums` of a 2-D contiguous CPU float64 x (rows, O) over its rows (a linear layer's bias gradient), logging,
+    its checks the caller's (`Rounder.recorded_column_sums`): (the rounded sums, close calls' indices, codes), or None
+    where the kernel ran out of memory."""
+    rows, o = x.shape
+    out = torch.empty(o, dtype=_F64)
+    head = (x.data_ptr(), out.data_ptr(), 0, rows, o, 1, g, safety, wide, threads(x))
+    got = _collect(_LIB.rp_axis_sums, _AXIS_SUMS_ARGS, head, max(1024, o >> 6))
+    return None if got is None else (out, *got)
+
+
 def _transposed_dot(v, a, b, g: float, gbias: float, safety: float, wide: float, in_place: bool, norms):
     """`round_dot` of v = (a @ b)^T as the product b^T a^T, whose output v is, its close calls' indices mapped to
     (a @ b)'s and sorted (a candidate's terms and bound are the same either way)."""

@@ -108,6 +108,10 @@ class _Matmul(torch.autograd.Function):
         ctx.op, ctx.scale, ctx.has_bias = op, scale, bias is not None
         (ra, ca), (rb, cb) = _both_norms(R, a), _both_norms(R, b)
         ctx.norms = ca, rb  # what backward's products read of a and b: a's columns (its weight gradient), b's rows
+        # a linear layer's product in a CPU recording on the kernel: its points straight to the kernel's pass
+        ctx.lean = scale == 1.0 and a.dim() == b.dim() == 2 and R.hands_norms() and native.usable(a, b)
+        if ctx.lean:
+            return R.recorded_product(op * SLOTS, c, a, b, bias, (ra, cb), add)
         return R.dot(op * SLOTS, c, a, b, scale, bias, owned=True, norms=(ra, cb), add=add)
 
     @staticmethod
@@ -118,13 +122,16 @@ class _Matmul(torch.autograd.Function):
         if ctx.scale != 1.0:
             g = g * ctx.scale
         (rg, cg), (ca, rb) = _both_norms(R, g), ctx.norms
+        lean = ctx.lean and g.is_contiguous() and native.usable(g) and R.hands_norms()
         ga = gb = gbias = None
         if ctx.needs_input_grad[0]:
             bt = b.transpose(-2, -1)
-            ga = R.dot(key + 1, torch.matmul(g, bt), g, bt, owned=True, norms=(rg, rb))
+            ga = _product_point(R, key + 1, torch.matmul(g, bt), g, bt, (rg, rb), lean)
         if ctx.needs_input_grad[1]:
-            gb = _b_gradient(R, key + 2, a, g, (ca, cg), ctx.weight)
+            gb = _b_gradient(R, key + 2, a, g, (ca, cg), ctx.weight, lean)
         if ctx.has_bias and ctx.needs_input_grad[2]:
+            gbias = R.recorded_column_sums(key + 3, g) if lean else None
+        if ctx.has_bias and ctx.needs_input_grad[2] and gbias is None:
             rows = g.reshape(-1, g.shape[-1])
             gbias = _sums_native(R, key + 3, rows.unsqueeze(-1))
             if gbias is None:
@@ -133,7 +140,15 @@ class _Matmul(torch.autograd.Function):
         return ga, gb, gbias, None, None, None
 
 
-def _b_gradient(R, key: int, a, g, norms, weight: bool):
+def _product_point(R, key: int, v, a, b, norms, lean: bool, transposed: bool = False):
+    """A fresh product's point, v owned: straight to the kernel's record pass where `lean` (`_Matmul`'s: a 2-D
+    product in a CPU recording on the kernel, every operand CPU float64), else through `Rounder.dot`'s routes."""
+    if lean:
+        return R.recorded_product(key, v, a, b, norms=norms, transposed=transposed)
+    return R.dot(key, v, a, b, owned=True, norms=norms, transposed=transposed)
+
+
+def _b_gradient(R, key: int, a, g, norms, weight: bool, lean: bool = False):
     """B's gradient A^T g, the point (K, N) (its log's indices); a linear layer's weight (`weight`) takes its
     transpose. There, on a CPU, where N < K, the GEMM forms that transpose, g^T A, (N, K), the weight's own layout,
     and the rounder takes it as the point's transpose (`Rounder.dot`'s transposed): a CPU GEMM forms a product of few
@@ -141,8 +156,8 @@ def _b_gradient(R, key: int, a, g, norms, weight: bool):
     over 512: 476 us, 339). On every CPU path alike (kernel or not), so that one machine's paths sum the same way."""
     at = a.transpose(-2, -1)
     if weight and a.dim() == 2 and a.is_cpu and g.shape[-1] < a.shape[-1]:
-        return R.dot(key, torch.mm(g.t(), a), at, g, owned=True, norms=norms, transposed=True)
-    gb = R.dot(key, torch.matmul(at, g), at, g, owned=True, norms=norms)
+        return _product_point(R, key, torch.mm(g.t(), a), at, g, norms, lean, transposed=True)
+    gb = _product_point(R, key, torch.matmul(at, g), at, g, norms, lean)
     return gb.t() if weight else gb
 
 

@@ -310,6 +310,120 @@ def test_a_transposed_product_rounds_as_the_product_itself(m, n, k, in_place, gi
     assert (got[0] is vt) == in_place
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 24),
+    st.integers(1, 24),
+    st.integers(1, 12),
+    st.sampled_from(["none", "added", "given"]),
+    st.booleans(),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from([1, 3]),
+)
+def test_a_layers_lean_record_pass_is_round_dots(m, n, k, bias_kind, given_norms, seed, threads):
+    """`native.record_product` (a linear layer's points in a CPU recording: `Rounder.recorded_product`) is
+    `round_dot` in place: the same outputs, close calls and codes, with a bias added in the pass or none, norms handed
+    in or formed; and `record_column_sums` (its bias gradient) is `axis_sums` over the rows."""
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=gen, dtype=torch.float64)
+    b = torch.randn(n, k, generator=gen, dtype=torch.float64).t()  # a weight's transpose, as the layer takes it
+    v = a @ b
+    v[torch.rand(v.shape, generator=gen) < 0.1] = -0.0
+    bias = torch.randn(n, generator=gen, dtype=torch.float64) if bias_kind != "none" else None
+    if bias_kind == "given":  # a product with its bias in it (a GPU's addmm): not added again
+        v = v + bias
+    add = bias_kind == "added"
+    norms = (a.norm(dim=1), b.norm(dim=0)) if given_norms else None
+    g = 1e-8  # wide windows: a close call in about one output in three
+    with kernel_threads(threads):
+        want = native.round_dot(
+            v.clone(), a, b, g, bias, g, False, determinism.SAFETY, determinism.WIDE, True, norms, add
+        )
+        mine = v.clone()
+        got = native.record_product(mine, a, b, g, g, determinism.SAFETY, determinism.WIDE, bias, add, norms)
+        sums = native.record_column_sums(v, 1e-8, determinism.SAFETY, determinism.WIDE)
+        want_sums = native.axis_sums(v.unsqueeze(-1), 1e-8, determinism.SAFETY, determinism.WIDE, True)
+    assert got[0] is mine and torch.equal(got[0].view(torch.int64), want[0].view(torch.int64))
+    assert got[1:] == want[1:] and (len(want[1]) > 0 or v.numel() < 40)
+    assert torch.equal(sums[0].view(torch.int64), want_sums[0].view(torch.int64))
+    assert list(sums[1:]) == list(want_sums[1][0])
+
+
+@pytest.mark.parametrize("rows", [3, 40])
+def test_a_lean_bias_gradient_is_bounded_by_its_rows(rows):
+    """`Rounder.recorded_column_sums` (a linear layer's bias gradient on the kernel): a column sum 3% inside SAFETY
+    times its bound, sum |x| * gamma(rows), from a float32 midpoint is a close call, 3% outside is not, as through the
+    general pass (`ops._sums_native`); its windows are the rows', not the columns' (o = 12)."""
+    o, c = 12, 2.0**-10
+    mid = 1 + (2 * torch.arange(o, dtype=torch.float64) + 1) * 2.0**-24  # float32 midpoints
+    window = (mid + 2 * c) * gamma(rows) * determinism.SAFETY
+    inside = torch.arange(o) % 2 == 0
+    x = torch.zeros(rows, o, dtype=torch.float64)
+    x[0], x[1], x[2] = c, -c, mid + torch.where(inside, 0.97, 1.03) * window  # every partial sum exact
+    got = []
+    for lean in (True, False):
+        r = Rounder("record")
+        r.op("layer")
+        out = r.recorded_column_sums(0, x) if lean else ops._sums_native(r, 0, x.unsqueeze(-1))
+        got.append((out, r.entries.get(0, ([], []))[0]))
+    assert torch.equal(got[0][0], got[1][0])
+    assert got[0][1] == got[1][1] == inside.nonzero().flatten().tolist()
+
+
+def test_a_linear_layers_gradient_in_any_layout_takes_the_lean_points_or_not_alike(monkeypatch):
+    """A linear layer's backward given a gradient that is not contiguous (a transpose's: the lean passes read rows of
+    it in place) gives what the general routes give: the same gradients, bit for bit, and the same close calls."""
+    g = torch.Generator().manual_seed(5)
+    x = _f32(torch.randn(16, 20, generator=g, dtype=torch.float64))
+    w = _f32(torch.randn(6, 20, generator=g, dtype=torch.float64)).requires_grad_()
+    b = _f32(torch.randn(6, generator=g, dtype=torch.float64)).requires_grad_()
+    gy = torch.randn(6, 16, generator=g, dtype=torch.float64).t()
+    x[:, 1::2], gy[:, 0] = x[:, 0::2], 0.0  # exact zeros, and close calls where sums cancel
+    got = []
+    for lean in (True, False):
+        if not lean:
+            monkeypatch.setattr(native, "record_product", lambda *a, **k: None)
+            monkeypatch.setattr(native, "record_column_sums", lambda *a, **k: None)
+        r = Rounder("record", defer=False)
+        with determinism.rounding(r):
+            xg = x.clone().requires_grad_()
+            y = ops.Det.linear(xg, w, b, "layer")
+            grads = torch.autograd.grad(y, [xg, w, b], gy)
+        got.append(([t.view(torch.int64) for t in grads], r.entries))
+    assert all(torch.equal(p, q) for p, q in zip(got[0][0], got[1][0])) and got[0][1] == got[1][1]
+
+
+@pytest.mark.parametrize("arch", ["mlp", "gpt"])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_linear_layers_lean_points_record_what_the_rounders_routes_do(arch, threads, monkeypatch):
+    """A linear layer's points straight to the kernel's pass (`_Matmul`'s lean: `Rounder.recorded_product`,
+    `recorded_column_sums`) record the states and logs that `Rounder.dot`'s routes and the bias gradient's general
+    pass do (the lean calls made to decline), over three steps; the lean path is the one taken."""
+    cfg, opt = TINY[arch]["config"], DEFAULT_OPTIMIZER[arch]
+    model = models.build(arch, cfg)
+    batches = Batches(arch, cfg, TINY[arch]["batch"], 11)
+    taken = []
+    real_product, real_sums = native.record_product, native.record_column_sums
+    results = []
+    with kernel_threads(threads):
+        for lean in (True, False):
+            monkeypatch.setattr(native, "record_product", lambda *a, **k: taken.append(1) or real_product(*a, **k))
+            monkeypatch.setattr(native, "record_column_sums", lambda *a, **k: taken.append(2) or real_sums(*a, **k))
+            if not lean:
+                monkeypatch.setattr(native, "record_product", lambda *a, **k: None)
+                monkeypatch.setattr(native, "record_column_sums", lambda *a, **k: None)
+            taken.clear()
+            state, logs = initial_state(models.init_params(arch, cfg, 11), opt), []
+            for t in range(3):
+                r = Rounder("record")
+                state, loss = train_step(model, state, batches(t), opt, "det64", r)
+                logs.append((loss, encode_log(r.entries)))
+            results.append((state, logs))
+            assert (1 in taken and 2 in taken) == lean
+    (s0, logs0), (s1, logs1) = results
+    assert s0.equal(s1) and logs0 == logs1 and any(log for _, log in logs0)
+
+
 @pytest.mark.parametrize("kernel", [True, False])
 @pytest.mark.parametrize("who", ["record", "declined", "replay", "doctored", "wide", "trace", "perturbed"])
 def test_a_transposed_point_is_the_point_on_every_route(who, kernel, monkeypatch):
@@ -1227,7 +1341,7 @@ def test_a_crowded_product_declined_in_place_is_left_as_it_was(threads):
     assert torch.equal(v.view(torch.int64), before.view(torch.int64))
 
 
-def _b_gradient_as_product(R, key, a, g, norms, weight):
+def _b_gradient_as_product(R, key, a, g, norms, weight, lean=False):
     """`ops._b_gradient` as it was: always A^T g, the point's own layout (another machine's GEMM, in effect)."""
     at = a.transpose(-2, -1)
     gb = R.dot(key, torch.matmul(at, g), at, g, owned=True, norms=norms)
@@ -1246,10 +1360,10 @@ def test_a_weight_gradient_formed_transposed_replays_where_it_is_not(arch, kerne
     batches = Batches(arch, cfg, TINY[arch]["batch"], 7)
     monkeypatch.setattr(native, "_LIB", native.library() if kernel else False)
     turned = []
-    real_dot = Rounder.dot
-    monkeypatch.setattr(
-        Rounder, "dot", lambda self, *a, **kw: turned.append(kw.get("transposed")) or real_dot(self, *a, **kw)
-    )
+    for name in ("dot", "recorded_product"):  # (a recording on the kernel takes the lean one: `_Matmul`)
+        real = getattr(Rounder, name)
+        spy = lambda self, *a, real=real, **kw: turned.append(kw.get("transposed")) or real(self, *a, **kw)
+        monkeypatch.setattr(Rounder, name, spy)
     ways = {"transposed": ops._b_gradient, "as product": _b_gradient_as_product}
     for recorded_way, replayed_way in (("transposed", "as product"), ("as product", "transposed")):
         monkeypatch.setattr(ops, "_b_gradient", ways[recorded_way])
