@@ -1114,26 +1114,43 @@ class Rounder:
                 return applied
         return self(key, v, dot_bound(a, b, scale, bias, bias_rows))
 
-    def recorded_product(self, key: int, v, a, b, bias=None, norms=None, add=False, transposed=False):
-        """`dot(key, v, a, b, 1.0, bias, False, True, norms, add, transposed)` where the caller has established what
-        the kernel's record pass needs (`hands_norms`; v a fresh contiguous float64 product of 2-D CPU float64
-        operands, scale 1, the bias none or per column): that pass alone, without `dot`'s routes and `round_dot`'s
-        checks (a small model's linear layers are most of its points, and its step mostly their Python); `dot`
-        where the kernel declines."""
-        gk, g = _dot_gammas(a.shape[-1], 1.0)
-        if transposed:
-            fused = native.round_dot(v, a, b, g, bias, gk, False, SAFETY, WIDE, True, norms, add, True)
-        else:
-            fused = native.record_product(v, a, b, g, gk, SAFETY, WIDE, bias, add, norms)
-        if fused is None:
-            return self.dot(key, v, a, b, 1.0, bias, False, True, norms, add, transposed)
-        return self._recorded(key, *fused)
+    def takes_kernel_points(self) -> bool:
+        """May a caller that has checked its operands hand its points to the CPU kernel's passes straight
+        (`kernel_product`, `kernel_column_sums`): a recording or a replay on the CPU's kernel, this class's own
+        `__call__`, nothing to perturb or trace."""
+        return self.mode in ("record", "replay") and self._direct() and native.library() is not None
 
-    def recorded_column_sums(self, key: int, x: torch.Tensor) -> torch.Tensor | None:
+    def kernel_product(self, key: int, v, a, b, bias=None, norms=None, add=False, transposed=False):
+        """`dot(key, v, a, b, 1.0, bias, False, True, norms, add, transposed)` where the caller has established what
+        the kernel's passes need (`takes_kernel_points`; v a fresh contiguous float64 product of 2-D CPU float64
+        operands, scale 1, the bias none or per column): in a recording the kernel's record pass alone, in a replay
+        plain rounding where the log names nothing there, without `dot`'s routes and `round_dot`'s checks (a small
+        model's linear layers are most of its points, and its step mostly their Python); `dot` otherwise, and where
+        the kernel declines."""
+        if self.mode == "record":
+            gk, g = _dot_gammas(a.shape[-1], 1.0)
+            if transposed:
+                fused = native.round_dot(v, a, b, g, bias, gk, False, SAFETY, WIDE, True, norms, add, True)
+            else:
+                fused = native.record_product(v, a, b, g, gk, SAFETY, WIDE, bias, add, norms)
+            if fused is not None:
+                return self._recorded(key, *fused)
+        elif self._replay_route(key) == "plain":  # element by element: either layout
+            return self._noted(_round(_with_bias(v, bias, False, True, add), in_place=True))
+        return self.dot(key, v, a, b, 1.0, bias, False, True, norms, add, transposed)
+
+    def kernel_column_sums(self, key: int, x: torch.Tensor) -> torch.Tensor | None:
         """The point sum of a 2-D x over its rows (a linear layer's bias gradient, its bound the magnitudes' sums
-        times gamma(rows)) in one kernel pass, where the caller has established what it needs (`hands_norms`; x
-        contiguous CPU float64); None where the kernel declines (the caller's other path)."""
-        got = native.record_column_sums(x, gamma(x.shape[0]), SAFETY, WIDE)
+        times gamma(rows)) in one kernel pass, where the caller has established what it needs (`takes_kernel_points`;
+        x contiguous CPU float64): logging in a recording, plain rounding in a replay whose log names nothing there;
+        None otherwise, or where the kernel declines (the caller's general pass)."""
+        if self.mode == "record":
+            log = True
+        elif self._replay_route(key) == "plain":
+            log = False
+        else:
+            return None
+        got = native.column_sums(x, gamma(x.shape[0]), SAFETY, WIDE, log)
         return None if got is None else self._recorded(key, *got)
 
     def _replay_route(self, key: int) -> str | None:

@@ -362,7 +362,7 @@ def round_dot(
 
 def record_product(v, a, b, g: float, gbias: float, safety: float, wide: float, bias=None, add_bias=False, norms=None):
     """`round_dot(v, a, b, g, bias, gbias, False, safety, wide, True, norms, add_bias)` where the caller has established
-    its checks (`Rounder.recorded_product`: v a fresh contiguous product of 2-D CPU float64 operands, the kernel
+    its checks (`Rounder.kernel_product`: v a fresh contiguous product of 2-D CPU float64 operands, the kernel
     loaded, the bias none or per column): the kernel's pass alone, v rounded in place. None where it declines (v as
     it was) or cannot take the bias."""
     (m, k), n = a.shape, b.shape[1]
@@ -374,13 +374,15 @@ def record_product(v, a, b, g: float, gbias: float, safety: float, wide: float, 
     return _dot(_LIB, v, head, (m + n) * k, bias, gbias, False, g, safety, wide, True, given, add_bias)
 
 
-def record_column_sums(x: torch.Tensor, g: float, safety: float, wide: float):
-    """`axis_sums` of a 2-D contiguous CPU float64 x (rows, O) over its rows (a linear layer's bias gradient), logging,
-    its checks the caller's (`Rounder.recorded_column_sums`): (the rounded sums, close calls' indices, codes), or None
-    where the kernel ran out of memory."""
+def column_sums(x: torch.Tensor, g: float, safety: float, wide: float, log: bool):
+    """`axis_sums` of a 2-D contiguous CPU float64 x (rows, O) over its rows (a linear layer's bias gradient), its
+    checks the caller's (`Rounder.kernel_column_sums`): (the rounded sums, close calls' indices, codes), none where not
+    `log`; None where the kernel ran out of memory."""
     rows, o = x.shape
     out = torch.empty(o, dtype=_F64)
     head = (x.data_ptr(), out.data_ptr(), 0, rows, o, 1, g, safety, wide, threads(x))
+    if not log:
+        return (out, [], []) if _LIB.rp_axis_sums(_AXIS_SUMS_ARGS.pack(*head, 0, 0, -1)) >= 0 else None
     got = _collect(_LIB.rp_axis_sums, _AXIS_SUMS_ARGS, head, max(1024, o >> 6))
     return None if got is None else (out, *got)
 

@@ -108,10 +108,10 @@ class _Matmul(torch.autograd.Function):
         ctx.op, ctx.scale, ctx.has_bias = op, scale, bias is not None
         (ra, ca), (rb, cb) = _both_norms(R, a), _both_norms(R, b)
         ctx.norms = ca, rb  # what backward's products read of a and b: a's columns (its weight gradient), b's rows
-        # a linear layer's product in a CPU recording on the kernel: its points straight to the kernel's pass
-        ctx.lean = scale == 1.0 and a.dim() == b.dim() == 2 and R.hands_norms() and native.usable(a, b)
+        # a linear layer's product in a CPU recording or replay on the kernel: its points straight to the kernel
+        ctx.lean = scale == 1.0 and a.dim() == b.dim() == 2 and R.takes_kernel_points() and native.usable(a, b)
         if ctx.lean:
-            return R.recorded_product(op * SLOTS, c, a, b, bias, (ra, cb), add)
+            return R.kernel_product(op * SLOTS, c, a, b, bias, (ra, cb), add)
         return R.dot(op * SLOTS, c, a, b, scale, bias, owned=True, norms=(ra, cb), add=add)
 
     @staticmethod
@@ -122,7 +122,7 @@ class _Matmul(torch.autograd.Function):
         if ctx.scale != 1.0:
             g = g * ctx.scale
         (rg, cg), (ca, rb) = _both_norms(R, g), ctx.norms
-        lean = ctx.lean and g.is_contiguous() and native.usable(g) and R.hands_norms()
+        lean = ctx.lean and g.is_contiguous() and native.usable(g) and R.takes_kernel_points()
         ga = gb = gbias = None
         if ctx.needs_input_grad[0]:
             bt = b.transpose(-2, -1)
@@ -130,7 +130,7 @@ class _Matmul(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             gb = _b_gradient(R, key + 2, a, g, (ca, cg), ctx.weight, lean)
         if ctx.has_bias and ctx.needs_input_grad[2]:
-            gbias = R.recorded_column_sums(key + 3, g) if lean else None
+            gbias = R.kernel_column_sums(key + 3, g) if lean else None
         if ctx.has_bias and ctx.needs_input_grad[2] and gbias is None:
             rows = g.reshape(-1, g.shape[-1])
             gbias = _sums_native(R, key + 3, rows.unsqueeze(-1))
@@ -141,10 +141,11 @@ class _Matmul(torch.autograd.Function):
 
 
 def _product_point(R, key: int, v, a, b, norms, lean: bool, transposed: bool = False):
-    """A fresh product's point, v owned: straight to the kernel's record pass where `lean` (`_Matmul`'s: a 2-D
-    product in a CPU recording on the kernel, every operand CPU float64), else through `Rounder.dot`'s routes."""
+    """A fresh product's point, v owned: straight to the kernel where `lean` (`_Matmul`'s: a 2-D product in a CPU
+    recording or replay on the kernel, every operand CPU float64: `Rounder.kernel_product`), else through
+    `Rounder.dot`'s routes."""
     if lean:
-        return R.recorded_product(key, v, a, b, norms=norms, transposed=transposed)
+        return R.kernel_product(key, v, a, b, norms=norms, transposed=transposed)
     return R.dot(key, v, a, b, owned=True, norms=norms, transposed=transposed)
 
 

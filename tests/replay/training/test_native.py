@@ -321,9 +321,9 @@ def test_a_transposed_product_rounds_as_the_product_itself(m, n, k, in_place, gi
     st.sampled_from([1, 3]),
 )
 def test_a_layers_lean_record_pass_is_round_dots(m, n, k, bias_kind, given_norms, seed, threads):
-    """`native.record_product` (a linear layer's points in a CPU recording: `Rounder.recorded_product`) is
+    """`native.record_product` (a linear layer's points in a CPU recording: `Rounder.kernel_product`) is
     `round_dot` in place: the same outputs, close calls and codes, with a bias added in the pass or none, norms handed
-    in or formed; and `record_column_sums` (its bias gradient) is `axis_sums` over the rows."""
+    in or formed; and `column_sums` (its bias gradient) is `axis_sums` over the rows, logging or not."""
     gen = torch.Generator().manual_seed(seed)
     a = torch.randn(m, k, generator=gen, dtype=torch.float64)
     b = torch.randn(n, k, generator=gen, dtype=torch.float64).t()  # a weight's transpose, as the layer takes it
@@ -341,17 +341,19 @@ def test_a_layers_lean_record_pass_is_round_dots(m, n, k, bias_kind, given_norms
         )
         mine = v.clone()
         got = native.record_product(mine, a, b, g, g, determinism.SAFETY, determinism.WIDE, bias, add, norms)
-        sums = native.record_column_sums(v, 1e-8, determinism.SAFETY, determinism.WIDE)
+        sums = native.column_sums(v, 1e-8, determinism.SAFETY, determinism.WIDE, True)
         want_sums = native.axis_sums(v.unsqueeze(-1), 1e-8, determinism.SAFETY, determinism.WIDE, True)
+        plain = native.column_sums(v, 1e-8, determinism.SAFETY, determinism.WIDE, False)
     assert got[0] is mine and torch.equal(got[0].view(torch.int64), want[0].view(torch.int64))
     assert got[1:] == want[1:] and (len(want[1]) > 0 or v.numel() < 40)
     assert torch.equal(sums[0].view(torch.int64), want_sums[0].view(torch.int64))
+    assert torch.equal(plain[0].view(torch.int64), want_sums[0].view(torch.int64)) and plain[1:] == ([], [])
     assert list(sums[1:]) == list(want_sums[1][0])
 
 
 @pytest.mark.parametrize("rows", [3, 40])
 def test_a_lean_bias_gradient_is_bounded_by_its_rows(rows):
-    """`Rounder.recorded_column_sums` (a linear layer's bias gradient on the kernel): a column sum 3% inside SAFETY
+    """`Rounder.kernel_column_sums` (a linear layer's bias gradient on the kernel): a column sum 3% inside SAFETY
     times its bound, sum |x| * gamma(rows), from a float32 midpoint is a close call, 3% outside is not, as through the
     general pass (`ops._sums_native`); its windows are the rows', not the columns' (o = 12)."""
     o, c = 12, 2.0**-10
@@ -364,7 +366,7 @@ def test_a_lean_bias_gradient_is_bounded_by_its_rows(rows):
     for lean in (True, False):
         r = Rounder("record")
         r.op("layer")
-        out = r.recorded_column_sums(0, x) if lean else ops._sums_native(r, 0, x.unsqueeze(-1))
+        out = r.kernel_column_sums(0, x) if lean else ops._sums_native(r, 0, x.unsqueeze(-1))
         got.append((out, r.entries.get(0, ([], []))[0]))
     assert torch.equal(got[0][0], got[1][0])
     assert got[0][1] == got[1][1] == inside.nonzero().flatten().tolist()
@@ -383,7 +385,7 @@ def test_a_linear_layers_gradient_in_any_layout_takes_the_lean_points_or_not_ali
     for lean in (True, False):
         if not lean:
             monkeypatch.setattr(native, "record_product", lambda *a, **k: None)
-            monkeypatch.setattr(native, "record_column_sums", lambda *a, **k: None)
+            monkeypatch.setattr(native, "column_sums", lambda *a, **k: None)
         r = Rounder("record", defer=False)
         with determinism.rounding(r):
             xg = x.clone().requires_grad_()
@@ -395,33 +397,55 @@ def test_a_linear_layers_gradient_in_any_layout_takes_the_lean_points_or_not_ali
 
 @pytest.mark.parametrize("arch", ["mlp", "gpt"])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_a_linear_layers_lean_points_record_what_the_rounders_routes_do(arch, threads, monkeypatch):
-    """A linear layer's points straight to the kernel's pass (`_Matmul`'s lean: `Rounder.recorded_product`,
-    `recorded_column_sums`) record the states and logs that `Rounder.dot`'s routes and the bias gradient's general
-    pass do (the lean calls made to decline), over three steps; the lean path is the one taken."""
+def test_a_linear_layers_lean_points_record_and_replay_what_the_rounders_routes_do(arch, threads, monkeypatch):
+    """A linear layer's points straight to the kernel (`_Matmul`'s lean: `Rounder.kernel_product`,
+    `kernel_column_sums`) record the states and logs that `Rounder.dot`'s routes and the bias gradient's general pass
+    do, over three steps; those logs replay to the recorded states either way, and a log with every parity flipped
+    replays to the same (other) states either way; the lean path is the one taken where the rounder allows it."""
     cfg, opt = TINY[arch]["config"], DEFAULT_OPTIMIZER[arch]
     model = models.build(arch, cfg)
     batches = Batches(arch, cfg, TINY[arch]["batch"], 11)
     taken = []
-    real_product, real_sums = native.record_product, native.record_column_sums
-    results = []
+    for name in ("kernel_product", "kernel_column_sums"):
+        real = getattr(Rounder, name)
+        monkeypatch.setattr(
+            Rounder, name, lambda self, *a, real=real, **k: taken.append(self.mode) or real(self, *a, **k)
+        )
+    allows = Rounder.takes_kernel_points
+
+    def run(lean: bool, mode: str, states=None, logs=None):
+        monkeypatch.setattr(Rounder, "takes_kernel_points", allows if lean else lambda self: False)
+        taken.clear()
+        state, out = initial_state(models.init_params(arch, cfg, 11), opt), []
+        for t in range(3):
+            r = Rounder("record") if mode == "record" else Rounder("replay", entries=decode_log(logs[t]))
+            state, loss = train_step(model, state if states is None else states[t], batches(t), opt, "det64", r)
+            out.append((state, loss, encode_log(r.entries) if mode == "record" else None))
+        assert (mode in taken) == lean
+        return out
+
     with kernel_threads(threads):
-        for lean in (True, False):
-            monkeypatch.setattr(native, "record_product", lambda *a, **k: taken.append(1) or real_product(*a, **k))
-            monkeypatch.setattr(native, "record_column_sums", lambda *a, **k: taken.append(2) or real_sums(*a, **k))
-            if not lean:
-                monkeypatch.setattr(native, "record_product", lambda *a, **k: None)
-                monkeypatch.setattr(native, "record_column_sums", lambda *a, **k: None)
-            taken.clear()
-            state, logs = initial_state(models.init_params(arch, cfg, 11), opt), []
-            for t in range(3):
-                r = Rounder("record")
-                state, loss = train_step(model, state, batches(t), opt, "det64", r)
-                logs.append((loss, encode_log(r.entries)))
-            results.append((state, logs))
-            assert (1 in taken and 2 in taken) == lean
-    (s0, logs0), (s1, logs1) = results
-    assert s0.equal(s1) and logs0 == logs1 and any(log for _, log in logs0)
+        recorded = [run(lean, "record") for lean in (True, False)]
+        for (s0, l0, log0), (s1, l1, log1) in zip(*recorded):
+            assert s0.equal(s1) and (l0, log0) == (l1, log1)
+        states = [initial_state(models.init_params(arch, cfg, 11), opt)] + [s for s, _, _ in recorded[0]]
+        logs = [log for _, _, log in recorded[0]]
+        assert any(decode_log(log) for log in logs)
+        flipped = [encode_log(doctored_points(decode_log(log), decode_log(log), "parity")) for log in logs]
+        for given, honest in ((logs, True), (flipped, False)):
+            replays = []
+            for lean in (True, False):
+                try:
+                    replays.append(run(lean, "replay", states, given))
+                except LogMismatch as exc:  # a flipped parity whose float32 lies outside its window: refused
+                    replays.append(str(exc))
+            if isinstance(replays[0], str) or isinstance(replays[1], str):
+                assert replays[0] == replays[1] and not honest
+                continue
+            for (s0, l0, _), (s1, l1, _) in zip(*replays):
+                assert s0.equal(s1) and l0 == l1
+            same = [s.equal(states[t + 1]) for t, (s, _, _) in enumerate(replays[0])]
+            assert all(same) if honest else not all(same)
 
 
 @pytest.mark.parametrize("kernel", [True, False])
@@ -1360,7 +1384,7 @@ def test_a_weight_gradient_formed_transposed_replays_where_it_is_not(arch, kerne
     batches = Batches(arch, cfg, TINY[arch]["batch"], 7)
     monkeypatch.setattr(native, "_LIB", native.library() if kernel else False)
     turned = []
-    for name in ("dot", "recorded_product"):  # (a recording on the kernel takes the lean one: `_Matmul`)
+    for name in ("dot", "kernel_product"):  # (a recording on the kernel takes the lean one: `_Matmul`)
         real = getattr(Rounder, name)
         spy = lambda self, *a, real=real, **kw: turned.append(kw.get("transposed")) or real(self, *a, **kw)
         monkeypatch.setattr(Rounder, name, spy)
