@@ -1092,27 +1092,35 @@ class Rounder:
         transposed: v is the 2-D product's transpose, (N, M) contiguous, with no bias (`ops._b_gradient`: a CPU GEMM
         forms a product of few columns slowly); the point is still the (M, N) product's, its log's indices too, and the
         result comes in v's layout, the rounded product's transpose."""
+        if transposed and bias is not None:
+            raise ValueError("a transposed product's point takes no bias")
         direct = self._direct() and v.is_cpu
         if direct and self.mode == "record" and native.library() is not None:
             gk, g = _dot_gammas(a.shape[-1], scale)  # the bias's term |bias| * gk is the kernel's (no torch ops)
             fused = native.round_dot(v, a, b, g, bias, gk, bias_rows, SAFETY, WIDE, owned, norms, add, transposed)
             if fused is not None:
                 return self._recorded(key, *fused)
-            bound = _declined(dot_bound(a, b, scale, bias, bias_rows))
-            if transposed:
-                return self(key, v.t().contiguous(), bound).t()
-            return self(key, _with_bias(v, bias, bias_rows, owned, add), bound)
+            return self._record_declined(key, v, a, b, scale, bias, bias_rows, owned, add, transposed)
         v = _with_bias(v, bias, bias_rows, owned, add)
         route = self._replay_route(key) if direct else None
         if route == "plain":  # element by element: either layout
             return self._noted(_round(v, in_place=owned))
         if transposed:  # the point's own layout for the rest (a replay's log names it, a tracer, the torch path)
-            return self.dot(key, v.t().contiguous(), a, b, scale, owned=True).t()
+            vt = v.t().contiguous()  # (a view of v itself where a side is 1: v's owner's, then)
+            return self.dot(key, vt, a, b, scale, owned=owned or vt.data_ptr() != v.data_ptr()).t()
         if route == "kernel":
             applied = self._replay_dot(key, v, a, b, scale, bias, bias_rows, owned)
             if applied is not None:
                 return applied
         return self(key, v, dot_bound(a, b, scale, bias, bias_rows))
+
+    def _record_declined(self, key: int, v, a, b, scale, bias, bias_rows: bool, owned: bool, add: bool, transposed):
+        """A recording's point the kernel has just declined (a crowded one, or memory), through `__call__` with the
+        whole bound, the kernel not asked again (`_declined`); a transposed product in the point's own layout."""
+        bound = _declined(dot_bound(a, b, scale, bias, bias_rows))
+        if transposed:
+            return self(key, v.t().contiguous(), bound).t()
+        return self(key, _with_bias(v, bias, bias_rows, owned, add), bound)
 
     def takes_kernel_points(self) -> bool:
         """May a caller that has checked its operands hand its points to the CPU kernel's passes straight
@@ -1127,6 +1135,8 @@ class Rounder:
         plain rounding where the log names nothing there, without `dot`'s routes and `round_dot`'s checks (a small
         model's linear layers are most of its points, and its step mostly their Python); `dot` otherwise, and where
         the kernel declines."""
+        if transposed and bias is not None:
+            raise ValueError("a transposed product's point takes no bias")
         if self.mode == "record":
             gk, g = _dot_gammas(a.shape[-1], 1.0)
             if transposed:
@@ -1135,7 +1145,8 @@ class Rounder:
                 fused = native.record_product(v, a, b, g, gk, SAFETY, WIDE, bias, add, norms)
             if fused is not None:
                 return self._recorded(key, *fused)
-        elif self._replay_route(key) == "plain":  # element by element: either layout
+            return self._record_declined(key, v, a, b, 1.0, bias, False, True, add, transposed)
+        if self._replay_route(key) == "plain":  # element by element: either layout
             return self._noted(_round(_with_bias(v, bias, False, True, add), in_place=True))
         return self.dot(key, v, a, b, 1.0, bias, False, True, norms, add, transposed)
 

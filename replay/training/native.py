@@ -365,7 +365,9 @@ def record_product(v, a, b, g: float, gbias: float, safety: float, wide: float, 
     its checks (`Rounder.kernel_product`: v a fresh contiguous product of 2-D CPU float64 operands, the kernel
     loaded, the bias none or per column): the kernel's pass alone, v rounded in place. None where it declines (v as
     it was) or cannot take the bias."""
-    (m, k), n = a.shape, b.shape[1]
+    (m, k), (kb, n) = a.shape, b.shape
+    if kb != k or v.shape != (m, n) or not v.is_contiguous() or v.dtype is not _F64:  # (O(1): a caller's slip)
+        return None
     if bias is not None and not _bias_ok(bias, n):
         return None
     (sai, sak), (sbk, sbj) = a.stride(), b.stride()
@@ -378,6 +380,8 @@ def column_sums(x: torch.Tensor, g: float, safety: float, wide: float, log: bool
     """`axis_sums` of a 2-D contiguous CPU float64 x (rows, O) over its rows (a linear layer's bias gradient), its
     checks the caller's (`Rounder.kernel_column_sums`): (the rounded sums, close calls' indices, codes), none where not
     `log`; None where the kernel ran out of memory."""
+    if x.dim() != 2 or not x.is_contiguous() or not usable(x):  # (O(1): a caller's slip)
+        return None
     rows, o = x.shape
     out = torch.empty(o, dtype=_F64)
     head = (x.data_ptr(), out.data_ptr(), 0, rows, o, 1, g, safety, wide, threads(x))

@@ -273,21 +273,27 @@ def test_a_bias_added_in_the_record_pass_is_the_products_plus_its_bias(batch, m,
     st.integers(1, 12),
     st.booleans(),
     st.booleans(),
+    st.booleans(),
     st.integers(0, 2**31 - 1),
     st.sampled_from([1, 3]),
 )
-def test_a_transposed_product_rounds_as_the_product_itself(m, n, k, in_place, given_norms, seed, threads):
+def test_a_transposed_product_rounds_as_the_product_itself(m, n, k, in_place, given_norms, strided, seed, threads):
     """`round_dot`'s transposed: v the product's transpose (N, M), rounded as the product (M, N) is (its log's layout):
     the outputs are the product's transposed, bit for bit, and the close calls and codes the product's, in its index
-    order, with norms handed in (each operand's own) or formed by the kernel, in place or not, on any number of
-    threads; exact zeros (cancelling terms), signed zeros and a NaN included. With a bias it declines."""
+    order, with norms handed in (each operand's own) or formed by the kernel, in place or not, the operands contiguous
+    or as a weight gradient's (a an activation's transpose: both strided in the kernel's product), on any number of
+    threads; exact zeros (cancelling terms), signed zeros, an infinite term and a NaN included. With a bias it
+    declines."""
     gen = torch.Generator().manual_seed(seed)
-    a = torch.randn(m, k, generator=gen, dtype=torch.float64)
+    a = torch.randn(k, m, generator=gen, dtype=torch.float64).t() if strided else torch.randn(m, k, generator=gen)
+    a = a.double()
     b = torch.randn(k, n, generator=gen, dtype=torch.float64)
     if k > 1:  # a row of a and a column of b whose terms cancel: an exact 0 with a positive window
         a[0, 1] = a[0, 0]
         b[1, 0] = -b[0, 0]
         a[0, 2:] = 0.0
+    if m > 2:
+        a[m - 1, 0] = math.inf  # a row of infinities and NaNs (inf * 0), whose window is infinite
     v = a @ b
     v[torch.rand(v.shape, generator=gen) < 0.1] = -0.0
     if v.numel() > 3:
@@ -1407,6 +1413,60 @@ def test_a_weight_gradient_formed_transposed_replays_where_it_is_not(arch, kerne
                 model, states[t], batches(t), opt, "det64", Rounder("replay", entries=decode_log(logs[t]))
             )
             assert replayed.equal(states[t + 1]), (recorded_way, t)
+
+
+@pytest.mark.parametrize("kernel", [(True, True), (False, False), (True, False)])
+def test_a_narrow_layers_logged_weight_gradient_replays_the_other_way(kernel, monkeypatch):
+    """A narrow layer's weight gradient with many close calls (cancelling halves of the batch: small sums in wide
+    windows) recorded one way (`ops._b_gradient` transposed, or as the product) replays to the same gradient the other
+    way, the kernel on for both, off for both, or on for the recording alone: the log's indices are the point's either
+    way, and they are used (hundreds of entries at the weight gradient's key)."""
+    entries_at_weight_gradient = 0
+    for seed, (batch, k, n) in enumerate([(8, 9, 1), (33, 48, 5), (64, 130, 8), (128, 48, 2)]):
+        gen = torch.Generator().manual_seed(seed)
+        scale = torch.rand(batch, k, generator=gen, dtype=torch.float64).mul(30).exp2()
+        x = _f32(torch.randn(batch, k, generator=gen, dtype=torch.float64) * scale)
+        gy = _f32(torch.randn(batch, n, generator=gen, dtype=torch.float64))
+        h = batch // 2
+        gy[h : 2 * h], x[h : 2 * h, ::3] = -gy[:h], x[:h, ::3]  # cancellations: small sums with wide windows
+        w = _f32(torch.randn(n, k, generator=gen, dtype=torch.float64)).requires_grad_()
+        ways = (ops._b_gradient, _b_gradient_as_product)
+        for recorded, replayed in (ways, ways[::-1]):
+            got = []
+            for mode, way, lib in (("record", recorded, kernel[0]), ("replay", replayed, kernel[1])):
+                monkeypatch.setattr(ops, "_b_gradient", way)
+                monkeypatch.setattr(native, "_LIB", native.library() if lib else False)
+                r = Rounder(mode, entries=decode_log(encode_log(got[0][1])) if got else None)
+                with determinism.rounding(r):
+                    xg = x.clone().requires_grad_()
+                    (gw,) = torch.autograd.grad(ops.Det.linear(xg, w, None, "layer"), [w], gy)
+                r.finish()
+                got.append((gw, dict(r.entries)))
+            assert torch.equal(got[0][0].view(torch.int64), got[1][0].view(torch.int64)), (seed, recorded)
+            entries_at_weight_gradient += len(got[0][1].get(2, ([], []))[0])  # the layer's op 0: its key + 2
+    assert entries_at_weight_gradient > 100
+
+
+def test_a_transposed_point_takes_no_bias_and_leaves_a_callers_product_alone():
+    """`Rounder.dot`'s transposed refuses a bias (the point's bias lies along the other axis), and where the product's
+    transpose is a view of it (one side 1) a replay that applies a log there leaves the caller's product as it was
+    unless the caller owns it."""
+    a, b = torch.randn(1, 6, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    with pytest.raises(ValueError, match="no bias"):
+        Rounder("record").dot(
+            0, (a @ b).t().contiguous(), a, b, bias=torch.ones(5, dtype=torch.float64), transposed=True
+        )
+    with pytest.raises(ValueError, match="no bias"):
+        Rounder("record").kernel_product(0, (a @ b).t().contiguous(), a, b, bias=torch.ones(5), transposed=True)
+    v = (a @ b).t().contiguous()  # (5, 1): its transpose (1, 5) is a view of it
+    kept = v.clone()
+    r = Rounder("replay", entries={0: ([2], [False])})
+    r.op("point")
+    try:
+        r.dot(0, v, a, b, owned=False, transposed=True)
+    except LogMismatch:
+        pass  # (element 2 need not be a close call: what matters is v)
+    assert torch.equal(v.view(torch.int64), kept.view(torch.int64))
 
 
 def test_a_replays_unlogged_product_is_rounded_in_place_where_its_caller_owns_it():
