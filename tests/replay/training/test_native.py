@@ -1469,6 +1469,31 @@ def test_a_transposed_point_takes_no_bias_and_leaves_a_callers_product_alone():
     assert torch.equal(v.view(torch.int64), kept.view(torch.int64))
 
 
+@pytest.mark.parametrize("route", ["logged replay", "declined"])
+def test_a_transposed_point_on_the_point_layouts_routes_comes_back_in_the_callers_product(route, monkeypatch):
+    """Where a transposed point goes through the point's own layout (a replay whose log names it, a recording the kernel
+    declines), the copy lives for that call alone: the result is written back into the caller's product where the
+    caller owns it (keeping the copy as the result left a convolution's columns a fresh segment of the step allocator:
+    cnn-32's replay peak 86 -> 122 MiB), the same values as the copy's."""
+    g = torch.Generator().manual_seed(2)
+    a, b = (_f32(torch.randn(*shape, generator=g, dtype=torch.float64)) for shape in ((30, 8), (8, 4)))
+    a[:3, 1::2], b[1::2] = a[:3, 0::2], -b[0::2]  # exact zeros: close calls
+    recorded = Rounder("record", defer=False)
+    recorded.op("point")
+    want = recorded.dot(0, a @ b, a, b).t()
+    assert recorded.entries
+    if route == "declined":
+        monkeypatch.setattr(native, "round_dot", lambda *args, **kw: None)
+        r = Rounder("record", defer=False)
+    else:
+        r = Rounder("replay", entries=dict(recorded.entries))
+    r.op("point")
+    v = (a @ b).t().contiguous()
+    got = r.dot(0, v, a, b, owned=True, transposed=True)
+    r.finish()
+    assert got is v and torch.equal(got.view(torch.int64), want.view(torch.int64))
+
+
 def test_a_replays_unlogged_product_is_rounded_in_place_where_its_caller_owns_it():
     """Rounder.dot with owned=True: a recording's and a replay's plain rounding write over v (no new output);
     without it v is left as it was. The values are the same either way."""
