@@ -1243,7 +1243,7 @@ class Rounder:
 
     def hands_norms(self) -> bool:
         """Would `dot` hand norms formed by its caller to the kernel's record pass (a CPU recording on the kernel)?"""
-        return self.mode == "record" and self._direct() and native.library() is not None
+        return self.mode == "record" and self.takes_kernel_points()
 
     def shares_norms(self, t: torch.Tensor) -> bool:
         """`hands_norms`, and is this 2-D operand large enough for a pass of its own to pay (`native.row_col_norms`:

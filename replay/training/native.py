@@ -338,16 +338,13 @@ def round_dot(
     if transposed:
         return _transposed_dot(v, a, b, g, gbias, safety, wide, in_place, norms) if bias is None else None
     if v.dim() == a.dim() == b.dim() == 2:  # a linear layer's (most points): `_product`'s checks, unbatched
-        (m, k), (kb, n) = a.shape, b.shape
-        if kb != k or v.shape != (m, n) or not v.is_contiguous():
-            return None
         # `usable(v, a, b)` written out: a call costs a small point as much as these six reads
         if not (v.dtype is _F64 and a.dtype is _F64 and b.dtype is _F64 and v.is_cpu and a.is_cpu and b.is_cpu):
             return None
-        if bias is not None and not _bias_ok(bias, m if bias_rows else n):
+        head = _plain_head(v, a, b, bias, bias_rows)
+        if head is None:
             return None
-        (sai, sak), (sbk, sbj) = a.stride(), b.stride()
-        head = (1, 1, m, n, 1, k, a.data_ptr(), 0, 0, sai, 0, sak, b.data_ptr(), 0, 0, 0, sbk, sbj)
+        m, n, k = head[2], head[3], head[5]
     else:
         layout = _dot_layout(v, a, b, bias, bias_rows)
         if layout is None:
@@ -365,15 +362,25 @@ def record_product(v, a, b, g: float, gbias: float, safety: float, wide: float, 
     its checks (`Rounder.kernel_product`: v a fresh contiguous product of 2-D CPU float64 operands, the kernel
     loaded, the bias none or per column): the kernel's pass alone, v rounded in place. None where it declines (v as
     it was) or cannot take the bias."""
-    (m, k), (kb, n) = a.shape, b.shape
-    if kb != k or v.shape != (m, n) or not v.is_contiguous() or v.dtype is not _F64:  # (O(1): a caller's slip)
+    head = _plain_head(v, a, b, bias, False)  # (its O(1) checks: a caller's slip declined, not read past)
+    if head is None:
         return None
-    if bias is not None and not _bias_ok(bias, n):
-        return None
-    (sai, sak), (sbk, sbj) = a.stride(), b.stride()
-    head = (1, 1, m, n, 1, k, a.data_ptr(), 0, 0, sai, 0, sak, b.data_ptr(), 0, 0, 0, sbk, sbj)
+    m, n, k = head[2], head[3], head[5]
     given = _given(norms, m, n) if norms is not None else (0, 0)
     return _dot(_LIB, v, head, (m + n) * k, bias, gbias, False, g, safety, wide, True, given, add_bias)
+
+
+def _plain_head(v, a, b, bias, bias_rows: bool) -> tuple | None:
+    """An unbatched product's `dot_args_t` fields from b0 to B's column stride, where the kernel takes v = a @ b (+ bias)
+    as they lie: a (M, K), b (K, N), v (M, N) contiguous float64, the bias as `_bias_ok` says; else None. The
+    operands' dtype and device are the caller's to check (`round_dot` checks them, `record_product`'s caller has)."""
+    (m, k), (kb, n) = a.shape, b.shape
+    if kb != k or v.shape != (m, n) or not v.is_contiguous() or v.dtype is not _F64:
+        return None
+    if bias is not None and not _bias_ok(bias, m if bias_rows else n):
+        return None
+    (sai, sak), (sbk, sbj) = a.stride(), b.stride()
+    return (1, 1, m, n, 1, k, a.data_ptr(), 0, 0, sai, 0, sak, b.data_ptr(), 0, 0, 0, sbk, sbj)
 
 
 def column_sums(x: torch.Tensor, g: float, safety: float, wide: float, log: bool):

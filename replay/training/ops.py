@@ -131,13 +131,20 @@ class _Matmul(torch.autograd.Function):
             gb = _b_gradient(R, key + 2, a, g, (ca, cg), ctx.weight, lean)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gbias = R.kernel_column_sums(key + 3, g) if lean else None
-        if ctx.has_bias and ctx.needs_input_grad[2] and gbias is None:
-            rows = g.reshape(-1, g.shape[-1])
-            gbias = _sums_native(R, key + 3, rows.unsqueeze(-1))
             if gbias is None:
-                err = lambda: abs_sum(rows, 0) * gamma(rows.shape[0])
-                gbias = R.full(key + 3, rows.sum(0), err, (rows.shape[1],))
+                gbias = _bias_gradient(R, key + 3, g)
         return ga, gb, gbias, None, None, None
+
+
+def _bias_gradient(R, key: int, g):
+    """The point sum of g over all but its last dim (a bias's gradient, its bound the magnitudes' sums times
+    gamma(rows)): one native pass where the rounder lets one form it (`_sums_native`), else torch's."""
+    rows = g.reshape(-1, g.shape[-1])
+    gbias = _sums_native(R, key, rows.unsqueeze(-1))
+    if gbias is None:
+        err = lambda: abs_sum(rows, 0) * gamma(rows.shape[0])
+        gbias = R.full(key, rows.sum(0), err, (rows.shape[1],))
+    return gbias
 
 
 def _product_point(R, key: int, v, a, b, norms, lean: bool, transposed: bool = False):
