@@ -630,7 +630,8 @@ def dot_bound(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, bias=None, b
         if a.dim() == 2 and b.dim() == 2:
             rows = a[i]  # four ATen ops; index_select on dim 0 records six
             # a linear layer's b is its weight's transpose: index_select on dim 1 would copy all of b first
-            cols = b.index_select(1, j).t() if b.is_contiguous() else b.t()[j]
+            # (transpose(0, 1): two ATen ops, t() three)
+            cols = b.index_select(1, j).transpose(0, 1) if b.is_contiguous() else b.transpose(0, 1)[j]
         else:
             rows, cols = a[(*ba, i)], b.transpose(-2, -1)[(*bb, j)]
         # |x y| is |x| |y| bit for bit (IEEE rounding is symmetric in sign), in one op where two abs were three
@@ -1105,12 +1106,14 @@ class Rounder:
         route = self._replay_route(key) if direct else None
         if route == "plain":  # element by element: either layout
             return self._noted(_round(v, in_place=owned))
-        if transposed:  # the point's own layout for the rest (a replay's log names it, a tracer, the torch path)
-            return self._transposed_back(v, owned, lambda vt, own: self.dot(key, vt, a, b, scale, owned=own))
         if route == "kernel":
-            applied = self._replay_dot(key, v, a, b, scale, bias, bias_rows, owned)
+            applied = (self._replay_turned if transposed else self._replay_dot)(
+                key, v, a, b, scale, bias, bias_rows, owned
+            )
             if applied is not None:
                 return applied
+        if transposed:  # the point's own layout for the rest (a tracer, the torch path, the kernel declined)
+            return self._transposed_back(v, owned, lambda vt, own: self.dot(key, vt, a, b, scale, owned=own))
         return self(key, v, dot_bound(a, b, scale, bias, bias_rows))
 
     @staticmethod
@@ -1118,13 +1121,11 @@ class Rounder:
         """point(vt, owned) on the point's own layout, vt = v's transpose made contiguous, its result in v's layout: written
         back into v where the caller owns it (the copy lives for the call alone: the step allocator's blocks stay as
         they were, where keeping the copy as the result left a convolution's columns a fresh segment, cnn-32's replay
-        peak 86 -> 122 MiB), else the result's transpose. Where a side is 1 vt is a view of v (v's owner's, then)."""
-        vt = v.t().contiguous()
-        copied = vt.data_ptr() != v.data_ptr()
-        r = point(vt, owned or copied).t()
-        if owned and copied:
-            return v.copy_(r)
-        return r
+        peak 86 -> 122 MiB), else the result's transpose. vt is always a copy, v's owner's or not (a side of 1 too: four
+        ATen ops, where contiguous() is eight and a view of v where a side is 1)."""
+        vt = torch.empty((v.shape[1], v.shape[0]), dtype=v.dtype, device=v.device).copy_(v.transpose(0, 1))
+        r = point(vt, True).transpose(0, 1)
+        return v.copy_(r) if owned else r
 
     def _record_declined(self, key: int, v, a, b, scale, bias, bias_rows: bool, owned: bool, add: bool, transposed):
         """A recording's point the kernel has just declined (a crowded one, or memory), through `__call__` with the
@@ -1197,6 +1198,21 @@ class Rounder:
             return None
         gk, g = _dot_gammas(a.shape[-1], scale)
         got = native.replay_dot(v, a, b, g, bias, gk, bias_rows, idx, codes, DECODE, REL_WINDOW, owned)
+        return self._kernel_applied(key, idx, got)
+
+    def _replay_turned(self, key: int, v, a, b, scale: float, bias, bias_rows: bool, owned: bool = False):
+        """`_replay_dot` for a transposed point (`dot`'s transposed: v the (M, N) product's transpose, no bias): the
+        product b^T a^T, which v is, with the log's indices mapped to v's layout in the log's order (so that a refusal
+        names the entry the point's own layout would), where a copy of v into that layout and back was most of a
+        replay step's time for the 0.1M MLP's square weight gradient. None as `_replay_dot`'s, and where an index lies
+        outside the outputs (the point's own layout then refuses the log by name)."""
+        idx, codes = self._entries[key]
+        m, n = a.shape[-2], b.shape[-1]
+        if not (_fits(idx, v.numel()) and min(idx) >= 0 and max(idx) < v.numel()):
+            return None
+        gk, g = _dot_gammas(a.shape[-1], scale)
+        turned = [f % n * m + f // n for f in idx]  # (i, j) of the point is (j, i) of v
+        got = native.replay_dot(v, b.t(), a.t(), g, None, gk, False, turned, codes, DECODE, REL_WINDOW, owned)
         return self._kernel_applied(key, idx, got)
 
     def _replay_full(self, key: int, v, err, steers: bool, scale):

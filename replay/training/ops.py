@@ -89,7 +89,7 @@ class _Matmul(torch.autograd.Function):
         R = active()
         op = R.op(name)
         ctx.weight = weight
-        a, b = _matmul_operands((a, b.t() if weight else b))
+        a, b = _matmul_operands((a, b.transpose(0, 1) if weight else b))  # (two ATen ops, t() three)
         add = False
         if bias is not None and scale == 1.0 and a.dim() == b.dim() == 2:
             # the bias added after the product or inside the GEMM: a (K + 1)-term sum in some order either way, which
@@ -158,15 +158,17 @@ def _product_point(R, key: int, v, a, b, norms, lean: bool, transposed: bool = F
 
 def _b_gradient(R, key: int, a, g, norms, weight: bool, lean: bool = False):
     """B's gradient A^T g, the point (K, N) (its log's indices); a linear layer's weight (`weight`) takes its
-    transpose. There, on a CPU, where N < K, the GEMM forms that transpose, g^T A, (N, K), the weight's own layout,
+    transpose. There, on a CPU, where N <= K, the GEMM forms that transpose, g^T A, (N, K), the weight's own layout,
     and the rounder takes it as the point's transpose (`Rounder.dot`'s transposed): a CPU GEMM forms a product of few
     columns slowly (the 0.1M MLP's last layer, (256, 8) over 64 terms: 28 us, its transpose 10; the gpt's MLP, (256, 64)
-    over 512: 476 us, 339). On every CPU path alike (kernel or not), so that one machine's paths sum the same way."""
+    over 512: 476 us, 339), and a square one as fast either way, whose gradient the optimizer then reads as it lies, not
+    transposed (the 0.1M MLP's 256 x 256: its update 41 -> 30 us at 2 threads). A widening layer keeps A^T g (its
+    transpose is the slow one). On every CPU path alike (kernel or not), so that one machine's paths sum the same way."""
     at = a.transpose(-2, -1)
-    if weight and a.dim() == 2 and a.is_cpu and g.shape[-1] < a.shape[-1]:
-        return _product_point(R, key, torch.mm(g.t(), a), at, g, norms, lean, transposed=True)
+    if weight and a.dim() == 2 and a.is_cpu and g.shape[-1] <= a.shape[-1]:
+        return _product_point(R, key, torch.mm(g.transpose(0, 1), a), at, g, norms, lean, transposed=True)
     gb = _product_point(R, key, torch.matmul(at, g), at, g, norms, lean)
-    return gb.t() if weight else gb
+    return gb.transpose(0, 1) if weight else gb  # (a weight's: 2-D)
 
 
 def _both_norms(R, t: torch.Tensor) -> tuple:

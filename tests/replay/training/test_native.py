@@ -1415,6 +1415,37 @@ def test_a_weight_gradient_formed_transposed_replays_where_it_is_not(arch, kerne
             assert replayed.equal(states[t + 1]), (recorded_way, t)
 
 
+@pytest.mark.parametrize("kernel", [True, False])
+@pytest.mark.parametrize(("k", "n", "turned"), [(48, 4, True), (48, 48, True), (16, 48, False)])
+def test_a_weight_gradient_is_formed_in_the_weights_layout_unless_its_layer_widens(k, n, turned, kernel, monkeypatch):
+    """On a CPU a linear layer that narrows or keeps its width (N <= K) forms its weight gradient as g^T x, the weight's
+    own layout, rounded as the point's transpose, so that the optimizer reads it as it lies; a widening layer keeps
+    A^T g (the accelerator's route, which `REPLAY_NATIVE=0` runs in CI), its gradient a transposed view. Kernel on and
+    off; either way the gradient is x^T g's to within its float32 rounding."""
+    monkeypatch.setattr(native, "_LIB", native.library() if kernel else False)
+    routes = {}
+    for name in ("dot", "kernel_product"):
+        real = getattr(Rounder, name)
+
+        def spy(self, key, *a, real=real, **kw):
+            routes.setdefault(key, kw.get("transposed", False))  # (the caller's call: a fallback may call again)
+            return real(self, key, *a, **kw)
+
+        monkeypatch.setattr(Rounder, name, spy)
+    gen = torch.Generator().manual_seed(k * 100 + n)
+    x = _f32(torch.randn(32, k, generator=gen, dtype=torch.float64)).requires_grad_()
+    w = _f32(torch.randn(n, k, generator=gen, dtype=torch.float64)).requires_grad_()
+    gy = _f32(torch.randn(32, n, generator=gen, dtype=torch.float64))
+    r = Rounder("record")
+    with determinism.rounding(r):
+        (gw,) = torch.autograd.grad(ops.Det.linear(x, w, None, "layer"), [w], gy)
+    r.finish()
+    assert routes[2] is turned  # the layer's op 0: its weight gradient's key is 2
+    assert gw.is_contiguous() is turned and gw.shape == (n, k)
+    exact = (gy.t() @ x.detach()).float().double()
+    assert torch.allclose(gw, exact, rtol=1e-6, atol=0), (k, n)
+
+
 @pytest.mark.parametrize("kernel", [(True, True), (False, False), (True, False)])
 def test_a_narrow_layers_logged_weight_gradient_replays_the_other_way(kernel, monkeypatch):
     """A narrow layer's weight gradient with many close calls (cancelling halves of the batch: small sums in wide
@@ -1492,6 +1523,48 @@ def test_a_transposed_point_on_the_point_layouts_routes_comes_back_in_the_caller
     got = r.dot(0, v, a, b, owned=True, transposed=True)
     r.finish()
     assert got is v and torch.equal(got.view(torch.int64), want.view(torch.int64))
+
+
+@pytest.mark.parametrize("log", ["honest", "flipped", "minus one", "past the end"])
+def test_a_transposed_points_logged_replay_is_one_kernel_call_in_its_own_layout(log, monkeypatch):
+    """A replay whose log names a transposed point applies it on the kernel in v's own layout (`Rounder._replay_turned`:
+    the log's indices mapped, no copy into the point's layout and back), with the point's own outcome: the same bits,
+    or the same refusal of the same entry (every parity flipped: the window's other float32 followed, or refused). An
+    index outside the outputs (a crafted entries
+    dict: -1, or one past the end) goes through the point's layout, which refuses it by name."""
+    g = torch.Generator().manual_seed(4)
+    a, b = (_f32(torch.randn(*shape, generator=g, dtype=torch.float64)) for shape in ((30, 8), (8, 12)))
+    a[:4, 1::2], b[1::2] = a[:4, 0::2], -b[0::2]  # exact zeros: close calls across whole rows
+    recorded = Rounder("record", defer=False)
+    recorded.op("point")
+    recorded.dot(0, a @ b, a, b)
+    idx, codes = recorded.entries[0]
+    assert len(idx) > 8 and len({f % 12 for f in idx}) > 1 and len({f // 12 for f in idx}) > 1
+    if log == "flipped":
+        codes = [not c if isinstance(c, bool) else c for c in codes]
+    elif log == "minus one":
+        idx, codes = [-1, *idx], [False, *codes]
+    elif log == "past the end":
+        idx, codes = [*idx, 30 * 12], [*codes, False]
+    copies = []
+    real = Rounder._transposed_back
+    monkeypatch.setattr(Rounder, "_transposed_back", staticmethod(lambda *x: copies.append(1) or real(*x)))
+    outcomes = []
+    for transposed in (False, True):
+        r = Rounder("replay", entries={0: (list(idx), list(codes))})
+        r.op("point")
+        v = (a @ b).t().contiguous() if transposed else a @ b
+        try:
+            out = r.dot(0, v, a, b, owned=True, transposed=transposed)
+            outcomes.append(out.t() if transposed else out)
+        except LogMismatch as exc:
+            outcomes.append(str(exc))
+    plain, turned = outcomes
+    assert bool(copies) is (log in ("minus one", "past the end"))
+    if isinstance(plain, str):
+        assert plain == turned and log != "honest"
+    else:  # (a flipped parity may name the window's other float32: followed, on both)
+        assert log in ("honest", "flipped") and torch.equal(turned.view(torch.int64), plain.view(torch.int64))
 
 
 def test_a_replays_unlogged_product_is_rounded_in_place_where_its_caller_owns_it():
