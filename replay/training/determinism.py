@@ -1264,7 +1264,7 @@ class Rounder:
     def shares_norms(self, t: torch.Tensor) -> bool:
         """`hands_norms`, and is this 2-D operand large enough for a pass of its own to pay (`native.row_col_norms`:
         read once for two products' norms)?"""
-        return self.hands_norms() and t.is_cpu and t.dim() == 2 and t.numel() >= SHARED_NORMS_MIN
+        return t.numel() >= SHARED_NORMS_MIN and t.dim() == 2 and t.is_cpu and self.hands_norms()  # (cheapest first)
 
     def fused_mode(self, keys) -> str | None:
         """How an op may form these rounding points through native passes (ops' layer norm, softmax): "record",
