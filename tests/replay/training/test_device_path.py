@@ -71,8 +71,8 @@ def test_det64_records_without_host_synchronisation_per_rounding_point(monkeypat
     ops32, syncs32 = _per_step("float32", model, state, batch, opt)
     ops64, syncs64 = _per_step("det64", model, state, batch, opt)
     assert syncs64 <= syncs32 + 1, (syncs64, syncs32)
-    # before this path: +173 nonzero per step and 4.3x the ops; now 1.85x with 1 thread, 1.90x with 2
-    # (bench/RESULTS.md): the goal, 2x, held here
+    # before this path: +173 nonzero per step and 4.3x the ops; now 1.93x with 1 thread, 1.98x with 2
+    # (bench/RESULTS.md, session 31): the goal, 2x, held here
     assert ops64 <= 2.0 * ops32, (ops64, ops32)
 
 

@@ -1529,19 +1529,23 @@ def test_a_transposed_point_on_the_point_layouts_routes_comes_back_in_the_caller
 def test_a_transposed_points_logged_replay_is_one_kernel_call_in_its_own_layout(log, monkeypatch):
     """A replay whose log names a transposed point applies it on the kernel in v's own layout (`Rounder._replay_turned`:
     the log's indices mapped, no copy into the point's layout and back), with the point's own outcome: the same bits,
-    or the same refusal of the same entry (every parity flipped: the window's other float32 followed, or refused). An
-    index outside the outputs (a crafted entries
-    dict: -1, or one past the end) goes through the point's layout, which refuses it by name."""
+    or the same refusal of the same entry (every parity flipped and every wide entry moved a float32 on: the window's
+    other float32 followed, or refused). An index outside the outputs (a crafted entries dict: -1, or one past the end)
+    goes through the point's layout, which refuses it by name."""
     g = torch.Generator().manual_seed(4)
     a, b = (_f32(torch.randn(*shape, generator=g, dtype=torch.float64)) for shape in ((30, 8), (8, 12)))
-    a[:4, 1::2], b[1::2] = a[:4, 0::2], -b[0::2]  # exact zeros: close calls across whole rows
+    a[:4, 1::2], b[1::2] = a[:4, 0::2], -b[0::2]  # exact zeros: close calls across whole rows (wide entries)
+    product = a @ b
+    f = product[5::4, 1::3].float()  # and midpoints between two float32s (parity entries)
+    product[5::4, 1::3] = (f.double() + torch.nextafter(f, torch.full_like(f, math.inf)).double()) / 2
     recorded = Rounder("record", defer=False)
     recorded.op("point")
-    recorded.dot(0, a @ b, a, b)
+    recorded.dot(0, product.clone(), a, b)
     idx, codes = recorded.entries[0]
     assert len(idx) > 8 and len({f % 12 for f in idx}) > 1 and len({f // 12 for f in idx}) > 1
+    assert any(isinstance(c, bool) for c in codes) and not all(isinstance(c, bool) for c in codes)
     if log == "flipped":
-        codes = [not c if isinstance(c, bool) else c for c in codes]
+        codes = [not c if isinstance(c, bool) else c ^ 1 for c in codes]
     elif log == "minus one":
         idx, codes = [-1, *idx], [False, *codes]
     elif log == "past the end":
@@ -1553,7 +1557,7 @@ def test_a_transposed_points_logged_replay_is_one_kernel_call_in_its_own_layout(
     for transposed in (False, True):
         r = Rounder("replay", entries={0: (list(idx), list(codes))})
         r.op("point")
-        v = (a @ b).t().contiguous() if transposed else a @ b
+        v = product.t().contiguous() if transposed else product.clone()
         try:
             out = r.dot(0, v, a, b, owned=True, transposed=transposed)
             outcomes.append(out.t() if transposed else out)
@@ -1565,6 +1569,8 @@ def test_a_transposed_points_logged_replay_is_one_kernel_call_in_its_own_layout(
         assert plain == turned and log != "honest"
     else:  # (a flipped parity may name the window's other float32: followed, on both)
         assert log in ("honest", "flipped") and torch.equal(turned.view(torch.int64), plain.view(torch.int64))
+        recorded_bits = torch.equal(plain.view(torch.int64), _f32(product).view(torch.int64))
+        assert recorded_bits is (log == "honest")  # (the honest log rounds as the recording did: its midpoints too)
 
 
 def test_a_replays_unlogged_product_is_rounded_in_place_where_its_caller_owns_it():
