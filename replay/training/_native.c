@@ -1955,12 +1955,20 @@ typedef struct {
     double g_row, exp_err, u, g_rows, inv_rows; /* gamma(n + 8), EXP_ERR, U, gamma(rows + 1), 1 / rows */
     int64_t threads;
     double *loss; /* out: the mean loss before rounding, then its bound */
+    double safety, wide;
+    double *rounded; /* NULL: the loss and its bound alone (a replay whose log names the loss: the rounder applies it);
+                        else out: float32(loss), the loss's point rounded in this call, its close call (rp_full's
+                        test and code) at idx / code where cap >= 0 (cap < 0: rounded only, no log kept) */
+    int64_t *idx, *code;
+    int64_t cap;
 } ce_args_t;
 
 /* ops._CrossEntropy's forward after its exponentials: per row, s = sum(e), ls = log(s), row = ls - zt (zt the
    target's x - max), p = e / s in place; the loss sum(row) * inv_rows and its bound (sum |row| * g_rows +
-   sum(g_row + |ls| exp_err + |row| u)) * inv_rows, summed row by row after the parallel part. -2 where a
-   target is not in [0, n) (the caller's torch path says so), -1 out of memory. */
+   sum(g_row + |ls| exp_err + |row| u)) * inv_rows, summed row by row after the parallel part; where `rounded` is
+   given, the loss's point too, as rp_full rounds a 0-dim point (a Rounder.full and its ATen ops fewer, a small model's
+   step). The close calls found (0 or 1), -2 where a target is not in [0, n) (the caller's torch path says so), -1 out
+   of memory. */
 int64_t rp_ce_forward(const ce_args_t *a) {
     int64_t rows = a->rows, n = a->n;
     for (int64_t i = 0; i < rows; i++)
@@ -1982,7 +1990,12 @@ int64_t rp_ce_forward(const ce_args_t *a) {
     a->loss[0] = sum * a->inv_rows;
     a->loss[1] = (mag * a->g_rows + err) * a->inv_rows;
     free(row);
-    return 0;
+    if (!a->rounded) return 0;
+    double v = a->loss[0], e = a->loss[1];
+    a->rounded[0] = (double)(float)v;
+    if (a->cap < 0 || !straddles(v, e * a->safety)) return 0;
+    if (a->cap > 0) a->idx[0] = 0, a->code[0] = log_code(v, e, a->wide);
+    return 1;
 }
 
 typedef struct {

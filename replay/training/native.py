@@ -60,7 +60,7 @@ _LN_BACK_ARGS = struct.Struct("=7Q2q5dq2QqQ3Q")  # ln_back_args_t
 _SOFTMAX_ARGS = struct.Struct("=4Q2q5dq2Qq")  # softmax_args_t
 _DOT_REPLAY_ARGS = struct.Struct("=2Q6qQ5qQ5qQq2d2q2Qq2dq4Q")  # dot_replay_args_t
 _AXIS_SUMS_ARGS = struct.Struct("=3Q3q3dq2Qq")  # axis_sums_args_t
-_CE_ARGS = struct.Struct("=3Q2q5dqQ")  # ce_args_t
+_CE_ARGS = struct.Struct("=3Q2q5dqQ2dQ2Qq")  # ce_args_t
 _CE_BACK_ARGS = struct.Struct("=4Q2q5dq2Qq")  # ce_back_args_t
 _FULL_REPLAY_ARGS = struct.Struct("=2Q2qQ2q2Qq3d2q3QQ")  # full_replay_args_t
 _OUTER_ARGS = struct.Struct("=2Q3q2Q3dq2Qq")  # outer_args_t
@@ -953,22 +953,35 @@ def axis_sums_values(x: torch.Tensor, g: float):
     return (out[0], out[1]) if lib.rp_axis_sums(_AXIS_SUMS_ARGS.pack(*head)) >= 0 else None
 
 
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, consts: tuple):
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, consts: tuple, point=None):
     """ops._CrossEntropy's forward: the row's max subtracted and torch's exp in place (as `softmax`), then the
     row sums, logs and quotients and the loss with its bound in one pass (`rp_ce_forward`; consts: gamma(n + 8),
     EXP_ERR, U, gamma(rows + 1), 1 / rows): (loss, its bound, p), the first two 0-dim; None where the kernel
-    cannot take them or a target is outside the row (the torch path then says so)."""
+    cannot take them or a target is outside the row (the torch path then says so). point (safety, wide, log): the
+    loss's rounding point in the same pass, as `round_full` rounds it: (the rounded loss (0-dim), its close calls
+    ([indices], [codes]), none where not log, p)."""
     lib = library()
     if not (lib and _rows_and_targets_ok(logits, targets)):
         return None
     rows, n = logits.shape
-    p, loss = torch.empty_like(logits), torch.empty(2, dtype=torch.float64)
+    p = torch.empty_like(logits)
     lib.rp_softmax_shift(logits.data_ptr(), p.data_ptr(), rows, n, threads(logits))
     p.exp_()
-    head = (logits.data_ptr(), p.data_ptr(), targets.data_ptr(), rows, n, *consts, threads(logits), loss.data_ptr())
-    if lib.rp_ce_forward(_CE_ARGS.pack(*head)) < 0:
-        return None
-    return loss[0], loss[1], p
+    if point is None:
+        loss = torch.empty(2, dtype=torch.float64)
+        head = (logits.data_ptr(), p.data_ptr(), targets.data_ptr(), rows, n, *consts, threads(logits), loss.data_ptr())
+        if lib.rp_ce_forward(_CE_ARGS.pack(*head, 0.0, 0.0, 0, 0, 0, -1)) < 0:
+            return None
+        return loss[0], loss[1], p
+    safety, wide, log = point
+    at = _scratch(2)[1]  # the loss and its bound: this thread's scratch (2 <= SCRATCH_KEPT), read by nothing after
+    rounded = torch.empty((), dtype=torch.float64)
+    head = (logits.data_ptr(), p.data_ptr(), targets.data_ptr(), rows, n, *consts, threads(logits), at, safety, wide)
+    head = (*head, rounded.data_ptr())
+    if not log:
+        return (rounded, ([], []), p) if lib.rp_ce_forward(_CE_ARGS.pack(*head, 0, 0, -1)) >= 0 else None
+    got = _collect(lib.rp_ce_forward, _CE_ARGS, head, 1)
+    return None if got is None else (rounded, got, p)
 
 
 def cross_entropy_back(p, targets, c: float, consts: tuple, safety: float, wide: float, log: bool, bounds=None):

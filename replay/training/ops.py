@@ -407,10 +407,14 @@ class _CrossEntropy(torch.autograd.Function):
         R = active()
         op = R.op(name)
         n, v = logits.shape
+        ctx.op, ctx.inv_n, ctx.v = op, 1.0 / n, v
+        rounded = _cross_entropy_rounded(R, op * SLOTS, logits, targets)
+        if rounded is not None:
+            ctx.save_for_backward(rounded[1], targets)
+            return rounded[0]
         fused = _cross_entropy_native(R, op * SLOTS, logits, targets)
         loss, err, p = fused if fused is not None else _CrossEntropy.reference(logits, targets)
         ctx.save_for_backward(p, targets)
-        ctx.op, ctx.inv_n, ctx.v = op, 1.0 / n, v
         return R.full(op * SLOTS, loss, err, loss.shape, steers=False)  # the loss feeds no update
 
     @staticmethod
@@ -435,10 +439,10 @@ class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gl):
         p, targets = ctx.saved_tensors
-        c = gl * ctx.inv_n
-        fused = _cross_entropy_back_native(active(), ctx.op * SLOTS + 1, p, targets, c, ctx.v)
+        fused = _cross_entropy_back_native(active(), ctx.op * SLOTS + 1, p, targets, gl, ctx.inv_n, ctx.v)
         if fused is not None:
             return fused, None, None
+        c = gl * ctx.inv_n
         # logits-sized float64 tensors, the step's largest at a real vocabulary (the peak of a GPT-2
         # step): in place, and no one-hot. p - onehot is p + -1 at each row's target (x - y is x + -y)
         # and p elsewhere (p - 0 is p); the bound forms it again, only where it is needed (a replay
@@ -466,12 +470,34 @@ def _cross_entropy_native(R, key: int, logits, targets):
     return native.cross_entropy(logits.contiguous(), targets, (gamma(v + 8), EXP_ERR, U, gamma(n + 1), 1.0 / n))
 
 
-def _cross_entropy_back_native(R, key: int, p, targets, c, v: int):
-    """_CrossEntropy's backward in one kernel pass (the reference's element-wise operations: the same bits),
-    as `_softmax_back_native`: dz, else None."""
-    if not p.is_cpu:  # float(c) would wait for a GPU: its deferred path makes no host synchronisation
+def _cross_entropy_rounded(R, key: int, logits, targets):
+    """_CrossEntropy's forward with its loss's rounding point in the kernel's same pass (`native.cross_entropy`'s
+    point: what `Rounder.full` does with the loss and its bound, without its ATen ops) where the rounder lets a pass
+    round it (`Rounder.fused_mode`: a CPU recording, or a replay whose log names the loss not): (the rounded loss, p),
+    its close call kept; else None (a replay whose log names it applies the log through `Rounder.full`)."""
+    if not logits.is_cpu:
         return None
-    run = lambda log: native.cross_entropy_back(p, targets, float(c), (U, gamma(v + 10)), SAFETY, WIDE, log)
+    mode = R.fused_mode((key,))
+    if mode not in ("record", "plain"):
+        return None
+    n, v = logits.shape
+    consts = (gamma(v + 8), EXP_ERR, U, gamma(n + 1), 1.0 / n)
+    got = native.cross_entropy(logits.contiguous(), targets, consts, (SAFETY, WIDE, mode == "record"))
+    if got is None:
+        return None
+    loss, calls, p = got
+    R.record_points((key,), [calls], (loss,))
+    return loss, p
+
+
+def _cross_entropy_back_native(R, key: int, p, targets, gl, inv_n: float, v: int):
+    """_CrossEntropy's backward in one kernel pass (the reference's element-wise operations: the same bits),
+    as `_softmax_back_native`: dz, else None. Its c = dL/dloss / rows as a Python float, float(gl) * inv_n: the IEEE
+    multiply `gl * inv_n` makes, without its ATen op, and read only where the pass runs (on a CPU, the kernel's: the
+    torch path, and a GPU's deferred one, make no host synchronisation for it)."""
+    if not (p.is_cpu and gl.dim() == 0):
+        return None
+    run = lambda log: native.cross_entropy_back(p, targets, float(gl) * inv_n, (U, gamma(v + 10)), SAFETY, WIDE, log)
     return _one_point_pass(R, key, run)
 
 

@@ -175,6 +175,7 @@ def test_the_native_cross_entropy_is_the_reference(rows, cols, threads, gl, seed
     consts = (gamma(cols + 8), ops.EXP_ERR, U, gamma(rows + 1), 1.0 / rows)
     with kernel_threads(threads):
         got_loss, got_err, got_p = native.cross_entropy(logits, targets, consts)
+        with_point = [native.cross_entropy(logits, targets, consts, (SAFETY, WIDE, log)) for log in (True, False)]
         bounds = torch.empty_like(p)
         back, (points,) = native.cross_entropy_back(
             p, targets, float(c), (U, gamma(cols + 10)), SAFETY, WIDE, True, bounds
@@ -188,9 +189,33 @@ def test_the_native_cross_entropy_is_the_reference(rows, cols, threads, gl, seed
     recorder = Rounder("record")
     assert _same(recorder.full(0, got_loss, got_err, (), steers=False), rounded)
     assert recorder.entries == entries
+    for (point_loss, calls, point_p), log in zip(with_point, (True, False)):  # the loss's point in the same pass
+        assert _same(point_loss, rounded) and point_loss.dim() == 0 and _same(point_p, got_p)
+        assert calls == (recorder.entries.get(0, ([], [])) if log else ([], []))
     assert _same(back, dz) and _same(plain, dz) and none == []
     assert _same(bounds, _ce_back_bound(p, targets, c, cols))
     assert (points if points[0] else None) == dz_entries.get(1)  # the op's first point after its forward's
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_cross_entropys_loss_point_logs_as_round_full(seed):
+    """The loss's point rounded in the cross-entropy's pass (`native.cross_entropy`'s point) decides and codes its close
+    call as `round_full` does with the pass's loss and bound: windows widened until the loss is one (a parity code), and
+    until it is a wide one; logged only where asked, rounded either way."""
+    g = torch.Generator().manual_seed(seed)
+    rows, cols = 3 + seed, 2 + seed % 4
+    logits = _f32(torch.randn(rows, cols, generator=g, dtype=torch.float64) * 3)
+    targets = torch.randint(0, cols, (rows,), generator=g)
+    consts = (gamma(cols + 8), ops.EXP_ERR, U, gamma(rows + 1), 1.0 / rows)
+    loss, err, _ = native.cross_entropy(logits, targets, consts)
+    kinds = set()
+    for safety, wide in ((SAFETY, WIDE), (1e9, WIDE), (1e9, 1e12), (1e15, 1e15)):
+        want, idx, codes = native.round_full(loss, err, safety, wide)
+        got, calls, _ = native.cross_entropy(logits, targets, consts, (safety, wide, True))
+        plain, none, _ = native.cross_entropy(logits, targets, consts, (safety, wide, False))
+        assert _same(got, want) and _same(plain, want) and calls == (idx, codes) and none == ([], [])
+        kinds.update(type(c) for c in codes)
+    assert kinds == {bool, int}  # both codes met: the test reaches the pass's logging
 
 
 def test_the_cross_entropy_refuses_targets_outside_the_row():
@@ -199,6 +224,7 @@ def test_the_cross_entropy_refuses_targets_outside_the_row():
     logits, bad = torch.zeros(2, 3, dtype=torch.float64), torch.tensor([0, 3])
     consts = (gamma(11), ops.EXP_ERR, U, gamma(3), 0.5)
     assert native.cross_entropy(logits, bad, consts) is None
+    assert native.cross_entropy(logits, bad, consts, (SAFETY, WIDE, True)) is None
     p = torch.full((2, 3), 1 / 3, dtype=torch.float64)
     assert native.cross_entropy_back(p, bad, 0.5, (U, gamma(13)), SAFETY, WIDE, True) is None
     assert native.cross_entropy(logits, torch.tensor([0, -1]), consts) is None
