@@ -466,8 +466,13 @@ def _cross_entropy_native(R, key: int, logits, targets):
     perturbation, which see the reference's operations): (loss, its bound, p), else None."""
     if not (logits.is_cpu and R.fused_mode((key,))):  # (a GPU's logits: no copy made for nothing)
         return None
+    return native.cross_entropy(logits.contiguous(), targets, _cross_entropy_consts(logits))
+
+
+def _cross_entropy_consts(logits) -> tuple:
+    """`native.cross_entropy`'s consts for logits (N, V): gamma(V + 8), EXP_ERR, U, gamma(N + 1), 1 / N."""
     n, v = logits.shape
-    return native.cross_entropy(logits.contiguous(), targets, (gamma(v + 8), EXP_ERR, U, gamma(n + 1), 1.0 / n))
+    return gamma(v + 8), EXP_ERR, U, gamma(n + 1), 1.0 / n
 
 
 def _cross_entropy_rounded(R, key: int, logits, targets):
@@ -480,9 +485,8 @@ def _cross_entropy_rounded(R, key: int, logits, targets):
     mode = R.fused_mode((key,))
     if mode not in ("record", "plain"):
         return None
-    n, v = logits.shape
-    consts = (gamma(v + 8), EXP_ERR, U, gamma(n + 1), 1.0 / n)
-    got = native.cross_entropy(logits.contiguous(), targets, consts, (SAFETY, WIDE, mode == "record"))
+    point = (SAFETY, WIDE, mode == "record")
+    got = native.cross_entropy(logits.contiguous(), targets, _cross_entropy_consts(logits), point)
     if got is None:
         return None
     loss, calls, p = got
