@@ -210,6 +210,14 @@ from replay.training import native, step_allocator
 M = 1 << 20
 native.tune_allocator()
 step_allocator.install()
+# the child's ops run once here first: an op's first call initialises its handle under a C++ static guard, and a
+# fork landing while the other thread holds that guard (its own first torch.empty) left a child waiting on it for
+# ever (gdb: __cxa_guard_acquire in at::_ops::empty_memory_format::call): torch's, not the allocator's lock. On a
+# few bytes: a tensor large enough for OpenMP would start libgomp's threads here, which a forked child's parallel
+# fill_ then waits for at its barrier for ever (libgomp is not fork-safe once its pool exists)
+warm = torch.empty(16, dtype=torch.uint8).fill_(7)
+assert int(warm.min()) == 7 == int(warm.max())
+del warm
 stop = threading.Event()
 def churn():  # the lock held through release's munmaps of 200 holes (ctypes lets the GIL go): forks land inside it
     while not stop.is_set():
