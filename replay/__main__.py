@@ -147,7 +147,9 @@ def _main(argv: list[str] | None) -> int:
     r.add_argument("--device", default="cpu", help="cpu, cuda[:n] or auto (cuda where there is one)")
     r.add_argument("--steps", type=int, required=True, help=f"training steps, 1 to {schema.MAX_STEPS}")
     r.add_argument("--out", type=Path, required=True, help="a new or empty folder (a transcript is never overwritten)")
-    r.add_argument("--chips", type=int, default=4, help=f"simulated chips, 1 to {schema.MAX_SHARDS}")
+    r.add_argument(
+        "--chips", type=int, help=f"simulated chips, 1 to {schema.MAX_SHARDS} (default 4; not with --serials)"
+    )
     r.add_argument("--seed", type=int, default=0, help=f"0 to {schema.MAX_SEED}")
     r.add_argument(
         "--checkpoint-interval",
@@ -241,6 +243,14 @@ def _record(args, parser: argparse.ArgumentParser) -> int:
     exits 2 naming it, with --out and every chip log untouched."""
     if (args.chip_dir is None) != (args.serials is None):
         return _usage_error(parser, "--chip-dir and --serials go together")
+    if args.serials is not None and args.chips is not None:
+        return _usage_error(parser, "--chips counts simulated chips: with --serials the chips are the serials named")
+    if args.chip_dir is not None and args.precision != "det64":
+        # a registered chip's snapshots of such a run could never be answered (verify refuses the transcript), and a
+        # chip's log keeps them for good
+        return _usage_error(
+            parser, f"--precision {args.precision} is a plain baseline, not claimable: train registered chips in det64"
+        )
     try:
         check_out(args.out)
         arch, config = _model_shape(args)
@@ -258,7 +268,7 @@ def _record(args, parser: argparse.ArgumentParser) -> int:
         }
         if args.chip_dir is not None:
             return _record_on_chips(args, arch, options)
-        recorder = Recorder(args.out, arch, chips=args.chips, **options)
+        recorder = Recorder(args.out, arch, chips=4 if args.chips is None else args.chips, **options)
         recorder.check()
         out = recorder.run()
     except ValueError as e:
@@ -325,6 +335,8 @@ def _model_shape(args) -> tuple[str, dict]:
             raise ValueError(f"--config is not JSON ({e.msg})") from None
         except RecursionError:
             raise ValueError("--config is nested too deeply") from None
+        except ValueError as e:  # an integer of over 4300 digits (Python's own limit), or a field given twice
+            raise ValueError(str(e) if str(e).startswith("--config") else "--config holds a number too long") from None
         if not isinstance(fields, dict):
             raise ValueError("--config must be a JSON object of shape fields")
         config.update(fields)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 
 from replay.protocol import chips_and_time, coverage
 from replay.protocol.firmware import MAX_COUNTER
@@ -28,6 +27,7 @@ CLAIMS_OPTIONAL = {
 }
 MAX_DRAWS = coverage.MAX_DRAWS
 MAX_CLAIMS = 100_000
+READ_MAX = 64 << 20  # bytes of a claims, keys or snapshots file read
 API_BODY_KEYS = {"run", "location"}  # fields of the claims API's body (docs/claims.md §1), none of this file's
 
 
@@ -43,19 +43,26 @@ def _api_body_hint(raw) -> str:
 
 
 def read_json(obj_or_path, what: str):
-    """A dict or list as given, or the JSON of the file at that path (at most 64 MiB of it read)."""
+    """A dict or list as given, or the JSON of the file at that path (at most READ_MAX bytes of it read)."""
     if obj_or_path is None or isinstance(obj_or_path, (dict, list)):
         return obj_or_path
     try:
-        return json.loads(Path(obj_or_path).read_bytes()[: 64 << 20].decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        return json.loads(_head(obj_or_path).decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as e:  # (ValueError: not UTF-8, not JSON, an over-long integer)
         raise MalformedTranscript(f"{what} is not readable JSON ({type(e).__name__})") from None
 
 
+def _head(path) -> bytes:
+    """The first READ_MAX bytes of the file: read that far and no further (a larger file, or /dev/zero, is not
+    read whole to be cut after)."""
+    with open(path, "rb") as handle:
+        return handle.read(READ_MAX)
+
+
 def read_lines(path) -> list[str]:
-    """The lines of a snapshot log file (at most 64 MiB of it read; bytes that are not UTF-8 replaced)."""
+    """The lines of a snapshot log file (at most READ_MAX bytes of it read; bytes that are not UTF-8 replaced)."""
     try:
-        return Path(path).read_bytes()[: 64 << 20].decode("utf-8", errors="replace").splitlines()
+        return _head(path).decode("utf-8", errors="replace").splitlines()
     except OSError as e:
         raise MalformedTranscript(f"snapshots are not readable ({type(e).__name__})") from None
 
@@ -84,7 +91,8 @@ def parse_claims(raw, tr: Transcript) -> list[dict]:
                 f"claims[{i}] must have serial, counter, shard, hash, step, time" + _api_body_hint(raw)
             )
         chips_and_time.check_work(c, f"claims[{i}]")
-        if not all(type(c[k]) is int for k in ("counter", "shard", "step")) or not isinstance(c["hash"], str):
+        typed = all(type(c[k]) is int for k in ("counter", "shard", "step"))
+        if not typed or not isinstance(c["hash"], str) or not isinstance(c["serial"], str):
             raise MalformedTranscript(f"claims[{i}] has fields of the wrong type")
         if not 0 <= c["counter"] <= MAX_COUNTER:
             raise MalformedTranscript(f"claims[{i}].counter must be an integer in [0, {MAX_COUNTER}]")

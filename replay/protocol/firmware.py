@@ -187,8 +187,8 @@ def parse_record(line: str) -> dict:
     """One log line -> record dict; raises ValueError if it is not a well-formed record."""
     try:
         rec = json.loads(line)
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise ValueError(f"not JSON: {e}") from None
+    except (ValueError, RecursionError) as e:  # (an integer of over 4300 digits is a ValueError, not a JSONDecodeError)
+        raise ValueError(f"not JSON: {str(e)[:120]}") from None
     if not isinstance(rec, dict) or set(rec) not in (set(FIELDS), set(FIELDS) | set(WORK_FIELDS)):
         raise ValueError(f"fields must be exactly {sorted(FIELDS)} (and both of {sorted(WORK_FIELDS)}, or neither)")
     for k, t in {**FIELDS, **WORK_FIELDS}.items():

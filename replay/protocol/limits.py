@@ -153,18 +153,28 @@ def _over(arch: str, config: dict, spec: dict, memory: int, max_flops: float, me
     shape = spec["x"][1]
     act, state = step_memory(arch, config, spec)
     if act + state > memory:
+        need, limit = _apart(act + state, memory, lambda b: f"{b / 2**30:.1f} GiB", lambda b: f"{int(b):,} bytes")
         return (
-            f"batch.x.shape {shape} with this config needs about {(act + state) / 2**30:.1f} GiB per step "
+            f"batch.x.shape {shape} with this config needs about {need} per step "
             f"({act / 2**30:.1f} GiB of activations, {state / 2**30:.1f} GiB of training state), more than "
-            + memory_name.format(f"{memory / 2**30:.1f} GiB")
+            + memory_name.format(limit)
         )
     flops = models.training_flops(arch, config, spec)
     if flops > max_flops:
+        need, limit = _apart(flops, max_flops, lambda f: f"{f:.3e}", lambda f: f"{int(f):,}")
         return (
-            f"batch.x.shape {shape} with this config is {flops:.3e} FLOPs per training step, more than "
-            + flops_name.format(f"{max_flops:.0e}")
+            f"batch.x.shape {shape} with this config is {need} FLOPs per training step, more than "
+            + flops_name.format(limit)
         )
     return None
+
+
+def _apart(value, limit, short, exact) -> tuple[str, str]:
+    """value and the limit it is over, each written `short`, or both `exact` where the short forms would not show
+    value as the larger (2.910e+07 over a budget of 3e+07, or 8.0 GiB over 8.0 GiB)."""
+    if short(value) != short(limit) and float(short(value).split()[0]) > float(short(limit).split()[0]):
+        return short(value), short(limit)
+    return exact(value), exact(limit)
 
 
 def log_caps(arch: str, config: dict, spec: dict) -> tuple[int, int]:

@@ -144,7 +144,11 @@ def validate_manifest(m) -> dict:
     except ValueError as e:
         raise MalformedTranscript(str(e)) from None
     if m["precision"] not in ("det64", "float32"):
-        raise MalformedTranscript("precision must be det64 or float32")
+        # (float32, also a plain baseline, is read on and refused as not claimable by the verifier, by name)
+        shown = m["precision"] if isinstance(m["precision"], str) else type(m["precision"]).__name__
+        raise MalformedTranscript(
+            f"precision {shown[:40]!r} is not claimable: only det64 transcripts replay the same on every machine"
+        )
     integer_in(m["seed"], 0, MAX_SEED, "seed")
     steps = integer_in(m["steps"], 1, MAX_STEPS, "steps")
     interval = integer_in(m["checkpoint_interval"], 1, steps, "checkpoint_interval")
@@ -165,7 +169,9 @@ def validate_manifest(m) -> dict:
             raise MalformedTranscript("batch.x.shape[1] must be a sequence length in [1, block]")
     spec = models.batch_spec(m["arch"], m["config"], xs[0], seq)
     for k in ("x", "y"):
-        if [b[k]["dtype"], b[k]["shape"]] != [spec[k][0], spec[k][1]]:
+        shape = b[k]["shape"]  # (integers only: 32.0 == 32 would give one run several manifests' hashes)
+        typed = isinstance(shape, list) and all(type(d) is int for d in shape)
+        if not typed or [b[k]["dtype"], shape] != [spec[k][0], spec[k][1]]:
             raise MalformedTranscript(f"batch.{k} must be {spec[k][0]} of shape {spec[k][1]} for this architecture")
     too_big = limits.beyond_any_verifier(m["arch"], m["config"], spec)
     if too_big:
@@ -184,7 +190,12 @@ def validate_manifest(m) -> dict:
         if s["serial"] in serials:
             raise MalformedTranscript(f"shards[{i}].serial repeats {s['serial']!r}")
         serials.add(s["serial"])
-        if s["start"] != pos or type(s["end"]) is not int or not pos <= s["end"] <= n_params:
+        if (
+            type(s["start"]) is not int
+            or s["start"] != pos
+            or type(s["end"]) is not int
+            or not pos <= s["end"] <= n_params
+        ):
             raise MalformedTranscript(f"shards must tile the {n_params} parameters contiguously (shard {i})")
         pos = s["end"]
     if pos != n_params:

@@ -97,7 +97,7 @@ def check_header(
     `optional` may be absent)."""
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # (ValueError: not UTF-8, not JSON, or an integer of over 4300 digits)
         raise MalformedTranscript(f"{name}: safetensors header is not JSON") from None
     if not isinstance(header, dict):
         raise MalformedTranscript(f"{name}: safetensors header is not an object")

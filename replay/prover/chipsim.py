@@ -48,6 +48,14 @@ def identity_message(serial: str, nonce: str) -> bytes:
     return f"chipledger identity challenge v1\n{serial}\n{nonce}\n".encode()
 
 
+def _read(path: Path, serial: str) -> str:
+    """A chip's file as text; ValueError naming the chip and the file where it cannot be read (a folder in its place)."""
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"chip {serial}: cannot read {path.name} ({getattr(e, 'strerror', None) or e})") from None
+
+
 class ChipStore:
     """The simulated chips kept in one folder: their keys and their logs."""
 
@@ -73,7 +81,7 @@ class ChipStore:
         path = self._path(serial, ".key")
         if not path.exists():
             raise ValueError(f"no chip {serial} in {self.folder}")
-        return SigningKey(base64.b64decode(path.read_text().strip(), validate=True))
+        return SigningKey(base64.b64decode(_read(path, serial).strip(), validate=True))
 
     def answer(self, serial: str, nonce: str) -> str:
         """The chip's signature over an identity challenge, base64."""
@@ -83,7 +91,7 @@ class ChipStore:
         """The chip's whole log, as the firmware hands it to an inspector ("" if it never logged)."""
         self.key(serial)  # an unknown chip is an error, not an empty log
         path = self._path(serial, ".log")
-        return path.read_text() if path.exists() else ""
+        return _read(path, serial) if path.exists() else ""
 
     def firmware_chip(self, serial: str, shard: int) -> Chip:
         """The chip's firmware state for a run where it holds ``shard``: its record counter and chain go on from
@@ -109,7 +117,7 @@ class ChipStore:
         path = self._path(serial, ".state")
         if not path.exists():
             return None
-        held = json.loads(path.read_text())
+        held = json.loads(_read(path, serial))
         if not isinstance(held, dict) or any(not (held.get(k) is None or type(held.get(k)) is int) for k in WORK):
             raise ValueError(f"chip {serial}: its state file is not {{busy_ns, flops}}")
         return {k: held.get(k) for k in WORK}

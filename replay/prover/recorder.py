@@ -98,6 +98,13 @@ def check_out(out) -> None:
     """Refuse an --out that is not a new or empty folder (ValueError naming it): a transcript is never
     overwritten, nor mixed with another run's files (an old checkpoint left beside a new manifest)."""
     out = Path(out)
+    try:
+        _check_out(out)
+    except OSError as e:  # a name too long, a path through a file
+        raise ValueError(f"--out {out}: {e.strerror or e}") from None
+
+
+def _check_out(out: Path) -> None:
     if out.exists() or out.is_symlink():
         if out.is_symlink() or not out.is_dir():
             raise ValueError(f"--out {out} is not a folder")
@@ -111,7 +118,9 @@ def check_out(out) -> None:
                 "empty folder (record never overwrites a transcript)"
             )
         return
-    parent = next(p for p in out.absolute().parents if p.exists())
+    parent = next(p for p in out.absolute().parents if p.exists() or p.is_symlink())
+    if parent.is_symlink() and not parent.exists():
+        raise ValueError(f"--out {out}: {parent} is a broken link")
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"--out {out}: cannot create a folder under {parent}")
 
@@ -160,7 +169,7 @@ class Recorder:
         self.serials = serials or [f"SIM-{seed:04d}-{i:03d}" for i in range(chips)]
         # firmware(layout, seed, rate) -> Firmware: the chips' own firmware (replay.prover.chipsim); default simulated.
         self.firmware = firmware or Firmware
-        self.batches = batches or data.Batches(arch, self.config, self.batch, seed)
+        self._batches = batches  # the run's data: made once the run is checked (`batches`)
         self.step_seconds: list[float] = []  # the prover's time per training step (for benchmarks)
         self.device = limits.resolve_device(device)
         # per-step commitments for dispute bisection (transcript_layout.py): "steps" (the default: each tensor of
@@ -169,6 +178,14 @@ class Recorder:
         self.commitments = commitments or "steps"
         if self.commitments not in COMMITMENTS:
             raise ValueError(f"commitments {commitments!r}: use one of {', '.join(COMMITMENTS)}")
+
+    @property
+    def batches(self):
+        """The run's data, made on first use: after `check`, so that a run over the budgets is refused before its
+        dataset is built (a 44 GiB step's took 14 s and 1.9 GB to refuse)."""
+        if self._batches is None:
+            self._batches = data.Batches(self.arch, self.config, self.batch, self.seed)
+        return self._batches
 
     def draw(self, t: int):
         """(batch of step t, its inclusion proofs): the sampler's draw. A cheating prover overrides this."""
@@ -232,8 +249,12 @@ class Recorder:
 
     def _record(self) -> Path:
         self.check()
+        self.batches  # noqa: B018 (made before --out is: a dataset that cannot be made leaves no folder behind)
         out = self.out
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # (a folder check_out let through that the system refuses: /proc, a read-only mount)
+            raise ValueError(f"--out {out}: cannot create it ({e.strerror or e})") from None
         model = models.build(self.arch, self.config)
         state = initial_state(models.init_params(self.arch, self.config, self.seed), self.optimizer)
         state = state.to(self.device)

@@ -177,6 +177,68 @@ def test_a_repeated_serial_is_refused_before_any_chip_log_is_touched(tmp_path, c
         assert sorted((p.name, p.read_bytes()) for p in (tmp_path / "chips").iterdir()) == before
 
 
+def test_registered_chips_train_only_claimable_runs_and_chips_is_not_taken_beside_serials(tmp_path, capsys):
+    """A plain-baseline run on registered chips would log snapshots no claim could ever answer, in logs kept for good."""
+    store = chipsim.ChipStore(tmp_path / "chips")
+    store.make("H1")
+    chips = ["--chip-dir", str(tmp_path / "chips"), "--serials", "H1", "--snapshot-rate", "5"]
+    out = tmp_path / "t"
+    for extra, named in (
+        (["--precision", "float64"], "--precision float64 is a plain baseline, not claimable"),
+        (["--precision", "float32"], "--precision float32 is a plain baseline, not claimable"),
+        (["--chips", "7"], "--chips counts simulated chips"),
+    ):
+        assert record(out, "--steps", "2", *chips, *extra) == 2
+        assert named in _error(capsys)
+        assert not out.exists() and sorted(p.name for p in (tmp_path / "chips").iterdir()) == ["H1.key"]
+
+
+def test_an_out_or_chip_file_the_system_refuses_is_a_usage_error_naming_it(tmp_path, capsys):
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for out, named in (
+        (tmp_path / ("x" * 300), "File name too long"),
+        (tmp_path / "dangling" / "sub", "is a broken link"),
+    ):
+        assert record(out, "--steps", "1") == 2
+        err = _error(capsys)
+        assert "--out" in err and named in err
+    store = chipsim.ChipStore(tmp_path / "chips")
+    store.make("H1")
+    (tmp_path / "chips" / "H1.log").mkdir()  # a folder where the chip's log would be
+    chips = ["--chip-dir", str(tmp_path / "chips"), "--serials", "H1"]
+    assert record(tmp_path / "t", "--steps", "1", *chips) == 2
+    assert "chip H1: cannot read H1.log" in _error(capsys) and not (tmp_path / "t").exists()
+    assert (
+        main(
+            [
+                "record",
+                "--arch",
+                "mlp",
+                "--steps",
+                "1",
+                "--config",
+                '{"sizes": [8, %s]}' % ("1" * 5000),
+                "--out",
+                str(tmp_path / "u"),
+            ]
+        )
+        == 2
+    )
+    assert "--config holds a number too long" in _error(capsys)
+
+
+def test_a_run_over_the_budget_is_refused_before_its_dataset_is_made(tmp_path, capsys, monkeypatch):
+    from replay.prover import recorder
+
+    def made(*args, **kwargs):
+        raise AssertionError("the dataset was made before the budget was checked")
+
+    monkeypatch.setattr(recorder.data, "Batches", made)
+    monkeypatch.setenv("REPLAY_MEMORY_BUDGET_BYTES", "64")
+    assert record(tmp_path / "t", "--steps", "1") == 2
+    assert "REPLAY_MEMORY_BUDGET_BYTES" in _error(capsys) and not (tmp_path / "t").exists()
+
+
 def test_the_chip_simulator_refuses_a_repeated_serial_and_an_occupied_out(tmp_path, capsys):
     store = chipsim.ChipStore(tmp_path / "chips")
     store.make("H1")
@@ -265,6 +327,36 @@ def test_negative_counters_and_repeated_claims_are_malformed(edit, reason, hones
     assert main(["verify", str(honest), "--claims", str(path), "--json", "--nonce", "00" * 16]) == 2
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "malformed" and reason in out["reasons"][0]
+
+
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        (lambda c: c.replace('"counter": 0', '"counter": ' + "9" * 5000, 1), "claims is not readable JSON"),
+        (
+            lambda c: json.dumps({**json.loads(c), "claims": [{**json.loads(c)["claims"][0], "serial": ["x"]}]}),
+            "wrong type",
+        ),
+        (
+            lambda c: json.dumps({**json.loads(c), "claims": [{**json.loads(c)["claims"][0], "serial": {}}]}),
+            "wrong type",
+        ),
+    ],
+)
+def test_an_over_long_number_or_a_serial_that_is_no_string_is_malformed(text, reason, honest, tmp_path, capsys):
+    path = tmp_path / "claims.json"
+    path.write_text(text(json.dumps(json.loads((honest / "claims.json").read_text()))))
+    assert main(["verify", str(honest), "--claims", str(path), "--json", "--nonce", "00" * 16]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "malformed" and reason in out["reasons"][0], out["reasons"]
+
+
+def test_a_claims_file_is_read_no_further_than_its_cap(honest, tmp_path, monkeypatch, capsys):
+    from replay.protocol import claims_file
+
+    monkeypatch.setattr(claims_file, "READ_MAX", 1 << 10)
+    assert main(["verify", str(honest), "--claims", "/dev/zero", "--json", "--nonce", "00" * 16]) == 2
+    assert "claims is not readable JSON" in json.loads(capsys.readouterr().out)["reasons"][0]
 
 
 def test_the_claims_api_body_handed_to_verify_is_named(honest, tmp_path, capsys):

@@ -219,3 +219,11 @@ def test_work_counters_are_signed_monotonic_and_optional():
     huge = {**json.loads(lines[0]), "flops": 2**128}
     with pytest.raises(ValueError, match="flops"):
         parse_record(json.dumps(huge))
+
+
+def test_a_log_line_with_an_over_long_integer_is_no_record_not_a_crash():
+    """Python's JSON refuses an integer of over 4300 digits with a ValueError of its own, not a JSONDecodeError."""
+    from replay.protocol.firmware import parse_record
+
+    with pytest.raises(ValueError, match="not JSON"):
+        parse_record('{"counter": ' + "9" * 5000 + "}")

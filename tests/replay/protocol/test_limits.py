@@ -419,3 +419,20 @@ def test_a_log_beyond_the_caps_is_refused_by_the_verifier_and_never_recorded(tmp
     assert v.verdict == "malformed" and "segments/" in v.reasons[0] and "more than 8" in v.reasons[0], v.reasons
     with pytest.raises(ValueError, match=r"rounding log holds .* more than a verifier reads"):
         record(tmp_path / "u", "mlp", recorder=Recorder)
+
+
+@settings(max_examples=300, deadline=None)
+@given(limit=st.integers(1, 10**16), over=st.integers(1, 10**16))
+def test_a_budget_refusal_shows_the_step_above_the_budget(limit, over):
+    """The short forms (2.910e+07 FLOPs, 8.0 GiB) where they show the step as the larger, else both exact: never
+    "2.910e+07 ... more than ... 3e+07"."""
+
+    def shown(text: str) -> float:
+        return float(text.split()[0].replace(",", ""))
+
+    for short, exact in (
+        (lambda f: f"{f:.3e}", lambda f: f"{int(f):,}"),
+        (lambda b: f"{b / 2**30:.1f} GiB", lambda b: f"{int(b):,} bytes"),
+    ):
+        need, budget = limits._apart(limit + over, limit, short, exact)
+        assert shown(need) > shown(budget), (need, budget)

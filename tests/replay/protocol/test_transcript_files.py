@@ -139,3 +139,12 @@ def test_transcript_files_are_as_readable_as_the_manifest(transcripts):
     want = (d / "manifest.json").stat().st_mode & 0o777
     assert {p.stat().st_mode & 0o777 for p in (d / "checkpoints").iterdir()} == {want}
     assert {p.stat().st_mode & 0o777 for p in (d / "segments").iterdir()} == {want}
+
+
+def test_a_header_with_an_over_long_integer_is_malformed_not_a_crash():
+    data = safetensors.torch.save({"a": torch.zeros(4)}, metadata={"x": "y"})
+    n = int.from_bytes(data[:8], "little")
+    raw = data[8 : 8 + n].replace(b'"x":"y"', b'"x":' + b"9" * 5000)
+    forged = len(raw).to_bytes(8, "little") + raw + data[8 + n :]
+    with pytest.raises(MalformedTranscript, match="not JSON"):
+        parse_safetensors(forged, "x", {"a": ("float32", [4])})
