@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -427,8 +428,8 @@ def test_a_budget_refusal_shows_the_step_above_the_budget(limit, over):
     """The short forms (2.910e+07 FLOPs, 8.0 GiB) where they show the step as the larger, else both exact: never
     "2.910e+07 ... more than ... 3e+07"."""
 
-    def shown(text: str) -> float:
-        return float(text.split()[0].replace(",", ""))
+    def shown(text: str) -> Decimal:  # (exact: a float would make 10**16 and 10**16 - 1 one number)
+        return Decimal(text.split()[0].replace(",", ""))
 
     for short, exact in (
         (lambda f: f"{f:.3e}", lambda f: f"{int(f):,}"),
