@@ -25,13 +25,16 @@ class Refused(Exception):
     """The path does not name a regular file inside root; the message names only the relative path."""
 
 
-def _why(dfd: int, part: str, rel: str, err: OSError) -> Refused:
+def _why(dfd: int, part: str, rel: str, err: OSError, at: str | None = None) -> Refused:
+    """Why rel could not be opened at its component `part` (`at`: the path down to that component, where it is a
+    folder above rel: the link it is, not rel, is named)."""
     try:
         st = os.lstat(part, dir_fd=dfd)
     except OSError:
         return Refused(f"{rel}: missing")
     if stat.S_ISLNK(st.st_mode):
-        return Refused(f"{rel}: a symbolic link (transcript files must be regular files inside the transcript)")
+        link = "a symbolic link" if at is None else f"{at} is a symbolic link"
+        return Refused(f"{rel}: {link} (transcript files must be regular files inside the transcript)")
     if err.errno in (errno.ENOTDIR, errno.ELOOP):
         return Refused(f"{rel}: not a regular file inside the transcript")
     return Refused(f"{rel}: not readable ({errno.errorcode.get(err.errno, 'error')})")
@@ -47,11 +50,11 @@ def open_inside(root: Path, rel: str) -> int:
     except OSError:
         raise Refused("the transcript directory is missing or not a directory") from None
     try:
-        for part in parts[:-1]:
+        for depth, part in enumerate(parts[:-1]):
             try:
                 nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | CLOEXEC, dir_fd=dfd)
             except OSError as e:
-                raise _why(dfd, part, rel, e) from None
+                raise _why(dfd, part, rel, e, "/".join(parts[: depth + 1])) from None
             os.close(dfd)
             dfd = nfd
         try:

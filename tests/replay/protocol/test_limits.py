@@ -220,7 +220,9 @@ def test_symlinked_directory_is_refused(mlp, tmp_path):
     (mlp / "segments").rename(outside)
     (mlp / "segments").symlink_to(outside)
     v = run(mlp)
-    assert v.verdict == "malformed" and v.reasons[0].startswith("segments/00000000.safetensors: a symbolic link")
+    assert v.verdict == "malformed" and v.reasons[0].startswith(
+        "segments/00000000.safetensors: segments is a symbolic link"
+    )
     assert "elsewhere" not in json.dumps(v.to_json())
 
 
