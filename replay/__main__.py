@@ -335,13 +335,19 @@ def _model_shape(args) -> tuple[str, dict]:
             raise ValueError(f"--config is not JSON ({e.msg})") from None
         except RecursionError:
             raise ValueError("--config is nested too deeply") from None
-        except ValueError as e:  # an integer of over 4300 digits (Python's own limit), or a field given twice
-            raise ValueError(str(e) if str(e).startswith("--config") else "--config holds a number too long") from None
+        except _GivenTwice:
+            raise
+        except ValueError:  # an integer of over 4300 digits: Python's own limit, its own words
+            raise ValueError("--config holds a number too long") from None
         if not isinstance(fields, dict):
             raise ValueError("--config must be a JSON object of shape fields")
         config.update(fields)
     validate_config(arch, config)
     return arch, config
+
+
+class _GivenTwice(ValueError):
+    """A --config field given more than once (`_fields_once`), told apart from the parser's own ValueErrors."""
 
 
 def _fields_once(pairs: list) -> dict:
@@ -350,7 +356,7 @@ def _fields_once(pairs: list) -> dict:
     fields = dict(pairs)
     if len(fields) != len(pairs):
         twice = sorted({k for k, _ in pairs if sum(1 for n, _ in pairs if n == k) > 1})
-        raise ValueError(f"--config gives {', '.join(twice)} more than once")
+        raise _GivenTwice(f"--config gives {', '.join(twice)} more than once")
     return fields
 
 
