@@ -79,6 +79,8 @@ def parse_claims(raw, tr: Transcript) -> list[dict]:
         raise MalformedTranscript(
             'claims must be {"manifest": <hash>, "claims": [...]} (optional: history, ...)' + _api_body_hint(raw)
         )
+    if not isinstance(raw["manifest"], str):  # (a number is no other transcript's hash: the file is malformed)
+        raise MalformedTranscript("claims.manifest must be the transcript's manifest hash, a hex string")
     if len(raw["claims"]) > MAX_CLAIMS:
         raise MalformedTranscript(f"more than {MAX_CLAIMS} claims")
     shard_of = {s["serial"]: i for i, s in enumerate(tr.layout)}

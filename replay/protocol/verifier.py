@@ -149,7 +149,8 @@ def verify(
         reasons += why
         if snapshots is not None:
             lines = snapshots if isinstance(snapshots, list) else read_lines(snapshots)
-            keys = check_keys(read_json(chip_keys, "chip keys") or {})
+            # none given: no keys; a file of null, false, 0, "" or [] is no keys object (malformed), not an empty one
+            keys = check_keys({} if chip_keys is None else read_json(chip_keys, "chip keys"))
             lines = [line for line in lines if line.strip()]
             reasons += check_snapshots(lines, keys, claim_list, tr)
             work_from_logs(lines, claim_list)

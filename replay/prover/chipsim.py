@@ -35,7 +35,7 @@ from pathlib import Path
 
 from nacl.signing import SigningKey
 
-from replay.protocol.firmware import ZERO, Chip, Firmware, parse_record, public_key_b64, record_hash
+from replay.protocol.firmware import MAX_WORK, ZERO, Chip, Firmware, parse_record, public_key_b64, record_hash
 from replay.prover.claim_body import claims_body
 
 SERIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -117,9 +117,14 @@ class ChipStore:
         path = self._path(serial, ".state")
         if not path.exists():
             return None
-        held = json.loads(_read(path, serial))
-        if not isinstance(held, dict) or any(not (held.get(k) is None or type(held.get(k)) is int) for k in WORK):
-            raise ValueError(f"chip {serial}: its state file is not {{busy_ns, flops}}")
+        try:
+            held = json.loads(_read(path, serial))
+        except (ValueError, RecursionError):  # (not JSON, nested too deep, an integer of over 4300 digits)
+            held = None
+        # (counters the firmware would sign into the chip's log for good: in the range a verifier reads, or refused)
+        counted = lambda v: v is None or (type(v) is int and 0 <= v <= MAX_WORK)
+        if not isinstance(held, dict) or not all(counted(held.get(k)) for k in WORK):
+            raise ValueError(f"chip {serial}: its state file is not {{busy_ns, flops}}, each an integer in 0..2^128-1")
         return {k: held.get(k) for k in WORK}
 
     def hold(self, chip: Chip) -> None:

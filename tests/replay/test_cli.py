@@ -227,6 +227,26 @@ def test_an_out_or_chip_file_the_system_refuses_is_a_usage_error_naming_it(tmp_p
     assert "--config holds a number too long" in _error(capsys)
 
 
+@pytest.mark.parametrize(
+    "state",
+    [
+        "[" * 100_000,
+        '{"busy_ns": ' + str(2**128) + ', "flops": 1}',
+        '{"busy_ns": -5, "flops": -7}',
+        '{"busy_ns": 1e3, "flops": 1}',
+    ],
+)
+def test_a_chip_state_file_out_of_range_or_unreadable_is_refused_before_any_log_is_signed(state, tmp_path, capsys):
+    """The firmware would sign its counters into the chip's log for good: out of the range a verifier reads, never."""
+    store = chipsim.ChipStore(tmp_path / "chips")
+    store.make("H1")
+    (tmp_path / "chips" / "H1.state").write_text(state)
+    chips = ["--chip-dir", str(tmp_path / "chips"), "--serials", "H1"]
+    assert record(tmp_path / "t", "--steps", "1", *chips) == 2
+    assert "chip H1: its state file is not" in _error(capsys)
+    assert not (tmp_path / "t").exists() and not (tmp_path / "chips" / "H1.log").exists()
+
+
 def test_a_run_over_the_budget_is_refused_before_its_dataset_is_made(tmp_path, capsys, monkeypatch):
     from replay.prover import recorder
 
@@ -349,6 +369,21 @@ def test_an_over_long_number_or_a_serial_that_is_no_string_is_malformed(text, re
     assert main(["verify", str(honest), "--claims", str(path), "--json", "--nonce", "00" * 16]) == 2
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "malformed" and reason in out["reasons"][0], out["reasons"]
+
+
+@pytest.mark.parametrize("keys", ["null", "false", "0", '""', "[]"])
+def test_a_keys_file_that_is_no_object_is_malformed_even_when_falsy(keys, honest, tmp_path, capsys):
+    path = tmp_path / "keys.json"
+    path.write_text(keys)
+    assert verify(honest, "--snapshots", str(honest / "snapshots.jsonl"), "--keys", str(path)) == 2
+    assert "chip keys must be an object" in json.loads(capsys.readouterr().out)["reasons"][0]
+
+
+def test_a_claims_manifest_that_is_no_string_is_malformed(honest, tmp_path, capsys):
+    path = tmp_path / "claims.json"
+    path.write_text(json.dumps(_claims(honest, lambda d: d.update(manifest=5))))
+    assert main(["verify", str(honest), "--claims", str(path), "--json", "--nonce", "00" * 16]) == 2
+    assert "claims.manifest must be" in json.loads(capsys.readouterr().out)["reasons"][0]
 
 
 def test_a_claims_file_is_read_no_further_than_its_cap(honest, tmp_path, monkeypatch, capsys):
