@@ -122,10 +122,7 @@ BROWSER_FIXTURES = {"browser", "chromium", "page"}  # Playwright's Chromium (tes
 
 
 def _left_out(item) -> bool:
-    pure_tests = os.environ.get("CHIPLEDGER_PURE_TESTS")
-    if pure_tests == "skip" and not _uses_services(item):
-        return True
-    if pure_tests == "only" and _uses_services(item):
+    if os.environ.get("CHIPLEDGER_PURE_TESTS") == "skip" and not _uses_services(item):
         return True
     return os.environ.get("CHIPLEDGER_BROWSER_TESTS") == "skip" and bool(
         BROWSER_FIXTURES & set(getattr(item, "fixturenames", ()))
@@ -133,15 +130,14 @@ def _left_out(item) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """``CHIPLEDGER_PURE_TESTS=skip``: leave out the tests that touch no database or broker (``only``: run
-    just those); ``CHIPLEDGER_BROWSER_TESTS=skip``: leave out the pages' browser tests.
+    """``CHIPLEDGER_PURE_TESTS=skip``: leave out the tests that touch no database or broker;
+    ``CHIPLEDGER_BROWSER_TESTS=skip``: leave out the pages' browser tests.
 
-    CI runs the pure tests once, in a leg of their own, and the browser tests once, in the SQLite leg; the
-    PostgreSQL + Redis leg runs only what the services can change.
+    CI runs both once, in the SQLite leg; the PostgreSQL + Redis leg runs only what the services can change.
     """
-    for name, allowed in (("CHIPLEDGER_PURE_TESTS", ("skip", "only")), ("CHIPLEDGER_BROWSER_TESTS", ("skip",))):
-        if os.environ.get(name, "") not in ("", *allowed):  # a typo would quietly run (or drop) every test
-            raise pytest.UsageError(f"{name}={os.environ[name]!r}: use {' or '.join(allowed)}, or leave it unset")
+    for name in ("CHIPLEDGER_PURE_TESTS", "CHIPLEDGER_BROWSER_TESTS"):
+        if os.environ.get(name, "skip") != "skip":  # a typo would quietly run every test
+            raise pytest.UsageError(f"{name}={os.environ[name]!r}: use skip, or leave it unset")
     left_out = [item for item in items if _left_out(item)]
     if left_out:
         config.hook.pytest_deselected(items=left_out)

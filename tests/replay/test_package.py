@@ -29,6 +29,7 @@ def run(args, **env):
     )
 
 
+@pytest.mark.kernel_independent
 def test_replay_never_imports_django():
     code = (
         "import sys, replay, replay.protocol.verifier, replay.protocol.bisect, replay.protocol.firmware, replay.prover.recorder, replay.__main__\n"
@@ -40,6 +41,7 @@ def test_replay_never_imports_django():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.kernel_independent
 def test_the_firmware_and_the_package_import_without_torch():
     """Django's log check needs only replay.protocol.firmware: importing it (or the package) must not load torch."""
     code = (

@@ -1157,6 +1157,7 @@ def test_a_compiler_without_openmp_builds_the_kernel_single_threaded(monkeypatch
         assert _same(torch.matmul(a, b), dot_bound(a, b)) > 0
 
 
+@pytest.mark.kernel_independent
 @pytest.mark.skipif(not native.WIDE_VECTORS, reason="x86 only: no wide-vector flag to refuse")
 @pytest.mark.parametrize("refused", ["WIDE_VECTORS", "OPENMP"])
 def test_each_flag_a_compiler_refuses_is_dropped_alone(monkeypatch, tmp_path, refused):
@@ -1175,6 +1176,7 @@ def test_each_flag_a_compiler_refuses_is_dropped_alone(monkeypatch, tmp_path, re
     assert with_every_flag or "Free Software Foundation" not in version  # GCC builds it with OpenMP
 
 
+@pytest.mark.kernel_independent
 def test_a_library_whose_argument_blocks_differ_is_not_used(monkeypatch, tmp_path):
     """native.py packs rp_dot's and rp_full's arguments as the C structs lay them out; a library built from
     another layout (a field added on one side only) would read garbage: it is refused, the torch path
@@ -2058,6 +2060,7 @@ print(heap)
 """
 
 
+@pytest.mark.kernel_independent
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator, /proc/self/maps")
 def test_without_the_step_allocator_a_replay_process_keeps_even_its_largest_blocks_on_the_heap():
     """Without the step allocator (`REPLAY_ALLOCATOR=0`, or no C++ compiler: tests/replay/training/

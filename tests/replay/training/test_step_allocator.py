@@ -48,6 +48,7 @@ def _pages(n: int) -> int:
     return -(-n // PAGE) * PAGE
 
 
+@pytest.mark.kernel_independent
 @needs_allocator
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
@@ -137,6 +138,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.kernel_independent
 @needs_allocator
 def test_a_freed_block_is_reused_in_place_and_a_run_gives_its_segments_back():
     got = _run(_REUSE)
@@ -190,6 +192,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.kernel_independent
 @needs_allocator
 def test_under_an_address_space_cap_free_segments_make_room_and_a_block_beyond_it_is_a_clear_error():
     """The verifier's subprocess runs under RLIMIT_AS: a block that fits only once the free blocks are unmapped, one
@@ -245,6 +248,7 @@ print(json.dumps({"codes": codes}))
 """
 
 
+@pytest.mark.kernel_independent
 @needs_allocator
 def test_a_process_forked_while_another_thread_allocates_can_allocate():
     """A Celery pool forks its children; the allocator's lock is held across the fork and let go on both sides."""
@@ -296,6 +300,7 @@ print(json.dumps({"installed": step_allocator.install(), "stats": step_allocator
 """
 
 
+@pytest.mark.kernel_independent
 def test_without_a_cxx_compiler_the_step_allocator_is_skipped_with_a_warning(tmp_path):
     got = _run(_NO_COMPILER, env={"CXX": str(tmp_path / "no-such-c++"), "REPLAY_NATIVE_CACHE": str(tmp_path)})
     assert not got["installed"] and got["stats"] is None and got["ok"]
