@@ -3,6 +3,7 @@ anything is written (no transcript, no chip log touched), and never reads as a v
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 
@@ -244,6 +245,17 @@ def test_a_chip_state_file_out_of_range_or_unreadable_is_refused_before_any_log_
     chips = ["--chip-dir", str(tmp_path / "chips"), "--serials", "H1"]
     assert record(tmp_path / "t", "--steps", "1", *chips) == 2
     assert "chip H1: its state file is not" in _error(capsys)
+    assert not (tmp_path / "t").exists() and not (tmp_path / "chips" / "H1.log").exists()
+
+
+@pytest.mark.parametrize("key", ["not base64!", "AAAA", base64.b64encode(bytes(31)).decode(), "\x00"])
+def test_a_chip_key_file_that_is_no_seed_is_refused_naming_the_chip(key, tmp_path, capsys):
+    store = chipsim.ChipStore(tmp_path / "chips")
+    store.make("H1")
+    (tmp_path / "chips" / "H1.key").write_text(key)
+    chips = ["--chip-dir", str(tmp_path / "chips"), "--serials", "H1"]
+    assert record(tmp_path / "t", "--steps", "1", *chips) == 2
+    assert "chip H1: H1.key is not a base64 32-byte Ed25519 seed" in _error(capsys)
     assert not (tmp_path / "t").exists() and not (tmp_path / "chips" / "H1.log").exists()
 
 
