@@ -54,7 +54,7 @@ serve: install
 	$(SERVE)
 
 # Tests keep every file of their own under var/test (database, broker, keys): a running `make run` is never touched.
-# TEST_VAR_DIR moves them (CI runs its two legs side by side, each in a folder of its own).
+# TEST_VAR_DIR moves them (CI runs its legs two at a time, each in a folder of its own).
 test: install
 	CHIPLEDGER_VAR_DIR=$(TEST_VAR_DIR) $(PY) -m pytest $(PYTEST_ARGS)
 

@@ -81,11 +81,10 @@ class ChipStore:
         path = self._path(serial, ".key")
         if not path.exists():
             raise ValueError(f"no chip {serial} in {self.folder}")
+        text = _read(path, serial)
         try:
-            return SigningKey(base64.b64decode(_read(path, serial).strip(), validate=True))
-        except ValueError as e:  # (binascii's "Incorrect padding", nacl's seed length: neither names the chip)
-            if str(e).startswith(f"chip {serial}:"):
-                raise
+            return SigningKey(base64.b64decode(text.strip(), validate=True))
+        except ValueError:  # (binascii's "Incorrect padding", nacl's seed length: neither names the chip)
             raise ValueError(f"chip {serial}: {path.name} is not a base64 32-byte Ed25519 seed") from None
 
     def answer(self, serial: str, nonce: str) -> str:
