@@ -228,34 +228,34 @@ def test_an_out_or_chip_file_the_system_refuses_is_a_usage_error_naming_it(tmp_p
     assert "--config holds a number too long" in _error(capsys)
 
 
+STATE_REFUSED = "chip H1: its state file is not"
+KEY_REFUSED = "chip H1: H1.key is not a base64 32-byte Ed25519 seed"
+
+
 @pytest.mark.parametrize(
-    "state",
+    ("file", "text", "refused"),
     [
-        "[" * 100_000,
-        '{"busy_ns": ' + str(2**128) + ', "flops": 1}',
-        '{"busy_ns": -5, "flops": -7}',
-        '{"busy_ns": 1e3, "flops": 1}',
+        ("H1.state", "[" * 100_000, STATE_REFUSED),
+        ("H1.state", '{"busy_ns": ' + str(2**128) + ', "flops": 1}', STATE_REFUSED),
+        ("H1.state", '{"busy_ns": -5, "flops": -7}', STATE_REFUSED),
+        ("H1.state", '{"busy_ns": 1e3, "flops": 1}', STATE_REFUSED),
+        ("H1.key", "not base64!", KEY_REFUSED),
+        ("H1.key", "AAAA", KEY_REFUSED),
+        ("H1.key", base64.b64encode(bytes(31)).decode(), KEY_REFUSED),
+        ("H1.key", "\x00", KEY_REFUSED),
     ],
 )
-def test_a_chip_state_file_out_of_range_or_unreadable_is_refused_before_any_log_is_signed(state, tmp_path, capsys):
-    """The firmware would sign its counters into the chip's log for good: out of the range a verifier reads, never."""
+def test_a_chip_file_out_of_range_or_unreadable_is_refused_naming_the_chip_before_any_log_is_signed(
+    file, text, refused, tmp_path, capsys
+):
+    """The firmware would sign its counters into the chip's log for good: out of the range a verifier reads, never;
+    and a key that is no Ed25519 seed is the chip's problem, said so (binascii's and nacl's messages name neither)."""
     store = chipsim.ChipStore(tmp_path / "chips")
     store.make("H1")
-    (tmp_path / "chips" / "H1.state").write_text(state)
+    (tmp_path / "chips" / file).write_text(text)
     chips = ["--chip-dir", str(tmp_path / "chips"), "--serials", "H1"]
     assert record(tmp_path / "t", "--steps", "1", *chips) == 2
-    assert "chip H1: its state file is not" in _error(capsys)
-    assert not (tmp_path / "t").exists() and not (tmp_path / "chips" / "H1.log").exists()
-
-
-@pytest.mark.parametrize("key", ["not base64!", "AAAA", base64.b64encode(bytes(31)).decode(), "\x00"])
-def test_a_chip_key_file_that_is_no_seed_is_refused_naming_the_chip(key, tmp_path, capsys):
-    store = chipsim.ChipStore(tmp_path / "chips")
-    store.make("H1")
-    (tmp_path / "chips" / "H1.key").write_text(key)
-    chips = ["--chip-dir", str(tmp_path / "chips"), "--serials", "H1"]
-    assert record(tmp_path / "t", "--steps", "1", *chips) == 2
-    assert "chip H1: H1.key is not a base64 32-byte Ed25519 seed" in _error(capsys)
+    assert refused in _error(capsys)
     assert not (tmp_path / "t").exists() and not (tmp_path / "chips" / "H1.log").exists()
 
 
