@@ -194,10 +194,11 @@ def verifier_command(source: str, claims_file: Path, rule_flops: float, nonce: s
 
 def verifier_environment(scratch: Path) -> dict[str, str]:
     """The worker's environment, plus: TMPDIR in the claim's scratch directory (a fetched transcript lands
-    there and is removed even if the verifier is killed), and the fetch caps, which ``replay.protocol.fetch``
-    applies whatever the command line says."""
+    there and is removed even if the verifier is killed), the fetch caps, which ``replay.protocol.fetch``
+    applies whatever the command line says, and the verifier's threads (REPLAY_VERIFIER_THREADS)."""
     return {
         **os.environ,
+        "OMP_NUM_THREADS": str(settings.REPLAY_VERIFIER_THREADS),
         "TMPDIR": str(scratch),
         "REPLAY_FETCH_MAX_BYTES": str(settings.REPLAY_FETCH_MAX_BYTES),
         "REPLAY_FETCH_MAX_FILES": str(settings.REPLAY_FETCH_MAX_FILES),
@@ -314,6 +315,9 @@ def forked_verifier(argv: list[str], env: dict, cwd: str, out: str, err: str, me
     os.environ.clear()
     os.environ.update(env)
     tempfile.tempdir = None  # TMPDIR is the claim's scratch: read again, not the server's
+    import torch  # preloaded by the server, which read the thread count at its own start: set it as a spawn's is
+
+    torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     from replay.__main__ import main  # preloaded by the server: no import here
 
     sys.exit(main(argv))

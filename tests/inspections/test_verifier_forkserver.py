@@ -167,3 +167,20 @@ def test_two_threads_verify_at_once(transcript, tmp_path, settings, spawned):
     for thread in threads:
         thread.join(120)
     assert [verdicts[n].verdict for n in range(2)] == ["verified", "verified"] and spawned == []
+
+
+@pytest.mark.parametrize("forked", [True, False])
+@pytest.mark.parametrize("threads", sorted({1, len(os.sched_getaffinity(0))}))  # (torch caps OMP_NUM_THREADS there)
+def test_a_verifier_replays_on_the_threads_the_setting_gives_forked_or_spawned(
+    transcript, tmp_path, settings, monkeypatch, spawned, forked, threads
+):
+    """REPLAY_VERIFIER_THREADS, whatever the fork server read at its start (the report says the threads it ran on):
+    two verifiers of the host's every core each, side by side, had run 9x slower."""
+    settings.REPLAY_VERIFIER_FORKSERVER = forked
+    settings.REPLAY_VERIFIER_THREADS = threads
+    said = []
+    real = verification.verdict_of
+    monkeypatch.setattr(verification, "verdict_of", lambda code, out, nonce: said.append(out) or real(code, out, nonce))
+    assert check(transcript, tmp_path, "threads").verdict == "verified"
+    assert json.loads(said[-1])["threads"] == threads
+    assert (spawned == []) == forked
