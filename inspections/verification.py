@@ -354,8 +354,10 @@ def _tail(path: Path, size: int) -> bytes:
 
 def replay_settings_problem() -> str | None:
     """Why the verifier this worker starts could not replay on this host (REPLAY_DEVICE names a device it cannot
-    run, a replay budget in the environment is not a positive number), or None. The default (cpu, budgets
-    unset) imports nothing: torch stays out of the worker."""
+    run, a replay budget in the environment is not a positive number, REPLAY_VERIFIER_THREADS below 1), or None.
+    The default (cpu, budgets unset) imports nothing: torch stays out of the worker."""
+    if settings.REPLAY_VERIFIER_THREADS < 1:
+        return f"REPLAY_VERIFIER_THREADS={settings.REPLAY_VERIFIER_THREADS} is not a positive number of threads"
     budgets_set = any(os.environ.get(n) for n in ("REPLAY_MEMORY_BUDGET_BYTES", "REPLAY_FLOP_BUDGET"))
     if settings.REPLAY_DEVICE == "cpu" and not budgets_set:
         return None

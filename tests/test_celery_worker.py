@@ -110,6 +110,7 @@ def test_the_procfile_worker_survives_kill_9_of_a_pool_child_and_records_heartbe
     [
         ({"REPLAY_DEVICE": "tpu"}, "device 'tpu': use cpu, cuda or auto"),
         ({"REPLAY_FLOP_BUDGET": "nan"}, "REPLAY_FLOP_BUDGET='nan' is not a positive"),
+        ({"REPLAY_VERIFIER_THREADS": "0"}, "REPLAY_VERIFIER_THREADS=0 is not a positive number of threads"),
     ],
 )
 def test_a_worker_that_could_not_verify_on_this_host_stops_at_start_naming_why(environment, named):
