@@ -305,7 +305,8 @@ REPLAY_VERIFIER_FORKSERVER = env.bool("REPLAY_VERIFIER_FORKSERVER", default=True
 # CPU threads a verifier replays on (OMP_NUM_THREADS and torch's, forked or spawned): by default this host's cores over
 # the embedded worker's two verifications at once. Two verifiers of two threads each on two cores ran 9x slower than
 # of one each (OpenMP's threads spin for cores the other holds); a worker of --concurrency N wants cores / N.
-CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # (Linux: ours)
+# (the cores this process may run on; off Linux, the machine's)
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 REPLAY_VERIFIER_THREADS = env.int("REPLAY_VERIFIER_THREADS", default=max(1, CORES // 2))
 # Fetching a transcript URL (inside the verifier's limited subprocess): caps on bytes, files and time.
 REPLAY_FETCH_MAX_BYTES = env.int("REPLAY_FETCH_MAX_BYTES", default=8 * 2**30)

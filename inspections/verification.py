@@ -198,7 +198,8 @@ def verifier_environment(scratch: Path) -> dict[str, str]:
     applies whatever the command line says, and the verifier's threads (REPLAY_VERIFIER_THREADS)."""
     return {
         **os.environ,
-        "OMP_NUM_THREADS": str(settings.REPLAY_VERIFIER_THREADS),
+        # (no more than the cores: torch caps a spawn's count there, and a forked one is set as a spawn's is)
+        "OMP_NUM_THREADS": str(min(settings.REPLAY_VERIFIER_THREADS, settings.CORES)),
         "TMPDIR": str(scratch),
         "REPLAY_FETCH_MAX_BYTES": str(settings.REPLAY_FETCH_MAX_BYTES),
         "REPLAY_FETCH_MAX_FILES": str(settings.REPLAY_FETCH_MAX_FILES),

@@ -170,7 +170,7 @@ def test_two_threads_verify_at_once(transcript, tmp_path, settings, spawned):
 
 
 @pytest.mark.parametrize("forked", [True, False])
-@pytest.mark.parametrize("threads", sorted({1, len(os.sched_getaffinity(0))}))  # (torch caps OMP_NUM_THREADS there)
+@pytest.mark.parametrize("threads", sorted({1, len(os.sched_getaffinity(0))}))
 def test_a_verifier_replays_on_the_threads_the_setting_gives_forked_or_spawned(
     transcript, tmp_path, settings, monkeypatch, spawned, forked, threads
 ):
@@ -184,3 +184,9 @@ def test_a_verifier_replays_on_the_threads_the_setting_gives_forked_or_spawned(
     assert check(transcript, tmp_path, "threads").verdict == "verified"
     assert json.loads(said[-1])["threads"] == threads
     assert (spawned == []) == forked
+
+
+def test_a_verifier_never_gets_more_threads_than_the_cores(settings, tmp_path):
+    """A setting past the cores (10^5 threads would be made by a forked verifier's set_num_threads) is the cores."""
+    settings.REPLAY_VERIFIER_THREADS = 100_000
+    assert verification.verifier_environment(tmp_path)["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
