@@ -36,6 +36,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
+from replay.protocol import json_once
 from replay.protocol import manifest_schema as schema
 from replay.protocol.engine import Budget
 from replay.protocol.verifier import verify
@@ -330,13 +331,13 @@ def _model_shape(args) -> tuple[str, dict]:
     config = dict(config)
     if args.config is not None:
         try:
-            fields = json.loads(args.config, object_pairs_hook=_fields_once)
+            fields = json_once.loads(args.config)
+        except json_once.MemberTwice as e:
+            raise ValueError(f"--config gives {e.name} more than once") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"--config is not JSON ({e.msg})") from None
         except RecursionError:
             raise ValueError("--config is nested too deeply") from None
-        except _GivenTwice:
-            raise
         except ValueError:  # an integer of over 4300 digits: Python's own limit, its own words
             raise ValueError("--config holds a number too long") from None
         if not isinstance(fields, dict):
@@ -344,20 +345,6 @@ def _model_shape(args) -> tuple[str, dict]:
         config.update(fields)
     validate_config(arch, config)
     return arch, config
-
-
-class _GivenTwice(ValueError):
-    """A --config field given more than once (`_fields_once`), told apart from the parser's own ValueErrors."""
-
-
-def _fields_once(pairs: list) -> dict:
-    """A --config object whose fields are each given once: `{"block": 64, "block": 1024}` is refused by name,
-    not read as whichever one a JSON parser keeps."""
-    fields = dict(pairs)
-    if len(fields) != len(pairs):
-        twice = sorted({k for k, _ in pairs if sum(1 for n, _ in pairs if n == k) > 1})
-        raise _GivenTwice(f"--config gives {', '.join(twice)} more than once")
-    return fields
 
 
 def _verify(args, src: Path, nonce: bytes) -> int:

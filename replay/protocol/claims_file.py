@@ -4,11 +4,10 @@ earlier_draws, pending_segments, coverage_target, run_snapshots). Anything out o
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from fractions import Fraction
 
-from replay.protocol import chips_and_time, coverage
+from replay.protocol import chips_and_time, coverage, json_once
 from replay.protocol.firmware import MAX_COUNTER
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_errors import MalformedTranscript
@@ -47,7 +46,9 @@ def read_json(obj_or_path, what: str):
     if obj_or_path is None or isinstance(obj_or_path, (dict, list)):
         return obj_or_path
     try:
-        return json.loads(_head(obj_or_path).decode("utf-8"))
+        return json_once.loads(_head(obj_or_path).decode("utf-8"))
+    except json_once.MemberTwice as e:
+        raise MalformedTranscript(f"{what} is not readable JSON: {e}") from None
     except (OSError, ValueError, RecursionError) as e:  # (ValueError: not UTF-8, not JSON, an over-long integer)
         raise MalformedTranscript(f"{what} is not readable JSON ({type(e).__name__})") from None
 

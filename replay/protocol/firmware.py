@@ -33,6 +33,8 @@ from datetime import UTC, datetime, timedelta
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
+from replay.protocol import json_once
+
 ZERO = "0" * 64
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
@@ -186,7 +188,9 @@ def _problem(kind: str, line: int, counter, detail: str) -> dict:
 def parse_record(line: str) -> dict:
     """One log line -> record dict; raises ValueError if it is not a well-formed record."""
     try:
-        rec = json.loads(line)
+        rec = json_once.loads(line)
+    except json_once.MemberTwice as e:  # one record to us, another to a parser that keeps the first member
+        raise ValueError(str(e)) from None
     except (ValueError, RecursionError) as e:  # (an integer of over 4300 digits is a ValueError, not a JSONDecodeError)
         raise ValueError(f"not JSON: {str(e)[:120]}") from None
     if not isinstance(rec, dict) or set(rec) not in (set(FIELDS), set(FIELDS) | set(WORK_FIELDS)):

@@ -10,7 +10,6 @@ handed back before the file's digest matched its commitment."""
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load as load_safetensors_bytes
 
-from replay.protocol import safeio
+from replay.protocol import json_once, safeio
 from replay.protocol.transcript_errors import CommitmentMismatch, MalformedTranscript
 
 MAX_HEADER_BYTES = 1 << 20
@@ -96,7 +95,9 @@ def check_header(
     exactly; anything else, or a tensor the manifest does not imply, is MalformedTranscript (those named in
     `optional` may be absent)."""
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = json_once.loads(raw.decode("utf-8"))
+    except json_once.MemberTwice as e:  # (a tensor named twice: which bytes it is would be the parser's choice)
+        raise MalformedTranscript(f"{name}: safetensors header: {e}") from None
     except (ValueError, RecursionError):  # (ValueError: not UTF-8, not JSON, or an integer of over 4300 digits)
         raise MalformedTranscript(f"{name}: safetensors header is not JSON") from None
     if not isinstance(header, dict):

@@ -227,3 +227,17 @@ def test_a_log_line_with_an_over_long_integer_is_no_record_not_a_crash():
 
     with pytest.raises(ValueError, match="not JSON"):
         parse_record('{"counter": ' + "9" * 5000 + "}")
+
+
+def test_a_record_naming_a_member_twice_is_malformed_whichever_copy_is_signed():
+    """`{"hash": forged, ..., "hash": signed}` verified under Python's last-wins parser, and was forged to a parser that
+    keeps the first: one line, two verdicts. Now malformed to every reader, naming the member."""
+    chip, lines = make_log(3)
+    signed = json.loads(lines[2])
+    forged = '{"hash":"' + "f" * 64 + '",' + lines[2][1:]  # the signed hash stays, last
+    second = lines[2][:-1] + ',"hash":"' + "f" * 64 + '"}'  # the forged one last
+    for line in (forged, second):
+        problems = verify_log([*lines[:2], line], public_key_b64(chip.key), serial=SERIAL)
+        assert kinds(problems) == [("malformed", 2, None)]
+        assert "'hash' appears twice" in problems[0]["detail"]
+    assert verify_log(lines, public_key_b64(chip.key), serial=SERIAL) == [] and signed["counter"] == 2

@@ -4,6 +4,7 @@ over every byte, and never a copy of the file's bytes in memory."""
 from __future__ import annotations
 
 import hashlib
+import json
 import tracemalloc
 
 import pytest
@@ -147,4 +148,17 @@ def test_a_header_with_an_over_long_integer_is_malformed_not_a_crash():
     raw = data[8 : 8 + n].replace(b'"x":"y"', b'"x":' + b"9" * 5000)
     forged = len(raw).to_bytes(8, "little") + raw + data[8 + n :]
     with pytest.raises(MalformedTranscript, match="not JSON"):
+        parse_safetensors(forged, "x", {"a": ("float32", [4])})
+
+
+def test_a_header_naming_a_tensor_twice_is_malformed():
+    """Which bytes a tensor named twice is would be the parser's choice (Python's keeps the last)."""
+    data = safetensors.torch.save({"a": torch.zeros(4)})
+    n = int.from_bytes(data[:8], "little")
+    head = json.loads(data[8 : 8 + n])
+    entry = json.dumps(head["a"], separators=(",", ":")).encode()
+    raw = b'{"a":' + entry + b',"a":' + entry + b"}"
+    raw += b" " * (n - len(raw)) if len(raw) < n else b""
+    forged = len(raw).to_bytes(8, "little") + raw + data[8 + n :]
+    with pytest.raises(MalformedTranscript, match="'a' appears twice"):
         parse_safetensors(forged, "x", {"a": ("float32", [4])})

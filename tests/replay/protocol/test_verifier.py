@@ -367,6 +367,25 @@ def test_unusable_chip_keys_are_malformed_and_a_missing_one_a_reason_not_a_crash
     assert run_verify(mlp).verdict == "malformed"
 
 
+def test_a_claims_or_keys_file_naming_a_member_twice_is_malformed(mlp):
+    """A claim that quotes two hashes, or a keys file that gives a chip two keys, is one document to Python's parser
+    (the last wins) and another to one that keeps the first: malformed, naming the member, before anything is read."""
+    claims = (mlp / "claims.json").read_text()
+    assert '"hash": ' in claims or '"hash":' in claims
+    twice = claims.replace('"hash":', '"hash": "' + "0" * 64 + '", "hash":', 1)
+    (mlp / "claims.json").write_text(twice)
+    v = run_verify(mlp)
+    assert v.verdict == "malformed" and "claims is not readable JSON: member 'hash' appears twice" in v.reasons[0]
+    (mlp / "claims.json").write_text(claims)
+    assert run_verify(mlp).verdict == "verified"
+    keys = json.loads((mlp / "chips.json").read_text())
+    serial = next(iter(keys))
+    body = json.dumps(keys)[:-1] + f', "{serial}": "{keys[serial]}"}}'
+    (mlp / "chips.json").write_text(body)
+    v = run_verify(mlp)
+    assert v.verdict == "malformed" and f"member '{serial}' appears twice" in v.reasons[0]
+
+
 def test_the_verifier_returns_a_typed_report(mlp):
     """Issue #17/#19: both ends read one typed Report (replay.protocol.report), not a dict key by key; untrusted JSON
     with wrong types loses those fields, never crashes the reader."""
