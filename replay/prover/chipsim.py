@@ -29,6 +29,7 @@ import base64
 import json
 import os
 import re
+import stat
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,9 +50,13 @@ def identity_message(serial: str, nonce: str) -> bytes:
 
 
 def _read(path: Path, serial: str) -> str:
-    """A chip's file as text; ValueError naming the chip and the file where it cannot be read (a folder in its place)."""
+    """A chip's file as text; ValueError naming the chip and the file where it cannot be read (a folder in its place,
+    or no regular file: a link to /dev/zero or a FIFO would be read without end, or wait for ever)."""
     try:
-        return path.read_text()
+        with open(path, encoding="utf-8", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)) as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ValueError(f"chip {serial}: {path.name} is not a regular file")
+            return f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"chip {serial}: cannot read {path.name} ({getattr(e, 'strerror', None) or e})") from None
 
@@ -121,8 +126,9 @@ class ChipStore:
         path = self._path(serial, ".state")
         if not path.exists():
             return None
+        text = _read(path, serial)  # (one that cannot be read, or no regular file: refused, naming it)
         try:
-            held = json.loads(_read(path, serial))
+            held = json.loads(text)
         except (ValueError, RecursionError):  # (not JSON, nested too deep, an integer of over 4300 digits)
             held = None
         # (counters the firmware would sign into the chip's log for good: in the range a verifier reads, or refused)

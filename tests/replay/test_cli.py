@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -257,6 +259,34 @@ def test_a_chip_file_out_of_range_or_unreadable_is_refused_naming_the_chip_befor
     assert record(tmp_path / "t", "--steps", "1", *chips) == 2
     assert refused in _error(capsys)
     assert not (tmp_path / "t").exists() and not (tmp_path / "chips" / "H1.log").exists()
+
+
+@pytest.mark.parametrize("file", ["H1.key", "H1.state", "H1.log"])
+def test_a_chip_file_that_is_no_regular_file_is_refused_naming_it(file, tmp_path, capsys):
+    """A link to a device (/dev/zero would be read without end; /dev/null here, which ends) or a FIFO (whose open
+    waits for a writer for ever) in the chip folder is refused by name, and nothing is signed."""
+    store = chipsim.ChipStore(tmp_path / "chips")
+    store.make("H1")
+    (tmp_path / "chips" / file).unlink(missing_ok=True)
+    (tmp_path / "chips" / file).symlink_to("/dev/null")
+    chips = ["--chip-dir", str(tmp_path / "chips"), "--serials", "H1"]
+    assert record(tmp_path / "t", "--steps", "1", *chips) == 2
+    assert f"chip H1: {file} is not a regular file" in _error(capsys)
+    assert not (tmp_path / "t").exists()
+    (tmp_path / "chips" / file).unlink()
+    os.mkfifo(tmp_path / "chips" / file)
+    said = []
+
+    def read():
+        try:
+            store.firmware_chip("H1", 0)
+        except ValueError as e:
+            said.append(str(e))
+
+    reader = threading.Thread(target=read, daemon=True)  # (a regression waits in open(): the test fails, not hangs)
+    reader.start()
+    reader.join(30)
+    assert said == [f"chip H1: {file} is not a regular file"]
 
 
 def test_a_run_over_the_budget_is_refused_before_its_dataset_is_made(tmp_path, capsys, monkeypatch):
