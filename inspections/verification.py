@@ -39,7 +39,7 @@ from pathlib import Path
 from django.conf import settings
 
 from replay.protocol import coverage
-from replay.protocol.firmware import parse_record, verify_log
+from replay.protocol.firmware import log_lines, parse_record, verify_log
 from replay.protocol.report import Report
 
 from . import transcript_location
@@ -140,7 +140,7 @@ def _copy_into(source: str, manifest: str, staging: Path, scratch: Path) -> None
 
 def snapshot_log_check(text: str, public_key: bytes, serial: str) -> tuple[list[dict], list[dict]]:
     """(problems, authentic records) of a chip's firmware log: lines flagged malformed or forged are not records."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines = [line for line in log_lines(text) if line.strip()]
     problems = verify_log(lines, public_key, serial=serial)
     flagged = {p["line"] for p in problems if p["kind"] in ("malformed", "forged")}
     records = [parse_record(line) for n, line in enumerate(lines) if n not in flagged]
@@ -150,7 +150,7 @@ def snapshot_log_check(text: str, public_key: bytes, serial: str) -> tuple[list[
 def log_serials(text: str) -> set[str]:
     """The chip serials a firmware log's well-formed lines name (an inspector may upload another chip's log)."""
     serials = set()
-    for line in text.splitlines():
+    for line in log_lines(text):
         try:
             serials.add(parse_record(line)["serial"])
         except ValueError:

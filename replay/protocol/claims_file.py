@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from replay.protocol import chips_and_time, coverage, json_once
-from replay.protocol.firmware import MAX_COUNTER
+from replay.protocol.firmware import MAX_COUNTER, log_lines
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_errors import MalformedTranscript
 
@@ -63,7 +63,7 @@ def _head(path) -> bytes:
 def read_lines(path) -> list[str]:
     """The lines of a snapshot log file (at most READ_MAX bytes of it read; bytes that are not UTF-8 replaced)."""
     try:
-        return _head(path).decode("utf-8", errors="replace").splitlines()
+        return log_lines(_head(path).decode("utf-8", errors="replace"))
     except OSError as e:
         raise MalformedTranscript(f"snapshots are not readable ({type(e).__name__})") from None
 

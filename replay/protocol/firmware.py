@@ -185,6 +185,16 @@ def _problem(kind: str, line: int, counter, detail: str) -> dict:
     return {"kind": kind, "line": line, "counter": counter, "detail": detail}
 
 
+def log_lines(text: str) -> list[str]:
+    """A firmware log's lines as JSON Lines reads them: split at "\\n" alone, a CRLF line's "\\r" dropped, no empty
+    line after the last newline. str.splitlines also splits at \\x1c-\\x1e, \\x85, \\u2028 and a lone "\\r": two
+    authentic records joined by one would be two records to us and one malformed line to every JSON Lines reader."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def parse_record(line: str) -> dict:
     """One log line -> record dict; raises ValueError if it is not a well-formed record."""
     try:

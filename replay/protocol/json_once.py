@@ -19,9 +19,9 @@ class MemberTwice(ValueError):
         self.name = name
 
 
-def loads(text: str | bytes, **kwargs):
-    """json.loads, refusing an object that names a member twice (MemberTwice, a ValueError)."""
-    return json.loads(text, object_pairs_hook=_members_once, **kwargs)
+def loads(text: str):
+    """json.loads(text), refusing an object that names a member twice (MemberTwice, a ValueError)."""
+    return _DECODER.decode(text)
 
 
 def _members_once(pairs: list) -> dict:
@@ -33,3 +33,6 @@ def _members_once(pairs: list) -> dict:
                 raise MemberTwice(name)
             seen.add(name)
     return obj
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_members_once)  # one, as json.loads keeps its own

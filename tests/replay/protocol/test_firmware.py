@@ -241,3 +241,25 @@ def test_a_record_naming_a_member_twice_is_malformed_whichever_copy_is_signed():
         assert kinds(problems) == [("malformed", 2, None)]
         assert "'hash' appears twice" in problems[0]["detail"]
     assert verify_log(lines, public_key_b64(chip.key), serial=SERIAL) == [] and signed["counter"] == 2
+
+
+@given(hst.lists(hst.text(alphabet=hst.characters(blacklist_characters="\n\r")), max_size=5), hst.booleans())
+def test_log_lines_split_as_json_lines_readers_do(lines, crlf):
+    """At "\\n" alone (a CRLF's "\\r" dropped), whatever other line breaks a line holds; no line after the last "\\n"."""
+    from replay.protocol.firmware import log_lines
+
+    end = "\r\n" if crlf else "\n"
+    assert log_lines("".join(line + end for line in lines)) == lines
+    assert log_lines(end.join(lines)) == (lines[:-1] if lines[-1:] == [""] else lines)  # (a last empty line is none)
+
+
+def test_records_joined_by_another_line_break_are_one_malformed_line():
+    """Three signed records joined by "\\n", "\\x1e": str.splitlines saw three authentic records, a JSON Lines reader two
+    lines, one of them no record. Now every reader sees the second line malformed (and the third record's gap)."""
+    from replay.protocol.firmware import log_lines
+
+    chip, lines = make_log(3)
+    text = lines[0] + "\n" + lines[1] + "\x1e" + lines[2] + "\n"
+    assert len(text.splitlines()) == 3 and len(log_lines(text)) == 2
+    problems = verify_log(log_lines(text), public_key_b64(chip.key), serial=SERIAL)
+    assert kinds(problems) == [("malformed", 1, None)]
