@@ -4,6 +4,7 @@ earlier_draws, pending_segments, coverage_target, run_snapshots). Anything out o
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -55,8 +56,12 @@ def read_json(obj_or_path, what: str):
 
 def _head(path) -> bytes:
     """The first READ_MAX bytes of the file: read that far and no further (a larger file, or /dev/zero, is not
-    read whole to be cut after)."""
-    with open(path, "rb") as handle:
+    read whole to be cut after). Opened without waiting: a FIFO that no process writes (one a prover left in its
+    transcript as chips.json) reads as empty at once, where a plain open waits for a writer for ever; one that a
+    process writes (`--claims <(...)`) is read as it comes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    os.set_blocking(fd, True)
+    with open(fd, "rb") as handle:
         return handle.read(READ_MAX)
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -384,6 +385,31 @@ def test_a_claims_or_keys_file_naming_a_member_twice_is_malformed(mlp):
     (mlp / "chips.json").write_text(body)
     v = run_verify(mlp)
     assert v.verdict == "malformed" and f"member '{serial}' appears twice" in v.reasons[0]
+
+
+def test_a_fifo_as_the_keys_file_is_read_not_waited_on(mlp):
+    """A FIFO a prover leaves as chips.json (no process writes it) is empty, so malformed at once, where open() had
+    waited for a writer for ever; one a process writes, as `--keys <(...)` makes, is read as it comes."""
+    keys = (mlp / "chips.json").read_text()
+    (mlp / "chips.json").unlink()
+    os.mkfifo(mlp / "chips.json")
+    said = []
+    checker = threading.Thread(target=lambda: said.append(run_verify(mlp)), daemon=True)
+    checker.start()
+    checker.join(60)  # (a regression waits in open(): the test fails, not hangs)
+    assert said and said[0].verdict == "malformed" and "chip keys is not readable JSON" in said[0].reasons[0]
+    (mlp / "chips.json").unlink()
+    (mlp / "keys.json").write_text(keys)
+    d = str(mlp)
+    verify_cli = f"{sys.executable} -m replay verify {d} --claims {d}/claims.json --snapshots {d}/snapshots.jsonl"
+    done = subprocess.run(
+        ["bash", "-c", verify_cli + f" --keys <(cat {d}/keys.json) --segments 0 --json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert json.loads(done.stdout)["verdict"] == "verified", done.stderr[-2000:]
 
 
 def test_the_verifier_returns_a_typed_report(mlp):
