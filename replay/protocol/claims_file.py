@@ -59,9 +59,8 @@ def _head(path) -> bytes:
     read whole to be cut after). Opened without waiting: a FIFO that no process writes (one a prover left in its
     transcript as chips.json) reads as empty at once, where a plain open waits for a writer for ever; one that a
     process writes (`--claims <(...)`) is read as it comes."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    os.set_blocking(fd, True)
-    with open(fd, "rb") as handle:
+    with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)) as handle:
+        os.set_blocking(handle.fileno(), True)
         return handle.read(READ_MAX)
 
 

@@ -202,7 +202,8 @@ def parse_record(line: str) -> dict:
     except json_once.MemberTwice as e:  # one record to us, another to a parser that keeps the first member
         raise ValueError(str(e)) from None
     except (ValueError, RecursionError) as e:  # (an integer of over 4300 digits is a ValueError, not a JSONDecodeError)
-        raise ValueError(f"not JSON: {str(e)[:120]}") from None
+        ends = " (a log's lines end at \\n alone, not \\r)" if "\r" in line else ""  # (`log_lines`: an old Mac's)
+        raise ValueError(f"not JSON: {str(e)[:120]}{ends}") from None
     if not isinstance(rec, dict) or set(rec) not in (set(FIELDS), set(FIELDS) | set(WORK_FIELDS)):
         raise ValueError(f"fields must be exactly {sorted(FIELDS)} (and both of {sorted(WORK_FIELDS)}, or neither)")
     for k, t in {**FIELDS, **WORK_FIELDS}.items():

@@ -36,7 +36,16 @@ from pathlib import Path
 
 from nacl.signing import SigningKey
 
-from replay.protocol.firmware import MAX_WORK, ZERO, Chip, Firmware, parse_record, public_key_b64, record_hash
+from replay.protocol.firmware import (
+    MAX_WORK,
+    ZERO,
+    Chip,
+    Firmware,
+    log_lines,
+    parse_record,
+    public_key_b64,
+    record_hash,
+)
 from replay.prover.claim_body import claims_body
 
 SERIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -109,7 +118,7 @@ class ChipStore:
         snapshot of it (or of a run it logged nothing in) is still in them, as in real firmware; restarting them
         from the last record would forget it -- counters going backwards, and hidden work erased."""
         chip = Chip(serial, shard, self.key(serial))
-        lines = [line for line in self.export(serial).splitlines() if line.strip()]
+        lines = [line for line in log_lines(self.export(serial)) if line.strip()]
         last = parse_record(lines[-1]) if lines else None
         chip.counter, chip.prev = (last["counter"] + 1, record_hash(last)) if last else (0, ZERO)
         held = self._held(serial)
@@ -147,7 +156,7 @@ class ChipStore:
 
     def _last_time(self, serial: str) -> datetime:
         """When the chip last logged (its clock never runs backwards: the checker calls that a rollback)."""
-        lines = [line for line in self.export(serial).splitlines() if line.strip()]
+        lines = [line for line in log_lines(self.export(serial)) if line.strip()]
         if not lines:
             return datetime.min.replace(tzinfo=UTC)
         return datetime.fromisoformat(parse_record(lines[-1])["time"].replace("Z", "+00:00"))

@@ -263,3 +263,13 @@ def test_records_joined_by_another_line_break_are_one_malformed_line():
     assert len(text.splitlines()) == 3 and len(log_lines(text)) == 2
     problems = verify_log(log_lines(text), public_key_b64(chip.key), serial=SERIAL)
     assert kinds(problems) == [("malformed", 1, None)]
+
+
+def test_a_log_with_lone_carriage_returns_is_one_malformed_line_that_says_why():
+    """Lines ended by "\\r" alone (an old Mac's) are one line to a JSON Lines reader: malformed, the reason named."""
+    from replay.protocol.firmware import log_lines
+
+    chip, lines = make_log(3)
+    problems = verify_log(log_lines("\r".join(lines) + "\r"), public_key_b64(chip.key), serial=SERIAL)
+    assert kinds(problems) == [("malformed", 0, None)]
+    assert "lines end at \\n alone, not \\r" in problems[0]["detail"]
