@@ -31,7 +31,10 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left, bisect_right
 from datetime import UTC, datetime
+from fractions import Fraction
+from itertools import accumulate
 
 from replay.protocol.transcript_errors import MalformedTranscript
 
@@ -205,10 +208,11 @@ def check(
         )
     spans = _run_spans(run, events, run_snapshots or {}, set(working))
     peaks = None if prover_chips is None else {s: prover_chips.get(s, 0.0) for s in working}
+    capacity = None if peaks is None else _Capacity(peaks, spans)
     bottleneck = None if prover_chips is None else _bottleneck(prover_chips, share, working)
     conflicts: list[dict] = []
     for serial, evs in sorted(events.items()):
-        why, involved = _chip(serial[:64], evs, run, peaks, spans, flops_per_step, bottleneck)
+        why, involved = _chip(serial[:64], evs, run, capacity, flops_per_step, bottleneck)
         reasons += why
         conflicts += involved
     unaccounted, counted = [], {"pairs": 0, "across_runs": 0, "across_runs_unchecked": 0, "unchecked": []}
@@ -249,9 +253,29 @@ def _run_spans(run: str, events: dict, run_snapshots: dict, working: set) -> dic
     return {s: (min(t), max(t)) for s, t in times.items() if t}
 
 
-def _capacity(peaks: dict, spans: dict, a, b) -> float:
-    """FLOP/s of the working chips that logged snapshots of this run around [a, b]."""
-    return sum(p for s, p in peaks.items() if s in spans and spans[s][0] <= b and a <= spans[s][1])
+class _Capacity:
+    """FLOP/s of the working chips that logged snapshots of this run around [a, b] (their span meets it), a <= b: all of
+    them, less those whose span ended before a, less those whose span began after b (no span does both). Sorted once,
+    each question two bisections, where summing every chip for every pair of a chip's snapshots took (snapshots x
+    chips): 58 s for 4,096 chips' 98,304 claims, past any --max-seconds. Summed exactly (the floats as Fractions) and
+    rounded once, so the figure is the same in any order of the chips."""
+
+    def __init__(self, peaks: dict, spans: dict):
+        held = [(spans[s], Fraction(p)) for s, p in peaks.items() if s in spans]
+        self.total = sum((p for _, p in held), Fraction(0))
+        self.lasts, self.ended = _sorted_sums([(span[1], p) for span, p in held])
+        self.firsts, self.begun = _sorted_sums([(span[0], p) for span, p in held])
+
+    def __call__(self, a, b) -> float:
+        ended_before_a = self.ended[bisect_left(self.lasts, a)]
+        begun_after_b = self.total - self.begun[bisect_right(self.firsts, b)]
+        return float(self.total - ended_before_a - begun_after_b)
+
+
+def _sorted_sums(points: list) -> tuple[list, list]:
+    """(the times sorted, sums[i]: the sum of the first i weights in that order) of [(time, weight)]."""
+    points.sort(key=lambda tp: tp[0])
+    return [t for t, _ in points], list(accumulate((p for _, p in points), initial=Fraction(0)))
 
 
 def _bottleneck(prover_chips: dict, share: dict, working: list[str]) -> tuple[str, float] | None:
@@ -268,7 +292,7 @@ def _bottleneck(prover_chips: dict, share: dict, working: list[str]) -> tuple[st
 
 
 def _chip(
-    serial: str, evs: list[dict], run: str, peaks, spans, flops_per_step: float, bottleneck=None
+    serial: str, evs: list[dict], run: str, capacity, flops_per_step: float, bottleneck=None
 ) -> tuple[list[str], list]:
     reasons, seen, uniq, conflicts = [], {}, [], []
 
@@ -306,9 +330,9 @@ def _chip(
                 a,
                 b,
             )
-        elif peaks is not None and b["step"] > a["step"]:
+        elif capacity is not None and b["step"] > a["step"]:
             need = (b["step"] - a["step"]) * flops_per_step
-            can = _elapsed(a, b) * _capacity(peaks, spans, a["at"], b["at"])
+            can = _elapsed(a, b) * capacity(a["at"], b["at"])
             if need > can:
                 involve(
                     "pace",

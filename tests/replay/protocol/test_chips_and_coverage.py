@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from fractions import Fraction
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from replay import Budget, verify
 from replay.__main__ import main
@@ -610,3 +613,21 @@ def test_a_pair_across_runs_without_the_other_runs_figures_is_left_for_later(tmp
     assert named and all(p["counters"] == [first_of_b[p["serial"]] - 1, first_of_b[p["serial"]]] for p in named)
     judged = _with_work(b, history=_ledger_history(a, _with_work(a).details))
     assert judged.verdict == "rejected" and judged.report.summary()["across_runs_unchecked"] == []
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50), st.floats(1e-3, 1e21, allow_nan=False)), max_size=12),
+    st.lists(st.tuples(st.integers(-5, 55), st.integers(0, 60)), min_size=1, max_size=8),
+)
+def test_the_pace_capacity_is_the_exact_sum_of_the_chips_whose_span_meets_the_interval(chips, questions):
+    """The sorted, bisected capacity (two bisections a question, where a sum over every chip for every pair of a chip's
+    snapshots took minutes at 4,096 chips) equals the sum over the chips whose span meets [a, b], exactly rounded."""
+    from replay.protocol.chips_and_time import _Capacity
+
+    spans = {f"c{i}": (min(x, y), max(x, y)) for i, (x, y, _) in enumerate(chips)}
+    peaks = {f"c{i}": p for i, (*_, p) in enumerate(chips)} | {"idle": 5.0}  # a working chip that logged nothing
+    capacity = _Capacity(peaks, spans)
+    for a, width in questions:
+        b = a + width
+        meets = [Fraction(peaks[s]) for s, (first, last) in spans.items() if first <= b and a <= last]
+        assert capacity(a, b) == float(sum(meets, Fraction(0)))
