@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from itertools import accumulate
 
+from replay.protocol.firmware import is_digest
 from replay.protocol.transcript_errors import MalformedTranscript
 
 MAX_HISTORY = 1_000_000
@@ -49,7 +50,6 @@ TIME_RESOLUTION_SECONDS = 1  # snapshot times are signed in whole seconds
 MAX_WORK = 2**128 - 1
 MAX_UNCHECKED = 100  # pairs across runs named in a report (a claim has at most two per chip)
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z")
-_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def parse_time(v, what: str) -> datetime:
@@ -87,7 +87,7 @@ def parse_history(raw) -> dict[str, list[dict]]:
             check_run_figures(h, what)
             if type(h["counter"]) is not int or type(h["step"]) is not int or h["counter"] < 0 or h["step"] < 0:
                 raise MalformedTranscript(f"{what}: counter and step must be non-negative integers")
-            if not isinstance(h["manifest"], str) or not _HEX.fullmatch(h["manifest"]):
+            if not is_digest(h["manifest"]):
                 raise MalformedTranscript(f"{what}.manifest must be 64 lowercase hex digits")
             rows.append({**h, "at": parse_time(h["time"], f"{what}.time")})
         out[serial] = rows

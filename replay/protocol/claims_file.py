@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from replay.protocol import chips_and_time, coverage, json_once
-from replay.protocol.firmware import MAX_COUNTER, log_lines
+from replay.protocol.firmware import MAX_COUNTER, is_digest, log_lines
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_errors import MalformedTranscript
 
@@ -84,8 +84,8 @@ def parse_claims(raw, tr: Transcript) -> list[dict]:
         raise MalformedTranscript(
             'claims must be {"manifest": <hash>, "claims": [...]} (optional: history, ...)' + _api_body_hint(raw)
         )
-    if not isinstance(raw["manifest"], str):  # (a number is no other transcript's hash: the file is malformed)
-        raise MalformedTranscript("claims.manifest must be the transcript's manifest hash, a hex string")
+    if not is_digest(raw["manifest"]):  # (no transcript's hash, nor another's: the file is malformed, not the claims)
+        raise MalformedTranscript("claims.manifest must be the transcript's manifest hash, 64 lowercase hex digits")
     if len(raw["claims"]) > MAX_CLAIMS:
         raise MalformedTranscript(f"more than {MAX_CLAIMS} claims")
     shard_of = {s["serial"]: i for i, s in enumerate(tr.layout)}
@@ -101,6 +101,8 @@ def parse_claims(raw, tr: Transcript) -> list[dict]:
         typed = all(type(c[k]) is int for k in ("counter", "shard", "step"))
         if not typed or not isinstance(c["hash"], str) or not isinstance(c["serial"], str):
             raise MalformedTranscript(f"claims[{i}] has fields of the wrong type")
+        if not is_digest(c["hash"]):  # no shard hashes to it: a slip in the file, never a replay's evidence
+            raise MalformedTranscript(f"claims[{i}].hash must be a snapshot hash, 64 lowercase hex digits")
         if not 0 <= c["counter"] <= MAX_COUNTER:
             raise MalformedTranscript(f"claims[{i}].counter must be an integer in [0, {MAX_COUNTER}]")
         snapshot = (c["serial"], c["counter"])

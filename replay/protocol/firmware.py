@@ -48,6 +48,23 @@ MAX_COUNTER = 2**53 - 1
 MAX_SHARD = 2**31 - 1
 MAX_SERIAL = 64
 MAX_SIG = 128  # base64 of a 64-byte Ed25519 signature is 88 characters
+SIG_BYTES = 64  # an Ed25519 signature's
+KEY_BYTES = 32  # an Ed25519 public key's
+
+
+def b64_exact(text, size: int) -> bytes:
+    """The `size` bytes that text spells in base64 (the standard alphabet, padded), where text is their one spelling;
+    else ValueError. b64decode also takes a last character whose spare bits are set, a second spelling of the same
+    bytes: a record's hash covers its text, so one signature would sign two records, and one key be two keys' text."""
+    raw = base64.b64decode(text, validate=True)  # (a str that is not ASCII: ValueError)
+    if len(raw) != size or base64.b64encode(raw).decode("ascii") != text:
+        raise ValueError(f"not the canonical base64 of {size} bytes")
+    return raw
+
+
+def is_digest(value) -> bool:
+    """Is value a SHA-256 as the log and the transcript write one: 64 lowercase hex digits, nothing around them?"""
+    return isinstance(value, str) and _HEX64.fullmatch(value) is not None
 
 
 def canonical(obj: dict) -> bytes:
@@ -195,6 +212,15 @@ def log_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+def _cut(text: str, limit: int) -> str:
+    """text, or its words up to `limit` characters and "...": a parser's message names the input's own
+    characters (an integer of 5,000 digits), and is not cut mid-word."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit].rsplit(" ", 1)[0]
+    return (head if head else text[:limit]) + "..."
+
+
 def parse_record(line: str) -> dict:
     """One log line -> record dict; raises ValueError if it is not a well-formed record."""
     try:
@@ -203,7 +229,7 @@ def parse_record(line: str) -> dict:
         raise ValueError(str(e)) from None
     except (ValueError, RecursionError) as e:  # (an integer of over 4300 digits is a ValueError, not a JSONDecodeError)
         ends = " (a log's lines end at \\n alone, not \\r)" if "\r" in line else ""  # (`log_lines`: an old Mac's)
-        raise ValueError(f"not JSON: {str(e)[:120]}{ends}") from None
+        raise ValueError(f"not JSON: {_cut(str(e), 120)}{ends}") from None
     if not isinstance(rec, dict) or set(rec) not in (set(FIELDS), set(FIELDS) | set(WORK_FIELDS)):
         raise ValueError(f"fields must be exactly {sorted(FIELDS)} (and both of {sorted(WORK_FIELDS)}, or neither)")
     for k, t in {**FIELDS, **WORK_FIELDS}.items():
@@ -220,6 +246,12 @@ def parse_record(line: str) -> dict:
         raise ValueError(f"serial must be 1 to {MAX_SERIAL} characters, no NUL")
     if len(rec["sig"]) > MAX_SIG:
         raise ValueError(f"sig must be at most {MAX_SIG} characters")
+    try:
+        b64_exact(rec["sig"], SIG_BYTES)
+    except ValueError:
+        raise ValueError(
+            f"sig must be a {SIG_BYTES}-byte signature in canonical base64 (padded, spare bits zero)"
+        ) from None
     for k in ("hash", "prev"):
         if not _HEX64.fullmatch(rec[k]):
             raise ValueError(f"{k} must be 64 lowercase hex digits")
@@ -250,7 +282,7 @@ def verify_log(
     A log cut short at the end is not detectable from the log alone.
     """
     if isinstance(public_key, str):
-        public_key = base64.b64decode(public_key)
+        public_key = b64_exact(public_key, KEY_BYTES)
     vk = VerifyKey(public_key)
     problems, authentic, forged = [], [], set()
     for n, line in enumerate(lines):

@@ -4,13 +4,12 @@ claimed snapshot taken from the signed log, the authority over a claims file's o
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 
 from nacl.signing import VerifyKey
 
-from replay.protocol.firmware import parse_record, verify_log
+from replay.protocol.firmware import KEY_BYTES, b64_exact, parse_record, verify_log
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_errors import MalformedTranscript
 
@@ -22,10 +21,10 @@ def check_keys(keys) -> dict:
         raise MalformedTranscript("chip keys must be an object {serial: base64 public key}")
     for serial, key in keys.items():
         try:
-            VerifyKey(base64.b64decode(key, validate=True))
+            VerifyKey(b64_exact(key, KEY_BYTES))
         except (TypeError, ValueError, binascii.Error):
             raise MalformedTranscript(
-                f"chip keys[{str(serial)[:64]!r}] is not a base64 Ed25519 public key (32 bytes)"
+                f"chip keys[{str(serial)[:64]!r}] is not a base64 Ed25519 public key (32 bytes, canonical base64)"
             ) from None
     return keys
 
@@ -48,7 +47,7 @@ def check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Transc
     logged = set()
     for serial, chip_lines in sorted(by_serial.items()):
         try:
-            key = base64.b64decode(keys[serial], validate=True)
+            key = b64_exact(keys[serial], KEY_BYTES)
             VerifyKey(key)
         except (KeyError, TypeError, ValueError, binascii.Error):
             reasons.append(f"chip {serial}: no usable public key to check its log")

@@ -182,7 +182,7 @@ def test_a_parsed_record_is_always_within_bounds(counter, shard):
 
     line = json.dumps(
         {"serial": SERIAL, "counter": counter, "time": "2025-01-01T00:00:00Z", "shard": shard}
-        | {"hash": ZERO, "prev": ZERO, "sig": "AA=="}
+        | {"hash": ZERO, "prev": ZERO, "sig": base64.b64encode(bytes(64)).decode()}
     )
     try:
         rec = parse_record(line)
@@ -225,8 +225,48 @@ def test_a_log_line_with_an_over_long_integer_is_no_record_not_a_crash():
     """Python's JSON refuses an integer of over 4300 digits with a ValueError of its own, not a JSONDecodeError."""
     from replay.protocol.firmware import parse_record
 
-    with pytest.raises(ValueError, match="not JSON"):
+    with pytest.raises(ValueError, match="not JSON") as refused:
         parse_record('{"counter": ' + "9" * 5000 + "}")
+    with pytest.raises(ValueError) as python_says:
+        json.loads("9" * 5000)
+    whole = str(python_says.value)
+    shown = str(refused.value).removeprefix("not JSON: ")
+    assert len(whole) > 120 and shown.endswith("...")  # cut, and said to be
+    kept = shown.removesuffix("...")
+    assert whole.startswith(kept) and whole[len(kept)] == " "  # after a whole word
+
+
+def respelled(text: str) -> str:
+    """The same bytes in another base64 spelling: the last data character's lowest spare bit set."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    body = text.rstrip("=")
+    last = alphabet[alphabet.index(body[-1]) | 1]
+    out = body[:-1] + last + text[len(body) :]
+    assert out != text and base64.b64decode(out, validate=True) == base64.b64decode(text)
+    return out
+
+
+def test_a_signature_in_a_second_base64_spelling_is_malformed_not_a_second_authentic_record(log):
+    """base64 lets a signature's last character carry set spare bits: the same signature, another record text, so
+    another record hash, which breaks the next record's link (an honest chip's log then read as rolled back). Only the
+    spelling the firmware writes is a record."""
+    _, lines, key = log
+    rec = json.loads(lines[2])
+    rec["sig"] = respelled(rec["sig"])
+    lines[2] = canonical(rec).decode()
+    problems = verify_log(lines, key, serial=SERIAL)
+    assert kinds(problems)[0] == ("malformed", 2, None)
+    assert "canonical base64" in problems[0]["detail"]
+
+
+def test_a_chip_key_in_a_second_base64_spelling_is_refused(log):
+    from replay.protocol.snapshot_logs import check_keys
+    from replay.protocol.transcript_errors import MalformedTranscript
+
+    _, _, key = log
+    assert check_keys({SERIAL: key}) == {SERIAL: key}
+    with pytest.raises(MalformedTranscript, match="canonical base64"):
+        check_keys({SERIAL: respelled(key)})
 
 
 def test_a_record_naming_a_member_twice_is_malformed_whichever_copy_is_signed():

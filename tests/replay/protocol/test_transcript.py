@@ -173,7 +173,7 @@ def test_malformed_claims(t):
     (t / "claims.json").write_text(
         json.dumps(
             {
-                "manifest": "x",
+                "manifest": "ab" * 32,
                 "claims": [
                     {
                         "serial": "nobody",

@@ -387,6 +387,25 @@ def test_a_claims_or_keys_file_naming_a_member_twice_is_malformed(mlp):
     assert v.verdict == "malformed" and f"member '{serial}' appears twice" in v.reasons[0]
 
 
+def test_a_claimed_hash_not_written_as_a_sha256_is_malformed_not_a_mismatch(mlp):
+    """A claim's hash or the claims' manifest hash in capitals, cut short or padded is a slip in the file, which no
+    replay can answer: malformed, naming the field, where a claim had been rejected ("replays to ..., not the claimed
+    ...") and the whole file answered for "a different transcript", verdicts against an honest run."""
+    claims = json.loads((mlp / "claims.json").read_text())
+    for spelling in (str.upper, lambda h: h[:-1], lambda h: h + "\n", lambda h: " " + h):
+        bad = {**claims, "claims": [{**claims["claims"][0], "hash": spelling(claims["claims"][0]["hash"])}]}
+        (mlp / "claims.json").write_text(json.dumps(bad))
+        v = run_verify(mlp)
+        assert v.verdict == "malformed" and v.reasons == [
+            "claims[0].hash must be a snapshot hash, 64 lowercase hex digits"
+        ], v.reasons
+    (mlp / "claims.json").write_text(json.dumps({**claims, "manifest": claims["manifest"].upper()}))
+    v = run_verify(mlp)
+    assert v.verdict == "malformed" and "claims.manifest must be the transcript's manifest hash" in v.reasons[0]
+    (mlp / "claims.json").write_text(json.dumps(claims))
+    assert run_verify(mlp).verdict == "verified"
+
+
 def test_a_fifo_as_the_keys_file_is_read_not_waited_on(mlp):
     """A FIFO a prover leaves as chips.json (no process writes it) is empty, so malformed at once, where open() had
     waited for a writer for ever; one a process writes, as `--keys <(...)` makes, is read as it comes."""
