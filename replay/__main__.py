@@ -40,6 +40,7 @@ from replay.protocol import json_once
 from replay.protocol import manifest_schema as schema
 from replay.protocol.engine import Budget
 from replay.protocol.verifier import verify
+from replay.prover import listed
 from replay.prover.recorder import DEFAULT_INTERVAL, MAX_SNAPSHOT_RATE, Recorder, check_out
 from replay.training.architectures import ARCHS, DEFAULTS, PRESETS, validate_config
 
@@ -276,7 +277,7 @@ def _record(args, parser: argparse.ArgumentParser) -> int:
         return _usage_error(parser, str(e))
     print(out)
     print(
-        f"record: chips {', '.join(recorder.serials)} are simulated and in no registry: a verifier can replay this "
+        f"record: chips {listed(recorder.serials)} are simulated and in no registry: a verifier can replay this "
         "run, but no snapshot of it can be claimed (train with --chip-dir and --serials on your registered chips)",
         file=sys.stderr,
     )

@@ -58,14 +58,24 @@ def identity_message(serial: str, nonce: str) -> bytes:
     return f"chipledger identity challenge v1\n{serial}\n{nonce}\n".encode()
 
 
-def _read(path: Path, serial: str) -> str:
-    """A chip's file as text; ValueError naming the chip and the file where it cannot be read (a folder in its place,
-    or no regular file: a link to /dev/zero or a FIFO would be read without end, or wait for ever)."""
+# The most a chip's file may hold, in characters: a key or a state is a line (a folder's stray 2 GB file in their place
+# is read no further), a log is a chip's lifetime of records (the inspectors' API takes 5 MiB of one at a time)
+SMALL_FILE = 1 << 16
+LOG_FILE = 1 << 30
+
+
+def _read(path: Path, serial: str, most: int = SMALL_FILE) -> str:
+    """A chip's file as text, of at most `most` characters; ValueError naming the chip and the file where it cannot be
+    read (a folder in its place, or no regular file: a link to /dev/zero or a FIFO would be read without end, or wait
+    for ever), or holds more."""
     try:
         with open(path, encoding="utf-8", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)) as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 raise ValueError(f"chip {serial}: {path.name} is not a regular file")
-            return f.read()
+            text = f.read(most + 1)
+            if len(text) > most:
+                raise ValueError(f"chip {serial}: {path.name} holds over {most:,} characters, more than a chip's file")
+            return text
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"chip {serial}: cannot read {path.name} ({getattr(e, 'strerror', None) or e})") from None
 
@@ -109,7 +119,7 @@ class ChipStore:
         """The chip's whole log, as the firmware hands it to an inspector ("" if it never logged)."""
         self.key(serial)  # an unknown chip is an error, not an empty log
         path = self._path(serial, ".log")
-        return _read(path, serial) if path.exists() else ""
+        return _read(path, serial, LOG_FILE) if path.exists() else ""
 
     def firmware_chip(self, serial: str, shard: int) -> Chip:
         """The chip's firmware state for a run where it holds ``shard``: its record counter and chain go on from

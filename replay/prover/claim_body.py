@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from replay.prover import listed
+
 MAX_RUN_NAME = 128  # the API's limit
 
 
@@ -65,9 +67,7 @@ def claims_body(transcript, serials: list[str] | None = None, run: str | None = 
         )
     unknown = sorted(set(serials or []) - logged)
     if unknown:
-        raise ValueError(
-            f"no snapshot of {', '.join(unknown)} in this run (its chips logged: {', '.join(sorted(logged))})"
-        )
+        raise ValueError(f"no snapshot of {listed(unknown)} in this run (its chips logged: {listed(sorted(logged))})")
     wanted = set(serials) if serials else logged
     return {
         "claims": [

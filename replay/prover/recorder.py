@@ -34,6 +34,7 @@ from replay.protocol.transcript_layout import (
     write_manifest,
     write_segment,
 )
+from replay.prover import listed
 from replay.training import architectures as models
 from replay.training import bundled_data as data
 from replay.training.determinism import Rounder, encode_log
@@ -88,7 +89,7 @@ def check_options(steps, interval, batch, seed, chips, snapshot_rate) -> None:
                 raise ValueError(f"--serials: {str(serial)[:80]!r} {problem}")
         repeated = sorted(s for s, n in Counter(chips).items() if n > 1)
         if repeated:  # one chip cannot hold two shards: the verifier would refuse the layout
-            raise ValueError(f"--serials names {', '.join(repeated)} more than once")
+            raise ValueError(f"--serials names {listed(repeated)} more than once")
     rate = snapshot_rate
     if type(rate) not in (int, float) or not math.isfinite(rate) or not 0 <= rate <= MAX_SNAPSHOT_RATE:
         raise ValueError(f"--snapshot-rate must be a number in [0, {MAX_SNAPSHOT_RATE:g}], not {rate!r}")

@@ -237,7 +237,7 @@ KEY_REFUSED = "chip H1: H1.key is not a base64 32-byte Ed25519 seed"
 @pytest.mark.parametrize(
     ("file", "text", "refused"),
     [
-        ("H1.state", "[" * 100_000, STATE_REFUSED),
+        ("H1.state", "[" * 60_000, STATE_REFUSED),  # (nested past the parser: under the file cap)
         ("H1.state", '{"busy_ns": ' + str(2**128) + ', "flops": 1}', STATE_REFUSED),
         ("H1.state", '{"busy_ns": -5, "flops": -7}', STATE_REFUSED),
         ("H1.state", '{"busy_ns": 1e3, "flops": 1}', STATE_REFUSED),
@@ -287,6 +287,21 @@ def test_a_chip_file_that_is_no_regular_file_is_refused_naming_it(file, tmp_path
     reader.start()
     reader.join(30)
     assert said == [f"chip H1: {file} is not a regular file"]
+
+
+@pytest.mark.parametrize("file", ["H1.key", "H1.state", "H1.log"])
+def test_a_chip_file_larger_than_a_chips_is_refused_naming_it(file, tmp_path, capsys, monkeypatch):
+    """A chip's key or state is a line and its log a lifetime of records: a file past that (a stray multi-GB file in
+    the chip folder) is refused by name, read no further, and nothing is signed."""
+    monkeypatch.setattr(chipsim, "LOG_FILE", 1 << 20)  # (the test's log: 1 MiB, not the real 1 GiB)
+    store = chipsim.ChipStore(tmp_path / "chips")
+    store.make("H1")
+    most = chipsim.LOG_FILE if file.endswith(".log") else chipsim.SMALL_FILE
+    (tmp_path / "chips" / file).write_text("x" * (most + 1))
+    chips = ["--chip-dir", str(tmp_path / "chips"), "--serials", "H1"]
+    assert record(tmp_path / "t", "--steps", "1", *chips) == 2
+    assert f"chip H1: {file} holds over {most:,} characters" in _error(capsys)
+    assert not (tmp_path / "t").exists()
 
 
 def test_a_run_over_the_budget_is_refused_before_its_dataset_is_made(tmp_path, capsys, monkeypatch):

@@ -169,3 +169,18 @@ def test_work_counters_never_go_backwards_across_runs_even_unlogged_work(tmp_pat
     chip = chipsim.ChipStore(tmp_path / "chips").firmware_chip("P0001", 0)
     assert (chip.flops, chip.busy_ns) == (last["flops"], last["busy_ns"])  # never below the chip's last record
     assert chip.counter == last["counter"] + 1
+
+
+def test_a_message_about_many_chips_names_a_few_and_counts_the_rest(tmp_path, capsys):
+    """A probe's `record --chips 4096` wrote every simulated serial into one 40 KB line of stderr."""
+    from replay.__main__ import main
+    from replay.prover import LISTED, listed
+
+    assert listed(["A", "B"]) == "A, B"
+    many = [f"S{i}" for i in range(4096)]
+    assert listed(many) == ", ".join(many[:LISTED]) + f" and {4096 - LISTED:,} more"
+    out = tmp_path / "sim"
+    args = ["record", "--arch", "mlp", "--steps", "1", "--out", str(out), "--chips", "64", "--snapshot-rate", "0"]
+    assert main(args) == 0
+    said = capsys.readouterr().err
+    assert f"and {64 - LISTED} more are simulated and in no registry" in said and len(said) < 1000
