@@ -109,3 +109,16 @@ def test_a_member_name_repeated_in_one_object_is_refused_by_name(members, repeat
         "the member appears twice in one object: give it once",
     )
     assert bodies.loads(json.dumps(members)) == members  # once each: read as written
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "\ud800", "x\udfff"])
+def test_a_repeated_member_name_no_answer_can_carry_is_refused_without_naming_it(name):
+    """The answer names a repeated member; one that holds a NUL or a lone surrogate is refused as the body's."""
+    member = json.dumps(name)  # (escaped: \u0000, \ud800)
+    text = f"{{{member}: 1, {member}: 2}}"
+    with pytest.raises(bodies.BodyProblem) as problem:
+        bodies.loads(text.encode())
+    assert (problem.value.field, problem.value.reason) == (
+        "body",
+        "a member name contains a NUL character or a lone surrogate",
+    )
