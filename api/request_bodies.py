@@ -19,8 +19,6 @@ from django.http import JsonResponse
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from replay.protocol import json_once
-
 KIB, MIB = 2**10, 2**20
 # (path pattern, limit). First match wins; anything else gets DEFAULT_LIMIT.
 BODY_LIMITS = [
@@ -110,15 +108,17 @@ def loads(body: bytes | str):
 
 
 def _object_once(pairs: list) -> dict:
-    """An object whose member names are each given once (the verifier's rule, `json_once`), or BodyProblem naming
-    the repeated one."""
-    try:
-        return json_once.members_once(pairs)
-    except json_once.MemberTwice as twice:
-        name = twice.name
-        if "\x00" in name or not _encodable(name):  # a name no answer can carry
-            raise BodyProblem("body", "a member name contains a NUL character or a lone surrogate") from None
-        raise BodyProblem(name[:64] or '""', "the member appears twice in one object: give it once") from None
+    """An object whose member names are each given once, or BodyProblem naming the repeated one."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen = set()
+        for name, _ in pairs:
+            if name in seen and ("\x00" in name or not _encodable(name)):  # a name no answer can carry
+                raise BodyProblem("body", "a member name contains a NUL character or a lone surrogate")
+            if name in seen:
+                raise BodyProblem(name[:64] or '""', "the member appears twice in one object: give it once")
+            seen.add(name)
+    return data
 
 
 def check(data) -> None:

@@ -24,9 +24,7 @@ def loads(text: str):
     return _DECODER.decode(text)
 
 
-def members_once(pairs: list) -> dict:
-    """json's object_pairs_hook: the object of these (name, value) pairs, or MemberTwice naming the first repeated name
-    (the API's request bodies use it too, `api/request_bodies.py`)."""
+def _members_once(pairs: list) -> dict:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen = set()
@@ -37,4 +35,4 @@ def members_once(pairs: list) -> dict:
     return obj
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=members_once)  # one, as json.loads keeps its own
+_DECODER = json.JSONDecoder(object_pairs_hook=_members_once)  # one, as json.loads keeps its own
