@@ -431,15 +431,23 @@ def _with_ilmd(event: CaptureEvent, raw: dict, epcs: dict[str, str], path: str) 
         _fail(where, "required: one entry per EPC of epcList, {epc: base64 of the chip's 32-byte Ed25519 key}")
     for epc in epcs:
         if not _is_public_key(keys[epc]):
-            _fail(f"{where}[{epc}]", "base64 of the chip's 32-byte Ed25519 public key")
+            _fail(
+                f"{where}[{epc}]",
+                "base64 of the chip's 32-byte Ed25519 public key (canonical: padded, spare bits zero)",
+            )
     return replace(event, model=model, public_keys=tuple(keys[epc] for epc in epcs))
 
 
 def _is_public_key(value) -> bool:
+    """32 bytes in base64's one canonical spelling (padded, spare bits zero): the ledger keeps the key's text as
+    filed, and a verifier reading it refuses any other spelling of the same bytes (replay/protocol/firmware.py)."""
+    if not isinstance(value, str):
+        return False
     try:
-        return isinstance(value, str) and len(base64.b64decode(value, validate=True)) == 32
+        raw = base64.b64decode(value, validate=True)
     except ValueError:  # binascii.Error, or a non-ASCII string
         return False
+    return len(raw) == 32 and base64.b64encode(raw).decode("ascii") == value
 
 
 # --- query: rendering (pure) ------------------------------------------------------------

@@ -152,7 +152,9 @@ def _fabrication_items(chips) -> list[dict]:
         if not isinstance(model, str) or not model:
             errors[f"{where}.model"] = "required: a chip model slug"
         if not _is_public_key(key):
-            errors[f"{where}.public_key"] = "required: base64 of the chip's 32-byte Ed25519 public key"
+            errors[f"{where}.public_key"] = (
+                "required: base64 of the chip's 32-byte Ed25519 public key (canonical: padded, spare bits zero)"
+            )
         facility = chip.get("facility")
         if facility is not None and not isinstance(facility, str):
             errors[f"{where}.facility"] = "a facility slug"
@@ -168,12 +170,15 @@ def _fabrication_items(chips) -> list[dict]:
 
 
 def _is_public_key(value) -> bool:
+    """32 bytes in base64's one canonical spelling (padded, spare bits zero): the ledger keeps the key's text as
+    filed, and a verifier reading it refuses any other spelling of the same bytes (replay/protocol/firmware.py)."""
     if not isinstance(value, str):
         return False
     try:
-        return len(base64.b64decode(value, validate=True)) == 32
+        raw = base64.b64decode(value, validate=True)
     except ValueError:  # binascii.Error, or a non-ASCII string
         return False
+    return len(raw) == 32 and base64.b64encode(raw).decode("ascii") == value
 
 
 EVENT_FIELDS = {

@@ -325,3 +325,26 @@ def test_signature_replay_and_idempotency_are_inherited(world):
     replay = client.post(CAPTURE, raw=body)
     assert replay.status_code == 403 and "nonce" in replay.json()
     assert ledger_selectors.ledger_size() == size + 1
+
+
+def respelled(key: str) -> str:
+    """The same 32 bytes in a second base64 spelling: a spare bit of the last data character set."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    out = key[:-2] + alphabet[alphabet.index(key[-2]) | 1] + key[-1]
+    assert out != key and base64.b64decode(out, validate=True) == base64.b64decode(key)
+    return out
+
+
+def test_a_chip_key_in_a_second_base64_spelling_is_refused_naming_it(world):
+    """The ledger keeps a chip's key as filed, and the verifier refuses any spelling of its bytes but the canonical
+    one (an outside verifier building its keys file from the ledger would have had a malformed one)."""
+    doc = document(commissioning([sgtin(s) for s in new_serials(1)]))
+    keys = doc["epcisBody"]["eventList"][0]["ilmd"]["chipledger:publicKeys"]
+    epc = next(iter(keys))
+    keys[epc] = respelled(keys[epc])
+    size = ledger_selectors.ledger_size()
+    response = world["fab"].post(CAPTURE, doc)
+    assert response.status_code == 400, response.content
+    where = f"epcisBody.eventList[0].ilmd.chipledger:publicKeys[{epc}]"
+    assert "canonical" in str(response.json()[where]), response.json()
+    assert ledger_selectors.ledger_size() == size
