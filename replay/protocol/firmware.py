@@ -13,7 +13,7 @@ and, from firmware that counts its work (docs/transcripts.md §7), two more sign
 counter: 0, 1, 2, ... per chip (monotonic); time: RFC 3339 UTC; shard: index in the layout;
 hash: hex SHA-256 of the chip's parameter shard (hashing.py); prev: hex SHA-256 of the previous
 record's canonical bytes (signature included), 64 zeros for the first; sig: base64 Ed25519 over
-the canonical bytes of the record without "sig". Canonical bytes: JSON with sorted keys, no
+the canonical bytes of the record without "sig", in base64's one canonical spelling (`b64_exact`). Canonical bytes: JSON with sorted keys, no
 whitespace, ASCII (for these string/integer-only records, identical to RFC 8785).
 
 `verify_log(lines, public_key)` reports every problem exactly, one dict per problem, and is pure
@@ -56,8 +56,10 @@ def b64_exact(text, size: int) -> bytes:
     """The `size` bytes that text spells in base64 (the standard alphabet, padded), where text is their one spelling;
     else ValueError. b64decode also takes a last character whose spare bits are set, a second spelling of the same
     bytes: a record's hash covers its text, so one signature would sign two records, and one key be two keys' text."""
+    if not isinstance(text, (str, bytes)):  # (b64decode's TypeError for None, a number, a list)
+        raise ValueError(f"not base64 text but {type(text).__name__}")
     raw = base64.b64decode(text, validate=True)  # (a str that is not ASCII: ValueError)
-    if len(raw) != size or base64.b64encode(raw).decode("ascii") != text:
+    if len(raw) != size or base64.b64encode(raw) != (text.encode("ascii") if isinstance(text, str) else text):
         raise ValueError(f"not the canonical base64 of {size} bytes")
     return raw
 
@@ -217,7 +219,7 @@ def _cut(text: str, limit: int) -> str:
     characters (an integer of 5,000 digits), and is not cut mid-word."""
     if len(text) <= limit:
         return text
-    head = text[:limit].rsplit(" ", 1)[0]
+    head = text[: limit + 1].rsplit(" ", 1)[0]  # (a word that ends at the limit is kept whole)
     return (head if head else text[:limit]) + "..."
 
 
@@ -281,8 +283,8 @@ def verify_log(
       gap        counters missing before this record (records deleted).
     A log cut short at the end is not detectable from the log alone.
     """
-    if isinstance(public_key, str):
-        public_key = b64_exact(public_key, KEY_BYTES)
+    if isinstance(public_key, str):  # (its bytes: a key's spelling is in no record's hash, and the ledger keeps the
+        public_key = base64.b64decode(public_key, validate=True)  # registry's text as filed, any spelling)
     vk = VerifyKey(public_key)
     problems, authentic, forged = [], [], set()
     for n, line in enumerate(lines):

@@ -267,6 +267,9 @@ def test_a_chip_key_in_a_second_base64_spelling_is_refused(log):
     assert check_keys({SERIAL: key}) == {SERIAL: key}
     with pytest.raises(MalformedTranscript, match="canonical base64"):
         check_keys({SERIAL: respelled(key)})
+    # the server's checker takes a key's bytes (its spelling is in no record's hash): the registry's as filed
+    chip, lines = make_log(3)
+    assert verify_log(lines, respelled(public_key_b64(chip.key)), serial=SERIAL) == []
 
 
 def test_a_record_naming_a_member_twice_is_malformed_whichever_copy_is_signed():
