@@ -13,8 +13,9 @@ and, from firmware that counts its work (docs/transcripts.md §7), two more sign
 counter: 0, 1, 2, ... per chip (monotonic); time: RFC 3339 UTC; shard: index in the layout;
 hash: hex SHA-256 of the chip's parameter shard (hashing.py); prev: hex SHA-256 of the previous
 record's canonical bytes (signature included), 64 zeros for the first; sig: base64 Ed25519 over
-the canonical bytes of the record without "sig", in base64's one canonical spelling (`b64_exact`). Canonical bytes: JSON with sorted keys, no
-whitespace, ASCII (for these string/integer-only records, identical to RFC 8785).
+the canonical bytes of the record without "sig", in base64's one canonical spelling (`b64_exact`).
+Canonical bytes: JSON with sorted keys, no whitespace, ASCII (for these string/integer-only records,
+identical to RFC 8785).
 
 `verify_log(lines, public_key)` reports every problem exactly, one dict per problem, and is pure
 (no I/O, no Django): the inspections app reuses it.
