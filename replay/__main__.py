@@ -220,6 +220,8 @@ def _verify_source(args) -> int:
         return _refuse("--nonce must be hex", args.json)
     if len(nonce) < MIN_NONCE_BYTES:
         return _refuse(f"--nonce must carry at least {MIN_NONCE_BYTES} bytes of randomness", args.json, raw)
+    if args.keys is not None and args.snapshots is None:  # (it checked nothing: a garbage file came out verified)
+        return _refuse("--keys checks the chips' logs: give --snapshots", args.json, nonce.hex())
     with tempfile.TemporaryDirectory(prefix="replay-fetch-") as tmp:
         if args.dir.startswith(("http://", "https://")):
             from replay.protocol.fetch import FetchRefused, fetch_transcript

@@ -9,6 +9,7 @@ import json
 
 from nacl.signing import VerifyKey
 
+from replay.protocol import chips_and_time
 from replay.protocol.firmware import KEY_BYTES, b64_exact, parse_record, verify_log
 from replay.protocol.transcript import Transcript
 from replay.protocol.transcript_errors import MalformedTranscript
@@ -52,7 +53,7 @@ def check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Transc
         except (KeyError, TypeError, ValueError, binascii.Error):
             reasons.append(f"chip {serial}: no usable public key to check its log")
             continue
-        for p in verify_log(chip_lines, key, serial=serial):
+        for p in verify_log(chip_lines, key, serial=serial, first_counter=_first_counter(chip_lines)):
             reasons.append(
                 f"chip {serial}: {p['kind']} at its log line {p['line']} (counter {p['counter']}): {p['detail']}"
             )
@@ -66,13 +67,27 @@ def check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Transc
                 reasons.append(
                     f"claim {serial}#{rec['counter']} quotes hash {c['hash'][:16]}..., the chip logged {rec['hash'][:16]}..."
                 )
-            elif c.get("time", rec["time"]) != rec["time"]:
+            elif c.get("at") is not None and c["at"] != chips_and_time.parse_time(rec["time"], "the log's time"):
                 reasons.append(
                     f"claim {serial}#{rec['counter']} quotes time {c['time']}, the chip logged {rec['time']}"
                 )
     for key in sorted(set(claimed) - logged):
         reasons.append(f"claim {key[0]}#{key[1]} has no logged snapshot")
     return reasons
+
+
+def _first_counter(chip_lines: list[str]) -> int:
+    """Where a run's excerpt of a chip's log starts: its lowest counter. The file holds this run's records, and a
+    chip's second run on the same chips starts past 0 (checked from 0, every honest second run had a gap before
+    it). What came before the excerpt, and a record deleted from its start, are the chip's whole log's to show, as
+    an inspector reads it (firmware.verify_log from counter 0); inside the excerpt a missing counter is a gap."""
+    counters = []
+    for line in chip_lines:
+        try:
+            counters.append(parse_record(line)["counter"])
+        except ValueError:
+            continue
+    return min(counters, default=0)
 
 
 def work_from_logs(lines: list[str], claims: list[dict]) -> None:

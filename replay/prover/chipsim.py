@@ -128,8 +128,7 @@ class ChipStore:
         snapshot of it (or of a run it logged nothing in) is still in them, as in real firmware; restarting them
         from the last record would forget it -- counters going backwards, and hidden work erased."""
         chip = Chip(serial, shard, self.key(serial))
-        lines = [line for line in log_lines(self.export(serial)) if line.strip()]
-        last = parse_record(lines[-1]) if lines else None
+        last = self._last_record(serial)
         chip.counter, chip.prev = (last["counter"] + 1, record_hash(last)) if last else (0, ZERO)
         held = self._held(serial)
         if held is not None:
@@ -166,10 +165,21 @@ class ChipStore:
 
     def _last_time(self, serial: str) -> datetime:
         """When the chip last logged (its clock never runs backwards: the checker calls that a rollback)."""
+        last = self._last_record(serial)
+        if last is None:
+            return datetime.min.replace(tzinfo=UTC)
+        return datetime.fromisoformat(last["time"].replace("Z", "+00:00"))
+
+    def _last_record(self, serial: str) -> dict | None:
+        """The chip's last logged record (None if it never logged), or ValueError naming the chip and its log where
+        that line is no record: the firmware goes on from it (its counter, its chain)."""
         lines = [line for line in log_lines(self.export(serial)) if line.strip()]
         if not lines:
-            return datetime.min.replace(tzinfo=UTC)
-        return datetime.fromisoformat(parse_record(lines[-1])["time"].replace("Z", "+00:00"))
+            return None
+        try:
+            return parse_record(lines[-1])
+        except ValueError as e:
+            raise ValueError(f"chip {serial}: the last line of {serial}.log is no record ({e})") from None
 
     def append(self, serial: str, lines: list[str]) -> None:
         if lines:

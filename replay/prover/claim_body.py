@@ -13,9 +13,10 @@ path (a directory under the regulator's ``TRANSCRIPT_ROOTS``) — give ``--locat
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from replay.protocol import claims_file
+from replay.protocol.transcript_errors import MalformedTranscript
 from replay.prover import listed
 
 MAX_RUN_NAME = 128  # the API's limit
@@ -24,14 +25,12 @@ MAX_RUN_NAME = 128  # the API's limit
 def recorded_claims(transcript) -> dict:
     """The recorder's claims.json of a transcript folder: {"manifest", "claims": [...]}; ValueError if absent."""
     path = Path(transcript) / "claims.json"
-    try:
-        recorded = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(
-            f"{path} does not exist: is {transcript} a transcript folder (python -m replay record)?"
-        ) from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not JSON ({error.msg})") from None
+    if not path.exists():
+        raise ValueError(f"{path} does not exist: is {transcript} a transcript folder (python -m replay record)?")
+    try:  # as the verifier reads it: a FIFO not waited on, /dev/zero not read whole, nesting and repeats refused
+        recorded = claims_file.read_json(path, str(path))
+    except MalformedTranscript as error:
+        raise ValueError(error.reason) from None
     if not isinstance(recorded, dict) or not {"manifest", "claims"} <= set(recorded):
         raise ValueError(f"{path} is not a recorder's claims.json (it has no manifest and claims)")
     if not isinstance(recorded["manifest"], str) or not isinstance(recorded["claims"], list):

@@ -482,3 +482,74 @@ def test_the_exit_codes_the_readme_lists_are_the_ones_verify_returns():
     for verdict, code in EXIT.items():
         assert f"{code} {verdict}" in readme, verdict
         assert f"| `{verdict}` | {code} |" in (root / "docs" / "transcripts.md").read_text()
+
+
+def _verdict(capsys) -> dict:
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_second_honest_run_on_the_same_chips_verifies_with_its_logs(tmp_path, capsys):
+    """A run's snapshots file holds that run's records, and a chip's second run starts past counter 0: checked from 0,
+    every honest second run had "N record(s) missing among counters 0..N-1" and was rejected. A record deleted from
+    inside the run's excerpt is still a gap; a claim's time in another spelling of the logged instant is that time."""
+    store = chipsim.ChipStore(tmp_path / "chips")
+    for serial in ("P1", "P2"):
+        store.make(serial)
+    chips = ["--chip-dir", str(tmp_path / "chips"), "--serials", "P1,P2", "--snapshot-rate", "2"]
+    assert record(tmp_path / "r1", "--steps", "3", *chips) == 0
+    assert record(tmp_path / "r2", "--steps", "3", "--seed", "5", *chips) == 0
+    second = tmp_path / "r2"
+    lines = (second / "snapshots.jsonl").read_text().splitlines()
+    assert min(json.loads(line)["counter"] for line in lines) > 0  # the chips' second run
+    capsys.readouterr()
+    assert verify(second, "--snapshots", str(second / "snapshots.jsonl")) == 0, capsys.readouterr().out
+    said = _verdict(capsys)
+    assert said["verdict"] == "verified", said["reasons"]
+    claims = json.loads((second / "claims.json").read_text())
+    claims["claims"][0]["time"] = claims["claims"][0]["time"][:-1] + ".000Z"  # the same instant
+    (second / "claims.json").write_text(json.dumps(claims))
+    assert verify(second, "--snapshots", str(second / "snapshots.jsonl")) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    p1 = [line for line in lines if json.loads(line)["serial"] == "P1"]
+    assert len(p1) >= 3
+    (second / "snapshots.jsonl").write_text("\n".join(line for line in lines if line != p1[1]) + "\n")
+    assert verify(second, "--snapshots", str(second / "snapshots.jsonl")) == 1
+    reasons = _verdict(capsys)["reasons"]
+    assert any("chip P1: gap" in r and "1 record(s) missing" in r for r in reasons), reasons
+
+
+def test_keys_without_snapshots_are_refused_as_an_argument_that_checks_nothing(tmp_path, capsys, honest):
+    """--keys checks the chips' logs; given without --snapshots it checked nothing (a garbage file: verified)."""
+    (tmp_path / "keys.json").write_text("garbage")
+    assert verify(honest, "--keys", str(tmp_path / "keys.json")) == 2
+    said = _verdict(capsys)
+    assert said["verdict"] == "malformed" and said["reasons"] == ["--keys checks the chips' logs: give --snapshots"]
+
+
+def test_claim_reads_the_transcripts_claims_as_the_verifier_does(tmp_path, capsys):
+    """`claim` read claims.json whole and parsed it unguarded: nesting gave a RecursionError traceback, a FIFO hung."""
+    (tmp_path / "claims.json").write_text("[" * 200_000 + "]" * 200_000)
+    assert main(["claim", str(tmp_path)]) == 2
+    assert "is not readable JSON (RecursionError)" in _error(capsys)
+    (tmp_path / "claims.json").unlink()
+    os.mkfifo(tmp_path / "claims.json")
+    said = []
+    runner = threading.Thread(target=lambda: said.append(main(["claim", str(tmp_path)])), daemon=True)
+    runner.start()
+    runner.join(30)  # (a regression waits in open(): the test fails, not hangs)
+    assert said == [2] and "is not readable JSON" in _error(capsys)
+
+
+def test_a_chip_whose_last_log_line_is_no_record_is_named(tmp_path, capsys):
+    """The firmware goes on from the chip's last record; where that line is cut or respelled the error names the
+    chip and its log, where it had been the parser's words alone."""
+    store = chipsim.ChipStore(tmp_path / "chips")
+    store.make("H1")
+    chips = ["--chip-dir", str(tmp_path / "chips"), "--serials", "H1", "--snapshot-rate", "2"]
+    assert record(tmp_path / "t1", "--steps", "2", *chips) == 0
+    log = tmp_path / "chips" / "H1.log"
+    log.write_text(log.read_text()[:-20] + "\n")  # the last record cut short
+    capsys.readouterr()
+    assert record(tmp_path / "t2", "--steps", "2", *chips) == 2
+    assert "chip H1: the last line of H1.log is no record (not JSON" in _error(capsys)
+    assert not (tmp_path / "t2").exists()
