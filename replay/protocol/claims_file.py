@@ -98,9 +98,10 @@ def parse_claims(raw, tr: Transcript) -> list[dict]:
                 f"claims[{i}] must have serial, counter, shard, hash, step, time" + _api_body_hint(raw)
             )
         chips_and_time.check_work(c, f"claims[{i}]")
-        typed = all(type(c[k]) is int for k in ("counter", "shard", "step"))
-        if not typed or not isinstance(c["hash"], str) or not isinstance(c["serial"], str):
-            raise MalformedTranscript(f"claims[{i}] has fields of the wrong type")
+        wrong = [k for k in ("counter", "shard", "step") if type(c[k]) is not int]
+        wrong += [k for k in ("hash", "serial") if not isinstance(c[k], str)]
+        if wrong:  # (named: a hash given as a number is that field's slip)
+            raise MalformedTranscript(f"claims[{i}] has fields of the wrong type: {', '.join(wrong)}")
         if not is_digest(c["hash"]):  # no shard hashes to it: a slip in the file, never a replay's evidence
             raise MalformedTranscript(f"claims[{i}].hash must be a snapshot hash, 64 lowercase hex digits")
         if not 0 <= c["counter"] <= MAX_COUNTER:

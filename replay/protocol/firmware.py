@@ -220,8 +220,9 @@ def _cut(text: str, limit: int) -> str:
     characters (an integer of 5,000 digits), and is not cut mid-word."""
     if len(text) <= limit:
         return text
-    head = text[: limit + 1].rsplit(" ", 1)[0]  # (a word that ends at the limit is kept whole)
-    return (head if head else text[:limit]) + "..."
+    window = text[: limit + 1]  # (a word that ends at the limit is kept whole)
+    head = window.rsplit(" ", 1)[0] if " " in window else ""
+    return (head or text[:limit]) + "..."
 
 
 def parse_record(line: str) -> dict:

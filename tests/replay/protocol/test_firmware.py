@@ -236,6 +236,21 @@ def test_a_log_line_with_an_over_long_integer_is_no_record_not_a_crash():
     assert whole.startswith(kept) and whole[len(kept)] == " "  # after a whole word
 
 
+@given(text=hst.text(alphabet="ab ", max_size=400) | hst.text(max_size=400), limit=hst.integers(1, 200))
+@hsettings(max_examples=500, deadline=None)
+def test_a_cut_message_keeps_whole_words_within_the_limit(text, limit):
+    from replay.protocol.firmware import _cut
+
+    cut = _cut(text, limit)
+    if len(text) <= limit:
+        assert cut == text
+    else:
+        kept = cut.removesuffix("...")
+        assert cut.endswith("...") and len(kept) <= limit and text.startswith(kept)
+        # after a whole word, or, with no space to cut at past the first character, at the limit
+        assert text[len(kept)] == " " or (kept == text[:limit] and " " not in text[1 : limit + 1])
+
+
 def respelled(text: str) -> str:
     """The same bytes in another base64 spelling: the last data character's lowest spare bit set."""
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
