@@ -91,8 +91,9 @@ def _first_counter(chip_lines: list[str]) -> int:
 
 
 def work_from_logs(lines: list[str], claims: list[dict]) -> None:
-    """The work counters of each claimed snapshot, from the chip's signed log (the log, checked above, is the
-    authority; a claims file's own counters are replaced by the signed ones)."""
+    """The work counters of each claimed snapshot, and its time where the claim gives none, from the chip's signed log
+    (the log, checked above, is the authority; a claims file's own counters are replaced by the signed ones, and a
+    claim without a time, which would skip the order and pace checks as untimed, is held to the one its chip signed)."""
     by_key = {(c["serial"], c["counter"]): c for c in claims}
     for line in lines:
         try:
@@ -100,5 +101,9 @@ def work_from_logs(lines: list[str], claims: list[dict]) -> None:
         except ValueError:
             continue
         c = by_key.get((rec["serial"], rec["counter"]))
-        if c is not None and "flops" in rec:
+        if c is None:
+            continue
+        if "flops" in rec:
             c["flops"], c["busy_ns"] = rec["flops"], rec["busy_ns"]
+        if c.get("at") is None:
+            c["time"], c["at"] = rec["time"], chips_and_time.parse_time(rec["time"], "the log's time")

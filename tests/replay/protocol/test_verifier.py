@@ -406,6 +406,20 @@ def test_a_claimed_hash_not_written_as_a_sha256_is_malformed_not_a_mismatch(mlp)
     assert run_verify(mlp).verdict == "verified"
 
 
+def test_a_claim_without_a_time_takes_its_chips_signed_time_where_the_logs_are_given(mlp):
+    """Untimed, a claim skips the order and pace checks; with the chips' signed logs at hand its time is the one its
+    chip signed, so they run (and without the logs it stays untimed, as documented)."""
+    claims = json.loads((mlp / "claims.json").read_text())
+    for c in claims["claims"]:
+        del c["time"]
+    (mlp / "claims.json").write_text(json.dumps(claims))
+    v = run_verify(mlp)
+    assert v.verdict == "verified", v.reasons
+    assert v.details["checks"]["chips"]["untimed"] == 0
+    alone = verify(mlp, mlp / "claims.json", ALL)
+    assert alone.verdict == "verified" and alone.details["checks"]["chips"]["untimed"] == len(claims["claims"])
+
+
 def test_a_fifo_as_the_keys_file_is_read_not_waited_on(mlp):
     """A FIFO a prover leaves as chips.json (no process writes it) is empty, so malformed at once, where open() had
     waited for a writer for ever; one a process writes, as `--keys <(...)` makes, is read as it comes."""
