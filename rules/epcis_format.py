@@ -61,7 +61,6 @@ Query (``GET /api/epcis/events?epc=``): see ``registry.selectors.chip_object_eve
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import re
 from dataclasses import dataclass, field, replace
@@ -70,7 +69,7 @@ from urllib.parse import unquote
 
 import rfc8785
 
-from rules.identifiers import MAX_CHIPS, SERIAL, SLUG
+from rules.identifiers import MAX_CHIPS, SERIAL, SLUG, is_chip_public_key
 from tlog.chain import format_time
 
 BASE = "https://chipledger.example/"
@@ -430,24 +429,12 @@ def _with_ilmd(event: CaptureEvent, raw: dict, epcs: dict[str, str], path: str) 
     if not isinstance(keys, dict) or set(keys) != set(epcs):
         _fail(where, "required: one entry per EPC of epcList, {epc: base64 of the chip's 32-byte Ed25519 key}")
     for epc in epcs:
-        if not _is_public_key(keys[epc]):
+        if not is_chip_public_key(keys[epc]):
             _fail(
                 f"{where}[{epc}]",
                 "base64 of the chip's 32-byte Ed25519 public key (canonical: padded, spare bits zero)",
             )
     return replace(event, model=model, public_keys=tuple(keys[epc] for epc in epcs))
-
-
-def _is_public_key(value) -> bool:
-    """32 bytes in base64's one canonical spelling (padded, spare bits zero): the ledger keeps the key's text as
-    filed, and a verifier reading it refuses any other spelling of the same bytes (replay/protocol/firmware.py)."""
-    if not isinstance(value, str):
-        return False
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except ValueError:  # binascii.Error, or a non-ASCII string
-        return False
-    return len(raw) == 32 and base64.b64encode(raw).decode("ascii") == value
 
 
 # --- query: rendering (pure) ------------------------------------------------------------

@@ -13,7 +13,7 @@ from django.db import transaction
 from ledger import services as ledger
 from ledger.bulk import insert_rows
 from rules.chip_lifecycle import RULES, ChipState, Facts, LifecycleError, Status, apply_chip_event, fabricate
-from rules.identifiers import MAX_CHIPS, SERIAL
+from rules.identifiers import MAX_CHIPS, SERIAL, is_chip_public_key
 
 from ..models import Chip, ChipEvent, ChipModel, Facility, Organisation, Role
 from ..selectors import SEES_EVERYTHING
@@ -151,7 +151,7 @@ def _fabrication_items(chips) -> list[dict]:
             errors[f"{where}.serial"] = f"{serial} appears twice in this request"
         if not isinstance(model, str) or not model:
             errors[f"{where}.model"] = "required: a chip model slug"
-        if not _is_public_key(key):
+        if not is_chip_public_key(key):
             errors[f"{where}.public_key"] = (
                 "required: base64 of the chip's 32-byte Ed25519 public key (canonical: padded, spare bits zero)"
             )
@@ -167,18 +167,6 @@ def _fabrication_items(chips) -> list[dict]:
     if errors:
         raise ValidationError(errors)
     return items
-
-
-def _is_public_key(value) -> bool:
-    """32 bytes in base64's one canonical spelling (padded, spare bits zero): the ledger keeps the key's text as
-    filed, and a verifier reading it refuses any other spelling of the same bytes (replay/protocol/firmware.py)."""
-    if not isinstance(value, str):
-        return False
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except ValueError:  # binascii.Error, or a non-ASCII string
-        return False
-    return len(raw) == 32 and base64.b64encode(raw).decode("ascii") == value
 
 
 EVENT_FIELDS = {

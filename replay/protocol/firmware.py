@@ -35,6 +35,7 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
 from replay.protocol import json_once
+from tlog.note import canonical_b64decode
 
 ZERO = "0" * 64
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -57,10 +58,8 @@ def b64_exact(text, size: int) -> bytes:
     """The `size` bytes that text spells in base64 (the standard alphabet, padded), where text is their one spelling;
     else ValueError. b64decode also takes a last character whose spare bits are set, a second spelling of the same
     bytes: a record's hash covers its text, so one signature would sign two records, and one key be two keys' text."""
-    if not isinstance(text, (str, bytes)):  # (b64decode's TypeError for None, a number, a list)
-        raise ValueError(f"not base64 text but {type(text).__name__}")
-    raw = base64.b64decode(text, validate=True)  # (a str that is not ASCII: ValueError)
-    if len(raw) != size or base64.b64encode(raw) != (text.encode("ascii") if isinstance(text, str) else text):
+    raw = canonical_b64decode(text)
+    if len(raw) != size:
         raise ValueError(f"not the canonical base64 of {size} bytes")
     return raw
 

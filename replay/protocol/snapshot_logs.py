@@ -32,18 +32,23 @@ def check_keys(keys) -> dict:
 
 def check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Transcript) -> list[str]:
     """The chips' signed logs must be intact, and every snapshot claimed with the same hash (and vice versa)."""
-    reasons, by_serial = [], {}
+    reasons, by_serial, lowest = [], {}, {}
     serials = {s["serial"] for s in tr.layout}
     for n, line in enumerate(lines):
         try:
-            serial = parse_record(line)["serial"]
+            rec = parse_record(line)
         except ValueError as e:
             reasons.append(f"snapshots line {n}: malformed ({e})")
             continue
+        serial = rec["serial"]
         if serial not in serials:
             reasons.append(f"snapshots line {n}: chip {serial[:64]!r} is not in the transcript's shard layout")
             continue
         by_serial.setdefault(serial, []).append(line)
+        # a run's excerpt of the chip's log starts at its lowest counter: a chip's second run starts past 0 (checked
+        # from 0, every honest second run had a gap before it); what came before the excerpt, and records deleted
+        # from its start, are the chip's whole log's to show, as an inspector reads it (verify_log from 0)
+        lowest[serial] = min(lowest.get(serial, rec["counter"]), rec["counter"])
     claimed = {(c["serial"], c["counter"]): c for c in claims}
     logged = set()
     for serial, chip_lines in sorted(by_serial.items()):
@@ -53,7 +58,7 @@ def check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Transc
         except (KeyError, TypeError, ValueError, binascii.Error):
             reasons.append(f"chip {serial}: no usable public key to check its log")
             continue
-        for p in verify_log(chip_lines, key, serial=serial, first_counter=_first_counter(chip_lines)):
+        for p in verify_log(chip_lines, key, serial=serial, first_counter=lowest[serial]):
             reasons.append(
                 f"chip {serial}: {p['kind']} at its log line {p['line']} (counter {p['counter']}): {p['detail']}"
             )
@@ -74,20 +79,6 @@ def check_snapshots(lines: list[str], keys: dict, claims: list[dict], tr: Transc
     for key in sorted(set(claimed) - logged):
         reasons.append(f"claim {key[0]}#{key[1]} has no logged snapshot")
     return reasons
-
-
-def _first_counter(chip_lines: list[str]) -> int:
-    """Where a run's excerpt of a chip's log starts: its lowest counter. The file holds this run's records, and a
-    chip's second run on the same chips starts past 0 (checked from 0, every honest second run had a gap before
-    it). What came before the excerpt, and a record deleted from its start, are the chip's whole log's to show, as
-    an inspector reads it (firmware.verify_log from counter 0); inside the excerpt a missing counter is a gap."""
-    counters = []
-    for line in chip_lines:
-        try:
-            counters.append(parse_record(line)["counter"])
-        except ValueError:
-            continue
-    return min(counters, default=0)
 
 
 def work_from_logs(lines: list[str], claims: list[dict]) -> None:
