@@ -160,7 +160,7 @@ def _main(argv: list[str] | None) -> int:
     )
     r.add_argument(
         "--precision",
-        choices=["det64", "float32", "float64"],
+        choices=schema.PRECISIONS,
         default="det64",
         help="det64 (the only claimable mode); float32 and float64 are plain baselines for benchmarks",
     )
@@ -278,6 +278,13 @@ def _record(args, parser: argparse.ArgumentParser) -> int:
     except ValueError as e:
         return _usage_error(parser, str(e))
     print(out)
+    if args.precision not in schema.CLAIMABLE_PRECISIONS:
+        print(
+            f"record: a {args.precision} run is a plain baseline for benchmarks: no verifier replays it (its replay "
+            f"depends on the machine), and none of its snapshots can be claimed (record in det64)",
+            file=sys.stderr,
+        )
+        return 0
     print(
         f"record: chips {listed(recorder.serials)} are simulated and in no registry: a verifier can replay this "
         "run, but no snapshot of it can be claimed (train with --chip-dir and --serials on your registered chips)",
@@ -300,13 +307,12 @@ def _record_on_chips(args, arch: str, options: dict) -> int:
 
 
 def _claim(args, parser: argparse.ArgumentParser) -> int:
-    from replay.prover.claim_body import claims_body
+    from replay.prover.claim_body import claims_body, serials_option
 
     if args.out is not None and args.out.is_dir():
         return _usage_error(parser, f"--out {args.out} is a folder: name the file to write the body to")
-    serials = [s for s in (args.serials or "").split(",") if s] or None
     try:
-        body = claims_body(args.dir, serials, args.run, args.location)
+        body = claims_body(args.dir, serials_option(args.serials), args.run, args.location)
     except (OSError, ValueError) as e:
         return _usage_error(parser, str(e))
     text = json.dumps(body, indent=1) + "\n"

@@ -5,6 +5,7 @@ earlier_draws, pending_segments, coverage_target, run_snapshots). Anything out o
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -50,24 +51,36 @@ def read_json(obj_or_path, what: str):
         return json_once.loads(_head(obj_or_path).decode("utf-8"))
     except json_once.MemberTwice as e:
         raise MalformedTranscript(f"{what} is not readable JSON: {e}") from None
+    except NothingPiped as e:
+        raise MalformedTranscript(f"{what} {e}") from None
     except (OSError, ValueError, RecursionError) as e:  # (ValueError: not UTF-8, not JSON, an over-long integer)
         raise MalformedTranscript(f"{what} is not readable JSON ({type(e).__name__})") from None
+
+
+class NothingPiped(OSError):
+    """A FIFO or pipe read nothing: a mistake, not an empty file (a snapshots file read as empty would leave every
+    claim unexplained, evidence against the prover for the verifier's slip)."""
 
 
 def _head(path) -> bytes:
     """The first READ_MAX bytes of the file: read that far and no further (a larger file, or /dev/zero, is not
     read whole to be cut after). Opened without waiting: a FIFO that no process writes (one a prover left in its
-    transcript as chips.json) reads as empty at once, where a plain open waits for a writer for ever; one that a
-    process writes (`--claims <(...)`) is read as it comes."""
+    transcript as chips.json) is refused at once (NothingPiped), where a plain open waits for a writer for ever; one
+    that a process writes (`--claims <(...)`) is read as it comes."""
     with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)) as handle:
         os.set_blocking(handle.fileno(), True)
-        return handle.read(READ_MAX)
+        data = handle.read(READ_MAX)
+        if not data and stat.S_ISFIFO(os.fstat(handle.fileno()).st_mode):
+            raise NothingPiped("is a pipe that gave nothing to read (a FIFO that no process writes?)")
+        return data
 
 
 def read_lines(path) -> list[str]:
     """The lines of a snapshot log file (at most READ_MAX bytes of it read; bytes that are not UTF-8 replaced)."""
     try:
         return log_lines(_head(path).decode("utf-8", errors="replace"))
+    except NothingPiped as e:
+        raise MalformedTranscript(f"snapshots {path} {e}") from None
     except OSError as e:
         raise MalformedTranscript(f"snapshots are not readable ({type(e).__name__})") from None
 

@@ -57,7 +57,7 @@ def resolve_device(device: str):
     if dev is None or dev.type not in ("cpu", "cuda"):
         raise ValueError(f"device {device!r}: use cpu, cuda or auto")
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device cuda: no CUDA device is available to this torch")
+        raise ValueError(f"device {device!r}: no CUDA device is available to this torch")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return dev
@@ -102,9 +102,11 @@ def _from_environment(name: str, kind: type, default):
         value = kind(raw)
     except ValueError:
         value = None
-    if value is None or not (math.isfinite(value) and value > 0):
-        what = "a positive whole number of bytes" if kind is int else "a positive, finite number of FLOPs"
-        raise ValueError(f"{name}={raw!r} is not {what}")
+    # (a whole number of bytes past 2^63 is no machine's, and past 1e308 it overflows isfinite)
+    if value is None or not (0 < value < 2**63 if kind is int else math.isfinite(value) and value > 0):
+        what = "a positive whole number of bytes (under 2^63)" if kind is int else "a positive, finite number of FLOPs"
+        shown = repr(raw) if len(raw) <= 40 else f"{raw[:40]!r}... ({len(raw):,} characters)"
+        raise ValueError(f"{name}={shown} is not {what}")
     return value
 
 
@@ -153,10 +155,10 @@ def _over(arch: str, config: dict, spec: dict, memory: int, max_flops: float, me
     shape = spec["x"][1]
     act, state = step_memory(arch, config, spec)
     if act + state > memory:
-        need, limit = _apart(act + state, memory, lambda b: f"{b / 2**30:.1f} GiB", lambda b: f"{int(b):,} bytes")
+        need, limit = _apart(act + state, memory, _in_units, lambda b: f"{int(b):,} bytes")
         return (
             f"batch.x.shape {shape} with this config needs about {need} per step "
-            f"({act / 2**30:.1f} GiB of activations, {state / 2**30:.1f} GiB of training state), more than "
+            f"({_in_units(act)} of activations, {_in_units(state)} of training state), more than "
             + memory_name.format(limit)
         )
     flops = models.training_flops(arch, config, spec)
@@ -169,12 +171,29 @@ def _over(arch: str, config: dict, spec: dict, memory: int, max_flops: float, me
     return None
 
 
+def _in_units(size: float) -> str:
+    """Bytes in the largest binary unit they fill, to a tenth (a small budget's breakdown read 0.0 GiB and 0.0 GiB)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift:
+            return f"{size / (1 << shift):.1f} {unit}"
+    return f"{int(size):,} bytes"
+
+
 def _apart(value, limit, short, exact) -> tuple[str, str]:
     """value and the limit it is over, each written `short`, or both `exact` where the short forms would not show
     value as the larger (2.910e+07 over a budget of 3e+07, or 8.0 GiB over 8.0 GiB)."""
-    if short(value) != short(limit) and float(short(value).split()[0]) > float(short(limit).split()[0]):
+    if _magnitude(short(value)) > _magnitude(short(limit)):
         return short(value), short(limit)
     return exact(value), exact(limit)
+
+
+_UNITS = ("bytes", "KiB", "MiB", "GiB")
+
+
+def _magnitude(text: str) -> tuple[int, float]:
+    """A short form's (unit's rank, number), to order two of them as they read."""
+    number, _, unit = text.partition(" ")
+    return (_UNITS.index(unit) if unit in _UNITS else 0), float(number.replace(",", ""))
 
 
 def log_caps(arch: str, config: dict, spec: dict) -> tuple[int, int]:

@@ -20,6 +20,11 @@ MAX_SEED = 2**63 - 1
 MAX_SERIAL = 64  # characters of a chip serial
 HEX = set("0123456789abcdef")
 
+# What a transcript's `precision` may be: det64, the only claimable one, and the plain baselines `record` also writes
+# for benchmarks. A plain precision's replay depends on the machine's summation order and thread count: no verdict on
+# it could be exact, so the verifier refuses such a transcript as not claimable (malformed), by name.
+PRECISIONS = ("det64", "float32", "float64")
+CLAIMABLE_PRECISIONS = ("det64",)
 MAX_LOSS = 1e6  # a step's recorded loss lies in [0, MAX_LOSS] (a diverged run is not a transcript)
 
 
@@ -143,12 +148,9 @@ def validate_manifest(m) -> dict:
         shapes = models.param_shapes(m["arch"], m["config"])
     except ValueError as e:
         raise MalformedTranscript(str(e)) from None
-    if m["precision"] not in ("det64", "float32"):
-        # (float32, also a plain baseline, is read on and refused as not claimable by the verifier, by name)
-        shown = m["precision"] if isinstance(m["precision"], str) else type(m["precision"]).__name__
-        raise MalformedTranscript(
-            f"precision {shown[:40]!r} is not claimable: only det64 transcripts replay the same on every machine"
-        )
+    if m["precision"] not in PRECISIONS:  # (a plain one is read on, and refused by the verifier as not claimable)
+        shown = repr(m["precision"][:40]) if isinstance(m["precision"], str) else f"a {type(m['precision']).__name__}"
+        raise MalformedTranscript(f"precision must be one of {', '.join(PRECISIONS)}, not {shown}")
     integer_in(m["seed"], 0, MAX_SEED, "seed")
     steps = integer_in(m["steps"], 1, MAX_STEPS, "steps")
     interval = integer_in(m["checkpoint_interval"], 1, steps, "checkpoint_interval")

@@ -38,6 +38,9 @@ def whole_transcript_checks(tr: Transcript, report: dict, tick) -> list[str]:
     reasons += trajectory_checks(tr, report, tick)
 
     losses = [r["loss"] for r in tr.manifest["records"]]
+    if len(losses) < 2:  # one step has no trend (its first quarter is its last)
+        report["checks"]["loss_trend"] = {"ok": None, "steps": len(losses)}
+        return reasons
     q = max(1, len(losses) // 4)
     head, tail = sum(losses[:q]) / q, sum(losses[-q:]) / q
     # informational only: a schedule the manifest allows may barely move the weights (the screen tests learning)

@@ -13,8 +13,8 @@ Layout of a transcript directory:
                                         the state after step t) and 'ops:<t>' (uint8[40 per output],
                                         op_digests of every rounded output of step t in execution order)
 
-manifest.json (format "chipledger-replay/2", or /1 read: FORMATS_READ): arch (allow-list) and config, precision ("det64" or
-"float32"), seed, optimizer (sgd with momentum / adamw, hyper-parameters, learning-rate schedule),
+manifest.json (format "chipledger-replay/2", or /1 read: FORMATS_READ): arch (allow-list) and config, precision ("det64", or
+"float32" or "float64": plain baselines, not claimable), seed, optimizer (sgd with momentum / adamw, hyper-parameters, learning-rate schedule),
 batch (dtype and shape of x and y), steps, checkpoint_interval, shards (the layout over chip
 serials), dataset (the data commitment: name, Merkle root, size, input range; data_commitment.py),
 reported_flops (the prover's declaration), records (per step:

@@ -34,6 +34,7 @@ from replay.protocol import chips_and_time, coverage, limits
 from replay.protocol.claims_file import coverage_context, parse_claims, read_json, read_lines
 from replay.protocol.compute_rules import DEFAULT_RULES, count_compute
 from replay.protocol.engine import Budget, BudgetExhausted, Replayer
+from replay.protocol.manifest_schema import CLAIMABLE_PRECISIONS
 from replay.protocol.report import Report
 from replay.protocol.screen import screen_or_reason
 from replay.protocol.segment_replay import replay_claims, replay_segments
@@ -45,10 +46,7 @@ from replay.protocol.transcript_layout import canonical_json
 from replay.training.determinism import REL_WINDOW
 from replay.training.fenv import float_environment_problem
 
-# Only det64 replays bit for bit on every conforming machine (thread count, kernel, CPU). float32 (or any
-# plain precision) depends on summation order: an honest claim could be rejected and a forged one could
-# not be told from machine noise, so such transcripts are refused as not claimable (malformed).
-CLAIMABLE_PRECISIONS = ("det64",)
+MAX_SHOWN_REASONS = 100  # a verdict's reasons as it reports them; the ledger's summary keeps fewer (report.MAX_REASONS)
 
 
 @dataclass
@@ -58,12 +56,21 @@ class Verdict:
     details: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"verdict": self.verdict, "reasons": self.reasons, **self.details}
+        return {"verdict": self.verdict, "reasons": _bounded(self.reasons), **self.details}
 
     @property
     def report(self) -> Report:
         """The typed report (replay.protocol.report): what the regulator's side records."""
         return Report.from_json(self.to_json())
+
+
+def _bounded(reasons: list[str]) -> list[str]:
+    """The first MAX_SHOWN_REASONS reasons, and how many more there are: a snapshots file of 10 MB of noise gave a
+    reason a line, 29 MB of output."""
+    if len(reasons) <= MAX_SHOWN_REASONS:
+        return list(reasons)
+    rest = len(reasons) - MAX_SHOWN_REASONS + 1
+    return [*reasons[: MAX_SHOWN_REASONS - 1], f"... and {rest:,} more reasons"]
 
 
 def _beyond_this_verifier(e: BeyondThisVerifier, report: dict) -> Verdict:
@@ -130,6 +137,8 @@ def verify(
     try:
         tr = Transcript(transcript, device)
         report.update(manifest=tr.hash, arch=tr.arch, precision=tr.precision)
+        # only det64 replays bit for bit on every conforming machine: in a plain precision an honest claim could be
+        # rejected and a forged one not told from the machine's noise
         if tr.precision not in CLAIMABLE_PRECISIONS:
             raise MalformedTranscript(
                 f"precision {tr.precision!r} is not claimable: its replay depends on the machine's summation "

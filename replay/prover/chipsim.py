@@ -46,7 +46,7 @@ from replay.protocol.firmware import (
     public_key_b64,
     record_hash,
 )
-from replay.prover.claim_body import claims_body
+from replay.prover.claim_body import claims_body, serials_option
 
 SERIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 STEP_SECONDS = 60  # the simulated chips' clock: a minute a training step
@@ -279,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             check_out(args.out)  # a new or empty folder: never another run's transcript
             print(store.train(serials, args.out, arch=args.arch, steps=args.steps, **options))
         else:
-            serials = [s for s in (args.serials or "").split(",") if s] or None
-            print(json.dumps(claims_body(args.transcript, serials, args.run, args.location), indent=1))
+            body = claims_body(args.transcript, serials_option(args.serials), args.run, args.location)
+            print(json.dumps(body, indent=1))
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from replay.protocol import claims_file
+from replay.protocol.manifest_schema import CLAIMABLE_PRECISIONS, PRECISIONS
 from replay.protocol.transcript_errors import MalformedTranscript
 from replay.prover import listed
 
@@ -41,6 +42,23 @@ def recorded_claims(transcript) -> dict:
     return recorded
 
 
+def _check_claimable(transcript: Path) -> None:
+    """ValueError where the transcript's manifest says it was recorded in a plain precision: the verifier refuses
+    such a transcript (its replay depends on the machine), so a body answering with it could only be refused. A
+    manifest that cannot be read is the verifier's to judge."""
+    try:
+        manifest = claims_file.read_json(transcript / "manifest.json", "manifest.json")
+    except MalformedTranscript:
+        return
+    precision = manifest.get("precision") if isinstance(manifest, dict) else None
+    if precision in PRECISIONS and precision not in CLAIMABLE_PRECISIONS:  # (no precision at all: the verifier's)
+        raise ValueError(
+            f"the run in {transcript} was recorded in {precision!r}, a plain baseline for benchmarks: no "
+            f"verifier replays it, so none of its snapshots can be claimed (record in "
+            f"{' or '.join(CLAIMABLE_PRECISIONS)})"
+        )
+
+
 def _recorded_claim(claim) -> bool:
     """A claim as the recorder writes it: a serial, and a counter and step that are integers from 0."""
     return (
@@ -50,11 +68,23 @@ def _recorded_claim(claim) -> bool:
     )
 
 
+def serials_option(text: str | None) -> list[str] | None:
+    """--serials's comma-separated serials, or None (every chip of the run) where it is not given; ValueError for an
+    empty one (a stray comma): `record --serials` refuses it too, and here it had quietly answered every chip."""
+    if text is None:
+        return None
+    serials = text.split(",")
+    if "" in serials:
+        raise ValueError(f"--serials {text[:80]!r} names an empty serial (a stray comma?)")
+    return serials
+
+
 def claims_body(transcript, serials: list[str] | None = None, run: str | None = None, location=None) -> dict:
     """The API's claims body answering every snapshot the transcript's chips logged (only ``serials``', if
     given: the chips an inspector read). ValueError names a serial the run never used, or a bad run name."""
     transcript = Path(transcript)
     recorded = recorded_claims(transcript)
+    _check_claimable(transcript)
     run = run or transcript.resolve().name
     if not 0 < len(run) <= MAX_RUN_NAME:
         raise ValueError(f"the run's name must be 1 to {MAX_RUN_NAME} characters")

@@ -41,7 +41,6 @@ from replay.training.determinism import Rounder, encode_log
 from replay.training.train import State, frozen_heap, initial_state, train_step
 
 COMMITMENTS = ("ops", "steps", "none")
-PRECISIONS = ("det64", "float32", "float64")  # float64: a plain baseline for benchmarks, which no verifier takes
 DEFAULT_INTERVAL = 10  # steps between checkpoints, or the whole run when it is shorter
 MAX_SNAPSHOT_RATE = 10.0  # Poisson events per chip per step: above ~5 a chip logs at nearly every step
 DEFAULT_BATCH = {"mlp": 64, "cnn": 32, "gpt": 16}
@@ -107,7 +106,9 @@ def check_out(out) -> None:
 
 def _check_out(out: Path) -> None:
     if out.exists() or out.is_symlink():
-        if out.is_symlink() or not out.is_dir():
+        if out.is_symlink():  # (a transcript is written where it is named, not through a link)
+            raise ValueError(f"--out {out} is a symbolic link: name the folder itself")
+        if not out.is_dir():
             raise ValueError(f"--out {out} is not a folder")
         try:
             held = sorted(p.name for p in out.iterdir())
@@ -165,8 +166,8 @@ class Recorder:
         check_options(
             steps, checkpoint_interval, self.batch, seed, chips if serials is None else serials, snapshot_rate
         )
-        if precision not in PRECISIONS:
-            raise ValueError(f"--precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+        if precision not in schema.PRECISIONS:
+            raise ValueError(f"--precision {precision!r}: use one of {', '.join(schema.PRECISIONS)}")
         self.serials = serials or [f"SIM-{seed:04d}-{i:03d}" for i in range(chips)]
         # firmware(layout, seed, rate) -> Firmware: the chips' own firmware (replay.prover.chipsim); default simulated.
         self.firmware = firmware or Firmware

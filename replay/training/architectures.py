@@ -8,6 +8,7 @@ shapes come from a build on the meta device.
 
 from __future__ import annotations
 
+import json
 import math
 
 import torch
@@ -110,18 +111,44 @@ DEFAULTS = {
 }
 
 
+_MISSING = object()
+
+
 def _int(cfg: dict, key: str, lo: int, hi: int) -> int:
-    v = cfg.get(key)
+    v = cfg.get(key, _MISSING)
     if type(v) is not int or not lo <= v <= hi:
-        raise ValueError(f"config.{key} must be an integer in [{lo}, {hi}]")
+        raise ValueError(f"config.{key} must be an integer in [{lo}, {hi}], not {_shown(v)}")
     return v
 
 
 def _ints(cfg: dict, key: str, n_lo: int, n_hi: int, lo: int, hi: int) -> list[int]:
-    v = cfg.get(key)
-    if not isinstance(v, list) or not n_lo <= len(v) <= n_hi or any(type(s) is not int or not lo <= s <= hi for s in v):
-        raise ValueError(f"config.{key} must be a list of {n_lo}..{n_hi} integers in [{lo}, {hi}]")
+    v = cfg.get(key, _MISSING)
+    what = f"config.{key} must be a list of {n_lo}..{n_hi} integers in [{lo}, {hi}]"
+    if not isinstance(v, list):
+        raise ValueError(f"{what}, not {'the single number ' if type(v) is int else ''}{_shown(v)}")
+    if not n_lo <= len(v) <= n_hi:
+        raise ValueError(f"{what}, not {len(v)} of them")
+    for i, s in enumerate(v):
+        if type(s) is not int or not lo <= s <= hi:
+            raise ValueError(f"{what}: its [{i}] is {_shown(s)}")
     return v
+
+
+def _shown(v) -> str:
+    """A config value as a message shows it, in JSON's spelling: short, with its kind where the kind is what is
+    wrong (64.0, true, "16")."""
+    if v is _MISSING:
+        return "missing"
+    if type(v) is int:  # (by size: str() of a 5,000-digit integer raises)
+        if abs(v) < 10**24:
+            return str(v)
+        digits = int(v.bit_length() * 0.30103) + 1  # (at most one over: 10^(n-1) <= |v| < 10^n)
+        return f"an integer of {digits - (10 ** (digits - 1) > abs(v))} digits"
+    if isinstance(v, (dict, list)):
+        return "an object" if isinstance(v, dict) else "a list"
+    kinds = {type(None): "", bool: " (a boolean)", float: " (written as a float)", str: " (a string)"}
+    text = json.dumps(v) if type(v) in kinds else repr(v)
+    return f"{text[:24]}{'...' if len(text) > 24 else ''}{kinds.get(type(v), f' (a {type(v).__name__})')}"
 
 
 def validate_config(arch: str, config) -> dict:

@@ -73,7 +73,9 @@ def bundled(arch: str, config: dict, seed: int, seq: int | None = None) -> Commi
         x, y = shapes(2048, config["image"], config["classes"], seed, config["in_channels"])
         return Committed(x, y, "shapes", _range(x))
     if config["vocab"] < ALPHABET_SIZE:
-        raise ValueError(f"gpt vocab must be >= {ALPHABET_SIZE} for the bundled text")
+        raise ValueError(
+            f"config.vocab must be at least {ALPHABET_SIZE} for the bundled text (its alphabet), not {config['vocab']}"
+        )
     seq = seq or config["block"]
     ids, _ = text(max(20_000, 256 * (seq + 1)), seed)
     rows = ids[: len(ids) // (seq + 1) * (seq + 1)].view(-1, seq + 1)

@@ -537,7 +537,7 @@ def test_claim_reads_the_transcripts_claims_as_the_verifier_does(tmp_path, capsy
     runner = threading.Thread(target=lambda: said.append(main(["claim", str(tmp_path)])), daemon=True)
     runner.start()
     runner.join(30)  # (a regression waits in open(): the test fails, not hangs)
-    assert said == [2] and "is not readable JSON" in _error(capsys)
+    assert said == [2] and "claims.json is a pipe that gave nothing to read" in _error(capsys)
 
 
 def test_a_chip_whose_last_log_line_is_no_record_is_named(tmp_path, capsys):
@@ -553,3 +553,82 @@ def test_a_chip_whose_last_log_line_is_no_record_is_named(tmp_path, capsys):
     assert record(tmp_path / "t2", "--steps", "2", *chips) == 2
     assert "chip H1: the last line of H1.log is no record (not JSON" in _error(capsys)
     assert not (tmp_path / "t2").exists()
+
+
+def test_a_plain_precision_run_is_a_baseline_that_verify_and_claim_refuse_by_name(tmp_path, capsys):
+    """record --precision float64 had said "a verifier can replay this run", claim answered with it, and its
+    manifest was refused as "not claimable: only det64..." by the schema without saying what to do."""
+    out = tmp_path / "f64"
+    assert record(out, "--steps", "2", "--precision", "float64") == 0
+    assert "a float64 run is a plain baseline for benchmarks: no verifier replays it" in _error(capsys)
+    assert verify(out) == 2
+    said = _verdict(capsys)
+    assert said["verdict"] == "malformed" and said["reasons"][0].startswith("precision 'float64' is not claimable")
+    assert said["reasons"][0].endswith("record with precision det64")
+    assert main(["claim", str(out)]) == 2
+    assert "was recorded in 'float64', a plain baseline for benchmarks" in _error(capsys)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**manifest, "precision": "float16"}))
+    assert verify(out) == 2
+    assert _verdict(capsys)["reasons"] == ["precision must be one of det64, float32, float64, not 'float16'"]
+
+
+def test_a_fifo_that_no_process_writes_is_malformed_not_an_empty_log(honest, tmp_path, capsys):
+    """A FIFO given as --snapshots read as an empty log: every claim "has no logged snapshot", a rejection of the
+    prover for the verifier's slip. A pipe a process writes (--claims <(...)) is still read."""
+    os.mkfifo(tmp_path / "log")
+    said = []
+    runner = threading.Thread(target=lambda: said.append(verify(honest, "--snapshots", str(tmp_path / "log"))))
+    runner.start()
+    runner.join(30)
+    assert said == [2]
+    assert _verdict(capsys)["reasons"] == [
+        f"snapshots {tmp_path / 'log'} is a pipe that gave nothing to read (a FIFO that no process writes?)"
+    ]
+    read, write = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write, (honest / "claims.json").read_bytes()), os.close(write)))
+    writer.start()
+    try:
+        assert verify(honest, "--claims", f"/dev/fd/{read}") == 0
+    finally:
+        writer.join(30)
+        os.close(read)
+    assert _verdict(capsys)["verdict"] == "verified"
+
+
+def test_a_verdict_shows_its_first_hundred_reasons_and_counts_the_rest(honest, tmp_path, capsys):
+    """A snapshots file of noise gave a reason a line: 261,703 of them, 29 MB of output."""
+    (tmp_path / "noise").write_text("x\n" * 500)
+    assert verify(honest, "--snapshots", str(tmp_path / "noise")) == 1
+    reasons = _verdict(capsys)["reasons"]
+    assert len(reasons) == 100 and reasons[:2] == [
+        "snapshots line 0: malformed (not JSON: Expecting value: line 1 column 1 (char 0))",
+        "snapshots line 1: malformed (not JSON: Expecting value: line 1 column 1 (char 0))",
+    ]
+    extra = int(reasons[-1].removeprefix("... and ").removesuffix(" more reasons").replace(",", ""))
+    assert extra >= 500 - 99  # every malformed line, and the claims they leave unexplained
+
+
+@pytest.mark.parametrize("serials", [",", "", "H1,", ",H1", "H1,,H2"])
+def test_claim_refuses_an_empty_serial_as_record_does(serials, honest, capsys):
+    """A stray comma had quietly answered every chip of the run."""
+    assert main(["claim", str(honest), "--serials", serials]) == 2
+    assert "names an empty serial (a stray comma?)" in _error(capsys)
+
+
+def test_an_out_that_is_a_link_is_named_as_one(tmp_path, capsys):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert record(tmp_path / "link", "--steps", "1") == 2
+    assert f"--out {tmp_path / 'link'} is a symbolic link: name the folder itself" in _error(capsys)
+    assert not any((tmp_path / "real").iterdir())
+
+
+def test_a_one_step_run_has_no_loss_trend_to_find(tmp_path, capsys):
+    """Its first quarter is its last: every one-step run had the finding "the loss did not go down"."""
+    assert record(tmp_path / "t", "--steps", "1") == 0
+    capsys.readouterr()
+    assert verify(tmp_path / "t") == 0
+    said = _verdict(capsys)
+    assert said["checks"]["loss_trend"] == {"ok": None, "steps": 1}
+    assert not [f for f in said.get("findings") or [] if f["kind"] == "loss_trend"]

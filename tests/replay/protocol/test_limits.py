@@ -273,7 +273,7 @@ def test_budgets_come_from_the_environment_and_the_device(monkeypatch):
     assert "REPLAY_FLOP_BUDGET" in limits.step_limits("mlp", models.DEFAULTS["mlp"], spec)
     monkeypatch.setenv("REPLAY_FLOP_BUDGET", "1e12")
     monkeypatch.setenv("REPLAY_MEMORY_BUDGET_BYTES", "1000")
-    assert "GiB of training state" in limits.step_limits("mlp", models.DEFAULTS["mlp"], spec)
+    assert "MiB of training state" in limits.step_limits("mlp", models.DEFAULTS["mlp"], spec)  # (2.9 MiB: in MiB)
 
 
 @pytest.mark.parametrize(
@@ -288,6 +288,8 @@ def test_budgets_come_from_the_environment_and_the_device(monkeypatch):
         ("REPLAY_MEMORY_BUDGET_BYTES", "0"),
         ("REPLAY_MEMORY_BUDGET_BYTES", "-8589934592"),
         ("REPLAY_MEMORY_BUDGET_BYTES", "8e9"),
+        ("REPLAY_MEMORY_BUDGET_BYTES", str(2**63)),  # no machine's, and past 1e308 isfinite overflowed (a traceback)
+        ("REPLAY_MEMORY_BUDGET_BYTES", "9" * 40),
     ],
 )
 def test_a_budget_that_is_not_a_positive_number_is_refused_naming_it(
@@ -303,7 +305,7 @@ def test_a_budget_that_is_not_a_positive_number_is_refused_naming_it(
     assert v.verdict == "error" and v.reasons == [
         f"the verifier cannot replay on this machine: {name}={raw!r}"
         + (
-            " is not a positive whole number of bytes"
+            " is not a positive whole number of bytes (under 2^63)"
             if "MEMORY" in name
             else " is not a positive, finite number of FLOPs"
         )
@@ -329,7 +331,22 @@ def test_record_refuses_beyond_the_budget_before_anything_runs(tmp_path, capsys)
         (["--arch", "gpt", "--config", '{"block": 8, "block": 4096}'], "--config gives block more than once"),
         (["--arch", "gpt", "--config", '{"block": 4096, "block": 8}'], "--config gives block more than once"),
         (["--arch", "gpt", "--config", "[" * 50000 + "]" * 50000], "nested too deeply"),
-        (["--arch", "gpt", "--config", '{"block": 2048}'], "config.block"),
+        (["--arch", "gpt", "--config", '{"block": 2048}'], "config.block must be an integer in [1, 1024], not 2048"),
+        # the value, and its kind where the kind is what is wrong
+        (
+            ["--arch", "gpt", "--config", '{"block": 64.0}'],
+            "config.block must be an integer in [1, 1024], not 64.0 (wr",
+        ),
+        (["--arch", "gpt", "--config", '{"block": true}'], "not true (a boolean)"),
+        (["--arch", "gpt", "--config", '{"block": "16"}'], 'not "16" (a string)'),
+        (["--arch", "gpt", "--config", '{"block": NaN}'], "not NaN (written as a float)"),
+        (["--arch", "gpt", "--config", '{"block": null}'], "config.block must be an integer in [1, 1024], not null"),
+        (["--arch", "gpt", "--config", '{"block": ' + "9" * 4000 + "}"], "not an integer of 4000 digits"),
+        (["--arch", "mlp", "--config", '{"sizes": [8, 2.5]}'], "config.sizes must be a list of 2..13 integers in"),
+        (["--arch", "mlp", "--config", '{"sizes": [8, 2.5]}'], "its [1] is 2.5 (written as a float)"),
+        (["--arch", "mlp", "--config", '{"sizes": 8}'], "not the single number 8"),
+        (["--arch", "gpt", "--config", '{"vocab": 24}'], "config.vocab must be at least 25 for the bundled text"),
+        (["--arch", "gpt", "--device", "cuda:7"], "device 'cuda:7'"),
         (["--arch", "gpt", "--config", '{"depth": 2}'], "unknown or missing keys"),
         (["--arch", "mlp", "--preset", "gpt2-small"], "does not match"),
         (["--arch", "gpt", "--batch", "0"], "--batch"),
@@ -439,3 +456,14 @@ def test_a_budget_refusal_shows_the_step_above_the_budget(limit, over):
     ):
         need, budget = limits._apart(limit + over, limit, short, exact)
         assert shown(need) > shown(budget), (need, budget)
+
+
+def test_a_budget_of_hundreds_of_digits_is_refused_and_shown_cut(monkeypatch):
+    """Such a value had overflowed float() (OverflowError: a traceback at a worker's start), and its message had
+    echoed every digit."""
+    monkeypatch.setenv("REPLAY_MEMORY_BUDGET_BYTES", "9" * 500)
+    with pytest.raises(ValueError) as refused:
+        limits.check_budget_settings()
+    assert str(refused.value) == (
+        f"REPLAY_MEMORY_BUDGET_BYTES={'9' * 40!r}... (500 characters) is not a positive whole number of bytes (under 2^63)"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 
 import pytest
 import safetensors.torch
@@ -77,7 +78,9 @@ def test_a_step_beyond_this_workers_budget_is_its_error_and_beyond_any_verifiers
     v = verify(t, t / "claims.json", Budget(segments=100))
     assert v.verdict == "error" and len(v.reasons) == 1, (v.verdict, v.reasons)
     assert "cannot replay this transcript on this machine" in v.reasons[0]
-    assert "GiB of training state" in v.reasons[0] and "REPLAY_MEMORY_BUDGET_BYTES" in v.reasons[0]
+    # in the units the figures fill (a 1 KB budget's breakdown had read "0.0 GiB of activations, 0.0 GiB of ...")
+    assert re.search(r"\(\d+\.\d KiB of activations, \d+\.\d (KiB|MiB) of training state\)", v.reasons[0]), v.reasons
+    assert "more than the replay memory budget of 1,000 bytes on cpu (REPLAY_MEMORY_BUDGET_BYTES)" in v.reasons[0]
     assert v.details["segments_replayed"] == [] and v.details["beyond_budget"] is True  # a larger worker can
     monkeypatch.delenv("REPLAY_MEMORY_BUDGET_BYTES")
     assert verify(t, t / "claims.json", Budget(segments=1)).verdict == "verified"
