@@ -23,8 +23,8 @@ def startup_objects_frozen(**_) -> None:
 @signals.worker_init.connect(weak=False, dispatch_uid="chipledger-replay-device")
 def replay_settings_usable(**_) -> None:
     """A worker whose REPLAY_DEVICE this host cannot run (cuda without a card, a CPU-only torch) or whose replay
-    budgets are not positive numbers stops at start, naming it: each claim it took would only end as the
-    verifier's error."""
+    budgets or caps are not positive numbers stops at start, naming it: each claim it took would only end as the
+    verifier's error, or (a copy cap of 0) as a verdict against an honest prover."""
     from inspections.verification import replay_settings_problem
 
     problem = replay_settings_problem()

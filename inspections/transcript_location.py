@@ -95,5 +95,7 @@ def _no_links(path: Path) -> None:
                     raise TranscriptUnavailable(f"{folder} holds more than {MAX_ENTRIES} entries")
                 if entry.is_symlink():
                     raise TranscriptUnavailable(
-                        f"{folder}/{entry.name[:80]} is a symlink; transcripts hold plain files"
+                        # (repr: a prover's file name may hold a newline, a terminal escape or non-UTF-8 bytes, and this
+                        # reason goes on the public ledger)
+                        f"{folder}/{entry.name[:80]!r} is a symlink; transcripts hold plain files"
                     )

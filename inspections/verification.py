@@ -353,12 +353,20 @@ def _tail(path: Path, size: int) -> bytes:
         return b""
 
 
+# The worker's own caps on a replay and on the copy of a prover's material: each must be positive
+POSITIVE_SETTINGS = ("REPLAY_MAX_SECONDS", "REPLAY_FETCH_MAX_BYTES", "REPLAY_FETCH_MAX_FILES", "REPLAY_FETCH_SECONDS")
+
+
 def replay_settings_problem() -> str | None:
     """Why the verifier this worker starts could not replay on this host (REPLAY_DEVICE names a device it cannot
-    run, a replay budget in the environment is not a positive number, REPLAY_VERIFIER_THREADS below 1), or None.
+    run, a replay budget in the environment is not a positive number, REPLAY_VERIFIER_THREADS or one of
+    POSITIVE_SETTINGS below 1), or None.
     The default (cpu, budgets unset) imports nothing: torch stays out of the worker."""
     if settings.REPLAY_VERIFIER_THREADS < 1:
         return f"REPLAY_VERIFIER_THREADS={settings.REPLAY_VERIFIER_THREADS} is not a positive number of threads"
+    for name in POSITIVE_SETTINGS:  # a cap of 0 had called every honest transcript too large: malformed, final
+        if getattr(settings, name) < 1:
+            return f"{name}={getattr(settings, name)} is not a positive number"
     budgets_set = any(os.environ.get(n) for n in ("REPLAY_MEMORY_BUDGET_BYTES", "REPLAY_FLOP_BUDGET"))
     if settings.REPLAY_DEVICE == "cpu" and not budgets_set:
         return None

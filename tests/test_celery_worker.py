@@ -111,6 +111,8 @@ def test_the_procfile_worker_survives_kill_9_of_a_pool_child_and_records_heartbe
         ({"REPLAY_DEVICE": "tpu"}, "device 'tpu': use cpu, cuda or auto"),
         ({"REPLAY_FLOP_BUDGET": "nan"}, "REPLAY_FLOP_BUDGET='nan' is not a positive"),
         ({"REPLAY_VERIFIER_THREADS": "0"}, "REPLAY_VERIFIER_THREADS=0 is not a positive number of threads"),
+        # a copy cap of 0 had made every honest transcript "malformed", final, against its prover
+        ({"REPLAY_FETCH_MAX_FILES": "0"}, "REPLAY_FETCH_MAX_FILES=0 is not a positive number"),
     ],
 )
 def test_a_worker_that_could_not_verify_on_this_host_stops_at_start_naming_why(environment, named):

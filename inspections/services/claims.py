@@ -219,19 +219,22 @@ def claim_result_record(claim_id: int, verdict: dict | None, error: str | None =
         return Claim.objects.get(pk=claim_id)
     result, step = claim_outcome(verdict)
     summary = claim_summary(verdict)
-    entry = ledger.append_entry(
-        "claim.verified",
-        {
-            "claim": claim.pk,
-            "chip": claim.snapshot.chip.serial,
-            "counter": claim.snapshot.counter,
-            "result": result,
-            "mismatch_step": step,
-            **summary,
-            **_copy_failures(claim),
-        },
-        "system",
-    )
+    payload = {
+        "claim": claim.pk,
+        "chip": claim.snapshot.chip.serial,
+        "counter": claim.snapshot.counter,
+        "result": result,
+        "mismatch_step": step,
+        **summary,
+        **_copy_failures(claim),
+    }
+    try:
+        with transaction.atomic():
+            entry = ledger.append_entry("claim.verified", payload, "system")
+    except ValidationError as refused:
+        # a report the ledger cannot hold (the summary is bounded, so a bug of ours): the verifier's failure, counted,
+        # retried and at last alerted like any other, where the task had raised and left the claim without a result
+        return claim_error_record(claim_id, f"the verdict could not be put on the ledger: {refused}", failures)
     claim.result, claim.mismatch_step, claim.report, claim.result_seq = result, step, summary, entry.seq
     claim.retry_at = None
     claim.save(update_fields=["result", "mismatch_step", "report", "result_seq", "retry_at"])

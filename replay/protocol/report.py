@@ -10,11 +10,52 @@ Torch-free: the worker imports it.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
 VERDICTS = ("verified", "rejected", "malformed", "error", "incomplete", "unavailable")
 MAX_REASONS, MAX_FINDINGS, MAX_CONFLICTS, MAX_SEGMENTS, MAX_CHIPS = 20, 50, 100, 100_000, 1000
+
+
+MAX_TEXT, MAX_ITEMS, MAX_DEPTH = 2000, 100, 6  # a free-form field's strings, members a level, and levels
+SUMMARY_BYTES = 40_000  # a summary's JSON at most: a ledger entry holds 65,535 bytes, the claim's own fields the rest
+SAFE_INTEGER = 2**53  # the integers I-JSON (RFC 7493) and so the ledger's canonical JSON can hold
+
+
+def clean(v, depth: int = 0):
+    """A JSON value a public ledger can hold and a page can show, from one the verifier's output or a prover's file
+    shaped: NaN and the infinities as null (a screen's z of a constant sample; the ledger's canonical JSON holds no
+    such number, and the entry was refused, the claim left without a verdict), integers past 2^53 as null, text with
+    its unprintable characters escaped (NUL, terminal escapes, bidirectional overrides, a non-UTF-8 file name's lone
+    surrogates) and cut at MAX_TEXT, at most MAX_ITEMS members a level and MAX_DEPTH levels."""
+    if v is None or type(v) is bool:
+        return v
+    if type(v) is int:
+        return v if -SAFE_INTEGER < v < SAFE_INTEGER else None
+    if type(v) is float:
+        return v if math.isfinite(v) else None
+    if isinstance(v, str):
+        return printable(v)
+    if depth >= MAX_DEPTH:
+        return None
+    if isinstance(v, (list, tuple)):
+        return [clean(x, depth + 1) for x in v[:MAX_ITEMS]]
+    if isinstance(v, dict):
+        return {printable(str(k), 64): clean(x, depth + 1) for k, x in list(v.items())[:MAX_ITEMS]}
+    return None
+
+
+def printable(text: str, limit: int = MAX_TEXT) -> str:
+    """text with each character that is not printable written as its escape (\\x1b, \\u202e, \\udcff), cut to limit."""
+    if text.isprintable():
+        return text[:limit]
+    return "".join(c if c.isprintable() else _escape(c) for c in text[:limit])[:limit]
+
+
+def _escape(c: str) -> str:
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
 def _int(v) -> int | None:
@@ -109,7 +150,7 @@ class Report:
         flops = obj.get("flops")
         return cls(
             verdict=obj["verdict"],
-            reasons=tuple(str(r)[:2000] for r in obj.get("reasons") or [] if r is not None)
+            reasons=tuple(printable(str(r)) for r in obj.get("reasons") or [] if r is not None)
             if isinstance(obj.get("reasons"), list)
             else (),
             mismatch_step=_int(obj.get("mismatch_step")),
@@ -121,14 +162,14 @@ class Report:
             draw_pool=_count(obj.get("draw_pool")),
             draw_cut=_count(obj.get("draw_cut")),
             segments_total=_int(obj.get("segments_total")),
-            coverage=coverage if type(coverage) in (int, float) else None,
-            screen=obj.get("screen") if isinstance(obj.get("screen"), dict) else None,
-            flops=flops if type(flops) in (int, float) else None,
+            coverage=clean(coverage) if type(coverage) in (int, float) else None,
+            screen=clean(obj.get("screen")) if isinstance(obj.get("screen"), dict) else None,
+            flops=clean(float(flops)) if type(flops) in (int, float) and abs(flops) < 1e308 else None,
             steps=_int(obj.get("steps")),
-            rules=obj.get("rules") if isinstance(obj.get("rules"), dict) else {},
-            findings=_objects(obj.get("findings"), MAX_FINDINGS),
-            dispute=obj.get("dispute") if isinstance(obj.get("dispute"), dict) else None,
-            conflicts=_objects(obj.get("conflicts"), MAX_CONFLICTS),
+            rules=clean(obj.get("rules")) if isinstance(obj.get("rules"), dict) else {},
+            findings=tuple(clean(x) for x in _objects(obj.get("findings"), MAX_FINDINGS)),
+            dispute=clean(obj.get("dispute")) if isinstance(obj.get("dispute"), dict) else None,
+            conflicts=tuple(clean(x) for x in _objects(obj.get("conflicts"), MAX_CONFLICTS)),
             claims=_objects(obj.get("claims"), 10_000),
             budget_exhausted=obj.get("budget_exhausted") is True,
             chip_step_flops=_figures(obj.get("chip_step_flops")),
@@ -152,7 +193,11 @@ class Report:
         return min(failing, default=None)
 
     def summary(self) -> dict:
-        """What of the report goes on the ledger (and to the prover): bounded."""
+        """What of the report goes on the ledger (and to the prover): bounded, field by field (`clean`) and in all
+        (SUMMARY_BYTES, `_within`)."""
+        return _within(self._summary())
+
+    def _summary(self) -> dict:
         return {
             "verdict": self.verdict,
             "reasons": list(self.reasons[:MAX_REASONS]),
@@ -175,3 +220,34 @@ class Report:
             "chip_step_flops": self.chip_step_flops,
             "across_runs_unchecked": list(self.across_runs_unchecked),
         }
+
+
+def _json_bytes(obj) -> int:
+    return len(json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8", "replace"))
+
+
+# What gives way, in this order, where a summary is over SUMMARY_BYTES: each field's own bulk (evidence, per-element
+# detail), never the verdict, its figures, the segments, or what later verifications read (chip_step_flops,
+# across_runs_unchecked). The report kept whole is the worker's: the ledger's copy says what it left out.
+_SHEDDING = (
+    ("findings", lambda v: [{"kind": x.get("kind"), "detail": str(x.get("detail", ""))[:300]} for x in v]),
+    ("screen", lambda v: v and {k: x for k, x in v.items() if not isinstance(x, (dict, list))}),
+    ("dispute", lambda v: v and {k: x for k, x in v.items() if not isinstance(x, (dict, list))}),
+    ("reasons", lambda v: [r[:300] for r in v[:5]]),
+    ("conflicts", lambda v: v[:10]),
+    ("rules", lambda v: {k: x for k, x in v.items() if not isinstance(x, (dict, list)) or _json_bytes(x) < 500}),
+    ("findings", lambda v: []),
+    ("screen", lambda v: None),
+)
+
+
+def _within(summary: dict) -> dict:
+    """The summary under SUMMARY_BYTES, shedding bulk in `_SHEDDING`'s order, and naming what it shed ("trimmed")."""
+    trimmed = []
+    for name, shed in _SHEDDING:
+        if _json_bytes(summary) <= SUMMARY_BYTES:
+            break
+        summary[name] = shed(summary[name])
+        if name not in trimmed:
+            trimmed.append(name)
+    return {**summary, "trimmed": trimmed} if trimmed else summary

@@ -627,3 +627,53 @@ def test_output_nested_past_the_parser_is_the_verifiers_failure_not_a_crash(stat
     with pytest.raises(verification.VerifierFailed) as failed:
         verification.verdict_of(status, b"[" * 100_000, "ab" * 16)
     assert not failed.value.larger_worker
+
+
+# --- what the ledger can hold ------------------------------------------------------------------------
+
+
+def test_a_report_the_ledger_could_not_hold_goes_on_it_bounded_and_printable(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """A screen's NaN (the z of a constant sample), reasons of control characters and a page of findings had each been
+    refused by the ledger: the task raised, the claim was left without a result and resent every hour, its prover's
+    mismatch never recorded."""
+    hostile = "\x00\x1b[2J\u202e\udcff" * 100  # (the stub takes its spec in one variable: under 128 KB)
+    stub.set(
+        verdict="rejected",
+        reasons=[hostile] * 20,
+        extra={
+            "screen": {"z": {"10": float("nan"), "20": float("inf")}, "flagged": list(range(0, 30_000, 10))},
+            "findings": [{"kind": "trend", "detail": "d" * 500, "evidence": "x" * 1000}] * 20,
+            "flops": float("inf"),
+        },
+    )
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    got = claim_services.claim_verify(c.pk)
+    c.refresh_from_db()
+    assert got == "mismatch", c.report
+    payload = Entry.objects.get(kind="claim.verified").payload
+    assert c.result == Claim.Result.MISMATCH and c.report == {k: v for k, v in payload.items() if k in c.report}
+    assert payload["reasons"] and all(r.isprintable() for r in payload["reasons"])
+    assert payload["reasons"][0].startswith("\\x00\\x1b[2J\\u202e\\udcff")  # escaped, not dropped
+    assert payload["flops"] is None and payload["trimmed"]  # the ledger's copy says what it left out
+    assert len(json.dumps(payload)) < 65_535
+    assert not Alert.objects.filter(kind=Alert.Kind.VERIFIER_FAILED).exists()
+    rebuild_ok()
+
+
+def test_a_summary_the_ledger_still_refuses_is_the_verifiers_error_counted_not_a_stall(
+    snapshots, stub, django_capture_on_commit_callbacks, monkeypatch
+):
+    """Were a summary ever past the ledger's rules (a bug of ours), the claim gets the verifier's error, retried and
+    at last alerted, where the task had raised and left it pending."""
+    real = claim_services.claim_summary
+    monkeypatch.setattr(claim_services, "claim_summary", lambda verdict: {**real(verdict), "flops": float("nan")})
+    stub.set(verdict="verified")
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_verify(c.pk) == "error"
+    c.refresh_from_db()
+    assert c.result == Claim.Result.ERROR and c.failures == 1 and c.retry_at is not None
+    assert "the verdict could not be put on the ledger" in c.report["error"]
+    assert not Entry.objects.filter(kind="claim.verified").exists()
+    assert Entry.objects.filter(kind="claim.verification_failed").count() == 1
