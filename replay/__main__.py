@@ -83,8 +83,8 @@ EMPTY = {  # every field of the contract's output, for verdicts reached before a
 
 def _emit(out: dict, as_json: bool) -> None:
     out = {**EMPTY, **out}
-    if as_json:
-        print(json.dumps(out, indent=1, default=str))
+    if as_json:  # JSON as RFC 8259 has it, which a strict reader (another government's) takes: no NaN, no Infinity
+        print(json.dumps(_finite(out), indent=1, default=str, allow_nan=False))
     else:
         print(out["verdict"])
         for reason in out["reasons"]:
@@ -94,6 +94,18 @@ def _emit(out: dict, as_json: bool) -> None:
             print(f"  first divergent step: {dispute['step']}, operation: {dispute.get('op')}")
         for finding in out.get("findings") or []:
             print(f"  finding ({finding['kind']}): {finding['detail']}")
+
+
+def _finite(v):
+    """v with each NaN or infinite number as null (a screen's z where a sample is constant or a loss not finite: its
+    `flagged` list carries the screen's decision)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
 
 
 def _usage_error(parser: argparse.ArgumentParser, message: str) -> int:

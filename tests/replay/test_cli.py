@@ -632,3 +632,24 @@ def test_a_one_step_run_has_no_loss_trend_to_find(tmp_path, capsys):
     said = _verdict(capsys)
     assert said["checks"]["loss_trend"] == {"ok": None, "steps": 1}
     assert not [f for f in said.get("findings") or [] if f["kind"] == "loss_trend"]
+
+
+def test_verify_prints_strict_json_a_screens_nan_as_null(honest, capsys, monkeypatch):
+    """A screen's z of a constant sample is infinite, of a non-finite loss NaN: printed as NaN and Infinity, which are
+    not JSON (RFC 8259), so a strict reader of the verdict failed on it."""
+    import replay.__main__ as cli
+
+    real = cli.verify
+
+    def with_non_finite_z(*args, **kwargs):
+        verdict = real(*args, **kwargs)
+        verdict.details["screen"] = {"z": {"10": float("nan"), "20": float("-inf"), "30": 1.5}, "flagged": [10, 20]}
+        return verdict
+
+    monkeypatch.setattr(cli, "verify", with_non_finite_z)
+    assert verify(honest) == 0
+    said = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"{name} in the output"))
+    assert said["verdict"] == "verified" and said["screen"] == {
+        "z": {"10": None, "20": None, "30": 1.5},
+        "flagged": [10, 20],
+    }
