@@ -73,6 +73,7 @@ class MaterialRefused(Exception):
 
 
 COPY_EXIT_UNAVAILABLE = 5
+COPY_EXIT_BEYOND_CAPS = 6  # replay.protocol.fetch.EXIT_BEYOND_CAPS (the worker imports no replay module it need not)
 
 
 def material_dir(name: str) -> Path:
@@ -112,6 +113,8 @@ def _copy_into(source: str, manifest: str, staging: Path, scratch: Path) -> None
     if transcript_location.is_url(source):
         for host in settings.REPLAY_FETCH_ALLOWED_HOSTS:
             command += ["--allow-host", host]
+    else:  # resolved and checked inside TRANSCRIPT_ROOTS: a link swapped in since, anywhere along it, is refused
+        command.append("--no-links")
     try:
         done = subprocess.run(
             command,
@@ -131,6 +134,9 @@ def _copy_into(source: str, manifest: str, staging: Path, scratch: Path) -> None
         said = {}
     if done.returncode == COPY_EXIT_UNAVAILABLE and isinstance(said, dict):
         raise MaterialUnavailable(str(said.get("unavailable", "the material could not be copied"))[:500])
+    if done.returncode == COPY_EXIT_BEYOND_CAPS and isinstance(said, dict):  # ours: for a worker with larger caps
+        why = str(said.get("beyond_caps", "over the copy's caps"))[:400]
+        raise VerifierFailed(f"the material is beyond this worker's copy caps: {why}", larger_worker=True)
     if done.returncode == 2 and isinstance(said, dict) and said.get("verdict") in ("malformed", "rejected"):
         reasons = [str(r)[:500] for r in said.get("reasons") or []][:1] or ["the material is refused"]
         raise MaterialRefused({"verdict": said["verdict"], "reasons": reasons, "mismatch_step": None})

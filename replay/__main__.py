@@ -248,6 +248,12 @@ def _verify_source(args) -> int:
                     allowed_hosts=frozenset(args.allow_host),
                 )
             except FetchRefused as e:
+                if e.transient or e.ours:  # a transfer that failed, or over this verifier's caps: not the prover's
+                    _emit(
+                        {"verdict": "error", "reasons": [f"transcript not fetched: {e}"], "nonce": nonce.hex()},
+                        args.json,
+                    )
+                    return EXIT["error"]
                 return _refuse(f"transcript not fetched: {e}", args.json, nonce.hex())
         else:
             src = Path(args.dir)

@@ -27,10 +27,12 @@ Standard library only; the manifest parser (which needs torch) is imported when 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from replay.protocol.fetch_limits import MAX_MANIFEST_BYTES, FetchBudget, FetchRefused, tightened_caps
 from replay.protocol.fetch_transport import CHUNK, copy_local_file, get_file, transcript_base_url
+from replay.protocol.safeio import Refused, open_directory_no_links
 
 
 def fetch_transcript(
@@ -58,7 +60,7 @@ def fetch_transcript(
         raise FetchRefused(f"manifest.json: {malformed.reason}") from None
     names = named_files(manifest)
     if 1 + len(names) > max_files:
-        raise FetchRefused(f"the manifest names {1 + len(names)} files, more than the {max_files} allowed")
+        raise FetchRefused(f"the manifest names {1 + len(names)} files, more than the {max_files} allowed", ours=True)
     for name in names:
         get_file(base, name, dest, budget, allowed)
     return dest
@@ -76,9 +78,17 @@ class Unavailable(Exception):
     what a server or file held."""
 
 
+class BeyondCaps(Exception):
+    """The material is over this copy's own byte or file cap: the verifier's limit, not the prover's fault (an
+    honest transcript of a large model is tens of GB); a worker with larger caps may copy it."""
+
+
+EXIT_BEYOND_CAPS = 6  # `main`'s exit for BeyondCaps
+
+
 class NotAsCommitted(Exception):
-    """The material is refused for good: ``verdict`` "malformed" (a forbidden address, a link, over a cap, a
-    manifest naming no files) or "rejected" (a file that does not match the manifest's commitment)."""
+    """The material is refused for good: ``verdict`` "malformed" (a forbidden address, a link, a manifest over the
+    format's cap or naming no files) or "rejected" (a file that does not match the manifest's commitment)."""
 
     def __init__(self, reason: str, verdict: str):
         super().__init__(reason)
@@ -94,16 +104,16 @@ def copy_material(
     max_files: int,
     deadline_s: float,
     allowed_hosts: frozenset[str] = frozenset(),
+    no_links: bool = False,
 ) -> dict:
     """Copy the manifest and every file it commits to from ``source`` (an http(s) URL or a local directory)
     into ``dest``, each size-capped and hashed against the commitment, BEFORE any verifier nonce exists:
-    the prover's share then cannot learn which segments a draw picked and fail just those reads.
+    the prover's share then cannot learn which segments a draw picked and fail just those reads. ``no_links``: a
+    local source is a path the caller resolved and checked, reached with no link anywhere along it
+    (`safeio.open_directory_no_links`), once, for every file.
 
-    Raises ``Unavailable`` (a read of the prover's failed: retried), ``NotAsCommitted`` (refused for good) or
-    ``OSError`` writing ``dest`` (ours). Returns counts."""
-    import hashlib
-    import json
-
+    Raises ``Unavailable`` (a read of the prover's failed: retried), ``NotAsCommitted`` (refused for good),
+    ``BeyondCaps`` (over this copy's own caps: ours) or ``OSError`` writing ``dest`` (ours). Returns counts."""
     max_bytes, max_files, deadline_s = tightened_caps(max_bytes, max_files, deadline_s)
     budget = FetchBudget(max_bytes, max_files, deadline_s)
     dest = Path(dest)
@@ -111,16 +121,44 @@ def copy_material(
     remote = source.startswith(("http://", "https://"))
     base = transcript_base_url(source) if remote else None
     allowed = frozenset(h.lower().strip("[]") for h in allowed_hosts)
+    root = _local_root(source, no_links) if not remote else None
+    try:
+        return _copy_each(root, base, dest, manifest_hash, budget, allowed, max_bytes, max_files)
+    finally:
+        if isinstance(root, int):
+            os.close(root)
+
+
+def _local_root(source: str, no_links: bool) -> Path | int:
+    """A local source as `copy_local_file` reads it: its path, or (no_links) a descriptor reached without links."""
+    if not no_links:
+        return Path(source)
+    try:
+        return open_directory_no_links(Path(source))
+    except Refused as refused:
+        if str(refused).endswith(": missing"):
+            raise Unavailable(str(refused)) from None
+        raise NotAsCommitted(str(refused), "malformed") from None
+
+
+def _copy_each(root, base, dest: Path, manifest_hash: str, budget, allowed, max_bytes: int, max_files: int) -> dict:
+    """`copy_material`'s copies: the manifest, then each file it commits to (root a local share's, else base a URL's)."""
+    import hashlib
+    import json
+
+    remote = root is None
 
     def one(name: str, want: str, cap: int | None = None) -> None:
         try:
             if remote:
                 get_file(base, name, dest, budget, allowed, cap)
             else:
-                copy_local_file(Path(source), name, dest, budget, cap)
+                copy_local_file(root, name, dest, budget, cap)
         except FetchRefused as refused:
             if refused.transient:
                 raise Unavailable(refused.reason) from None
+            if refused.ours:
+                raise BeyondCaps(refused.reason) from None
             raise NotAsCommitted(refused.reason, "malformed") from None
         digest = hashlib.sha256()
         with open(dest / name, "rb") as copied:
@@ -136,9 +174,7 @@ def copy_material(
     except (ValueError, TypeError, AttributeError, KeyError, RecursionError):
         raise NotAsCommitted("manifest.json does not name its checkpoints and segments", "malformed") from None
     if 1 + len(names) > max_files:
-        raise NotAsCommitted(
-            f"the manifest names {1 + len(names)} files, more than the {max_files} allowed", "malformed"
-        )
+        raise BeyondCaps(f"the manifest names {1 + len(names)} files, more than the {max_files} allowed")
     for name, want in names:
         one(name, want)
     return {"files": 1 + len(names), "bytes": max_bytes - budget.bytes}
@@ -161,7 +197,8 @@ def committed_files(manifest: dict) -> list[tuple[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     """``python -m replay.protocol.fetch SOURCE DEST --manifest HASH [--allow-host H ...]``: the claim's copy, run by the
     worker in a limited subprocess. Prints one JSON object; exit 0 copied, 5 unavailable (a read failed: retried),
-    2 refused for good ({"verdict": "malformed" | "rejected", "reasons"}), 3 ours."""
+    2 refused for good ({"verdict": "malformed" | "rejected", "reasons"}), 3 ours, 6 over the copy's own caps
+    ({"beyond_caps": why}: ours too, for a worker with larger caps)."""
     import argparse
     import json
     import sys
@@ -171,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dest", type=Path)
     p.add_argument("--manifest", required=True)
     p.add_argument("--allow-host", action="append", default=[])
+    p.add_argument("--no-links", action="store_true", help="SOURCE is a resolved path: refuse a link anywhere along it")
     args = p.parse_args(argv)
     try:
         counts = copy_material(
@@ -181,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             max_files=100_000,
             deadline_s=3600.0,
             allowed_hosts=frozenset(args.allow_host),
+            no_links=args.no_links,
         )
     except Unavailable as e:
         print(json.dumps({"unavailable": str(e)[:500]}))
@@ -188,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     except NotAsCommitted as e:
         print(json.dumps({"verdict": e.verdict, "reasons": [str(e)[:500]]}))
         return 2
+    except BeyondCaps as e:
+        print(json.dumps({"beyond_caps": str(e)[:500]}))
+        return EXIT_BEYOND_CAPS
     except OSError as e:  # writing our own copy failed (disk full...): ours, retried
         print(json.dumps({"error": f"writing the copy failed ({type(e).__name__})"}))
         return 3

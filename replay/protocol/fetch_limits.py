@@ -13,10 +13,13 @@ MAX_MANIFEST_BYTES = 32 << 20  # a transcript's manifest.json: the fetch's cap o
 class FetchRefused(Exception):
     """The transcript could not be fetched; the message is safe to show the prover."""
 
-    def __init__(self, reason: str, transient: bool = False):
+    def __init__(self, reason: str, transient: bool = False, ours: bool = False):
         super().__init__(reason)
         self.reason = reason
         self.transient = transient  # a failure that may not recur (a read, a transfer, a deadline), not a refusal
+        # over this fetch's own byte or file cap: the verifier's limit (a larger one may take it), not the prover's
+        # fault (an honest GPT-2-small transcript of 100 steps is some 20 GB)
+        self.ours = ours
 
 
 class FetchBudget:
@@ -28,7 +31,7 @@ class FetchBudget:
 
     def take_file(self, name: str) -> None:
         if self.files <= 0:
-            raise FetchRefused(f"{name}: more than the {self.max_files} files allowed")
+            raise FetchRefused(f"{name}: more than the {self.max_files} files allowed", ours=True)
         self.files -= 1
 
     def left(self) -> float:

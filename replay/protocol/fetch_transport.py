@@ -82,11 +82,19 @@ def _redirect(url: str, location: str | None, name: str) -> str:
     return target
 
 
+def _limit(budget: FetchBudget, cap: int | None) -> tuple[int, bool]:
+    """(the bytes this file may take, whether that is the fetch's own budget): a file's protocol cap (the manifest's
+    32 MiB) is the transcript format's, and a file over it malformed; over the budget, the verifier's limit."""
+    if cap is not None and cap <= budget.bytes:
+        return cap, False
+    return budget.bytes, True
+
+
 def _save(response, path: Path, name: str, budget: FetchBudget, cap: int | None) -> None:
-    limit = budget.bytes if cap is None else min(cap, budget.bytes)
+    limit, ours = _limit(budget, cap)
     declared = response.getheader("Content-Length")
     if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
-        raise FetchRefused(f"{name}: {int(declared)} bytes, more than the {limit} left to fetch")
+        raise FetchRefused(f"{name}: {int(declared)} bytes, more than the {limit} left to fetch", ours=ours)
     path.parent.mkdir(parents=True, exist_ok=True)
     size = 0
     with open(path, "wb") as out:
@@ -97,15 +105,15 @@ def _save(response, path: Path, name: str, budget: FetchBudget, cap: int | None)
                 break
             size += len(chunk)
             if size > limit:
-                raise FetchRefused(f"{name}: more than the {limit} bytes left to fetch")
+                raise FetchRefused(f"{name}: more than the {limit} bytes left to fetch", ours=ours)
             out.write(chunk)
     budget.bytes -= size
 
 
-def copy_local_file(root: Path, name: str, dest: Path, budget: FetchBudget, cap: int | None) -> None:
+def copy_local_file(root: Path | int, name: str, dest: Path, budget: FetchBudget, cap: int | None) -> None:
     """One file of a local share, opened without following links (safeio), into ``dest / name``."""
     budget.take_file(name)
-    limit = budget.bytes if cap is None else min(cap, budget.bytes)
+    limit, ours = _limit(budget, cap)
     try:
         fd = open_inside(root, name)
     except (
@@ -113,6 +121,10 @@ def copy_local_file(root: Path, name: str, dest: Path, budget: FetchBudget, cap:
     ) as refused:  # a link or a device is a refusal; a missing or unreadable file may be the share's hiccup
         text = str(refused)
         raise FetchRefused(text, transient=text.endswith(": missing") or ": not readable" in text) from None
+    declared = os.fstat(fd).st_size  # (a regular file's: a 50 GB sparse one is refused before a byte is copied)
+    if declared > limit:
+        os.close(fd)
+        raise FetchRefused(f"{name}: {declared} bytes, more than the {limit} left to copy", ours=ours)
     path = dest / name
     path.parent.mkdir(parents=True, exist_ok=True)
     size = 0
@@ -127,6 +139,6 @@ def copy_local_file(root: Path, name: str, dest: Path, budget: FetchBudget, cap:
                 break
             size += len(chunk)
             if size > limit:
-                raise FetchRefused(f"{name}: more than the {limit} bytes left to copy")
+                raise FetchRefused(f"{name}: more than the {limit} bytes left to copy", ours=ours)
             out.write(chunk)
     budget.bytes -= size

@@ -6,8 +6,9 @@ Walks the path one component at a time from a descriptor of `root` (openat with 
 component below root can be a symbolic link, and a link swapped in between a check and the open
 is refused too (no check-then-use race). The file itself must be a regular file (a FIFO would
 block, a device would never end); it is opened with O_NONBLOCK so that a FIFO is refused, not
-waited on. Root itself is the verifier's choice and may be a link. Reasons name only the path
-inside root: never the target of a link or anything read from outside.
+waited on. Root itself is the verifier's choice and may be a link; or it is a descriptor the caller opened
+(`open_directory_no_links`: a path the caller resolved and checked, no link anywhere along it). Reasons name only
+the path inside root: never the target of a link or anything read from outside.
 """
 
 from __future__ import annotations
@@ -40,13 +41,39 @@ def _why(dfd: int, part: str, rel: str, err: OSError, at: str | None = None) -> 
     return Refused(f"{rel}: not readable ({errno.errorcode.get(err.errno, 'error')})")
 
 
-def open_inside(root: Path, rel: str) -> int:
-    """A read-only descriptor of the regular file root/rel; raises Refused."""
+def open_directory_no_links(path: Path) -> int:
+    """A descriptor of the directory at the absolute `path`, each of its components opened without following a link:
+    a path the caller resolved and checked (a worker's, inside TRANSCRIPT_ROOTS) reached as checked, where a link a
+    prover swapped in after the check, anywhere along it, had been followed out of the roots. Raises Refused
+    (ending ": missing" where a component is gone: a share's hiccup, as a missing file is)."""
+    path = Path(path)
+    if not path.is_absolute():
+        raise Refused("the transcript directory: not an absolute path")
+    dfd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | CLOEXEC)
+    try:
+        for part in path.parts[1:]:
+            try:
+                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | CLOEXEC, dir_fd=dfd)
+            except OSError as e:
+                if e.errno == errno.ENOENT:
+                    raise Refused("the transcript directory: missing") from None
+                raise Refused("the transcript directory is reached through a symbolic link or a file") from None
+            os.close(dfd)
+            dfd = nfd
+    except BaseException:
+        os.close(dfd)
+        raise
+    return dfd
+
+
+def open_inside(root: Path | int, rel: str) -> int:
+    """A read-only descriptor of the regular file root/rel (root a path, or a directory descriptor the caller keeps
+    open); raises Refused."""
     parts = rel.split("/")
     if not rel or any(p in ("", ".", "..") for p in parts):
         raise Refused(f"{rel}: not a plain path inside the transcript")
     try:
-        dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | CLOEXEC)
+        dfd = os.dup(root) if isinstance(root, int) else os.open(root, os.O_RDONLY | os.O_DIRECTORY | CLOEXEC)
     except OSError:
         raise Refused("the transcript directory is missing or not a directory") from None
     try:

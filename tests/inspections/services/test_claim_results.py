@@ -677,3 +677,49 @@ def test_a_summary_the_ledger_still_refuses_is_the_verifiers_error_counted_not_a
     assert "the verdict could not be put on the ledger" in c.report["error"]
     assert not Entry.objects.filter(kind="claim.verified").exists()
     assert Entry.objects.filter(kind="claim.verification_failed").count() == 1
+
+
+def test_material_over_this_workers_copy_caps_is_its_error_for_a_larger_worker_not_malformed(
+    snapshots, stub, django_capture_on_commit_callbacks, settings
+):
+    """An honest transcript over REPLAY_FETCH_MAX_BYTES (8 GiB: GPT-2 small's is tens of GB) was final "malformed"
+    against its prover; it is this worker's limit, retried (on REPLAY_LARGE_QUEUE where one is set)."""
+    settings.REPLAY_FETCH_MAX_BYTES = 10  # the stub's manifest is 32 bytes
+    stub.set(verdict="verified")
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_verify(c.pk) == "error"
+    c.refresh_from_db()
+    assert c.result == Claim.Result.ERROR and c.failures == 1 and c.retry_at is not None
+    assert c.report["error"].startswith(
+        "the material is beyond this worker's copy caps: manifest.json: 32 bytes, more than the 10"
+    )
+    assert not stub.runs() and not Alert.objects.filter(kind=Alert.Kind.CLAIM_FAILED).exists()
+    settings.REPLAY_FETCH_MAX_BYTES = 1 << 20  # a worker with room verifies it
+    assert _retry(c) == "verified"
+
+
+def test_a_location_swapped_for_a_link_after_its_check_is_refused_not_followed(
+    snapshots, stub, django_capture_on_commit_callbacks, monkeypatch, tmp_path
+):
+    """The worker checks a location inside TRANSCRIPT_ROOTS, then the copy opens it: a prover that swapped its folder
+    for a link in between had the copy read a folder outside the roots (and the claim verified)."""
+    import os
+    import shutil
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "manifest.json").write_bytes(MANIFEST_BYTES)
+    real = verification._copy_into
+
+    def swapped_first(source, manifest, staging, scratch):
+        shutil.rmtree(source)
+        os.symlink(outside, source)
+        return real(source, manifest, staging, scratch)
+
+    monkeypatch.setattr(verification, "_copy_into", swapped_first)
+    stub.set(verdict="verified")
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks)
+    assert claim_services.claim_verify(c.pk) == "malformed"
+    c.refresh_from_db()
+    assert c.report["reasons"] == ["the transcript directory is reached through a symbolic link or a file"]
+    assert not stub.runs()  # nothing was verified from outside the roots

@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 import ipaddress
 import json
+import os
 import socket
 import threading
+import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -351,7 +353,7 @@ def test_the_claims_copy_command_never_loads_torch(transcripts, tmp_path):
 
 
 def test_the_copy_refuses_what_is_not_as_committed_and_retries_what_failed_to_read(transcripts, tmp_path):
-    from replay.protocol.fetch import NotAsCommitted, Unavailable
+    from replay.protocol.fetch import BeyondCaps, NotAsCommitted, Unavailable
     from replay.protocol.transcript_layout import sha256
 
     from ..helpers import copy
@@ -375,5 +377,60 @@ def test_the_copy_refuses_what_is_not_as_committed_and_retries_what_failed_to_re
     assert link.value.verdict == "malformed" and "symbolic link" in str(link.value)
     segment.unlink()
     segment.write_bytes(data)
-    with pytest.raises(NotAsCommitted, match="bytes left to copy"):
+    with pytest.raises(BeyondCaps, match=r"bytes, more than the .* left to copy"):  # this copy's cap: ours
         copy_of(share, tmp_path / "e", want, max_bytes=len(data))
+
+
+def test_a_file_over_the_copys_cap_is_refused_by_its_size_before_a_byte_is_copied(transcripts, tmp_path):
+    """A 50 GB sparse checkpoint had been copied up to the cap (8 GiB by default, per claim, per try) and only then
+    refused; over the cap is the copy's own limit, for a worker with larger caps, not the prover's fault."""
+    from replay.protocol.fetch import BeyondCaps
+    from replay.protocol.transcript_layout import sha256
+
+    from ..helpers import copy
+
+    share = copy(transcripts["mlp", "det64"], tmp_path / "share")
+    want = sha256((share / "manifest.json").read_bytes())
+    os.truncate(share / "checkpoints" / "00000000.safetensors", 50 << 30)
+    started = time.monotonic()
+    with pytest.raises(BeyondCaps, match=r"checkpoints/00000000\.safetensors: 53687091200 bytes, more than the"):
+        copy_of(share, tmp_path / "copy", want, max_bytes=64 << 20)
+    assert time.monotonic() - started < 10
+    assert not (tmp_path / "copy" / "checkpoints" / "00000000.safetensors").exists()
+
+
+def test_over_a_verifiers_fetch_caps_is_its_error_not_the_provers_fault(served, transcripts, monkeypatch, capsys):
+    """An honest transcript over this verifier's bytes or files was "malformed": final, the prover blamed for the
+    verifier's size."""
+    claims = str(transcripts["mlp", "det64"] / "claims.json")
+    argv = ["verify", served.url, "--claims", claims, "--allow-host", "127.0.0.1", "--json"]
+    for name, value in (("REPLAY_FETCH_MAX_FILES", "3"), ("REPLAY_FETCH_MAX_BYTES", "100000")):
+        monkeypatch.setenv(name, value)
+        assert main(argv) == 3
+        out = json.loads(capsys.readouterr().out)
+        assert out["verdict"] == "error" and out["reasons"][0].startswith("transcript not fetched: "), out
+        assert "more than the" in out["reasons"][0]
+        monkeypatch.delenv(name)
+
+
+def test_a_resolved_share_is_reached_without_a_link_anywhere_along_it(transcripts, tmp_path):
+    """The worker checks a local location inside TRANSCRIPT_ROOTS, then the copy opens it: a prover who swapped its
+    folder (or one above it) for a link in between had the copy follow it out of the roots."""
+    from replay.protocol.fetch import NotAsCommitted, Unavailable
+    from replay.protocol.transcript_layout import sha256
+
+    from ..helpers import copy
+
+    elsewhere = copy(transcripts["mlp", "det64"], tmp_path / "outside" / "run")
+    want = sha256((elsewhere / "manifest.json").read_bytes())
+    (tmp_path / "roots").mkdir()
+    (tmp_path / "roots" / "prover").symlink_to(tmp_path / "outside")  # swapped in after the check
+    swapped = tmp_path / "roots" / "prover" / "run"
+    with pytest.raises(NotAsCommitted) as refused:
+        copy_of(swapped, tmp_path / "a", want, no_links=True)
+    assert refused.value.verdict == "malformed" and "reached through a symbolic link" in str(refused.value)
+    assert not (tmp_path / "a" / "manifest.json").exists()
+    with pytest.raises(Unavailable, match="the transcript directory: missing"):  # gone: a share's hiccup
+        copy_of(tmp_path.resolve() / "roots" / "gone" / "run", tmp_path / "b", want, no_links=True)
+    assert copy_of(elsewhere.resolve(), tmp_path / "c", want, no_links=True)["files"] > 1  # no link: copied
+    assert copy_of(swapped, tmp_path / "d", want)["files"] > 1  # the CLI's own path may run through links
