@@ -246,7 +246,7 @@ def claim_result_record(claim_id: int, verdict: dict | None, error: str | None =
         elif step is not None:
             detail += f" at step {step}"
         alert_raise(Alert.Kind.CLAIM_FAILED, claim.prover, detail, claim.snapshot.chip)
-    _conflicts_record(claim, summary["conflicts"])
+    _conflicts_record(claim, list(as_report(verdict).conflicts))  # every one (the summary's may be shed to its size)
     return claim
 
 
@@ -597,7 +597,12 @@ def claim_coverage_reverify(claim_id: int) -> str:
     if result not in RECORDED:
         logger.warning("coverage re-verification of claim %s: %s, not recorded", claim_id, verdict.verdict)
         return "not recorded"
-    row = claim_reverification_record(claim_id, verdict)
+    try:
+        row = claim_reverification_record(claim_id, verdict)
+    except ValidationError as refused:  # (a summary the ledger refuses: a bug of ours, as in claim_result_record)
+        _coverage_stalled(claim_id, True)
+        logger.warning("coverage re-verification of claim %s: not put on the ledger (%s)", claim_id, refused)
+        return "not recorded"
     if row is None:
         logger.warning("coverage re-verification of claim %s: its draw was recorded by another delivery", claim_id)
         return "not recorded"
@@ -649,7 +654,8 @@ def claim_reverification_record(claim_id: int, verdict: dict | Report) -> Covera
     )
     claim.reverify_nonce = ""  # revealed by the entry: the next re-verification draws a fresh one
     claim.save(update_fields=["reverify_nonce"])
-    _conflicts_record(claim, summary["conflicts"])  # e.g. work across two runs, found by a re-check of the pair
+    # every conflict (the summary's may be shed to its size): e.g. work across two runs, found by a re-check of the pair
+    _conflicts_record(claim, list(as_report(verdict).conflicts))
     if result != Claim.Result.VERIFIED:
         where = f" at step {step}" if step is not None else ""
         alert_raise(

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from replay.protocol.fetch_limits import MAX_MANIFEST_BYTES, FetchBudget, FetchRefused, tightened_caps
+from replay.protocol.fetch_limits import MAX_MANIFEST_BYTES, FetchBudget, FetchRefused, caps_or, tightened_caps
 from replay.protocol.fetch_transport import CHUNK, copy_local_file, get_file, transcript_base_url
 from replay.protocol.safeio import Refused, open_directory_no_links
 
@@ -136,9 +136,9 @@ def _local_root(source: str, no_links: bool) -> Path | int:
     try:
         return open_directory_no_links(Path(source))
     except Refused as refused:
-        if str(refused).endswith(": missing"):
-            raise Unavailable(str(refused)) from None
-        raise NotAsCommitted(str(refused), "malformed") from None
+        if "through a symbolic link" in str(refused):
+            raise NotAsCommitted(str(refused), "malformed") from None
+        raise Unavailable(str(refused)) from None  # gone or unreadable: retried, as a file of the share is
 
 
 def _copy_each(root, base, dest: Path, manifest_hash: str, budget, allowed, max_bytes: int, max_files: int) -> dict:
@@ -173,11 +173,35 @@ def _copy_each(root, base, dest: Path, manifest_hash: str, budget, allowed, max_
         names = committed_files(manifest)
     except (ValueError, TypeError, AttributeError, KeyError, RecursionError):
         raise NotAsCommitted("manifest.json does not name its checkpoints and segments", "malformed") from None
+    implied = _implied_files(manifest)
+    if implied is not None and len(names) != implied:  # padded past a cap, it would read as ours
+        raise NotAsCommitted(
+            f"the manifest names {len(names)} checkpoints and segments, where its steps and checkpoint interval "
+            f"imply {implied}",
+            "malformed",
+        )
     if 1 + len(names) > max_files:
-        raise BeyondCaps(f"the manifest names {1 + len(names)} files, more than the {max_files} allowed")
+        why = f"the manifest names {1 + len(names)} files, more than the {max_files} allowed"
+        if implied is None:  # (a manifest without its steps is malformed whatever its size)
+            raise NotAsCommitted(why, "malformed")
+        raise BeyondCaps(why)
     for name, want in names:
         one(name, want)
     return {"files": 1 + len(names), "bytes": max_bytes - budget.bytes}
+
+
+MAX_STEPS = 200_000  # manifest_schema.MAX_STEPS (this module stays torch-free)
+
+
+def _implied_files(manifest: dict) -> int | None:
+    """How many checkpoints and segments a manifest's steps and checkpoint interval imply (manifest_schema's rule: a
+    checkpoint at every interval and at the end, a segment before each but the last), or None where it does not state
+    them within the schema's bounds (the verifier's to refuse)."""
+    steps, interval = manifest.get("steps"), manifest.get("checkpoint_interval")
+    if type(steps) is not int or type(interval) is not int or not 1 <= interval <= steps <= MAX_STEPS:
+        return None
+    checkpoints = len(set(range(0, steps, interval)) | {steps})
+    return 2 * checkpoints - 1
 
 
 def committed_files(manifest: dict) -> list[tuple[str, str]]:
@@ -211,16 +235,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-links", action="store_true", help="SOURCE is a resolved path: refuse a link anywhere along it")
     args = p.parse_args(argv)
     try:
+        # the worker's own caps (its environment), as large as it sets them: a worker with larger caps is the one a
+        # transcript over another's is sent to (REPLAY_LARGE_QUEUE); these defaults only where none is set
+        max_bytes, max_files, deadline_s = caps_or(8 << 30, 100_000, 3600.0)
         counts = copy_material(
             args.source,
             args.dest,
             args.manifest,
-            max_bytes=8 << 30,
-            max_files=100_000,
-            deadline_s=3600.0,
+            max_bytes=max_bytes,
+            max_files=max_files,
+            deadline_s=deadline_s,
             allowed_hosts=frozenset(args.allow_host),
             no_links=args.no_links,
         )
+    except FetchRefused as e:  # (caps_or: a REPLAY_FETCH_* that is not a number: ours)
+        print(json.dumps({"error": str(e)[:500]}))
+        return 3
     except Unavailable as e:
         print(json.dumps({"unavailable": str(e)[:500]}))
         return 5

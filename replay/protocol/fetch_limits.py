@@ -41,6 +41,19 @@ class FetchBudget:
         return remaining
 
 
+def caps_or(max_bytes: int, max_files: int, deadline_s: float) -> tuple[int, int, float]:
+    """The caps the environment sets (``REPLAY_FETCH_MAX_BYTES``, ``REPLAY_FETCH_MAX_FILES``, ``REPLAY_FETCH_SECONDS``),
+    each as large as it is set, else the given one: the claim's copy, which the worker starts with its own."""
+    try:
+        return (
+            int(os.environ.get("REPLAY_FETCH_MAX_BYTES", max_bytes)),
+            int(os.environ.get("REPLAY_FETCH_MAX_FILES", max_files)),
+            float(os.environ.get("REPLAY_FETCH_SECONDS", deadline_s)),
+        )
+    except ValueError:
+        raise FetchRefused("a REPLAY_FETCH_* limit in the environment is not a number") from None
+
+
 def tightened_caps(max_bytes: int, max_files: int, deadline_s: float) -> tuple[int, int, float]:
     """The caps, tightened by the environment of the process (the worker sets them for the verifier it starts,
     whatever the command line passes): ``REPLAY_FETCH_MAX_BYTES``, ``REPLAY_FETCH_MAX_FILES``, ``REPLAY_FETCH_SECONDS``."""

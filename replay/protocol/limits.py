@@ -190,10 +190,10 @@ def _apart(value, limit, short, exact) -> tuple[str, str]:
 _UNITS = ("bytes", "KiB", "MiB", "GiB")
 
 
-def _magnitude(text: str) -> tuple[int, float]:
-    """A short form's (unit's rank, number), to order two of them as they read."""
+def _magnitude(text: str) -> float:
+    """What a short form reads as, to order two of them as a reader would ("1.0 GiB" is "1024.0 MiB", not more)."""
     number, _, unit = text.partition(" ")
-    return (_UNITS.index(unit) if unit in _UNITS else 0), float(number.replace(",", ""))
+    return float(number.replace(",", "")) * 1024 ** (_UNITS.index(unit) if unit in _UNITS else 0)
 
 
 def log_caps(arch: str, config: dict, spec: dict) -> tuple[int, int]:

@@ -20,6 +20,9 @@ from pathlib import Path
 
 CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# a folder walked through, not read: search permission is enough, as for any path lookup (a prover's home folder of
+# mode 0711); O_RDONLY where a platform has no O_PATH
+WALK = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | NOFOLLOW | CLOEXEC
 
 
 class Refused(Exception):
@@ -44,26 +47,36 @@ def _why(dfd: int, part: str, rel: str, err: OSError, at: str | None = None) -> 
 def open_directory_no_links(path: Path) -> int:
     """A descriptor of the directory at the absolute `path`, each of its components opened without following a link:
     a path the caller resolved and checked (a worker's, inside TRANSCRIPT_ROOTS) reached as checked, where a link a
-    prover swapped in after the check, anywhere along it, had been followed out of the roots. Raises Refused
-    (ending ": missing" where a component is gone: a share's hiccup, as a missing file is)."""
+    prover swapped in after the check, anywhere along it, had been followed out of the roots. Raises Refused: "...
+    reached through a symbolic link or a file" where one is along it (the prover's doing), else ending ": missing"
+    or ": not readable (...)" (a share's hiccup, as a missing or unreadable file is)."""
     path = Path(path)
     if not path.is_absolute():
         raise Refused("the transcript directory: not an absolute path")
-    dfd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | CLOEXEC)
+    dfd = os.open("/", WALK)
     try:
         for part in path.parts[1:]:
             try:
-                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | CLOEXEC, dir_fd=dfd)
+                nfd = os.open(part, WALK, dir_fd=dfd)
             except OSError as e:
-                if e.errno == errno.ENOENT:
-                    raise Refused("the transcript directory: missing") from None
-                raise Refused("the transcript directory is reached through a symbolic link or a file") from None
+                raise _why_not_walked(dfd, part, e) from None
             os.close(dfd)
             dfd = nfd
     except BaseException:
         os.close(dfd)
         raise
     return dfd
+
+
+def _why_not_walked(dfd: int, part: str, err: OSError) -> Refused:
+    """Why the walk stopped at `part`: a link or a file there (malformed), or it is gone or unreadable (retried)."""
+    try:
+        st = os.lstat(part, dir_fd=dfd)
+    except OSError:
+        return Refused("the transcript directory: missing")
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return Refused("the transcript directory is reached through a symbolic link or a file")
+    return Refused(f"the transcript directory: not readable ({errno.errorcode.get(err.errno, 'error')})")
 
 
 def open_inside(root: Path | int, rel: str) -> int:

@@ -723,3 +723,22 @@ def test_a_location_swapped_for_a_link_after_its_check_is_refused_not_followed(
     c.refresh_from_db()
     assert c.report["reasons"] == ["the transcript directory is reached through a symbolic link or a file"]
     assert not stub.runs()  # nothing was verified from outside the roots
+
+
+def test_every_conflict_gets_its_entry_though_the_summary_sheds_some(
+    snapshots, stub, django_capture_on_commit_callbacks
+):
+    """The claim.conflict entries had been written from the summary, which sheds conflicts past 10 to keep under its
+    size: the rest, evidence against a cheat, were never recorded."""
+    stub.set(verdict="verified")
+    others = [claim(snapshots, stub, django_capture_on_commit_callbacks, counter=n) for n in (1, 2, 3)]
+    for other in others:
+        assert claim_services.claim_verify(other.pk) == "verified"
+    conflicts = [{"counter": 1 + n % 3, "kind": "work", "detail": f"{n}: " + "w" * 1900} for n in range(30)]
+    stub.set(verdict="rejected", reasons=["r" * 1000] * 20, extra={"conflicts": conflicts})
+    c = claim(snapshots, stub, django_capture_on_commit_callbacks, counter=0)
+    assert claim_services.claim_verify(c.pk) == "mismatch"
+    payload = Entry.objects.get(kind="claim.verified", payload__claim=c.pk).payload
+    assert "conflicts" in payload["trimmed"] and len(payload["conflicts"]) == 10
+    recorded = Entry.objects.filter(kind="claim.conflict", payload__claim=c.pk)
+    assert sorted(e.payload["detail"].split(":")[0] for e in recorded) == sorted(str(n) for n in range(30))

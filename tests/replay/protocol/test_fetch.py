@@ -434,3 +434,73 @@ def test_a_resolved_share_is_reached_without_a_link_anywhere_along_it(transcript
         copy_of(tmp_path.resolve() / "roots" / "gone" / "run", tmp_path / "b", want, no_links=True)
     assert copy_of(elsewhere.resolve(), tmp_path / "c", want, no_links=True)["files"] > 1  # no link: copied
     assert copy_of(swapped, tmp_path / "d", want)["files"] > 1  # the CLI's own path may run through links
+
+
+@pytest.mark.skipif(not hasattr(os, "O_PATH"), reason="walks with O_PATH where the platform has it")
+def test_a_folder_that_can_be_searched_but_not_read_is_walked_as_any_path_lookup_is(tmp_path, monkeypatch):
+    """A prover's home folder of mode 0711: a path lookup needs search permission only. The walk had opened each
+    folder for reading, so such a share was "reached through a symbolic link or a file": malformed, final. (Root
+    reads any folder: the folder's refusal to be read is played by os.open where the test runs as root.)"""
+    from replay.protocol import safeio
+
+    share = tmp_path / "home" / "run"
+    share.mkdir(parents=True)
+    (share / "manifest.json").write_text("{}")
+    (tmp_path / "home").chmod(0o311)  # search, no read
+    real = os.open
+
+    def as_for_another_user(path, flags, *args, **kwargs):
+        if path == "home" and not flags & os.O_PATH:
+            raise PermissionError(13, "Permission denied")
+        return real(path, flags, *args, **kwargs)
+
+    if os.geteuid() == 0:
+        monkeypatch.setattr(safeio.os, "open", as_for_another_user)
+    try:
+        fd = safeio.open_directory_no_links(share)
+        assert os.read(safeio.open_inside(fd, "manifest.json"), 10) == b"{}"
+        os.close(fd)
+    finally:
+        (tmp_path / "home").chmod(0o755)
+
+
+def test_the_claims_copy_takes_the_workers_caps_as_large_as_it_sets_them(transcripts, tmp_path, monkeypatch):
+    """The copy's command had bounded the worker's caps by its own 8 GiB and 100,000 files, so no worker, however
+    large, could copy a transcript over them (the larger worker the caps' error sends it to included)."""
+    from replay.protocol import fetch
+
+    seen = {}
+    monkeypatch.setattr(fetch, "copy_material", lambda *a, **kw: seen.update(kw) or {"files": 1, "bytes": 0})
+    monkeypatch.setenv("REPLAY_FETCH_MAX_BYTES", str(64 << 30))
+    monkeypatch.setenv("REPLAY_FETCH_MAX_FILES", "400001")
+    assert fetch.main([str(tmp_path), str(tmp_path / "copy"), "--manifest", "ab" * 32]) == 0
+    assert seen["max_bytes"] == 64 << 30 and seen["max_files"] == 400_001
+    assert fetch.tightened_caps(seen["max_bytes"], seen["max_files"], 10.0)[:2] == (64 << 30, 400_001)
+
+
+def test_a_manifest_padded_past_its_steps_or_a_file_that_grows_is_the_provers_not_over_our_caps(
+    transcripts, tmp_path, monkeypatch
+):
+    """Over the copy's caps is the worker's error, retried for a larger one; a prover must not reach that by padding
+    its manifest with files its steps do not imply, or by growing a file while it is copied."""
+    from replay.protocol import fetch_transport
+    from replay.protocol.fetch import NotAsCommitted, Unavailable
+    from replay.protocol.transcript_layout import canonical_json, sha256
+
+    from ..helpers import copy
+
+    share = copy(transcripts["mlp", "det64"], tmp_path / "share")
+    m = json.loads((share / "manifest.json").read_text())
+    padded = {**m, "segments": {**m["segments"], **{str(10**6 + i): "ab" * 32 for i in range(3)}}}
+    (share / "manifest.json").write_bytes(canonical_json(padded))
+    with pytest.raises(NotAsCommitted) as refused:
+        copy_of(share, tmp_path / "a", sha256(canonical_json(padded)), max_files=5)
+    assert refused.value.verdict == "malformed" and "where its steps and checkpoint interval imply" in str(
+        refused.value
+    )
+    (share / "manifest.json").write_bytes(canonical_json(m))
+    real = os.fstat
+    small = lambda fd: os.stat_result((*real(fd)[:6], 100, *real(fd)[7:]))  # as if it were 100 bytes when opened
+    monkeypatch.setattr(fetch_transport.os, "fstat", small)
+    with pytest.raises(Unavailable, match="it grew while it was copied"):
+        copy_of(share, tmp_path / "b", sha256(canonical_json(m)))

@@ -467,3 +467,15 @@ def test_a_budget_of_hundreds_of_digits_is_refused_and_shown_cut(monkeypatch):
     assert str(refused.value) == (
         f"REPLAY_MEMORY_BUDGET_BYTES={'9' * 40!r}... (500 characters) is not a positive whole number of bytes (under 2^63)"
     )
+
+
+def test_a_figure_and_its_limit_read_in_units_only_where_the_units_show_which_is_larger():
+    """Just over 1 GiB against just under it had read "1.0 GiB, more than 1024.0 MiB"; two figures that read alike
+    are written in bytes."""
+    exact = lambda b: f"{int(b):,} bytes"
+    assert limits._apart(2**30 + 1, 2**30 - 1, limits._in_units, exact) == (
+        "1,073,741,825 bytes",
+        "1,073,741,823 bytes",
+    )
+    assert limits._apart(3 * 2**30, 2**30, limits._in_units, exact) == ("3.0 GiB", "1.0 GiB")
+    assert limits._apart(1.5 * 2**20, 900 * 2**10, limits._in_units, exact) == ("1.5 MiB", "900.0 KiB")
