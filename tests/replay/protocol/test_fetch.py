@@ -504,3 +504,11 @@ def test_a_manifest_padded_past_its_steps_or_a_file_that_grows_is_the_provers_no
     monkeypatch.setattr(fetch_transport.os, "fstat", small)
     with pytest.raises(Unavailable, match="it grew while it was copied"):
         copy_of(share, tmp_path / "b", sha256(canonical_json(m)))
+
+
+def test_the_copys_bound_on_steps_is_the_schemas():
+    """fetch keeps its own copy of MAX_STEPS (it stays torch-free): a schema that allowed more would have an honest
+    manifest's files counted as padding."""
+    from replay.protocol import fetch, manifest_schema
+
+    assert fetch.MAX_STEPS == manifest_schema.MAX_STEPS
