@@ -88,7 +88,8 @@ EXIT_BEYOND_CAPS = 6  # `main`'s exit for BeyondCaps
 
 class NotAsCommitted(Exception):
     """The material is refused for good: ``verdict`` "malformed" (a forbidden address, a link, a manifest over the
-    format's cap or naming no files) or "rejected" (a file that does not match the manifest's commitment)."""
+    format's cap or not naming its files as its steps imply) or "rejected" (a file that does not match the
+    manifest's commitment)."""
 
     def __init__(self, reason: str, verdict: str):
         super().__init__(reason)
@@ -210,7 +211,8 @@ def committed_files(manifest: dict) -> list[tuple[str, str]]:
     out = []
     for folder in ("checkpoints", "segments"):
         for step, digest in manifest[folder].items():
-            if not (step.isascii() and step.isdigit() and len(step) <= 12) or not (
+            # canonical decimals only: "00" and "0" would name one file twice and another never
+            if not (step.isascii() and step.isdigit() and len(step) <= 12 and str(int(step)) == step) or not (
                 isinstance(digest, str) and len(digest) == 64 and set(digest) <= set("0123456789abcdef")
             ):
                 raise ValueError(folder)

@@ -141,4 +141,6 @@ def copy_local_file(root: Path | int, name: str, dest: Path, budget: FetchBudget
             if size > declared:  # (the prover's file changed under the copy: its doing, never over a cap of ours)
                 raise FetchRefused(f"{name}: it grew while it was copied", transient=True)
             out.write(chunk)
+    if size < declared:  # shrank under the copy: a changing share, retried (not a hash mismatch, which is final)
+        raise FetchRefused(f"{name}: it shrank while it was copied", transient=True)
     budget.bytes -= size

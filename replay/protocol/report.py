@@ -59,7 +59,23 @@ def _escape(c: str) -> str:
 
 
 def _int(v) -> int | None:
-    return v if type(v) is int else None
+    """An integer the ledger's canonical JSON can hold (|v| < 2^53), or None."""
+    return v if type(v) is int and -SAFE_INTEGER < v < SAFE_INTEGER else None
+
+
+def _index(v) -> bool:
+    """A segment's or a counter's number: a non-negative integer the ledger can hold."""
+    return type(v) is int and 0 <= v < SAFE_INTEGER
+
+
+def _serial(v) -> bool:
+    """A chip's serial as the registry spells one: printable, at most 64 characters."""
+    return isinstance(v, str) and 0 < len(v) <= 64 and v.isprintable()
+
+
+def _figure(x) -> bool:
+    """A non-negative finite number the ledger can hold (no OverflowError from isfinite on a 400-digit integer)."""
+    return (type(x) is float and math.isfinite(x) and x >= 0) or _index(x)
 
 
 def _count(v) -> int | None:
@@ -76,11 +92,7 @@ def _figures(v) -> dict:
     """{serial: non-negative finite number} (at most MAX_CHIPS of them); anything else left out."""
     if not isinstance(v, dict):
         return {}
-    good = {
-        k: x
-        for k, x in v.items()
-        if isinstance(k, str) and len(k) <= 64 and type(x) in (int, float) and math.isfinite(x) and x >= 0
-    }
+    good = {k: x for k, x in v.items() if _serial(k) and _figure(x)}
     return dict(list(good.items())[:MAX_CHIPS])
 
 
@@ -89,11 +101,10 @@ def _pairs(v) -> tuple[dict, ...]:
     good = (
         {"serial": x["serial"], "counters": list(x["counters"])}
         for x in _objects(v, MAX_CONFLICTS)
-        if isinstance(x.get("serial"), str)
-        and len(x["serial"]) <= 64
+        if _serial(x.get("serial"))
         and isinstance(x.get("counters"), list)
         and len(x["counters"]) == 2
-        and all(type(c) is int for c in x["counters"])
+        and all(_index(c) for c in x["counters"])
     )
     return tuple(good)
 
@@ -102,8 +113,15 @@ def _drawn(segments, drawn) -> tuple[int, ...]:
     """Drawn segments are replayed ones: anything else in the list is dropped (it would inflate coverage)."""
     if not isinstance(segments, list) or not isinstance(drawn, list):
         return ()
-    replayed = {s for s in segments if type(s) is int}
-    return tuple(sorted({s for s in drawn if type(s) is int and s in replayed}))[:MAX_SEGMENTS]
+    replayed = {s for s in segments if _index(s)}
+    return tuple(sorted({s for s in drawn if _index(s) and s in replayed}))[:MAX_SEGMENTS]
+
+
+def _nonce(v) -> str:
+    """The verification's nonce as the verifier writes it (hex), or "" (a lone surrogate had broken the ledger's
+    canonical JSON, and a 50,000-character one its size)."""
+    ok = isinstance(v, str) and len(v) <= 256 and all(c in "0123456789abcdefABCDEF" for c in v)
+    return v if ok else ""
 
 
 def _objects(v, limit: int) -> tuple[dict, ...]:
@@ -154,8 +172,8 @@ class Report:
             if isinstance(obj.get("reasons"), list)
             else (),
             mismatch_step=_int(obj.get("mismatch_step")),
-            nonce=obj.get("nonce") if isinstance(obj.get("nonce"), str) else "",
-            segments_replayed=tuple(sorted({s for s in segments if type(s) is int}))[:MAX_SEGMENTS]
+            nonce=_nonce(obj.get("nonce")),
+            segments_replayed=tuple(sorted({s for s in segments if _index(s)}))[:MAX_SEGMENTS]
             if isinstance(segments, list)
             else (),
             segments_drawn=_drawn(segments, drawn),
@@ -226,19 +244,34 @@ def _json_bytes(obj) -> int:
     return len(json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8", "replace"))
 
 
-# What gives way, in this order, where a summary is over SUMMARY_BYTES: each field's own bulk (evidence, per-element
-# detail), never the verdict, its figures, the segments, or what later verifications read (chip_step_flops,
-# across_runs_unchecked). The report kept whole is the worker's: the ledger's copy says what it left out.
+# What gives way, in this order, where a summary is over SUMMARY_BYTES: each field's own bulk (evidence, nested
+# detail, long text), then the field, never the verdict, its figures, the segments, or what later verifications read
+# (chip_step_flops, across_runs_unchecked). The report kept whole is the worker's: the ledger's copy says what it
+# left out. (Each conflict keeps its own claim.conflict entry, written from the full report.)
 _SHEDDING = (
     ("findings", lambda v: [{"kind": x.get("kind"), "detail": str(x.get("detail", ""))[:300]} for x in v]),
-    ("screen", lambda v: v and {k: x for k, x in v.items() if not isinstance(x, (dict, list))}),
-    ("dispute", lambda v: v and {k: x for k, x in v.items() if not isinstance(x, (dict, list))}),
+    ("screen", lambda v: v and _cut({k: x for k, x in v.items() if not isinstance(x, (dict, list))}, 200)),
+    ("dispute", lambda v: v and _cut({k: x for k, x in v.items() if not isinstance(x, (dict, list))}, 300)),
     ("reasons", lambda v: [r[:300] for r in v[:5]]),
-    ("conflicts", lambda v: v[:10]),
-    ("rules", lambda v: {k: x for k, x in v.items() if not isinstance(x, (dict, list)) or _json_bytes(x) < 500}),
+    ("conflicts", lambda v: [_cut(x, 300) for x in v[:10]]),
+    ("rules", lambda v: _cut(v, 200)),
     ("findings", lambda v: []),
     ("screen", lambda v: None),
+    ("dispute", lambda v: v and {k: v[k] for k in ("step", "op") if k in v}),
+    ("conflicts", lambda v: []),
+    ("rules", lambda v: {}),
 )
+
+
+def _cut(v, limit: int):
+    """v with every string in it cut to `limit` characters, and no container deeper than two levels."""
+    if isinstance(v, str):
+        return v[:limit]
+    if isinstance(v, dict):
+        return {k: _cut(x, limit) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_cut(x, limit) for x in v]
+    return v
 
 
 def _within(summary: dict) -> dict:
@@ -247,7 +280,8 @@ def _within(summary: dict) -> dict:
     for name, shed in _SHEDDING:
         if _json_bytes(summary) <= SUMMARY_BYTES:
             break
-        summary[name] = shed(summary[name])
-        if name not in trimmed:
+        shed_value = shed(summary[name])
+        if shed_value != summary[name] and name not in trimmed:  # (named only where something went)
             trimmed.append(name)
+        summary[name] = shed_value
     return {**summary, "trimmed": trimmed} if trimmed else summary

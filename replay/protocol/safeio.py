@@ -39,7 +39,10 @@ def _why(dfd: int, part: str, rel: str, err: OSError, at: str | None = None) -> 
     if stat.S_ISLNK(st.st_mode):
         link = "a symbolic link" if at is None else f"{at} is a symbolic link"
         return Refused(f"{rel}: {link} (transcript files must be regular files inside the transcript)")
-    if err.errno in (errno.ENOTDIR, errno.ELOOP):
+    special = (
+        stat.S_ISSOCK(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+    )
+    if err.errno in (errno.ENOTDIR, errno.ELOOP) or special:  # (a socket is ENXIO: no share's hiccup either)
         return Refused(f"{rel}: not a regular file inside the transcript")
     return Refused(f"{rel}: not readable ({errno.errorcode.get(err.errno, 'error')})")
 
@@ -86,13 +89,14 @@ def open_inside(root: Path | int, rel: str) -> int:
     if not rel or any(p in ("", ".", "..") for p in parts):
         raise Refused(f"{rel}: not a plain path inside the transcript")
     try:
-        dfd = os.dup(root) if isinstance(root, int) else os.open(root, os.O_RDONLY | os.O_DIRECTORY | CLOEXEC)
+        # (walked through, not read: search permission is enough, as for WALK; root itself may be a link here)
+        dfd = os.dup(root) if isinstance(root, int) else os.open(root, WALK & ~NOFOLLOW)
     except OSError:
         raise Refused("the transcript directory is missing or not a directory") from None
     try:
         for depth, part in enumerate(parts[:-1]):
             try:
-                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | CLOEXEC, dir_fd=dfd)
+                nfd = os.open(part, WALK, dir_fd=dfd)  # (a 0711 checkpoints/ folder: searched, not read)
             except OSError as e:
                 raise _why(dfd, part, rel, e, "/".join(parts[: depth + 1])) from None
             os.close(dfd)

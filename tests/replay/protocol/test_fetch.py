@@ -512,3 +512,61 @@ def test_the_copys_bound_on_steps_is_the_schemas():
     from replay.protocol import fetch, manifest_schema
 
     assert fetch.MAX_STEPS == manifest_schema.MAX_STEPS
+
+
+def test_a_searchable_folder_inside_the_share_a_socket_a_shrinking_file_and_a_respelled_step(
+    transcripts, tmp_path, monkeypatch
+):
+    """From a probe of the copy: checkpoints/ of mode 0711 had been "not readable" (retried, then unavailable, for
+    an honest share); a socket for a checkpoint "not readable" (retried, where a FIFO is refused); a file that
+    shrank under the copy a final hash mismatch (where one that grows is retried); and a checkpoint keyed "00"
+    beside the count its steps imply had copied file 0 twice and another never."""
+    import socket as sockets
+
+    from replay.protocol import safeio
+    from replay.protocol.fetch import NotAsCommitted, Unavailable
+    from replay.protocol.transcript_layout import canonical_json, sha256
+
+    from ..helpers import copy
+
+    share = copy(transcripts["mlp", "det64"], tmp_path / "share")
+    m = json.loads((share / "manifest.json").read_text())
+    want = sha256(canonical_json(m))
+    real = os.open
+    unreadable = lambda path, flags, *a, **kw: (
+        (_ for _ in ()).throw(PermissionError(13, "denied"))
+        if path == "checkpoints" and not flags & getattr(os, "O_PATH", 0)
+        else real(path, flags, *a, **kw)
+    )
+    with monkeypatch.context() as patched:  # (root reads any folder: its refusal played by os.open)
+        patched.setattr(safeio.os, "open", unreadable)
+        assert copy_of(share, tmp_path / "a", want, no_links=True)["files"] > 1
+    checkpoint = share / "checkpoints" / "00000004.safetensors"
+    data = checkpoint.read_bytes()
+    checkpoint.unlink()
+    listener = sockets.socket(sockets.AF_UNIX)
+    listener.bind(str(checkpoint))
+    try:
+        with pytest.raises(NotAsCommitted) as refused:
+            copy_of(share, tmp_path / "b", want)
+        assert refused.value.verdict == "malformed" and "not a regular file" in str(refused.value)
+    finally:
+        listener.close()
+        checkpoint.unlink()
+    checkpoint.write_bytes(data)
+    real_fstat = os.fstat
+    larger = lambda fd: os.stat_result((*real_fstat(fd)[:6], real_fstat(fd)[6] + 100, *real_fstat(fd)[7:]))
+    with monkeypatch.context() as patched:
+        patched.setattr(fetch_transport_module().os, "fstat", larger)  # as if it shrank after it was opened
+        with pytest.raises(Unavailable, match="it shrank while it was copied"):
+            copy_of(share, tmp_path / "c", want)
+    respelled = {**m, "checkpoints": {("00" if k == "4" else k): v for k, v in m["checkpoints"].items()}}
+    (share / "manifest.json").write_bytes(canonical_json(respelled))
+    with pytest.raises(NotAsCommitted, match="does not name its checkpoints and segments"):
+        copy_of(share, tmp_path / "d", sha256(canonical_json(respelled)))
+
+
+def fetch_transport_module():
+    from replay.protocol import fetch_transport
+
+    return fetch_transport
