@@ -4,6 +4,7 @@ time, and the caps the process environment tightens (``REPLAY_FETCH_MAX_BYTES``,
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -45,13 +46,22 @@ def caps_or(max_bytes: int, max_files: int, deadline_s: float) -> tuple[int, int
     """The caps the environment sets (``REPLAY_FETCH_MAX_BYTES``, ``REPLAY_FETCH_MAX_FILES``, ``REPLAY_FETCH_SECONDS``),
     each as large as it is set, else the given one: the claim's copy, which the worker starts with its own."""
     try:
-        return (
+        caps = (
             int(os.environ.get("REPLAY_FETCH_MAX_BYTES", max_bytes)),
             int(os.environ.get("REPLAY_FETCH_MAX_FILES", max_files)),
             float(os.environ.get("REPLAY_FETCH_SECONDS", deadline_s)),
         )
     except ValueError:
         raise FetchRefused("a REPLAY_FETCH_* limit in the environment is not a number") from None
+    return _positive(caps)
+
+
+def _positive(caps: tuple[int, int, float]) -> tuple[int, int, float]:
+    """The caps, each a positive finite number: a deadline of NaN never passed (the copy ran unbounded in time), and a
+    cap of 0 or -1 called every transcript over it."""
+    if not all(math.isfinite(c) and c > 0 for c in caps):
+        raise FetchRefused("a REPLAY_FETCH_* limit in the environment is not a positive number")
+    return caps
 
 
 def tightened_caps(max_bytes: int, max_files: int, deadline_s: float) -> tuple[int, int, float]:
@@ -63,4 +73,4 @@ def tightened_caps(max_bytes: int, max_files: int, deadline_s: float) -> tuple[i
         deadline_s = min(deadline_s, float(os.environ.get("REPLAY_FETCH_SECONDS", deadline_s)))
     except ValueError:
         raise FetchRefused("a REPLAY_FETCH_* limit in the environment is not a number") from None
-    return max_bytes, max_files, deadline_s
+    return _positive((max_bytes, max_files, deadline_s))

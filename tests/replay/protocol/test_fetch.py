@@ -570,3 +570,20 @@ def fetch_transport_module():
     from replay.protocol import fetch_transport
 
     return fetch_transport
+
+
+@pytest.mark.parametrize("name,value", [("REPLAY_FETCH_SECONDS", "nan"), ("REPLAY_FETCH_SECONDS", "inf"),
+                                        ("REPLAY_FETCH_MAX_BYTES", "-1"), ("REPLAY_FETCH_MAX_FILES", "0")])  # fmt: skip
+def test_a_fetch_cap_that_is_not_a_positive_number_is_refused(name, value, monkeypatch):
+    """REPLAY_FETCH_SECONDS=nan had turned the deadline off (a NaN deadline never passes); -1 bytes made every
+    transcript over the cap."""
+    from replay.protocol.fetch_limits import caps_or, tightened_caps
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(FetchRefused, match="not a positive number"):
+        caps_or(8 << 30, 1000, 600.0)
+    if float(value) <= 0:  # (tightening by NaN or infinity leaves the caller's cap: min keeps it)
+        with pytest.raises(FetchRefused, match="not a positive number"):
+            tightened_caps(8 << 30, 1000, 600.0)
+    else:
+        assert tightened_caps(8 << 30, 1000, 600.0) == (8 << 30, 1000, 600.0)
