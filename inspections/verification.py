@@ -39,6 +39,7 @@ from pathlib import Path
 from django.conf import settings
 
 from replay.protocol import coverage
+from replay.protocol.fetch import EXIT_BEYOND_CAPS, EXIT_UNAVAILABLE
 from replay.protocol.firmware import log_lines, parse_record, verify_log
 from replay.protocol.report import Report
 
@@ -70,10 +71,6 @@ class MaterialRefused(Exception):
     def __init__(self, verdict: dict):
         super().__init__(verdict["reasons"][0])
         self.verdict = verdict
-
-
-COPY_EXIT_UNAVAILABLE = 5
-COPY_EXIT_BEYOND_CAPS = 6  # replay.protocol.fetch.EXIT_BEYOND_CAPS (the worker imports no replay module it need not)
 
 
 def material_dir(name: str) -> Path:
@@ -132,9 +129,9 @@ def _copy_into(source: str, manifest: str, staging: Path, scratch: Path) -> None
         said = json.loads(done.stdout[:MAX_OUTPUT])
     except ValueError:
         said = {}
-    if done.returncode == COPY_EXIT_UNAVAILABLE and isinstance(said, dict):
+    if done.returncode == EXIT_UNAVAILABLE and isinstance(said, dict):
         raise MaterialUnavailable(str(said.get("unavailable", "the material could not be copied"))[:500])
-    if done.returncode == COPY_EXIT_BEYOND_CAPS and isinstance(said, dict):  # ours: for a worker with larger caps
+    if done.returncode == EXIT_BEYOND_CAPS and isinstance(said, dict):  # ours: for a worker with larger caps
         why = str(said.get("beyond_caps", "over the copy's caps"))[:400]
         raise VerifierFailed(f"the material is beyond this worker's copy caps: {why}", larger_worker=True)
     if done.returncode == 2 and isinstance(said, dict) and said.get("verdict") in ("malformed", "rejected"):

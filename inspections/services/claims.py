@@ -217,6 +217,7 @@ def claim_result_record(claim_id: int, verdict: dict | None, error: str | None =
     claim = _open_claim(claim_id, failures)
     if claim is None:
         return Claim.objects.get(pk=claim_id)
+    verdict = as_report(verdict)
     result, step = claim_outcome(verdict)
     summary = claim_summary(verdict)
     payload = {
@@ -246,7 +247,7 @@ def claim_result_record(claim_id: int, verdict: dict | None, error: str | None =
         elif step is not None:
             detail += f" at step {step}"
         alert_raise(Alert.Kind.CLAIM_FAILED, claim.prover, detail, claim.snapshot.chip)
-    _conflicts_record(claim, list(as_report(verdict).conflicts))  # every one (the summary's may be shed to its size)
+    _conflicts_record(claim, list(verdict.conflicts))  # every one (the summary's may be shed to its size)
     return claim
 
 
@@ -632,6 +633,7 @@ def claim_reverification_record(claim_id: int, verdict: dict | Report) -> Covera
         .select_related("snapshot__chip", "prover")
         .get(pk=claim_id)
     )
+    verdict = as_report(verdict)
     result, step = claim_outcome(verdict)
     summary = claim_summary(verdict)
     if not summary["nonce"] or summary["nonce"] != claim.reverify_nonce:
@@ -655,7 +657,7 @@ def claim_reverification_record(claim_id: int, verdict: dict | Report) -> Covera
     claim.reverify_nonce = ""  # revealed by the entry: the next re-verification draws a fresh one
     claim.save(update_fields=["reverify_nonce"])
     # every conflict (the summary's may be shed to its size): e.g. work across two runs, found by a re-check of the pair
-    _conflicts_record(claim, list(as_report(verdict).conflicts))
+    _conflicts_record(claim, list(verdict.conflicts))
     if result != Claim.Result.VERIFIED:
         where = f" at step {step}" if step is not None else ""
         alert_raise(

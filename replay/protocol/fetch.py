@@ -83,7 +83,8 @@ class BeyondCaps(Exception):
     honest transcript of a large model is tens of GB); a worker with larger caps may copy it."""
 
 
-EXIT_BEYOND_CAPS = 6  # `main`'s exit for BeyondCaps
+# `main`'s exits besides 0 (copied) and 2 (refused for good), which the worker reads (inspections/verification.py)
+EXIT_OURS, EXIT_UNAVAILABLE, EXIT_BEYOND_CAPS = 3, 5, 6
 
 
 class NotAsCommitted(Exception):
@@ -252,10 +253,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     except FetchRefused as e:  # (caps_or: a REPLAY_FETCH_* that is not a number: ours)
         print(json.dumps({"error": str(e)[:500]}))
-        return 3
+        return EXIT_OURS
     except Unavailable as e:
         print(json.dumps({"unavailable": str(e)[:500]}))
-        return 5
+        return EXIT_UNAVAILABLE
     except NotAsCommitted as e:
         print(json.dumps({"verdict": e.verdict, "reasons": [str(e)[:500]]}))
         return 2
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BEYOND_CAPS
     except OSError as e:  # writing our own copy failed (disk full...): ours, retried
         print(json.dumps({"error": f"writing the copy failed ({type(e).__name__})"}))
-        return 3
+        return EXIT_OURS
     print(json.dumps({"copied": counts}))
     sys.stdout.flush()
     return 0

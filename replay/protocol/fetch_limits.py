@@ -45,15 +45,19 @@ class FetchBudget:
 def caps_or(max_bytes: int, max_files: int, deadline_s: float) -> tuple[int, int, float]:
     """The caps the environment sets (``REPLAY_FETCH_MAX_BYTES``, ``REPLAY_FETCH_MAX_FILES``, ``REPLAY_FETCH_SECONDS``),
     each as large as it is set, else the given one: the claim's copy, which the worker starts with its own."""
+    return _positive(_environment_caps(max_bytes, max_files, deadline_s))
+
+
+def _environment_caps(max_bytes: int, max_files: int, deadline_s: float) -> tuple[int, int, float]:
+    """Each cap the environment sets, else the one given."""
     try:
-        caps = (
+        return (
             int(os.environ.get("REPLAY_FETCH_MAX_BYTES", max_bytes)),
             int(os.environ.get("REPLAY_FETCH_MAX_FILES", max_files)),
             float(os.environ.get("REPLAY_FETCH_SECONDS", deadline_s)),
         )
     except ValueError:
         raise FetchRefused("a REPLAY_FETCH_* limit in the environment is not a number") from None
-    return _positive(caps)
 
 
 def _positive(caps: tuple[int, int, float]) -> tuple[int, int, float]:
@@ -67,10 +71,5 @@ def _positive(caps: tuple[int, int, float]) -> tuple[int, int, float]:
 def tightened_caps(max_bytes: int, max_files: int, deadline_s: float) -> tuple[int, int, float]:
     """The caps, tightened by the environment of the process (the worker sets them for the verifier it starts,
     whatever the command line passes): ``REPLAY_FETCH_MAX_BYTES``, ``REPLAY_FETCH_MAX_FILES``, ``REPLAY_FETCH_SECONDS``."""
-    try:
-        max_bytes = min(max_bytes, int(os.environ.get("REPLAY_FETCH_MAX_BYTES", max_bytes)))
-        max_files = min(max_files, int(os.environ.get("REPLAY_FETCH_MAX_FILES", max_files)))
-        deadline_s = min(deadline_s, float(os.environ.get("REPLAY_FETCH_SECONDS", deadline_s)))
-    except ValueError:
-        raise FetchRefused("a REPLAY_FETCH_* limit in the environment is not a number") from None
-    return _positive((max_bytes, max_files, deadline_s))
+    given = (max_bytes, max_files, deadline_s)
+    return _positive(tuple(min(mine, set_) for mine, set_ in zip(given, _environment_caps(*given))))
