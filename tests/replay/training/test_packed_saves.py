@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from replay.prover.recorder import DEFAULT_OPTIMIZER
 from replay.training import architectures as models
@@ -123,3 +126,54 @@ def test_a_small_convolution_keeps_its_columns_for_backward_and_changes_no_bit(n
     assert all(a.equal(b) for a, b in zip(kept[0], again[0])), "recorded states"
     assert kept[1] == again[1] and any(len(log) > 2 for log in kept[1]), "the same logs, with close calls"
     assert all(a.equal(b) for a, b in zip(kept[2], again[2]))
+
+
+class _LargeStorages(TorchDispatchMode):
+    """The most storages of at least `size` bytes alive at once among those the ops inside it make or read (each
+    tracked by a weak reference to the storage itself, not to a tensor that views it)."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size, self.alive, self.most = size, {}, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in pytree.tree_leaves((args, kwargs, out)):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() >= self.size:
+                self.alive.setdefault(t.untyped_storage()._cdata, StorageWeakRef(t.untyped_storage()))
+        self.alive = {k: ref for k, ref in self.alive.items() if not ref.expired()}
+        self.most = max(self.most, len(self.alive))
+        return out
+
+
+@pytest.mark.parametrize("pack_min", [1 << 18, 1], ids=["kept", "unfolded-again"])
+def test_a_convolutions_columns_and_their_gradients_columns_are_never_held_at_once(pack_min, monkeypatch):
+    """A convolution's columns (B, C*kh*kw, L), kept for backward or unfolded again there, are read last by its weight
+    gradient; its input gradient's columns, of the same shape, are written over them, not beside them (a small CNN's
+    step peak on a CPU: the columns are most of it; the torch path's bounds make temporaries of that size of their
+    own). The same gradients either way (`_steps`' tests hold the bits)."""
+    if native.library() is None:
+        pytest.skip("the native kernel is off")
+    monkeypatch.setattr(det, "PACK_MIN", pack_min)
+    x = torch.randn(8, 4, 12, 12, dtype=torch.float32).double().requires_grad_()
+    w, b = torch.randn(6, 4, 3, 3).double().requires_grad_(), torch.randn(6).double().requires_grad_()
+    dy = torch.randn(8, 6, 12, 12).double()
+    columns = 8 * (4 * 9) * (12 * 12) * 8  # bytes; the output (6 channels) and the input (4, unfolded 9x) are smaller
+    with det.rounding(Rounder("record")), _LargeStorages(columns) as seen:
+        ops._Conv2d.apply(x, w, b, 1, 1, "c").backward(dy)
+    assert seen.most == 1, "the columns and their gradient's columns held at once"
+    assert x.grad is not None and w.grad is not None, "control: both gradients made"
+
+
+def test_a_convolution_whose_columns_view_its_input_leaves_the_input_as_it_was():
+    """A 1 x 1 window, unpadded, at stride 1: the columns are a view of the input (no copy), so backward must not write
+    its input gradient's columns over them."""
+    x = torch.randn(4, 6, 5, 5, dtype=torch.float32).double().requires_grad_()
+    before = x.detach().clone()
+    w, b = torch.randn(3, 6, 1, 1).double().requires_grad_(), torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    dy = torch.randn(4, 3, 5, 5).double()
+    with det.rounding(Rounder("record")):
+        ops._Conv2d.apply(x, w, b, 1, 0, "c").backward(dy)
+    assert torch.equal(x.detach(), before)
+    reference = torch.einsum("oc,bohw->bchw", w.detach().reshape(3, 6), dy).float().double()
+    assert torch.allclose(x.grad, reference, rtol=1e-6, atol=1e-6), "control: the input gradient itself"
