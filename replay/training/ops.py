@@ -534,7 +534,7 @@ class _Conv2d(torch.autograd.Function):
         # columns under PACK_MIN elements are kept as they are (their bytes do not matter, their copy's time does)
         ctx.kept_cols = cols.numel() < determinism.PACK_MIN
         # kept columns that are the step's own copy (not a view of x, which nothing else holds or changes) ride on ctx,
-        # not in its saved tensors: backward lets go of them before the input gradient's columns and its rounding
+        # not among its saved tensors: backward lets go of them before the input gradient's columns and its rounding
         ctx.cols = cols if ctx.kept_cols and not cols._is_view() else None
         _save(ctx, None if ctx.cols is not None else cols if ctx.kept_cols else x, w2)
         ctx.op, ctx.geom = op, ((h, wd), (kh, kw), stride, padding, w.shape)
@@ -546,13 +546,13 @@ class _Conv2d(torch.autograd.Function):
     def backward(ctx, dy):
         R = active()
         kept, w2 = _saved(ctx)  # the columns, or the input to unfold again (None: the columns on ctx)
-        on_ctx = kept is None
-        kept, ctx.cols = ctx.cols if on_ctx else kept.detach(), None
-        w2 = w2.detach()  # (`_no_fold`)
+        if kept is None:
+            if ctx.cols is None:
+                raise RuntimeError("a det64 convolution lets go of its columns in backward: one backward per forward")
+            kept, ctx.cols = ctx.cols, None
+        kept, w2 = _no_fold((kept, w2))
         (h, wd), ksize, stride, padding, wshape = ctx.geom
         cols = kept if ctx.kept_cols else _unfold(kept, ksize, padding, stride)
-        # the step's own copy, which nothing else reads (a saved view, detached, no longer says it is one)
-        own = on_ctx if ctx.kept_cols else not cols._is_view()
         col_norms = None if ctx.kept_cols or R.mode != "record" else _channel_norms(kept, ksize)
         del kept
         key = ctx.op * SLOTS
@@ -563,10 +563,9 @@ class _Conv2d(torch.autograd.Function):
         # product over all B * L terms would need gamma(B * L): not to be folded into one mm)
         dw = torch.matmul(g, cols.transpose(1, 2)).sum(0)
         dw = R(key + 1, dw, _weight_grad_bound(g, cols, col_norms)).reshape(wshape)
-        # kh*kw times the input, read by nothing after dw: its gradient's columns, of its shape, are written over it
-        # where it is the step's own copy, else made once it is gone (the bench's tiny cnn: a det64 step's resident peak
+        # kh*kw times the input: gone before its gradient's columns are made (kept ones too: they were on ctx, not among
+        # its saved tensors, which live until backward returns; the bench's tiny cnn: a det64 step's resident peak
         # 4.96 -> 3.34 MiB, float32's 1.6)
-        spare = cols if own and ctx.needs_input_grad[0] else None
         del cols
         db = _sums_native(R, key + 2, g)
         if db is None:
@@ -574,9 +573,7 @@ class _Conv2d(torch.autograd.Function):
         dx = None
         if ctx.needs_input_grad[0]:
             fold = lambda t: _fold(t, (h, wd), ksize, padding, stride)
-            # the columns (B, CK, L) freed at once, before the rounding point
-            dx = fold(torch.matmul(w2.t(), g) if spare is None else torch.matmul(w2.t(), g, out=spare))
-            del spare
+            dx = fold(torch.matmul(w2.t(), g))  # the columns (B, CK, L) freed at once, before the rounding point
             fast = _conv_input_grad_native(R, key + 3, w2, g, fold, ksize, dx)
             if fast is not None:
                 dx = fast

@@ -149,9 +149,10 @@ class _LargeStorages(TorchDispatchMode):
 @pytest.mark.parametrize("pack_min", [1 << 18, 1], ids=["kept", "unfolded-again"])
 def test_a_convolutions_columns_and_their_gradients_columns_are_never_held_at_once(pack_min, monkeypatch):
     """A convolution's columns (B, C*kh*kw, L), kept for backward or unfolded again there, are read last by its weight
-    gradient; its input gradient's columns, of the same shape, are written over them, not beside them (a small CNN's
-    step peak on a CPU: the columns are most of it; the torch path's bounds make temporaries of that size of their
-    own). The same gradients either way (`_steps`' tests hold the bits)."""
+    gradient and let go before its input gradient's columns, of the same shape, are made (a small CNN's step peak on a
+    CPU: the columns are most of it; the torch path's bounds make temporaries of that size of their own). Kept
+    columns among ctx's saved tensors would live until backward returns. The same gradients either way (`_steps`'
+    tests hold the bits)."""
     if native.library() is None:
         pytest.skip("the native kernel is off")
     monkeypatch.setattr(det, "PACK_MIN", pack_min)
@@ -165,9 +166,11 @@ def test_a_convolutions_columns_and_their_gradients_columns_are_never_held_at_on
     assert x.grad is not None and w.grad is not None, "control: both gradients made"
 
 
-def test_a_convolution_whose_columns_view_its_input_leaves_the_input_as_it_was():
-    """A 1 x 1 window, unpadded, at stride 1: the columns are a view of the input (no copy), so backward must not write
-    its input gradient's columns over them."""
+@pytest.mark.parametrize("pack_min", [1 << 18, 1], ids=["kept", "unfolded-again"])
+def test_a_convolution_whose_columns_view_its_input_leaves_the_input_as_it_was(pack_min, monkeypatch):
+    """A 1 x 1 window, unpadded, at stride 1: the columns are a view of the input (no copy), kept or made again in
+    backward; nothing backward does may change them."""
+    monkeypatch.setattr(det, "PACK_MIN", pack_min)
     x = torch.randn(4, 6, 5, 5, dtype=torch.float32).double().requires_grad_()
     before = x.detach().clone()
     w, b = torch.randn(3, 6, 1, 1).double().requires_grad_(), torch.zeros(3, dtype=torch.float64, requires_grad=True)
@@ -177,3 +180,16 @@ def test_a_convolution_whose_columns_view_its_input_leaves_the_input_as_it_was()
     assert torch.equal(x.detach(), before)
     reference = torch.einsum("oc,bohw->bchw", w.detach().reshape(3, 6), dy).float().double()
     assert torch.allclose(x.grad, reference, rtol=1e-6, atol=1e-6), "control: the input gradient itself"
+
+
+def test_a_second_backward_through_a_convolution_that_let_go_of_its_columns_is_refused_naming_why():
+    """Kept columns are let go of in backward (memory): a second backward (retain_graph) cannot read them, and says so
+    rather than failing on a missing tensor."""
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float32).double().requires_grad_()
+    w, b = torch.randn(4, 3, 3, 3).double().requires_grad_(), torch.randn(4).double().requires_grad_()
+    with det.rounding(Rounder("record")):
+        y = ops._Conv2d.apply(x, w, b, 1, 1, "c")
+        y.backward(torch.ones_like(y), retain_graph=True)
+        assert x.grad is not None, "control: the first backward"
+        with pytest.raises(RuntimeError, match="lets go of its columns in backward: one backward per forward"):
+            y.backward(torch.ones_like(y))
