@@ -478,10 +478,10 @@ def _fits(idx: list, outputs: int) -> bool:
     return bool(idx) and len(idx) <= entry_cap(outputs) and idx[-1] < outputs
 
 
-def full_bound(err, shape, steers: bool = True, scale=None) -> Bound:
+def full_bound(err, shape, steers: bool = True, scale=None, pick=None) -> Bound:
     """A bound given as a tensor broadcastable to the output's shape, or a zero-argument callable
-    giving one: formed only when needed (always when recording; in a replay only at a point the
-    log names)."""
+    giving one: formed only when needed (always when recording, but where `pick`, the op's own
+    `Bound.pick`, forms it inside its kernel; in a replay only at a point the log names)."""
     memo = []
 
     def e() -> torch.Tensor:
@@ -493,9 +493,10 @@ def full_bound(err, shape, steers: bool = True, scale=None) -> Bound:
         math.inf,
         lambda idx: _gather(e(), idx, shape),
         coarse=e,
-        fused=lambda v: native.round_full(v, e(), SAFETY, WIDE),
+        # (on the CPU's kernel alone: a device's pick may form the bound in its own kernel, `pick`)
+        fused=lambda v: native.round_full(v, e(), SAFETY, WIDE) if v.is_cpu and native.library() else None,
         window=e,
-        pick=lambda v, k: _pick_full(v, e, k),
+        pick=pick if pick is not None else lambda v, k: _pick_full(v, e, k),
         steers=steers,
         scale=scale,
     )
@@ -1237,9 +1238,9 @@ class Rounder:
         self.max_ratio = max(self.max_ratio, ratio)
         return self._noted(r)
 
-    def full(self, key: int, v: torch.Tensor, err, shape, steers: bool = True, scale=None):
-        """self(key, v, full_bound(err, shape, steers, scale)), as `dot`: err (a callable) is formed when
-        recording, and in a replay only where the log names the point."""
+    def full(self, key: int, v: torch.Tensor, err, shape, steers: bool = True, scale=None, pick=None):
+        """self(key, v, full_bound(err, shape, steers, scale, pick)), as `dot`: err (a callable) is formed when
+        recording (but where `pick` takes the point: `full_bound`), and in a replay only where the log names it."""
         if self._direct() and v.is_cpu:
             if self.mode == "record" and native.library() is not None:
                 err = err() if callable(err) else err
@@ -1255,7 +1256,7 @@ class Rounder:
                 applied = self._replay_full(key, v, err, steers, scale)
                 if applied is not None:
                     return applied
-        return self(key, v, full_bound(err, shape, steers, scale))
+        return self(key, v, full_bound(err, shape, steers, scale, pick))
 
     def hands_norms(self) -> bool:
         """Would `dot` hand norms formed by its caller to the kernel's record pass (a CPU recording on the kernel)?"""

@@ -286,7 +286,50 @@ def _define():
         tl.store(bad_ptr + s, (valid & ~ok).to(tl.uint8), mask=inside)
         tl.store(ratio_ptr + s, ratio, mask=inside)
 
-    return _pick_kernel, _dot_exact_kernel, _apply_kernel
+    @triton.jit
+    def _pick_cross_entropy_back_kernel(
+        v_ptr,
+        r_ptr,
+        p_ptr,
+        t_ptr,
+        c_ptr,
+        idx_ptr,
+        x_ptr,
+        e_ptr,
+        cand_ptr,
+        count_ptr,
+        n,
+        vocab,
+        k,
+        u_bits,
+        g_bits,
+        safety_bits,
+        BLOCK: tl.constexpr,
+    ):
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        inside = offs < n
+        x = tl.load(v_ptr + offs, mask=inside, other=0.0)
+        tl.store(r_ptr + offs, x.to(tl.float32).to(tl.float64), mask=inside)  # r may be v: its x is read first
+        p = tl.load(p_ptr + offs, mask=inside, other=0.0)
+        target = tl.load(t_ptr + offs // vocab, mask=inside, other=-1)
+        d = tl.where(offs % vocab == target, p + -1.0, p)  # p - onehot as the torch path forms it: p + -1 at the target
+        u = u_bits.to(tl.float64, bitcast=True)
+        # ops._CrossEntropy.backward's err, its operations in its order: (|p - onehot| U + p g) |c| + |v| (2 U)
+        e = ((tl.abs(d) * u + p * g_bits.to(tl.float64, bitcast=True)) * tl.abs(tl.load(c_ptr))) + tl.abs(x) * (u * 2.0)
+        w = e * safety_bits.to(tl.float64, bitcast=True)
+        lo = (x - w).to(tl.float32).to(tl.int32, bitcast=True)
+        hi = (x + w).to(tl.float32).to(tl.int32, bitcast=True)
+        flag = inside & (w > 0.0) & (lo != hi)
+        f = flag.to(tl.int32)
+        base = tl.atomic_add(count_ptr, tl.sum(f, 0).to(tl.int64))
+        at = base + tl.cumsum(f, 0).to(tl.int64) - 1
+        keep = flag & (at < k)
+        tl.store(idx_ptr + at, offs, mask=keep)
+        tl.store(x_ptr + at, x, mask=keep)
+        tl.store(cand_ptr + at, f.to(tl.uint8), mask=keep)
+        tl.store(e_ptr + at, e, mask=keep)
+
+    return _pick_kernel, _dot_exact_kernel, _apply_kernel, _pick_cross_entropy_back_kernel
 
 
 def pick_full(v: torch.Tensor, window: torch.Tensor, safety: float, k: int):
@@ -312,14 +355,42 @@ def pick_dot(v: torch.Tensor, na: torch.Tensor, nb: torch.Tensor, bias, bias_row
     return _pick(v, None, na, nb, bias, bias_rows, 1.0, k, rows, cols)
 
 
-def _pick(v, window, na, nb, bias, bias_rows, safety, k, rows=1, cols=1):
-    n, dev = v.numel(), v.device
-    r = torch.empty(v.shape, dtype=torch.float64, device=dev)
+def pick_cross_entropy_back(v, p, targets, c, u: float, g: float, safety: float, k: int):
+    """`pick_full` for the cross-entropy's gradient v (N, V), (p - onehot(targets)) * c with c = dL/dloss / N a 0-d
+    tensor, its bound ((|p - onehot| u + p g) |c| + |v| 2u, `ops._CrossEntropy.backward`'s) formed per element in the
+    kernel and never as a tensor; float32(v) written over v, the caller's own (at a real vocabulary these are a step's
+    largest tensors: a GPU's det64 step peaks there with the probabilities, the gradient, its bound and its rounding);
+    None where the kernel does not take them."""
+    f64 = torch.float64
+    if not (v.dim() == 2 and v.shape == p.shape and v.dtype == p.dtype == c.dtype == f64 and c.numel() == 1):
+        return None
+    if not (v.is_contiguous() and p.is_contiguous() and targets.is_contiguous() and c.is_contiguous()):
+        return None
+    if targets.dtype != torch.int64 or targets.shape != v.shape[:1] or not _import():
+        return None
+    r, idx, x, e, cand, count = _slots(v, k, bounds=True, out=v)
+    block = _block(PICK_BLOCK)
+    grid = (triton.cdiv(v.numel(), block),)
+    args = (v, r, p, targets, c, idx, x, e, cand, count, v.numel(), v.shape[1], k, _bits(u), _bits(g), _bits(safety))
+    ran = _launch(3, grid, *args, BLOCK=block, enable_fp_fusion=False)
+    return (r, idx, x, e, cand) if ran else None
+
+
+def _slots(v: torch.Tensor, k: int, bounds: bool, out=None) -> tuple:
+    """A pick's output (float32(v) as float64: `out`, or a new tensor) and k slots (flat indices, values, bounds where
+    `bounds`, candidate flags), zeros (not candidates), and the count the kernel's blocks add to."""
+    dev = v.device
+    r = out if out is not None else torch.empty(v.shape, dtype=torch.float64, device=dev)
     words = torch.zeros(2 * k + 1, dtype=torch.int64, device=dev)  # slots start as zeros: not candidates
     idx, x = words[:k], words[k : 2 * k].view(torch.float64)
-    count = words[2 * k :]
     cand = torch.zeros(k, dtype=torch.uint8, device=dev)
-    e = torch.zeros(k, dtype=torch.float64, device=dev) if window is not None else None
+    e = torch.zeros(k, dtype=torch.float64, device=dev) if bounds else None
+    return r, idx, x, e, cand, words[2 * k :]
+
+
+def _pick(v, window, na, nb, bias, bias_rows, safety, k, rows=1, cols=1):
+    n = v.numel()
+    r, idx, x, e, cand, count = _slots(v, k, bounds=window is not None)
     dot = window is None
     anything = v  # a pointer for the arguments a variant does not read
     block = _block(PICK_BLOCK)

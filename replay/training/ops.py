@@ -19,7 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from replay.training import determinism, native
+from replay.training import determinism, kernels, native
 from replay.training.determinism import (
     EXP_ERR,
     SAFETY,
@@ -456,8 +456,14 @@ class _CrossEntropy(torch.autograd.Function):
             e = p_minus_onehot().abs_().mul_(U).add_(p * gamma(ctx.v + 10)).mul_(c.abs())
             return e.add_(dz.abs().mul_(2 * U))
 
+        def pick(v, k):  # a device recording's search: err's operations per element in one kernel, dz rounded in place
+            if not kernels.usable(v, p, targets):
+                return None
+            return kernels.pick_cross_entropy_back(v, p, targets, c, U, gamma(ctx.v + 10), SAFETY, k)
+
         # scale floor |c| (= |dL/dlogit| of a wrong prediction): see Bound.scale
-        return active().full(ctx.op * SLOTS + 1, dz, err, dz.shape, scale=c.abs().reshape(())), None, None
+        scale = c.abs().reshape(())
+        return active().full(ctx.op * SLOTS + 1, dz, err, dz.shape, scale=scale, pick=pick), None, None
 
 
 def _cross_entropy_native(R, key: int, logits, targets):

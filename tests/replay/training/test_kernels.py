@@ -98,6 +98,77 @@ def test_pick_full_slots_exactly_the_outputs_whose_window_holds_a_midpoint(seed,
     assert not cand[~on].any() and (idx[~on] == 0).all()
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    rows=st.integers(1, 40),
+    vocab=st.integers(1, 70),
+    c=st.sampled_from([1.0, -1.0, 0.37, -(2.0**-7), 0.0, 2.0**-1074]),
+    room=st.sampled_from([1, 7, 10_000]),
+)
+@pytest.mark.skipif(torch.cuda.is_available(), reason="Triton's interpreter runs where there is no GPU")
+def test_the_cross_entropy_gradients_pick_is_the_full_bounds_pick_of_its_bound(seed, rows, vocab, c, room):
+    """`pick_cross_entropy_back` against `pick_full` of the bound the torch path forms as a tensor (ops._CrossEntropy's
+    err, written out here): the same rounding, written over v, the same slots, values and bounds. The probabilities
+    near float32 midpoints (c = +-1: the gradient is p, or p - 1, exactly), zeros and ones among them."""
+    p = _near_midpoints((rows, vocab), seed, "cpu").abs()
+    p.view(-1)[5::13] = 1.0
+    targets = torch.randint(0, vocab, (rows,), generator=torch.Generator().manual_seed(seed))
+    c_t = torch.tensor(c, dtype=torch.float64)
+    u, g = det.U, det.gamma(vocab + 10)
+    minus_onehot = lambda: p.clone().scatter_add_(1, targets.unsqueeze(1), torch.full((rows, 1), -1.0, dtype=p.dtype))
+    dz = minus_onehot().mul_(c_t)
+    err = minus_onehot().abs_().mul_(u).add_(p * g).mul_(c_t.abs()).add_(dz.abs().mul_(2 * u))
+    want = kernels.pick_full(dz.clone(), err, det.SAFETY, room)
+    v = dz.clone()
+    got = kernels.pick_cross_entropy_back(v, p, targets, c_t, u, g, det.SAFETY, room)
+    assert got[0] is v, "rounded in v's place"
+    assert torch.equal(v.view(torch.int64), want[0].view(torch.int64))
+    (flagged, on), (flagged_want, on_want) = _slots(got), _slots(want)
+    if len(flagged_want) <= room:  # (past the slots, each kernel's blocks fill them in their own order)
+        assert flagged == flagged_want
+        order, order_want = got[1][on].argsort(), want[1][on_want].argsort()
+        for i in (2, 3):  # values and bounds, bit for bit
+            assert torch.equal(got[i][on][order].view(torch.int64), want[i][on_want][order_want].view(torch.int64))
+    else:
+        within = det.straddle_mask(dz, err * det.SAFETY).view(-1).nonzero().view(-1).tolist()
+        assert len(flagged) == room and set(flagged) <= set(within)
+
+
+def test_a_recording_picks_the_cross_entropy_gradient_in_its_kernel_with_two_logits_sized_tensors(monkeypatch):
+    """On the device path (the torch path with the kernels, as a GPU records), the loss's gradient goes through
+    `pick_cross_entropy_back`, and the step keeps at most two logits-sized float64 tensors at once there (the
+    probabilities and the gradient, rounded in place; the torch path's bound and rounding made two more)."""
+    from replay.training import ops
+
+    from .test_packed_saves import _LargeStorages
+
+    monkeypatch.setattr(native, "_LIB", False)
+    calls = []
+    real = kernels.pick_cross_entropy_back
+    monkeypatch.setattr(kernels, "pick_cross_entropy_back", lambda *a: calls.append(1) or real(*a))
+    rows, vocab = 64, 256  # past SMALL_POINT outputs: picked in slots
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(rows, vocab, generator=g).float().double().requires_grad_()
+    targets = torch.randint(0, vocab, (rows,), generator=g)
+
+    def most_at_once(triton: str):
+        monkeypatch.setenv("REPLAY_TRITON", triton)
+        calls.clear()
+        rounder = det.Rounder("record")
+        with det.rounding(rounder):
+            loss = ops._CrossEntropy.apply(logits, targets, "loss")
+            with _LargeStorages(rows * vocab * 8) as seen:
+                (grad,) = torch.autograd.grad(loss, logits)
+        return seen.most, grad, det.encode_log(rounder.entries), bool(calls)
+
+    kernel, grad, log, ran = most_at_once("cpu")
+    torch_path, grad_torch, log_torch, ran_torch = most_at_once("0")
+    assert ran and not ran_torch, "control: the kernel ran only where the kernels are on"
+    assert torch.equal(grad.view(torch.int64), grad_torch.view(torch.int64)) and log == log_torch
+    assert kernel <= 2 < torch_path, (kernel, torch_path)
+
+
 @pytest.mark.parametrize("batch_a, batch_b", [((), ()), ((3,), ()), ((2, 3), (2, 3)), ((2, 1), (1, 3))])
 @pytest.mark.parametrize("bias", [None, "cols", "rows"])
 def test_pick_dot_flags_what_the_product_window_flags(device, batch_a, batch_b, bias):
@@ -190,11 +261,13 @@ def test_a_recording_through_the_kernels_equals_the_torch_path_and_replays(devic
     calls = []
     monkeypatch.setattr(det, "_APPLY_CHECKED", set())
     monkeypatch.setattr(det, "_APPLY_OFF", set())
-    for name in ("_pick", "dot_exact", "apply_slots"):
+    for name in ("_pick", "dot_exact", "apply_slots", "pick_cross_entropy_back"):
         real = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
     fast, fast_logs = _run(arch, 4, 3, True, monkeypatch, device)
     assert {"_pick", "dot_exact"} <= set(calls), "control: the kernels ran"
+    # the loss's gradient: a slot per output (no pick) under SMALL_POINT outputs, the mlp's and the cnn's
+    assert ("pick_cross_entropy_back" in calls) == (arch == "gpt"), "control: the loss's gradient's kernel"
     calls.clear()
     ref, ref_logs = _run(arch, 4, 3, False, monkeypatch, device)
     assert fast.equal(ref) and fast_logs == ref_logs
