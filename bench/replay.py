@@ -14,6 +14,12 @@ torch.cuda.max_memory_allocated; CPU: the process's resident peak, VmHWM, reset 
 step through /proc/self/clear_refs, minus the resident size then, after one warm-up step, the step
 allocator's free blocks given back and malloc_trim: each precision in its own process); rounding-log bytes per step over checkpoint bytes.
 
+    TRITON_INTERPRET=1 REPLAY_TRITON=cpu REPLAY_NATIVE=0 .venv/bin/python bench/replay.py --device cpu --live-peak --rows gpt-logits
+
+a step's peak in live tensor bytes per precision and what it holds then, on the device path (a GPU's) without a GPU;
+gpt-logits is GPT-2's vocabulary on a narrow model, a step whose largest tensors are its logits, as GPT-2 small's at
+block 512 on a GPU.
+
     .venv/bin/python bench/replay.py                  # the bundled examples, 1 thread
     .venv/bin/python bench/replay.py --threads 2 --steps 40
 
@@ -246,6 +252,8 @@ SCALE_ROWS = {
     "gpt-3.3m": ("gpt", {"vocab": 256, "block": 128, "n_layer": 4, "n_head": 4, "n_embd": 256}, 16, 3),
     "gpt-15m": ("gpt", {"vocab": 256, "block": 256, "n_layer": 8, "n_head": 6, "n_embd": 384}, 8, 3),
     "gpt2-small": ("gpt", {**models.PRESETS["gpt2-small"][1], "block": 64}, 1, 1),
+    # GPT-2's vocabulary on a narrow model: a step whose largest tensors are its logits, as GPT-2 small's at block 512
+    "gpt-logits": ("gpt", {"vocab": 50257, "block": 64, "n_layer": 1, "n_head": 2, "n_embd": 16}, 4, 1),
     # the issue's own GPU row: GPT-2 small's shape at block 512, batch 8 (a GPU's; the CPU takes block 64)
     "gpt2-small-512": ("gpt", {**models.PRESETS["gpt2-small"][1], "block": 512}, 8, 2),
 }
@@ -544,6 +552,43 @@ def _warm_steps(rows: list[str], device: str, env: str, default: str):
             graphs.release()
 
 
+def live_peaks(rows: list[str], device: str, top: int = int(os.environ.get("PROFILE_TOP", 6))) -> None:
+    """A step's peak in live tensor bytes, per precision, and the largest tensors held then (each named by the op that
+    first read or made it): what a device's allocator peaks at, counted on any device (every storage over 1 MiB an op
+    reads or makes, held while it lives). Run on a CPU as a GPU records (`REPLAY_NATIVE=0`, and Triton's kernels under
+    its interpreter: `TRITON_INTERPRET=1 REPLAY_TRITON=cpu`), it measures the device path without a GPU."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils import _pytree as pytree
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Live(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.alive, self.peak, self.held = {}, 0, []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in pytree.tree_leaves((args, kwargs, out)):
+                if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() > 1 << 20:
+                    storage = t.untyped_storage()
+                    self.alive.setdefault(storage._cdata, (StorageWeakRef(storage), storage.nbytes(), str(func)))
+            self.alive = {k: v for k, v in self.alive.items() if not v[0].expired()}
+            now = sum(v[1] for v in self.alive.values())
+            if now > self.peak:
+                self.peak, self.held = now, sorted(((v[1], v[2]) for v in self.alive.values()), reverse=True)
+            return out
+
+    peaks = {}
+    for row, p, run in _warm_steps(rows, device, "MEMORY_PRECISIONS", "float32 float64 det64"):
+        with Live() as live:
+            run()
+        peaks[row, p] = live.peak
+        held = ", ".join(f"{b / 2**20:,.0f} MiB ({op})" for b, op in live.held[:top])
+        print(f"{row} {p}: peak {live.peak / 2**20:,.0f} MiB live; largest held: {held}", flush=True)
+        if (row, "float32") in peaks and p != "float32":
+            print(f"{row} {p} / float32: {live.peak / peaks[row, 'float32']:.2f}", flush=True)
+
+
 def profile_rows(rows: list[str], device: str, top: int = int(os.environ.get("PROFILE_TOP", 12))) -> None:
     """Where a step's time goes on a GPU: per precision, one warm step's wall time, its kernels' count
     and summed device time, and the kernels that take most of it."""
@@ -713,6 +758,7 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="with --device: where each row's step time goes")
     p.add_argument("--log-host", action="store_true", help="with --rows: a replayed step's host work on its log")
     p.add_argument("--memory-trace", action="store_true", help="with --device cuda: where a det64 step's memory peaks")
+    p.add_argument("--live-peak", action="store_true", help="with --device: a step's peak in live tensor bytes")
     p.add_argument("--host-profile", action="store_true", help="with --device: a warm step's host time (cProfile)")
     p.add_argument("--saved", action="store_true", help="with --rows: bytes a det64 step keeps for backward")
     args = p.parse_args()
@@ -729,6 +775,9 @@ def main() -> None:
         return
     if args.device == "cuda" and args.memory_trace:
         memory_trace(args.rows, args.device)
+        return
+    if args.device and args.live_peak:
+        live_peaks(args.rows, args.device)
         return
     if args.device and args.host_profile:
         host_profile(args.rows, args.device)
