@@ -18,6 +18,10 @@ flags (a stream compaction of five kernels), gathered the values, and formed the
 * `dot_exact` forms sum_k |A_ik B_kj| g + |bias| at the candidate slots only: a slot that is not a
   candidate (filler, or a static replay's padding) costs nothing, so a point's bound costs what its
   few candidates cost, not n / 64 gathered dot products.
+* `pick_cross_entropy_back` is `pick` for the loss's gradient, its bound formed per element from the
+  probabilities and the targets (the torch path's operations, in its order) and never as a tensor, the
+  gradient rounded in its own place: at a real vocabulary the step's largest tensors, four of them at
+  once in the loss's backward on the torch path, two here.
 * `apply_slots` makes a static replay point's decisions over its log slots (`determinism.
   _static_decisions_torch` in one pass); `determinism._static_decisions` checks each compiled variant
   against the torch ops before trusting it (`apply_variant`).
