@@ -20,8 +20,8 @@ flags (a stream compaction of five kernels), gathered the values, and formed the
   few candidates cost, not n / 64 gathered dot products.
 * `pick_cross_entropy_back` is `pick` for the loss's gradient, its bound formed per element from the
   probabilities and the targets (the torch path's operations, in its order) and never as a tensor, the
-  gradient rounded in its own place: at a real vocabulary the step's largest tensors, four of them at
-  once in the loss's backward on the torch path, two here.
+  gradient rounded in its own place: at a real vocabulary these are the step's largest tensors, and the
+  loss's backward held four at once through `pick_full`, two here.
 * `apply_slots` makes a static replay point's decisions over its log slots (`determinism.
   _static_decisions_torch` in one pass); `determinism._static_decisions` checks each compiled variant
   against the torch ops before trusting it (`apply_variant`).
