@@ -138,7 +138,7 @@ def _local_root(source: str, no_links: bool) -> Path | int:
     try:
         return open_directory_no_links(Path(source))
     except Refused as refused:
-        if "through a symbolic link" in str(refused):
+        if not refused.transient:  # a link or a file along it: the prover's doing
             raise NotAsCommitted(str(refused), "malformed") from None
         raise Unavailable(str(refused)) from None  # gone or unreadable: retried, as a file of the share is
 
@@ -202,7 +202,7 @@ def _implied_files(manifest: dict) -> int | None:
     steps, interval = manifest.get("steps"), manifest.get("checkpoint_interval")
     if type(steps) is not int or type(interval) is not int or not 1 <= interval <= steps <= MAX_STEPS:
         return None
-    checkpoints = len(set(range(0, steps, interval)) | {steps})
+    checkpoints = -(-steps // interval) + 1  # 0, interval, ... below steps, and steps itself
     return 2 * checkpoints - 1
 
 

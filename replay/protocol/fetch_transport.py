@@ -119,8 +119,7 @@ def copy_local_file(root: Path | int, name: str, dest: Path, budget: FetchBudget
     except (
         Refused
     ) as refused:  # a link or a device is a refusal; a missing or unreadable file may be the share's hiccup
-        text = str(refused)
-        raise FetchRefused(text, transient=text.endswith(": missing") or ": not readable" in text) from None
+        raise FetchRefused(str(refused), transient=refused.transient) from None
     declared = os.fstat(fd).st_size  # (a regular file's: a 50 GB sparse one is refused before a byte is copied)
     if declared > limit:
         os.close(fd)

@@ -26,7 +26,13 @@ WALK = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | NOFOLLOW | CLOEXEC
 
 
 class Refused(Exception):
-    """The path does not name a regular file inside root; the message names only the relative path."""
+    """The path does not name a regular file inside root; the message names only the relative path. transient: it is
+    missing or unreadable (a share's hiccup, which a copy retries), not a link, a device or a folder in its place (the
+    prover's doing)."""
+
+    def __init__(self, message: str, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
 
 
 def _why(dfd: int, part: str, rel: str, err: OSError, at: str | None = None) -> Refused:
@@ -35,7 +41,7 @@ def _why(dfd: int, part: str, rel: str, err: OSError, at: str | None = None) -> 
     try:
         st = os.lstat(part, dir_fd=dfd)
     except OSError:
-        return Refused(f"{rel}: missing")
+        return Refused(f"{rel}: missing", transient=True)
     if stat.S_ISLNK(st.st_mode):
         link = "a symbolic link" if at is None else f"{at} is a symbolic link"
         return Refused(f"{rel}: {link} (transcript files must be regular files inside the transcript)")
@@ -44,7 +50,7 @@ def _why(dfd: int, part: str, rel: str, err: OSError, at: str | None = None) -> 
     )
     if err.errno in (errno.ENOTDIR, errno.ELOOP) or special:  # (a socket is ENXIO: no share's hiccup either)
         return Refused(f"{rel}: not a regular file inside the transcript")
-    return Refused(f"{rel}: not readable ({errno.errorcode.get(err.errno, 'error')})")
+    return Refused(f"{rel}: not readable ({errno.errorcode.get(err.errno, 'error')})", transient=True)
 
 
 def open_directory_no_links(path: Path) -> int:
@@ -55,7 +61,7 @@ def open_directory_no_links(path: Path) -> int:
     or ": not readable (...)" (a share's hiccup, as a missing or unreadable file is)."""
     path = Path(path)
     if not path.is_absolute():
-        raise Refused("the transcript directory: not an absolute path")
+        raise Refused("the transcript directory: not an absolute path", transient=True)  # (the caller's, not a verdict)
     dfd = os.open("/", WALK)
     try:
         for part in path.parts[1:]:
@@ -76,10 +82,12 @@ def _why_not_walked(dfd: int, part: str, err: OSError) -> Refused:
     try:
         st = os.lstat(part, dir_fd=dfd)
     except OSError:
-        return Refused("the transcript directory: missing")
+        return Refused("the transcript directory: missing", transient=True)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         return Refused("the transcript directory is reached through a symbolic link or a file")
-    return Refused(f"the transcript directory: not readable ({errno.errorcode.get(err.errno, 'error')})")
+    return Refused(
+        f"the transcript directory: not readable ({errno.errorcode.get(err.errno, 'error')})", transient=True
+    )
 
 
 def open_inside(root: Path | int, rel: str) -> int:
